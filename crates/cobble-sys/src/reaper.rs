@@ -1,0 +1,345 @@
+//! The child reaper: one loop that collects every exit in the process.
+//!
+//! # Theory of operation
+//!
+//! [`start`] sets `PR_SET_CHILD_SUBREAPER`, so descendants orphaned by their
+//! parents (a service's `sh -c 'daemon &'`, a crashed supervisor inside a
+//! workload) are re-parented to us rather than to the container's init. Then it
+//! runs a `SIGCHLD` listener that, on every signal, calls `waitpid(-1, WNOHANG)`
+//! until the kernel has nothing left to report. Signals coalesce (ten exits may
+//! raise one `SIGCHLD`), so a single signal always means "drain everything",
+//! and the loop drains once right after installing the listener so that exits
+//! from before it existed are not lost.
+//!
+//! Each reaped pid is looked up in a registry of `pid -> oneshot::Sender`. A
+//! hit delivers the [`ExitStatus`] to whoever [`spawn`]ed it; a miss is an
+//! orphan, reaped so it does not linger as a zombie, and counted
+//! ([`orphans_reaped`]).
+//!
+//! # Races this design closes
+//!
+//! - **Fast exit before registration.** [`spawn`] holds the registry lock
+//!   across `Command::spawn` *and* the insert, and the loop holds the same lock
+//!   around each `waitpid`. A child that exits in the first microsecond stays a
+//!   zombie until it is registered, and is then reported normally.
+//! - **Exec failure inside `Command::spawn`.** When `exec` fails, std (or
+//!   glibc's `posix_spawn`) waits for the failed child itself and panics if
+//!   that wait returns `ECHILD`. Because the loop cannot call `waitpid` while
+//!   a spawn holds the lock, it can never steal that child.
+//! - **Real-time signals.** `nix::sys::wait::waitpid` reaps a child killed by
+//!   e.g. `SIGRTMIN+6` and *then* fails to convert the signal number, losing the
+//!   pid. The loop calls `libc::waitpid` and decodes the status itself, so
+//!   [`ExitStatus::Signaled`] holds a plain signal number.
+//!
+//! # Where the loop runs
+//!
+//! The listener is a tokio task on a small current-thread runtime owned by a
+//! dedicated `cobble-reaper` thread, not a task on the caller's runtime. The
+//! reaper is process-wide, so it must outlive any one runtime: under
+//! `cargo test` every `#[tokio::test]` has its own runtime, and a loop spawned
+//! on the first test's runtime would die with it. The exit receivers are
+//! runtime-agnostic, so callers on any runtime can await them. [`start`] may
+//! therefore be called from anywhere, runtime or not.
+//!
+//! # Rules for the rest of the process
+//!
+//! Once the reaper runs, *all* children must be started with [`spawn`]. Do not
+//! call `Child::wait`, `Command::status`/`output`, or use `tokio::process`:
+//! they would get `ECHILD`, or steal an exit from the loop.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::process::{ChildStderr, ChildStdin, ChildStdout, Command};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, mpsc};
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+/// How a child ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExitStatus {
+    /// It called `exit` (or returned from `main`) with this code (0..=255).
+    Exited(i32),
+    /// It was killed by this signal number (which may be a real-time signal
+    /// that `nix::sys::signal::Signal` cannot represent).
+    Signaled(i32),
+}
+
+impl ExitStatus {
+    /// The code Pebble reports (`exited quickly with code N`): the exit code,
+    /// or `128 + signal` for a signal death, as a shell reports it and as
+    /// Pebble's `reapOnce` computes it.
+    pub fn code(&self) -> i32 {
+        match *self {
+            ExitStatus::Exited(code) => code,
+            ExitStatus::Signaled(signal) => 128 + signal,
+        }
+    }
+
+    /// True only for a normal exit with code 0. Pebble decides between
+    /// `on-success` and `on-failure` on `code() == 0`, which is the same thing.
+    pub fn success(&self) -> bool {
+        *self == ExitStatus::Exited(0)
+    }
+
+    /// The signal that killed the child, if one did.
+    pub fn signal(&self) -> Option<i32> {
+        match *self {
+            ExitStatus::Exited(_) => None,
+            ExitStatus::Signaled(signal) => Some(signal),
+        }
+    }
+
+    /// Decodes a raw `waitpid` status. `None` for stop/continue reports, which
+    /// the loop never asks for but handles anyway.
+    fn from_wait_status(raw: libc::c_int) -> Option<Self> {
+        if libc::WIFEXITED(raw) {
+            Some(ExitStatus::Exited(libc::WEXITSTATUS(raw)))
+        } else if libc::WIFSIGNALED(raw) {
+            Some(ExitStatus::Signaled(libc::WTERMSIG(raw)))
+        } else {
+            None
+        }
+    }
+}
+
+/// A child started by [`spawn`].
+///
+/// Dropping it does not kill or detach anything: the child keeps running and
+/// is still reaped when it exits; its status is then simply discarded.
+#[derive(Debug)]
+#[must_use = "the exit receiver is the only way to learn how the child ended"]
+pub struct Spawned {
+    /// The child's pid. If the caller set `process_group(0)`, this is also the
+    /// child's process group id.
+    pub pid: u32,
+    /// Resolves exactly once, with the child's exit status, after the reaper
+    /// has collected it. It yields `RecvError` only if the reaper lost track of
+    /// the pid (something else in the process waited for it, which the rules
+    /// above forbid); treat that as "exited, status unknown".
+    pub exit: oneshot::Receiver<ExitStatus>,
+    /// The write end of the child's stdin, if the command asked for
+    /// `Stdio::piped()`. Blocking; wrap with
+    /// `tokio::net::unix::pipe::Sender::from_owned_fd` for async use.
+    pub stdin: Option<ChildStdin>,
+    /// The read end of the child's stdout, if piped. Blocking, as above.
+    pub stdout: Option<ChildStdout>,
+    /// The read end of the child's stderr, if piped. Blocking, as above.
+    pub stderr: Option<ChildStderr>,
+}
+
+/// Processes started by [`spawn`] that have not been reaped yet, each with the
+/// sender that will carry its exit status.
+static REGISTRY: Mutex<BTreeMap<libc::pid_t, oneshot::Sender<ExitStatus>>> =
+    Mutex::new(BTreeMap::new());
+
+/// Whether [`start`] has completed; also serialises concurrent first calls.
+static STARTED: Mutex<bool> = Mutex::new(false);
+
+/// Exits reaped that no [`spawn`] had registered.
+static ORPHANS_REAPED: AtomicU64 = AtomicU64::new(0);
+
+/// The registry's state is a plain map that a panic cannot leave half-updated,
+/// so a poisoned lock is safe to keep using (and the reaper must keep going).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Starts the process-wide reaper: marks this process a child subreaper and
+/// starts the `SIGCHLD` loop on its own thread. Returns once the `SIGCHLD`
+/// listener is installed.
+///
+/// Idempotent: later calls return `Ok(())` immediately. A failed call leaves
+/// nothing started and may be retried. Needs no tokio runtime (see the module
+/// docs for why the loop has its own).
+pub fn start() -> io::Result<()> {
+    let mut started = lock(&STARTED);
+    if *started {
+        return Ok(());
+    }
+
+    nix::sys::prctl::set_child_subreaper(true).map_err(|errno| {
+        let err = io::Error::from(errno);
+        io::Error::new(
+            err.kind(),
+            format!("cannot set child subreaper: {}", crate::os_error_text(&err)),
+        )
+    })?;
+
+    let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("cobble-reaper".into())
+        .spawn(move || run(ready_tx))?;
+    ready_rx
+        .recv()
+        .map_err(|_| io::Error::other("reaper thread exited during startup"))??;
+
+    *started = true;
+    Ok(())
+}
+
+/// Spawns `cmd` and registers its pid with the reaper, under the registry lock
+/// so that not even an instant exit can be reaped before registration.
+///
+/// Starts the reaper first if nobody has (a child spawned without it would
+/// never be reported). The command is spawned exactly as configured: callers
+/// set the process group, credentials and stdio themselves.
+///
+/// Keep the lock short: this holds the reaper's lock for the duration of
+/// `fork`+`exec`, during which no exits are collected.
+///
+/// Note that `Command` keeps the `Stdio` values it was given; drop `cmd` after
+/// spawning if it holds the write end of a pipe you read until EOF (see
+/// [`crate::output::merged_pipe`]).
+pub fn spawn(cmd: &mut Command) -> io::Result<Spawned> {
+    start()?;
+
+    let (tx, rx) = oneshot::channel();
+    let mut registry = lock(&REGISTRY);
+    let mut child = cmd.spawn()?;
+    let pid = child.id();
+    let raw_pid = libc::pid_t::try_from(pid).expect("the kernel's pids fit in pid_t");
+    if registry.insert(raw_pid, tx).is_some() {
+        // The previous owner of this pid was never reaped by us, so someone
+        // else waited for it. Its waiter now sees RecvError.
+        warn!(pid, "new pid observed while still being tracked");
+    }
+    drop(registry);
+
+    // std's Child does not wait or kill on drop; we keep only its pipes.
+    Ok(Spawned {
+        pid,
+        exit: rx,
+        stdin: child.stdin.take(),
+        stdout: child.stdout.take(),
+        stderr: child.stderr.take(),
+    })
+}
+
+/// How many exited processes the reaper has collected that [`spawn`] had not
+/// registered (orphans re-parented to us, or children started by other means).
+pub fn orphans_reaped() -> u64 {
+    ORPHANS_REAPED.load(Ordering::Relaxed)
+}
+
+/// The reaper thread: a current-thread runtime whose only task is the loop.
+fn run(ready: mpsc::SyncSender<io::Result<()>>) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            let _ = ready.send(Err(err));
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let mut sigchld = match signal(SignalKind::child()) {
+            Ok(stream) => stream,
+            Err(err) => {
+                let _ = ready.send(Err(err));
+                return;
+            }
+        };
+        let _ = ready.send(Ok(()));
+        debug!("reaper started, waiting for SIGCHLD");
+        loop {
+            // Drain before the first wait: children that exited before the
+            // listener existed raised a SIGCHLD that nobody saw.
+            reap_pending();
+            if sigchld.recv().await.is_none() {
+                warn!("reaper stopped: SIGCHLD stream ended");
+                return;
+            }
+        }
+    });
+}
+
+/// Reaps every child that has exited, delivering each status to its waiter.
+/// Returns when `waitpid` reports nothing left (0) or no children (`ECHILD`).
+fn reap_pending() {
+    loop {
+        // Held around waitpid so a spawn in progress (which holds it) cannot
+        // lose its child to us before registering it.
+        let mut registry = lock(&REGISTRY);
+        let mut raw_status: libc::c_int = 0;
+        // SAFETY: waitpid has no memory-safety preconditions beyond a valid
+        // pointer for the status, which points at a live local; WNOHANG keeps
+        // it from blocking while we hold the lock.
+        let pid = unsafe { libc::waitpid(-1, &mut raw_status, libc::WNOHANG) };
+        if pid == 0 {
+            return;
+        }
+        if pid < 0 {
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ECHILD) => return,
+                _ => {
+                    warn!("cannot wait for child process: {err}");
+                    return;
+                }
+            }
+        }
+        let Some(status) = ExitStatus::from_wait_status(raw_status) else {
+            continue;
+        };
+        let waiter = registry.remove(&pid);
+        drop(registry);
+
+        match waiter {
+            Some(waiter) => {
+                debug!(pid, code = status.code(), "reaped child");
+                // The receiver may be gone (the caller stopped caring).
+                let _ = waiter.send(status);
+            }
+            None => {
+                ORPHANS_REAPED.fetch_add(1, Ordering::Relaxed);
+                debug!(pid, code = status.code(), "reaped orphan");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_is_exit_code_or_128_plus_signal() {
+        assert_eq!(ExitStatus::Exited(3).code(), 3);
+        assert_eq!(ExitStatus::Signaled(9).code(), 137);
+        assert_eq!(ExitStatus::Signaled(15).code(), 143);
+        assert!(ExitStatus::Exited(0).success());
+        assert!(!ExitStatus::Exited(1).success());
+        assert!(!ExitStatus::Signaled(0).success());
+        assert_eq!(ExitStatus::Signaled(40).signal(), Some(40));
+        assert_eq!(ExitStatus::Exited(0).signal(), None);
+    }
+
+    #[test]
+    fn decodes_raw_wait_statuses() {
+        // Linux encoding: exit code in bits 8..16, terminating signal in 0..7,
+        // 0x80 the core-dump flag, 0x7f in the low byte means stopped.
+        assert_eq!(
+            ExitStatus::from_wait_status(3 << 8),
+            Some(ExitStatus::Exited(3))
+        );
+        assert_eq!(
+            ExitStatus::from_wait_status(9),
+            Some(ExitStatus::Signaled(9))
+        );
+        assert_eq!(
+            ExitStatus::from_wait_status(0x80 | 11),
+            Some(ExitStatus::Signaled(11))
+        );
+        assert_eq!(
+            ExitStatus::from_wait_status(40),
+            Some(ExitStatus::Signaled(40))
+        );
+        assert_eq!(ExitStatus::from_wait_status((19 << 8) | 0x7f), None);
+    }
+}
