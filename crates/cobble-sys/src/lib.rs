@@ -117,6 +117,11 @@ pub fn current_uid() -> u32 {
     nix::unistd::getuid().as_raw()
 }
 
+/// The real gid of the daemon process.
+pub fn current_gid() -> u32 {
+    nix::unistd::getgid().as_raw()
+}
+
 /// The effective uid of the daemon process (what access checks use).
 pub fn current_euid() -> u32 {
     nix::unistd::geteuid().as_raw()
@@ -168,9 +173,4 @@ mod tests {
         };
         assert_eq!(err.to_string(), "open /etc/passwd: permission denied");
     }
-}
-
-/// The real gid of the daemon process.
-pub fn current_gid() -> u32 {
-    nix::unistd::getgid().as_raw()
 }

@@ -1,0 +1,479 @@
+//! The plan as YAML, laid out like Go's yaml.v3 prints Pebble's plan.
+//!
+//! The schema is small and fixed, so this is a hand-written emitter rather than a generic
+//! serializer: that gives exact control over what Pebble's output depends on — 4-space
+//! indentation, sequences indented under their key, struct fields in Go declaration order,
+//! map keys sorted, unset fields omitted, Go-formatted durations and floats, and yaml.v3's
+//! choice of scalar style (plain when that reads back as the same string, double quotes for
+//! strings that would read back as another type, single quotes otherwise, literal blocks for
+//! multi-line text).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::duration::GoDuration;
+use crate::{Check, LogTarget, Plan, Service};
+
+impl Plan {
+    /// The combined plan as YAML, as `GET /v1/plan?format=yaml` returns it.
+    ///
+    /// Backoff and check period/timeout defaults are not printed (they were never set); a
+    /// check's threshold always is. An empty plan is `{}`.
+    pub fn to_yaml(&self) -> String {
+        let mut out = Emitter::default();
+        if !self.services.is_empty() {
+            out.key(0, "services");
+            for (name, service) in &self.services {
+                out.key(1, name);
+                emit_service(&mut out, 2, service);
+            }
+        }
+        if !self.checks.is_empty() {
+            out.key(0, "checks");
+            for (name, check) in &self.checks {
+                out.key(1, name);
+                emit_check(&mut out, 2, check);
+            }
+        }
+        if !self.log_targets.is_empty() {
+            out.key(0, "log-targets");
+            for (name, target) in &self.log_targets {
+                out.key(1, name);
+                emit_log_target(&mut out, 2, target);
+            }
+        }
+        if out.text.is_empty() {
+            return "{}\n".to_owned();
+        }
+        out.text
+    }
+}
+
+fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
+    let start = out.text.len();
+    out.string(depth, "summary", &s.summary);
+    out.string(depth, "description", &s.description);
+    out.string(depth, "startup", s.startup.as_str());
+    out.string(depth, "override", s.override_.as_str());
+    out.string(depth, "command", &s.command);
+    out.list(depth, "after", &s.after, false);
+    out.list(depth, "before", &s.before, false);
+    out.list(depth, "requires", &s.requires, false);
+    out.map(depth, "environment", &s.environment, |v| v.as_str());
+    out.int(depth, "user-id", s.user_id);
+    out.string(depth, "user", &s.user);
+    out.int(depth, "group-id", s.group_id);
+    out.string(depth, "group", &s.group);
+    out.string(depth, "working-dir", &s.working_dir);
+    out.string(depth, "on-success", s.on_success.as_str());
+    out.string(depth, "on-failure", s.on_failure.as_str());
+    out.map(depth, "on-check-failure", &s.on_check_failure, |a| {
+        a.as_str()
+    });
+    out.duration(depth, "backoff-delay", s.backoff_delay);
+    if let Some(factor) = s.backoff_factor {
+        out.raw(depth, "backoff-factor", &go_float(factor));
+    }
+    out.duration(depth, "backoff-limit", s.backoff_limit);
+    out.duration(depth, "kill-delay", s.kill_delay);
+    out.close_if_empty(start);
+}
+
+fn emit_check(out: &mut Emitter, depth: usize, c: &Check) {
+    out.string(depth, "override", c.override_.as_str());
+    out.string(depth, "level", c.level.as_str());
+    out.string(depth, "startup", c.startup.as_str());
+    out.duration(depth, "period", c.period);
+    out.duration(depth, "timeout", c.timeout);
+    // The combined plan always has a threshold (the default fills it in), so it is printed.
+    out.raw(depth, "threshold", &c.threshold().to_string());
+    if let Some(http) = &c.http {
+        out.key(depth, "http");
+        let start = out.text.len();
+        out.string(depth + 1, "url", &http.url);
+        out.map(depth + 1, "headers", &http.headers, |v| v.as_str());
+        out.close_if_empty(start);
+    }
+    if let Some(tcp) = &c.tcp {
+        out.key(depth, "tcp");
+        let start = out.text.len();
+        out.int(depth + 1, "port", Some(tcp.port).filter(|p| *p != 0));
+        out.string(depth + 1, "host", &tcp.host);
+        out.close_if_empty(start);
+    }
+    if let Some(exec) = &c.exec {
+        out.key(depth, "exec");
+        let start = out.text.len();
+        out.string(depth + 1, "command", &exec.command);
+        out.string(depth + 1, "service-context", &exec.service_context);
+        out.map(depth + 1, "environment", &exec.environment, |v| v.as_str());
+        out.int(depth + 1, "user-id", exec.user_id);
+        out.string(depth + 1, "user", &exec.user);
+        out.int(depth + 1, "group-id", exec.group_id);
+        out.string(depth + 1, "group", &exec.group);
+        out.string(depth + 1, "working-dir", &exec.working_dir);
+        out.close_if_empty(start);
+    }
+}
+
+fn emit_log_target(out: &mut Emitter, depth: usize, t: &LogTarget) {
+    // `type`, `location` and `services` have no omitempty in Pebble: always printed.
+    out.raw(depth, "type", &scalar(&t.type_));
+    out.raw(depth, "location", &scalar(&t.location));
+    out.list(depth, "services", &t.services, true);
+    out.string(depth, "override", t.override_.as_str());
+    out.map(depth, "labels", &t.labels, |v| v.as_str());
+}
+
+#[derive(Default)]
+struct Emitter {
+    text: String,
+}
+
+impl Emitter {
+    fn indent(&mut self, depth: usize) {
+        for _ in 0..depth {
+            self.text.push_str("    ");
+        }
+    }
+
+    /// `key:` opening a nested block.
+    fn key(&mut self, depth: usize, key: &str) {
+        self.indent(depth);
+        self.text.push_str(&key_scalar(key));
+        self.text.push_str(":\n");
+    }
+
+    /// `key: value` with `value` already rendered.
+    fn raw(&mut self, depth: usize, key: &str, value: &str) {
+        self.indent(depth);
+        self.text.push_str(&key_scalar(key));
+        if value.starts_with('|') {
+            // Literal blocks carry their own line break and deeper indentation.
+            self.text.push_str(": ");
+            self.text.push_str(&indent_block(value, depth + 1));
+            return;
+        }
+        self.text.push_str(": ");
+        self.text.push_str(value);
+        self.text.push('\n');
+    }
+
+    /// A string field, omitted when empty (Go's `omitempty`).
+    fn string(&mut self, depth: usize, key: &str, value: &str) {
+        if !value.is_empty() {
+            self.raw(depth, key, &scalar(value));
+        }
+    }
+
+    fn int(&mut self, depth: usize, key: &str, value: Option<u32>) {
+        if let Some(value) = value {
+            self.raw(depth, key, &value.to_string());
+        }
+    }
+
+    fn duration(&mut self, depth: usize, key: &str, value: Option<GoDuration>) {
+        if let Some(value) = value {
+            self.raw(depth, key, &scalar(&value.to_string()));
+        }
+    }
+
+    /// A list, omitted when empty unless `always` (then `[]`).
+    fn list(&mut self, depth: usize, key: &str, items: &[String], always: bool) {
+        if items.is_empty() {
+            if always {
+                self.raw(depth, key, "[]");
+            }
+            return;
+        }
+        self.key(depth, key);
+        for item in items {
+            self.indent(depth + 1);
+            self.text.push_str("- ");
+            let rendered = scalar(item);
+            if rendered.starts_with('|') {
+                self.text.push_str(&indent_block(&rendered, depth + 2));
+            } else {
+                self.text.push_str(&rendered);
+                self.text.push('\n');
+            }
+        }
+    }
+
+    /// A map with sorted keys, omitted when empty.
+    fn map<V>(
+        &mut self,
+        depth: usize,
+        key: &str,
+        map: &BTreeMap<String, V>,
+        text: impl Fn(&V) -> &str,
+    ) {
+        if map.is_empty() {
+            return;
+        }
+        self.key(depth, key);
+        for (k, v) in map {
+            self.raw(depth + 1, k, &scalar(text(v)));
+        }
+    }
+
+    /// Turns a `key:\n` with nothing under it into `key: {}\n` (a present but empty struct).
+    fn close_if_empty(&mut self, start: usize) {
+        if self.text.len() == start && self.text.ends_with(":\n") {
+            self.text.truncate(self.text.len() - 1);
+            self.text.push_str(" {}\n");
+        }
+    }
+}
+
+/// Re-indents a rendered literal block (`|`-header then lines) at `depth`.
+fn indent_block(block: &str, depth: usize) -> String {
+    let mut lines = block.split('\n');
+    let mut out = String::new();
+    out.push_str(lines.next().unwrap_or("|"));
+    out.push('\n');
+    let body: Vec<&str> = lines.collect();
+    // The rendered block ends with '\n', leaving one empty trailing piece.
+    let body = body.split_last().map_or(&body[..], |(_, rest)| rest);
+    for line in body {
+        if !line.is_empty() {
+            out.push_str(&"    ".repeat(depth));
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Renders a string scalar in the style yaml.v3 would pick.
+pub(crate) fn scalar(s: &str) -> String {
+    if reads_as_other_type(s) {
+        return double_quoted(s);
+    }
+    if s.contains('\n') {
+        return literal_block(s).unwrap_or_else(|| double_quoted(s));
+    }
+    if s.chars().any(needs_escape) {
+        return double_quoted(s);
+    }
+    if plain_allowed(s) {
+        return s.to_owned();
+    }
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// A mapping key: like [`scalar`], but block styles cannot be keys.
+fn key_scalar(s: &str) -> String {
+    if s.contains('\n') {
+        return double_quoted(s);
+    }
+    scalar(s)
+}
+
+/// Characters that only a double-quoted scalar can carry.
+fn needs_escape(c: char) -> bool {
+    (c.is_control() && c != '\t') || c == '\u{feff}' || c == '\u{2028}' || c == '\u{2029}'
+}
+
+/// Whether a plain scalar with this text would be read back as null, a bool, a number, a
+/// timestamp or a merge key. Errs on the side of quoting: an unneeded quote changes the text
+/// but never the data.
+fn reads_as_other_type(s: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "", "~", "null", "Null", "NULL", "true", "True", "TRUE", "false", "False", "FALSE", "y",
+        "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off",
+        "OFF", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF",
+        ".nan", ".NaN", ".NAN", "<<",
+    ];
+    if WORDS.contains(&s) {
+        return true;
+    }
+    let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let starts_numeric = matches!(
+        unsigned.as_bytes(),
+        [b'0'..=b'9', ..] | [b'.', b'0'..=b'9', ..]
+    );
+    if !starts_numeric {
+        return false;
+    }
+    // Integers in any base, floats, sexagesimal numbers and dates are all built from these.
+    unsigned
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit() || b"xXoO_.:+-tTzZ ".contains(&b))
+}
+
+/// yaml.v3's rules for when a single-line string can be written without quotes.
+fn plain_allowed(s: &str) -> bool {
+    let first = s.chars().next().expect("non-empty");
+    let second = s.chars().nth(1);
+    let blank_or_end = |c: Option<char>| matches!(c, None | Some(' ' | '\t'));
+    if s.starts_with(' ') || s.ends_with(' ') || s.starts_with('\t') || s.ends_with('\t') {
+        return false;
+    }
+    if s.starts_with("---") || s.starts_with("...") {
+        return false;
+    }
+    if "#,[]{}&*!|>'\"%@`".contains(first) {
+        return false;
+    }
+    if matches!(first, '-' | '?' | ':') && blank_or_end(second) {
+        return false;
+    }
+    let chars: Vec<char> = s.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        let next = chars.get(i + 1).copied();
+        if c == ':' && blank_or_end(next) {
+            return false;
+        }
+        if c == '#' && i > 0 && matches!(chars[i - 1], ' ' | '\t') {
+            return false;
+        }
+    }
+    true
+}
+
+fn literal_block(s: &str) -> Option<String> {
+    if s.starts_with([' ', '\t', '\n'])
+        || s.ends_with("\n\n")
+        || s.chars().any(needs_escape_in_block)
+    {
+        return None;
+    }
+    let header = if s.ends_with('\n') { "|" } else { "|-" };
+    let body = s.strip_suffix('\n').unwrap_or(s);
+    let mut out = String::from(header);
+    out.push('\n');
+    for line in body.split('\n') {
+        out.push_str(line);
+        out.push('\n');
+    }
+    Some(out)
+}
+
+fn needs_escape_in_block(c: char) -> bool {
+    c != '\n' && needs_escape(c)
+}
+
+fn double_quoted(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\0' => out.push_str("\\0"),
+            c if needs_escape(c) => {
+                let code = c as u32;
+                if code <= 0xff {
+                    let _ = write!(out, "\\x{code:02X}");
+                } else if code <= 0xffff {
+                    let _ = write!(out, "\\u{code:04X}");
+                } else {
+                    let _ = write!(out, "\\U{code:08X}");
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Go's `strconv.FormatFloat(v, 'g', -1, 64)`: shortest digits, exponent form below 1e-4 or
+/// from 1e6 (yaml.v3 and `%g` in error messages both use it).
+pub(crate) fn go_float(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
+    }
+    if v == 0.0 {
+        return if v.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
+    }
+    let sci = format!("{v:e}");
+    let (mantissa, exponent) = sci.split_once('e').expect("exponent form");
+    let exponent: i32 = exponent.parse().expect("exponent");
+    if !(-4..6).contains(&exponent) {
+        let sign = if exponent < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exponent.abs());
+    }
+    v.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalar_styles() {
+        let cases = [
+            ("cmd", "cmd"),
+            ("cmd arg1 \"arg2 arg3\"", "cmd arg1 \"arg2 arg3\""),
+            (
+                "/bin/sh -c \"echo hi: there\"",
+                "'/bin/sh -c \"echo hi: there\"'",
+            ),
+            ("8080", "\"8080\""),
+            ("true", "\"true\""),
+            ("yes", "\"yes\""),
+            ("", "\"\""),
+            ("~", "\"~\""),
+            ("1.5", "\"1.5\""),
+            ("0x1F", "\"0x1F\""),
+            ("2001-12-14", "\"2001-12-14\""),
+            ("500ms", "500ms"),
+            ("1m0s", "1m0s"),
+            ("-2m0s", "-2m0s"),
+            ("-svc1", "-svc1"),
+            ("- x", "'- x'"),
+            ("#x", "'#x'"),
+            ("a #b", "'a #b'"),
+            ("a#b", "a#b"),
+            (" lead", "' lead'"),
+            ("it's", "it's"),
+            ("'q'", "'''q'''"),
+            (
+                "http://10.1.77.196:3100/loki/api/v1/push",
+                "http://10.1.77.196:3100/loki/api/v1/push",
+            ),
+            ("a\u{1}b", "\"a\\x01b\""),
+            ("line1\nline2\n", "|\nline1\nline2\n"),
+            ("line1\nline2", "|-\nline1\nline2\n"),
+            (" x\ny", "\" x\\ny\""),
+        ];
+        for (input, want) in cases {
+            assert_eq!(scalar(input), want, "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn floats_like_go() {
+        let cases = [
+            (2.0, "2"),
+            (1.5, "1.5"),
+            (0.5, "0.5"),
+            (0.0, "0"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (123456.0, "123456"),
+            (1234567.0, "1.234567e+06"),
+            (1e20, "1e+20"),
+            (1e21, "1e+21"),
+            (-3.25, "-3.25"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(go_float(input), want, "input {input}");
+        }
+    }
+}

@@ -1,0 +1,598 @@
+//! Layers: parsing one YAML document into a validated [`Layer`].
+//!
+//! Decoding goes through private `*Doc` structs that mirror the YAML exactly (kebab-case keys,
+//! unknown keys rejected, enum-like fields kept as text). Converting a doc into the public
+//! types is where Pebble's per-layer validation happens, so each invalid value is reported
+//! with Pebble's message and the entry's name rather than as a generic type error.
+//!
+//! Adding a field to a service means: the field on [`Service`], the same field on
+//! `ServiceDoc`, one line in `service_from_doc`, one line in `Service::merge`, and one line in
+//! the emitter (`crate::emit`).
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+use crate::check::{CheckLevel, ExecCheck, HttpCheck, LOG_TARGET_TYPES, TcpCheck};
+use crate::duration::{GoDuration, go_quote};
+use crate::error::PlanError;
+use crate::service::{Override, ServiceAction, Startup, split_command};
+use crate::shell::shell_split;
+use crate::{Check, LogTarget, Service};
+
+/// One configuration layer: a file in the layers directory or a document added over the API.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Layer {
+    /// Position among layers; later layers override earlier ones. Files get `1000 * NNN`
+    /// (plus `MMM` inside `NNN-label.d/`), API layers get the next free thousand.
+    pub order: u64,
+    /// Unique name: the file name without order and suffix, `dir/file` for sub-directories.
+    pub label: String,
+    /// One-line summary (accepted, never shown in the plan).
+    pub summary: String,
+    /// Description (accepted, never shown in the plan).
+    pub description: String,
+    /// Services defined or overridden by this layer.
+    pub services: BTreeMap<String, Service>,
+    /// Checks defined or overridden by this layer.
+    pub checks: BTreeMap<String, Check>,
+    /// Log targets defined or overridden by this layer.
+    pub log_targets: BTreeMap<String, LogTarget>,
+}
+
+impl Layer {
+    /// Parses and validates one layer document.
+    ///
+    /// Errors name the layer, and for YAML problems the section and line. `override` is not
+    /// required here: its absence is reported when the layer is combined into a plan.
+    pub fn parse(order: u64, label: &str, yaml: &str) -> Result<Layer, PlanError> {
+        if label.starts_with("pebble-") {
+            return Err(PlanError::ReservedLabelPrefix);
+        }
+        let doc = decode(label, yaml)?;
+        let mut layer = Layer {
+            order,
+            label: label.to_owned(),
+            summary: doc.summary,
+            description: doc.description,
+            ..Layer::default()
+        };
+        for (name, service) in doc.services {
+            let service = service_from_doc(label, &name, service)?;
+            layer.services.insert(name, service);
+        }
+        for (name, check) in doc.checks {
+            let check = check_from_doc(label, &name, check)?;
+            layer.checks.insert(name, check);
+        }
+        for (name, target) in doc.log_targets {
+            let target = log_target_from_doc(label, &name, target)?;
+            layer.log_targets.insert(name, target);
+        }
+        Ok(layer)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+#[derive(Default)]
+struct LayerDoc {
+    summary: String,
+    description: String,
+    services: BTreeMap<String, Option<ServiceDoc>>,
+    checks: BTreeMap<String, Option<CheckDoc>>,
+    log_targets: BTreeMap<String, Option<LogTargetDoc>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ServiceDoc {
+    #[serde(default, deserialize_with = "nullable")]
+    summary: String,
+    #[serde(default, deserialize_with = "nullable")]
+    description: String,
+    #[serde(default, deserialize_with = "nullable")]
+    startup: String,
+    #[serde(default, rename = "override", deserialize_with = "nullable")]
+    override_: String,
+    #[serde(default, deserialize_with = "nullable")]
+    command: String,
+    #[serde(default, deserialize_with = "nullable")]
+    after: Vec<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    before: Vec<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    requires: Vec<String>,
+    #[serde(default, deserialize_with = "string_map")]
+    environment: BTreeMap<String, String>,
+    #[serde(default)]
+    user_id: Option<u32>,
+    #[serde(default, deserialize_with = "nullable")]
+    user: String,
+    #[serde(default)]
+    group_id: Option<u32>,
+    #[serde(default, deserialize_with = "nullable")]
+    group: String,
+    #[serde(default, deserialize_with = "nullable")]
+    working_dir: String,
+    #[serde(default, deserialize_with = "nullable")]
+    on_success: String,
+    #[serde(default, deserialize_with = "nullable")]
+    on_failure: String,
+    #[serde(default, deserialize_with = "string_map")]
+    on_check_failure: BTreeMap<String, String>,
+    #[serde(default)]
+    backoff_delay: Option<GoDuration>,
+    #[serde(default)]
+    backoff_factor: Option<GoFloat>,
+    #[serde(default)]
+    backoff_limit: Option<GoDuration>,
+    #[serde(default)]
+    kill_delay: Option<GoDuration>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct CheckDoc {
+    #[serde(default, rename = "override", deserialize_with = "nullable")]
+    override_: String,
+    #[serde(default, deserialize_with = "nullable")]
+    level: String,
+    #[serde(default, deserialize_with = "nullable")]
+    startup: String,
+    #[serde(default)]
+    period: Option<GoDuration>,
+    #[serde(default)]
+    timeout: Option<GoDuration>,
+    #[serde(default)]
+    threshold: Option<u32>,
+    #[serde(default)]
+    http: Option<HttpDoc>,
+    #[serde(default)]
+    tcp: Option<TcpDoc>,
+    #[serde(default)]
+    exec: Option<ExecDoc>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct HttpDoc {
+    #[serde(default, deserialize_with = "nullable")]
+    url: String,
+    #[serde(default, deserialize_with = "string_map")]
+    headers: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct TcpDoc {
+    #[serde(default)]
+    port: Option<u32>,
+    #[serde(default, deserialize_with = "nullable")]
+    host: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ExecDoc {
+    #[serde(default, deserialize_with = "nullable")]
+    command: String,
+    #[serde(default, deserialize_with = "nullable")]
+    service_context: String,
+    #[serde(default, deserialize_with = "string_map")]
+    environment: BTreeMap<String, String>,
+    #[serde(default)]
+    user_id: Option<u32>,
+    #[serde(default, deserialize_with = "nullable")]
+    user: String,
+    #[serde(default)]
+    group_id: Option<u32>,
+    #[serde(default, deserialize_with = "nullable")]
+    group: String,
+    #[serde(default, deserialize_with = "nullable")]
+    working_dir: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct LogTargetDoc {
+    #[serde(default, rename = "override", deserialize_with = "nullable")]
+    override_: String,
+    #[serde(default, rename = "type", deserialize_with = "nullable")]
+    type_: String,
+    #[serde(default, deserialize_with = "nullable")]
+    location: String,
+    #[serde(default, deserialize_with = "nullable")]
+    services: Vec<String>,
+    #[serde(default, deserialize_with = "string_map")]
+    labels: BTreeMap<String, String>,
+}
+
+/// YAML `null` (or an empty value) decodes to the type's empty value, as in Go.
+fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// A string map whose null values become `""`. Scalars keep their source text, so
+/// `PORT: 8080` is `"8080"` and `DEBUG: true` is `"true"`.
+fn string_map<'de, D>(deserializer: D) -> Result<BTreeMap<String, String>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    let map: Option<BTreeMap<String, Option<String>>> = Option::deserialize(deserializer)?;
+    Ok(map
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(key, value)| (key, value.unwrap_or_default()))
+        .collect())
+}
+
+/// A float read from any scalar's text, like Pebble's `backoff-factor`.
+struct GoFloat(f64);
+
+impl<'de> Deserialize<'de> for GoFloat {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FloatVisitor;
+
+        impl Visitor<'_> for FloatVisitor {
+            type Value = GoFloat;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a floating-point number")
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<GoFloat, E> {
+                Ok(GoFloat(v))
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<GoFloat, E> {
+                Ok(GoFloat(v as f64))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<GoFloat, E> {
+                Ok(GoFloat(v as f64))
+            }
+
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<GoFloat, E> {
+                self.visit_str(&v.to_string())
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<GoFloat, E> {
+                v.trim().parse().map(GoFloat).map_err(|_| {
+                    E::custom(format!("invalid floating-point number {}", go_quote(v)))
+                })
+            }
+        }
+
+        deserializer.deserialize_any(FloatVisitor)
+    }
+}
+
+/// Tracks where decoding is, so errors can name the section Pebble would name.
+#[derive(Default)]
+struct Progress {
+    section: Cell<Option<&'static str>>,
+    unknown_section: RefCell<Option<String>>,
+}
+
+struct LayerSeed<'a>(&'a Progress);
+
+impl<'de> DeserializeSeed<'de> for LayerSeed<'_> {
+    type Value = LayerDoc;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<LayerDoc, D::Error> {
+        deserializer.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for LayerSeed<'_> {
+    type Value = LayerDoc;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a layer mapping")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<LayerDoc, E> {
+        Ok(LayerDoc::default())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<LayerDoc, E> {
+        Ok(LayerDoc::default())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<LayerDoc, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LayerDoc, A::Error> {
+        let progress = self.0;
+        let mut doc = LayerDoc::default();
+        while let Some(key) = map.next_key::<String>()? {
+            let section = match key.as_str() {
+                "summary" => "summary",
+                "description" => "description",
+                "services" => "services",
+                "checks" => "checks",
+                "log-targets" => "log-targets",
+                _ => {
+                    progress.unknown_section.replace(Some(key));
+                    return Err(de::Error::custom("unknown section"));
+                }
+            };
+            progress.section.set(Some(section));
+            match section {
+                "summary" => doc.summary = map.next_value::<Nullable<String>>()?.0,
+                "description" => doc.description = map.next_value::<Nullable<String>>()?.0,
+                "services" => doc.services = map.next_value::<Nullable<_>>()?.0,
+                "checks" => doc.checks = map.next_value::<Nullable<_>>()?.0,
+                _ => doc.log_targets = map.next_value::<Nullable<_>>()?.0,
+            }
+            progress.section.set(None);
+        }
+        Ok(doc)
+    }
+}
+
+struct Nullable<T>(T);
+
+impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for Nullable<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        nullable(deserializer).map(Nullable)
+    }
+}
+
+fn decode(label: &str, yaml: &str) -> Result<LayerDoc, PlanError> {
+    let options = serde_saphyr::options! {
+        with_snippet: false,
+        null_as_string: false,
+    };
+    let progress = Progress::default();
+    let result = serde_saphyr::with_deserializer_from_str_with_options(yaml, options, |de| {
+        LayerSeed(&progress).deserialize(de)
+    });
+    result.map_err(|error| {
+        if let Some(section) = progress.unknown_section.take() {
+            return PlanError::UnknownSection {
+                label: label.to_owned(),
+                section,
+            };
+        }
+        let location = error.location();
+        let mut message = error.to_string();
+        if let Some(location) = location {
+            // The library appends the position; we put the line first, Pebble-style.
+            let suffix = format!(" at line {}, column {}", location.line(), location.column());
+            if let Some(stripped) = message.strip_suffix(&suffix) {
+                message = stripped.to_owned();
+            }
+        }
+        PlanError::Parse {
+            label: label.to_owned(),
+            section: progress.section.get().map(str::to_owned),
+            line: location.map(|l| l.line()),
+            message: user_message(message),
+        }
+    })
+}
+
+/// Rewords the YAML library's messages that speak to Rust developers rather than to users.
+fn user_message(message: String) -> String {
+    const DUPLICATE: &str = "duplicate mapping key: ";
+    const HINT: &str = ", set DuplicateKeyPolicy in Options if acceptable";
+    if let Some(key) = message
+        .strip_prefix(DUPLICATE)
+        .and_then(|rest| rest.strip_suffix(HINT))
+    {
+        return format!("mapping key {} already defined", go_quote(key));
+    }
+    message
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversion and per-layer validation (Pebble's `Layer.Validate`)
+
+fn parse_override(
+    layer: &str,
+    kind: &'static str,
+    name: &str,
+    text: &str,
+) -> Result<Override, PlanError> {
+    Override::parse(text).ok_or_else(|| PlanError::InvalidOverride {
+        layer: layer.to_owned(),
+        kind,
+        name: name.to_owned(),
+    })
+}
+
+fn service_from_doc(
+    layer: &str,
+    name: &str,
+    doc: Option<ServiceDoc>,
+) -> Result<Service, PlanError> {
+    if name.is_empty() {
+        return Err(PlanError::EmptyServiceName);
+    }
+    if name == "pebble" {
+        return Err(PlanError::ReservedServiceName { name: name.into() });
+    }
+    if name.starts_with('-') {
+        return Err(PlanError::ServiceNameStartsWithDash { name: name.into() });
+    }
+    let Some(doc) = doc else {
+        return Err(PlanError::NullObject {
+            kind: "service",
+            name: name.into(),
+        });
+    };
+    split_command(&doc.command).map_err(|error| PlanError::InvalidServiceCommand {
+        service: name.into(),
+        error,
+    })?;
+    let action = |field: &'static str, text: &str| {
+        ServiceAction::parse_for(field, text).ok_or_else(|| PlanError::InvalidAction {
+            service: name.into(),
+            field,
+            value: text.into(),
+        })
+    };
+    let on_success = action("on-success", &doc.on_success)?;
+    let on_failure = action("on-failure", &doc.on_failure)?;
+    let mut on_check_failure = BTreeMap::new();
+    for (check, text) in doc.on_check_failure {
+        on_check_failure.insert(check, action("on-check-failure", &text)?);
+    }
+    let backoff_factor = doc.backoff_factor.map(|f| f.0);
+    if let Some(value) = backoff_factor.filter(|f| *f < 1.0) {
+        return Err(PlanError::BackoffFactorTooSmall {
+            service: name.into(),
+            value,
+        });
+    }
+    let startup = Startup::parse(&doc.startup).ok_or_else(|| PlanError::InvalidServiceStartup {
+        service: name.into(),
+    })?;
+    Ok(Service {
+        name: name.into(),
+        summary: doc.summary,
+        description: doc.description,
+        startup,
+        override_: parse_override(layer, "service", name, &doc.override_)?,
+        command: doc.command,
+        after: doc.after,
+        before: doc.before,
+        requires: doc.requires,
+        environment: doc.environment,
+        user_id: doc.user_id,
+        user: doc.user,
+        group_id: doc.group_id,
+        group: doc.group,
+        working_dir: doc.working_dir,
+        on_success,
+        on_failure,
+        on_check_failure,
+        backoff_delay: doc.backoff_delay,
+        backoff_factor,
+        backoff_limit: doc.backoff_limit,
+        kill_delay: doc.kill_delay,
+    })
+}
+
+fn check_from_doc(layer: &str, name: &str, doc: Option<CheckDoc>) -> Result<Check, PlanError> {
+    if name.is_empty() {
+        return Err(PlanError::EmptyCheckName);
+    }
+    let Some(doc) = doc else {
+        return Err(PlanError::NullObject {
+            kind: "check",
+            name: name.into(),
+        });
+    };
+    let level = CheckLevel::parse(&doc.level)
+        .ok_or_else(|| PlanError::InvalidCheckLevel { check: name.into() })?;
+    let startup = Startup::parse(&doc.startup)
+        .ok_or_else(|| PlanError::InvalidCheckStartup { check: name.into() })?;
+    for (field, value) in [("period", doc.period), ("timeout", doc.timeout)] {
+        if value == Some(GoDuration(0)) {
+            return Err(PlanError::ZeroCheckDuration {
+                check: name.into(),
+                field,
+            });
+        }
+    }
+    let exec = doc.exec.map(|exec| ExecCheck {
+        command: exec.command,
+        service_context: exec.service_context,
+        environment: exec.environment,
+        user_id: exec.user_id,
+        user: exec.user,
+        group_id: exec.group_id,
+        group: exec.group,
+        working_dir: exec.working_dir,
+    });
+    if let Some(exec) = &exec {
+        shell_split(&exec.command).map_err(|error| PlanError::InvalidCheckCommand {
+            check: name.into(),
+            error,
+        })?;
+        if let Some(reason) = user_group_problem(exec) {
+            return Err(PlanError::InvalidCheckUserGroup {
+                check: name.into(),
+                reason: reason.into(),
+            });
+        }
+    }
+    Ok(Check {
+        name: name.into(),
+        override_: parse_override(layer, "check", name, &doc.override_)?,
+        level,
+        startup,
+        period: doc.period,
+        timeout: doc.timeout,
+        threshold: doc.threshold.unwrap_or(0),
+        http: doc.http.map(|http| HttpCheck {
+            url: http.url,
+            headers: http.headers,
+        }),
+        tcp: doc.tcp.map(|tcp| TcpCheck {
+            port: tcp.port.unwrap_or(0),
+            host: tcp.host,
+        }),
+        exec,
+    })
+}
+
+/// The part of Pebble's user/group normalisation that needs no user database: a group
+/// without any user, or a numeric user without any group. Names that do not exist, and ids
+/// that do not match names, are found by the daemon when it looks them up.
+fn user_group_problem(exec: &ExecCheck) -> Option<&'static str> {
+    let has_user = exec.user_id.is_some() || !exec.user.is_empty();
+    let has_group = exec.group_id.is_some() || !exec.group.is_empty();
+    if !has_user && has_group {
+        return Some("must specify user, not just group");
+    }
+    if exec.user.is_empty() && exec.user_id.is_some() && !has_group {
+        return Some("must specify group, not just UID");
+    }
+    None
+}
+
+fn log_target_from_doc(
+    layer: &str,
+    name: &str,
+    doc: Option<LogTargetDoc>,
+) -> Result<LogTarget, PlanError> {
+    let Some(doc) = doc else {
+        return Err(PlanError::NullObject {
+            kind: "log target",
+            name: name.into(),
+        });
+    };
+    if let Some(label) = doc.labels.keys().find(|l| l.starts_with("pebble_")) {
+        return Err(PlanError::ReservedLogLabel {
+            target: name.into(),
+            label: label.clone(),
+        });
+    }
+    if !doc.type_.is_empty() && !LOG_TARGET_TYPES.contains(&doc.type_.as_str()) {
+        return Err(PlanError::UnsupportedLogTargetType {
+            target: name.into(),
+            kind: doc.type_,
+        });
+    }
+    Ok(LogTarget {
+        name: name.into(),
+        override_: parse_override(layer, "log target", name, &doc.override_)?,
+        type_: doc.type_,
+        location: doc.location,
+        services: doc.services,
+        labels: doc.labels,
+    })
+}

@@ -1,0 +1,310 @@
+//! The plan: layers combined in order, then validated as a whole.
+
+use std::collections::BTreeMap;
+
+use crate::check::LOG_TARGET_TYPES;
+use crate::error::PlanError;
+use crate::service::{Override, command_string};
+use crate::{Check, Layer, LogTarget, Service};
+
+/// The label of the layer that `pebble run --args` adds.
+pub const SERVICE_ARGS_LABEL: &str = "pebble-service-args";
+
+/// The combined configuration: every layer, and the services, checks and log targets that
+/// result from applying them in order.
+///
+/// A plan is a value: operations that change it ([`Plan::add_layer`]) return a new plan and
+/// leave the old one untouched, so a failed request never leaves a half-applied plan behind.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Plan {
+    /// The layers, sorted by order.
+    pub layers: Vec<Layer>,
+    /// The combined services.
+    pub services: BTreeMap<String, Service>,
+    /// The combined checks (timeouts above the period already lowered to the period).
+    pub checks: BTreeMap<String, Check>,
+    /// The combined log targets.
+    pub log_targets: BTreeMap<String, LogTarget>,
+}
+
+/// The three kinds of entry share one combine rule; this lets it be written once.
+trait Entry: Clone {
+    const KIND: &'static str;
+    fn override_(&self) -> Override;
+    fn merge_from(&mut self, other: &Self);
+}
+
+impl Entry for Service {
+    const KIND: &'static str = "service";
+    fn override_(&self) -> Override {
+        self.override_
+    }
+    fn merge_from(&mut self, other: &Self) {
+        self.merge(other);
+    }
+}
+
+impl Entry for Check {
+    const KIND: &'static str = "check";
+    fn override_(&self) -> Override {
+        self.override_
+    }
+    fn merge_from(&mut self, other: &Self) {
+        self.merge(other);
+    }
+}
+
+impl Entry for LogTarget {
+    const KIND: &'static str = "log target";
+    fn override_(&self) -> Override {
+        self.override_
+    }
+    fn merge_from(&mut self, other: &Self) {
+        self.merge(other);
+    }
+}
+
+/// Applies one layer's entries of one kind: `replace` (or `merge` of something new) inserts a
+/// copy, `merge` of an existing entry merges into it, a missing `override` is an error.
+fn apply<T: Entry>(
+    layer: &str,
+    combined: &mut BTreeMap<String, T>,
+    entries: &BTreeMap<String, T>,
+) -> Result<(), PlanError> {
+    for (name, entry) in entries {
+        match entry.override_() {
+            Override::Merge if combined.contains_key(name) => {
+                if let Some(existing) = combined.get_mut(name) {
+                    existing.merge_from(entry);
+                }
+            }
+            Override::Merge | Override::Replace => {
+                combined.insert(name.clone(), entry.clone());
+            }
+            Override::Unknown => {
+                return Err(PlanError::MissingOverride {
+                    layer: layer.to_owned(),
+                    kind: T::KIND,
+                    name: name.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Combines layers in the given order into one layer (Pebble's `CombineLayers`). The result
+/// takes its summary and description from the last layer. Nothing is validated here.
+pub(crate) fn combine_layers(layers: &[Layer]) -> Result<Layer, PlanError> {
+    let mut combined = Layer::default();
+    if let Some(last) = layers.last() {
+        combined.summary.clone_from(&last.summary);
+        combined.description.clone_from(&last.description);
+    }
+    for layer in layers {
+        apply(&layer.label, &mut combined.services, &layer.services)?;
+        apply(&layer.label, &mut combined.checks, &layer.checks)?;
+        apply(&layer.label, &mut combined.log_targets, &layer.log_targets)?;
+    }
+    Ok(combined)
+}
+
+impl Plan {
+    /// Combines `layers` (sorted by order first) and validates the result.
+    pub fn from_layers(mut layers: Vec<Layer>) -> Result<Plan, PlanError> {
+        layers.sort_by_key(|layer| layer.order);
+        let combined = combine_layers(&layers)?;
+        let mut plan = Plan {
+            layers,
+            services: combined.services,
+            checks: combined.checks,
+            log_targets: combined.log_targets,
+        };
+        for check in plan.checks.values_mut() {
+            // A timeout longer than the period is the period in effect; Pebble stores the
+            // lowered value, so it is what the plan shows.
+            let period = check.period.unwrap_or(crate::GoDuration::from_std(
+                crate::check::DEFAULT_CHECK_PERIOD,
+            ));
+            if let Some(timeout) = &mut check.timeout
+                && *timeout > period
+            {
+                *timeout = period;
+            }
+        }
+        plan.validate()?;
+        Ok(plan)
+    }
+
+    /// Returns a new plan with `layer` added, as `POST /v1/layers` does.
+    ///
+    /// - A label already present is an error unless `combine` is set, in which case the new
+    ///   layer is merged into the existing one, which keeps its place.
+    /// - Otherwise the layer is appended with the next free thousand as its order. A label
+    ///   `dir/name` whose `dir` already has layers goes after them, which is an insertion
+    ///   (allowed only with `inner`) unless they are the last layers.
+    ///
+    /// The reserved `pebble-` label prefix is enforced by [`Layer::parse`], so layers the
+    /// daemon builds itself ([`service_args_layer`]) can be added here.
+    pub fn add_layer(
+        &self,
+        mut layer: Layer,
+        combine: bool,
+        inner: bool,
+    ) -> Result<Plan, PlanError> {
+        let existing = self.layers.iter().position(|l| l.label == layer.label);
+        let mut layers = self.layers.clone();
+        match existing {
+            Some(index) if combine => {
+                let found = &layers[index];
+                let mut combined = combine_layers(&[found.clone(), layer])?;
+                combined.order = found.order;
+                combined.label.clone_from(&found.label);
+                layers[index] = combined;
+            }
+            Some(_) => {
+                return Err(PlanError::LayerExists { label: layer.label });
+            }
+            None => {
+                let (index, order) = self.append_position(&layer.label);
+                if index != layers.len() && !inner {
+                    return Err(PlanError::InnerRequired);
+                }
+                layer.order = order;
+                layers.insert(index, layer);
+            }
+        }
+        Plan::from_layers(layers)
+    }
+
+    /// Where a new label goes: after the last layer of its sub-directory if that exists,
+    /// otherwise at the end with the next thousand (plus one inside a new sub-directory).
+    fn append_position(&self, label: &str) -> (usize, u64) {
+        let Some(last) = self.layers.last() else {
+            return (0, 1000);
+        };
+        let (dir, has_dir) = match label.split_once('/') {
+            Some((dir, _)) => (dir, true),
+            None => (label, false),
+        };
+        let same_dir = self.layers.iter().rposition(|l| {
+            let existing_dir = l.label.split_once('/').map_or(l.label.as_str(), |(d, _)| d);
+            existing_dir == dir
+        });
+        if let Some(index) = same_dir {
+            return (index + 1, self.layers[index].order + 1);
+        }
+        let order = (last.order / 1000 + 1) * 1000 + u64::from(has_dir);
+        (self.layers.len(), order)
+    }
+
+    /// Services with `startup: enabled`, sorted by name: what autostart starts.
+    pub fn default_services(&self) -> Vec<String> {
+        self.services
+            .values()
+            .filter(|service| service.is_enabled())
+            .map(|service| service.name.clone())
+            .collect()
+    }
+
+    /// Whole-plan checks (Pebble's `Plan.Validate`), run after every combine.
+    fn validate(&self) -> Result<(), PlanError> {
+        for (name, service) in &self.services {
+            if service.command.is_empty() {
+                return Err(PlanError::MissingCommand {
+                    service: name.clone(),
+                });
+            }
+        }
+        for (name, check) in &self.checks {
+            let missing = |kind, field| PlanError::MissingCheckField {
+                check: name.clone(),
+                kind,
+                field,
+            };
+            if check.http.as_ref().is_some_and(|http| http.url.is_empty()) {
+                return Err(missing("http", "url"));
+            }
+            if check.tcp.as_ref().is_some_and(|tcp| tcp.port == 0) {
+                return Err(missing("tcp", "port"));
+            }
+            if let Some(exec) = &check.exec {
+                if exec.command.is_empty() {
+                    return Err(missing("exec", "command"));
+                }
+                if !exec.service_context.is_empty()
+                    && !self.services.contains_key(&exec.service_context)
+                {
+                    return Err(PlanError::UnknownServiceContext {
+                        check: name.clone(),
+                        service: exec.service_context.clone(),
+                    });
+                }
+            }
+            let types = [
+                check.http.is_some(),
+                check.tcp.is_some(),
+                check.exec.is_some(),
+            ];
+            if types.iter().filter(|&&present| present).count() != 1 {
+                return Err(PlanError::CheckTypeCount {
+                    check: name.clone(),
+                });
+            }
+        }
+        for (name, target) in &self.log_targets {
+            if !LOG_TARGET_TYPES.contains(&target.type_.as_str()) {
+                return Err(PlanError::MissingLogTargetType {
+                    target: name.clone(),
+                });
+            }
+            for entry in &target.services {
+                let service = entry.strip_prefix('-').unwrap_or(entry);
+                if service != "all" && !self.services.contains_key(service) {
+                    return Err(PlanError::UnknownLogTargetService {
+                        target: name.clone(),
+                        service: service.to_owned(),
+                    });
+                }
+            }
+            if target.location.is_empty() {
+                return Err(PlanError::MissingLogTargetLocation {
+                    target: name.clone(),
+                });
+            }
+        }
+        // Unknown `requires` and before/after cycles both surface from ordering everything.
+        let all: Vec<String> = self.services.keys().cloned().collect();
+        self.start_order(&all)?;
+        Ok(())
+    }
+}
+
+/// Builds the layer `pebble run --args` adds: for each named service, a `merge` entry whose
+/// command is the current base command with `args` as its new default arguments.
+pub fn service_args_layer(
+    plan: &Plan,
+    args: &BTreeMap<String, Vec<String>>,
+) -> Result<Layer, PlanError> {
+    let mut layer = Layer {
+        label: SERVICE_ARGS_LABEL.to_owned(),
+        ..Layer::default()
+    };
+    for (name, service_args) in args {
+        let service = plan
+            .services
+            .get(name)
+            .ok_or_else(|| PlanError::ServiceArgsUnknownService { name: name.clone() })?;
+        let (base, _) = service.parse_command()?;
+        layer.services.insert(
+            name.clone(),
+            Service {
+                name: name.clone(),
+                override_: Override::Merge,
+                command: command_string(&base, service_args),
+                ..Service::default()
+            },
+        );
+    }
+    Ok(layer)
+}

@@ -1,0 +1,508 @@
+//! Services: the processes the daemon supervises.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::duration::GoDuration;
+use crate::error::{CommandError, PlanError};
+use crate::shell::{shell_join, shell_split};
+
+/// Backoff before the first automatic restart.
+pub const DEFAULT_BACKOFF_DELAY: Duration = Duration::from_millis(500);
+/// Each further backoff is the previous one times this.
+pub const DEFAULT_BACKOFF_FACTOR: f64 = 2.0;
+/// Backoffs never exceed this; it is also how long a service must stay up to reset backoff.
+pub const DEFAULT_BACKOFF_LIMIT: Duration = Duration::from_secs(30);
+/// Time between SIGTERM and SIGKILL when stopping.
+pub const DEFAULT_KILL_DELAY: Duration = Duration::from_secs(5);
+
+/// `startup:` of a service or check. For services unset means disabled; for checks it means
+/// enabled. The plan keeps the difference so it prints back what the layers said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Startup {
+    /// Not given in any layer.
+    #[default]
+    Unknown,
+    /// `enabled`.
+    Enabled,
+    /// `disabled`.
+    Disabled,
+}
+
+impl Startup {
+    /// The YAML spelling (`""` when unset).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Startup::Unknown => "",
+            Startup::Enabled => "enabled",
+            Startup::Disabled => "disabled",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Startup> {
+        Some(match text {
+            "" => Startup::Unknown,
+            "enabled" => Startup::Enabled,
+            "disabled" => Startup::Disabled,
+            _ => return None,
+        })
+    }
+}
+
+/// `override:` — how an entry combines with the same-named entry of earlier layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Override {
+    /// Not given; an error once the layer is combined.
+    #[default]
+    Unknown,
+    /// Field-by-field merge over the existing entry.
+    Merge,
+    /// Replace the existing entry entirely.
+    Replace,
+}
+
+impl Override {
+    /// The YAML spelling (`""` when unset).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Override::Unknown => "",
+            Override::Merge => "merge",
+            Override::Replace => "replace",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Override> {
+        Some(match text {
+            "" => Override::Unknown,
+            "merge" => Override::Merge,
+            "replace" => Override::Replace,
+            _ => return None,
+        })
+    }
+}
+
+/// What to do when a service exits or one of its checks fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ServiceAction {
+    /// Not given: `restart` for exits, nothing for checks.
+    #[default]
+    Unset,
+    /// Restart after the backoff delay.
+    Restart,
+    /// Stop the daemon, exit code 0 on success and 10 on failure (11 for checks).
+    Shutdown,
+    /// Stop the daemon with exit code 10 (only in `on-success`).
+    FailureShutdown,
+    /// Stop the daemon with exit code 0 (only in `on-failure` and `on-check-failure`).
+    SuccessShutdown,
+    /// Leave the service stopped.
+    Ignore,
+}
+
+impl ServiceAction {
+    /// The YAML spelling (`""` when unset).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceAction::Unset => "",
+            ServiceAction::Restart => "restart",
+            ServiceAction::Shutdown => "shutdown",
+            ServiceAction::FailureShutdown => "failure-shutdown",
+            ServiceAction::SuccessShutdown => "success-shutdown",
+            ServiceAction::Ignore => "ignore",
+        }
+    }
+
+    /// Parses the value of `field` (`on-success`, `on-failure` or `on-check-failure`),
+    /// accepting only the actions that field allows.
+    pub(crate) fn parse_for(field: &str, text: &str) -> Option<ServiceAction> {
+        let action = match text {
+            "" => ServiceAction::Unset,
+            "restart" => ServiceAction::Restart,
+            "shutdown" => ServiceAction::Shutdown,
+            "ignore" => ServiceAction::Ignore,
+            "failure-shutdown" if field == "on-success" => ServiceAction::FailureShutdown,
+            "success-shutdown" if field != "on-success" => ServiceAction::SuccessShutdown,
+            _ => return None,
+        };
+        Some(action)
+    }
+}
+
+/// One service, as written in a layer or as combined in the plan.
+///
+/// Fields left empty (`""`, `None`, empty collections) mean "not set", which is what lets a
+/// `merge` layer change only what it mentions. Defaults are applied by the accessor methods,
+/// never stored, so the plan prints back only what layers said.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Service {
+    /// The key under `services:`.
+    pub name: String,
+    /// One-line summary.
+    pub summary: String,
+    /// Longer description.
+    pub description: String,
+    /// Whether autostart and replan start it.
+    pub startup: Startup,
+    /// How this entry combines with earlier layers; kept in the combined plan.
+    pub override_: Override,
+    /// The command line, split with [`shell_split`]; may end in a `[ default args ]` group.
+    pub command: String,
+    /// Services to start before this one, if they are being started too.
+    pub after: Vec<String>,
+    /// Services to start after this one, if they are being started too.
+    pub before: Vec<String>,
+    /// Services that must be running for this one: started with it, stopped before it.
+    pub requires: Vec<String>,
+    /// Extra environment for the process.
+    pub environment: BTreeMap<String, String>,
+    /// Numeric user to run as.
+    pub user_id: Option<u32>,
+    /// User name to run as.
+    pub user: String,
+    /// Numeric group to run as.
+    pub group_id: Option<u32>,
+    /// Group name to run as.
+    pub group: String,
+    /// Working directory; the daemon's own when empty.
+    pub working_dir: String,
+    /// Action when the process exits with status 0.
+    pub on_success: ServiceAction,
+    /// Action when the process exits with a non-zero status or a signal.
+    pub on_failure: ServiceAction,
+    /// Action per check name when that check fails (names are not validated, like Pebble).
+    pub on_check_failure: BTreeMap<String, ServiceAction>,
+    /// First restart delay.
+    pub backoff_delay: Option<GoDuration>,
+    /// Multiplier between successive restart delays.
+    pub backoff_factor: Option<f64>,
+    /// Largest restart delay, and the uptime that resets backoff.
+    pub backoff_limit: Option<GoDuration>,
+    /// Grace period between SIGTERM and SIGKILL.
+    pub kill_delay: Option<GoDuration>,
+}
+
+impl Service {
+    /// Splits `command` into the base command and the default arguments given between
+    /// `[` and `]` at its end. Both brackets must be words of their own.
+    pub fn parse_command(&self) -> Result<(Vec<String>, Vec<String>), PlanError> {
+        split_command(&self.command).map_err(|error| PlanError::Command {
+            service: self.name.clone(),
+            error,
+        })
+    }
+
+    /// The first restart delay (500ms unless set).
+    pub fn backoff_delay(&self) -> Duration {
+        self.backoff_delay
+            .map_or(DEFAULT_BACKOFF_DELAY, |d| d.as_std())
+    }
+
+    /// The backoff multiplier (2.0 unless set).
+    pub fn backoff_factor(&self) -> f64 {
+        self.backoff_factor.unwrap_or(DEFAULT_BACKOFF_FACTOR)
+    }
+
+    /// The largest restart delay (30s unless set).
+    pub fn backoff_limit(&self) -> Duration {
+        self.backoff_limit
+            .map_or(DEFAULT_BACKOFF_LIMIT, |d| d.as_std())
+    }
+
+    /// The SIGTERM-to-SIGKILL grace period (5s unless set).
+    pub fn kill_delay(&self) -> Duration {
+        self.kill_delay.map_or(DEFAULT_KILL_DELAY, |d| d.as_std())
+    }
+
+    /// Whether autostart and replan start this service (`startup: enabled`).
+    pub fn is_enabled(&self) -> bool {
+        self.startup == Startup::Enabled
+    }
+
+    /// Whether this service's logs go to `target`: the last entry of the target's `services`
+    /// list that mentions this service (`name`, `-name`, `all`, `-all`) decides.
+    pub fn logs_to(&self, target: &crate::LogTarget) -> bool {
+        let negated = format!("-{}", self.name);
+        for entry in target.services.iter().rev() {
+            if *entry == self.name || entry == "all" {
+                return true;
+            }
+            if *entry == negated || entry == "-all" {
+                return false;
+            }
+        }
+        false
+    }
+
+    /// Applies a `merge` entry: set scalars win, lists append, maps merge per key.
+    pub(crate) fn merge(&mut self, other: &Service) {
+        merge_string(&mut self.summary, &other.summary);
+        merge_string(&mut self.description, &other.description);
+        if other.startup != Startup::Unknown {
+            self.startup = other.startup;
+        }
+        merge_string(&mut self.command, &other.command);
+        self.after.extend(other.after.iter().cloned());
+        self.before.extend(other.before.iter().cloned());
+        self.requires.extend(other.requires.iter().cloned());
+        merge_map(&mut self.environment, &other.environment);
+        merge_option(&mut self.user_id, other.user_id);
+        merge_string(&mut self.user, &other.user);
+        merge_option(&mut self.group_id, other.group_id);
+        merge_string(&mut self.group, &other.group);
+        merge_string(&mut self.working_dir, &other.working_dir);
+        if other.on_success != ServiceAction::Unset {
+            self.on_success = other.on_success;
+        }
+        if other.on_failure != ServiceAction::Unset {
+            self.on_failure = other.on_failure;
+        }
+        merge_map(&mut self.on_check_failure, &other.on_check_failure);
+        merge_option(&mut self.backoff_delay, other.backoff_delay);
+        merge_option(&mut self.backoff_factor, other.backoff_factor);
+        merge_option(&mut self.backoff_limit, other.backoff_limit);
+        merge_option(&mut self.kill_delay, other.kill_delay);
+    }
+}
+
+pub(crate) fn merge_string(into: &mut String, from: &str) {
+    if !from.is_empty() {
+        from.clone_into(into);
+    }
+}
+
+pub(crate) fn merge_option<T: Copy>(into: &mut Option<T>, from: Option<T>) {
+    if from.is_some() {
+        *into = from;
+    }
+}
+
+pub(crate) fn merge_map<V: Clone>(into: &mut BTreeMap<String, V>, from: &BTreeMap<String, V>) {
+    for (key, value) in from {
+        into.insert(key.clone(), value.clone());
+    }
+}
+
+/// The `[ ... ]` grammar: `base... [ extra... ]`, brackets as separate words, nothing after
+/// the group, no nesting, and a non-empty base.
+pub(crate) fn split_command(command: &str) -> Result<(Vec<String>, Vec<String>), CommandError> {
+    let words = shell_split(command)?;
+    let (mut base, mut extra) = (Vec::new(), Vec::new());
+    let (mut in_group, mut seen_group) = (false, false);
+    for (index, word) in words.into_iter().enumerate() {
+        if in_group {
+            match word.as_str() {
+                "[" => return Err(CommandError::NestedGroups),
+                "]" => in_group = false,
+                _ => extra.push(word),
+            }
+            continue;
+        }
+        if seen_group {
+            return Err(CommandError::ArgumentsAfterGroup);
+        }
+        match word.as_str() {
+            "[" if index == 0 => return Err(CommandError::StartsWithGroup),
+            "[" => (in_group, seen_group) = (true, true),
+            "]" => return Err(CommandError::StrayClose),
+            _ => base.push(word),
+        }
+    }
+    Ok((base, extra))
+}
+
+/// Renders a command from its base and default arguments, the inverse of
+/// [`Service::parse_command`]; the group is omitted when `extra` is empty.
+pub fn command_string(base: &[String], extra: &[String]) -> String {
+    let mut command = shell_join(base);
+    if !extra.is_empty() {
+        command.push_str(" [ ");
+        command.push_str(&shell_join(extra));
+        command.push_str(" ]");
+    }
+    command
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn service(command: &str) -> Service {
+        Service {
+            name: "svc".into(),
+            command: command.into(),
+            ..Service::default()
+        }
+    }
+
+    #[test]
+    fn parse_command_splits_base_and_default_args() {
+        /// (command, base, default args, substituted args, resulting command)
+        type Case<'a> = (
+            &'a str,
+            &'a [&'a str],
+            &'a [&'a str],
+            &'a [&'a str],
+            &'a str,
+        );
+        let cases: &[Case] = &[
+            (
+                "cmd --foo bar",
+                &["cmd", "--foo", "bar"],
+                &[],
+                &[],
+                "cmd --foo bar",
+            ),
+            (
+                "cmd --foo bar",
+                &["cmd", "--foo", "bar"],
+                &[],
+                &["-v", "--opt"],
+                "cmd --foo bar [ -v --opt ]",
+            ),
+            ("cmd [ --foo bar ]", &["cmd"], &["--foo", "bar"], &[], "cmd"),
+            (
+                "cmd [ --foo bar ]",
+                &["cmd"],
+                &["--foo", "bar"],
+                &["--bar", "foo"],
+                "cmd [ --bar foo ]",
+            ),
+            (
+                "cmd --foo bar [ ]",
+                &["cmd", "--foo", "bar"],
+                &[],
+                &[],
+                "cmd --foo bar",
+            ),
+            (
+                "cmd -v [ --foo bar -e \"x [ y ] z\" ]",
+                &["cmd", "-v"],
+                &["--foo", "bar", "-e", "x [ y ] z"],
+                &["a b"],
+                "cmd -v [ 'a b' ]",
+            ),
+        ];
+        for &(command, base, extra, args, new_command) in cases {
+            let (got_base, got_extra) = service(command).parse_command().unwrap();
+            assert_eq!(got_base, strings(base), "{command}");
+            assert_eq!(got_extra, strings(extra), "{command}");
+            let rendered = command_string(&got_base, &strings(args));
+            assert_eq!(rendered, new_command);
+            let (again_base, again_extra) = service(&rendered).parse_command().unwrap();
+            assert_eq!(again_base, strings(base));
+            assert_eq!(again_extra, strings(args));
+        }
+    }
+
+    #[test]
+    fn parse_command_bracket_errors() {
+        let cases = [
+            (
+                "cmd [ --foo ] --bar",
+                "cannot have any arguments after [ ... ] group",
+            ),
+            ("[ cmd --foo ]", "cannot start command with [ ... ] group"),
+            ("cmd -v [ foo [ --bar ] ]", "cannot nest [ ... ] groups"),
+            ("cmd -v ] foo", "cannot have ] outside of [ ... ] group"),
+            ("foo '", "EOF found when expecting closing quote"),
+        ];
+        for (command, reason) in cases {
+            let err = service(command).parse_command().unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("cannot parse service \"svc\" command: {reason}")
+            );
+        }
+    }
+
+    #[test]
+    fn defaults_apply_when_unset() {
+        let mut svc = Service::default();
+        assert_eq!(svc.backoff_delay(), Duration::from_millis(500));
+        assert_eq!(svc.backoff_factor(), 2.0);
+        assert_eq!(svc.backoff_limit(), Duration::from_secs(30));
+        assert_eq!(svc.kill_delay(), Duration::from_secs(5));
+        assert!(!svc.is_enabled());
+        svc.backoff_delay = Some(GoDuration(1_000_000_000));
+        svc.backoff_factor = Some(1.5);
+        svc.backoff_limit = Some(GoDuration(-1));
+        svc.kill_delay = Some(GoDuration(10_000_000_000));
+        svc.startup = Startup::Enabled;
+        assert_eq!(svc.backoff_delay(), Duration::from_secs(1));
+        assert_eq!(svc.backoff_factor(), 1.5);
+        assert_eq!(svc.backoff_limit(), Duration::ZERO);
+        assert_eq!(svc.kill_delay(), Duration::from_secs(10));
+        assert!(svc.is_enabled());
+    }
+
+    #[test]
+    fn actions_are_valid_per_field() {
+        use ServiceAction::*;
+        let table = [
+            ("on-success", "failure-shutdown", Some(FailureShutdown)),
+            ("on-success", "success-shutdown", None),
+            ("on-failure", "success-shutdown", Some(SuccessShutdown)),
+            ("on-failure", "failure-shutdown", None),
+            (
+                "on-check-failure",
+                "success-shutdown",
+                Some(SuccessShutdown),
+            ),
+            ("on-check-failure", "failure-shutdown", None),
+            ("on-success", "restart", Some(Restart)),
+            ("on-failure", "shutdown", Some(Shutdown)),
+            ("on-check-failure", "ignore", Some(Ignore)),
+            ("on-success", "", Some(Unset)),
+            ("on-success", "foo", None),
+        ];
+        for (field, text, want) in table {
+            assert_eq!(
+                ServiceAction::parse_for(field, text),
+                want,
+                "{field}: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn logs_to_scans_from_the_end() {
+        /// (target services, then each service name with whether it is forwarded)
+        type Case<'a> = (&'a [&'a str], &'a [(&'a str, bool)]);
+        let cases: &[Case] = &[
+            (&[], &[("svc1", false)]),
+            (&["all"], &[("svc1", true), ("svc2", true)]),
+            (&["svc1"], &[("svc1", true), ("svc2", false)]),
+            (&["all", "-svc2"], &[("svc1", true), ("svc2", false)]),
+            (
+                &["svc1", "svc2", "-svc1", "all"],
+                &[("svc1", true), ("svc3", true)],
+            ),
+            (
+                &["svc1", "svc2", "-all"],
+                &[("svc1", false), ("svc2", false)],
+            ),
+            (&["all", "-all"], &[("svc1", false)]),
+            (
+                &["svc1", "svc2", "-all", "svc3", "svc1", "-svc3"],
+                &[("svc1", true), ("svc2", false), ("svc3", false)],
+            ),
+        ];
+        for (services, expectations) in cases {
+            let target = crate::LogTarget {
+                services: strings(services),
+                ..crate::LogTarget::default()
+            };
+            for &(name, want) in *expectations {
+                let svc = Service {
+                    name: name.into(),
+                    ..Service::default()
+                };
+                assert_eq!(svc.logs_to(&target), want, "{name} in {services:?}");
+            }
+        }
+    }
+}

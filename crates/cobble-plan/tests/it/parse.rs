@@ -1,0 +1,426 @@
+use std::collections::BTreeMap;
+
+use cobble_plan::{CheckLevel, GoDuration, Layer, Override, PlanError, ServiceAction, Startup};
+
+use crate::{dedent, parse, strings};
+
+const SECOND: i64 = 1_000_000_000;
+
+#[test]
+fn full_service_parses_every_field() {
+    let layer = parse(
+        0,
+        r#"
+        summary: Simple layer
+        description: A simple layer.
+        services:
+            srv1:
+                override: replace
+                summary: Service summary
+                description: The service.
+                command: cmd arg1 "arg2 arg3"
+                kill-delay: 10s
+                startup: enabled
+                after:
+                    - srv2
+                before:
+                    - srv3
+                requires:
+                    - srv2
+                    - srv3
+                environment:
+                    var1: val1
+                    var0: val0
+                user-id: 1000
+                user: alice
+                group-id: 2000
+                group: staff
+                working-dir: /workdir/srv1
+                on-success: failure-shutdown
+                on-failure: success-shutdown
+                on-check-failure:
+                    chk1: restart
+                    chk2: success-shutdown
+                backoff-delay: 1s
+                backoff-factor: 1.5
+                backoff-limit: 10s
+        "#,
+    )
+    .unwrap();
+    assert_eq!(layer.summary, "Simple layer");
+    assert_eq!(layer.description, "A simple layer.");
+    let srv = &layer.services["srv1"];
+    assert_eq!(srv.name, "srv1");
+    assert_eq!(srv.override_, Override::Replace);
+    assert_eq!(srv.summary, "Service summary");
+    assert_eq!(srv.description, "The service.");
+    assert_eq!(srv.command, r#"cmd arg1 "arg2 arg3""#);
+    assert_eq!(srv.kill_delay, Some(GoDuration(10 * SECOND)));
+    assert_eq!(srv.startup, Startup::Enabled);
+    assert_eq!(srv.after, strings(&["srv2"]));
+    assert_eq!(srv.before, strings(&["srv3"]));
+    assert_eq!(srv.requires, strings(&["srv2", "srv3"]));
+    assert_eq!(srv.environment.len(), 2);
+    assert_eq!((srv.user_id, srv.user.as_str()), (Some(1000), "alice"));
+    assert_eq!((srv.group_id, srv.group.as_str()), (Some(2000), "staff"));
+    assert_eq!(srv.working_dir, "/workdir/srv1");
+    assert_eq!(srv.on_success, ServiceAction::FailureShutdown);
+    assert_eq!(srv.on_failure, ServiceAction::SuccessShutdown);
+    assert_eq!(srv.on_check_failure["chk1"], ServiceAction::Restart);
+    assert_eq!(srv.on_check_failure["chk2"], ServiceAction::SuccessShutdown);
+    assert_eq!(srv.backoff_delay, Some(GoDuration(SECOND)));
+    assert_eq!(srv.backoff_factor, Some(1.5));
+    assert_eq!(srv.backoff_limit, Some(GoDuration(10 * SECOND)));
+}
+
+#[test]
+fn checks_and_log_targets_parse() {
+    let layer = parse(
+        0,
+        r#"
+        checks:
+            chk-http:
+                override: replace
+                level: alive
+                period: 20s
+                timeout: 500ms
+                threshold: 7
+                http:
+                    url: https://example.com/foo
+                    headers:
+                        Foo: bar
+            chk-tcp:
+                override: merge
+                level: ready
+                startup: enabled
+                tcp:
+                    port: 7777
+                    host: somehost
+            chk-exec:
+                override: replace
+                startup: disabled
+                exec:
+                    command: sleep 1
+                    service-context: srv1
+                    environment:
+                        FOO: bar
+                    working-dir: /root
+        log-targets:
+            tgt1:
+                override: merge
+                type: loki
+                location: http://10.1.77.196:3100/loki/api/v1/push
+                services: [all, -svc1]
+                labels:
+                    owner: me
+        "#,
+    )
+    .unwrap();
+    let http = &layer.checks["chk-http"];
+    assert_eq!(http.level, CheckLevel::Alive);
+    assert_eq!(http.period, Some(GoDuration(20 * SECOND)));
+    assert_eq!(http.timeout, Some(GoDuration(SECOND / 2)));
+    assert_eq!(http.threshold, 7);
+    assert_eq!(http.http.as_ref().unwrap().headers["Foo"], "bar");
+    let tcp = &layer.checks["chk-tcp"];
+    assert_eq!(
+        (tcp.level, tcp.startup),
+        (CheckLevel::Ready, Startup::Enabled)
+    );
+    assert_eq!(tcp.tcp.as_ref().unwrap().port, 7777);
+    assert_eq!(tcp.threshold, 0, "unset threshold stays 0 in a layer");
+    let exec = &layer.checks["chk-exec"];
+    assert!(!exec.is_enabled());
+    assert_eq!(exec.exec.as_ref().unwrap().service_context, "srv1");
+    let target = &layer.log_targets["tgt1"];
+    assert_eq!(target.type_, "loki");
+    assert_eq!(target.services, strings(&["all", "-svc1"]));
+    assert_eq!(target.labels["owner"], "me");
+    assert_eq!(target.override_, Override::Merge);
+}
+
+#[test]
+fn environment_scalars_are_stringified() {
+    let layer = parse(
+        0,
+        r#"
+        services:
+            srv1:
+                override: replace
+                command: cmd
+                environment:
+                    a: true
+                    b: 1.10
+                    c:
+                    d: ~
+                    e: 8080
+                    f: yes
+        "#,
+    )
+    .unwrap();
+    let env = &layer.services["srv1"].environment;
+    let want: BTreeMap<String, String> = [
+        ("a", "true"),
+        ("b", "1.10"),
+        ("c", ""),
+        ("d", ""),
+        ("e", "8080"),
+        ("f", "yes"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(*env, want);
+}
+
+#[test]
+fn empty_and_null_documents_are_empty_layers() {
+    for yaml in [
+        "",
+        "{}",
+        "~",
+        "# just a comment\n",
+        "services:\nchecks: ~\nsummary:\n",
+    ] {
+        let layer = Layer::parse(3, "base", yaml).unwrap();
+        assert_eq!(layer.order, 3);
+        assert_eq!(layer.label, "base");
+        assert!(
+            layer.services.is_empty() && layer.checks.is_empty(),
+            "{yaml:?}"
+        );
+    }
+}
+
+#[test]
+fn override_is_not_required_until_combined() {
+    let layer = parse(0, "services:\n    srv1:\n        command: cmd\n").unwrap();
+    assert_eq!(layer.services["srv1"].override_, Override::Unknown);
+}
+
+/// Each case: the layer, then the exact error.
+#[test]
+fn invalid_layers_fail_with_pebble_messages() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "services:\n    srv1:\n        future: true\n        override: replace\n",
+            "cannot parse layer \"layer-0\" section \"services\": line 3: unknown field `future`, expected one of summary, description, startup, override, command, after, before, requires, environment, user-id, user, group-id, group, working-dir, on-success, on-failure, on-check-failure, backoff-delay, backoff-factor, backoff-limit, kill-delay",
+        ),
+        (
+            "checks:\n    chk1:\n        override: replace\n        http:\n            url: x\n            bogus: 1\n",
+            "cannot parse layer \"layer-0\" section \"checks\": line 6: unknown field `bogus`, expected one of url, headers",
+        ),
+        (
+            "checks:\n    chk1:\n        tcp: {port: 1, hots: x}\n",
+            "cannot parse layer \"layer-0\" section \"checks\": line 3: unknown field `hots`, expected one of port, host",
+        ),
+        (
+            "log-targets:\n    t:\n        typ: loki\n",
+            "cannot parse layer \"layer-0\" section \"log-targets\": line 3: unknown field `typ`, expected one of override, type, location, services, labels",
+        ),
+        (
+            "bogus: 1\n",
+            "cannot parse layer \"layer-0\": unknown section \"bogus\"",
+        ),
+        (
+            "workloads: {}\n",
+            "cannot parse layer \"layer-0\": unknown section \"workloads\"",
+        ),
+        (
+            "services:\n    a: {command: x}\n    a: {command: y}\n",
+            "cannot parse layer \"layer-0\" section \"services\": line 3: mapping key \"a\" already defined",
+        ),
+        (
+            "services: {}\nservices: {}\n",
+            "cannot parse layer \"layer-0\": line 2: mapping key \"services\" already defined",
+        ),
+        (
+            "services:\n    a:\n        command: x\n        command: y\n",
+            "cannot parse layer \"layer-0\" section \"services\": line 4: mapping key \"command\" already defined",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd\n        backoff-delay: foo\n",
+            "cannot parse layer \"layer-0\" section \"services\": line 4: invalid duration \"foo\"",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd\n        kill-delay: 10\n",
+            "cannot parse layer \"layer-0\" section \"services\": line 4: invalid duration \"10\"",
+        ),
+        (
+            "checks:\n    c:\n        period: 1d\n",
+            "cannot parse layer \"layer-0\" section \"checks\": line 3: invalid duration \"1d\"",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd\n        backoff-factor: foo\n",
+            "cannot parse layer \"layer-0\" section \"services\": line 4: invalid floating-point number \"foo\"",
+        ),
+        (
+            "@",
+            "cannot parse layer \"layer-0\": line 1: unexpected character: `@'",
+        ),
+        (
+            "services:\n    pebble:\n        command: cmd\n",
+            "cannot use reserved service name \"pebble\"",
+        ),
+        (
+            "services:\n    svc1: ~\n",
+            "service object cannot be null for service \"svc1\"",
+        ),
+        (
+            "services:\n    svc1:\n",
+            "service object cannot be null for service \"svc1\"",
+        ),
+        (
+            "checks:\n    chk1: ~\n",
+            "check object cannot be null for check \"chk1\"",
+        ),
+        (
+            "log-targets:\n    t1:\n",
+            "log target object cannot be null for log target \"t1\"",
+        ),
+        (
+            "services:\n    \"\":\n        command: cmd\n",
+            "cannot use empty string as service name",
+        ),
+        (
+            "checks:\n    \"\":\n        tcp: {port: 1}\n",
+            "cannot use empty string as check name",
+        ),
+        (
+            "services:\n    -svc1:\n        command: foo\n",
+            "cannot use service name \"-svc1\": starting with \"-\" not allowed",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd\n        on-success: foo\n",
+            "plan service \"svc1\" on-success action \"foo\" invalid",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd\n        on-success: success-shutdown\n",
+            "plan service \"svc1\" on-success action \"success-shutdown\" invalid",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd\n        on-failure: failure-shutdown\n",
+            "plan service \"svc1\" on-failure action \"failure-shutdown\" invalid",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd\n        on-check-failure:\n            test: failure-shutdown\n",
+            "plan service \"svc1\" on-check-failure action \"failure-shutdown\" invalid",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd\n        backoff-factor: 0\n",
+            "plan service \"svc1\" backoff-factor must be 1.0 or greater, not 0",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd\n        backoff-factor: 0.5\n",
+            "plan service \"svc1\" backoff-factor must be 1.0 or greater, not 0.5",
+        ),
+        (
+            "services:\n    svc1:\n        command: foo '\n",
+            "plan service \"svc1\" command invalid: cannot parse service \"svc1\" command: EOF found when expecting closing quote",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd -v [ --foo ] bar\n",
+            "plan service \"svc1\" command invalid: cannot parse service \"svc1\" command: cannot have any arguments after [ ... ] group",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd -v ] foo\n",
+            "plan service \"svc1\" command invalid: cannot parse service \"svc1\" command: cannot have ] outside of [ ... ] group",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd -v [ foo [ --bar ] ]\n",
+            "plan service \"svc1\" command invalid: cannot parse service \"svc1\" command: cannot nest [ ... ] groups",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd\n        startup: yes\n",
+            "plan service \"svc1\" startup must be \"enabled\" or \"disabled\"",
+        ),
+        (
+            "services:\n    svc1:\n        command: cmd\n        override: mrege\n",
+            "layer \"layer-0\" has invalid \"override\" value for service \"svc1\"",
+        ),
+        (
+            "checks:\n    chk1:\n        override: replace\n        startup: true\n        exec:\n            command: foo\n",
+            "plan check \"chk1\" startup must be \"enabled\" or \"disabled\"",
+        ),
+        (
+            "checks:\n    chk1:\n        level: sometimes\n",
+            "plan check \"chk1\" level must be \"alive\" or \"ready\"",
+        ),
+        (
+            "checks:\n    chk1:\n        period: 0\n",
+            "plan check \"chk1\" period must not be zero",
+        ),
+        (
+            "checks:\n    chk1:\n        timeout: 0s\n",
+            "plan check \"chk1\" timeout must not be zero",
+        ),
+        (
+            "checks:\n    chk1:\n        exec:\n            command: foo '\n",
+            "plan check \"chk1\" command invalid: EOF found when expecting closing quote",
+        ),
+        (
+            "checks:\n    chk1:\n        exec:\n            command: foo\n            group: staff\n",
+            "plan check \"chk1\" has invalid user/group: must specify user, not just group",
+        ),
+        (
+            "checks:\n    chk1:\n        exec:\n            command: foo\n            user-id: 1000\n",
+            "plan check \"chk1\" has invalid user/group: must specify group, not just UID",
+        ),
+        (
+            "log-targets:\n    tgt1:\n        type: foobar\n",
+            "log target \"tgt1\" has unsupported type \"foobar\", must be \"loki\", \"opentelemetry\" or \"syslog\"",
+        ),
+        (
+            "log-targets:\n    tgt1:\n        labels:\n            pebble_service: illegal\n",
+            "log target \"tgt1\": label \"pebble_service\" uses reserved prefix \"pebble_\"",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let err = Layer::parse(0, "layer-0", yaml).expect_err(yaml);
+        assert_eq!(err.to_string(), *want, "layer:\n{yaml}");
+    }
+}
+
+#[test]
+fn reserved_label_prefix_is_rejected() {
+    let err = Layer::parse(0, "pebble-foo", "{}").unwrap_err();
+    assert_eq!(err, PlanError::ReservedLabelPrefix);
+    assert_eq!(
+        err.to_string(),
+        "cannot use reserved label prefix \"pebble-\""
+    );
+}
+
+#[test]
+fn parse_error_carries_structured_location() {
+    let err = Layer::parse(0, "x", &dedent("services:\n    a:\n        comand: x\n")).unwrap_err();
+    match err {
+        PlanError::Parse {
+            label,
+            section,
+            line,
+            ..
+        } => {
+            assert_eq!(label, "x");
+            assert_eq!(section.as_deref(), Some("services"));
+            assert_eq!(line, Some(3));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn user_and_group_combinations_that_need_a_lookup_are_accepted() {
+    for exec in [
+        "user: alice",
+        "user: alice\n            group: staff",
+        "user-id: 1\n            group-id: 2",
+        "user-id: 1\n            group: staff",
+        "user: alice\n            user-id: 1",
+    ] {
+        let yaml = format!(
+            "checks:\n    chk1:\n        exec:\n            command: foo\n            {exec}\n"
+        );
+        Layer::parse(0, "l", &yaml).unwrap_or_else(|e| panic!("{exec}: {e}"));
+    }
+}
