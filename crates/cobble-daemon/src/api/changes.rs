@@ -1,0 +1,122 @@
+//! Changes: list, get, abort and wait.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use cobble_client::types::ChangeAction;
+use cobble_plan::duration::{format_duration, parse_duration};
+
+use super::{Admin, ApiError, Read, Shared, json_body, sync};
+use crate::state::{Select, StateError};
+
+fn param<'a>(query: &'a [(String, String)], key: &str) -> &'a str {
+    query
+        .iter()
+        .find(|(k, _)| k == key)
+        .map_or("", |(_, v)| v.as_str())
+}
+
+pub async fn get_changes(
+    _: Read,
+    State(api): State<Shared>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let select = match param(&query, "select") {
+        "" | "in-progress" => Select::InProgress,
+        "all" => Select::All,
+        "ready" => Select::Ready,
+        _ => {
+            return Err(ApiError::bad_request(
+                "select should be one of: all,in-progress,ready",
+            ));
+        }
+    };
+    let for_service = Some(param(&query, "for")).filter(|s| !s.is_empty());
+    Ok(sync(api.state.changes(select, for_service)))
+}
+
+fn not_found(e: StateError) -> ApiError {
+    ApiError::not_found(e.to_string())
+}
+
+pub async fn get_change(
+    _: Read,
+    State(api): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(sync(api.state.change_info_str(&id).map_err(not_found)?))
+}
+
+pub async fn post_change(
+    _: Admin,
+    State(api): State<Shared>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let change = api.state.change_info_str(&id).map_err(not_found)?;
+    let request: ChangeAction = json_body(body, "cannot decode data from request body").await?;
+    if request.action != "abort" {
+        return Err(ApiError::bad_request(format!(
+            "invalid action \"{}\"",
+            request.action
+        )));
+    }
+    let numeric: u64 = change.id.parse().expect("IDs are numeric");
+    match api.state.abort(numeric) {
+        Ok(info) => Ok(sync(info)),
+        Err(StateError::NothingPending(_)) => Err(ApiError::bad_request(format!(
+            "cannot abort change {id} with nothing pending"
+        ))),
+        Err(e) => Err(not_found(e)),
+    }
+}
+
+pub async fn wait_change(
+    _: Read,
+    State(api): State<Shared>,
+    Path(id): Path<String>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let change = api.state.change_info_str(&id).map_err(not_found)?;
+    let numeric: u64 = change.id.parse().expect("IDs are numeric");
+    let raw_timeout = param(&query, "timeout");
+    let timeout_nanos = if raw_timeout.is_empty() {
+        0
+    } else {
+        parse_duration(raw_timeout)
+            .map_err(|e| ApiError::bad_request(format!("invalid timeout: {e}")))?
+    };
+    let mut versions = api.state.subscribe();
+    let ready = async {
+        loop {
+            if api.state.is_ready(numeric) != Some(false) {
+                return;
+            }
+            if versions.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    if timeout_nanos > 0 {
+        let timeout = Duration::from_nanos(timeout_nanos as u64);
+        if tokio::time::timeout(timeout, ready).await.is_err() {
+            return Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "timed out waiting for change after {}",
+                    format_duration(timeout_nanos)
+                ),
+            ));
+        }
+    } else {
+        ready.await;
+    }
+    Ok(sync(
+        api.state
+            .change_info(numeric)
+            .ok_or_else(|| not_found(StateError::NoSuchChange(id)))?,
+    ))
+}

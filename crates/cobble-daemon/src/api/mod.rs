@@ -1,0 +1,255 @@
+//! The HTTP API: Pebble's endpoints on the unix socket, and the open ones over `--http`.
+//!
+//! Transport only: each handler extracts its input, calls one manager and maps the result into
+//! Pebble's envelope (`{"type","status-code","status","change"?,"result"}`). Access is decided
+//! per handler by an extractor ([`Read`], [`Admin`]) from the peer credentials of the unix
+//! socket connection: root and the daemon's own uid are admin, other local users may read, and
+//! TCP clients reach only the open endpoints.
+
+mod changes;
+mod services;
+mod system;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::connect_info::Connected;
+use axum::extract::{ConnectInfo, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::serve::IncomingStream;
+use cobble_client::types::{Envelope, ErrorResult};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::net::{TcpListener, UnixListener};
+
+use crate::layers::PlanManager;
+use crate::services::ServiceManager;
+use crate::services::changes::ServiceActions;
+use crate::state::StateStore;
+
+/// Largest request body accepted; layers and service lists are small.
+pub const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// Everything the handlers call into.
+pub struct ApiState {
+    pub plan: PlanManager,
+    pub services: ServiceManager,
+    pub actions: ServiceActions,
+    pub state: StateStore,
+    pub boot_id: String,
+    pub http_address: Option<String>,
+}
+
+pub type Shared = Arc<ApiState>;
+
+/// Who is on the other end of a connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    /// The peer's uid on the unix socket; `None` over TCP.
+    pub uid: Option<u32>,
+}
+
+impl Connected<IncomingStream<'_, UnixListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
+        Peer {
+            uid: stream.io().peer_cred().ok().map(|c| c.uid()),
+        }
+    }
+}
+
+impl Connected<IncomingStream<'_, TcpListener>> for Peer {
+    fn connect_info(_: IncomingStream<'_, TcpListener>) -> Self {
+        Peer { uid: None }
+    }
+}
+
+/// Proof that the caller may use read endpoints (any local user).
+pub struct Read;
+
+/// Proof that the caller may use admin endpoints (root or the daemon's own user).
+pub struct Admin;
+
+fn peer(parts: &Parts) -> Peer {
+    parts
+        .extensions
+        .get::<ConnectInfo<Peer>>()
+        .map_or(Peer { uid: None }, |c| c.0)
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Read {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        match peer(parts).uid {
+            Some(_) => Ok(Read),
+            None => Err(ApiError::unauthorized()),
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        match peer(parts).uid {
+            Some(uid) if uid == 0 || uid == cobble_sys::current_uid() => Ok(Admin),
+            _ => Err(ApiError::unauthorized()),
+        }
+    }
+}
+
+/// An error response in Pebble's envelope.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            kind: "",
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+
+    pub fn unauthorized() -> ApiError {
+        ApiError {
+            kind: "login-required",
+            ..ApiError::new(StatusCode::UNAUTHORIZED, "access denied")
+        }
+    }
+
+    pub fn with_kind(mut self, kind: &'static str) -> ApiError {
+        self.kind = kind;
+        self
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        envelope(
+            "error",
+            self.status,
+            None,
+            ErrorResult {
+                message: self.message,
+                kind: self.kind.into(),
+                value: None,
+            },
+        )
+    }
+}
+
+/// A `sync` response carrying `result`.
+pub fn sync<T: Serialize>(result: T) -> Response {
+    envelope("sync", StatusCode::OK, None, result)
+}
+
+/// An `async` response for a change (`"result": null`).
+pub fn async_change(change_id: u64) -> Response {
+    envelope(
+        "async",
+        StatusCode::ACCEPTED,
+        Some(change_id.to_string()),
+        (),
+    )
+}
+
+fn envelope<T: Serialize>(
+    kind: &str,
+    status: StatusCode,
+    change: Option<String>,
+    result: T,
+) -> Response {
+    let body = Envelope {
+        kind: kind.into(),
+        status_code: status.as_u16(),
+        status: status.canonical_reason().unwrap_or("").into(),
+        change,
+        result,
+    };
+    let bytes = serde_json::to_vec(&body).expect("responses serialise");
+    let mut response = (status, bytes).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Decodes a JSON request body with Pebble's error wording (`<context>: <reason>`).
+pub async fn json_body<T: DeserializeOwned>(body: Body, context: &str) -> Result<T, ApiError> {
+    let bytes: Bytes = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|_| ApiError::bad_request(format!("{context}: request body too large")))?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("{context}: {e}")))
+}
+
+/// Values of a repeatable, comma-separated query parameter (`names=a,b&names=c`).
+pub fn multi_comma_list(query: &[(String, String)], key: &str) -> Vec<String> {
+    query
+        .iter()
+        .filter(|(k, _)| k == key)
+        .flat_map(|(_, v)| v.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The router, shared by the unix socket and `--http` (whose peers have no uid).
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/v1/system-info", get(system::system_info))
+        .route("/v1/health", get(system::health))
+        .route(
+            "/v1/services",
+            get(services::get_services).post(services::post_services),
+        )
+        .route(
+            "/v1/services/{name}",
+            get(services::not_implemented).post(services::not_implemented_admin),
+        )
+        .route("/v1/plan", get(services::get_plan))
+        .route("/v1/layers", axum::routing::post(services::post_layers))
+        .route("/v1/signals", axum::routing::post(services::post_signals))
+        .route("/v1/changes", get(changes::get_changes))
+        .route(
+            "/v1/changes/{id}",
+            get(changes::get_change).post(changes::post_change),
+        )
+        .route("/v1/changes/{id}/wait", get(changes::wait_change))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("invalid API endpoint requested")
+}
+
+async fn method_not_allowed(method: Method, _request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method \"{method}\" not allowed"),
+    )
+}

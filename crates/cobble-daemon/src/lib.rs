@@ -1,0 +1,86 @@
+//! The cobble daemon: everything behind `cobble run`, as a library with one entry point, [`run`].
+//!
+//! cobble is a service manager for containers that speaks Pebble's contract (layers, the HTTP
+//! API on a unix socket, the CLI) and supervises services level-triggered: for every service
+//! it keeps what is wanted and what is, and a pure state machine decides what to do next.
+//!
+//! # Layout
+//!
+//! - [`daemon`]: start-up (directories, plan, state), the listeners, autostart, signals and the
+//!   orderly shutdown that stops services in reverse order.
+//! - [`layers`]: the plan manager; the current plan is published on a `watch` channel.
+//! - [`services`]: the supervisor. [`services::machine`] is the pure per-service state machine;
+//!   [`services::ServiceManager`] is the actor that owns the machines and their processes;
+//!   [`services::changes`] turns API requests into changes and runs their lanes.
+//! - [`state`]: changes and tasks, their JSON rendering, and coalesced atomic persistence.
+//! - [`api`]: HTTP transport only; handlers extract, call one manager, and wrap the result in
+//!   Pebble's envelope.
+//! - [`logging`]: the daemon log format, `<time> [cobble] message`.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod daemon;
+pub mod layers;
+pub mod logging;
+pub mod services;
+pub mod state;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// The version reported by `/v1/system-info` and `cobble version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Everything `cobble run` needs, already resolved from flags and environment by the CLI.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// `$PEBBLE`: the daemon directory (layers/, .pebble.state, default socket).
+    pub pebble_dir: PathBuf,
+    /// `$PEBBLE_SOCKET`, or `$PEBBLE/.pebble.socket`.
+    pub socket_path: PathBuf,
+    /// `--create-dirs`: create `$PEBBLE` (mode 0700) and `layers/` if missing.
+    pub create_dirs: bool,
+    /// `--hold`: do not autostart services.
+    pub hold: bool,
+    /// `--http ADDR`: also serve the open endpoints on this TCP address (`:4000`, `127.0.0.1:4000`).
+    pub http: Option<String>,
+    /// `-v`/`PEBBLE_VERBOSE=1`: copy service output to stdout.
+    pub verbose: bool,
+    /// `--args SERVICE ARGS... ;` (repeatable).
+    pub service_args: BTreeMap<String, Vec<String>>,
+    /// `PEBBLE_PERSIST=never` sets this to false.
+    pub persist: bool,
+    /// `PEBBLE_COPY_ONCE`: seed an empty `$PEBBLE` from this directory.
+    pub copy_once: Option<PathBuf>,
+    /// `PEBBLE_DEBUG=1`: debug logging on stderr.
+    pub debug: bool,
+}
+
+/// Runs the daemon until it is told to stop; returns the process exit code: 0 for a normal
+/// stop or a success shutdown, 10 for a failure shutdown, 11 for a check-failure shutdown,
+/// 1 when the daemon cannot start.
+pub fn run(opts: RunOptions) -> i32 {
+    logging::init(opts.debug);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start runtime: {e}");
+            return 1;
+        }
+    };
+    let code = runtime.block_on(daemon::run(opts));
+    // Output readers of services that outlived their stop may still be blocked; don't wait.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match code {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,623 @@
+//! The per-service lifecycle as a pure state machine.
+//!
+//! [`Machine::step`] takes the current time and one [`Event`] and returns the [`Action`]s the
+//! executor must perform: spawn the process, signal its group, resolve a waiting start or stop
+//! request, shut the daemon down. It does no IO and reads no clock, so every transition is
+//! table-tested with plain `Instant`s. Timers are not armed anywhere: the machine exposes its
+//! next [`Machine::deadline`] and the executor feeds [`Event::Tick`] once that instant passes.
+//!
+//! The phases and their observable texts follow Pebble's service state machine (okay delay,
+//! backoff with jitter and reset, SIGTERM then SIGKILL then give up), with one deliberate
+//! divergence: a spawn that fails during a backoff restart backs off again instead of leaving
+//! the service in `backoff` with no timer armed.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How long a freshly started process must survive before its start counts as successful.
+pub const OKAY_DELAY: Duration = Duration::from_secs(1);
+
+/// How long to wait after SIGKILL before giving up on a process.
+pub const FAIL_DELAY: Duration = Duration::from_secs(5);
+
+/// What to do when the process exits (from `on-success` / `on-failure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitAction {
+    Restart,
+    Shutdown,
+    SuccessShutdown,
+    FailureShutdown,
+    Ignore,
+}
+
+impl ExitAction {
+    /// The action's name as it appears in layers and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExitAction::Restart => "restart",
+            ExitAction::Shutdown => "shutdown",
+            ExitAction::SuccessShutdown => "success-shutdown",
+            ExitAction::FailureShutdown => "failure-shutdown",
+            ExitAction::Ignore => "ignore",
+        }
+    }
+}
+
+/// The part of a service's configuration the lifecycle depends on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Action after the process exits with code 0.
+    pub on_success: ExitAction,
+    /// Action after the process exits with a non-zero code.
+    pub on_failure: ExitAction,
+    /// First backoff delay.
+    pub backoff_delay: Duration,
+    /// Factor between consecutive backoff delays.
+    pub backoff_factor: f64,
+    /// Cap of the backoff delay, and how long a process must run before backoff resets.
+    pub backoff_limit: Duration,
+    /// Time between SIGTERM and SIGKILL when stopping.
+    pub kill_delay: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            on_success: ExitAction::Restart,
+            on_failure: ExitAction::Restart,
+            backoff_delay: Duration::from_millis(500),
+            backoff_factor: 2.0,
+            backoff_limit: Duration::from_secs(30),
+            kill_delay: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Signals the machine sends to the service's process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupSignal {
+    Term,
+    Kill,
+}
+
+/// The status reported by `GET /v1/services`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Active,
+    Inactive,
+    Backoff,
+    Error,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Active => "active",
+            Status::Inactive => "inactive",
+            Status::Backoff => "backoff",
+            Status::Error => "error",
+        }
+    }
+}
+
+/// Whether the service is wanted running. Explicit start, restart, replan and autostart want it
+/// running; an explicit stop, or an exit whose policy is not to restart, wants it stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted {
+    Running,
+    Stopped,
+}
+
+/// Where the service is in its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Never started by this daemon.
+    Idle,
+    /// The executor is spawning the process (transient, within one step).
+    Spawning {
+        /// Whether this is a backoff restart rather than an explicit start.
+        restart: bool,
+    },
+    /// Alive, within the okay delay of an explicit start.
+    Starting { pid: u32, okay_at: Instant },
+    /// Alive and past the okay delay (or restarted after backoff).
+    Running { pid: u32 },
+    /// SIGTERM sent; SIGKILL follows at `kill_at`.
+    Terminating { pid: u32, kill_at: Instant },
+    /// SIGKILL sent; give up at `give_up_at`.
+    Killing { pid: u32, give_up_at: Instant },
+    /// Waiting to restart at `until`.
+    Backoff { until: Instant },
+    /// Not running: stopped by request, or ended with nothing more to do.
+    Stopped,
+    /// Exited and its policy left it down (ignore with a failure, or a shutdown action).
+    Exited,
+}
+
+/// Input to the machine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// An explicit start with the policy of the configuration being started.
+    Start(Policy),
+    /// An explicit stop.
+    Stop,
+    /// A start change was aborted by a client.
+    AbortStart,
+    /// The executor spawned the process.
+    Spawned { pid: u32 },
+    /// The executor could not spawn the process.
+    SpawnFailed { error: String },
+    /// The process (group leader) exited with this code.
+    Exited { pid: u32, code: i32 },
+    /// Time passed; the machine acts on every deadline at or before `now`.
+    Tick,
+}
+
+/// How a start request ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartOutcome {
+    /// The process survived the okay delay.
+    Started,
+    /// The service was already starting or running; nothing was done.
+    AlreadyStarted,
+    /// The start failed. `with_output` asks for the service's last output lines in the task log.
+    Failed { error: String, with_output: bool },
+}
+
+/// How a stop request ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopOutcome {
+    Stopped,
+    NeverStarted,
+    AlreadyStopping,
+    AlreadyStopped,
+    HadExited,
+    Failed(String),
+}
+
+/// Output of the machine, performed by the executor in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Spawn the process with the stored configuration and feed back `Spawned`/`SpawnFailed`.
+    Spawn,
+    /// Signal the process group led by `pid`.
+    Signal { pid: u32, signal: GroupSignal },
+    /// Resolve the waiting start requests.
+    StartDone(StartOutcome),
+    /// Resolve the waiting stop requests.
+    StopDone(StopOutcome),
+    /// Stop the daemon with this exit code.
+    Shutdown(i32),
+    /// A line for the daemon log.
+    Log(String),
+}
+
+/// The lifecycle of one service.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    /// The service name, for messages.
+    name: String,
+    /// Where the lifecycle is.
+    phase: Phase,
+    /// What a client last asked for.
+    wanted: Wanted,
+    /// The policy stored at the last explicit start; restarts after backoff keep using it.
+    policy: Policy,
+    /// Backoffs since the last reset.
+    backoff_num: u32,
+    /// The last backoff delay (before jitter); zero after a reset.
+    backoff_time: Duration,
+    /// When a process that is still running resets the backoff; armed at every spawn.
+    reset_at: Option<Instant>,
+    /// The stop in progress was triggered by a restart action, not a client.
+    restarting: bool,
+    /// Exit code of the last process, if any.
+    last_exit: Option<i32>,
+    /// State of the jitter generator (xorshift64*).
+    rng: u64,
+}
+
+impl Machine {
+    /// A machine for a service that has never been started. `seed` drives the backoff jitter.
+    pub fn new(name: impl Into<String>, seed: u64) -> Machine {
+        Machine {
+            name: name.into(),
+            phase: Phase::Idle,
+            wanted: Wanted::Stopped,
+            policy: Policy::default(),
+            backoff_num: 0,
+            backoff_time: Duration::ZERO,
+            reset_at: None,
+            restarting: false,
+            last_exit: None,
+            rng: seed | 1,
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    pub fn wanted(&self) -> Wanted {
+        self.wanted
+    }
+
+    pub fn backoff_num(&self) -> u32 {
+        self.backoff_num
+    }
+
+    pub fn last_exit(&self) -> Option<i32> {
+        self.last_exit
+    }
+
+    /// The pid of the live process, if there is one.
+    pub fn pid(&self) -> Option<u32> {
+        match self.phase {
+            Phase::Starting { pid, .. }
+            | Phase::Running { pid }
+            | Phase::Terminating { pid, .. }
+            | Phase::Killing { pid, .. } => Some(pid),
+            _ => None,
+        }
+    }
+
+    /// Whether the process may be signalled through `/v1/signals`.
+    pub fn is_running(&self) -> bool {
+        matches!(self.phase, Phase::Starting { .. } | Phase::Running { .. })
+    }
+
+    /// The status the API reports.
+    pub fn status(&self) -> Status {
+        match self.phase {
+            Phase::Spawning { .. } | Phase::Starting { .. } | Phase::Running { .. } => {
+                Status::Active
+            }
+            Phase::Idle | Phase::Terminating { .. } | Phase::Killing { .. } | Phase::Stopped => {
+                Status::Inactive
+            }
+            Phase::Backoff { .. } => Status::Backoff,
+            Phase::Exited => Status::Error,
+        }
+    }
+
+    /// The next instant at which the machine wants a `Tick`.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Starting { okay_at, .. } => Some(okay_at),
+            Phase::Running { .. } => self.reset_at,
+            Phase::Terminating { kill_at, .. } => Some(kill_at),
+            Phase::Killing { give_up_at, .. } => Some(give_up_at),
+            Phase::Backoff { until } => Some(until),
+            _ => None,
+        }
+    }
+
+    /// Advances the machine by one event.
+    pub fn step(&mut self, now: Instant, event: Event) -> Vec<Action> {
+        let mut actions = Vec::new();
+        match event {
+            Event::Start(policy) => self.on_start(policy, &mut actions),
+            Event::Stop => self.on_stop(now, &mut actions),
+            Event::AbortStart => self.on_abort_start(&mut actions),
+            Event::Spawned { pid } => self.on_spawned(now, pid),
+            Event::SpawnFailed { error } => self.on_spawn_failed(now, error, &mut actions),
+            Event::Exited { pid, code } => self.on_exited(now, pid, code, &mut actions),
+            Event::Tick => self.on_tick(now, &mut actions),
+        }
+        actions
+    }
+
+    fn on_start(&mut self, policy: Policy, actions: &mut Vec<Action>) {
+        // The configuration is refreshed by every explicit start, even a no-op one.
+        self.policy = policy;
+        match self.phase {
+            Phase::Spawning { .. } | Phase::Starting { .. } | Phase::Running { .. } => {
+                self.wanted = Wanted::Running;
+                actions.push(Action::StartDone(StartOutcome::AlreadyStarted));
+            }
+            Phase::Terminating { .. } | Phase::Killing { .. } => {
+                let state = if matches!(self.phase, Phase::Killing { .. }) {
+                    "killing"
+                } else {
+                    "terminating"
+                };
+                actions.push(Action::StartDone(StartOutcome::Failed {
+                    error: format!("cannot start service while {state}"),
+                    with_output: false,
+                }));
+            }
+            Phase::Idle | Phase::Backoff { .. } | Phase::Stopped | Phase::Exited => {
+                self.wanted = Wanted::Running;
+                self.backoff_num = 0;
+                self.backoff_time = Duration::ZERO;
+                self.phase = Phase::Spawning { restart: false };
+                actions.push(Action::Spawn);
+            }
+        }
+    }
+
+    fn on_spawned(&mut self, now: Instant, pid: u32) {
+        let Phase::Spawning { restart } = self.phase else {
+            return;
+        };
+        self.reset_at = Some(now + self.policy.backoff_limit);
+        self.phase = if restart {
+            Phase::Running { pid }
+        } else {
+            Phase::Starting {
+                pid,
+                okay_at: now + OKAY_DELAY,
+            }
+        };
+    }
+
+    fn on_spawn_failed(&mut self, now: Instant, error: String, actions: &mut Vec<Action>) {
+        let Phase::Spawning { restart } = self.phase else {
+            return;
+        };
+        if restart {
+            // Pebble would stay in backoff with no timer here; keep retrying instead.
+            actions.push(Action::Log(format!(
+                "Service \"{}\" restart failed: {error}",
+                self.name
+            )));
+            self.back_off(now, "on-failure", actions);
+        } else {
+            self.phase = Phase::Stopped;
+            self.wanted = Wanted::Stopped;
+            actions.push(Action::StartDone(StartOutcome::Failed {
+                error,
+                with_output: false,
+            }));
+        }
+    }
+
+    fn on_stop(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        self.wanted = Wanted::Stopped;
+        match self.phase {
+            Phase::Idle => actions.push(Action::StopDone(StopOutcome::NeverStarted)),
+            Phase::Terminating { .. } | Phase::Killing { .. } => {
+                // A restart in progress becomes a plain stop, but the request does not wait.
+                self.restarting = false;
+                actions.push(Action::StopDone(StopOutcome::AlreadyStopping));
+            }
+            Phase::Stopped => actions.push(Action::StopDone(StopOutcome::AlreadyStopped)),
+            Phase::Exited => {
+                self.phase = Phase::Stopped;
+                actions.push(Action::StopDone(StopOutcome::HadExited));
+            }
+            Phase::Backoff { .. } => {
+                self.phase = Phase::Stopped;
+                actions.push(Action::Log(format!(
+                    "Service \"{}\" stopped while waiting for backoff",
+                    self.name
+                )));
+                actions.push(Action::StopDone(StopOutcome::Stopped));
+            }
+            Phase::Spawning { .. } => {
+                // Spawning is resolved within the step that began it; nothing to stop yet.
+                self.phase = Phase::Stopped;
+                actions.push(Action::StopDone(StopOutcome::Stopped));
+            }
+            Phase::Starting { pid, .. } | Phase::Running { pid } => {
+                if matches!(self.phase, Phase::Starting { .. }) {
+                    actions.push(Action::StartDone(StartOutcome::Failed {
+                        error: format!("stopped before the {} okay delay", format_secs(OKAY_DELAY)),
+                        with_output: false,
+                    }));
+                }
+                self.terminate(now, pid, false, actions);
+            }
+        }
+    }
+
+    fn on_abort_start(&mut self, actions: &mut Vec<Action>) {
+        if let Phase::Starting { pid, .. } = self.phase {
+            self.phase = Phase::Stopped;
+            self.wanted = Wanted::Stopped;
+            actions.push(Action::Signal {
+                pid,
+                signal: GroupSignal::Kill,
+            });
+            actions.push(Action::StartDone(StartOutcome::Failed {
+                error: "start aborted, sent SIGKILL to process".into(),
+                with_output: false,
+            }));
+        }
+    }
+
+    fn on_exited(&mut self, now: Instant, pid: u32, code: i32, actions: &mut Vec<Action>) {
+        if self.pid() != Some(pid) {
+            return; // a stale exit, e.g. after an aborted start
+        }
+        self.last_exit = Some(code);
+        self.reset_at = None;
+        match self.phase {
+            Phase::Starting { .. } | Phase::Running { .. } => {
+                let (action, on_type) = self.exit_action(code);
+                if matches!(self.phase, Phase::Starting { .. }) {
+                    actions.push(Action::StartDone(StartOutcome::Failed {
+                        error: format!(
+                            "service start attempt: exited quickly with code {code}, will {}",
+                            action.as_str()
+                        ),
+                        with_output: true,
+                    }));
+                }
+                actions.push(Action::Log(format!(
+                    "Service \"{}\" stopped unexpectedly with code {code}",
+                    self.name
+                )));
+                self.apply_exit_action(now, code, action, on_type, actions);
+            }
+            Phase::Terminating { .. } | Phase::Killing { .. } => {
+                if self.restarting {
+                    actions.push(Action::Log(format!(
+                        "Service \"{}\" exited after check failure, restarting",
+                        self.name
+                    )));
+                    self.back_off(now, "on-check-failure", actions);
+                } else {
+                    actions.push(Action::Log(format!("Service \"{}\" stopped", self.name)));
+                    self.phase = Phase::Stopped;
+                    actions.push(Action::StopDone(StopOutcome::Stopped));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn exit_action(&self, code: i32) -> (ExitAction, &'static str) {
+        if code == 0 {
+            (self.policy.on_success, "on-success")
+        } else {
+            (self.policy.on_failure, "on-failure")
+        }
+    }
+
+    fn apply_exit_action(
+        &mut self,
+        now: Instant,
+        code: i32,
+        action: ExitAction,
+        on_type: &str,
+        actions: &mut Vec<Action>,
+    ) {
+        let name = &self.name;
+        let action_name = action.as_str();
+        let exit_code = match action {
+            ExitAction::Restart => {
+                self.back_off(now, on_type, actions);
+                return;
+            }
+            ExitAction::Ignore => {
+                actions.push(Action::Log(format!(
+                    "Service \"{name}\" {on_type} action is \"{action_name}\", not doing anything further"
+                )));
+                self.phase = if code == 0 {
+                    Phase::Stopped
+                } else {
+                    Phase::Exited
+                };
+                self.wanted = Wanted::Stopped;
+                return;
+            }
+            ExitAction::Shutdown if code == 0 => 0,
+            ExitAction::Shutdown | ExitAction::FailureShutdown => 10,
+            ExitAction::SuccessShutdown => 0,
+        };
+        let kind = if exit_code == 0 { "success" } else { "failure" };
+        actions.push(Action::Log(format!(
+            "Service \"{name}\" {on_type} action is \"{action_name}\", triggering {kind} shutdown"
+        )));
+        self.phase = Phase::Exited;
+        self.wanted = Wanted::Stopped;
+        actions.push(Action::Shutdown(exit_code));
+    }
+
+    fn on_tick(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        match self.phase {
+            Phase::Starting { pid, okay_at } if now >= okay_at => {
+                self.phase = Phase::Running { pid };
+                actions.push(Action::StartDone(StartOutcome::Started));
+            }
+            Phase::Running { .. } if self.reset_at.is_some_and(|at| now >= at) => {
+                // Running for the whole backoff limit: the next failure starts from scratch.
+                self.reset_at = None;
+                self.backoff_num = 0;
+                self.backoff_time = Duration::ZERO;
+            }
+            Phase::Terminating { pid, kill_at } if now >= kill_at => {
+                actions.push(Action::Signal {
+                    pid,
+                    signal: GroupSignal::Kill,
+                });
+                self.phase = Phase::Killing {
+                    pid,
+                    give_up_at: now + FAIL_DELAY,
+                };
+            }
+            Phase::Killing { give_up_at, .. } if now >= give_up_at => {
+                actions.push(Action::Log(format!(
+                    "Service \"{}\" still running after SIGTERM and SIGKILL",
+                    self.name
+                )));
+                self.phase = Phase::Stopped;
+                if !self.restarting {
+                    actions.push(Action::StopDone(StopOutcome::Failed(
+                        "process still running after SIGTERM and SIGKILL".into(),
+                    )));
+                }
+                self.restarting = false;
+            }
+            Phase::Backoff { until } if now >= until => {
+                self.phase = Phase::Spawning { restart: true };
+                actions.push(Action::Spawn);
+            }
+            _ => {}
+        }
+    }
+
+    fn terminate(&mut self, now: Instant, pid: u32, restarting: bool, actions: &mut Vec<Action>) {
+        actions.push(Action::Signal {
+            pid,
+            signal: GroupSignal::Term,
+        });
+        self.restarting = restarting;
+        self.reset_at = None;
+        self.phase = Phase::Terminating {
+            pid,
+            kill_at: now + self.policy.kill_delay,
+        };
+    }
+
+    fn back_off(&mut self, now: Instant, on_type: &str, actions: &mut Vec<Action>) {
+        self.restarting = false;
+        self.backoff_num += 1;
+        self.backoff_time = next_backoff(&self.policy, self.backoff_time);
+        let jitter = self.jitter(self.backoff_time);
+        actions.push(Action::Log(format!(
+            "Service \"{}\" {on_type} action is \"restart\", waiting ~{} before restart (backoff {})",
+            self.name,
+            format_secs(self.backoff_time),
+            self.backoff_num
+        )));
+        self.phase = Phase::Backoff {
+            until: now + self.backoff_time + jitter,
+        };
+    }
+
+    /// A uniformly random 0-10 % of `base`.
+    fn jitter(&mut self, base: Duration) -> Duration {
+        // xorshift64*: plenty for spreading restarts, and reproducible from the seed.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let r = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        let unit = (r >> 11) as f64 / (1u64 << 53) as f64;
+        base.mul_f64(0.1 * unit)
+    }
+}
+
+/// The backoff delay that follows `current` (zero means "no backoff yet").
+pub fn next_backoff(policy: &Policy, current: Duration) -> Duration {
+    if current.is_zero() {
+        return policy.backoff_delay;
+    }
+    if current >= policy.backoff_limit {
+        return policy.backoff_limit;
+    }
+    current
+        .mul_f64(policy.backoff_factor)
+        .min(policy.backoff_limit)
+}
+
+/// Formats a whole or fractional number of seconds the way Go prints small durations.
+fn format_secs(d: Duration) -> String {
+    let nanos = i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    cobble_plan::duration::format_duration(nanos)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,494 @@
+//! Service supervision.
+//!
+//! The [`ServiceManager`] is an actor: one task owns every service's [`machine::Machine`], its
+//! process and its output log, and is driven through a cloneable handle with typed messages.
+//! Requests (start, stop, signal, status), process exits and deadlines all become events of
+//! the pure machine; the actor performs the actions it returns (spawn, signal the group,
+//! resolve the waiting request) and sleeps until the earliest deadline of any service.
+//!
+//! Changes and tasks are not the engine: [`changes`] turns an API request into a change whose
+//! runners ask the actor to start or stop one service at a time and record what happened.
+
+pub mod changes;
+pub mod logbuf;
+pub mod machine;
+mod process;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cobble_client::types::ServiceInfo;
+use cobble_plan::{Plan, Service, ServiceAction};
+use jiff::Timestamp;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use crate::state::format_rfc3339_nano;
+use logbuf::ServiceLog;
+use machine::{Action, Event, ExitAction, GroupSignal, Machine, Policy, StartOutcome, StopOutcome};
+
+/// Lines of output copied into the task log when a start fails.
+pub const LAST_LOG_LINES: usize = 20;
+
+/// The reply to a start request: the outcome and, for failures that ask for it, the service's
+/// most recent output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartReply {
+    pub outcome: StartOutcome,
+    pub output: Vec<String>,
+}
+
+/// A service's status for `GET /v1/services` and metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceStatus {
+    pub info: ServiceInfo,
+    /// Processes spawned for it by this daemon.
+    pub start_count: u64,
+}
+
+enum Request {
+    Start {
+        name: String,
+        reply: oneshot::Sender<StartReply>,
+    },
+    Stop {
+        name: String,
+        reply: oneshot::Sender<StopOutcome>,
+    },
+    AbortStart {
+        name: String,
+    },
+    Statuses {
+        names: Vec<String>,
+        reply: oneshot::Sender<Vec<ServiceStatus>>,
+    },
+    Signal {
+        names: Vec<String>,
+        signal: String,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    Outdated {
+        reply: oneshot::Sender<Vec<String>>,
+    },
+    Active {
+        reply: oneshot::Sender<Vec<String>>,
+    },
+}
+
+/// Handle to the service manager actor. Cheap to clone.
+#[derive(Clone)]
+pub struct ServiceManager {
+    tx: mpsc::UnboundedSender<Request>,
+}
+
+/// The manager's error when its task has gone (the daemon is shutting down).
+const GONE: &str = "service manager is not running";
+
+impl ServiceManager {
+    /// Starts the actor. `shutdown` receives the exit code when a service's action asks the
+    /// daemon to stop.
+    pub fn spawn(
+        plan: watch::Receiver<Arc<Plan>>,
+        verbose: bool,
+        shutdown: mpsc::UnboundedSender<i32>,
+    ) -> ServiceManager {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (exits_tx, exits_rx) = mpsc::unbounded_channel();
+        let actor = Actor {
+            plan,
+            verbose,
+            shutdown,
+            services: BTreeMap::new(),
+            exits_tx,
+            next_seed: seed(),
+        };
+        tokio::spawn(actor.run(rx, exits_rx));
+        ServiceManager { tx }
+    }
+
+    /// Starts a service and resolves once its start succeeded (the okay delay passed) or failed.
+    pub async fn start(&self, name: &str) -> StartReply {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.send(Request::Start {
+            name: name.into(),
+            reply,
+        });
+        rx.await.unwrap_or(StartReply {
+            outcome: StartOutcome::Failed {
+                error: GONE.into(),
+                with_output: false,
+            },
+            output: Vec::new(),
+        })
+    }
+
+    /// Stops a service and resolves once it stopped (or the stop failed).
+    pub async fn stop(&self, name: &str) -> StopOutcome {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.send(Request::Stop {
+            name: name.into(),
+            reply,
+        });
+        rx.await.unwrap_or(StopOutcome::Failed(GONE.into()))
+    }
+
+    /// Kills a service whose start is being aborted.
+    pub fn abort_start(&self, name: &str) {
+        let _ = self.tx.send(Request::AbortStart { name: name.into() });
+    }
+
+    /// Statuses of the plan's services (all of them when `names` is empty), sorted by name.
+    pub async fn statuses(&self, names: Vec<String>) -> Vec<ServiceStatus> {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.send(Request::Statuses { names, reply });
+        rx.await.unwrap_or_default()
+    }
+
+    /// Sends `signal` (a name such as `SIGHUP`) to each service's main process.
+    pub async fn signal(&self, names: Vec<String>, signal: String) -> Result<(), String> {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.send(Request::Signal {
+            names,
+            signal,
+            reply,
+        });
+        rx.await.unwrap_or_else(|_| Err(GONE.into()))
+    }
+
+    /// Services started by this daemon whose configuration in the plan has changed since.
+    pub async fn outdated(&self) -> Vec<String> {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.send(Request::Outdated { reply });
+        rx.await.unwrap_or_default()
+    }
+
+    /// Services that are starting, running or backing off.
+    pub async fn active(&self) -> Vec<String> {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.send(Request::Active { reply });
+        rx.await.unwrap_or_default()
+    }
+}
+
+/// One supervised service.
+struct Slot {
+    /// Its lifecycle.
+    machine: Machine,
+    /// The configuration stored at the last explicit start; restarts use it.
+    config: Arc<Service>,
+    /// Its recent output.
+    log: ServiceLog,
+    /// Requests waiting for the current start to resolve.
+    start_waiters: Vec<oneshot::Sender<StartReply>>,
+    /// Requests waiting for the current stop to resolve.
+    stop_waiters: Vec<oneshot::Sender<StopOutcome>>,
+    /// When the reported status last changed.
+    since: Option<Timestamp>,
+    /// Processes spawned.
+    start_count: u64,
+}
+
+struct ExitNotice {
+    name: String,
+    pid: u32,
+    code: i32,
+}
+
+struct Actor {
+    plan: watch::Receiver<Arc<Plan>>,
+    verbose: bool,
+    shutdown: mpsc::UnboundedSender<i32>,
+    services: BTreeMap<String, Slot>,
+    exits_tx: mpsc::UnboundedSender<ExitNotice>,
+    next_seed: u64,
+}
+
+impl Actor {
+    async fn run(
+        mut self,
+        mut requests: mpsc::UnboundedReceiver<Request>,
+        mut exits: mpsc::UnboundedReceiver<ExitNotice>,
+    ) {
+        loop {
+            let deadline = self
+                .services
+                .values()
+                .filter_map(|s| s.machine.deadline())
+                .min();
+            let sleep = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                request = requests.recv() => match request {
+                    Some(request) => self.handle(request),
+                    None => break,
+                },
+                Some(exit) = exits.recv() => {
+                    self.feed(&exit.name, Event::Exited { pid: exit.pid, code: exit.code });
+                }
+                () = sleep => {
+                    let now = Instant::now();
+                    let due: Vec<String> = self
+                        .services
+                        .iter()
+                        .filter(|(_, s)| s.machine.deadline().is_some_and(|d| d <= now))
+                        .map(|(n, _)| n.clone())
+                        .collect();
+                    for name in due {
+                        self.feed(&name, Event::Tick);
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, request: Request) {
+        match request {
+            Request::Start { name, reply } => self.start(name, reply),
+            Request::Stop { name, reply } => match self.services.get_mut(&name) {
+                None => {
+                    let _ = reply.send(StopOutcome::NeverStarted);
+                }
+                Some(slot) => {
+                    slot.stop_waiters.push(reply);
+                    self.feed(&name, Event::Stop);
+                }
+            },
+            Request::AbortStart { name } => self.feed(&name, Event::AbortStart),
+            Request::Statuses { names, reply } => {
+                let _ = reply.send(self.statuses(&names));
+            }
+            Request::Signal {
+                names,
+                signal,
+                reply,
+            } => {
+                let _ = reply.send(self.signal(&names, &signal));
+            }
+            Request::Outdated { reply } => {
+                let plan = self.plan.borrow().clone();
+                let outdated = self
+                    .services
+                    .iter()
+                    .filter(|(name, slot)| {
+                        plan.services
+                            .get(*name)
+                            .is_some_and(|config| *config != *slot.config)
+                    })
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                let _ = reply.send(outdated);
+            }
+            Request::Active { reply } => {
+                let active = self
+                    .services
+                    .iter()
+                    .filter(|(_, s)| {
+                        matches!(
+                            s.machine.status(),
+                            machine::Status::Active | machine::Status::Backoff
+                        )
+                    })
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                let _ = reply.send(active);
+            }
+        }
+    }
+
+    fn start(&mut self, name: String, reply: oneshot::Sender<StartReply>) {
+        let Some(config) = self.plan.borrow().services.get(&name).cloned() else {
+            let _ = reply.send(StartReply {
+                outcome: StartOutcome::Failed {
+                    error: format!("cannot find service \"{name}\" in plan"),
+                    with_output: false,
+                },
+                output: Vec::new(),
+            });
+            return;
+        };
+        let config = Arc::new(config);
+        let seed = {
+            self.next_seed = self.next_seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            self.next_seed
+        };
+        let slot = self.services.entry(name.clone()).or_insert_with(|| Slot {
+            machine: Machine::new(name.clone(), seed),
+            config: config.clone(),
+            log: ServiceLog::new(),
+            start_waiters: Vec::new(),
+            stop_waiters: Vec::new(),
+            since: None,
+            start_count: 0,
+        });
+        slot.config = config.clone();
+        slot.start_waiters.push(reply);
+        self.feed(&name, Event::Start(policy(&config)));
+    }
+
+    /// Feeds one event to a service's machine and performs the resulting actions.
+    fn feed(&mut self, name: &str, event: Event) {
+        let Some(slot) = self.services.get_mut(name) else {
+            return;
+        };
+        let before = slot.machine.status();
+        let mut pending =
+            std::collections::VecDeque::from(slot.machine.step(Instant::now(), event));
+        while let Some(action) = pending.pop_front() {
+            let slot = self.services.get_mut(name).expect("slot exists");
+            match action {
+                Action::Spawn => {
+                    let result = process::spawn(name, &slot.config, &slot.log, self.verbose);
+                    let event = match result {
+                        Ok(process) => {
+                            slot.start_count += 1;
+                            let exits = self.exits_tx.clone();
+                            let notice_name = name.to_owned();
+                            let pid = process.pid;
+                            tokio::spawn(async move {
+                                // A lost status (never expected) still counts as an exit.
+                                let code = process.exit.await.map(|s| s.code()).unwrap_or(-1);
+                                let _ = exits.send(ExitNotice {
+                                    name: notice_name,
+                                    pid,
+                                    code,
+                                });
+                            });
+                            Event::Spawned { pid }
+                        }
+                        Err(error) => {
+                            tracing::info!("Service \"{name}\" {error}");
+                            Event::SpawnFailed { error }
+                        }
+                    };
+                    pending.extend(slot.machine.step(Instant::now(), event));
+                }
+                Action::Signal { pid, signal } => {
+                    let sig = match signal {
+                        GroupSignal::Term => cobble_sys::process::Signal::SIGTERM,
+                        GroupSignal::Kill => cobble_sys::process::Signal::SIGKILL,
+                    };
+                    if let Err(e) = cobble_sys::process::signal_group(pid, sig) {
+                        tracing::info!("Cannot send {sig} to service \"{name}\": {e}");
+                    }
+                }
+                Action::StartDone(outcome) => {
+                    let output = match &outcome {
+                        StartOutcome::Failed {
+                            with_output: true, ..
+                        } => slot.log.last_lines(LAST_LOG_LINES),
+                        _ => Vec::new(),
+                    };
+                    for waiter in slot.start_waiters.drain(..) {
+                        let _ = waiter.send(StartReply {
+                            outcome: outcome.clone(),
+                            output: output.clone(),
+                        });
+                    }
+                }
+                Action::StopDone(outcome) => {
+                    for waiter in slot.stop_waiters.drain(..) {
+                        let _ = waiter.send(outcome.clone());
+                    }
+                }
+                Action::Shutdown(code) => {
+                    let _ = self.shutdown.send(code);
+                }
+                Action::Log(message) => tracing::info!("{message}"),
+            }
+        }
+        let slot = self.services.get_mut(name).expect("slot exists");
+        if slot.machine.status() != before || slot.since.is_none() {
+            slot.since = Some(Timestamp::now());
+        }
+    }
+
+    fn statuses(&self, names: &[String]) -> Vec<ServiceStatus> {
+        let plan = self.plan.borrow().clone();
+        plan.services
+            .iter()
+            .filter(|(name, _)| names.is_empty() || names.contains(name))
+            .map(|(name, config)| {
+                let startup = if config.is_enabled() {
+                    "enabled"
+                } else {
+                    "disabled"
+                };
+                let slot = self.services.get(name);
+                ServiceStatus {
+                    info: ServiceInfo {
+                        name: name.clone(),
+                        startup: startup.into(),
+                        current: slot
+                            .map_or(machine::Status::Inactive, |s| s.machine.status())
+                            .as_str()
+                            .into(),
+                        current_since: slot.and_then(|s| s.since).map(format_rfc3339_nano),
+                    },
+                    start_count: slot.map_or(0, |s| s.start_count),
+                }
+            })
+            .collect()
+    }
+
+    /// Signals each named service's main process, reporting every failure, as Pebble does.
+    fn signal(&self, names: &[String], signal: &str) -> Result<(), String> {
+        let mut errors = Vec::new();
+        for name in names {
+            let pid = self
+                .services
+                .get(name)
+                .filter(|s| s.machine.is_running())
+                .and_then(|s| s.machine.pid());
+            let result = match pid {
+                None => Err("service is not running".to_owned()),
+                Some(pid) => cobble_sys::process::parse_signal(signal)
+                    .map_err(|e| e.to_string())
+                    .and_then(|sig| {
+                        tracing::info!("Sending {signal} to service \"{name}\"");
+                        cobble_sys::process::signal_pid(pid, sig).map_err(|e| e.to_string())
+                    }),
+            };
+            if let Err(e) = result {
+                errors.push(format!("cannot send signal to \"{name}\": {e}"));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+/// The lifecycle policy of a service's configuration.
+pub fn policy(config: &Service) -> Policy {
+    Policy {
+        on_success: exit_action(config.on_success),
+        on_failure: exit_action(config.on_failure),
+        backoff_delay: config.backoff_delay(),
+        backoff_factor: config.backoff_factor(),
+        backoff_limit: config.backoff_limit(),
+        kill_delay: config.kill_delay(),
+    }
+}
+
+fn exit_action(action: ServiceAction) -> ExitAction {
+    match action {
+        ServiceAction::Unset | ServiceAction::Restart => ExitAction::Restart,
+        ServiceAction::Shutdown => ExitAction::Shutdown,
+        ServiceAction::SuccessShutdown => ExitAction::SuccessShutdown,
+        ServiceAction::FailureShutdown => ExitAction::FailureShutdown,
+        ServiceAction::Ignore => ExitAction::Ignore,
+    }
+}
+
+fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}

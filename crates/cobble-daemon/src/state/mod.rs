@@ -1,0 +1,588 @@
+//! Changes and tasks: the API's record of what was asked and what happened.
+//!
+//! The store is a plain data structure behind one mutex, shared by the code that creates and
+//! advances changes (the service manager's change runners) and the API (listing, waiting,
+//! aborting). Critical sections are short and never await. Every mutation bumps a version
+//! published on a `watch` channel, which both wakes `/v1/changes/{id}/wait` and tells the
+//! persister there is something to write. The persister coalesces bursts into one atomic
+//! write of `$PEBBLE/.pebble.state` (see [`persist`]), so the file is never rewritten once per
+//! event.
+//!
+//! Change and task IDs count up across restarts; changes left unfinished by a previous daemon
+//! are closed at load so nothing waits on them forever.
+
+mod persist;
+mod timefmt;
+
+pub use persist::{COALESCE_WINDOW, PersistError, Persister, load, write_atomic};
+pub use timefmt::{format_rfc3339_nano, format_rfc3339_secs, format_utc_millis};
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use cobble_client::types::{ChangeInfo, TaskInfo, TaskProgress};
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// At most this many log entries are kept per task; older ones are dropped.
+pub const MAX_TASK_LOG: usize = 10;
+/// Ready changes older than this are pruned.
+pub const READY_CHANGE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Changes still not ready after this long are aborted.
+pub const ABORT_TTL: Duration = Duration::from_secs(14 * 24 * 3600);
+/// At most this many ready changes are kept.
+pub const MAX_READY_CHANGES: usize = 1000;
+
+/// The status of a task, and the derived status of a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Status {
+    Default,
+    Hold,
+    Do,
+    Doing,
+    Done,
+    Abort,
+    Undo,
+    Undoing,
+    Undone,
+    Error,
+    Wait,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Default => "Default",
+            Status::Hold => "Hold",
+            Status::Do => "Do",
+            Status::Doing => "Doing",
+            Status::Done => "Done",
+            Status::Abort => "Abort",
+            Status::Undo => "Undo",
+            Status::Undoing => "Undoing",
+            Status::Undone => "Undone",
+            Status::Error => "Error",
+            Status::Wait => "Wait",
+        }
+    }
+
+    /// Done, Undone, Hold and Error are final.
+    pub fn is_ready(self) -> bool {
+        matches!(
+            self,
+            Status::Done | Status::Undone | Status::Hold | Status::Error
+        )
+    }
+}
+
+/// A task: one step of a change, such as starting one service.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Task {
+    pub id: u64,
+    pub change_id: u64,
+    /// `start`, `stop`, ...
+    pub kind: String,
+    pub summary: String,
+    pub status: Status,
+    /// Entries already formatted as `<time> INFO|ERROR <message>`.
+    pub log: Vec<String>,
+    pub spawn_time: Timestamp,
+    pub ready_time: Option<Timestamp>,
+    /// The service this task acts on, if any.
+    pub service: Option<String>,
+}
+
+/// A change: a client request and the tasks carrying it out.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Change {
+    pub id: u64,
+    pub kind: String,
+    pub summary: String,
+    pub task_ids: Vec<u64>,
+    pub spawn_time: Timestamp,
+    pub ready_time: Option<Timestamp>,
+    /// Services the change is about (`for=` filter of `GET /v1/changes`).
+    pub service_names: Vec<String>,
+    /// The status of a change without tasks.
+    pub status_without_tasks: Status,
+}
+
+/// Which changes `GET /v1/changes` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Select {
+    InProgress,
+    Ready,
+    All,
+}
+
+/// Everything the state file holds.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct StateData {
+    pub last_change_id: u64,
+    pub last_task_id: u64,
+    pub changes: BTreeMap<u64, Change>,
+    pub tasks: BTreeMap<u64, Task>,
+}
+
+/// Errors of store operations, worded as Pebble's API words them.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StateError {
+    #[error("cannot find change with id \"{0}\"")]
+    NoSuchChange(String),
+    #[error("cannot abort change {0} with nothing pending")]
+    NothingPending(u64),
+}
+
+/// The shared store of changes and tasks. Cheap to clone.
+#[derive(Clone)]
+pub struct StateStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    data: Mutex<StateData>,
+    /// Bumped on every mutation.
+    version: watch::Sender<u64>,
+    /// Cancelled when a change is aborted; runners watch these. Not persisted.
+    abort_tokens: Mutex<BTreeMap<u64, CancellationToken>>,
+}
+
+impl StateStore {
+    /// A store holding `data` (fresh or loaded from disk).
+    pub fn new(mut data: StateData) -> StateStore {
+        close_unfinished(&mut data);
+        let (version, _) = watch::channel(0);
+        StateStore {
+            inner: Arc::new(Inner {
+                data: Mutex::new(data),
+                version,
+                abort_tokens: Mutex::new(BTreeMap::new()),
+            }),
+        }
+    }
+
+    /// Subscribes to mutations.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.inner.version.subscribe()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, StateData> {
+        self.inner.data.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the data and publishes the mutation.
+    fn mutate<R>(&self, f: impl FnOnce(&mut StateData) -> R) -> R {
+        let result = f(&mut self.lock());
+        self.inner.version.send_modify(|v| *v += 1);
+        result
+    }
+
+    /// Serialises the current data (for the persister).
+    pub fn snapshot_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&*self.lock()).expect("state serialises")
+    }
+
+    /// Creates a change with no tasks yet.
+    pub fn new_change(&self, kind: &str, summary: &str, service_names: Vec<String>) -> u64 {
+        let id = self.mutate(|d| {
+            d.last_change_id += 1;
+            let id = d.last_change_id;
+            d.changes.insert(
+                id,
+                Change {
+                    id,
+                    kind: kind.into(),
+                    summary: summary.into(),
+                    task_ids: Vec::new(),
+                    spawn_time: Timestamp::now(),
+                    ready_time: None,
+                    service_names,
+                    status_without_tasks: Status::Hold,
+                },
+            );
+            id
+        });
+        self.inner
+            .abort_tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, CancellationToken::new());
+        id
+    }
+
+    /// Creates a change that is already Done (a replan with nothing to do).
+    pub fn new_done_change(&self, kind: &str, summary: &str) -> u64 {
+        let id = self.new_change(kind, summary, Vec::new());
+        self.mutate(|d| {
+            if let Some(c) = d.changes.get_mut(&id) {
+                c.status_without_tasks = Status::Done;
+                c.ready_time = Some(c.spawn_time);
+            }
+        });
+        id
+    }
+
+    /// Adds a task to a change.
+    pub fn add_task(
+        &self,
+        change_id: u64,
+        kind: &str,
+        summary: &str,
+        service: Option<&str>,
+    ) -> u64 {
+        self.mutate(|d| {
+            d.last_task_id += 1;
+            let id = d.last_task_id;
+            d.tasks.insert(
+                id,
+                Task {
+                    id,
+                    change_id,
+                    kind: kind.into(),
+                    summary: summary.into(),
+                    status: Status::Do,
+                    log: Vec::new(),
+                    spawn_time: Timestamp::now(),
+                    ready_time: None,
+                    service: service.map(str::to_owned),
+                },
+            );
+            if let Some(c) = d.changes.get_mut(&change_id) {
+                c.task_ids.push(id);
+            }
+            id
+        })
+    }
+
+    /// The token cancelled when `change_id` is aborted.
+    pub fn abort_token(&self, change_id: u64) -> CancellationToken {
+        self.inner
+            .abort_tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(change_id)
+            .or_default()
+            .clone()
+    }
+
+    /// Sets a task's status, stamping ready times of the task and, if it became ready, its change.
+    pub fn set_task_status(&self, task_id: u64, status: Status) {
+        self.mutate(|d| {
+            let Some(task) = d.tasks.get_mut(&task_id) else {
+                return;
+            };
+            task.status = status;
+            if status.is_ready() && task.ready_time.is_none() {
+                task.ready_time = Some(Timestamp::now());
+            }
+            let change_id = task.change_id;
+            refresh_ready_time(d, change_id);
+        });
+        self.forget_token_if_ready(task_id);
+    }
+
+    fn forget_token_if_ready(&self, task_id: u64) {
+        let ready_change = {
+            let d = self.lock();
+            d.tasks.get(&task_id).and_then(|t| {
+                d.changes
+                    .get(&t.change_id)
+                    .filter(|c| c.ready_time.is_some())
+                    .map(|c| c.id)
+            })
+        };
+        if let Some(id) = ready_change {
+            self.inner
+                .abort_tokens
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+        }
+    }
+
+    /// Appends an INFO entry to a task's log.
+    pub fn task_info(&self, task_id: u64, message: &str) {
+        self.task_log(task_id, "INFO", message);
+    }
+
+    /// Appends an ERROR entry to a task's log; these make up the change's `err`.
+    pub fn task_error(&self, task_id: u64, message: &str) {
+        self.task_log(task_id, "ERROR", message);
+    }
+
+    fn task_log(&self, task_id: u64, level: &str, message: &str) {
+        let entry = format!(
+            "{} {level} {message}",
+            format_rfc3339_secs(Timestamp::now())
+        );
+        self.mutate(|d| {
+            if let Some(task) = d.tasks.get_mut(&task_id) {
+                task.log.push(entry);
+                if task.log.len() > MAX_TASK_LOG {
+                    let excess = task.log.len() - MAX_TASK_LOG;
+                    task.log.drain(..excess);
+                }
+            }
+        });
+    }
+
+    /// The status of a task.
+    pub fn task_status(&self, task_id: u64) -> Option<Status> {
+        self.lock().tasks.get(&task_id).map(|t| t.status)
+    }
+
+    /// A change as the API shows it.
+    pub fn change_info(&self, change_id: u64) -> Option<ChangeInfo> {
+        let d = self.lock();
+        d.changes.get(&change_id).map(|c| render_change(&d, c))
+    }
+
+    /// Parses an API change ID and returns the change.
+    pub fn change_info_str(&self, id: &str) -> Result<ChangeInfo, StateError> {
+        id.parse::<u64>()
+            .ok()
+            .and_then(|n| self.change_info(n))
+            .ok_or_else(|| StateError::NoSuchChange(id.to_owned()))
+    }
+
+    /// Lists changes, newest last.
+    pub fn changes(&self, select: Select, for_service: Option<&str>) -> Vec<ChangeInfo> {
+        let d = self.lock();
+        d.changes
+            .values()
+            .filter(|c| {
+                let ready = change_status(&d, c).is_ready();
+                match select {
+                    Select::All => true,
+                    Select::Ready => ready,
+                    Select::InProgress => !ready,
+                }
+            })
+            .filter(|c| for_service.is_none_or(|s| c.service_names.iter().any(|n| n == s)))
+            .map(|c| render_change(&d, c))
+            .collect()
+    }
+
+    /// Whether a change is ready (None if unknown).
+    pub fn is_ready(&self, change_id: u64) -> Option<bool> {
+        let d = self.lock();
+        d.changes
+            .get(&change_id)
+            .map(|c| change_status(&d, c).is_ready())
+    }
+
+    /// Aborts a change: pending tasks are held, running ones are asked to stop.
+    pub fn abort(&self, change_id: u64) -> Result<ChangeInfo, StateError> {
+        let result = self.mutate(|d| {
+            let Some(change) = d.changes.get(&change_id) else {
+                return Err(StateError::NoSuchChange(change_id.to_string()));
+            };
+            if change_status(d, change).is_ready() {
+                return Err(StateError::NothingPending(change_id));
+            }
+            for id in change.task_ids.clone() {
+                if let Some(task) = d.tasks.get_mut(&id) {
+                    match task.status {
+                        Status::Do => {
+                            task.status = Status::Hold;
+                            task.ready_time = Some(Timestamp::now());
+                        }
+                        Status::Doing => task.status = Status::Abort,
+                        _ => {}
+                    }
+                }
+            }
+            refresh_ready_time(d, change_id);
+            Ok(())
+        });
+        result?;
+        self.abort_token(change_id).cancel();
+        Ok(self.change_info(change_id).expect("change exists"))
+    }
+
+    /// Drops old ready changes and aborts ancient unfinished ones.
+    pub fn prune(&self, now: Timestamp) {
+        self.mutate(|d| prune(d, now));
+    }
+}
+
+/// Closes changes a previous daemon left unfinished: a task that was running is treated as
+/// done (its process, if any, did not survive the daemon), tasks not yet begun are held.
+fn close_unfinished(d: &mut StateData) {
+    let now = Timestamp::now();
+    let mut touched = Vec::new();
+    for task in d.tasks.values_mut() {
+        match task.status {
+            Status::Doing | Status::Abort => {
+                task.status = Status::Done;
+                task.log.push(format!(
+                    "{} INFO Daemon restarted; task not retried.",
+                    format_rfc3339_secs(now)
+                ));
+            }
+            Status::Do | Status::Wait | Status::Default => task.status = Status::Hold,
+            _ => continue,
+        }
+        task.ready_time.get_or_insert(now);
+        touched.push(task.change_id);
+    }
+    for change_id in touched {
+        refresh_ready_time(d, change_id);
+    }
+}
+
+fn refresh_ready_time(d: &mut StateData, change_id: u64) {
+    let Some(change) = d.changes.get(&change_id) else {
+        return;
+    };
+    let ready = change_status(d, change).is_ready();
+    let change = d.changes.get_mut(&change_id).expect("exists");
+    if ready && change.ready_time.is_none() {
+        change.ready_time = Some(Timestamp::now());
+    }
+}
+
+/// A change's status, derived from its tasks' with Pebble's priorities.
+pub fn change_status(d: &StateData, change: &Change) -> Status {
+    if change.task_ids.is_empty() {
+        return change.status_without_tasks;
+    }
+    const ORDER: [Status; 10] = [
+        Status::Abort,
+        Status::Undoing,
+        Status::Undo,
+        Status::Doing,
+        Status::Do,
+        Status::Wait,
+        Status::Error,
+        Status::Undone,
+        Status::Done,
+        Status::Hold,
+    ];
+    let statuses: Vec<Status> = change
+        .task_ids
+        .iter()
+        .filter_map(|id| d.tasks.get(id).map(|t| t.status))
+        .collect();
+    ORDER
+        .into_iter()
+        .find(|s| statuses.contains(s))
+        .unwrap_or(Status::Hold)
+}
+
+/// The `err` text of a change: one line per ERROR task-log entry.
+fn change_err(d: &StateData, change: &Change) -> String {
+    let mut lines = Vec::new();
+    for task in change.task_ids.iter().filter_map(|id| d.tasks.get(id)) {
+        for entry in &task.log {
+            if let Some(message) = log_message(entry, "ERROR") {
+                lines.push(format!("- {} ({message})", task.summary));
+            }
+        }
+    }
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("cannot perform the following tasks:\n{}", lines.join("\n"))
+    }
+}
+
+/// The message of a task-log entry of `level`.
+fn log_message<'a>(entry: &'a str, level: &str) -> Option<&'a str> {
+    let (_, rest) = entry.split_once(' ')?;
+    rest.strip_prefix(level)?.strip_prefix(' ')
+}
+
+fn render_change(d: &StateData, c: &Change) -> ChangeInfo {
+    let status = change_status(d, c);
+    ChangeInfo {
+        id: c.id.to_string(),
+        kind: c.kind.clone(),
+        summary: c.summary.clone(),
+        status: status.as_str().into(),
+        tasks: c
+            .task_ids
+            .iter()
+            .filter_map(|id| d.tasks.get(id))
+            .map(render_task)
+            .collect(),
+        ready: status.is_ready(),
+        err: if status == Status::Error {
+            change_err(d, c)
+        } else {
+            String::new()
+        },
+        spawn_time: format_rfc3339_nano(c.spawn_time),
+        ready_time: c.ready_time.map(format_rfc3339_nano),
+        data: None,
+    }
+}
+
+fn render_task(t: &Task) -> TaskInfo {
+    TaskInfo {
+        id: t.id.to_string(),
+        kind: t.kind.clone(),
+        summary: t.summary.clone(),
+        status: t.status.as_str().into(),
+        log: t.log.clone(),
+        progress: TaskProgress {
+            label: String::new(),
+            done: u64::from(t.status.is_ready()),
+            total: 1,
+        },
+        spawn_time: format_rfc3339_nano(t.spawn_time),
+        ready_time: t.ready_time.map(format_rfc3339_nano),
+        data: None,
+    }
+}
+
+fn prune(d: &mut StateData, now: Timestamp) {
+    let ready_cutoff = now - READY_CHANGE_TTL;
+    let abort_cutoff = now - ABORT_TTL;
+    // Drop expired ready changes, then the oldest beyond the cap.
+    let mut ready: Vec<(Timestamp, u64)> = d
+        .changes
+        .values()
+        .filter_map(|c| c.ready_time.map(|t| (t, c.id)))
+        .collect();
+    ready.sort();
+    let excess = ready.len().saturating_sub(MAX_READY_CHANGES);
+    let mut drop_ids: Vec<u64> = Vec::new();
+    for (i, (time, id)) in ready.iter().enumerate() {
+        if i < excess || *time < ready_cutoff {
+            drop_ids.push(*id);
+        }
+    }
+    for id in drop_ids {
+        if let Some(change) = d.changes.remove(&id) {
+            for task_id in change.task_ids {
+                d.tasks.remove(&task_id);
+            }
+        }
+    }
+    // Abort changes that never finished.
+    let stale: Vec<u64> = d
+        .changes
+        .values()
+        .filter(|c| c.ready_time.is_none() && c.spawn_time < abort_cutoff)
+        .map(|c| c.id)
+        .collect();
+    for id in stale {
+        let task_ids = d.changes[&id].task_ids.clone();
+        for task_id in task_ids {
+            if let Some(task) = d.tasks.get_mut(&task_id)
+                && !task.status.is_ready()
+            {
+                task.status = Status::Hold;
+                task.ready_time = Some(now);
+            }
+        }
+        refresh_ready_time(d, id);
+    }
+}
+
+#[cfg(test)]
+mod tests;

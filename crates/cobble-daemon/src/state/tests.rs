@@ -1,0 +1,204 @@
+use super::*;
+
+fn store() -> StateStore {
+    StateStore::new(StateData::default())
+}
+
+#[test]
+fn ids_are_strings_and_count_up() {
+    let s = store();
+    let a = s.new_change("start", "Start service \"a\"", vec!["a".into()]);
+    let b = s.new_change("stop", "Stop service \"a\"", vec!["a".into()]);
+    assert_eq!((a, b), (1, 2));
+    assert_eq!(s.change_info(b).unwrap().id, "2");
+}
+
+#[test]
+fn change_status_follows_task_priorities() {
+    let s = store();
+    let c = s.new_change("start", "x", vec![]);
+    assert_eq!(s.change_info(c).unwrap().status, "Hold", "no tasks yet");
+    let t1 = s.add_task(c, "start", "Start service \"a\"", Some("a"));
+    let t2 = s.add_task(c, "start", "Start service \"b\"", Some("b"));
+    assert_eq!(s.change_info(c).unwrap().status, "Do");
+    s.set_task_status(t1, Status::Doing);
+    assert_eq!(s.change_info(c).unwrap().status, "Doing");
+    s.set_task_status(t1, Status::Error);
+    assert_eq!(s.change_info(c).unwrap().status, "Do", "Do outranks Error");
+    s.set_task_status(t2, Status::Hold);
+    let info = s.change_info(c).unwrap();
+    assert_eq!(info.status, "Error");
+    assert!(info.ready);
+    assert!(info.ready_time.is_some());
+    assert_eq!(info.tasks[0].progress.done, 1);
+}
+
+#[test]
+fn err_lists_every_error_entry_with_its_task_summary() {
+    let s = store();
+    let c = s.new_change("start", "Start service \"a\"", vec![]);
+    let t = s.add_task(c, "start", "Start service \"a\"", Some("a"));
+    s.task_info(t, "Most recent service output:\n    boom");
+    s.task_error(
+        t,
+        "service start attempt: exited quickly with code 1, will restart",
+    );
+    s.set_task_status(t, Status::Error);
+    let info = s.change_info(c).unwrap();
+    assert_eq!(
+        info.err,
+        "cannot perform the following tasks:\n- Start service \"a\" (service start attempt: exited quickly with code 1, will restart)"
+    );
+    assert_eq!(info.tasks[0].log.len(), 2);
+    assert!(info.tasks[0].log[0].contains(" INFO Most recent service output:"));
+    assert!(info.tasks[0].log[1].contains(" ERROR service start attempt"));
+}
+
+#[test]
+fn task_log_keeps_the_last_ten_entries() {
+    let s = store();
+    let c = s.new_change("start", "x", vec![]);
+    let t = s.add_task(c, "start", "x", None);
+    for i in 0..15 {
+        s.task_info(t, &format!("entry {i}"));
+    }
+    let log = &s.change_info(c).unwrap().tasks[0].log;
+    assert_eq!(log.len(), MAX_TASK_LOG);
+    assert!(log[0].ends_with("entry 5"));
+    assert!(log[9].ends_with("entry 14"));
+}
+
+#[test]
+fn select_and_for_filters() {
+    let s = store();
+    let a = s.new_change("start", "a", vec!["a".into()]);
+    let ta = s.add_task(a, "start", "a", Some("a"));
+    let b = s.new_change("start", "b", vec!["b".into()]);
+    s.add_task(b, "start", "b", Some("b"));
+    s.set_task_status(ta, Status::Done);
+    let ids = |v: Vec<ChangeInfo>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
+    assert_eq!(ids(s.changes(Select::All, None)), ["1", "2"]);
+    assert_eq!(ids(s.changes(Select::Ready, None)), ["1"]);
+    assert_eq!(ids(s.changes(Select::InProgress, None)), ["2"]);
+    assert_eq!(ids(s.changes(Select::All, Some("b"))), ["2"]);
+    assert!(s.changes(Select::All, Some("zzz")).is_empty());
+}
+
+#[test]
+fn abort_holds_pending_tasks_and_cancels_runners() {
+    let s = store();
+    let c = s.new_change("start", "x", vec![]);
+    let t1 = s.add_task(c, "start", "a", None);
+    let t2 = s.add_task(c, "start", "b", None);
+    s.set_task_status(t1, Status::Doing);
+    let token = s.abort_token(c);
+    let info = s.abort(c).unwrap();
+    assert_eq!(info.status, "Abort");
+    assert!(token.is_cancelled());
+    assert_eq!(s.task_status(t2), Some(Status::Hold));
+    s.task_error(t1, "start aborted, sent SIGKILL to process");
+    s.set_task_status(t1, Status::Error);
+    assert!(s.change_info(c).unwrap().ready);
+    assert_eq!(s.abort(c), Err(StateError::NothingPending(c)));
+    assert_eq!(s.abort(99), Err(StateError::NoSuchChange("99".into())));
+}
+
+#[test]
+fn done_change_without_tasks() {
+    let s = store();
+    let c = s.new_done_change("replan", "Replan - no services");
+    let info = s.change_info(c).unwrap();
+    assert_eq!(info.status, "Done");
+    assert!(info.ready);
+    assert!(info.tasks.is_empty());
+}
+
+#[test]
+fn reload_keeps_ids_and_closes_unfinished_changes() {
+    let s = store();
+    let c = s.new_change("start", "x", vec![]);
+    let t1 = s.add_task(c, "start", "a", None);
+    let t2 = s.add_task(c, "start", "b", None);
+    s.set_task_status(t1, Status::Doing);
+    let bytes = s.snapshot_json();
+    let data: StateData = serde_json::from_slice(&bytes).unwrap();
+    let s2 = StateStore::new(data);
+    assert_eq!(s2.task_status(t1), Some(Status::Done));
+    assert_eq!(s2.task_status(t2), Some(Status::Hold));
+    assert!(s2.change_info(c).unwrap().ready);
+    assert_eq!(s2.new_change("stop", "y", vec![]), c + 1);
+}
+
+#[test]
+fn prune_drops_old_ready_changes_and_caps_the_count() {
+    let s = store();
+    for _ in 0..(MAX_READY_CHANGES + 5) {
+        let c = s.new_change("start", "x", vec![]);
+        let t = s.add_task(c, "start", "x", None);
+        s.set_task_status(t, Status::Done);
+    }
+    let pending = s.new_change("start", "pending", vec![]);
+    s.add_task(pending, "start", "x", None);
+    s.prune(Timestamp::now());
+    assert_eq!(s.changes(Select::Ready, None).len(), MAX_READY_CHANGES);
+    assert!(s.change_info(1).is_none(), "oldest ready change dropped");
+    assert!(s.change_info(pending).is_some());
+    // Eight days on, every ready change has expired; the pending one is kept until 14 days.
+    s.prune(Timestamp::now() + jiff::SignedDuration::from_hours(8 * 24));
+    assert!(s.changes(Select::Ready, None).is_empty());
+    assert!(!s.change_info(pending).unwrap().ready);
+    s.prune(Timestamp::now() + jiff::SignedDuration::from_hours(15 * 24));
+    assert!(
+        s.change_info(pending).unwrap().ready,
+        "aborted after 14 days"
+    );
+}
+
+#[test]
+fn atomic_write_replaces_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(".pebble.state");
+    persist::write_atomic(&path, b"{}").unwrap();
+    let s = store();
+    s.new_change("start", "x", vec![]);
+    persist::write_atomic(&path, &s.snapshot_json()).unwrap();
+    let loaded = persist::load(&path).unwrap();
+    assert_eq!(loaded.last_change_id, 1);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != ".pebble.state")
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn persister_coalesces_bursts_into_one_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(".pebble.state");
+    let s = store();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(Persister::new(s.clone(), path.clone()).run(cancel.clone()));
+    tokio::task::yield_now().await;
+    for _ in 0..50 {
+        s.new_change("start", "x", vec![]);
+    }
+    // Wait (in paused time) for the coalescing window; the blocking write runs on a real thread.
+    let loaded = loop {
+        tokio::time::sleep(COALESCE_WINDOW).await;
+        if let Ok(d) = persist::load(&path)
+            && d.last_change_id == 50
+        {
+            break d;
+        }
+    };
+    assert_eq!(loaded.changes.len(), 50);
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    cancel.cancel();
+    task.await.unwrap();
+    // Nothing changed since, so shutdown did not rewrite it.
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().modified().unwrap(),
+        modified
+    );
+}
