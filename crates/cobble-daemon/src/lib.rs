@@ -79,7 +79,7 @@ pub fn run(opts: RunOptions) -> i32 {
     match code {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: cannot run daemon: {e}");
             1
         }
     }

@@ -1,0 +1,56 @@
+//! An async Rust client for the Pebble-compatible HTTP API that cobble serves, and the JSON
+//! wire types that the daemon and the client share.
+//!
+//! # Theory of operation
+//!
+//! Every call opens a new HTTP/1.1 connection to the daemon's unix socket (or to a TCP
+//! address when `PEBBLE_BASEURL` is set), sends one request with `Host: localhost`, reads the
+//! whole response and decodes Pebble's envelope:
+//!
+//! - `sync` responses yield their `result`, deserialized into the method's return type;
+//! - `async` responses (service actions) yield the ID of the change that carries them out,
+//!   which [`Client::wait_change`] then follows to the end;
+//! - `error` responses become [`Error::Api`], with the daemon's status code, kind and message.
+//!
+//! A new connection per request is what ops does. It keeps the client stateless, so a daemon
+//! that restarts between two calls is invisible to it.
+//!
+//! # Layout
+//!
+//! - [`types`]: the wire types, field for field and in Go's field order.
+//! - [`ClientConfig`] and [`EnvPaths`]: where the daemon is, from Pebble's environment variables.
+//! - [`Client`]: one async method per API call, plus [`Client::get`], [`Client::post`],
+//!   [`Client::request`] and [`Client::raw_request`] for endpoints without a typed method.
+//! - [`Error`]: one error type, with messages worded like Pebble's Go client.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use cobble_client::{Client, ClientConfig};
+//!
+//! # async fn demo() -> Result<(), cobble_client::Error> {
+//! let client = Client::new(ClientConfig::from_env())?;
+//! let change_id = client.start(&["web".to_string()]).await?;
+//! let change = client.wait_change(&change_id, None).await?;
+//! if !change.err.is_empty() {
+//!     eprintln!("start failed: {}", change.err);
+//! }
+//! for service in client.services(&[]).await? {
+//!     println!("{} is {}", service.name, service.current);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+mod client;
+mod config;
+mod error;
+mod transport;
+pub mod types;
+
+pub use client::{ChangeSelector, Client, Response, decode_envelope};
+pub use config::{ClientConfig, DEFAULT_PEBBLE_DIR, EnvPaths, SOCKET_FILE_NAME};
+pub use error::Error;
+pub use hyper::Method;
+pub use transport::RawResponse;

@@ -1,0 +1,376 @@
+//! The command line: parsing, dispatch, and Pebble's conventions for output and errors.
+//!
+//! # Theory of operation
+//!
+//! Arguments are parsed with clap, after `run`'s go-flags style `--args SERVICE ARGS... ;`
+//! groups have been taken out by hand (clap has no notion of a terminator that closes a
+//! group of values). Parse errors are reworded the way go-flags words them and exit with 1.
+//!
+//! `run` hands over to the daemon, which builds its own runtime, so `main` itself never runs
+//! inside one. Every other command gets a current-thread tokio runtime, talks to the daemon
+//! only through [`cobble_client::Client`], and writes to a buffered stdout.
+//!
+//! Errors are printed as `error: <message>` on stderr with exit code 1, like Pebble; API
+//! errors are word-wrapped as Pebble wraps them. A closed stdout (`cobble services | head`)
+//! is not an error.
+//!
+//! # Layout
+//!
+//! One module per command (`run`, `add`, `plan`, `services`, ...); `wait` holds what the
+//! service actions share (send, then follow the change), `format` and `times` the output
+//! conventions, `help` the command summary.
+
+mod add;
+mod autostart;
+mod changes;
+mod format;
+mod help;
+mod plan;
+mod replan;
+mod restart;
+mod run;
+mod services;
+mod signal;
+mod start;
+mod stop;
+mod tasks;
+mod times;
+mod version;
+mod wait;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::OnceLock;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use cobble_client::{Client, ClientConfig};
+
+/// The version of this client, printed by `version` and `--version`.
+pub const CLIENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The length of `error: `, which continuation lines of wrapped errors are indented by.
+const ERROR_PREFIX: &str = "error: ";
+
+/// The top level: an optional command, and the hidden `--version` Pebble accepts anywhere.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cobble",
+    about = "A service manager for containers",
+    disable_help_subcommand = true,
+    disable_version_flag = true
+)]
+struct Cli {
+    /// Print the client and server versions and exit.
+    #[arg(long, global = true, hide = true)]
+    version: bool,
+
+    /// The command to run; without one, a summary of commands is printed.
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// Every command, named as in Pebble.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the service manager environment
+    Run(run::RunArgs),
+    /// Dynamically add a layer to the plan's layers
+    Add(add::AddArgs),
+    /// Show the plan with layers combined
+    Plan(plan::PlanArgs),
+    /// Ensure running services match the current plan
+    Replan(wait::WaitArgs),
+    /// Start a service and its dependencies
+    Start(start::StartArgs),
+    /// Stop a service and its dependents
+    Stop(stop::StopArgs),
+    /// Restart a service
+    Restart(restart::RestartArgs),
+    /// Start services set to start by default
+    Autostart(wait::WaitArgs),
+    /// Query the status of configured services
+    Services(services::ServicesArgs),
+    /// List system changes
+    Changes(changes::ChangesArgs),
+    /// List a change's tasks
+    Tasks(tasks::TasksArgs),
+    /// Send a signal to one or more running services
+    Signal(signal::SignalArgs),
+    /// Show version details
+    Version(version::VersionArgs),
+    /// Show help about a command
+    Help(help::HelpArgs),
+}
+
+/// The name the binary was invoked as (`cobble`, or `pebble` through a symlink), used where
+/// Pebble's messages name the program.
+pub fn program_name() -> &'static str {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| {
+        std::env::args_os()
+            .next()
+            .as_deref()
+            .map(std::path::Path::new)
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "cobble".into())
+    })
+}
+
+/// The whole command line, from arguments to exit code.
+pub fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+
+    let (argv, service_args) = run::extract_service_args(&argv);
+    if asks_for_top_level_help(&argv) {
+        // Pebble answers a bare `--help` with the command summary, not a flag list.
+        return finish(help::print_short(&mut std::io::stdout()));
+    }
+    let command = Cli::command().name(program_name());
+    let cli = match command
+        .try_get_matches_from(&argv)
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
+        Ok(cli) => cli,
+        Err(err) => return report_parse_error(err),
+    };
+
+    if cli.version {
+        return run_client(|client, out| Box::pin(version::print_versions(client, out)));
+    }
+    let Some(command) = cli.command else {
+        return finish(help::print_short(&mut std::io::stdout()));
+    };
+    match command {
+        Command::Run(args) => run::execute(args, service_args),
+        Command::Help(args) => finish(help::execute(args)),
+        Command::Version(args) if args.client => finish(version::print_client_only()),
+        other => run_client(move |client, out| Box::pin(dispatch(other, client, out))),
+    }
+}
+
+/// `cobble --help` or `cobble -h`, with no command.
+fn asks_for_top_level_help(argv: &[String]) -> bool {
+    let words = argv.get(1..).unwrap_or_default();
+    !words.iter().any(|w| !w.starts_with('-')) && words.iter().any(|w| w == "-h" || w == "--help")
+}
+
+type Output = std::io::BufWriter<std::io::Stdout>;
+type CommandFuture<'a> = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
+
+/// Runs a client command on a current-thread runtime and turns its outcome into an exit code.
+fn run_client<F>(body: F) -> ExitCode
+where
+    F: for<'a> FnOnce(&'a Client, &'a mut Output) -> CommandFuture<'a>,
+{
+    let outcome = (|| -> anyhow::Result<()> {
+        let client = Client::new(ClientConfig::from_env())?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let mut out = std::io::BufWriter::new(std::io::stdout());
+        let result = runtime.block_on(body(&client, &mut out));
+        // Whatever was written before a failure is still shown, as Pebble does.
+        let flushed = out.flush();
+        result?;
+        flushed?;
+        Ok(())
+    })();
+    finish(outcome)
+}
+
+async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+    match command {
+        Command::Add(args) => add::execute(args, client, out).await,
+        Command::Plan(args) => plan::execute(args, client, out).await,
+        Command::Replan(args) => replan::execute(args, client, out).await,
+        Command::Start(args) => start::execute(args, client, out).await,
+        Command::Stop(args) => stop::execute(args, client, out).await,
+        Command::Restart(args) => restart::execute(args, client, out).await,
+        Command::Autostart(args) => autostart::execute(args, client, out).await,
+        Command::Services(args) => services::execute(args, client, out).await,
+        Command::Changes(args) => changes::execute(args, client, out).await,
+        Command::Tasks(args) => tasks::execute(args, client, out).await,
+        Command::Signal(args) => signal::execute(args, client, out).await,
+        Command::Version(_) => version::print_versions(client, out).await,
+        Command::Run(_) | Command::Help(_) => unreachable!("handled without a client"),
+    }
+}
+
+/// Maps a command's outcome to Pebble's exit status, printing the error if there is one.
+fn finish(outcome: anyhow::Result<()>) -> ExitCode {
+    let Err(err) = outcome else {
+        return ExitCode::SUCCESS;
+    };
+    if is_broken_pipe(&err) {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("{ERROR_PREFIX}{}", error_message(&err));
+    ExitCode::FAILURE
+}
+
+/// The text after `error: `. API errors are reworded for a few kinds and wrapped like
+/// Pebble's `errorToMessage`; other errors (such as a failed change) print as they are.
+fn error_message(err: &anyhow::Error) -> String {
+    match err.downcast_ref::<cobble_client::Error>() {
+        Some(cobble_client::Error::Api { kind, message, .. }) => {
+            let message = match kind.as_str() {
+                "no-default-services" => "no default services",
+                _ => message.as_str(),
+            };
+            format::fill(message, ERROR_PREFIX.len())
+        }
+        _ => err.to_string(),
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Prints a parse error in go-flags' words (or clap's, where go-flags has no equivalent)
+/// and returns Pebble's exit status for it; help requests print help and succeed.
+fn report_parse_error(err: clap::Error) -> ExitCode {
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = err.print();
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("{ERROR_PREFIX}{}", parse_error_message(&err));
+    ExitCode::FAILURE
+}
+
+fn parse_error_message(err: &clap::Error) -> String {
+    let context = |kind| match err.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => Some(v.join(", ")),
+        Some(other) => Some(other.to_string()),
+        None => None,
+    };
+    match err.kind() {
+        ErrorKind::InvalidSubcommand => {
+            let name = context(ContextKind::InvalidSubcommand).unwrap_or_default();
+            format!(
+                "unknown command {}, see '{} help'.",
+                format::quote(&name),
+                program_name()
+            )
+        }
+        ErrorKind::UnknownArgument => {
+            let arg = context(ContextKind::InvalidArg).unwrap_or_default();
+            if arg.starts_with('-') {
+                let flag = arg.split('=').next().unwrap_or(&arg);
+                format!("unknown flag `{}'", flag.trim_start_matches('-'))
+            } else {
+                "too many arguments for command".to_string()
+            }
+        }
+        ErrorKind::MissingRequiredArgument => {
+            let arg = context(ContextKind::InvalidArg).unwrap_or_default();
+            let arg = match arg.strip_suffix("...") {
+                Some(name) => format!("{name} (at least 1 argument)"),
+                None => arg,
+            };
+            format!("the required argument `{arg}` was not provided")
+        }
+        _ => {
+            let rendered = err.render().to_string();
+            let first = rendered.lines().next().unwrap_or_default();
+            first.trim_start_matches("error: ").to_string()
+        }
+    }
+}
+
+/// Writes `text` to `out`; `?` on this propagates broken pipes, which [`finish`] forgives.
+pub fn write_all(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
+    out.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+/// Words an IO error like Go's `*PathError`: `open /x: no such file or directory`.
+pub fn go_path_error(op: &str, path: &str, err: &std::io::Error) -> String {
+    let text = err.to_string();
+    let text = text.split(" (os error ").next().unwrap_or_default();
+    let mut chars = text.chars();
+    let text: String = match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    };
+    format!("{op} {path}: {text}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::command()
+            .try_get_matches_from(args)
+            .and_then(|m| Cli::from_arg_matches(&m))
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn unknown_flag_is_worded_like_go_flags() {
+        let err = parse(&["cobble", "services", "--frob"]).unwrap_err();
+        assert_eq!(parse_error_message(&err), "unknown flag `frob'");
+    }
+
+    #[test]
+    fn extra_positional_is_too_many_arguments() {
+        let err = parse(&["cobble", "plan", "extra"]).unwrap_err();
+        assert_eq!(parse_error_message(&err), "too many arguments for command");
+    }
+
+    #[test]
+    fn unknown_command_points_at_help() {
+        let err = parse(&["cobble", "frobnicate"]).unwrap_err();
+        let message = parse_error_message(&err);
+        assert!(
+            message.starts_with("unknown command \"frobnicate\", see '"),
+            "{message}"
+        );
+        assert!(message.ends_with(" help'."), "{message}");
+    }
+
+    #[test]
+    fn no_default_services_kind_is_reworded() {
+        let err = anyhow::Error::new(cobble_client::Error::Api {
+            status_code: 400,
+            kind: "no-default-services".into(),
+            message: "whatever the daemon said".into(),
+            value: None,
+        });
+        assert_eq!(error_message(&err), "no default services");
+    }
+
+    #[test]
+    fn broken_pipe_is_detected_through_context() {
+        let err = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            .context("writing table");
+        assert!(is_broken_pipe(&err));
+    }
+
+    #[test]
+    fn path_errors_read_like_go() {
+        let err = std::io::Error::from_raw_os_error(2);
+        assert_eq!(
+            go_path_error("open", "/x.yaml", &err),
+            "open /x.yaml: no such file or directory"
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! `plan`: prints the combined plan as the daemon renders it (YAML).
+
+use clap::Args;
+use cobble_client::Client;
+
+use super::{Output, write_all};
+
+/// `plan` takes no arguments.
+#[derive(Debug, Args)]
+pub struct PlanArgs {}
+
+/// Runs `plan`.
+pub async fn execute(_args: PlanArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+    let yaml = client.plan_yaml().await?;
+    write_all(out, &yaml)
+}

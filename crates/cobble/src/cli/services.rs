@@ -1,0 +1,118 @@
+//! `services [service...]`: the status table of the plan's services.
+
+use clap::{Args, ValueEnum};
+use cobble_client::Client;
+use cobble_client::types::ServiceInfo;
+
+use super::format::tabulate;
+use super::times::TimeFormatter;
+use super::{Output, write_all};
+
+/// How `services` prints its result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// The aligned table.
+    #[default]
+    Text,
+    /// The service list as JSON, in the API's field names.
+    Json,
+    /// The service list as YAML, in the API's field names.
+    Yaml,
+}
+
+/// Arguments of `services`.
+#[derive(Debug, Args)]
+pub struct ServicesArgs {
+    /// Display absolute times (in RFC 3339 format). Otherwise, display relative times up to
+    /// 60 days, then YYYY-MM-DD.
+    #[arg(long)]
+    abs_time: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Only these services (all when none are given).
+    #[arg(value_name = "service")]
+    services: Vec<String>,
+}
+
+/// Runs `services`.
+pub async fn execute(args: ServicesArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+    let services = client.services(&args.services).await?;
+    match args.format {
+        Format::Json => {
+            return write_all(
+                out,
+                &format!("{}\n", serde_json::to_string_pretty(&services)?),
+            );
+        }
+        Format::Yaml => return write_all(out, &serde_saphyr::to_string(&services)?),
+        Format::Text => {}
+    }
+    if services.is_empty() {
+        // Not an error, and nothing on stdout: Pebble says it on stderr and exits 0.
+        if args.services.is_empty() {
+            eprintln!("Plan has no services.");
+        } else {
+            eprintln!("No matching services.");
+        }
+        return Ok(());
+    }
+    write_all(out, &table(&services, &TimeFormatter::new(args.abs_time)))
+}
+
+/// The text table: `Service  Startup  Current  Since`, `-` for a service never started.
+fn table(services: &[ServiceInfo], times: &TimeFormatter) -> String {
+    let mut rows = vec![vec![
+        "Service".to_string(),
+        "Startup".into(),
+        "Current".into(),
+        "Since".into(),
+    ]];
+    for service in services {
+        let since = service
+            .current_since
+            .as_deref()
+            .map_or_else(|| "-".to_string(), |t| times.format(t));
+        rows.push(vec![
+            service.name.clone(),
+            service.startup.clone(),
+            service.current.clone(),
+            since,
+        ]);
+    }
+    tabulate(&rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(name: &str, startup: &str, current: &str, since: Option<&str>) -> ServiceInfo {
+        ServiceInfo {
+            name: name.into(),
+            startup: startup.into(),
+            current: current.into(),
+            current_since: since.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn table_with_absolute_times() {
+        let services = [
+            service(
+                "srv1",
+                "enabled",
+                "active",
+                Some("2024-06-28T02:20:03.346+00:00"),
+            ),
+            service("srv2", "disabled", "inactive", None),
+        ];
+        let times = TimeFormatter::at(true, jiff::ZonedDateTime::now());
+        assert_eq!(
+            table(&services, &times),
+            "Service  Startup   Current   Since\n\
+             srv1     enabled   active    2024-06-28T02:20:03Z\n\
+             srv2     disabled  inactive  -\n"
+        );
+    }
+}

@@ -1,0 +1,357 @@
+//! The test builder, the daemon fixture and bounded polling.
+
+use std::fs;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// The binary under test.
+pub const COBBLE: &str = env!("CARGO_BIN_EXE_cobble");
+
+/// How long a daemon may take to open its socket, and to stop.
+const DAEMON_DEADLINE: Duration = Duration::from_secs(15);
+
+/// Polls `condition` every 20 ms until it holds, failing the test after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Matches `text` against `pattern` line by line; in a pattern line `*` matches any run of
+/// characters and `?` exactly one character (ASCII text only).
+pub fn glob_matches(pattern: &str, text: &str) -> bool {
+    let patterns: Vec<&str> = pattern.split('\n').collect();
+    let lines: Vec<&str> = text.split('\n').collect();
+    patterns.len() == lines.len()
+        && patterns
+            .iter()
+            .zip(&lines)
+            .all(|(p, l)| line_matches(p.as_bytes(), l.as_bytes()))
+}
+
+fn line_matches(pattern: &[u8], line: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => line.is_empty(),
+        Some((b'*', rest)) => (0..=line.len()).any(|skip| line_matches(rest, &line[skip..])),
+        Some((b'?', rest)) => !line.is_empty() && line_matches(rest, &line[1..]),
+        Some((c, rest)) => line.first() == Some(c) && line_matches(rest, &line[1..]),
+    }
+}
+
+/// What a stream is expected to hold.
+enum Expected {
+    Exact(String),
+    Glob(String),
+    Contains(String),
+}
+
+impl Expected {
+    fn check(&self, stream: &str, actual: &str) {
+        let ok = match self {
+            Expected::Exact(e) => e == actual,
+            Expected::Glob(p) => glob_matches(p, actual),
+            Expected::Contains(c) => actual.contains(c.as_str()),
+        };
+        let (how, expected) = match self {
+            Expected::Exact(e) => ("equal", e),
+            Expected::Glob(p) => ("match", p),
+            Expected::Contains(c) => ("contain", c),
+        };
+        assert!(
+            ok,
+            "{stream} does not {how} the expectation\n--- expected ---\n{expected}\n--- actual ---\n{actual}\n---"
+        );
+    }
+}
+
+/// The result of a finished [`Test`].
+pub struct Output {
+    /// Everything the command printed on stdout.
+    pub stdout: String,
+    /// Everything the command printed on stderr.
+    #[allow(dead_code)]
+    pub stderr: String,
+}
+
+/// One run of `cobble`, with what it must print and how it must exit.
+#[must_use]
+pub struct Test {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    /// A `$PEBBLE` with nothing in it, for tests that have no daemon.
+    _empty_dir: Option<TempDir>,
+    stdout: Option<Expected>,
+    stderr: Option<Expected>,
+    status: i32,
+}
+
+impl Test {
+    /// A run with an empty temporary `$PEBBLE`, so it can never reach a real daemon.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut test = Test::with_pebble_dir(dir.path());
+        test._empty_dir = Some(dir);
+        test
+    }
+
+    /// A run against the daemon of `daemon`.
+    pub fn daemon(daemon: &Daemon) -> Self {
+        Test::with_pebble_dir(&daemon.pebble_dir())
+    }
+
+    fn with_pebble_dir(dir: &Path) -> Self {
+        Test {
+            args: Vec::new(),
+            env: vec![("PEBBLE".into(), dir.display().to_string())],
+            _empty_dir: None,
+            stdout: Some(Expected::Exact(String::new())),
+            stderr: Some(Expected::Exact(String::new())),
+            status: 0,
+        }
+    }
+
+    /// The `$PEBBLE` this run uses.
+    pub fn pebble_dir(&self) -> PathBuf {
+        PathBuf::from(&self.env[0].1)
+    }
+
+    /// Appends arguments.
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
+    /// Stdout must be exactly `text`.
+    pub fn stdout(mut self, text: &str) -> Self {
+        self.stdout = Some(Expected::Exact(text.into()));
+        self
+    }
+
+    /// Stdout must match `pattern` (see [`glob_matches`]).
+    pub fn stdout_glob(mut self, pattern: &str) -> Self {
+        self.stdout = Some(Expected::Glob(pattern.into()));
+        self
+    }
+
+    /// Stdout must contain `text`.
+    pub fn stdout_contains(mut self, text: &str) -> Self {
+        self.stdout = Some(Expected::Contains(text.into()));
+        self
+    }
+
+    /// Stdout is not checked.
+    pub fn any_stdout(mut self) -> Self {
+        self.stdout = None;
+        self
+    }
+
+    /// Stderr must be exactly `text`.
+    pub fn stderr(mut self, text: &str) -> Self {
+        self.stderr = Some(Expected::Exact(text.into()));
+        self
+    }
+
+    /// Stderr must match `pattern` (see [`glob_matches`]).
+    pub fn stderr_glob(mut self, pattern: &str) -> Self {
+        self.stderr = Some(Expected::Glob(pattern.into()));
+        self
+    }
+
+    /// The exit status (0 unless set).
+    pub fn status(mut self, status: i32) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// Runs the command and checks everything that was asked for.
+    pub fn run(self) -> Output {
+        let mut command = Command::new(COBBLE);
+        command
+            .args(&self.args)
+            .env_remove("PEBBLE_SOCKET")
+            .env_remove("PEBBLE_BASEURL")
+            .env_remove("COLUMNS")
+            .env("TZ", "UTC")
+            .stdin(Stdio::null());
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        let output = command.output().expect("cannot run cobble");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        if let Some(expected) = &self.stdout {
+            expected.check("stdout", &stdout);
+        }
+        if let Some(expected) = &self.stderr {
+            expected.check("stderr", &stderr);
+        }
+        assert_eq!(
+            output.status.code(),
+            Some(self.status),
+            "exit status of cobble {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            self.args
+        );
+        Output { stdout, stderr }
+    }
+}
+
+/// A `cobble run` on a temporary `$PEBBLE`, stopped when dropped.
+pub struct Daemon {
+    root: TempDir,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    /// Writes `layers` (file stem, YAML) into `$PEBBLE/layers`, starts `cobble run` with
+    /// `args`, and waits until its socket accepts connections.
+    pub fn start(layers: &[(&str, &str)], args: &[&str]) -> Daemon {
+        Daemon::start_with_env(layers, args, &[])
+    }
+
+    /// Like [`Daemon::start`], with extra environment variables for the daemon.
+    pub fn start_with_env(layers: &[(&str, &str)], args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let root = tempfile::tempdir().expect("temp dir");
+        let pebble_dir = root.path().join("pebble");
+        fs::create_dir_all(pebble_dir.join("layers")).expect("layers dir");
+        for (stem, yaml) in layers {
+            fs::write(pebble_dir.join("layers").join(format!("{stem}.yaml")), yaml)
+                .expect("layer file");
+        }
+        let mut daemon = Daemon { root, child: None };
+        daemon.launch(args, env);
+        daemon
+    }
+
+    /// Starts `cobble run` on this daemon's directory and waits until it listens.
+    fn launch(&mut self, args: &[&str], env: &[(&str, &str)]) {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.path().join("daemon.log"))
+            .expect("log file");
+        let child = Command::new(COBBLE)
+            .arg("run")
+            .args(args)
+            .env("PEBBLE", self.pebble_dir())
+            .env("TZ", "UTC")
+            .env_remove("PEBBLE_SOCKET")
+            .env_remove("PEBBLE_VERBOSE")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .expect("cannot start cobble run");
+        self.child = Some(child);
+        self.wait_until_listening();
+    }
+
+    /// Starts a new daemon on the same `$PEBBLE` (after [`Daemon::stop`]).
+    pub fn restart(&mut self, args: &[&str]) {
+        assert!(self.child.is_none(), "stop the daemon before restarting it");
+        self.launch(args, &[]);
+    }
+
+    /// The daemon's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("daemon running").id()
+    }
+
+    /// Waits for the daemon to exit by itself and returns its exit code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let child = self.child.as_mut()?;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// A daemon with these layers that does not autostart anything.
+    pub fn hold(layers: &[(&str, &str)]) -> Daemon {
+        Daemon::start(layers, &["--hold"])
+    }
+
+    fn wait_until_listening(&mut self) {
+        let socket = self.pebble_dir().join(".pebble.socket");
+        let deadline = Instant::now() + DAEMON_DEADLINE;
+        loop {
+            if UnixStream::connect(&socket).is_ok() {
+                return;
+            }
+            let child = self.child.as_mut().expect("daemon child");
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                panic!(
+                    "daemon exited with {status} before listening:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "daemon did not open {} in time:\n{}",
+                socket.display(),
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `$PEBBLE` of this daemon.
+    pub fn pebble_dir(&self) -> PathBuf {
+        self.root.path().join("pebble")
+    }
+
+    /// A scratch directory next to `$PEBBLE`, for layer files to `add`.
+    pub fn scratch(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// What the daemon printed so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.root.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Stops the daemon with SIGTERM and returns its exit code (`None` if it had to be
+    /// killed).
+    pub fn stop(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + DAEMON_DEADLINE;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[test]
+fn glob_matching() {
+    assert!(glob_matches("a * c\nx", "a b b c\nx"));
+    assert!(glob_matches("*", ""));
+    assert!(!glob_matches("a*c", "a\nc"));
+    assert!(!glob_matches("a", "a\n"));
+    assert!(glob_matches("a?c", "abc"));
+    assert!(!glob_matches("a?c", "ac"));
+}

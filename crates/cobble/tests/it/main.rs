@@ -1,0 +1,15 @@
+//! Black-box tests of the `cobble` binary: each test runs the real executable, most of them
+//! against a real daemon (`cobble run`) on a temporary `$PEBBLE` directory.
+//!
+//! [`fixture::Test`] is a `#[must_use]` builder in the style of casey/just's tests;
+//! [`fixture::Daemon`] starts a daemon, waits (bounded) for its socket, and stops it with
+//! SIGTERM on drop (SIGKILL if it does not go).
+
+mod fixture;
+
+mod actions;
+mod changes;
+mod offline;
+mod plan;
+mod services;
+mod supervision;

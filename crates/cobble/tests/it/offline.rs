@@ -1,0 +1,138 @@
+//! What the CLI does on its own, with no daemon to talk to.
+
+use std::process::{Command, Stdio};
+
+use crate::fixture::{COBBLE, Test};
+
+#[test]
+fn version_client_needs_no_daemon() {
+    Test::new()
+        .args(&["version", "--client"])
+        .stdout(&format!("{}\n", env!("CARGO_PKG_VERSION")))
+        .run();
+}
+
+#[test]
+fn version_without_daemon_shows_a_dash() {
+    let expected = format!("client  {}\nserver  -\n", env!("CARGO_PKG_VERSION"));
+    Test::new().args(&["version"]).stdout(&expected).run();
+    Test::new().args(&["--version"]).stdout(&expected).run();
+}
+
+#[test]
+fn no_command_prints_the_summary() {
+    Test::new()
+        .stdout_contains("Commands can be classified as follows:\n\n       Run: run\n")
+        .run();
+    Test::new()
+        .args(&["--help"])
+        .stdout_contains("Usage: cobble <command> [<options>...]")
+        .run();
+}
+
+#[test]
+fn missing_socket_is_reported_like_pebble() {
+    let test = Test::new().args(&["services"]);
+    let socket = test.pebble_dir().join(".pebble.socket");
+    test.stderr(&format!(
+        "error: cannot communicate with server: Get \"http://localhost/v1/services?names=\": socket \"{}\" not found\n",
+        socket.display()
+    ))
+    .status(1)
+    .run();
+}
+
+#[test]
+fn unknown_flag_and_command() {
+    Test::new()
+        .args(&["services", "--frobnicate"])
+        .stderr("error: unknown flag `frobnicate'\n")
+        .status(1)
+        .run();
+    Test::new()
+        .args(&["frobnicate"])
+        .stderr("error: unknown command \"frobnicate\", see 'cobble help'.\n")
+        .status(1)
+        .run();
+}
+
+#[test]
+fn start_requires_a_service() {
+    Test::new()
+        .args(&["start"])
+        .stderr("error: the required argument `<service> (at least 1 argument)` was not provided\n")
+        .status(1)
+        .run();
+}
+
+#[test]
+fn changes_refuses_a_change_id() {
+    Test::new()
+        .args(&["changes", "42"])
+        .stderr("error: 'cobble changes' command expects a service name, try 'cobble tasks 42'\n")
+        .status(1)
+        .run();
+}
+
+#[test]
+fn tasks_needs_an_id_or_last() {
+    Test::new()
+        .args(&["tasks"])
+        .stderr("error: please provide change ID or type with --last=<type>\n")
+        .status(1)
+        .run();
+    Test::new()
+        .args(&["tasks", "--last=start", "3"])
+        .stderr("error: cannot use change ID and type together\n")
+        .status(1)
+        .run();
+}
+
+#[test]
+fn signal_name_must_be_upper_case() {
+    Test::new()
+        .args(&["signal", "hup", "srv1"])
+        .stderr("error: signal name must be uppercase, for example HUP\n")
+        .status(1)
+        .run();
+}
+
+#[test]
+fn run_args_needs_a_service_name() {
+    Test::new()
+        .args(&["run", "--args", ";"])
+        .stderr("cannot run daemon: --args requires a service name\n")
+        .status(1)
+        .run();
+    Test::new()
+        .args(&["run", "--args", "a", "x", ";", "--args", "a", "y"])
+        .stderr("cannot run daemon: --args provided more than once for \"a\" service\n")
+        .status(1)
+        .run();
+}
+
+#[test]
+fn add_reports_a_missing_file_like_go() {
+    Test::new()
+        .args(&["add", "base", "/nonexistent/layer.yaml"])
+        .stderr("error: open /nonexistent/layer.yaml: no such file or directory\n")
+        .status(1)
+        .run();
+}
+
+/// A reader that went away (`cobble help --all | head -0`) is not an error.
+#[test]
+fn broken_pipe_is_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(COBBLE)
+        .args(["help", "--all"])
+        .env("PEBBLE", dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&output.stderr), "");
+}

@@ -1,0 +1,193 @@
+//! `services`, `start`, `stop`, `restart`, `signal`, `replan` and `autostart` against a
+//! daemon running `sleep` services.
+
+use std::time::Duration;
+
+use crate::fixture::{Daemon, Test, wait_for};
+
+/// One service that autostarts, one that does not.
+pub const TWO_SLEEPERS: &str = "\
+services:
+  srv1:
+    override: replace
+    command: sleep 300
+    startup: enabled
+  srv2:
+    override: replace
+    command: sleep 300
+";
+
+const ONLY_DISABLED: &str = "\
+services:
+  srv2:
+    override: replace
+    command: sleep 300
+";
+
+/// The `Current` column of one service.
+pub fn current(daemon: &Daemon, service: &str) -> String {
+    let output = Test::daemon(daemon)
+        .args(&["services", service])
+        .any_stdout()
+        .run();
+    let line = output.stdout.lines().nth(1).unwrap_or_default().to_string();
+    line.split_whitespace()
+        .nth(2)
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn services_table_before_anything_started() {
+    let daemon = Daemon::hold(&[("001-base", TWO_SLEEPERS)]);
+    Test::daemon(&daemon)
+        .args(&["services"])
+        .stdout(
+            "Service  Startup   Current   Since\n\
+             srv1     enabled   inactive  -\n\
+             srv2     disabled  inactive  -\n",
+        )
+        .run();
+    Test::daemon(&daemon)
+        .args(&["services", "srv2"])
+        .stdout("Service  Startup   Current   Since\nsrv2     disabled  inactive  -\n")
+        .run();
+    Test::daemon(&daemon)
+        .args(&["services", "nope"])
+        .stderr("No matching services.\n")
+        .run();
+}
+
+#[test]
+fn services_with_an_empty_plan() {
+    let daemon = Daemon::hold(&[]);
+    Test::daemon(&daemon)
+        .args(&["services"])
+        .stderr("Plan has no services.\n")
+        .run();
+}
+
+#[test]
+fn services_as_json() {
+    let daemon = Daemon::hold(&[("001-base", TWO_SLEEPERS)]);
+    Test::daemon(&daemon)
+        .args(&["services", "--format", "json", "srv2"])
+        .stdout(
+            "[\n  {\n    \"name\": \"srv2\",\n    \"startup\": \"disabled\",\n    \"current\": \"inactive\"\n  }\n]\n",
+        )
+        .run();
+}
+
+#[test]
+fn start_stop_restart_a_sleep_service() {
+    let daemon = Daemon::hold(&[("001-base", TWO_SLEEPERS)]);
+
+    Test::daemon(&daemon).args(&["start", "srv2"]).run();
+    Test::daemon(&daemon)
+        .args(&["services"])
+        .stdout_glob(
+            "Service  Startup   Current   Since\n\
+             srv1     enabled   inactive  -\n\
+             srv2     disabled  active    today at *\n",
+        )
+        .run();
+    Test::daemon(&daemon)
+        .args(&["services", "--abs-time", "srv2"])
+        .stdout_glob(
+            "Service  Startup   Current  Since\nsrv2     disabled  active   ????-??-??T??:??:??Z\n",
+        )
+        .run();
+
+    Test::daemon(&daemon).args(&["restart", "srv2"]).run();
+    assert_eq!(current(&daemon, "srv2"), "active");
+
+    Test::daemon(&daemon).args(&["stop", "srv2"]).run();
+    Test::daemon(&daemon)
+        .args(&["services", "srv2"])
+        .stdout_glob(
+            "Service  Startup   Current   Since\nsrv2     disabled  inactive  today at *\n",
+        )
+        .run();
+}
+
+#[test]
+fn start_of_an_unknown_service_fails() {
+    let daemon = Daemon::hold(&[("001-base", TWO_SLEEPERS)]);
+    Test::daemon(&daemon)
+        .args(&["start", "nope"])
+        .stderr("error: cannot start services: service \"nope\" does not exist\n")
+        .status(1)
+        .run();
+}
+
+#[test]
+fn start_failure_prints_the_change_error() {
+    let layer = "services:\n  bad:\n    override: replace\n    command: /bin/false\n";
+    let daemon = Daemon::hold(&[("001-base", layer)]);
+    Test::daemon(&daemon)
+        .args(&["start", "bad"])
+        // Pebble's reason reads "cannot start service: exited quickly with code 1"; the
+        // daemon's wording is its own business, the layout around it is the CLI's.
+        .stderr_glob(
+            "error: cannot perform the following tasks:\n\
+             - Start service \"bad\" (*exited quickly with code 1*)\n",
+        )
+        .status(1)
+        .run();
+}
+
+#[test]
+fn signal_a_running_service() {
+    let daemon = Daemon::hold(&[("001-base", TWO_SLEEPERS)]);
+    Test::daemon(&daemon).args(&["start", "srv2"]).run();
+    Test::daemon(&daemon)
+        .args(&["signal", "TERM", "srv2"])
+        .run();
+    // `sleep` dies of SIGTERM; the default on-failure restart takes it through backoff.
+    wait_for("srv2 to leave active", Duration::from_secs(5), || {
+        current(&daemon, "srv2") != "active"
+    });
+}
+
+#[test]
+fn signal_a_service_that_is_not_running_fails() {
+    let daemon = Daemon::hold(&[("001-base", TWO_SLEEPERS)]);
+    Test::daemon(&daemon)
+        .args(&["signal", "SIGHUP", "srv2"])
+        .stderr_glob("error: *srv2*\n")
+        .status(1)
+        .run();
+}
+
+#[test]
+fn replan_starts_enabled_services() {
+    let daemon = Daemon::hold(&[("001-base", TWO_SLEEPERS)]);
+    Test::daemon(&daemon).args(&["replan"]).run();
+    assert_eq!(current(&daemon, "srv1"), "active");
+    assert_eq!(current(&daemon, "srv2"), "inactive");
+}
+
+#[test]
+fn autostart_starts_enabled_services() {
+    let daemon = Daemon::hold(&[("001-base", TWO_SLEEPERS)]);
+    Test::daemon(&daemon).args(&["autostart"]).run();
+    assert_eq!(current(&daemon, "srv1"), "active");
+}
+
+#[test]
+fn autostart_without_default_services() {
+    let daemon = Daemon::hold(&[("001-base", ONLY_DISABLED)]);
+    Test::daemon(&daemon)
+        .args(&["autostart"])
+        .stderr("error: no default services\n")
+        .status(1)
+        .run();
+}
+
+#[test]
+fn daemon_autostarts_without_hold() {
+    let daemon = Daemon::start(&[("001-base", TWO_SLEEPERS)], &[]);
+    wait_for("srv1 to be active", Duration::from_secs(10), || {
+        current(&daemon, "srv1") == "active"
+    });
+}

@@ -1,0 +1,377 @@
+//! Supervision on real processes: the okay delay, quick exits, backoff and its reset,
+//! kill-delay escalation, process groups, ordering and lanes, autostart, shutdown order and
+//! exit codes, orphan reaping, and state that survives a restart.
+//!
+//! Behavioural timings (the okay delay, backoff delays) are asserted with generous bounds;
+//! speed is measured by the benchmark harness, not here.
+
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use cobble_client::{Client, ClientConfig};
+
+use crate::fixture::{Daemon, wait_for};
+
+const LONG: Duration = Duration::from_secs(20);
+
+fn client(daemon: &Daemon) -> Client {
+    Client::new(ClientConfig::socket(daemon.pebble_dir().join(".pebble.socket"))).expect("client")
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn current(daemon: &Daemon, service: &str) -> String {
+    let c = client(daemon);
+    rt().block_on(async { c.services(&[service.to_owned()]).await })
+        .expect("services")
+        .into_iter()
+        .next()
+        .map(|s| s.current)
+        .unwrap_or_default()
+}
+
+/// Runs `action` on `names` and waits for its change; returns (change, elapsed).
+fn act(
+    daemon: &Daemon,
+    action: &str,
+    names: &[&str],
+) -> (cobble_client::types::ChangeInfo, Duration) {
+    let c = client(daemon);
+    let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    rt().block_on(async {
+        let started = Instant::now();
+        let id = c.services_action(action, &names).await.expect("action");
+        let change = c.wait_change(&id, Some(LONG)).await.expect("wait");
+        (change, started.elapsed())
+    })
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Seconds since the epoch, as written by `date +%s.%N` in the services below.
+fn times(path: &Path) -> Vec<f64> {
+    lines(path)
+        .iter()
+        .filter_map(|l| l.split_whitespace().last()?.parse().ok())
+        .collect()
+}
+
+fn pid_alive(pid: i32) -> bool {
+    // A zombie still answers kill(0); count it as gone only once reaped.
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn start_waits_for_the_okay_delay() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  s:\n    override: replace\n    command: sleep 1000\n",
+    )]);
+    let (change, elapsed) = act(&d, "start", &["s"]);
+    assert_eq!(change.status, "Done");
+    assert!(elapsed >= Duration::from_millis(950), "{elapsed:?}");
+    assert_eq!(current(&d, "s"), "active");
+}
+
+#[test]
+fn quick_exit_errors_with_the_last_output_and_keeps_retrying() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  s:\n    override: replace\n    command: /bin/sh -c 'echo first line; echo boom >&2; exit 3'\n",
+    )]);
+    let (change, _) = act(&d, "start", &["s"]);
+    assert_eq!(change.status, "Error");
+    assert_eq!(
+        change.err,
+        "cannot perform the following tasks:\n- Start service \"s\" (service start attempt: exited quickly with code 3, will restart)"
+    );
+    let log = &change.tasks[0].log;
+    assert!(
+        log[0].ends_with("INFO Most recent service output:\n    first line\n    boom"),
+        "{log:?}"
+    );
+    // The restart policy goes on: the service is backing off or briefly active again.
+    let status = current(&d, "s");
+    assert!(status == "backoff" || status == "active", "{status}");
+}
+
+#[test]
+fn spawn_failure_is_reported_like_go() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  a:\n    override: replace\n    command: /no/such/binary\n  b:\n    override: replace\n    command: no-such-binary-anywhere\n",
+    )]);
+    let (change, _) = act(&d, "start", &["a"]);
+    assert!(
+        change.err.ends_with(
+            "(cannot start service: fork/exec /no/such/binary: no such file or directory)"
+        ),
+        "{}",
+        change.err
+    );
+    let (change, _) = act(&d, "start", &["b"]);
+    assert!(
+        change.err.ends_with(
+            "(cannot start service: exec: \"no-such-binary-anywhere\": executable file not found in $PATH)"
+        ),
+        "{}",
+        change.err
+    );
+    assert_eq!(current(&d, "a"), "inactive");
+}
+
+#[test]
+fn backoff_grows_to_the_limit_and_resets_after_a_long_run() {
+    let root = tempfile::tempdir().unwrap();
+    let starts = root.path().join("starts");
+    let count = root.path().join("count");
+    // Runs 1-4 and 6 exit after 0.1 s; run 5 lasts longer than the backoff limit.
+    let script = format!(
+        "n=$(($(cat {c} 2>/dev/null || echo 0)+1)); echo $n > {c}; echo $n $(date +%s.%N) >> {s}; \
+         if [ $n -eq 5 ]; then sleep 1.5; else sleep 0.1; fi; exit 2",
+        c = count.display(),
+        s = starts.display()
+    );
+    let layer = format!(
+        "services:\n  s:\n    override: replace\n    command: /bin/sh -c '{script}'\n    \
+         backoff-delay: 200ms\n    backoff-factor: 2\n    backoff-limit: 1s\n"
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    act(&d, "start", &["s"]);
+    wait_for("seven starts", LONG, || times(&starts).len() >= 7);
+    let t = times(&starts);
+    // Gap between starts = run time + backoff delay (+ up to 10 % jitter).
+    let gaps: Vec<f64> = t.windows(2).map(|w| w[1] - w[0]).collect();
+    let expected_delay = [0.2, 0.4, 0.8, 1.0, 0.2, 0.4];
+    let run_time = [0.1, 0.1, 0.1, 0.1, 1.5, 0.1];
+    for (i, gap) in gaps.iter().take(6).enumerate() {
+        let want = run_time[i] + expected_delay[i];
+        assert!(
+            *gap >= want - 0.05 && *gap <= want * 1.1 + 0.35,
+            "gap {i} was {gap:.3}s, expected about {want:.3}s; all gaps {gaps:?}"
+        );
+    }
+}
+
+#[test]
+fn stop_escalates_to_sigkill_after_the_kill_delay() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  s:\n    override: replace\n    command: /bin/sh -c 'trap \"\" TERM; sleep 1000'\n    kill-delay: 1s\n",
+    )]);
+    act(&d, "start", &["s"]);
+    let (change, elapsed) = act(&d, "stop", &["s"]);
+    assert_eq!(change.status, "Done");
+    assert!(elapsed >= Duration::from_millis(950), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    assert_eq!(current(&d, "s"), "inactive");
+}
+
+#[test]
+fn stop_kills_the_whole_process_group() {
+    let root = tempfile::tempdir().unwrap();
+    let pidfile = root.path().join("child.pid");
+    let layer = format!(
+        "services:\n  s:\n    override: replace\n    command: /bin/sh -c 'sleep 1000 & echo $! > {}; wait'\n",
+        pidfile.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    act(&d, "start", &["s"]);
+    wait_for("grandchild pid", LONG, || !lines(&pidfile).is_empty());
+    let grandchild: i32 = lines(&pidfile)[0].parse().unwrap();
+    assert!(pid_alive(grandchild));
+    act(&d, "stop", &["s"]);
+    wait_for("grandchild to be gone", LONG, || !pid_alive(grandchild));
+}
+
+#[test]
+fn requires_shares_a_lane_and_independent_services_start_in_parallel() {
+    let root = tempfile::tempdir().unwrap();
+    let log = root.path().join("order");
+    let svc = |name: &str, extra: &str| {
+        format!(
+            "  {name}:\n    override: replace\n    command: /bin/sh -c 'echo {name} $(date +%s.%N) >> {}; sleep 1000'\n{extra}",
+            log.display()
+        )
+    };
+    let layer = format!(
+        "services:\n{}{}{}{}",
+        svc("db", ""),
+        svc("app", "    requires: [db]\n    after: [db]\n"),
+        svc("x", ""),
+        svc("y", "")
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    // app pulls in db and starts after db's okay delay.
+    let (change, _) = act(&d, "start", &["app"]);
+    assert_eq!(change.summary, "Start service \"app\" and 1 more");
+    let order = lines(&log);
+    assert!(order[0].starts_with("db ") && order[1].starts_with("app "), "{order:?}");
+    let t = times(&log);
+    assert!(t[1] - t[0] >= 0.9, "app started {:.3}s after db", t[1] - t[0]);
+    // Independent services run in separate lanes: both okay delays overlap.
+    let (change, elapsed) = act(&d, "start", &["x", "y"]);
+    assert_eq!(change.status, "Done");
+    assert!(elapsed < Duration::from_millis(1900), "{elapsed:?}");
+    // Stopping db stops its dependent first.
+    let (change, _) = act(&d, "stop", &["db"]);
+    let summaries: Vec<&str> = change.tasks.iter().map(|t| t.summary.as_str()).collect();
+    assert_eq!(summaries, ["Stop service \"app\"", "Stop service \"db\""]);
+}
+
+#[test]
+fn autostart_unless_held() {
+    let layer = "services:\n  on:\n    override: replace\n    command: sleep 1000\n    startup: enabled\n  off:\n    override: replace\n    command: sleep 1000\n";
+    let d = Daemon::start(&[("001-base", layer)], &[]);
+    wait_for("autostart", LONG, || current(&d, "on") == "active");
+    assert_eq!(current(&d, "off"), "inactive");
+    let held = Daemon::hold(&[("001-base", layer)]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(current(&held, "on"), "inactive");
+}
+
+#[test]
+fn sigterm_stops_services_in_reverse_order_and_exits_zero() {
+    let root = tempfile::tempdir().unwrap();
+    let log = root.path().join("stopped");
+    let svc = |name: &str, extra: &str| {
+        format!(
+            "  {name}:\n    override: replace\n    startup: enabled\n    command: /bin/sh -c 'trap \"echo {name} >> {}; exit 0\" TERM; while true; do sleep 0.05; done'\n{extra}",
+            log.display()
+        )
+    };
+    let layer = format!(
+        "services:\n{}{}",
+        svc("db", ""),
+        svc("app", "    requires: [db]\n    after: [db]\n")
+    );
+    let mut d = Daemon::start(&[("001-base", &layer)], &[]);
+    wait_for("both active", LONG, || {
+        current(&d, "db") == "active" && current(&d, "app") == "active"
+    });
+    assert_eq!(d.stop(), Some(0));
+    assert_eq!(lines(&log), ["app", "db"]);
+}
+
+#[test]
+fn shutdown_actions_set_the_exit_code() {
+    let cases = [
+        ("on-failure: shutdown", "exit 1", 10),
+        ("on-success: shutdown", "exit 0", 0),
+        ("on-success: failure-shutdown", "exit 0", 10),
+        ("on-failure: success-shutdown", "exit 7", 0),
+    ];
+    for (action, exit, code) in cases {
+        let layer = format!(
+            "services:\n  s:\n    override: replace\n    startup: enabled\n    command: /bin/sh -c 'sleep 0.2; {exit}'\n    {action}\n"
+        );
+        let mut d = Daemon::start(&[("001-base", &layer)], &[]);
+        assert_eq!(d.wait_exit(LONG), Some(code), "{action} after {exit}\n{}", d.log());
+    }
+}
+
+#[test]
+fn orphans_are_adopted_and_reaped() {
+    let root = tempfile::tempdir().unwrap();
+    let pidfile = root.path().join("orphan.pid");
+    // The subshell exits at once, orphaning its `sleep`, which the daemon (a subreaper) adopts.
+    let layer = format!(
+        "services:\n  s:\n    override: replace\n    command: /bin/sh -c '(sleep 3 & echo $! > {}); sleep 1000'\n",
+        pidfile.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    act(&d, "start", &["s"]);
+    let orphan: u32 = lines(&pidfile)[0].parse().unwrap();
+    assert_eq!(parent_of(orphan), Some(d.pid()), "orphan adopted by the daemon");
+    wait_for("orphan reaped", LONG, || parent_of(orphan).is_none());
+    assert_eq!(zombies_of(d.pid()), 0);
+}
+
+/// The parent pid of a live (or zombie) process.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn zombies_of(parent: u32) -> usize {
+    fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            // "pid (comm) S ppid ..." — comm may contain spaces, so split after the last ')'.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let mut fields = rest.split_whitespace();
+            let state = fields.next();
+            let ppid = fields.next().and_then(|p| p.parse::<u32>().ok());
+            state == Some("Z") && ppid == Some(parent)
+        })
+        .count()
+}
+
+#[test]
+fn changes_survive_a_daemon_restart_and_ids_keep_counting() {
+    let layer = "services:\n  s:\n    override: replace\n    command: sleep 1000\n";
+    let mut d = Daemon::hold(&[("001-base", layer)]);
+    let (first, _) = act(&d, "start", &["s"]);
+    assert_eq!(d.stop(), Some(0));
+    d.restart(&["--hold"]);
+    let c = client(&d);
+    let old = rt().block_on(c.change(&first.id)).expect("change after restart");
+    assert_eq!(old.summary, first.summary);
+    assert_eq!(old.status, "Done");
+    let (second, _) = act(&d, "start", &["s"]);
+    assert!(second.id.parse::<u64>().unwrap() > first.id.parse::<u64>().unwrap());
+}
+
+#[test]
+fn persist_never_writes_no_state_file() {
+    let layer = "services:\n  s:\n    override: replace\n    command: sleep 1000\n";
+    let d = Daemon::start_with_env(&[("001-base", layer)], &["--hold"], &[("PEBBLE_PERSIST", "never")]);
+    act(&d, "start", &["s"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!d.pebble_dir().join(".pebble.state").exists());
+}
+
+#[test]
+fn verbose_copies_service_output_to_stdout() {
+    let d = Daemon::start(
+        &[(
+            "001-base",
+            "services:\n  s:\n    override: replace\n    startup: enabled\n    command: /bin/sh -c 'echo hello from s; sleep 1000'\n",
+        )],
+        &["--verbose"],
+    );
+    wait_for("output line", LONG, || d.log().contains("[s] hello from s"));
+    let line = d.log().lines().find(|l| l.contains("[s] hello")).unwrap().to_owned();
+    // 2024-06-28T02:20:03.346Z [s] hello from s
+    assert_eq!(line.len(), "2024-06-28T02:20:03.346Z [s] hello from s".len(), "{line}");
+    assert!(line.as_bytes()[23] == b'Z', "{line}");
+}
+
+#[test]
+fn service_args_replace_the_default_arguments() {
+    let d = Daemon::start(
+        &[(
+            "001-base",
+            "services:\n  s:\n    override: replace\n    command: sleep [ 1000 ]\n",
+        )],
+        &["--hold", "--args", "s", "2000", ";"],
+    );
+    let c = client(&d);
+    let plan = rt().block_on(c.plan_yaml()).unwrap();
+    assert!(plan.contains("command: sleep [ 2000 ]"), "{plan}");
+}
