@@ -23,6 +23,7 @@
 mod add;
 mod autostart;
 mod changes;
+mod demo;
 mod format;
 mod help;
 mod plan;
@@ -101,6 +102,8 @@ enum Command {
     Version(version::VersionArgs),
     /// Show help about a command
     Help(help::HelpArgs),
+    /// Run the daemon on an embedded demo layer
+    Demo(demo::DemoArgs),
 }
 
 /// The name the binary was invoked as (`cobble`, or `pebble` through a symlink), used where
@@ -147,6 +150,7 @@ pub fn main() -> ExitCode {
     };
     match command {
         Command::Run(args) => run::execute(args, service_args),
+        Command::Demo(args) => demo::execute(args),
         Command::Help(args) => finish(help::execute(args)),
         Command::Version(args) if args.client => finish(version::print_client_only()),
         other => run_client(move |client, out| Box::pin(dispatch(other, client, out))),
@@ -197,7 +201,9 @@ async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow
         Command::Tasks(args) => tasks::execute(args, client, out).await,
         Command::Signal(args) => signal::execute(args, client, out).await,
         Command::Version(_) => version::print_versions(client, out).await,
-        Command::Run(_) | Command::Help(_) => unreachable!("handled without a client"),
+        Command::Run(_) | Command::Help(_) | Command::Demo(_) => {
+            unreachable!("handled without a client")
+        }
     }
 }
 
