@@ -7,6 +7,7 @@
 
 mod fixture;
 
+mod access;
 mod actions;
 mod changes;
 mod offline;

@@ -16,7 +16,10 @@ use crate::fixture::{Daemon, wait_for};
 const LONG: Duration = Duration::from_secs(20);
 
 fn client(daemon: &Daemon) -> Client {
-    Client::new(ClientConfig::socket(daemon.pebble_dir().join(".pebble.socket"))).expect("client")
+    Client::new(ClientConfig::socket(
+        daemon.pebble_dir().join(".pebble.socket"),
+    ))
+    .expect("client")
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -218,9 +221,16 @@ fn requires_shares_a_lane_and_independent_services_start_in_parallel() {
     let (change, _) = act(&d, "start", &["app"]);
     assert_eq!(change.summary, "Start service \"app\" and 1 more");
     let order = lines(&log);
-    assert!(order[0].starts_with("db ") && order[1].starts_with("app "), "{order:?}");
+    assert!(
+        order[0].starts_with("db ") && order[1].starts_with("app "),
+        "{order:?}"
+    );
     let t = times(&log);
-    assert!(t[1] - t[0] >= 0.9, "app started {:.3}s after db", t[1] - t[0]);
+    assert!(
+        t[1] - t[0] >= 0.9,
+        "app started {:.3}s after db",
+        t[1] - t[0]
+    );
     // Independent services run in separate lanes: both okay delays overlap.
     let (change, elapsed) = act(&d, "start", &["x", "y"]);
     assert_eq!(change.status, "Done");
@@ -278,7 +288,12 @@ fn shutdown_actions_set_the_exit_code() {
             "services:\n  s:\n    override: replace\n    startup: enabled\n    command: /bin/sh -c 'sleep 0.2; {exit}'\n    {action}\n"
         );
         let mut d = Daemon::start(&[("001-base", &layer)], &[]);
-        assert_eq!(d.wait_exit(LONG), Some(code), "{action} after {exit}\n{}", d.log());
+        assert_eq!(
+            d.wait_exit(LONG),
+            Some(code),
+            "{action} after {exit}\n{}",
+            d.log()
+        );
     }
 }
 
@@ -294,7 +309,11 @@ fn orphans_are_adopted_and_reaped() {
     let d = Daemon::hold(&[("001-base", &layer)]);
     act(&d, "start", &["s"]);
     let orphan: u32 = lines(&pidfile)[0].parse().unwrap();
-    assert_eq!(parent_of(orphan), Some(d.pid()), "orphan adopted by the daemon");
+    assert_eq!(
+        parent_of(orphan),
+        Some(d.pid()),
+        "orphan adopted by the daemon"
+    );
     wait_for("orphan reaped", LONG, || parent_of(orphan).is_none());
     assert_eq!(zombies_of(d.pid()), 0);
 }
@@ -306,7 +325,7 @@ fn parent_of(pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn zombies_of(parent: u32) -> usize {
+pub fn zombies_of(parent: u32) -> usize {
     fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok())
@@ -330,7 +349,9 @@ fn changes_survive_a_daemon_restart_and_ids_keep_counting() {
     assert_eq!(d.stop(), Some(0));
     d.restart(&["--hold"]);
     let c = client(&d);
-    let old = rt().block_on(c.change(&first.id)).expect("change after restart");
+    let old = rt()
+        .block_on(c.change(&first.id))
+        .expect("change after restart");
     assert_eq!(old.summary, first.summary);
     assert_eq!(old.status, "Done");
     let (second, _) = act(&d, "start", &["s"]);
@@ -340,7 +361,11 @@ fn changes_survive_a_daemon_restart_and_ids_keep_counting() {
 #[test]
 fn persist_never_writes_no_state_file() {
     let layer = "services:\n  s:\n    override: replace\n    command: sleep 1000\n";
-    let d = Daemon::start_with_env(&[("001-base", layer)], &["--hold"], &[("PEBBLE_PERSIST", "never")]);
+    let d = Daemon::start_with_env(
+        &[("001-base", layer)],
+        &["--hold"],
+        &[("PEBBLE_PERSIST", "never")],
+    );
     act(&d, "start", &["s"]);
     std::thread::sleep(Duration::from_millis(300));
     assert!(!d.pebble_dir().join(".pebble.state").exists());
@@ -356,9 +381,18 @@ fn verbose_copies_service_output_to_stdout() {
         &["--verbose"],
     );
     wait_for("output line", LONG, || d.log().contains("[s] hello from s"));
-    let line = d.log().lines().find(|l| l.contains("[s] hello")).unwrap().to_owned();
+    let line = d
+        .log()
+        .lines()
+        .find(|l| l.contains("[s] hello"))
+        .unwrap()
+        .to_owned();
     // 2024-06-28T02:20:03.346Z [s] hello from s
-    assert_eq!(line.len(), "2024-06-28T02:20:03.346Z [s] hello from s".len(), "{line}");
+    assert_eq!(
+        line.len(),
+        "2024-06-28T02:20:03.346Z [s] hello from s".len(),
+        "{line}"
+    );
     assert!(line.as_bytes()[23] == b'Z', "{line}");
 }
 
