@@ -341,7 +341,7 @@ impl<'de> Deserialize<'de> for GoDuration {
 }
 
 /// Go's `%q` for strings (`strconv.Quote`), used in error messages that clients match on.
-pub(crate) fn go_quote(s: &str) -> String {
+pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -76,6 +76,9 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
     }
     out.duration(depth, "backoff-limit", s.backoff_limit);
     out.duration(depth, "kill-delay", s.kill_delay);
+    // cobble extensions come last, after every field Pebble knows.
+    out.list(depth, "requires-paths", &s.requires_paths, false);
+    out.map(depth, "on-file-change", &s.on_file_change, |a| a.as_str());
     out.close_if_empty(start);
 }
 

@@ -144,6 +144,31 @@ pub enum PlanError {
         /// The rejected value.
         value: String,
     },
+    /// A `requires-paths` or `on-file-change` path that is not absolute (cobble extension).
+    #[error("plan service {} {field} path {} must be absolute", go_quote(.service), go_quote(.path))]
+    RelativePath {
+        /// The service.
+        service: String,
+        /// The field name.
+        field: &'static str,
+        /// The rejected path.
+        path: String,
+    },
+    /// An `on-file-change` action that is neither `restart`, `ignore` nor a signal name.
+    #[error(
+        "plan service {} on-file-change action {} invalid for {}: must be \"restart\", \"ignore\" or a signal name such as \"SIGHUP\"",
+        go_quote(.service),
+        go_quote(.value),
+        go_quote(.path)
+    )]
+    InvalidFileChangeAction {
+        /// The service.
+        service: String,
+        /// The watched path.
+        path: String,
+        /// The rejected action.
+        value: String,
+    },
     /// `backoff-factor` below 1.
     #[error(
         "plan service {} backoff-factor must be 1.0 or greater, not {}",

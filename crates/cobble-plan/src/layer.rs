@@ -19,7 +19,7 @@ use serde::{Deserialize, Deserializer};
 use crate::check::{CheckLevel, ExecCheck, HttpCheck, LOG_TARGET_TYPES, TcpCheck};
 use crate::duration::{GoDuration, go_quote};
 use crate::error::PlanError;
-use crate::service::{Override, ServiceAction, Startup, split_command};
+use crate::service::{FileChangeAction, Override, ServiceAction, Startup, split_command};
 use crate::shell::shell_split;
 use crate::{Check, LogTarget, Service};
 
@@ -133,6 +133,10 @@ struct ServiceDoc {
     backoff_limit: Option<GoDuration>,
     #[serde(default)]
     kill_delay: Option<GoDuration>,
+    #[serde(default, deserialize_with = "nullable")]
+    requires_paths: Vec<String>,
+    #[serde(default, deserialize_with = "string_map")]
+    on_file_change: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -459,6 +463,31 @@ fn service_from_doc(
     let startup = Startup::parse(&doc.startup).ok_or_else(|| PlanError::InvalidServiceStartup {
         service: name.into(),
     })?;
+    let absolute = |field: &'static str, path: &str| {
+        if path.starts_with('/') {
+            Ok(())
+        } else {
+            Err(PlanError::RelativePath {
+                service: name.into(),
+                field,
+                path: path.into(),
+            })
+        }
+    };
+    for path in &doc.requires_paths {
+        absolute("requires-paths", path)?;
+    }
+    let mut on_file_change = BTreeMap::new();
+    for (path, text) in doc.on_file_change {
+        absolute("on-file-change", &path)?;
+        let action =
+            FileChangeAction::parse(&text).ok_or_else(|| PlanError::InvalidFileChangeAction {
+                service: name.into(),
+                path: path.clone(),
+                value: text.clone(),
+            })?;
+        on_file_change.insert(path, action);
+    }
     Ok(Service {
         name: name.into(),
         summary: doc.summary,
@@ -482,6 +511,8 @@ fn service_from_doc(
         backoff_factor,
         backoff_limit: doc.backoff_limit,
         kill_delay: doc.kill_delay,
+        requires_paths: doc.requires_paths,
+        on_file_change,
     })
 }
 

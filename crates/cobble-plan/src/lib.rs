@@ -57,13 +57,13 @@ pub use check::{
     Check, CheckLevel, DEFAULT_CHECK_PERIOD, DEFAULT_CHECK_THRESHOLD, DEFAULT_CHECK_TIMEOUT,
     ExecCheck, HttpCheck, LogTarget, TcpCheck,
 };
-pub use duration::{DurationError, GoDuration, format_duration, parse_duration};
+pub use duration::{DurationError, GoDuration, format_duration, go_quote, parse_duration};
 pub use error::{CommandError, PlanError};
 pub use layer::Layer;
 pub use layers_dir::read_layers;
 pub use plan::{Plan, SERVICE_ARGS_LABEL, service_args_layer};
 pub use service::{
     DEFAULT_BACKOFF_DELAY, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_LIMIT, DEFAULT_KILL_DELAY,
-    Override, Service, ServiceAction, Startup, command_string,
+    FileChangeAction, Override, SIGNAL_NAMES, Service, ServiceAction, Startup, command_string,
 };
 pub use shell::{ShellError, shell_join, shell_quote, shell_split};

@@ -179,6 +179,79 @@ pub struct Service {
     pub backoff_limit: Option<GoDuration>,
     /// Grace period between SIGTERM and SIGKILL.
     pub kill_delay: Option<GoDuration>,
+    /// cobble extension: absolute paths that must all exist before the service is spawned;
+    /// until then a wanted service waits. Appended on merge.
+    pub requires_paths: Vec<String>,
+    /// cobble extension: what to do when a watched absolute path changes. Merged per key.
+    pub on_file_change: BTreeMap<String, FileChangeAction>,
+}
+
+/// What `on-file-change` does when a watched path changes (cobble extension).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileChangeAction {
+    /// Restart the service (if it is running or waiting to run).
+    Restart,
+    /// Do nothing; the workload reloads by itself.
+    Ignore,
+    /// Send this signal (a name such as `SIGHUP`) to the service's main process.
+    Signal(String),
+}
+
+/// The signal names services may be sent: the standard Linux signals, spelled as Pebble's
+/// `/v1/signals` accepts them.
+pub const SIGNAL_NAMES: &[&str] = &[
+    "SIGHUP",
+    "SIGINT",
+    "SIGQUIT",
+    "SIGILL",
+    "SIGTRAP",
+    "SIGABRT",
+    "SIGBUS",
+    "SIGFPE",
+    "SIGKILL",
+    "SIGUSR1",
+    "SIGSEGV",
+    "SIGUSR2",
+    "SIGPIPE",
+    "SIGALRM",
+    "SIGTERM",
+    "SIGSTKFLT",
+    "SIGCHLD",
+    "SIGCONT",
+    "SIGSTOP",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+    "SIGURG",
+    "SIGXCPU",
+    "SIGXFSZ",
+    "SIGVTALRM",
+    "SIGPROF",
+    "SIGWINCH",
+    "SIGIO",
+    "SIGPWR",
+    "SIGSYS",
+];
+
+impl FileChangeAction {
+    /// Parses `restart`, `ignore` or a signal name.
+    pub fn parse(text: &str) -> Option<FileChangeAction> {
+        match text {
+            "restart" => Some(FileChangeAction::Restart),
+            "ignore" => Some(FileChangeAction::Ignore),
+            sig if SIGNAL_NAMES.contains(&sig) => Some(FileChangeAction::Signal(sig.to_owned())),
+            _ => None,
+        }
+    }
+
+    /// The action as written in a layer.
+    pub fn as_str(&self) -> &str {
+        match self {
+            FileChangeAction::Restart => "restart",
+            FileChangeAction::Ignore => "ignore",
+            FileChangeAction::Signal(name) => name,
+        }
+    }
 }
 
 impl Service {
@@ -261,6 +334,9 @@ impl Service {
         merge_option(&mut self.backoff_factor, other.backoff_factor);
         merge_option(&mut self.backoff_limit, other.backoff_limit);
         merge_option(&mut self.kill_delay, other.kill_delay);
+        self.requires_paths
+            .extend(other.requires_paths.iter().cloned());
+        merge_map(&mut self.on_file_change, &other.on_file_change);
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod add_layer;
 mod combine;
+mod extensions;
 mod layers_dir;
 mod order;
 mod parse;
