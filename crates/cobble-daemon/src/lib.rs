@@ -25,6 +25,7 @@ pub mod layers;
 pub mod logging;
 pub mod services;
 pub mod state;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
