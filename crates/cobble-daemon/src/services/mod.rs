@@ -10,6 +10,7 @@
 //! runners ask the actor to start or stop one service at a time and record what happened.
 
 pub mod changes;
+pub mod hints;
 pub mod logbuf;
 pub mod machine;
 mod process;
