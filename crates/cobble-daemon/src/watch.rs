@@ -199,7 +199,11 @@ mod tests {
             .expect("watcher alive")
     }
 
-    fn setup() -> (tempfile::TempDir, PathWatcher, mpsc::UnboundedReceiver<PathEvent>) {
+    fn setup() -> (
+        tempfile::TempDir,
+        PathWatcher,
+        mpsc::UnboundedReceiver<PathEvent>,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let (tx, rx) = mpsc::unbounded_channel();
         (dir, PathWatcher::spawn(tx), rx)

@@ -240,7 +240,39 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/changes/{id}/wait", get(changes::wait_change))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(read_small_bodies_first))
         .with_state(state)
+}
+
+/// Bodies up to this size are read before routing.
+const SMALL_BODY: u64 = 64 * 1024;
+
+/// Reads a small request body completely before the request is routed.
+///
+/// A reply that does not need the body (an unknown path, a wrong method, access denied)
+/// would otherwise go out while the client is still sending it; the connection then closes
+/// under the client, which sees a broken pipe instead of the error (Python's urllib sends the
+/// body after the headers). Go's server drains small unread bodies the same way. Large and
+/// streamed bodies (file pushes) are left to their handlers.
+async fn read_small_bodies_first(request: Request, next: axum::middleware::Next) -> Response {
+    let length = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match length {
+        Some(n) if n > 0 && n <= SMALL_BODY => {
+            let (parts, body) = request.into_parts();
+            match axum::body::to_bytes(body, SMALL_BODY as usize).await {
+                Ok(bytes) => {
+                    next.run(Request::from_parts(parts, Body::from(bytes)))
+                        .await
+                }
+                Err(_) => ApiError::bad_request("cannot read request body").into_response(),
+            }
+        }
+        _ => next.run(request).await,
+    }
 }
 
 async fn not_found() -> ApiError {

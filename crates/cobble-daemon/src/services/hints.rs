@@ -20,7 +20,10 @@ pub fn missing_paths(lines: &[String]) -> Vec<String> {
             let at = from + at;
             let before = &line[..at];
             let after = &line[at + ENOENT.len()..];
-            for path in [path_before(before), path_after(after)].into_iter().flatten() {
+            for path in [path_before(before), path_after(after)]
+                .into_iter()
+                .flatten()
+            {
                 if !found.contains(&path) {
                     found.push(path);
                 }
@@ -35,7 +38,9 @@ pub fn missing_paths(lines: &[String]) -> Vec<String> {
 fn path_before(before: &str) -> Option<String> {
     let head = before.strip_suffix(": ")?;
     let head = head.trim_end_matches(['"', '\'']);
-    let start = head.rfind(|c: char| c.is_whitespace() || c == '"' || c == '\'').map_or(0, |i| i + 1);
+    let start = head
+        .rfind(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+        .map_or(0, |i| i + 1);
     absolute(&head[start..])
 }
 
@@ -72,7 +77,10 @@ mod tests {
                 "2024/01/01 12:00:00 stat /data/db: no such file or directory",
                 &["/data/db"],
             ),
-            ("cat: /tmp/config: No such file or directory", &["/tmp/config"]),
+            (
+                "cat: /tmp/config: No such file or directory",
+                &["/tmp/config"],
+            ),
             (
                 "FileNotFoundError: [Errno 2] No such file or directory: '/etc/app.toml'",
                 &["/etc/app.toml"],

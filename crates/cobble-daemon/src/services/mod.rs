@@ -14,6 +14,7 @@ pub mod hints;
 pub mod logbuf;
 pub mod machine;
 mod process;
+pub mod registry;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +28,9 @@ use tokio::time::Instant;
 use crate::state::format_rfc3339_nano;
 use logbuf::ServiceLog;
 use machine::{Action, Event, ExitAction, GroupSignal, Machine, Policy, StartOutcome, StopOutcome};
+
+/// How long an exit waits for the output reader to reach end of file.
+const OUTPUT_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Lines of output copied into the task log when a start fails.
 pub const LAST_LOG_LINES: usize = 20;
@@ -352,6 +356,11 @@ impl Actor {
                             tokio::spawn(async move {
                                 // A lost status (never expected) still counts as an exit.
                                 let code = process.exit.await.map(|s| s.code()).unwrap_or(-1);
+                                // Let the reader drain what the process wrote before it
+                                // exited; a child that keeps the pipe open only costs a
+                                // short wait.
+                                let _ =
+                                    tokio::time::timeout(OUTPUT_DRAIN, process.output_done).await;
                                 let _ = exits.send(ExitNotice {
                                     name: notice_name,
                                     pid,

@@ -24,6 +24,9 @@ use crate::state::format_utc_millis;
 pub struct Process {
     pub pid: u32,
     pub exit: oneshot::Receiver<ExitStatus>,
+    /// Resolves when the output pipe reached end of file (every writer is gone), so the exit
+    /// can be handled with the process's last words already in its log.
+    pub output_done: oneshot::Receiver<()>,
 }
 
 /// Spawns the service. The error is the text for the start task (`cannot start service: ...`).
@@ -92,10 +95,16 @@ pub fn spawn(
     // Dropping the command closes the daemon's copies of the pipe's write end, so the reader
     // sees end of file once the service and its children are gone.
     drop(cmd);
-    tokio::spawn(copy_output(reader, name.to_owned(), log.clone(), verbose));
+    let (done_tx, output_done) = oneshot::channel();
+    let copy = copy_output(reader, name.to_owned(), log.clone(), verbose);
+    tokio::spawn(async move {
+        copy.await;
+        let _ = done_tx.send(());
+    });
     Ok(Process {
         pid: spawned.pid,
         exit: spawned.exit,
+        output_done,
     })
 }
 

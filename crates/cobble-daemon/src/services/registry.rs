@@ -1,0 +1,194 @@
+//! The record of running process groups, so a daemon never starts a service twice.
+//!
+//! Services run in their own process groups and survive the daemon if it is killed with
+//! SIGKILL. Each spawn and exit rewrites `$PEBBLE/.cobble-processes` (atomically, through a
+//! rename; no fsync, because the file only has to survive the daemon process, not the
+//! machine: if the machine goes down, so do the processes). At start-up, before anything is
+//! spawned, the next daemon ends every group its predecessor left running. A pid is trusted
+//! only if its start time still matches the recorded one, so a recycled pid is never killed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cobble_sys::process::{self, Signal};
+use serde::{Deserialize, Serialize};
+
+/// The file name under `$PEBBLE`.
+pub const FILE_NAME: &str = ".cobble-processes";
+
+/// One recorded process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The group leader's pid (and so the group id).
+    pub pid: u32,
+    /// The leader's start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
+    pub start_time: u64,
+}
+
+/// The on-disk record of live process groups, keyed by service name.
+#[derive(Debug)]
+pub struct ProcessRegistry {
+    path: Option<PathBuf>,
+    records: BTreeMap<String, Record>,
+}
+
+impl ProcessRegistry {
+    /// A registry kept in `dir`, or only in memory when `dir` is `None`.
+    pub fn new(dir: Option<&Path>) -> ProcessRegistry {
+        ProcessRegistry {
+            path: dir.map(|d| d.join(FILE_NAME)),
+            records: BTreeMap::new(),
+        }
+    }
+
+    /// Records the group of a freshly spawned service.
+    pub fn record(&mut self, service: &str, pid: u32) {
+        let Some(start_time) = process::process_start_time(pid) else {
+            return; // already gone
+        };
+        self.records
+            .insert(service.to_owned(), Record { pid, start_time });
+        self.save();
+    }
+
+    /// Forgets a service's group once its leader has exited.
+    pub fn forget(&mut self, service: &str, pid: u32) {
+        if self.records.get(service).is_some_and(|r| r.pid == pid) {
+            self.records.remove(service);
+            self.save();
+        }
+    }
+
+    fn save(&self) {
+        let Some(path) = &self.path else {
+            return;
+        };
+        let bytes = serde_json::to_vec(&self.records).expect("records serialise");
+        let tmp = path.with_extension("tmp");
+        let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+        if let Err(e) = result {
+            tracing::warn!("Cannot record service processes in {}: {e}", path.display());
+        }
+    }
+}
+
+/// Ends the process groups a previous daemon left running (SIGTERM, then SIGKILL after
+/// `grace`), and returns the services they belonged to. Runs before anything is spawned.
+pub async fn end_leftovers(dir: &Path, grace: Duration) -> Vec<String> {
+    let path = dir.join(FILE_NAME);
+    let Ok(bytes) = std::fs::read(&path) else {
+        return Vec::new();
+    };
+    let records: BTreeMap<String, Record> = serde_json::from_slice(&bytes).unwrap_or_default();
+    let alive: Vec<(String, Record)> = records
+        .into_iter()
+        .filter(|(_, r)| process::process_start_time(r.pid) == Some(r.start_time))
+        .collect();
+    for (service, record) in &alive {
+        tracing::info!(
+            "Service \"{service}\" still running from a previous daemon (pid {}); stopping it",
+            record.pid
+        );
+        let _ = process::signal_group(record.pid, Signal::SIGTERM);
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    while alive.iter().any(|(_, r)| process::group_alive(r.pid))
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (_, record) in &alive {
+        if process::group_alive(record.pid) {
+            let _ = process::signal_group(record.pid, Signal::SIGKILL);
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    alive.into_iter().map(|(service, _)| service).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+
+    fn spawn_group(script: &str) -> u32 {
+        let mut cmd = std::process::Command::new("/bin/sh");
+        cmd.args(["-c", script]).process_group(0);
+        cobble_sys::reaper::spawn(&mut cmd).expect("spawn").pid
+    }
+
+    #[tokio::test]
+    async fn leftovers_are_ended_and_the_record_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let leader = spawn_group("sleep 1000 & wait");
+        let mut registry = ProcessRegistry::new(Some(dir.path()));
+        registry.record("web", leader);
+        assert!(dir.path().join(FILE_NAME).exists());
+        // A new daemon (here: the same test) finds and ends the group.
+        let ended = end_leftovers(dir.path(), Duration::from_secs(2)).await;
+        assert_eq!(ended, ["web"]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while process::group_alive(leader) {
+            assert!(std::time::Instant::now() < deadline, "group still alive");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!dir.path().join(FILE_NAME).exists());
+    }
+
+    #[tokio::test]
+    async fn groups_that_ignore_sigterm_are_killed_after_the_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let leader = spawn_group("trap '' TERM; sleep 1000");
+        let mut registry = ProcessRegistry::new(Some(dir.path()));
+        registry.record("stubborn", leader);
+        end_leftovers(dir.path(), Duration::from_millis(200)).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while process::group_alive(leader) {
+            assert!(std::time::Instant::now() < deadline, "group still alive");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_recycled_pid_is_never_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let leader = spawn_group("sleep 1000");
+        let start_time = process::process_start_time(leader).unwrap();
+        let records: BTreeMap<String, Record> = [(
+            "old".to_owned(),
+            Record {
+                pid: leader,
+                start_time: start_time + 1,
+            },
+        )]
+        .into();
+        std::fs::write(
+            dir.path().join(FILE_NAME),
+            serde_json::to_vec(&records).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            end_leftovers(dir.path(), Duration::from_millis(100))
+                .await
+                .is_empty()
+        );
+        assert!(process::group_alive(leader));
+        process::signal_group(leader, Signal::SIGKILL).unwrap();
+    }
+
+    #[test]
+    fn forget_removes_only_the_matching_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut registry = ProcessRegistry::new(Some(dir.path()));
+        let me = std::process::id();
+        registry.record("a", me);
+        registry.forget("a", me + 1);
+        assert!(registry.records.contains_key("a"));
+        registry.forget("a", me);
+        assert!(registry.records.is_empty());
+        let on_disk: BTreeMap<String, Record> =
+            serde_json::from_slice(&std::fs::read(dir.path().join(FILE_NAME)).unwrap()).unwrap();
+        assert!(on_disk.is_empty());
+    }
+}
