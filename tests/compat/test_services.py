@@ -346,11 +346,18 @@ def test_on_success_ignore_leaves_inactive(client: ops.pebble.Client):
     wait_for(lambda: current(client, 'done') == INACTIVE, 5, what='done to be inactive')
 
 
-def test_missing_binary_fails_start_and_stays_inactive(client: ops.pebble.Client):
+def test_missing_binary_fails_the_start_like_pebble_then_keeps_retrying(client: ops.pebble.Client):
+    # The change fails with Pebble's text, so clients see nothing new; but where Pebble leaves
+    # the service inactive for good, cobble keeps retrying in case the binary appears.
     add_services(client, ghost={'override': 'replace', 'command': '/nonexistent/binary'})
     with pytest.raises(ops.pebble.ChangeError) as excinfo:
         client.start_services(['ghost'])
-    assert 'cannot start service' in excinfo.value.err
+    assert (
+        'cannot start service: fork/exec /nonexistent/binary: no such file or directory'
+        in excinfo.value.err
+    )
+    assert current(client, 'ghost') == 'backoff'
+    client.stop_services(['ghost'])
     assert current(client, 'ghost') == INACTIVE
 
 

@@ -14,6 +14,10 @@ use crate::types::{
     ChangeAction, ChangeInfo, ErrorResult, LayersRequest, ServiceInfo, ServicesAction,
     SignalsRequest, SystemInfo,
 };
+use crate::types::{
+    CheckInfo, ChecksAction, ChecksActionResult, HealthInfo, RefreshCheckRequest,
+    RefreshCheckResult,
+};
 
 /// How long one `/v1/changes/{id}/wait` long-poll may last before the client asks again.
 ///
@@ -137,6 +141,11 @@ impl Client {
         body: Option<Vec<u8>>,
     ) -> Result<RawResponse, Error> {
         transport::send(&self.endpoint, method, path_and_query, body).await
+    }
+
+    /// Where the daemon is, for the modules that stream requests themselves.
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
     /// Sends one request and decodes its envelope; error envelopes become [`Error::Api`].
@@ -349,6 +358,61 @@ impl Client {
         };
         let _: Value = self.post("/v1/signals", &body).await?;
         Ok(())
+    }
+
+    /// `GET /v1/checks`: the checks at `level` (`""`, `alive` or `ready`; exact match) with
+    /// the given names (all when empty), sorted by name.
+    pub async fn checks(&self, level: &str, names: &[String]) -> Result<Vec<CheckInfo>, Error> {
+        let names = names.join(",");
+        let mut query = Vec::new();
+        if !level.is_empty() {
+            query.push(("level", level));
+        }
+        if !names.is_empty() {
+            query.push(("names", names.as_str()));
+        }
+        self.get("/v1/checks", &query).await
+    }
+
+    /// `POST /v1/checks` with `start`: returns the checks that were started (not those
+    /// already running).
+    pub async fn start_checks(&self, names: &[String]) -> Result<Vec<String>, Error> {
+        self.checks_action("start", names).await
+    }
+
+    /// `POST /v1/checks` with `stop`: returns the checks that were stopped.
+    pub async fn stop_checks(&self, names: &[String]) -> Result<Vec<String>, Error> {
+        self.checks_action("stop", names).await
+    }
+
+    async fn checks_action(&self, action: &str, names: &[String]) -> Result<Vec<String>, Error> {
+        let body = ChecksAction {
+            action: action.into(),
+            checks: names.to_vec(),
+        };
+        let result: ChecksActionResult = self.post("/v1/checks", &body).await?;
+        Ok(result.changed)
+    }
+
+    /// `POST /v1/checks/refresh`: runs a check now and returns it with the run's error.
+    pub async fn refresh_check(&self, name: &str) -> Result<RefreshCheckResult, Error> {
+        let body = RefreshCheckRequest { name: name.into() };
+        self.post("/v1/checks/refresh", &body).await
+    }
+
+    /// `GET /v1/health`: whether the matching checks are healthy. The daemon answers an
+    /// unhealthy result with status 502 but a normal body, which this returns as `false`.
+    pub async fn health(&self, level: &str, names: &[String]) -> Result<bool, Error> {
+        let names = names.join(",");
+        let mut query = Vec::new();
+        if !level.is_empty() {
+            query.push(("level", level));
+        }
+        if !names.is_empty() {
+            query.push(("names", names.as_str()));
+        }
+        let info: HealthInfo = self.get("/v1/health", &query).await?;
+        Ok(info.healthy)
     }
 }
 

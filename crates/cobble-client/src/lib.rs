@@ -21,6 +21,9 @@
 //! - [`ClientConfig`] and [`EnvPaths`]: where the daemon is, from Pebble's environment variables.
 //! - [`Client`]: one async method per API call, plus [`Client::get`], [`Client::post`],
 //!   [`Client::request`] and [`Client::raw_request`] for endpoints without a typed method.
+//! - [`Client::push`], [`Client::pull`], [`Client::list_files`], [`Client::make_dir`] and
+//!   [`Client::remove_path`] (module `files`): the files API, streamed both ways, with
+//!   [`PushOptions`] and [`MakeDirOptions`].
 //! - [`Error`]: one error type, with messages worded like Pebble's Go client.
 //!
 //! # Example
@@ -46,11 +49,13 @@
 mod client;
 mod config;
 mod error;
+mod files;
 mod transport;
 pub mod types;
 
 pub use client::{ChangeSelector, Client, Response, decode_envelope};
 pub use config::{ClientConfig, DEFAULT_PEBBLE_DIR, EnvPaths, SOCKET_FILE_NAME};
 pub use error::Error;
+pub use files::{MakeDirOptions, PushOptions};
 pub use hyper::Method;
 pub use transport::RawResponse;

@@ -89,84 +89,25 @@ pub(crate) async fn send(
     path_and_query: &str,
     body: Option<Vec<u8>>,
 ) -> Result<RawResponse, Error> {
-    // Go's url.Error spelling: `Get "http://localhost/v1/..."`.
-    let request_label = format!(
-        "{} {:?}",
-        go_method_name(&method),
-        endpoint.url(path_and_query)
-    );
-    match endpoint {
-        Endpoint::Unix(path) => {
-            let stream = UnixStream::connect(path)
-                .await
-                .map_err(|e| Error::dial(request_label.clone(), &DialTarget::Unix(path), e))?;
-            exchange(
-                stream,
-                "localhost",
-                method,
-                path_and_query,
-                body,
-                request_label,
-            )
-            .await
-        }
-        Endpoint::Tcp { authority, prefix } => {
-            let stream = TcpStream::connect(authority.as_str())
-                .await
-                .map_err(|e| Error::dial(request_label.clone(), &DialTarget::Tcp(authority), e))?;
-            let full_path = format!("{prefix}{path_and_query}");
-            exchange(stream, authority, method, &full_path, body, request_label).await
-        }
-    }
-}
-
-async fn exchange<S>(
-    stream: S,
-    host: &str,
-    method: Method,
-    path_and_query: &str,
-    body: Option<Vec<u8>>,
-    request_label: String,
-) -> Result<RawResponse, Error>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| Error::broken(request_label.clone(), e))?;
-    // The connection future drives the socket; it ends when the exchange is over.
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-
-    let mut builder = Request::builder()
-        .method(method)
-        .uri(path_and_query)
-        .header(HOST, host)
-        .header(ACCEPT, "application/json")
-        .header(USER_AGENT, concat!("cobble/", env!("CARGO_PKG_VERSION")));
-    if body.is_some() {
-        builder = builder.header(CONTENT_TYPE, "application/json");
-    }
-    let request = builder
-        .body(Full::new(Bytes::from(body.unwrap_or_default())))
-        .map_err(|e| Error::Protocol(format!("cannot build request: {e}")))?;
-
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| Error::broken(request_label.clone(), e))?;
-    let status_code = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let body = response
+    let content_type = body.is_some().then_some("application/json");
+    let body = Full::new(Bytes::from(body.unwrap_or_default()));
+    let streamed = send_streaming(
+        endpoint,
+        method,
+        path_and_query,
+        "application/json",
+        content_type,
+        body,
+    )
+    .await?;
+    let status_code = streamed.response.status().as_u16();
+    let content_type = content_type_of(&streamed.response);
+    let body = streamed
+        .response
         .into_body()
         .collect()
         .await
-        .map_err(|e| Error::broken(request_label, e))?
+        .map_err(|e| Error::broken(streamed.request_label, e))?
         .to_bytes()
         .to_vec();
     Ok(RawResponse {
@@ -174,6 +115,117 @@ where
         content_type,
         body,
     })
+}
+
+/// A response whose body has not been read yet.
+pub(crate) struct StreamedResponse {
+    /// The response head and its body, to be read frame by frame.
+    pub response: hyper::Response<hyper::body::Incoming>,
+    /// The request, Go style, for errors while reading the body.
+    pub request_label: String,
+}
+
+/// The `Content-Type` header of a response, if it has a readable one.
+pub(crate) fn content_type_of<B>(response: &hyper::Response<B>) -> Option<String> {
+    response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// Sends one request with any body (streamed as it is produced) on a new connection, and
+/// returns as soon as the response head has arrived.
+pub(crate) async fn send_streaming<B>(
+    endpoint: &Endpoint,
+    method: Method,
+    path_and_query: &str,
+    accept: &str,
+    content_type: Option<&str>,
+    body: B,
+) -> Result<StreamedResponse, Error>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    // Go's url.Error spelling: `Get "http://localhost/v1/..."`.
+    let request_label = format!(
+        "{} {:?}",
+        go_method_name(&method),
+        endpoint.url(path_and_query)
+    );
+    let head = RequestHead {
+        method,
+        accept,
+        content_type,
+        request_label: &request_label,
+    };
+    let response = match endpoint {
+        Endpoint::Unix(path) => {
+            let stream = UnixStream::connect(path)
+                .await
+                .map_err(|e| Error::dial(request_label.clone(), &DialTarget::Unix(path), e))?;
+            exchange(stream, "localhost", path_and_query, head, body).await?
+        }
+        Endpoint::Tcp { authority, prefix } => {
+            let stream = TcpStream::connect(authority.as_str())
+                .await
+                .map_err(|e| Error::dial(request_label.clone(), &DialTarget::Tcp(authority), e))?;
+            let full_path = format!("{prefix}{path_and_query}");
+            exchange(stream, authority, &full_path, head, body).await?
+        }
+    };
+    Ok(StreamedResponse {
+        response,
+        request_label,
+    })
+}
+
+/// What a request says about itself besides its path and body.
+struct RequestHead<'a> {
+    method: Method,
+    accept: &'a str,
+    content_type: Option<&'a str>,
+    request_label: &'a str,
+}
+
+async fn exchange<S, B>(
+    stream: S,
+    host: &str,
+    path_and_query: &str,
+    head: RequestHead<'_>,
+    body: B,
+) -> Result<hyper::Response<hyper::body::Incoming>, Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| Error::broken(head.request_label.to_string(), e))?;
+    // The connection future drives the socket; it ends when the exchange is over.
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+
+    let mut builder = Request::builder()
+        .method(head.method)
+        .uri(path_and_query)
+        .header(HOST, host)
+        .header(ACCEPT, head.accept)
+        .header(USER_AGENT, concat!("cobble/", env!("CARGO_PKG_VERSION")));
+    if let Some(content_type) = head.content_type {
+        builder = builder.header(CONTENT_TYPE, content_type);
+    }
+    let request = builder
+        .body(body)
+        .map_err(|e| Error::Protocol(format!("cannot build request: {e}")))?;
+
+    sender
+        .send_request(request)
+        .await
+        .map_err(|e| Error::broken(head.request_label.to_string(), e))
 }
 
 /// Go's `url.Error` operation name: the method with only its first letter in upper case.

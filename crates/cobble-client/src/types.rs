@@ -72,6 +72,92 @@ pub struct ServiceInfo {
         skip_serializing_if = "Option::is_none"
     )]
     pub current_since: Option<String>,
+    /// Why the service is not simply running (cobble extension; Pebble clients ignore it):
+    /// `waiting for /etc/certs/cert.pem`, `backing off until ... after exit code 255`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What the supervisor knows about the service, with `GET /v1/services?details=true`
+    /// (cobble extension, used by `cobble why`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<ServiceDetails>,
+}
+
+/// Why a service is where it is (cobble extension).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServiceDetails {
+    /// Exit code of the last process.
+    #[serde(
+        rename = "last-exit-code",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_exit_code: Option<i32>,
+    /// The last lines of its output.
+    #[serde(rename = "last-output", default, skip_serializing_if = "Vec::is_empty")]
+    pub last_output: Vec<String>,
+    /// Processes spawned by this daemon.
+    #[serde(rename = "start-count")]
+    pub start_count: u64,
+    /// Backoffs since the last reset.
+    #[serde(rename = "backoff-count")]
+    pub backoff_count: u32,
+    /// The current backoff delay before jitter, as a Go duration (`"4s"`).
+    #[serde(
+        rename = "backoff-delay",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub backoff_delay: String,
+    /// When the current backoff ends.
+    #[serde(
+        rename = "backoff-until",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub backoff_until: Option<String>,
+    /// Missing `requires-paths` the service waits for.
+    #[serde(rename = "waiting-for", default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_for: Vec<String>,
+    /// Paths the last failure output named as missing; their appearance ends the backoff.
+    #[serde(
+        rename = "missing-paths",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub missing_paths: Vec<String>,
+    /// Checks named in `on-check-failure` that are down.
+    #[serde(
+        rename = "failing-checks",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub failing_checks: Vec<FailingCheck>,
+}
+
+/// A down check that acts on a service (cobble extension).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FailingCheck {
+    pub name: String,
+    /// Consecutive failures.
+    pub failures: u32,
+    pub threshold: u32,
+    /// When it went down.
+    #[serde(
+        rename = "down-since",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub down_since: Option<String>,
+    /// The last failure's message.
+    #[serde(
+        rename = "last-error",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub last_error: String,
+    /// Times its failure action fired.
+    #[serde(rename = "action-count")]
+    pub action_count: u64,
 }
 
 /// Body of `POST /v1/services`.
@@ -193,4 +279,212 @@ pub struct TaskProgress {
     pub done: u64,
     /// Units in all.
     pub total: u64,
+}
+
+/// One entry of `GET /v1/files?action=list`, in the field order of Pebble's `fileInfoResult`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileInfo {
+    /// The entry's full absolute path (cleaned, like Go's `path.Join`).
+    pub path: String,
+    /// The last element of `path` (`/` for the root).
+    pub name: String,
+    /// `file`, `directory`, `symlink`, `socket`, `named-pipe`, `device` or `unknown`.
+    #[serde(rename = "type")]
+    pub file_type: String,
+    /// Size in bytes; present for regular files only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// The permission bits as three octal digits (`644`); setuid, setgid and sticky are left out.
+    pub permissions: String,
+    /// Modification time, RFC 3339 in whole seconds, in the daemon's local zone.
+    #[serde(rename = "last-modified")]
+    pub last_modified: String,
+    /// Owner uid; always sent (Go emits `null` only when the platform has no owner).
+    #[serde(rename = "user-id")]
+    pub user_id: Option<u32>,
+    /// Owner name, or empty when the uid has no passwd entry.
+    #[serde(default)]
+    pub user: String,
+    /// Group gid.
+    #[serde(rename = "group-id")]
+    pub group_id: Option<u32>,
+    /// Group name, or empty when the gid has no group entry.
+    #[serde(default)]
+    pub group: String,
+}
+
+/// The per-path outcome of a files request: `{"path"}` or `{"path","error"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileResult {
+    /// The path exactly as the request named it.
+    pub path: String,
+    /// Why this path failed; `kind` is `not-found`, `permission-denied` or `generic-file-error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorResult>,
+}
+
+/// One file of a multipart write (`POST /v1/files`, part `request`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WriteFilesItem {
+    /// Absolute path of the file to write; the file part's `filename` must equal it.
+    pub path: String,
+    /// Create missing parent directories (mode 0755).
+    #[serde(rename = "make-dirs", default, skip_serializing_if = "is_false")]
+    pub make_dirs: bool,
+    /// Three octal digits; empty means 0644.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub permissions: String,
+    /// Owner uid.
+    #[serde(rename = "user-id", default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<u32>,
+    /// Owner name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user: String,
+    /// Group gid (only with a user).
+    #[serde(rename = "group-id", default, skip_serializing_if = "Option::is_none")]
+    pub group_id: Option<u32>,
+    /// Group name (only with a user).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+}
+
+/// The `request` part of a multipart write.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WriteFilesRequest {
+    /// Always `write`.
+    #[serde(default)]
+    pub action: String,
+    /// The files whose content follows, one `files` part each.
+    #[serde(default)]
+    pub files: Vec<WriteFilesItem>,
+}
+
+/// One directory of `{"action":"make-dirs"}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MakeDirsItem {
+    /// Absolute path of the directory to create.
+    pub path: String,
+    /// Create missing parents too (with the same mode and owner); an existing directory is
+    /// then not an error.
+    #[serde(rename = "make-parents", default, skip_serializing_if = "is_false")]
+    pub make_parents: bool,
+    /// Three octal digits; empty means 0755.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub permissions: String,
+    /// Owner uid.
+    #[serde(rename = "user-id", default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<u32>,
+    /// Owner name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user: String,
+    /// Group gid (only with a user).
+    #[serde(rename = "group-id", default, skip_serializing_if = "Option::is_none")]
+    pub group_id: Option<u32>,
+    /// Group name (only with a user).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+}
+
+/// One path of `{"action":"remove"}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RemovePathsItem {
+    /// Absolute path to remove.
+    pub path: String,
+    /// Remove a directory and everything below it; a missing path is then not an error.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub recursive: bool,
+}
+
+/// The JSON body of `POST /v1/files` (`make-dirs` or `remove`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FilesRequest {
+    /// `make-dirs` or `remove` (`write` must use multipart).
+    #[serde(default)]
+    pub action: String,
+    /// The directories of a `make-dirs` request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dirs: Vec<MakeDirsItem>,
+    /// The paths of a `remove` request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<RemovePathsItem>,
+}
+
+/// One entry of `GET /v1/checks`, and the `info` of a refresh.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckInfo {
+    /// The check's name in the plan.
+    pub name: String,
+    /// `alive`, `ready`, or empty when unset.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub level: String,
+    /// `enabled` or `disabled` (unset reads as enabled).
+    pub startup: String,
+    /// `up`, `down` or `inactive`.
+    pub status: String,
+    /// Successes since the check started or last recovered.
+    #[serde(default)]
+    pub successes: u64,
+    /// Consecutive failures.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures: u64,
+    /// Consecutive failures that make the check down.
+    pub threshold: u64,
+    /// The perform-check or recover-check change driving the check; absent when inactive.
+    #[serde(
+        rename = "change-id",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub change_id: String,
+}
+
+/// Body of `POST /v1/checks`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChecksAction {
+    /// `start` or `stop`.
+    #[serde(default)]
+    pub action: String,
+    /// The checks to act on.
+    #[serde(default)]
+    pub checks: Vec<String>,
+}
+
+/// Result of `POST /v1/checks`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChecksActionResult {
+    /// The checks whose state changed, sorted.
+    pub changed: Vec<String>,
+}
+
+/// Body of `POST /v1/checks/refresh`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RefreshCheckRequest {
+    /// The check to run now.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// Result of `POST /v1/checks/refresh`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RefreshCheckResult {
+    /// The check after the run.
+    pub info: CheckInfo,
+    /// Why the run failed (`message; details`), empty if it succeeded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+/// Result of `GET /v1/health` (with status 200, or 502 when unhealthy).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HealthInfo {
+    /// False when any matching check is down.
+    pub healthy: bool,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
 }

@@ -20,9 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::RunOptions;
 use crate::api::{self, ApiState, Peer};
+use crate::checks::CheckManager;
 use crate::layers::PlanManager;
-use crate::services::ServiceManager;
 use crate::services::changes::{ActionError, ServiceActions};
+use crate::services::{ServiceManager, registry};
 use crate::state::{self, Persister, StateData, StateStore};
 
 /// How often old changes are pruned.
@@ -79,8 +80,26 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
     let store = StateStore::new(data);
     let plan = PlanManager::new(plan);
     let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel();
-    let services = ServiceManager::spawn(plan.subscribe(), opts.verbose, shutdown_tx);
+    // A daemon killed with SIGKILL leaves its services running: end them before anything
+    // starts, so no service ever runs twice.
+    let state_dir = opts.persist.then_some(opts.pebble_dir.as_path());
+    if let Some(dir) = state_dir {
+        let ended = registry::end_leftovers(dir, longest_plan_kill_delay(&plan.plan())).await;
+        if !ended.is_empty() {
+            tracing::info!("Stopped leftover processes of {}", ended.join(", "));
+        }
+    }
+    let services = ServiceManager::spawn(plan.subscribe(), opts.verbose, shutdown_tx, state_dir);
     let actions = ServiceActions::new(plan.subscribe(), store.clone(), services.clone());
+    // Checks run from the plan whatever the services do, even under --hold.
+    let checks = {
+        let services = services.clone();
+        CheckManager::spawn(
+            plan.subscribe(),
+            store.clone(),
+            Arc::new(move |check: &str| services.check_failed(check)),
+        )
+    };
 
     let cancel = CancellationToken::new();
     let persister = opts.persist.then(|| {
@@ -106,6 +125,7 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
         plan,
         services: services.clone(),
         actions: actions.clone(),
+        checks,
         state: store.clone(),
         boot_id: boot_id(),
         http_address: opts.http.clone(),
@@ -164,9 +184,11 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
 
 /// The longest kill-delay among services (at least the default), to bound the final stop.
 fn longest_kill_delay(actions: &ServiceActions) -> Duration {
-    actions
-        .plan()
-        .services
+    longest_plan_kill_delay(&actions.plan())
+}
+
+fn longest_plan_kill_delay(plan: &Plan) -> Duration {
+    plan.services
         .values()
         .map(|s| s.kill_delay())
         .max()

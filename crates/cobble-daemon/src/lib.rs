@@ -15,17 +15,28 @@
 //! - [`state`]: changes and tasks, their JSON rendering, and coalesced atomic persistence.
 //! - [`api`]: HTTP transport only; handlers extract, call one manager, and wrap the result in
 //!   Pebble's envelope.
+//! - [`files`]: the files API (pull, push, list, make-dirs, remove): Go-compatible errors,
+//!   streamed multipart and atomic writes.
+//! - [`checks`]: health checks (http, tcp, exec), their perform/recover changes, the
+//!   snapshot `/v1/health` reads, and the failure actions they trigger.
+//! - [`metrics`]: the OpenMetrics text of `/v1/metrics`.
+//! - [`watch`]: path watching for `requires-paths`, `on-file-change` and failure hints.
+//! - [`why`]: the reason a service is where it is, services and checks joined.
 //! - [`logging`]: the daemon log format, `<time> [cobble] message`.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod checks;
 pub mod daemon;
+pub mod files;
 pub mod layers;
 pub mod logging;
+pub mod metrics;
 pub mod services;
 pub mod state;
 pub mod watch;
+pub mod why;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

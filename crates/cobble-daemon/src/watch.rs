@@ -126,35 +126,31 @@ impl State {
                 .entry(path)
                 .or_insert_with_key(|p| fingerprint(p));
         }
-        self.rearm();
+        if self.rearm() {
+            // Something may have changed before the new watches were armed.
+            self.look();
+        }
     }
 
-    /// Compares every fingerprint with the last one and reports the differences.
+    /// Compares every fingerprint with the last one and reports the differences, then moves
+    /// watches to directories that appeared (or away from ones that vanished). A file created
+    /// in a new directory before its watch was armed would be missed, so each time the watches
+    /// move, the paths are looked at again.
     fn look(&mut self) {
-        let mut directories_changed = false;
-        for (path, last) in self.paths.iter_mut() {
-            let now = fingerprint(path);
-            if now != *last {
-                directories_changed |= now.is_none() != last.is_none();
-                *last = now;
-                let _ = self.events.send(PathEvent {
-                    path: path.clone(),
-                    exists: now.is_some(),
-                });
+        loop {
+            for (path, last) in self.paths.iter_mut() {
+                let now = fingerprint(path);
+                if now != *last {
+                    *last = now;
+                    let _ = self.events.send(PathEvent {
+                        path: path.clone(),
+                        exists: now.is_some(),
+                    });
+                }
             }
-        }
-        // A directory that appeared may let a watch move closer to its paths.
-        if directories_changed || self.dirs.iter().any(|d| !d.is_dir()) {
-            self.rearm();
-        } else {
-            self.rearm_if_deeper();
-        }
-    }
-
-    fn rearm_if_deeper(&mut self) {
-        let wanted = self.wanted_dirs();
-        if wanted != self.dirs {
-            self.rearm();
+            if !self.rearm() {
+                return;
+            }
         }
     }
 
@@ -167,21 +163,24 @@ impl State {
             .collect()
     }
 
-    fn rearm(&mut self) {
+    /// Points the inotify watches at the wanted directories; returns whether they changed.
+    fn rearm(&mut self) -> bool {
         let wanted = self.wanted_dirs();
-        let Some(watcher) = self.watcher.as_mut() else {
-            self.dirs = wanted;
-            return;
-        };
-        for gone in self.dirs.difference(&wanted) {
-            let _ = watcher.unwatch(gone);
+        if wanted == self.dirs {
+            return false;
         }
-        for new in wanted.difference(&self.dirs) {
-            if let Err(e) = watcher.watch(new, RecursiveMode::NonRecursive) {
-                tracing::debug!("Cannot watch {}: {e}; polling it", new.display());
+        if let Some(watcher) = self.watcher.as_mut() {
+            for gone in self.dirs.difference(&wanted) {
+                let _ = watcher.unwatch(gone);
+            }
+            for new in wanted.difference(&self.dirs) {
+                if let Err(e) = watcher.watch(new, RecursiveMode::NonRecursive) {
+                    tracing::debug!("Cannot watch {}: {e}; polling it", new.display());
+                }
             }
         }
         self.dirs = wanted;
+        true
     }
 }
 

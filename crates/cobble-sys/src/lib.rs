@@ -32,6 +32,7 @@
 //! - [`process`]: signalling processes and process groups, signal names, `/proc`.
 //! - [`user`]: the passwd/group parser and Pebble's uid/gid normalisation.
 //! - [`output`]: a merged stdout+stderr pipe with an async read end.
+//! - [`fs`]: file system calls std lacks (early writeback for long writes).
 //!
 //! # Unsafe code
 //!
@@ -45,6 +46,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+pub mod fs;
 pub mod output;
 pub mod process;
 pub mod reaper;

@@ -7,6 +7,8 @@
 //! TCP clients reach only the open endpoints.
 
 mod changes;
+mod checks;
+mod files;
 mod services;
 mod system;
 
@@ -26,6 +28,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, UnixListener};
 
+use crate::checks::CheckManager;
 use crate::layers::PlanManager;
 use crate::services::ServiceManager;
 use crate::services::changes::ServiceActions;
@@ -39,6 +42,7 @@ pub struct ApiState {
     pub plan: PlanManager,
     pub services: ServiceManager,
     pub actions: ServiceActions,
+    pub checks: CheckManager,
     pub state: StateStore,
     pub boot_id: String,
     pub http_address: Option<String>,
@@ -164,6 +168,11 @@ pub fn sync<T: Serialize>(result: T) -> Response {
     envelope("sync", StatusCode::OK, None, result)
 }
 
+/// A `sync` response with another status than 200 (`/v1/health` answers 502 that way).
+pub fn sync_with_status<T: Serialize>(status: StatusCode, result: T) -> Response {
+    envelope("sync", status, None, result)
+}
+
 /// An `async` response for a change (`"result": null`).
 pub fn async_change(change_id: u64) -> Response {
     envelope(
@@ -220,7 +229,16 @@ pub fn multi_comma_list(query: &[(String, String)], key: &str) -> Vec<String> {
 pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/v1/system-info", get(system::system_info))
-        .route("/v1/health", get(system::health))
+        .route("/v1/health", get(checks::health))
+        .route(
+            "/v1/checks",
+            get(checks::get_checks).post(checks::post_checks),
+        )
+        .route(
+            "/v1/checks/refresh",
+            axum::routing::post(checks::post_checks_refresh),
+        )
+        .route("/v1/metrics", get(checks::get_metrics))
         .route(
             "/v1/services",
             get(services::get_services).post(services::post_services),
@@ -238,6 +256,7 @@ pub fn router(state: Shared) -> Router {
             get(changes::get_change).post(changes::post_change),
         )
         .route("/v1/changes/{id}/wait", get(changes::wait_change))
+        .route("/v1/files", get(files::get_files).post(files::post_files))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(read_small_bodies_first))

@@ -15,14 +15,15 @@ pub async fn get_services(
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
     let names = multi_comma_list(&query, "names");
-    let infos: Vec<_> = api
-        .services
-        .statuses(names)
-        .await
-        .into_iter()
-        .map(|s| s.info)
-        .collect();
-    sync(infos)
+    let details = query.iter().any(|(k, v)| k == "details" && v == "true");
+    let statuses = api.services.statuses(names).await;
+    let checks = api.checks.checks().await;
+    sync(crate::why::explain(
+        statuses,
+        &api.plan.plan(),
+        &checks,
+        details,
+    ))
 }
 
 pub async fn post_services(
@@ -32,7 +33,13 @@ pub async fn post_services(
 ) -> Result<Response, ApiError> {
     let request: ServicesAction = json_body(body, "cannot decode data from request body").await?;
     match api.actions.act(&request.action, request.services).await {
-        Ok(change_id) => Ok(async_change(change_id)),
+        Ok(change_id) => {
+            if request.action == "replan" {
+                // Pebble's replan also starts enabled checks that are not running.
+                api.checks.replan().await;
+            }
+            Ok(async_change(change_id))
+        }
         Err(ActionError::NoDefaultServices) => {
             Err(ApiError::bad_request("no default services").with_kind("no-default-services"))
         }

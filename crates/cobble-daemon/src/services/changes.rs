@@ -292,6 +292,19 @@ impl ServiceActions {
                 self.state.set_task_status(id, Status::Done);
                 true
             }
+            StartOutcome::Waiting { missing } => {
+                // Not an error: the service starts by itself once the paths exist.
+                self.state.task_info(
+                    id,
+                    &format!(
+                        "Service \"{}\" is waiting for {}.",
+                        task.service,
+                        missing.join(", ")
+                    ),
+                );
+                self.state.set_task_status(id, Status::Done);
+                true
+            }
             StartOutcome::AlreadyStarted => {
                 self.state.task_info(
                     id,

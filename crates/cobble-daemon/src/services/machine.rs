@@ -7,9 +7,14 @@
 //! next [`Machine::deadline`] and the executor feeds [`Event::Tick`] once that instant passes.
 //!
 //! The phases and their observable texts follow Pebble's service state machine (okay delay,
-//! backoff with jitter and reset, SIGTERM then SIGKILL then give up), with one deliberate
-//! divergence: a spawn that fails during a backoff restart backs off again instead of leaving
-//! the service in `backoff` with no timer armed.
+//! backoff with jitter and reset, SIGTERM then SIGKILL then give up). Where Pebble lets a
+//! workload stay dead, the machine is level-triggered instead: a service that is wanted
+//! running is always starting, running, backing off with a deadline, or waiting for named
+//! paths. Spawn failures back off and retry like quick exits (the start still fails with
+//! Pebble's text); a restart whose process survives SIGKILL backs off rather than stopping;
+//! a missing `requires-paths` path makes the service wait instead of failing; a path named in
+//! failure output, once it appears, ends the backoff early; and `on-file-change` actions are
+//! coalesced over [`FILE_CHANGE_DEBOUNCE`].
 
 use std::time::Duration;
 
@@ -20,6 +25,12 @@ pub const OKAY_DELAY: Duration = Duration::from_secs(1);
 
 /// How long to wait after SIGKILL before giving up on a process.
 pub const FAIL_DELAY: Duration = Duration::from_secs(5);
+
+/// The daemon's exit code when an `on-check-failure: shutdown` action stops it.
+pub const CHECK_FAILURE_EXIT_CODE: i32 = 11;
+
+/// File changes within this window after the first one trigger one action.
+pub const FILE_CHANGE_DEBOUNCE: Duration = Duration::from_millis(500);
 
 /// What to do when the process exits (from `on-success` / `on-failure`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +99,9 @@ pub enum Status {
     Inactive,
     Backoff,
     Error,
+    /// Wanted running, but a `requires-paths` path is missing (a cobble extension; Pebble
+    /// clients pass unknown statuses through).
+    Waiting,
 }
 
 impl Status {
@@ -97,8 +111,29 @@ impl Status {
             Status::Inactive => "inactive",
             Status::Backoff => "backoff",
             Status::Error => "error",
+            Status::Waiting => "waiting",
         }
     }
+}
+
+/// What an `on-file-change` entry does once its debounce window closes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileAction {
+    /// Restart the service now (no backoff: the change is the fix, not a failure).
+    Restart,
+    /// Send this signal (a name such as `SIGHUP`) to the main process.
+    Signal(String),
+}
+
+/// What follows once a terminating process has exited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterExit {
+    /// A client stopped it: stopped.
+    Stop,
+    /// A check action restarted it: back off, then restart.
+    BackOff,
+    /// A file change restarted it: spawn again at once.
+    Respawn,
 }
 
 /// Whether the service is wanted running. Explicit start, restart, replan and autostart want it
@@ -129,6 +164,8 @@ pub enum Phase {
     Killing { pid: u32, give_up_at: Instant },
     /// Waiting to restart at `until`.
     Backoff { until: Instant },
+    /// Wanted running, but some `requires-paths` are missing ([`Machine::waiting_for`]).
+    Waiting,
     /// Not running: stopped by request, or ended with nothing more to do.
     Stopped,
     /// Exited and its policy left it down (ignore with a failure, or a shutdown action).
@@ -152,6 +189,17 @@ pub enum Event {
     Exited { pid: u32, code: i32 },
     /// Time passed; the machine acts on every deadline at or before `now`.
     Tick,
+    /// A health check named in the service's `on-check-failure` hit its failure threshold;
+    /// `action` is what the service's configuration says to do about it.
+    CheckFailed { check: String, action: ExitAction },
+    /// The executor did not spawn because these `requires-paths` are missing.
+    PathsMissing { missing: Vec<String> },
+    /// Every `requires-paths` path exists now.
+    PathsReady,
+    /// A path the last failure output named as missing appeared: end the backoff now.
+    RetryNow,
+    /// A watched `on-file-change` path changed.
+    FileChanged(FileAction),
 }
 
 /// How a start request ended.
@@ -163,6 +211,8 @@ pub enum StartOutcome {
     AlreadyStarted,
     /// The start failed. `with_output` asks for the service's last output lines in the task log.
     Failed { error: String, with_output: bool },
+    /// The service waits for these missing `requires-paths`; it starts once they exist.
+    Waiting { missing: Vec<String> },
 }
 
 /// How a stop request ended.
@@ -183,6 +233,8 @@ pub enum Action {
     Spawn,
     /// Signal the process group led by `pid`.
     Signal { pid: u32, signal: GroupSignal },
+    /// Send a named signal to the main process only (`on-file-change`).
+    SignalProcess { pid: u32, signal: String },
     /// Resolve the waiting start requests.
     StartDone(StartOutcome),
     /// Resolve the waiting stop requests.
@@ -210,8 +262,14 @@ pub struct Machine {
     backoff_time: Duration,
     /// When a process that is still running resets the backoff; armed at every spawn.
     reset_at: Option<Instant>,
-    /// The stop in progress was triggered by a restart action, not a client.
-    restarting: bool,
+    /// What follows when the terminating process exits.
+    after_exit: AfterExit,
+    /// The missing `requires-paths` while waiting.
+    waiting_for: Vec<String>,
+    /// A coalesced file-change action and when it is due.
+    file_change: Option<(Instant, FileAction)>,
+    /// The last stop came from a client; nothing but a client's start runs it again.
+    client_stopped: bool,
     /// Exit code of the last process, if any.
     last_exit: Option<i32>,
     /// State of the jitter generator (xorshift64*).
@@ -229,7 +287,10 @@ impl Machine {
             backoff_num: 0,
             backoff_time: Duration::ZERO,
             reset_at: None,
-            restarting: false,
+            after_exit: AfterExit::Stop,
+            waiting_for: Vec::new(),
+            file_change: None,
+            client_stopped: false,
             last_exit: None,
             rng: seed | 1,
         }
@@ -249,6 +310,21 @@ impl Machine {
 
     pub fn last_exit(&self) -> Option<i32> {
         self.last_exit
+    }
+
+    /// The missing paths a waiting service waits for.
+    pub fn waiting_for(&self) -> &[String] {
+        &self.waiting_for
+    }
+
+    /// The current backoff delay before jitter (zero before the first backoff).
+    pub fn backoff_time(&self) -> Duration {
+        self.backoff_time
+    }
+
+    /// The policy stored at the last explicit start.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     /// The pid of the live process, if there is one.
@@ -278,18 +354,24 @@ impl Machine {
             }
             Phase::Backoff { .. } => Status::Backoff,
             Phase::Exited => Status::Error,
+            Phase::Waiting => Status::Waiting,
         }
     }
 
     /// The next instant at which the machine wants a `Tick`.
     pub fn deadline(&self) -> Option<Instant> {
-        match self.phase {
+        let phase = match self.phase {
             Phase::Starting { okay_at, .. } => Some(okay_at),
             Phase::Running { .. } => self.reset_at,
             Phase::Terminating { kill_at, .. } => Some(kill_at),
             Phase::Killing { give_up_at, .. } => Some(give_up_at),
             Phase::Backoff { until } => Some(until),
             _ => None,
+        };
+        let file_change = self.file_change.as_ref().map(|(at, _)| *at);
+        match (phase, file_change) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -303,7 +385,32 @@ impl Machine {
             Event::Spawned { pid } => self.on_spawned(now, pid),
             Event::SpawnFailed { error } => self.on_spawn_failed(now, error, &mut actions),
             Event::Exited { pid, code } => self.on_exited(now, pid, code, &mut actions),
-            Event::Tick => self.on_tick(now, &mut actions),
+            Event::Tick => {
+                self.on_tick(now, &mut actions);
+                self.on_file_change_due(now, &mut actions);
+            }
+            Event::PathsMissing { missing } => self.on_paths_missing(missing, &mut actions),
+            Event::PathsReady => {
+                if self.phase == Phase::Waiting {
+                    self.waiting_for.clear();
+                    self.phase = Phase::Spawning { restart: true };
+                    actions.push(Action::Spawn);
+                }
+            }
+            Event::RetryNow => {
+                if matches!(self.phase, Phase::Backoff { .. }) {
+                    actions.push(Action::Log(format!(
+                        "Service \"{}\" retrying now: a path it was missing appeared",
+                        self.name
+                    )));
+                    self.phase = Phase::Spawning { restart: true };
+                    actions.push(Action::Spawn);
+                }
+            }
+            Event::FileChanged(action) => self.on_file_changed(now, action),
+            Event::CheckFailed { check, action } => {
+                self.on_check_failed(now, &check, action, &mut actions)
+            }
         }
         actions
     }
@@ -311,6 +418,7 @@ impl Machine {
     fn on_start(&mut self, policy: Policy, actions: &mut Vec<Action>) {
         // The configuration is refreshed by every explicit start, even a no-op one.
         self.policy = policy;
+        self.client_stopped = false;
         match self.phase {
             Phase::Spawning { .. } | Phase::Starting { .. } | Phase::Running { .. } => {
                 self.wanted = Wanted::Running;
@@ -327,7 +435,11 @@ impl Machine {
                     with_output: false,
                 }));
             }
-            Phase::Idle | Phase::Backoff { .. } | Phase::Stopped | Phase::Exited => {
+            Phase::Idle
+            | Phase::Backoff { .. }
+            | Phase::Stopped
+            | Phase::Exited
+            | Phase::Waiting => {
                 self.wanted = Wanted::Running;
                 self.backoff_num = 0;
                 self.backoff_time = Duration::ZERO;
@@ -356,30 +468,36 @@ impl Machine {
         let Phase::Spawning { restart } = self.phase else {
             return;
         };
-        if restart {
-            // Pebble would stay in backoff with no timer here; keep retrying instead.
+        if !restart {
+            // The start fails with Pebble's text either way.
+            actions.push(Action::StartDone(StartOutcome::Failed {
+                error: error.clone(),
+                with_output: false,
+            }));
+        }
+        if self.policy.on_failure == ExitAction::Restart {
+            // Pebble gives up here (or, during a backoff restart, sticks in backoff with no
+            // timer); a missing binary or directory may well appear, so keep retrying.
             actions.push(Action::Log(format!(
-                "Service \"{}\" restart failed: {error}",
+                "Service \"{}\" cannot be started, will retry: {error}",
                 self.name
             )));
             self.back_off(now, "on-failure", actions);
         } else {
             self.phase = Phase::Stopped;
             self.wanted = Wanted::Stopped;
-            actions.push(Action::StartDone(StartOutcome::Failed {
-                error,
-                with_output: false,
-            }));
         }
     }
 
     fn on_stop(&mut self, now: Instant, actions: &mut Vec<Action>) {
         self.wanted = Wanted::Stopped;
+        self.client_stopped = true;
+        self.file_change = None;
         match self.phase {
             Phase::Idle => actions.push(Action::StopDone(StopOutcome::NeverStarted)),
             Phase::Terminating { .. } | Phase::Killing { .. } => {
                 // A restart in progress becomes a plain stop, but the request does not wait.
-                self.restarting = false;
+                self.after_exit = AfterExit::Stop;
                 actions.push(Action::StopDone(StopOutcome::AlreadyStopping));
             }
             Phase::Stopped => actions.push(Action::StopDone(StopOutcome::AlreadyStopped)),
@@ -395,6 +513,11 @@ impl Machine {
                 )));
                 actions.push(Action::StopDone(StopOutcome::Stopped));
             }
+            Phase::Waiting => {
+                self.phase = Phase::Stopped;
+                self.waiting_for.clear();
+                actions.push(Action::StopDone(StopOutcome::Stopped));
+            }
             Phase::Spawning { .. } => {
                 // Spawning is resolved within the step that began it; nothing to stop yet.
                 self.phase = Phase::Stopped;
@@ -407,7 +530,7 @@ impl Machine {
                         with_output: false,
                     }));
                 }
-                self.terminate(now, pid, false, actions);
+                self.terminate(now, pid, AfterExit::Stop, actions);
             }
         }
     }
@@ -416,6 +539,7 @@ impl Machine {
         if let Phase::Starting { pid, .. } = self.phase {
             self.phase = Phase::Stopped;
             self.wanted = Wanted::Stopped;
+            self.client_stopped = true;
             actions.push(Action::Signal {
                 pid,
                 signal: GroupSignal::Kill,
@@ -451,19 +575,29 @@ impl Machine {
                 )));
                 self.apply_exit_action(now, code, action, on_type, actions);
             }
-            Phase::Terminating { .. } | Phase::Killing { .. } => {
-                if self.restarting {
+            Phase::Terminating { .. } | Phase::Killing { .. } => match self.after_exit {
+                AfterExit::BackOff => {
                     actions.push(Action::Log(format!(
                         "Service \"{}\" exited after check failure, restarting",
                         self.name
                     )));
                     self.back_off(now, "on-check-failure", actions);
-                } else {
+                }
+                AfterExit::Respawn => {
+                    actions.push(Action::Log(format!(
+                        "Service \"{}\" exited after a file change, restarting",
+                        self.name
+                    )));
+                    self.after_exit = AfterExit::Stop;
+                    self.phase = Phase::Spawning { restart: true };
+                    actions.push(Action::Spawn);
+                }
+                AfterExit::Stop => {
                     actions.push(Action::Log(format!("Service \"{}\" stopped", self.name)));
                     self.phase = Phase::Stopped;
                     actions.push(Action::StopDone(StopOutcome::Stopped));
                 }
-            }
+            },
             _ => {}
         }
     }
@@ -516,6 +650,67 @@ impl Machine {
         actions.push(Action::Shutdown(exit_code));
     }
 
+    /// Pebble's `on-check-failure` handling: only a running, backing-off or exited service
+    /// reacts; one that is starting, stopping, stopped or never started ignores the failure.
+    /// A restart terminates a running process and lets the exit go through backoff (so the
+    /// delay grows), waits for a backoff already under way, and backs off an exited service.
+    fn on_check_failed(
+        &mut self,
+        now: Instant,
+        check: &str,
+        action: ExitAction,
+        actions: &mut Vec<Action>,
+    ) {
+        // Pebble acts only on running, backing-off and exited services. cobble also acts on a
+        // service that is down for any reason but a client's stop (an exit its policy did not
+        // restart); a starting service is left to its okay delay, a stopped one stays stopped.
+        let down_by_policy = self.phase == Phase::Stopped && !self.client_stopped;
+        if !down_by_policy
+            && !matches!(
+                self.phase,
+                Phase::Running { .. } | Phase::Backoff { .. } | Phase::Exited | Phase::Waiting
+            )
+        {
+            let _ = check;
+            return;
+        }
+        let name = &self.name;
+        let on_type = "on-check-failure";
+        let action_name = action.as_str();
+        match action {
+            ExitAction::Ignore => {}
+            ExitAction::Shutdown | ExitAction::FailureShutdown => {
+                actions.push(Action::Log(format!(
+                    "Service \"{name}\" {on_type} action is \"{action_name}\", triggering failure shutdown"
+                )));
+                actions.push(Action::Shutdown(CHECK_FAILURE_EXIT_CODE));
+            }
+            ExitAction::SuccessShutdown => {
+                actions.push(Action::Log(format!(
+                    "Service \"{name}\" {on_type} action is \"{action_name}\", triggering success shutdown"
+                )));
+                actions.push(Action::Shutdown(0));
+            }
+            ExitAction::Restart => match self.phase {
+                Phase::Running { pid } => {
+                    actions.push(Action::Log(format!(
+                        "Service \"{name}\" {on_type} action is \"{action_name}\", terminating process before restarting"
+                    )));
+                    self.terminate(now, pid, AfterExit::BackOff, actions);
+                }
+                // Already on its way back: waiting paths or a backoff timer pace the restart.
+                Phase::Waiting => {}
+                Phase::Backoff { .. } => actions.push(Action::Log(format!(
+                    "Service \"{name}\" {on_type} action is \"{action_name}\", waiting for current backoff"
+                ))),
+                _ => {
+                    self.wanted = Wanted::Running;
+                    self.back_off(now, on_type, actions);
+                }
+            },
+        }
+    }
+
     fn on_tick(&mut self, now: Instant, actions: &mut Vec<Action>) {
         match self.phase {
             Phase::Starting { pid, okay_at } if now >= okay_at => {
@@ -543,13 +738,15 @@ impl Machine {
                     "Service \"{}\" still running after SIGTERM and SIGKILL",
                     self.name
                 )));
-                self.phase = Phase::Stopped;
-                if !self.restarting {
+                if self.after_exit == AfterExit::Stop {
+                    self.phase = Phase::Stopped;
                     actions.push(Action::StopDone(StopOutcome::Failed(
                         "process still running after SIGTERM and SIGKILL".into(),
                     )));
+                } else {
+                    // Still wanted running: keep trying rather than end up stopped.
+                    self.back_off(now, "restart", actions);
                 }
-                self.restarting = false;
             }
             Phase::Backoff { until } if now >= until => {
                 self.phase = Phase::Spawning { restart: true };
@@ -559,12 +756,83 @@ impl Machine {
         }
     }
 
-    fn terminate(&mut self, now: Instant, pid: u32, restarting: bool, actions: &mut Vec<Action>) {
+    fn on_paths_missing(&mut self, missing: Vec<String>, actions: &mut Vec<Action>) {
+        let Phase::Spawning { restart } = self.phase else {
+            return;
+        };
+        if !restart {
+            actions.push(Action::StartDone(StartOutcome::Waiting {
+                missing: missing.clone(),
+            }));
+        }
+        actions.push(Action::Log(format!(
+            "Service \"{}\" waiting for {}",
+            self.name,
+            missing.join(", ")
+        )));
+        self.waiting_for = missing;
+        self.phase = Phase::Waiting;
+    }
+
+    fn on_file_changed(&mut self, now: Instant, action: FileAction) {
+        if self.wanted != Wanted::Running {
+            return;
+        }
+        self.file_change = match self.file_change.take() {
+            None => Some((now + FILE_CHANGE_DEBOUNCE, action)),
+            // Within the window a restart covers a signal, never the other way round.
+            Some((at, pending)) => {
+                let action = if pending == FileAction::Restart {
+                    pending
+                } else {
+                    action
+                };
+                Some((at, action))
+            }
+        };
+    }
+
+    fn on_file_change_due(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        let Some((at, action)) = self.file_change.clone() else {
+            return;
+        };
+        if now < at {
+            return;
+        }
+        match (&action, self.phase) {
+            // Let a start finish its okay delay first; its waiters expect an outcome.
+            (_, Phase::Starting { okay_at, .. }) => {
+                self.file_change = Some((okay_at, action));
+                return;
+            }
+            (FileAction::Restart, Phase::Running { pid }) => {
+                actions.push(Action::Log(format!(
+                    "Service \"{}\" on-file-change action is \"restart\", terminating process before restarting",
+                    self.name
+                )));
+                self.terminate(now, pid, AfterExit::Respawn, actions);
+            }
+            (FileAction::Restart, Phase::Backoff { .. }) => {
+                self.phase = Phase::Spawning { restart: true };
+                actions.push(Action::Spawn);
+            }
+            (FileAction::Signal(signal), Phase::Running { pid }) => {
+                actions.push(Action::SignalProcess {
+                    pid,
+                    signal: signal.clone(),
+                });
+            }
+            _ => {}
+        }
+        self.file_change = None;
+    }
+
+    fn terminate(&mut self, now: Instant, pid: u32, after: AfterExit, actions: &mut Vec<Action>) {
         actions.push(Action::Signal {
             pid,
             signal: GroupSignal::Term,
         });
-        self.restarting = restarting;
+        self.after_exit = after;
         self.reset_at = None;
         self.phase = Phase::Terminating {
             pid,
@@ -573,7 +841,7 @@ impl Machine {
     }
 
     fn back_off(&mut self, now: Instant, on_type: &str, actions: &mut Vec<Action>) {
-        self.restarting = false;
+        self.after_exit = AfterExit::Stop;
         self.backoff_num += 1;
         self.backoff_time = next_backoff(&self.policy, self.backoff_time);
         let jitter = self.jitter(self.backoff_time);

@@ -6,6 +6,12 @@
 //! the pure machine; the actor performs the actions it returns (spawn, signal the group,
 //! resolve the waiting request) and sleeps until the earliest deadline of any service.
 //!
+//! Paths feed the machines too: the [`PathWatcher`] watches every path some service cares
+//! about (`requires-paths` of waiting services, `on-file-change` keys, and paths that failure
+//! output named as missing), and its reports become `PathsReady`, `FileChanged` and
+//! `RetryNow` events. Each spawned process group is recorded in the [`registry`], so a daemon
+//! restarted after a crash can end its predecessor's processes before starting anything.
+//!
 //! Changes and tasks are not the engine: [`changes`] turns an API request into a change whose
 //! runners ask the actor to start or stop one service at a time and record what happened.
 
@@ -13,10 +19,11 @@ pub mod changes;
 pub mod hints;
 pub mod logbuf;
 pub mod machine;
-mod process;
+pub(crate) mod process;
 pub mod registry;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cobble_client::types::ServiceInfo;
@@ -26,8 +33,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::state::format_rfc3339_nano;
+use crate::watch::{PathEvent, PathWatcher};
 use logbuf::ServiceLog;
-use machine::{Action, Event, ExitAction, GroupSignal, Machine, Policy, StartOutcome, StopOutcome};
+use machine::{
+    Action, Event, ExitAction, FileAction, GroupSignal, Machine, Phase, Policy, StartOutcome,
+    StopOutcome,
+};
+use registry::ProcessRegistry;
 
 /// How long an exit waits for the output reader to reach end of file.
 const OUTPUT_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
@@ -49,6 +61,27 @@ pub struct ServiceStatus {
     pub info: ServiceInfo,
     /// Processes spawned for it by this daemon.
     pub start_count: u64,
+    /// Why it is where it is, for `cobble why`; `None` for a service never started.
+    pub details: Option<ServiceDetails>,
+}
+
+/// What the supervisor knows about one service beyond its status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceDetails {
+    /// Exit code of the last process.
+    pub last_exit: Option<i32>,
+    /// The last lines of its output.
+    pub last_output: Vec<String>,
+    /// Backoffs since the last reset.
+    pub backoff_count: u32,
+    /// The current backoff delay, before jitter.
+    pub backoff_delay: std::time::Duration,
+    /// When the backoff ends, if backing off.
+    pub backoff_until: Option<Timestamp>,
+    /// The missing `requires-paths`, if waiting.
+    pub waiting_for: Vec<String>,
+    /// Paths the last failure output named as missing; their appearance ends the backoff.
+    pub hints: Vec<String>,
 }
 
 enum Request {
@@ -78,6 +111,9 @@ enum Request {
     Active {
         reply: oneshot::Sender<Vec<String>>,
     },
+    CheckFailed {
+        check: String,
+    },
 }
 
 /// Handle to the service manager actor. Cheap to clone.
@@ -92,13 +128,17 @@ const GONE: &str = "service manager is not running";
 impl ServiceManager {
     /// Starts the actor. `shutdown` receives the exit code when a service's action asks the
     /// daemon to stop.
+    ///
+    /// `state_dir` holds the record of live process groups (none with `PEBBLE_PERSIST=never`).
     pub fn spawn(
         plan: watch::Receiver<Arc<Plan>>,
         verbose: bool,
         shutdown: mpsc::UnboundedSender<i32>,
+        state_dir: Option<&Path>,
     ) -> ServiceManager {
         let (tx, rx) = mpsc::unbounded_channel();
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
+        let (paths_tx, paths_rx) = mpsc::unbounded_channel();
         let actor = Actor {
             plan,
             verbose,
@@ -106,8 +146,11 @@ impl ServiceManager {
             services: BTreeMap::new(),
             exits_tx,
             next_seed: seed(),
+            watcher: PathWatcher::spawn(paths_tx),
+            watched: BTreeSet::new(),
+            registry: ProcessRegistry::new(state_dir),
         };
-        tokio::spawn(actor.run(rx, exits_rx));
+        tokio::spawn(actor.run(rx, exits_rx, paths_rx));
         ServiceManager { tx }
     }
 
@@ -167,6 +210,15 @@ impl ServiceManager {
         rx.await.unwrap_or_default()
     }
 
+    /// A health check hit its failure threshold: every started service whose
+    /// `on-check-failure` names it performs its action (see [`machine::Event::CheckFailed`]).
+    /// Fire and forget; the check manager never waits on the supervisor.
+    pub fn check_failed(&self, check: &str) {
+        let _ = self.tx.send(Request::CheckFailed {
+            check: check.into(),
+        });
+    }
+
     /// Services that are starting, running or backing off.
     pub async fn active(&self) -> Vec<String> {
         let (reply, rx) = oneshot::channel();
@@ -191,6 +243,8 @@ struct Slot {
     since: Option<Timestamp>,
     /// Processes spawned.
     start_count: u64,
+    /// Missing paths named by the last failure output.
+    hints: Vec<String>,
 }
 
 struct ExitNotice {
@@ -206,6 +260,12 @@ struct Actor {
     services: BTreeMap<String, Slot>,
     exits_tx: mpsc::UnboundedSender<ExitNotice>,
     next_seed: u64,
+    /// Watches the paths services wait for, react to, or were missing.
+    watcher: PathWatcher,
+    /// The set last given to the watcher.
+    watched: BTreeSet<PathBuf>,
+    /// Live process groups, on disk.
+    registry: ProcessRegistry,
 }
 
 impl Actor {
@@ -213,6 +273,7 @@ impl Actor {
         mut self,
         mut requests: mpsc::UnboundedReceiver<Request>,
         mut exits: mpsc::UnboundedReceiver<ExitNotice>,
+        mut paths: mpsc::UnboundedReceiver<PathEvent>,
     ) {
         loop {
             let deadline = self
@@ -232,8 +293,10 @@ impl Actor {
                     None => break,
                 },
                 Some(exit) = exits.recv() => {
+                    self.registry.forget(&exit.name, exit.pid);
                     self.feed(&exit.name, Event::Exited { pid: exit.pid, code: exit.code });
                 }
+                Some(event) = paths.recv() => self.path_changed(event),
                 () = sleep => {
                     let now = Instant::now();
                     let due: Vec<String> = self
@@ -247,6 +310,64 @@ impl Actor {
                     }
                 }
             }
+            self.update_watches();
+        }
+    }
+
+    /// Gives the watcher the paths services care about now, if they changed.
+    fn update_watches(&mut self) {
+        let mut wanted = BTreeSet::new();
+        for slot in self.services.values() {
+            let machine = &slot.machine;
+            wanted.extend(machine.waiting_for().iter().map(PathBuf::from));
+            if matches!(machine.phase(), Phase::Backoff { .. }) {
+                wanted.extend(slot.hints.iter().map(PathBuf::from));
+            }
+            if machine.wanted() == machine::Wanted::Running {
+                wanted.extend(slot.config.on_file_change.keys().map(PathBuf::from));
+            }
+        }
+        if wanted != self.watched {
+            self.watcher.set(wanted.clone());
+            self.watched = wanted;
+        }
+    }
+
+    /// A watched path changed: wake the services that wait for it, react to it, or were
+    /// missing it.
+    fn path_changed(&mut self, event: PathEvent) {
+        let path = event.path.to_string_lossy().into_owned();
+        let mut events: Vec<(String, Event)> = Vec::new();
+        for (name, slot) in &self.services {
+            let machine = &slot.machine;
+            if machine.waiting_for().contains(&path)
+                && slot
+                    .config
+                    .requires_paths
+                    .iter()
+                    .all(|p| Path::new(p).exists())
+            {
+                events.push((name.clone(), Event::PathsReady));
+            }
+            if event.exists
+                && slot.hints.contains(&path)
+                && matches!(machine.phase(), Phase::Backoff { .. })
+            {
+                events.push((name.clone(), Event::RetryNow));
+            }
+            match slot.config.on_file_change.get(&path) {
+                Some(cobble_plan::FileChangeAction::Restart) => {
+                    events.push((name.clone(), Event::FileChanged(FileAction::Restart)));
+                }
+                Some(cobble_plan::FileChangeAction::Signal(signal)) => events.push((
+                    name.clone(),
+                    Event::FileChanged(FileAction::Signal(signal.clone())),
+                )),
+                Some(cobble_plan::FileChangeAction::Ignore) | None => {}
+            }
+        }
+        for (name, event) in events {
+            self.feed(&name, event);
         }
     }
 
@@ -294,12 +415,34 @@ impl Actor {
                     .filter(|(_, s)| {
                         matches!(
                             s.machine.status(),
-                            machine::Status::Active | machine::Status::Backoff
+                            machine::Status::Active
+                                | machine::Status::Backoff
+                                | machine::Status::Waiting
                         )
                     })
                     .map(|(name, _)| name.clone())
                     .collect();
                 let _ = reply.send(active);
+            }
+            Request::CheckFailed { check } => {
+                // The configuration of the last start decides, as in Pebble.
+                let affected: Vec<(String, ServiceAction)> = self
+                    .services
+                    .iter()
+                    .filter_map(|(name, slot)| {
+                        let action = *slot.config.on_check_failure.get(&check)?;
+                        Some((name.clone(), action))
+                    })
+                    .collect();
+                for (name, action) in affected {
+                    self.feed(
+                        &name,
+                        Event::CheckFailed {
+                            check: check.clone(),
+                            action: exit_action(action),
+                        },
+                    );
+                }
             }
         }
     }
@@ -328,6 +471,7 @@ impl Actor {
             stop_waiters: Vec::new(),
             since: None,
             start_count: 0,
+            hints: Vec::new(),
         });
         slot.config = config.clone();
         slot.start_waiters.push(reply);
@@ -339,6 +483,7 @@ impl Actor {
         let Some(slot) = self.services.get_mut(name) else {
             return;
         };
+        let exited = matches!(event, Event::Exited { .. });
         let before = slot.machine.status();
         let mut pending =
             std::collections::VecDeque::from(slot.machine.step(Instant::now(), event));
@@ -346,10 +491,25 @@ impl Actor {
             let slot = self.services.get_mut(name).expect("slot exists");
             match action {
                 Action::Spawn => {
+                    let missing: Vec<String> = slot
+                        .config
+                        .requires_paths
+                        .iter()
+                        .filter(|p| !Path::new(p).exists())
+                        .cloned()
+                        .collect();
+                    if !missing.is_empty() {
+                        pending.extend(
+                            slot.machine
+                                .step(Instant::now(), Event::PathsMissing { missing }),
+                        );
+                        continue;
+                    }
                     let result = process::spawn(name, &slot.config, &slot.log, self.verbose);
                     let event = match result {
                         Ok(process) => {
                             slot.start_count += 1;
+                            self.registry.record(name, process.pid);
                             let exits = self.exits_tx.clone();
                             let notice_name = name.to_owned();
                             let pid = process.pid;
@@ -385,6 +545,17 @@ impl Actor {
                         tracing::info!("Cannot send {sig} to service \"{name}\": {e}");
                     }
                 }
+                Action::SignalProcess { pid, signal } => {
+                    let sent = cobble_sys::process::parse_signal(&signal)
+                        .map_err(|e| e.to_string())
+                        .and_then(|sig| {
+                            cobble_sys::process::signal_pid(pid, sig).map_err(|e| e.to_string())
+                        });
+                    match sent {
+                        Ok(()) => tracing::info!("Sent {signal} to service \"{name}\""),
+                        Err(e) => tracing::info!("Cannot send {signal} to service \"{name}\": {e}"),
+                    }
+                }
                 Action::StartDone(outcome) => {
                     let output = match &outcome {
                         StartOutcome::Failed {
@@ -414,6 +585,23 @@ impl Actor {
         if slot.machine.status() != before || slot.since.is_none() {
             slot.since = Some(Timestamp::now());
         }
+        match (exited, slot.machine.phase()) {
+            // Backing off after a failure: remember what the output said was missing.
+            (true, Phase::Backoff { .. }) => {
+                slot.hints = hints::missing_paths(&slot.log.last_lines(LAST_LOG_LINES))
+                    .into_iter()
+                    .filter(|p| !Path::new(p).exists())
+                    .collect();
+                if !slot.hints.is_empty() {
+                    tracing::info!(
+                        "Service \"{name}\" will retry as soon as {} exists",
+                        slot.hints.join(", ")
+                    );
+                }
+            }
+            (_, Phase::Running { .. } | Phase::Stopped) => slot.hints.clear(),
+            _ => {}
+        }
     }
 
     fn statuses(&self, names: &[String]) -> Vec<ServiceStatus> {
@@ -428,6 +616,7 @@ impl Actor {
                     "disabled"
                 };
                 let slot = self.services.get(name);
+                let details = slot.map(details);
                 ServiceStatus {
                     info: ServiceInfo {
                         name: name.clone(),
@@ -437,8 +626,11 @@ impl Actor {
                             .as_str()
                             .into(),
                         current_since: slot.and_then(|s| s.since).map(format_rfc3339_nano),
+                        reason: slot.zip(details.as_ref()).and_then(|(s, d)| reason(s, d)),
+                        details: None,
                     },
                     start_count: slot.map_or(0, |s| s.start_count),
+                    details,
                 }
             })
             .collect()
@@ -471,6 +663,51 @@ impl Actor {
         } else {
             Err(errors.join("; "))
         }
+    }
+}
+
+/// What the supervisor knows about a started service.
+fn details(slot: &Slot) -> ServiceDetails {
+    let machine = &slot.machine;
+    let backoff_until = match machine.phase() {
+        Phase::Backoff { until } => {
+            let left = until.saturating_duration_since(Instant::now());
+            Some(Timestamp::now() + left)
+        }
+        _ => None,
+    };
+    ServiceDetails {
+        last_exit: machine.last_exit(),
+        last_output: slot.log.last_lines(LAST_LOG_LINES),
+        backoff_count: machine.backoff_num(),
+        backoff_delay: machine.backoff_time(),
+        backoff_until,
+        waiting_for: machine.waiting_for().to_vec(),
+        hints: slot.hints.clone(),
+    }
+}
+
+/// One line on why a service is not simply running, for clients that want it (Pebble clients
+/// ignore the field).
+fn reason(slot: &Slot, details: &ServiceDetails) -> Option<String> {
+    let exit = details
+        .last_exit
+        .map_or(String::new(), |code| format!(" after exit code {code}"));
+    match slot.machine.phase() {
+        Phase::Waiting => Some(format!("waiting for {}", details.waiting_for.join(", "))),
+        Phase::Backoff { .. } => {
+            let until = details.backoff_until.map_or(String::new(), |t| {
+                format!(" until {}", crate::state::format_rfc3339_secs(t))
+            });
+            let hint = if details.hints.is_empty() {
+                String::new()
+            } else {
+                format!("; retrying as soon as {} exists", details.hints.join(", "))
+            };
+            Some(format!("backing off{until}{exit}{hint}"))
+        }
+        Phase::Exited => Some(format!("exited{exit}; its policy does not restart it")),
+        _ => None,
     }
 }
 

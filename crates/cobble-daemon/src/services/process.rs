@@ -109,7 +109,7 @@ pub fn spawn(
 }
 
 /// Finds `program` like Go's `exec.LookPath` with the daemon's `PATH`.
-fn look_path(program: &str) -> Result<PathBuf, String> {
+pub(crate) fn look_path(program: &str) -> Result<PathBuf, String> {
     if program.contains('/') {
         return Ok(PathBuf::from(program));
     }

@@ -35,6 +35,8 @@ pub const READY_CHANGE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const ABORT_TTL: Duration = Duration::from_secs(14 * 24 * 3600);
 /// At most this many ready changes are kept.
 pub const MAX_READY_CHANGES: usize = 1000;
+/// Kinds of change that may legitimately stay unfinished for ever; never aborted by age.
+pub const LONG_LIVED_KINDS: [&str; 2] = ["perform-check", "recover-check"];
 
 /// The status of a task, and the derived status of a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -563,11 +565,13 @@ fn prune(d: &mut StateData, now: Timestamp) {
             }
         }
     }
-    // Abort changes that never finished.
+    // Abort changes that never finished, except health checks' long-lived changes (a
+    // healthy check stays in one perform-check change for as long as it runs).
     let stale: Vec<u64> = d
         .changes
         .values()
         .filter(|c| c.ready_time.is_none() && c.spawn_time < abort_cutoff)
+        .filter(|c| !LONG_LIVED_KINDS.contains(&c.kind.as_str()))
         .map(|c| c.id)
         .collect();
     for id in stale {

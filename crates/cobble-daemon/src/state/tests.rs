@@ -202,3 +202,13 @@ async fn persister_coalesces_bursts_into_one_write() {
         modified
     );
 }
+
+#[test]
+fn prune_never_aborts_a_long_running_check_change() {
+    let s = store();
+    let check = s.new_change("perform-check", "Perform exec check \"c\"", vec![]);
+    let task = s.add_task(check, "perform-check", "Perform exec check \"c\"", None);
+    s.set_task_status(task, Status::Doing);
+    s.prune(Timestamp::now() + jiff::SignedDuration::from_hours(30 * 24));
+    assert_eq!(s.change_info(check).unwrap().status, "Doing");
+}

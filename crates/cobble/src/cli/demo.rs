@@ -64,10 +64,7 @@ mod tests {
     fn demo_layer_is_a_valid_plan() {
         let layer = Layer::parse(1, "demo", DEMO_LAYER).expect("demo layer parses");
         let plan = Plan::from_layers(vec![layer]).expect("demo layer validates");
-        assert_eq!(
-            plan.default_services(),
-            ["clock", "needs-config", "worker"]
-        );
+        assert_eq!(plan.default_services(), ["clock", "needs-config", "worker"]);
         assert_eq!(
             plan.start_order(&["worker".to_owned()]).unwrap(),
             ["clock", "worker"]

@@ -23,6 +23,7 @@ const CATEGORIES: &[(&str, &str, &[&str])] = &[
             "start",
             "restart",
             "signal",
+            "why",
             "stop",
             "autostart",
         ],
@@ -31,6 +32,16 @@ const CATEGORIES: &[(&str, &str, &[&str])] = &[
         "Changes",
         "manage changes and their tasks",
         &["changes", "tasks"],
+    ),
+    (
+        "Checks",
+        "manage health checks",
+        &["checks", "check", "health", "start-checks", "stop-checks"],
+    ),
+    (
+        "Files",
+        "work with files",
+        &["push", "pull", "ls", "mkdir", "rm"],
     ),
 ];
 

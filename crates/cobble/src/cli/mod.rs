@@ -22,13 +22,23 @@
 
 mod add;
 mod autostart;
+mod blocking_io;
 mod changes;
+mod check;
+mod check_actions;
+mod checks;
 mod demo;
 mod format;
+mod health;
 mod help;
+mod ls;
+mod mkdir;
 mod plan;
+mod pull;
+mod push;
 mod replan;
 mod restart;
+mod rm;
 mod run;
 mod services;
 mod signal;
@@ -38,6 +48,7 @@ mod tasks;
 mod times;
 mod version;
 mod wait;
+mod why;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -98,12 +109,34 @@ enum Command {
     Tasks(tasks::TasksArgs),
     /// Send a signal to one or more running services
     Signal(signal::SignalArgs),
+    /// Query the status of configured health checks
+    Checks(checks::ChecksArgs),
+    /// Query the details of a configured health check
+    Check(check::CheckArgs),
+    /// Query health of checks
+    Health(health::HealthArgs),
+    /// Start one or more checks
+    StartChecks(check_actions::ChecksActionArgs),
+    /// Stop one or more checks
+    StopChecks(check_actions::ChecksActionArgs),
     /// Show version details
     Version(version::VersionArgs),
     /// Show help about a command
     Help(help::HelpArgs),
+    /// Transfer a file to the remote system
+    Push(push::PushArgs),
+    /// Retrieve a file from the remote system
+    Pull(pull::PullArgs),
+    /// List path contents
+    Ls(ls::LsArgs),
+    /// Create a directory
+    Mkdir(mkdir::MkdirArgs),
+    /// Remove a file or directory.
+    Rm(rm::RmArgs),
     /// Run the daemon on an embedded demo layer
     Demo(demo::DemoArgs),
+    /// Explain why a service is where it is
+    Why(why::WhyArgs),
 }
 
 /// The name the binary was invoked as (`cobble`, or `pebble` through a symlink), used where
@@ -200,6 +233,17 @@ async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow
         Command::Changes(args) => changes::execute(args, client, out).await,
         Command::Tasks(args) => tasks::execute(args, client, out).await,
         Command::Signal(args) => signal::execute(args, client, out).await,
+        Command::Why(args) => why::execute(args, client, out).await,
+        Command::Checks(args) => checks::execute(args, client, out).await,
+        Command::Check(args) => check::execute(args, client, out).await,
+        Command::Health(args) => health::execute(args, client, out).await,
+        Command::StartChecks(args) => check_actions::start(args, client, out).await,
+        Command::StopChecks(args) => check_actions::stop(args, client, out).await,
+        Command::Push(args) => push::execute(args, client, out).await,
+        Command::Pull(args) => pull::execute(args, client, out).await,
+        Command::Ls(args) => ls::execute(args, client, out).await,
+        Command::Mkdir(args) => mkdir::execute(args, client, out).await,
+        Command::Rm(args) => rm::execute(args, client, out).await,
         Command::Version(_) => version::print_versions(client, out).await,
         Command::Run(_) | Command::Help(_) | Command::Demo(_) => {
             unreachable!("handled without a client")

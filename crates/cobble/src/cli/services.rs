@@ -61,24 +61,35 @@ pub async fn execute(args: ServicesArgs, client: &Client, out: &mut Output) -> a
 }
 
 /// The text table: `Service  Startup  Current  Since`, `-` for a service never started.
+/// When cobble has something to say about why a service is not simply running, a `Notes`
+/// column carries it (`cobble why` says more); otherwise the table is exactly Pebble's.
 fn table(services: &[ServiceInfo], times: &TimeFormatter) -> String {
-    let mut rows = vec![vec![
+    let notes = services.iter().any(|s| s.reason.is_some());
+    let mut header = vec![
         "Service".to_string(),
         "Startup".into(),
         "Current".into(),
         "Since".into(),
-    ]];
+    ];
+    if notes {
+        header.push("Notes".into());
+    }
+    let mut rows = vec![header];
     for service in services {
         let since = service
             .current_since
             .as_deref()
             .map_or_else(|| "-".to_string(), |t| times.format(t));
-        rows.push(vec![
+        let mut row = vec![
             service.name.clone(),
             service.startup.clone(),
             service.current.clone(),
             since,
-        ]);
+        ];
+        if notes {
+            row.push(service.reason.clone().unwrap_or_else(|| "-".into()));
+        }
+        rows.push(row);
     }
     tabulate(&rows)
 }
@@ -93,6 +104,8 @@ mod tests {
             startup: startup.into(),
             current: current.into(),
             current_since: since.map(Into::into),
+            reason: None,
+            details: None,
         }
     }
 

@@ -321,6 +321,14 @@ impl Daemon {
         fs::read_to_string(self.root.path().join("daemon.log")).unwrap_or_default()
     }
 
+    /// Kills the daemon with SIGKILL, as a crash would, leaving its services running.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Stops the daemon with SIGTERM and returns its exit code (`None` if it had to be
     /// killed).
     pub fn stop(&mut self) -> Option<i32> {

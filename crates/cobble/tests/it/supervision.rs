@@ -132,7 +132,8 @@ fn spawn_failure_is_reported_like_go() {
         "{}",
         change.err
     );
-    assert_eq!(current(&d, "a"), "inactive");
+    // Pebble leaves it inactive for good; cobble keeps retrying in case the binary appears.
+    assert_eq!(current(&d, "a"), "backoff");
 }
 
 #[test]

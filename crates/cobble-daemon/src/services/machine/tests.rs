@@ -237,22 +237,39 @@ fn running_for_the_backoff_limit_resets_backoff() {
 }
 
 #[test]
-fn spawn_failure_on_explicit_start_stops_the_service() {
+fn spawn_failure_on_explicit_start_fails_the_start_and_keeps_retrying() {
     let mut h = Harness::new();
     let actions = h.step(Event::Start(Policy::default()));
     assert_eq!(actions, vec![Action::Spawn]);
+    let error = "cannot start service: fork/exec /nope: no such file or directory";
     let actions = h.step(Event::SpawnFailed {
-        error: "cannot start service: fork/exec /nope: no such file or directory".into(),
+        error: error.into(),
     });
     assert_eq!(
         start_done(&actions),
         Some(&StartOutcome::Failed {
-            error: "cannot start service: fork/exec /nope: no such file or directory".into(),
+            error: error.into(),
             with_output: false,
         })
     );
+    // Pebble stops here for good; the binary may yet appear, so cobble backs off.
+    assert!(matches!(h.m.phase(), Phase::Backoff { .. }));
+    assert_eq!(h.m.wanted(), Wanted::Running);
+    assert!(h.m.deadline().is_some());
+}
+
+#[test]
+fn spawn_failure_without_a_restart_policy_stops() {
+    let mut h = Harness::with_policy(Policy {
+        on_failure: ExitAction::Ignore,
+        ..Policy::default()
+    });
+    h.step(Event::Start(h.m.policy.clone()));
+    h.step(Event::SpawnFailed {
+        error: "boom".into(),
+    });
     assert_eq!(h.m.phase(), Phase::Stopped);
-    assert_eq!(h.m.status(), Status::Inactive);
+    assert_eq!(h.m.wanted(), Wanted::Stopped);
 }
 
 #[test]
@@ -454,4 +471,536 @@ fn next_backoff_sequence() {
         seq.push(d.as_secs_f64());
     }
     assert_eq!(seq, [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]);
+}
+
+// --- on-check-failure ---------------------------------------------------------------------
+
+fn check_failed(action: ExitAction) -> Event {
+    Event::CheckFailed {
+        check: "chk".into(),
+        action,
+    }
+}
+
+/// A harness whose service has passed the okay delay and runs as `pid` 10.
+fn running() -> Harness {
+    let mut h = Harness::new();
+    h.start(10);
+    h.at(1.0).tick();
+    assert_eq!(h.m.phase(), Phase::Running { pid: 10 });
+    h
+}
+
+#[test]
+fn check_failure_restart_while_running_terminates_then_backs_off() {
+    let mut h = running();
+    let actions = h.at(5.0).step(check_failed(ExitAction::Restart));
+    assert_eq!(
+        actions,
+        vec![
+            Action::Log(
+                "Service \"svc\" on-check-failure action is \"restart\", terminating process before restarting"
+                    .into()
+            ),
+            Action::Signal {
+                pid: 10,
+                signal: GroupSignal::Term
+            },
+        ]
+    );
+    assert!(matches!(h.m.phase(), Phase::Terminating { pid: 10, .. }));
+    // The exit that follows is not a stop: it goes through backoff and restarts.
+    let actions = h.at(5.1).step(Event::Exited { pid: 10, code: 143 });
+    assert_eq!(stop_done(&actions), None);
+    let Phase::Backoff { until } = h.m.phase() else {
+        panic!("expected backoff, got {:?}", h.m.phase());
+    };
+    assert!(until - h.now >= secs(0.5) && until - h.now <= secs(0.55));
+    assert_eq!(h.m.wanted(), Wanted::Running);
+    h.now = until;
+    assert_eq!(h.tick(), vec![Action::Spawn]);
+}
+
+#[test]
+fn check_failure_restart_escalates_to_sigkill_and_then_keeps_trying() {
+    let mut h = running();
+    h.at(5.0).step(check_failed(ExitAction::Restart));
+    let actions = h.at(10.0).tick();
+    assert!(actions.contains(&Action::Signal {
+        pid: 10,
+        signal: GroupSignal::Kill
+    }));
+    let actions = h.at(15.0).tick();
+    assert_eq!(stop_done(&actions), None, "no client waits for this stop");
+    // Pebble ends up stopped here and never restarts; the service is still wanted running.
+    assert!(
+        matches!(h.m.phase(), Phase::Backoff { .. }),
+        "{:?}",
+        h.m.phase()
+    );
+    assert_eq!(h.m.wanted(), Wanted::Running);
+}
+
+#[test]
+fn check_failure_restarts_a_service_down_by_its_policy_but_not_one_a_client_stopped() {
+    // on-success: ignore left it stopped: not a client's stop, so a failing check restarts it.
+    let mut h = Harness::with_policy(Policy {
+        on_success: ExitAction::Ignore,
+        ..Policy::default()
+    });
+    h.start(10);
+    h.at(1.0).tick();
+    h.at(2.0).step(Event::Exited { pid: 10, code: 0 });
+    assert_eq!(h.m.phase(), Phase::Stopped);
+    h.at(3.0).step(check_failed(ExitAction::Restart));
+    assert!(matches!(h.m.phase(), Phase::Backoff { .. }));
+    assert_eq!(h.m.wanted(), Wanted::Running);
+    // A client's stop is final.
+    h.at(3.1).step(Event::Stop);
+    assert!(h.at(4.0).step(check_failed(ExitAction::Restart)).is_empty());
+    assert_eq!(h.m.phase(), Phase::Stopped);
+}
+
+#[test]
+fn check_failure_restart_in_backoff_waits_for_the_current_backoff() {
+    let mut h = running();
+    h.at(2.0).step(Event::Exited { pid: 10, code: 1 });
+    let before = h.m.phase();
+    assert!(matches!(before, Phase::Backoff { .. }));
+    let actions = h.at(2.1).step(check_failed(ExitAction::Restart));
+    assert_eq!(
+        actions,
+        vec![Action::Log(
+            "Service \"svc\" on-check-failure action is \"restart\", waiting for current backoff"
+                .into()
+        )]
+    );
+    assert_eq!(h.m.phase(), before);
+    assert_eq!(h.m.backoff_num(), 1);
+}
+
+#[test]
+fn check_failure_restart_after_exit_backs_off() {
+    let mut h = Harness::with_policy(Policy {
+        on_failure: ExitAction::Ignore,
+        ..Policy::default()
+    });
+    h.start(10);
+    h.at(1.0).tick();
+    h.at(2.0).step(Event::Exited { pid: 10, code: 1 });
+    assert_eq!(h.m.phase(), Phase::Exited);
+    let actions = h.at(3.0).step(check_failed(ExitAction::Restart));
+    assert!(
+        actions.contains(&Action::Log(
+            "Service \"svc\" on-check-failure action is \"restart\", waiting ~500ms before restart (backoff 1)"
+                .into()
+        )),
+        "{actions:?}"
+    );
+    assert!(matches!(h.m.phase(), Phase::Backoff { .. }));
+    assert_eq!(h.m.wanted(), Wanted::Running);
+}
+
+#[test]
+fn check_failure_shutdown_actions_stop_the_daemon() {
+    let cases = [
+        (ExitAction::Shutdown, 11, "failure"),
+        (ExitAction::SuccessShutdown, 0, "success"),
+    ];
+    for (action, code, kind) in cases {
+        let mut h = running();
+        let actions = h.at(2.0).step(check_failed(action));
+        assert_eq!(
+            actions,
+            vec![
+                Action::Log(format!(
+                    "Service \"svc\" on-check-failure action is \"{}\", triggering {kind} shutdown",
+                    action.as_str()
+                )),
+                Action::Shutdown(code),
+            ]
+        );
+        assert_eq!(h.m.phase(), Phase::Running { pid: 10 });
+    }
+    // An exited service shuts the daemon down too.
+    let mut h = Harness::with_policy(Policy {
+        on_failure: ExitAction::Ignore,
+        ..Policy::default()
+    });
+    h.start(10);
+    h.at(1.0).tick();
+    h.at(2.0).step(Event::Exited { pid: 10, code: 1 });
+    let actions = h.at(3.0).step(check_failed(ExitAction::Shutdown));
+    assert!(actions.contains(&Action::Shutdown(CHECK_FAILURE_EXIT_CODE)));
+}
+
+#[test]
+fn check_failure_ignore_does_nothing() {
+    let mut h = running();
+    assert!(h.at(2.0).step(check_failed(ExitAction::Ignore)).is_empty());
+    assert_eq!(h.m.phase(), Phase::Running { pid: 10 });
+}
+
+#[test]
+fn check_failure_is_ignored_unless_running_backing_off_or_exited() {
+    let actions = [
+        ExitAction::Restart,
+        ExitAction::Shutdown,
+        ExitAction::SuccessShutdown,
+    ];
+    for action in actions {
+        // Never started.
+        let mut h = Harness::new();
+        assert!(h.step(check_failed(action)).is_empty());
+        assert_eq!(h.m.phase(), Phase::Idle);
+        // Within the okay delay.
+        let mut h = Harness::new();
+        h.start(10);
+        assert!(h.at(0.5).step(check_failed(action)).is_empty());
+        assert!(matches!(h.m.phase(), Phase::Starting { .. }));
+        // Stopping, and stopped.
+        let mut h = running();
+        h.at(2.0).step(Event::Stop);
+        assert!(h.at(2.1).step(check_failed(action)).is_empty());
+        assert!(matches!(h.m.phase(), Phase::Terminating { .. }));
+        h.at(2.2).step(Event::Exited { pid: 10, code: 0 });
+        assert_eq!(h.m.phase(), Phase::Stopped);
+        assert!(h.at(3.0).step(check_failed(action)).is_empty());
+        assert_eq!(h.m.phase(), Phase::Stopped);
+    }
+}
+
+#[test]
+fn missing_required_paths_make_a_start_wait_not_fail() {
+    let mut h = Harness::new();
+    assert_eq!(h.step(Event::Start(Policy::default())), vec![Action::Spawn]);
+    let actions = h.step(Event::PathsMissing {
+        missing: vec!["/certs/cert.pem".into()],
+    });
+    assert_eq!(
+        start_done(&actions),
+        Some(&StartOutcome::Waiting {
+            missing: vec!["/certs/cert.pem".into()]
+        })
+    );
+    assert_eq!(h.m.phase(), Phase::Waiting);
+    assert_eq!(h.m.status(), Status::Waiting);
+    assert_eq!(h.m.waiting_for(), ["/certs/cert.pem"]);
+    assert_eq!(
+        h.m.deadline(),
+        None,
+        "waiting on a named condition, not a timer"
+    );
+    // The path appears: spawn at once, straight to running (nobody waits on an okay delay).
+    assert_eq!(h.step(Event::PathsReady), vec![Action::Spawn]);
+    h.step(Event::Spawned { pid: 5 });
+    assert_eq!(h.m.phase(), Phase::Running { pid: 5 });
+    assert!(h.m.waiting_for().is_empty());
+}
+
+#[test]
+fn stop_while_waiting_stops_and_paths_appearing_later_do_nothing() {
+    let mut h = Harness::new();
+    h.step(Event::Start(Policy::default()));
+    h.step(Event::PathsMissing {
+        missing: vec!["/a".into()],
+    });
+    assert_eq!(stop_done(&h.step(Event::Stop)), Some(&StopOutcome::Stopped));
+    assert_eq!(h.m.phase(), Phase::Stopped);
+    assert!(h.step(Event::PathsReady).is_empty());
+    assert_eq!(h.m.phase(), Phase::Stopped);
+}
+
+#[test]
+fn a_missing_path_appearing_ends_the_backoff_early() {
+    let mut h = Harness::new();
+    h.start(1);
+    h.at(0.1).step(Event::Exited { pid: 1, code: 255 });
+    assert!(matches!(h.m.phase(), Phase::Backoff { .. }));
+    let actions = h.at(0.2).step(Event::RetryNow);
+    assert!(actions.contains(&Action::Spawn), "{actions:?}");
+    h.step(Event::Spawned { pid: 2 });
+    assert_eq!(h.m.phase(), Phase::Running { pid: 2 });
+    // Outside backoff it means nothing.
+    assert!(h.step(Event::RetryNow).is_empty());
+}
+
+#[test]
+fn file_changes_in_a_burst_restart_once_and_without_backoff() {
+    let mut h = Harness::new();
+    h.start(1);
+    h.at(1.0).tick();
+    h.at(5.0).step(Event::FileChanged(FileAction::Restart));
+    h.at(5.3).step(Event::FileChanged(FileAction::Restart));
+    assert_eq!(
+        h.m.deadline(),
+        Some(h.t0 + secs(5.5)),
+        "debounced from the first"
+    );
+    assert!(h.at(5.4).tick().is_empty());
+    let actions = h.at(5.5).tick();
+    assert!(actions.contains(&Action::Signal {
+        pid: 1,
+        signal: GroupSignal::Term
+    }));
+    let actions = h.at(5.6).step(Event::Exited { pid: 1, code: 0 });
+    assert!(
+        actions.contains(&Action::Spawn),
+        "respawned at once: {actions:?}"
+    );
+    h.step(Event::Spawned { pid: 2 });
+    assert_eq!(h.m.phase(), Phase::Running { pid: 2 });
+    assert_eq!(h.m.backoff_num(), 0);
+    assert_eq!(
+        h.m.deadline(),
+        Some(h.now + secs(30.0)),
+        "only the backoff reset is armed"
+    );
+}
+
+#[test]
+fn file_change_signals_the_main_process_and_a_restart_wins_a_burst() {
+    let mut h = Harness::new();
+    h.start(1);
+    h.at(1.0).tick();
+    h.at(2.0)
+        .step(Event::FileChanged(FileAction::Signal("SIGHUP".into())));
+    assert_eq!(
+        h.at(2.5).tick(),
+        vec![Action::SignalProcess {
+            pid: 1,
+            signal: "SIGHUP".into()
+        }]
+    );
+    h.at(3.0)
+        .step(Event::FileChanged(FileAction::Signal("SIGHUP".into())));
+    h.at(3.1).step(Event::FileChanged(FileAction::Restart));
+    h.at(3.2)
+        .step(Event::FileChanged(FileAction::Signal("SIGUSR1".into())));
+    let actions = h.at(3.5).tick();
+    assert!(
+        actions.contains(&Action::Signal {
+            pid: 1,
+            signal: GroupSignal::Term
+        }),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn file_changes_are_ignored_for_a_stopped_service_and_wait_for_the_okay_delay() {
+    let mut h = Harness::new();
+    assert!(h.step(Event::FileChanged(FileAction::Restart)).is_empty());
+    assert_eq!(h.m.deadline(), None);
+    h.start(1);
+    h.at(0.2).step(Event::FileChanged(FileAction::Restart));
+    // Due at 0.7 s, inside the okay delay: postponed until the start has its outcome.
+    assert!(h.at(0.7).tick().is_empty());
+    let actions = h.at(1.0).tick();
+    assert_eq!(start_done(&actions), Some(&StartOutcome::Started));
+    assert!(actions.contains(&Action::Signal {
+        pid: 1,
+        signal: GroupSignal::Term
+    }));
+}
+
+#[test]
+fn a_restart_whose_process_survives_sigkill_backs_off() {
+    let mut h = Harness::with_policy(Policy {
+        kill_delay: secs(1.0),
+        ..Policy::default()
+    });
+    h.start(1);
+    h.at(1.0).tick();
+    h.at(2.0).step(Event::FileChanged(FileAction::Restart));
+    h.at(2.5).tick(); // SIGTERM
+    h.at(3.5).tick(); // SIGKILL
+    h.at(8.5).tick(); // gave up on it
+    assert!(
+        matches!(h.m.phase(), Phase::Backoff { .. }),
+        "{:?}",
+        h.m.phase()
+    );
+    assert_eq!(h.m.wanted(), Wanted::Running);
+}
+
+/// The level-triggered invariant, checked after every step of random event sequences: a
+/// service that is wanted running is always starting, running, backing off with a deadline,
+/// waiting on named paths, or being restarted; and a service a client stopped is never
+/// spawned again until a client starts it.
+mod invariant {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Start { ignore_failures: bool },
+        Stop,
+        AbortStart,
+        Exit { code: i32 },
+        StaleExit,
+        Advance { millis: u64 },
+        PathsReady,
+        RetryNow,
+        FileRestart,
+        FileSignal,
+        CheckRestart,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            any::<bool>().prop_map(|ignore_failures| Op::Start { ignore_failures }),
+            Just(Op::Stop),
+            Just(Op::AbortStart),
+            (0..3i32).prop_map(|code| Op::Exit { code }),
+            Just(Op::StaleExit),
+            (0..40_000u64).prop_map(|millis| Op::Advance { millis }),
+            Just(Op::PathsReady),
+            Just(Op::RetryNow),
+            Just(Op::FileRestart),
+            Just(Op::FileSignal),
+            Just(Op::CheckRestart),
+        ]
+    }
+
+    /// How the simulated executor answers a `Spawn`.
+    #[derive(Debug, Clone, Copy)]
+    enum SpawnResult {
+        Spawned,
+        Failed,
+        PathsMissing,
+    }
+
+    fn spawn_result() -> impl Strategy<Value = SpawnResult> {
+        prop_oneof![
+            3 => Just(SpawnResult::Spawned),
+            1 => Just(SpawnResult::Failed),
+            1 => Just(SpawnResult::PathsMissing),
+        ]
+    }
+
+    struct Sim {
+        m: Machine,
+        now: Instant,
+        next_pid: u32,
+        spawn_results: Vec<SpawnResult>,
+        spawns: usize,
+    }
+
+    impl Sim {
+        /// Feeds an event and performs the actions as the executor would.
+        fn feed(&mut self, event: Event) -> Vec<Action> {
+            let mut all = Vec::new();
+            let mut pending = self.m.step(self.now, event);
+            while !pending.is_empty() {
+                let mut next = Vec::new();
+                for action in pending {
+                    if action == Action::Spawn {
+                        let result = self.spawn_results[self.spawns % self.spawn_results.len()];
+                        self.spawns += 1;
+                        let event = match result {
+                            SpawnResult::Spawned => {
+                                self.next_pid += 1;
+                                Event::Spawned { pid: self.next_pid }
+                            }
+                            SpawnResult::Failed => Event::SpawnFailed {
+                                error: "cannot start service: boom".into(),
+                            },
+                            SpawnResult::PathsMissing => Event::PathsMissing {
+                                missing: vec!["/missing".into()],
+                            },
+                        };
+                        next.extend(self.m.step(self.now, event));
+                    }
+                    all.push(action);
+                }
+                pending = next;
+            }
+            all
+        }
+
+        fn check(&self) -> Result<(), TestCaseError> {
+            let phase = self.m.phase();
+            prop_assert!(
+                !matches!(phase, Phase::Spawning { .. }),
+                "a spawn was left unresolved"
+            );
+            if matches!(
+                phase,
+                Phase::Starting { .. }
+                    | Phase::Backoff { .. }
+                    | Phase::Terminating { .. }
+                    | Phase::Killing { .. }
+            ) {
+                prop_assert!(self.m.deadline().is_some(), "{phase:?} without a deadline");
+            }
+            if self.m.wanted() == Wanted::Running {
+                let ok = match phase {
+                    Phase::Starting { .. } | Phase::Running { .. } | Phase::Backoff { .. } => true,
+                    Phase::Waiting => !self.m.waiting_for().is_empty(),
+                    Phase::Terminating { .. } | Phase::Killing { .. } => {
+                        self.m.after_exit != AfterExit::Stop
+                    }
+                    _ => false,
+                };
+                prop_assert!(ok, "wanted running but {phase:?}");
+            }
+            Ok(())
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn wanted_running_is_never_silently_dead(
+            ops in proptest::collection::vec(op(), 1..80),
+            spawn_results in proptest::collection::vec(spawn_result(), 1..8),
+        ) {
+            let mut sim = Sim {
+                m: Machine::new("svc", 42),
+                now: Instant::now(),
+                next_pid: 100,
+                spawn_results,
+                spawns: 0,
+            };
+            for op in ops {
+                let event = match op {
+                    Op::Start { ignore_failures } => Event::Start(Policy {
+                        on_failure: if ignore_failures { ExitAction::Ignore } else { ExitAction::Restart },
+                        ..Policy::default()
+                    }),
+                    Op::Stop => Event::Stop,
+                    Op::AbortStart => Event::AbortStart,
+                    Op::Exit { code } => match sim.m.pid() {
+                        Some(pid) => Event::Exited { pid, code },
+                        None => Event::Tick,
+                    },
+                    Op::StaleExit => Event::Exited { pid: 1, code: 1 },
+                    Op::Advance { millis } => {
+                        sim.now += Duration::from_millis(millis);
+                        Event::Tick
+                    }
+                    Op::PathsReady => Event::PathsReady,
+                    Op::RetryNow => Event::RetryNow,
+                    Op::FileRestart => Event::FileChanged(FileAction::Restart),
+                    Op::FileSignal => Event::FileChanged(FileAction::Signal("SIGHUP".into())),
+                    Op::CheckRestart => Event::CheckFailed {
+                        check: "up".into(),
+                        action: ExitAction::Restart,
+                    },
+                };
+                let stopped_by_client = sim.m.client_stopped;
+                let is_start = matches!(event, Event::Start(_));
+                let actions = sim.feed(event);
+                if stopped_by_client && !is_start {
+                    prop_assert!(
+                        !actions.contains(&Action::Spawn),
+                        "a stopped service was spawned without a start: {actions:?}"
+                    );
+                }
+                sim.check()?;
+            }
+        }
+    }
 }

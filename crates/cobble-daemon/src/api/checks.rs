@@ -1,0 +1,156 @@
+//! Checks, health and metrics.
+//!
+//! `/v1/health` is open (it is what Kubernetes probes over `--http`) and reads only the check
+//! manager's published snapshot, so it answers at once however busy the rest of the daemon is.
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use cobble_client::types::{
+    CheckInfo, ChecksAction, ChecksActionResult, HealthInfo, RefreshCheckRequest,
+    RefreshCheckResult,
+};
+use cobble_plan::CheckLevel;
+
+use super::{Admin, ApiError, Read, Shared, json_body, multi_comma_list, sync, sync_with_status};
+use crate::checks::{CheckManagerError, CheckView};
+
+/// The `level` query parameter: empty, `alive` or `ready`.
+fn level(query: &[(String, String)]) -> Result<CheckLevel, ApiError> {
+    let text = query
+        .iter()
+        .find(|(k, _)| k == "level")
+        .map_or("", |(_, v)| v.as_str());
+    match text {
+        "" => Ok(CheckLevel::Unset),
+        "alive" => Ok(CheckLevel::Alive),
+        "ready" => Ok(CheckLevel::Ready),
+        _ => Err(ApiError::bad_request(r#"level must be "alive" or "ready""#)),
+    }
+}
+
+/// The wire form of a check.
+fn check_info(view: &CheckView) -> CheckInfo {
+    CheckInfo {
+        name: view.name.clone(),
+        level: view.level.as_str().into(),
+        startup: if view.startup_enabled {
+            "enabled"
+        } else {
+            "disabled"
+        }
+        .into(),
+        status: view.status.as_str().into(),
+        successes: view.successes,
+        failures: u64::from(view.failures),
+        threshold: u64::from(view.threshold),
+        change_id: view.change_id.map(|id| id.to_string()).unwrap_or_default(),
+    }
+}
+
+pub async fn health(
+    State(api): State<Shared>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let level = level(&query)?;
+    let names = multi_comma_list(&query, "names");
+    let healthy = api.checks.healthy(level, &names);
+    let status = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    Ok(sync_with_status(status, HealthInfo { healthy }))
+}
+
+pub async fn get_checks(
+    _: Read,
+    State(api): State<Shared>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let level = level(&query)?;
+    let names = multi_comma_list(&query, "names");
+    let infos: Vec<CheckInfo> = api
+        .checks
+        .checks()
+        .await
+        .iter()
+        .filter(|c| level == CheckLevel::Unset || c.level == level)
+        .filter(|c| names.is_empty() || names.contains(&c.name))
+        .map(check_info)
+        .collect();
+    Ok(sync(infos))
+}
+
+pub async fn post_checks(
+    _: Admin,
+    State(api): State<Shared>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let request: ChecksAction = json_body(body, "cannot decode data from request body").await?;
+    if request.checks.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "must specify checks for {} action",
+            request.action
+        )));
+    }
+    let result = match request.action.as_str() {
+        "start" => api.checks.start(request.checks).await,
+        "stop" => api.checks.stop(request.checks).await,
+        other => {
+            return Err(ApiError::bad_request(format!("invalid action \"{other}\"")));
+        }
+    };
+    let changed = result.map_err(|e| {
+        let message = format!("cannot {} checks: {e}", request.action);
+        match e {
+            CheckManagerError::NotFound(_) => ApiError::bad_request(message),
+            _ => ApiError::internal(message),
+        }
+    })?;
+    Ok(sync(ChecksActionResult { changed }))
+}
+
+pub async fn post_checks_refresh(
+    _: Admin,
+    State(api): State<Shared>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let request: RefreshCheckRequest =
+        json_body(body, "cannot decode data from request body").await?;
+    if request.name.is_empty() {
+        return Err(ApiError::bad_request("must specify check name"));
+    }
+    if !api.plan.plan().checks.contains_key(&request.name) {
+        return Err(ApiError::not_found(format!(
+            "cannot find check with name \"{}\"",
+            request.name
+        )));
+    }
+    let (view, error) = api
+        .checks
+        .refresh(&request.name)
+        .await
+        .map_err(|e| match e {
+            CheckManagerError::NoSuchCheck(_) => ApiError::not_found(e.to_string()),
+            _ => ApiError::internal(e.to_string()),
+        })?;
+    Ok(sync(RefreshCheckResult {
+        info: check_info(&view),
+        error: error.map(|e| e.log_text()).unwrap_or_default(),
+    }))
+}
+
+/// OpenMetrics text, with the content type Go's server sniffs for it.
+pub async fn get_metrics(_: Read, State(api): State<Shared>) -> Response {
+    let services = api.services.statuses(Vec::new()).await;
+    let checks = api.checks.checks().await;
+    let body = crate::metrics::render(&services, &checks);
+    let mut response = (StatusCode::OK, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}

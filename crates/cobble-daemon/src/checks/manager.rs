@@ -1,0 +1,539 @@
+//! The check manager actor: which checks run, with which configuration.
+//!
+//! The actor applies every new plan (and, before any request, a plan it has not seen yet):
+//!
+//! - a check whose merged configuration is unchanged keeps running, streak and change intact;
+//! - a changed check is stopped and, if enabled, started afresh (new change, counters
+//!   reset), except that a running check changed only to `startup: disabled` keeps running;
+//! - a removed check is stopped and forgotten;
+//! - a new check starts if enabled, otherwise it is listed as inactive.
+//!
+//! One deliberate divergence from Pebble: an unchanged check that a client stopped stays
+//! stopped when an unrelated layer is added (Pebble restarts every stopped enabled check on
+//! any plan change, which silently undoes `stop-checks`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cobble_plan::{Check, Plan};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::checker::{self, CheckError, Checker};
+use super::machine::CheckRun;
+use super::runner::{
+    FailureHook, PERFORM_CHECK, RefreshReply, RefreshRequest, Runner, Shared, new_check_change,
+};
+use super::{CheckLevel, CheckStatus, CheckView, Snapshot};
+use crate::state::StateStore;
+
+/// Builds the probe of a check (service context already merged).
+pub(crate) type CheckerFactory = Arc<dyn Fn(&Check) -> Arc<dyn Checker> + Send + Sync>;
+
+/// Errors of check requests, worded as Pebble words them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckManagerError {
+    /// Some names are not checks of the plan (sorted).
+    #[error("cannot find checks in plan: {}", .0.join(", "))]
+    NotFound(Vec<String>),
+    /// `refresh` of a check that is not in the plan.
+    #[error("cannot find check with name \"{0}\"")]
+    NoSuchCheck(String),
+    /// The daemon is shutting down.
+    #[error("check manager is not running")]
+    Gone,
+}
+
+enum Request {
+    Start {
+        names: Vec<String>,
+        reply: oneshot::Sender<Result<Vec<String>, CheckManagerError>>,
+    },
+    Stop {
+        names: Vec<String>,
+        reply: oneshot::Sender<Result<Vec<String>, CheckManagerError>>,
+    },
+    Refresh {
+        name: String,
+        reply: oneshot::Sender<Result<RefreshReply, CheckManagerError>>,
+    },
+    Replan {
+        reply: oneshot::Sender<Vec<String>>,
+    },
+    Sync {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// Handle to the check manager. Cheap to clone. Reads (`checks`, `healthy`) come from the
+/// published snapshot and never wait for the actor unless a new plan has not been applied.
+#[derive(Clone)]
+#[must_use]
+pub struct CheckManager {
+    tx: mpsc::UnboundedSender<Request>,
+    snapshot: watch::Receiver<Snapshot>,
+    plan: watch::Receiver<Arc<Plan>>,
+}
+
+impl CheckManager {
+    /// Applies the current plan (starting its enabled checks) and starts the actor.
+    /// `on_failure` is called with a check's name each time it hits its threshold.
+    pub fn spawn(
+        plan: watch::Receiver<Arc<Plan>>,
+        store: StateStore,
+        on_failure: FailureHook,
+    ) -> CheckManager {
+        CheckManager::spawn_with(plan, store, on_failure, Arc::new(checker::build))
+    }
+
+    /// [`CheckManager::spawn`] with another way to build probes (tests use scripted ones).
+    pub(crate) fn spawn_with(
+        plan: watch::Receiver<Arc<Plan>>,
+        store: StateStore,
+        on_failure: FailureHook,
+        build: CheckerFactory,
+    ) -> CheckManager {
+        let (publisher, snapshot) = watch::channel(Snapshot::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut actor = Actor {
+            plan_rx: plan.clone(),
+            shared: Arc::new(Shared {
+                store,
+                publisher: Arc::new(publisher),
+                on_failure,
+            }),
+            entries: BTreeMap::new(),
+            next_generation: 0,
+            build,
+        };
+        actor.sync_plan();
+        tokio::spawn(actor.run(rx));
+        CheckManager { tx, snapshot, plan }
+    }
+
+    /// Every check of the current plan, sorted by name.
+    pub async fn checks(&self) -> Vec<CheckView> {
+        self.catch_up().await;
+        self.snapshot.borrow().checks.values().cloned().collect()
+    }
+
+    /// Whether every check matching `level` and `names` (empty = all) is up or inactive.
+    /// Reads the snapshot only: never waits.
+    pub fn healthy(&self, level: CheckLevel, names: &[String]) -> bool {
+        super::healthy(&self.snapshot.borrow(), level, names)
+    }
+
+    /// Starts the named checks that are not running; returns those started, sorted. Fails
+    /// without starting anything if a name is not in the plan.
+    pub async fn start(&self, names: Vec<String>) -> Result<Vec<String>, CheckManagerError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::Start { names, reply });
+        rx.await.unwrap_or(Err(CheckManagerError::Gone))
+    }
+
+    /// Stops the named checks that are running; returns those stopped, sorted. Fails without
+    /// stopping anything if a name is not in the plan.
+    pub async fn stop(&self, names: Vec<String>) -> Result<Vec<String>, CheckManagerError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::Stop { names, reply });
+        rx.await.unwrap_or(Err(CheckManagerError::Gone))
+    }
+
+    /// Runs a check now. A running check records the result as any run (it may go down or
+    /// recover); a stopped one only reports it. Returns the check afterwards and the error
+    /// of the run, if it failed.
+    pub async fn refresh(
+        &self,
+        name: &str,
+    ) -> Result<(CheckView, Option<CheckError>), CheckManagerError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::Refresh {
+            name: name.to_owned(),
+            reply,
+        });
+        rx.await.unwrap_or(Err(CheckManagerError::Gone))
+    }
+
+    /// Starts the enabled checks that are not running (a service replan); returns them.
+    pub async fn replan(&self) -> Vec<String> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::Replan { reply });
+        rx.await.unwrap_or_default()
+    }
+
+    fn send(&self, request: Request) {
+        let _ = self.tx.send(request);
+    }
+
+    /// Waits for the actor to apply the current plan, if it has not yet.
+    async fn catch_up(&self) {
+        let current = self.plan.borrow().clone();
+        let applied = self
+            .snapshot
+            .borrow()
+            .plan
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, &current));
+        if !applied {
+            let (reply, rx) = oneshot::channel();
+            self.send(Request::Sync { reply });
+            let _ = rx.await;
+        }
+    }
+}
+
+/// One check of the plan.
+struct Entry {
+    /// The configuration in force (service context merged).
+    config: Arc<Check>,
+    /// The runner, while the check is active.
+    running: Option<Running>,
+}
+
+struct Running {
+    cancel: CancellationToken,
+    refresh: mpsc::UnboundedSender<RefreshRequest>,
+    task: JoinHandle<()>,
+}
+
+impl Entry {
+    fn is_running(&self) -> bool {
+        // A runner ends on its own when a client aborts its change.
+        self.running.as_ref().is_some_and(|r| !r.task.is_finished())
+    }
+}
+
+struct Actor {
+    plan_rx: watch::Receiver<Arc<Plan>>,
+    shared: Arc<Shared>,
+    entries: BTreeMap<String, Entry>,
+    next_generation: u64,
+    build: CheckerFactory,
+}
+
+impl Actor {
+    async fn run(mut self, mut requests: mpsc::UnboundedReceiver<Request>) {
+        let mut plan_open = true;
+        loop {
+            tokio::select! {
+                changed = self.plan_rx.changed(), if plan_open => match changed {
+                    Ok(()) => self.sync_plan(),
+                    Err(_) => plan_open = false,
+                },
+                request = requests.recv() => match request {
+                    Some(request) => {
+                        self.sync_plan();
+                        self.handle(request);
+                    }
+                    None => break,
+                },
+            }
+        }
+        for entry in self.entries.values() {
+            if let Some(running) = &entry.running {
+                running.cancel.cancel();
+            }
+        }
+    }
+
+    fn handle(&mut self, request: Request) {
+        match request {
+            Request::Start { names, reply } => {
+                let _ = reply.send(self.start(&names));
+            }
+            Request::Stop { names, reply } => {
+                let _ = reply.send(self.stop(&names));
+            }
+            Request::Refresh { name, reply } => self.refresh(name, reply),
+            Request::Replan { reply } => {
+                let names: Vec<String> = self
+                    .entries
+                    .iter()
+                    .filter(|(_, e)| e.config.is_enabled() && !e.is_running())
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                for name in &names {
+                    self.start_runner(name);
+                }
+                let _ = reply.send(names);
+            }
+            Request::Sync { reply } => {
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    fn current_plan(&self) -> Arc<Plan> {
+        self.plan_rx.borrow().clone()
+    }
+
+    /// Applies the current plan if it is not the one applied last.
+    fn sync_plan(&mut self) {
+        let plan = self.plan_rx.borrow_and_update().clone();
+        let applied = self.shared.publisher.borrow().plan.clone();
+        if applied.is_some_and(|p| Arc::ptr_eq(&p, &plan)) {
+            return;
+        }
+        let mut to_start = Vec::new();
+        let names: Vec<String> = self.entries.keys().cloned().collect();
+        for name in names {
+            let Some(config) = plan.checks.get(&name) else {
+                self.stop_runner(&name);
+                self.entries.remove(&name);
+                self.shared.publisher.send_modify(|s| {
+                    s.checks.remove(&name);
+                });
+                continue;
+            };
+            let merged = checker::merge_service_context(&plan, config);
+            let entry = self.entries.get_mut(&name).expect("listed");
+            if merged == *entry.config {
+                continue;
+            }
+            let running = entry.is_running();
+            if running && !merged.is_enabled() && entry.config.is_enabled() {
+                // Pebble: disabling a running check does not stop it.
+                continue;
+            }
+            entry.config = Arc::new(merged);
+            if running {
+                self.stop_runner(&name);
+            }
+            if self.entries[&name].config.is_enabled() {
+                to_start.push(name);
+            } else {
+                self.publish_fresh_inactive(&name);
+            }
+        }
+        for (name, config) in &plan.checks {
+            if self.entries.contains_key(name) {
+                continue;
+            }
+            let merged = checker::merge_service_context(&plan, config);
+            let enabled = merged.is_enabled();
+            self.entries.insert(
+                name.clone(),
+                Entry {
+                    config: Arc::new(merged),
+                    running: None,
+                },
+            );
+            if enabled {
+                to_start.push(name.clone());
+            } else {
+                self.publish_fresh_inactive(name);
+            }
+        }
+        tracing::debug!(
+            "Configuring check manager ({} checks, starting {})",
+            plan.checks.len(),
+            to_start.len()
+        );
+        for name in &to_start {
+            self.start_runner(name);
+        }
+        self.shared.publisher.send_modify(|s| s.plan = Some(plan));
+    }
+
+    /// Names of `names` that are not checks of the current plan, sorted, as an error.
+    fn missing(&self, names: &[String]) -> Result<(), CheckManagerError> {
+        let plan = self.current_plan();
+        let mut missing: Vec<String> = names
+            .iter()
+            .filter(|n| !plan.checks.contains_key(*n))
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        missing.sort();
+        missing.dedup();
+        Err(CheckManagerError::NotFound(missing))
+    }
+
+    fn start(&mut self, names: &[String]) -> Result<Vec<String>, CheckManagerError> {
+        self.missing(names)?;
+        let mut started = Vec::new();
+        for name in names {
+            if self.entries.get(name).is_some_and(|e| !e.is_running()) {
+                self.start_runner(name);
+                started.push(name.clone());
+            }
+        }
+        started.sort();
+        started.dedup();
+        Ok(started)
+    }
+
+    fn stop(&mut self, names: &[String]) -> Result<Vec<String>, CheckManagerError> {
+        self.missing(names)?;
+        let mut stopped = Vec::new();
+        for name in names {
+            if self.stop_runner(name) {
+                tracing::info!("Stopping check {name}");
+                stopped.push(name.clone());
+            }
+        }
+        stopped.sort();
+        stopped.dedup();
+        Ok(stopped)
+    }
+
+    fn refresh(
+        &mut self,
+        name: String,
+        reply: oneshot::Sender<Result<RefreshReply, CheckManagerError>>,
+    ) {
+        let Some(entry) = self.entries.get(&name) else {
+            let _ = reply.send(Err(CheckManagerError::NoSuchCheck(name)));
+            return;
+        };
+        let publisher = self.shared.publisher.clone();
+        let current_view = move || publisher.borrow().checks.get(&name).cloned();
+        if let Some(running) = entry.running.as_ref().filter(|_| entry.is_running()) {
+            let (inner_tx, inner_rx) = oneshot::channel();
+            if running
+                .refresh
+                .send(RefreshRequest { reply: inner_tx })
+                .is_ok()
+            {
+                // Wait for the runner off the actor, so a slow probe blocks nobody.
+                tokio::spawn(async move {
+                    let result = match inner_rx.await {
+                        Ok(done) => Ok(done),
+                        // Stopped meanwhile: report the check as it now is.
+                        Err(_) => current_view()
+                            .map(|view| (view, None))
+                            .ok_or(CheckManagerError::Gone),
+                    };
+                    let _ = reply.send(result);
+                });
+                return;
+            }
+        }
+        // Not running: probe once and report, without touching the check's record.
+        let probe = (self.build)(&entry.config);
+        let timeout = entry.config.timeout();
+        tokio::spawn(async move {
+            let result = checker::probe(&*probe, timeout).await;
+            let reply_value = current_view()
+                .map(|view| (view, result.err()))
+                .ok_or(CheckManagerError::Gone);
+            let _ = reply.send(reply_value);
+        });
+    }
+
+    fn generation(&mut self) -> u64 {
+        self.next_generation += 1;
+        self.next_generation
+    }
+
+    /// Starts a fresh run of `name`: a new perform-check change, counters reset (lifetime
+    /// metrics kept).
+    fn start_runner(&mut self, name: &str) {
+        let generation = self.generation();
+        let Some(entry) = self.entries.get_mut(name) else {
+            return;
+        };
+        let config = entry.config.clone();
+        let (change_id, task_id) = new_check_change(&self.shared.store, PERFORM_CHECK, &config);
+        let run = CheckRun::new(config.threshold());
+        self.shared.publisher.send_modify(|s| {
+            let (success_count, failure_count, action_count) =
+                s.checks.get(name).map_or((0, 0, 0), |v| {
+                    (v.success_count, v.failure_count, v.action_count)
+                });
+            s.checks.insert(
+                name.to_owned(),
+                CheckView {
+                    name: name.to_owned(),
+                    level: config.level,
+                    startup_enabled: config.is_enabled(),
+                    status: CheckStatus::Up,
+                    successes: 0,
+                    failures: 0,
+                    threshold: run.threshold,
+                    change_id: Some(change_id),
+                    success_count,
+                    failure_count,
+                    action_count,
+                    last_error: None,
+                    down_since: None,
+                    generation,
+                },
+            );
+        });
+        let runner = Runner {
+            name: name.to_owned(),
+            checker: (self.build)(&config),
+            config,
+            generation,
+            run,
+            change_id,
+            task_id,
+            shared: self.shared.clone(),
+        };
+        let cancel = CancellationToken::new();
+        let (refresh, refreshes) = mpsc::unbounded_channel();
+        let task = tokio::spawn(runner.run(cancel.clone(), refreshes));
+        entry.running = Some(Running {
+            cancel,
+            refresh,
+            task,
+        });
+    }
+
+    /// Stops `name` if it runs; its failures stay on record. Returns whether it was running.
+    fn stop_runner(&mut self, name: &str) -> bool {
+        let generation = self.generation();
+        let Some(entry) = self.entries.get_mut(name) else {
+            return false;
+        };
+        let was_running = entry.is_running();
+        if let Some(running) = entry.running.take() {
+            running.cancel.cancel();
+        }
+        if was_running {
+            self.shared.publisher.send_modify(|s| {
+                if let Some(view) = s.checks.get_mut(name) {
+                    view.status = CheckStatus::Inactive;
+                    view.change_id = None;
+                    view.generation = generation;
+                }
+            });
+        }
+        was_running
+    }
+
+    /// Lists `name` as inactive with fresh counters (a disabled check, new or changed).
+    fn publish_fresh_inactive(&mut self, name: &str) {
+        let generation = self.generation();
+        let config = self.entries[name].config.clone();
+        self.shared.publisher.send_modify(|s| {
+            let (success_count, failure_count, action_count) =
+                s.checks.get(name).map_or((0, 0, 0), |v| {
+                    (v.success_count, v.failure_count, v.action_count)
+                });
+            s.checks.insert(
+                name.to_owned(),
+                CheckView {
+                    name: name.to_owned(),
+                    level: config.level,
+                    startup_enabled: config.is_enabled(),
+                    status: CheckStatus::Inactive,
+                    successes: 0,
+                    failures: 0,
+                    threshold: config.threshold(),
+                    change_id: None,
+                    success_count,
+                    failure_count,
+                    action_count,
+                    last_error: None,
+                    down_since: None,
+                    generation,
+                },
+            );
+        });
+    }
+}

@@ -1,0 +1,149 @@
+//! Health checks: http, tcp and exec probes run on a period, their status, and the
+//! `on-check-failure` actions they trigger.
+//!
+//! # Theory of operation
+//!
+//! The [`CheckManager`] is an actor that owns one runner task per active check. It watches the
+//! plan, so a layer that adds, changes or removes a check takes effect at once, without a
+//! replan; it also starts and stops checks on request and routes `refresh` requests.
+//!
+//! Each runner owns everything about one check's current run: the probe, its period and
+//! timeout, and the failure streak. The streak logic is pure ([`machine::CheckRun`]): a result
+//! goes in, effects come out (log a failure on the task, hit the threshold, recover), and the
+//! runner records them as Pebble does, with one long-lived change per phase:
+//!
+//! - while healthy the check runs under a `perform-check` change (`Doing`); each failure
+//!   below the threshold adds an ERROR entry to its task log;
+//! - at the threshold the perform change goes to `Error`, the failure action fires once (the
+//!   services whose `on-check-failure` names the check act on it) and a `recover-check`
+//!   change starts;
+//! - the first success completes the recover change and starts a new perform change.
+//!
+//! Nothing is written per successful run: counters live in memory, and the state store only
+//! sees what Pebble records (failures, transitions), so the persister is not woken per tick.
+//!
+//! # The published snapshot
+//!
+//! Every runner publishes its check's status into one shared snapshot, a `watch` channel the
+//! manager and the runners write and anyone may read. `GET /v1/checks`, `/v1/health` and
+//! `/v1/metrics` read it directly from the handle: they never wait for the actor, a probe in
+//! flight or the state store, which keeps `/v1/health` fast under load (Kubernetes probes
+//! give up after one second). A generation number per check keeps a runner that is being
+//! replaced from overwriting its successor's entry.
+//!
+//! # Layout
+//!
+//! - `manager` — the actor: plan changes, start/stop, refresh.
+//! - `runner` — one check's loop, and the recording of its changes and tasks.
+//! - [`machine`] — the pure failure-streak state machine.
+//! - `checker` — the probe trait, [`CheckError`], and building a probe from a check's
+//!   configuration (including the `service-context` merge); `http`, `tcp` and `exec` are the
+//!   three probes.
+
+mod checker;
+mod exec;
+mod http;
+pub mod machine;
+mod manager;
+mod runner;
+mod tcp;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cobble_plan::{CheckLevel, Plan};
+use tokio::sync::watch;
+
+pub use checker::CheckError;
+pub use manager::{CheckManager, CheckManagerError};
+pub use runner::{FailureHook, PERFORM_CHECK, RECOVER_CHECK};
+
+/// The status `GET /v1/checks` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckStatus {
+    /// Running, with fewer consecutive failures than the threshold.
+    Up,
+    /// Running, with at least threshold consecutive failures.
+    Down,
+    /// Not running: stopped, or `startup: disabled` and never started.
+    Inactive,
+}
+
+impl CheckStatus {
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Up => "up",
+            CheckStatus::Down => "down",
+            CheckStatus::Inactive => "inactive",
+        }
+    }
+}
+
+/// One check as the snapshot holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckView {
+    /// The check's name in the plan.
+    pub name: String,
+    /// Its level (for filtering and health).
+    pub level: CheckLevel,
+    /// Whether `startup` is enabled (unset counts as enabled).
+    pub startup_enabled: bool,
+    /// Up, down or inactive.
+    pub status: CheckStatus,
+    /// Successes since the check started or last recovered.
+    pub successes: u64,
+    /// Consecutive failures; kept when the check is stopped.
+    pub failures: u32,
+    /// Consecutive failures that make the check down.
+    pub threshold: u32,
+    /// The perform-check or recover-check change driving the check; `None` when inactive.
+    pub change_id: Option<u64>,
+    /// Successful runs since the daemon started (for metrics).
+    pub success_count: u64,
+    /// Failed runs since the daemon started (for metrics).
+    pub failure_count: u64,
+    /// Times the failure action fired since the daemon started: at the threshold, and again
+    /// for every further `threshold` consecutive failures while the check stays down.
+    pub action_count: u64,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+    /// When the check went down (hit its threshold); `None` while up.
+    pub down_since: Option<jiff::Timestamp>,
+    /// Which run owns this entry; bumped whenever the manager starts or stops the check.
+    pub(crate) generation: u64,
+}
+
+/// Every check of the plan, by name, as of the plan the manager last applied.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// The checks.
+    pub checks: BTreeMap<String, CheckView>,
+    /// The plan they reflect; readers compare it with the current plan to tell whether a
+    /// layer added a moment ago has been applied yet.
+    pub(crate) plan: Option<Arc<Plan>>,
+}
+
+/// The shared snapshot's writing end.
+pub(crate) type Publisher = Arc<watch::Sender<Snapshot>>;
+
+/// Whether a check of `level` counts for a health query at `query` (`Unset` = any): `ready`
+/// also covers `alive` checks, `alive` does not cover `ready` ones.
+pub fn health_level_matches(query: CheckLevel, level: CheckLevel) -> bool {
+    query == CheckLevel::Unset
+        || query == level
+        || (query == CheckLevel::Ready && level == CheckLevel::Alive)
+}
+
+/// Health of the checks matching `level` and `names` (empty = all): false when any of them is
+/// down. Inactive checks and unknown names do not count.
+pub fn healthy(snapshot: &Snapshot, level: CheckLevel, names: &[String]) -> bool {
+    !snapshot.checks.values().any(|check| {
+        check.status == CheckStatus::Down
+            && health_level_matches(level, check.level)
+            && (names.is_empty() || names.contains(&check.name))
+    })
+}
+
+#[cfg(test)]
+mod tests;

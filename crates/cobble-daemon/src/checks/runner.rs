@@ -1,0 +1,288 @@
+//! One check's loop: probe every period, feed the result to the streak machine, record what
+//! it says in the check's change, and publish the check's status.
+//!
+//! The first probe runs one full period after the check starts (Pebble's ticker), so a new
+//! check reports `up` with no successes. A tick missed because a probe ran long is taken at
+//! once and the schedule continues on the original grid, like Go's ticker. The runner ends
+//! when its cancel token fires (stop, plan change) or when a client aborts its change; either
+//! way its current task is marked done.
+
+use std::sync::Arc;
+
+use cobble_plan::Check;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use super::checker::{self, CheckError, Checker};
+use super::machine::{CheckRun, Effect};
+use super::{CheckStatus, CheckView, Publisher};
+use crate::state::{StateStore, Status};
+
+/// Change and task kind while the check is healthy.
+pub const PERFORM_CHECK: &str = "perform-check";
+/// Change and task kind after the check hit its threshold.
+pub const RECOVER_CHECK: &str = "recover-check";
+
+/// Called with the check's name when a check hits its failure threshold.
+pub type FailureHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// What every runner shares.
+pub struct Shared {
+    /// Where changes and tasks are recorded.
+    pub store: StateStore,
+    /// The snapshot the API reads.
+    pub publisher: Publisher,
+    /// Fires the failure action.
+    pub on_failure: FailureHook,
+}
+
+/// The reply to a refresh: the check after the run, and the run's error if it failed.
+pub type RefreshReply = (CheckView, Option<CheckError>);
+
+/// A request to probe now, out of schedule.
+pub struct RefreshRequest {
+    pub reply: oneshot::Sender<RefreshReply>,
+}
+
+/// Creates a change of `kind` for `config` with its one task already `Doing`; returns
+/// (change, task).
+pub fn new_check_change(store: &StateStore, kind: &str, config: &Check) -> (u64, u64) {
+    let verb = if kind == RECOVER_CHECK {
+        "Recover"
+    } else {
+        "Perform"
+    };
+    let summary = format!(
+        "{verb} {} check \"{}\"",
+        checker::type_name(config),
+        config.name
+    );
+    let change = store.new_change(kind, &summary, Vec::new());
+    let task = store.add_task(change, kind, &summary, None);
+    store.set_task_status(task, Status::Doing);
+    (change, task)
+}
+
+/// One run of one check.
+pub struct Runner {
+    /// The check's name.
+    pub name: String,
+    /// Its configuration, service context merged.
+    pub config: Arc<Check>,
+    /// Its probe.
+    pub checker: Arc<dyn Checker>,
+    /// The snapshot generation this run owns.
+    pub generation: u64,
+    /// The failure streak.
+    pub run: CheckRun,
+    /// The change currently driving the check.
+    pub change_id: u64,
+    /// That change's one task.
+    pub task_id: u64,
+    /// Store, snapshot and failure hook.
+    pub shared: Arc<Shared>,
+}
+
+impl Runner {
+    /// Runs until `cancel` fires or the change is aborted.
+    pub async fn run(
+        mut self,
+        cancel: CancellationToken,
+        mut refreshes: mpsc::UnboundedReceiver<RefreshRequest>,
+    ) {
+        let period = self.config.period();
+        let timeout = self.config.timeout();
+        tracing::debug!("Check \"{}\" starting with period {period:?}", self.name);
+        let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let mut abort = self.shared.store.abort_token(self.change_id);
+        loop {
+            let refresh = tokio::select! {
+                biased;
+                () = cancel.cancelled() => break,
+                () = abort.cancelled() => {
+                    self.publish_inactive();
+                    break;
+                }
+                _ = ticker.tick() => None,
+                Some(request) = refreshes.recv() => Some(request),
+            };
+            let result = tokio::select! {
+                biased;
+                () = cancel.cancelled() => break,
+                () = abort.cancelled() => {
+                    self.publish_inactive();
+                    break;
+                }
+                result = checker::probe(&*self.checker, timeout) => result,
+            };
+            let change_before = self.change_id;
+            self.record(&result);
+            if self.change_id != change_before {
+                abort = self.shared.store.abort_token(self.change_id);
+            }
+            if let Some(request) = refresh {
+                let _ = request.reply.send((self.view(), result.err()));
+            }
+        }
+        self.finish();
+    }
+
+    /// Records one probe result: task log, transitions, failure action, snapshot.
+    pub fn record(&mut self, result: &Result<(), CheckError>) {
+        let effects = self.run.record(result.as_ref().map(|_| ()));
+        if let Err(error) = result {
+            tracing::info!(
+                "Check \"{}\" failure {}/{}: {}",
+                self.name,
+                self.run.failures,
+                self.run.threshold,
+                error.message
+            );
+        }
+        let store = &self.shared.store;
+        let mut actions_fired = 0;
+        for effect in effects {
+            match effect {
+                Effect::LogError(message) => store.task_error(self.task_id, &message),
+                Effect::LogInfo(message) => store.task_info(self.task_id, &message),
+                Effect::ThresholdHit { error } => {
+                    store.task_error(self.task_id, &error);
+                    store.set_task_status(self.task_id, Status::Error);
+                    tracing::info!(
+                        "Check \"{}\" threshold {} hit, triggering action and recovering",
+                        self.name,
+                        self.run.threshold
+                    );
+                    (self.shared.on_failure)(&self.name);
+                    actions_fired += 1;
+                    (self.change_id, self.task_id) =
+                        new_check_change(store, RECOVER_CHECK, &self.config);
+                }
+                Effect::Refire { failures } => {
+                    store.task_info(
+                        self.task_id,
+                        &format!("still failing after {failures} failures; firing the failure action again"),
+                    );
+                    tracing::info!(
+                        "Check \"{}\" still failing after {failures} failures, triggering action again",
+                        self.name
+                    );
+                    (self.shared.on_failure)(&self.name);
+                    actions_fired += 1;
+                }
+                Effect::Recovered => {
+                    store.set_task_status(self.task_id, Status::Done);
+                    (self.change_id, self.task_id) =
+                        new_check_change(store, PERFORM_CHECK, &self.config);
+                }
+            }
+        }
+        let succeeded = result.is_ok();
+        let down = self.run.is_down();
+        let last_error = result.as_ref().err().map(|e| e.message.clone());
+        self.publish(|view| {
+            if succeeded {
+                view.success_count += 1;
+            } else {
+                view.failure_count += 1;
+                view.last_error = last_error;
+            }
+            view.action_count += actions_fired;
+            match (down, view.down_since) {
+                (true, None) => view.down_since = Some(jiff::Timestamp::now()),
+                (false, Some(_)) => view.down_since = None,
+                _ => {}
+            }
+        });
+    }
+
+    /// The check as it stands, for refresh replies.
+    fn view(&self) -> CheckView {
+        let snapshot = self.shared.publisher.borrow();
+        let mut view = snapshot
+            .checks
+            .get(&self.name)
+            .cloned()
+            .unwrap_or_else(|| CheckView {
+                name: self.name.clone(),
+                level: self.config.level,
+                startup_enabled: self.config.is_enabled(),
+                status: CheckStatus::Up,
+                successes: 0,
+                failures: 0,
+                threshold: self.run.threshold,
+                change_id: None,
+                success_count: 0,
+                failure_count: 0,
+                action_count: 0,
+                last_error: None,
+                down_since: None,
+                generation: self.generation,
+            });
+        if view.generation == self.generation {
+            return view;
+        }
+        // Replaced meanwhile: answer with this run's own numbers.
+        view.status = self.status();
+        view.successes = self.run.successes;
+        view.failures = self.run.failures;
+        view.change_id = Some(self.change_id);
+        view
+    }
+
+    fn status(&self) -> CheckStatus {
+        if self.run.is_down() {
+            CheckStatus::Down
+        } else {
+            CheckStatus::Up
+        }
+    }
+
+    /// Publishes this run's numbers (and `extra`) if the snapshot entry is still ours.
+    fn publish(&self, extra: impl FnOnce(&mut CheckView)) {
+        let status = self.status();
+        self.shared.publisher.send_if_modified(|snapshot| {
+            let Some(view) = snapshot.checks.get_mut(&self.name) else {
+                return false;
+            };
+            if view.generation != self.generation {
+                return false;
+            }
+            view.status = status;
+            view.successes = self.run.successes;
+            view.failures = self.run.failures;
+            view.change_id = Some(self.change_id);
+            extra(view);
+            true
+        });
+    }
+
+    /// A client aborted the check's change: the check is no longer running.
+    fn publish_inactive(&self) {
+        self.shared.publisher.send_if_modified(|snapshot| {
+            let Some(view) = snapshot.checks.get_mut(&self.name) else {
+                return false;
+            };
+            if view.generation != self.generation {
+                return false;
+            }
+            view.status = CheckStatus::Inactive;
+            view.change_id = None;
+            true
+        });
+    }
+
+    /// Closes the current task, as Pebble's task runner does for a stopped check.
+    fn finish(&self) {
+        let store = &self.shared.store;
+        if store
+            .task_status(self.task_id)
+            .is_some_and(|status| !status.is_ready())
+        {
+            store.set_task_status(self.task_id, Status::Done);
+        }
+        tracing::debug!("Check \"{}\" stopped", self.name);
+    }
+}

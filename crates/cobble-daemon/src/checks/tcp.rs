@@ -1,0 +1,115 @@
+//! The tcp probe: success is a connection that opens.
+
+use cobble_plan::TcpCheck;
+use futures_util::future::BoxFuture;
+
+use super::checker::{CheckError, Checker};
+
+/// Opens a TCP connection to `host:port` (host `localhost` unless set) and closes it.
+pub struct TcpChecker {
+    host: String,
+    port: u32,
+}
+
+impl TcpChecker {
+    pub fn new(config: &TcpCheck) -> TcpChecker {
+        let host = if config.host.is_empty() {
+            "localhost".to_owned()
+        } else {
+            config.host.clone()
+        };
+        TcpChecker {
+            host,
+            port: config.port,
+        }
+    }
+
+    /// `host:port`, bracketing IPv6 literals like Go's `net.JoinHostPort`.
+    fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    async fn dial(&self) -> Result<(), CheckError> {
+        let address = self.address();
+        let port = u16::try_from(self.port)
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| CheckError::new(format!("dial tcp: address {address}: invalid port")))?;
+        let targets = tokio::net::lookup_host((self.host.as_str(), port))
+            .await
+            .map_err(|e| {
+                CheckError::new(format!(
+                    "dial tcp: lookup {}: {}",
+                    self.host,
+                    cobble_sys::os_error_text(&e)
+                ))
+            })?;
+        let mut last_error = None;
+        for target in targets {
+            match tokio::net::TcpStream::connect(target).await {
+                Ok(stream) => {
+                    drop(stream);
+                    return Ok(());
+                }
+                Err(e) => last_error = Some((target, e)),
+            }
+        }
+        Err(match last_error {
+            Some((target, e)) => CheckError::new(format!(
+                "dial tcp {target}: connect: {}",
+                cobble_sys::os_error_text(&e)
+            )),
+            None => CheckError::new(format!("dial tcp: lookup {}: no such host", self.host)),
+        })
+    }
+}
+
+impl Checker for TcpChecker {
+    fn check(&self) -> BoxFuture<'_, Result<(), CheckError>> {
+        Box::pin(self.dial())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn open_port_succeeds_and_closed_port_fails() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = u32::from(listener.local_addr().unwrap().port());
+        let checker = TcpChecker::new(&TcpCheck {
+            port,
+            host: "127.0.0.1".into(),
+        });
+        assert_eq!(checker.check().await, Ok(()));
+        drop(listener);
+        let error = checker.check().await.unwrap_err();
+        assert_eq!(
+            error.message,
+            format!("dial tcp 127.0.0.1:{port}: connect: connection refused")
+        );
+    }
+
+    #[tokio::test]
+    async fn host_defaults_to_localhost_and_bad_ports_fail() {
+        let checker = TcpChecker::new(&TcpCheck {
+            port: 70000,
+            host: String::new(),
+        });
+        assert_eq!(checker.address(), "localhost:70000");
+        assert_eq!(
+            checker.check().await.unwrap_err().message,
+            "dial tcp: address localhost:70000: invalid port"
+        );
+        let v6 = TcpChecker::new(&TcpCheck {
+            port: 1,
+            host: "::1".into(),
+        });
+        assert_eq!(v6.address(), "[::1]:1");
+    }
+}

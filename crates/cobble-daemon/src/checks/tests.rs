@@ -1,0 +1,493 @@
+//! The check manager with scripted probes on paused time: periods, thresholds, the
+//! perform/recover change cycle, plan changes, start/stop, refresh and health.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cobble_client::types::ChangeInfo;
+use cobble_plan::{Check, CheckLevel, ExecCheck, GoDuration, Plan, Startup};
+use futures_util::future::BoxFuture;
+use tokio::sync::watch;
+
+use super::checker::{CheckError, Checker};
+use super::{CheckManager, CheckManagerError, CheckStatus, CheckView};
+use crate::state::{StateData, StateStore};
+
+/// What a scripted probe does on its next runs.
+#[derive(Debug, Clone)]
+enum Outcome {
+    Pass,
+    Fail(&'static str, &'static str),
+    /// Never finishes (so the check's timeout decides).
+    Hang,
+}
+
+#[derive(Default)]
+struct Script {
+    outcomes: Mutex<BTreeMap<String, Outcome>>,
+    runs: Mutex<BTreeMap<String, u32>>,
+}
+
+struct Scripted {
+    name: String,
+    script: Arc<Script>,
+}
+
+impl Checker for Scripted {
+    fn check(&self) -> BoxFuture<'_, Result<(), CheckError>> {
+        *self
+            .script
+            .runs
+            .lock()
+            .unwrap()
+            .entry(self.name.clone())
+            .or_default() += 1;
+        let outcome = self
+            .script
+            .outcomes
+            .lock()
+            .unwrap()
+            .get(&self.name)
+            .cloned()
+            .unwrap_or(Outcome::Pass);
+        Box::pin(async move {
+            match outcome {
+                Outcome::Pass => Ok(()),
+                Outcome::Fail(message, details) => Err(CheckError {
+                    message: message.into(),
+                    details: details.into(),
+                }),
+                Outcome::Hang => std::future::pending().await,
+            }
+        })
+    }
+}
+
+struct Harness {
+    plan: watch::Sender<Arc<Plan>>,
+    store: StateStore,
+    manager: CheckManager,
+    script: Arc<Script>,
+    fired: Arc<Mutex<Vec<String>>>,
+}
+
+fn secs(n: i64) -> Option<GoDuration> {
+    Some(GoDuration(n * 1_000_000_000))
+}
+
+/// An exec check with a 10 s period (unless changed) and threshold 3.
+fn check(name: &str) -> Check {
+    Check {
+        name: name.into(),
+        exec: Some(ExecCheck {
+            command: format!("probe {name}"),
+            ..ExecCheck::default()
+        }),
+        ..Check::default()
+    }
+}
+
+fn plan(checks: Vec<Check>) -> Arc<Plan> {
+    let mut plan = Plan::default();
+    for check in checks {
+        plan.checks.insert(check.name.clone(), check);
+    }
+    Arc::new(plan)
+}
+
+impl Harness {
+    fn new(checks: Vec<Check>) -> Harness {
+        let (tx, rx) = watch::channel(plan(checks));
+        let store = StateStore::new(StateData::default());
+        let script = Arc::new(Script::default());
+        let fired = Arc::new(Mutex::new(Vec::new()));
+        let hook = {
+            let fired = fired.clone();
+            Arc::new(move |name: &str| fired.lock().unwrap().push(name.to_owned()))
+        };
+        let factory = {
+            let script = script.clone();
+            Arc::new(move |config: &Check| {
+                Arc::new(Scripted {
+                    name: config.name.clone(),
+                    script: script.clone(),
+                }) as Arc<dyn Checker>
+            })
+        };
+        let manager = CheckManager::spawn_with(rx, store.clone(), hook, factory);
+        Harness {
+            plan: tx,
+            store,
+            manager,
+            script,
+            fired,
+        }
+    }
+
+    fn set(&self, name: &str, outcome: Outcome) {
+        self.script
+            .outcomes
+            .lock()
+            .unwrap()
+            .insert(name.into(), outcome);
+    }
+
+    fn runs(&self, name: &str) -> u32 {
+        self.script
+            .runs
+            .lock()
+            .unwrap()
+            .get(name)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    async fn view(&self, name: &str) -> CheckView {
+        self.manager
+            .checks()
+            .await
+            .into_iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no check {name}"))
+    }
+
+    fn change(&self, id: Option<u64>) -> ChangeInfo {
+        self.store
+            .change_info(id.expect("check has a change"))
+            .expect("change exists")
+    }
+
+    fn fired(&self) -> Vec<String> {
+        self.fired.lock().unwrap().clone()
+    }
+}
+
+/// Lets time pass (paused clock) and every task that became ready run.
+async fn pass(seconds: f64) {
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn log_messages(change: &ChangeInfo) -> Vec<String> {
+    change.tasks[0]
+        .log
+        .iter()
+        .map(|entry| {
+            entry
+                .split_once(' ')
+                .map_or("", |(_, rest)| rest)
+                .to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn first_run_is_one_period_after_start_and_successes_leave_no_record() {
+    let h = Harness::new(vec![check("chk")]);
+    let view = h.view("chk").await;
+    assert_eq!(view.status, CheckStatus::Up);
+    assert_eq!((view.successes, view.failures, view.threshold), (0, 0, 3));
+    let change = h.change(view.change_id);
+    assert_eq!(change.kind, "perform-check");
+    assert_eq!(change.summary, "Perform exec check \"chk\"");
+    assert_eq!(change.status, "Doing");
+    assert_eq!(change.tasks[0].kind, "perform-check");
+
+    pass(9.9).await;
+    assert_eq!(h.runs("chk"), 0);
+    pass(0.2).await;
+    assert_eq!(h.runs("chk"), 1);
+    pass(20.0).await;
+    let view = h.view("chk").await;
+    assert_eq!((view.successes, view.success_count), (3, 3));
+    assert!(h.change(view.change_id).tasks[0].log.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_below_threshold_are_logged_and_reset_by_a_success() {
+    let h = Harness::new(vec![check("chk")]);
+    h.set("chk", Outcome::Fail("exit status 1", "details"));
+    pass(20.5).await;
+    let view = h.view("chk").await;
+    assert_eq!((view.status, view.failures), (CheckStatus::Up, 2));
+    let change = h.change(view.change_id);
+    assert_eq!(
+        log_messages(&change),
+        [
+            "ERROR exit status 1; details",
+            "ERROR exit status 1; details"
+        ]
+    );
+    assert_eq!(change.status, "Doing");
+    assert!(h.manager.healthy(CheckLevel::Unset, &[]));
+
+    h.set("chk", Outcome::Pass);
+    pass(10.0).await;
+    let view = h.view("chk").await;
+    assert_eq!((view.failures, view.successes), (0, 1));
+    assert_eq!(
+        log_messages(&h.change(view.change_id)).last().unwrap(),
+        "INFO succeeded after 2 failures"
+    );
+    assert!(h.fired().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn threshold_fires_the_action_and_refires_while_down_and_recovery_starts_a_new_perform_change()
+ {
+    let mut config = check("chk");
+    config.threshold = 2;
+    config.level = CheckLevel::Alive;
+    let h = Harness::new(vec![config]);
+    h.set("chk", Outcome::Pass);
+    pass(10.5).await;
+    let perform = h.view("chk").await.change_id;
+
+    h.set("chk", Outcome::Fail("exit status 3", "last line"));
+    pass(20.0).await;
+    let view = h.view("chk").await;
+    assert_eq!(view.status, CheckStatus::Down);
+    assert_eq!((view.failures, view.successes), (2, 1));
+    assert_eq!(h.fired(), ["chk"]);
+    // The perform change failed with Pebble's err text; a recover change took over.
+    let failed = h.change(perform);
+    assert_eq!(failed.status, "Error");
+    assert!(failed.ready);
+    assert_eq!(
+        failed.err,
+        "cannot perform the following tasks:\n\
+         - Perform exec check \"chk\" (exit status 3; last line)\n\
+         - Perform exec check \"chk\" (exit status 3)"
+    );
+    assert_ne!(view.change_id, perform);
+    let recover = h.change(view.change_id);
+    assert_eq!(recover.kind, "recover-check");
+    assert_eq!(recover.summary, "Recover exec check \"chk\"");
+    assert_eq!(recover.status, "Doing");
+    assert!(!h.manager.healthy(CheckLevel::Unset, &[]));
+    assert!(!h.manager.healthy(CheckLevel::Alive, &[]));
+    assert!(
+        !h.manager.healthy(CheckLevel::Ready, &[]),
+        "ready implies alive"
+    );
+    assert!(!h.manager.healthy(CheckLevel::Unset, &["chk".into()]));
+    assert!(h.manager.healthy(CheckLevel::Unset, &["other".into()]));
+
+    // Failures while recovering are logged; every further `threshold` of them fires the
+    // action again (Pebble fires once per streak).
+    pass(30.0).await;
+    let view = h.view("chk").await;
+    assert_eq!(view.failures, 5);
+    assert_eq!(h.fired(), ["chk", "chk"]);
+    assert_eq!(view.action_count, 2);
+    assert_eq!(view.last_error.as_deref(), Some("exit status 3"));
+    assert!(view.down_since.is_some());
+    assert_eq!(
+        log_messages(&h.change(view.change_id)),
+        vec![
+            "ERROR exit status 3; last line",
+            "ERROR exit status 3; last line",
+            "INFO still failing after 4 failures; firing the failure action again",
+            "ERROR exit status 3; last line",
+        ]
+    );
+
+    h.set("chk", Outcome::Pass);
+    pass(10.0).await;
+    let view = h.view("chk").await;
+    assert_eq!(view.status, CheckStatus::Up);
+    assert_eq!((view.failures, view.successes), (0, 1));
+    assert_eq!(h.change(recover_id(&recover)).status, "Done");
+    let perform_again = h.change(view.change_id);
+    assert_eq!(perform_again.kind, "perform-check");
+    assert_eq!(perform_again.status, "Doing");
+    assert!(h.manager.healthy(CheckLevel::Unset, &[]));
+    assert_eq!((view.success_count, view.failure_count), (2, 5));
+
+    // A new streak fires again.
+    h.set("chk", Outcome::Fail("exit status 3", ""));
+    pass(20.0).await;
+    assert_eq!(h.fired(), ["chk", "chk", "chk"]);
+}
+
+fn recover_id(change: &ChangeInfo) -> Option<u64> {
+    change.id.parse().ok()
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_is_clamped_to_the_period_and_reported() {
+    let mut config = check("chk");
+    config.period = secs(2);
+    config.timeout = secs(5);
+    config.threshold = 1;
+    let h = Harness::new(vec![config]);
+    h.set("chk", Outcome::Hang);
+    let perform = h.view("chk").await.change_id;
+    pass(2.0 + 2.5).await;
+    let view = h.view("chk").await;
+    assert_eq!(view.status, CheckStatus::Down);
+    let failed = h.change(perform);
+    assert_eq!(log_messages(&failed), ["ERROR check timed out after 2s"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn plan_changes_apply_at_once() {
+    let mut disabled = check("off");
+    disabled.startup = Startup::Disabled;
+    let h = Harness::new(vec![
+        check("same"),
+        check("changed"),
+        check("gone"),
+        disabled,
+    ]);
+    let same = h.view("same").await.change_id;
+    let changed = h.view("changed").await.change_id;
+    let gone = h.view("gone").await.change_id;
+    let off = h.view("off").await;
+    assert_eq!((off.status, off.change_id), (CheckStatus::Inactive, None));
+    assert!(!off.startup_enabled);
+    h.set("changed", Outcome::Fail("exit status 1", ""));
+    pass(10.5).await;
+    assert_eq!(h.view("changed").await.failures, 1);
+
+    let mut modified = check("changed");
+    modified.threshold = 6;
+    h.plan
+        .send(plan(vec![check("same"), modified, check("new")]))
+        .unwrap();
+    let checks = h.manager.checks().await;
+    let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["changed", "new", "same"]);
+    assert_eq!(h.view("same").await.change_id, same);
+    let view = h.view("changed").await;
+    assert_ne!(view.change_id, changed);
+    assert_eq!((view.failures, view.threshold), (0, 6));
+    assert_eq!(h.view("new").await.status, CheckStatus::Up);
+    pass(0.1).await;
+    assert_eq!(h.change(changed).status, "Done");
+    assert_eq!(h.change(gone).status, "Done");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_running_check_changed_to_disabled_keeps_running() {
+    let h = Harness::new(vec![check("chk")]);
+    let running = h.view("chk").await.change_id;
+    let mut disabled = check("chk");
+    disabled.startup = Startup::Disabled;
+    h.plan.send(plan(vec![disabled])).unwrap();
+    let view = h.view("chk").await;
+    assert_eq!((view.status, view.change_id), (CheckStatus::Up, running));
+}
+
+#[tokio::test(start_paused = true)]
+async fn stop_and_start_are_idempotent_and_keep_failures() {
+    let mut disabled = check("off");
+    disabled.startup = Startup::Disabled;
+    let h = Harness::new(vec![check("chk"), disabled]);
+    h.set("chk", Outcome::Fail("exit status 1", ""));
+    pass(10.5).await;
+    let change = h.view("chk").await.change_id;
+
+    let stopped = h
+        .manager
+        .stop(vec!["off".into(), "chk".into(), "chk".into()])
+        .await;
+    assert_eq!(stopped, Ok(vec!["chk".to_owned()]));
+    let view = h.view("chk").await;
+    assert_eq!(
+        (view.status, view.change_id, view.failures),
+        (CheckStatus::Inactive, None, 1)
+    );
+    pass(0.1).await;
+    assert_eq!(h.change(change).status, "Done");
+    // Stopped checks do not run, and do not count for health.
+    let runs = h.runs("chk");
+    pass(30.0).await;
+    assert_eq!(h.runs("chk"), runs);
+    assert_eq!(h.manager.stop(vec!["chk".into()]).await, Ok(vec![]));
+    // An unrelated plan change does not restart a stopped check.
+    h.plan
+        .send(plan(vec![check("chk"), check("extra")]))
+        .unwrap();
+    assert_eq!(h.view("chk").await.status, CheckStatus::Inactive);
+
+    let started = h.manager.start(vec!["chk".into(), "extra".into()]).await;
+    assert_eq!(started, Ok(vec!["chk".to_owned()]));
+    let view = h.view("chk").await;
+    assert_eq!((view.status, view.failures), (CheckStatus::Up, 0));
+    assert_ne!(view.change_id, change);
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_names_change_nothing() {
+    let h = Harness::new(vec![check("chk")]);
+    let before = h.manager.checks().await;
+    assert_eq!(
+        h.manager
+            .stop(vec!["zz".into(), "chk".into(), "aa".into()])
+            .await,
+        Err(CheckManagerError::NotFound(vec!["aa".into(), "zz".into()]))
+    );
+    assert_eq!(
+        h.manager
+            .start(vec!["nope".into()])
+            .await
+            .unwrap_err()
+            .to_string(),
+        "cannot find checks in plan: nope"
+    );
+    assert_eq!(h.manager.checks().await, before);
+    assert_eq!(
+        h.manager.refresh("nope").await.unwrap_err(),
+        CheckManagerError::NoSuchCheck("nope".into())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn refresh_runs_now_and_records_only_for_running_checks() {
+    let h = Harness::new(vec![check("chk")]);
+    let (view, error) = h.manager.refresh("chk").await.unwrap();
+    assert_eq!(
+        (view.status, view.successes, error),
+        (CheckStatus::Up, 1, None)
+    );
+
+    h.set("chk", Outcome::Fail("exit status 1", "details"));
+    let (view, error) = h.manager.refresh("chk").await.unwrap();
+    assert_eq!(view.failures, 1);
+    assert_eq!(error.unwrap().log_text(), "exit status 1; details");
+
+    h.manager.stop(vec!["chk".into()]).await.unwrap();
+    let (view, error) = h.manager.refresh("chk").await.unwrap();
+    assert_eq!((view.status, view.failures), (CheckStatus::Inactive, 1));
+    assert_eq!(error.unwrap().message, "exit status 1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn aborting_the_change_stops_the_check() {
+    let h = Harness::new(vec![check("chk")]);
+    let change = h.view("chk").await.change_id.unwrap();
+    h.store.abort(change).unwrap();
+    pass(0.1).await;
+    let view = h.view("chk").await;
+    assert_eq!((view.status, view.change_id), (CheckStatus::Inactive, None));
+    assert_eq!(h.store.change_info(change).unwrap().status, "Done");
+    assert_eq!(
+        h.manager.start(vec!["chk".into()]).await,
+        Ok(vec!["chk".into()])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn replan_starts_enabled_checks_that_are_not_running() {
+    let mut disabled = check("off");
+    disabled.startup = Startup::Disabled;
+    let h = Harness::new(vec![check("chk"), disabled]);
+    h.manager.stop(vec!["chk".into()]).await.unwrap();
+    assert_eq!(h.manager.replan().await, ["chk"]);
+    assert_eq!(h.view("chk").await.status, CheckStatus::Up);
+    assert_eq!(h.view("off").await.status, CheckStatus::Inactive);
+}

@@ -1,0 +1,541 @@
+//! Push: `POST /v1/files` with a multipart body, each file streamed into an atomic write.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use cobble_client::types::{FileResult, WriteFilesItem, WriteFilesRequest};
+use futures_util::{Stream, StreamExt};
+use tokio::sync::mpsc;
+
+use super::error::not_absolute;
+use super::mkdir::{self, MkdirOptions};
+use super::multipart::{form_filename, form_name};
+use super::{FileError, file_result, gopath, parse_permissions, random_u64, resolve_owner};
+
+/// Largest `request` (metadata) part accepted.
+const MAX_METADATA: usize = 4 * 1024 * 1024;
+
+/// Batches of body chunks that may wait for the disk. With [`BATCH_BYTES`] this bounds what a
+/// push holds in memory (a few MiB), whatever the file size.
+const QUEUED_BATCHES: usize = 4;
+
+/// While the writer is busy, chunks are gathered into batches of about this size, so the body
+/// side and the writer thread hand over (and wake each other) rarely.
+const BATCH_BYTES: usize = 1024 * 1024;
+
+/// Chunks smaller than this are gathered into writes of this size; larger ones are written
+/// as they are, without a copy.
+const WRITE_BUFFER: usize = 64 * 1024;
+
+/// Every this many bytes, the writer asks the kernel to start writing back what it has, so the
+/// disk works while the body is still arriving and the final `fsync` finds little left to do.
+const WRITEBACK_WINDOW: u64 = 8 * 1024 * 1024;
+
+/// Parses a multipart write request as it streams in and writes each file atomically.
+///
+/// Returns the per-path results in the order of the metadata, or the message of a 400 when
+/// the request itself is malformed (bad metadata, a part with an unknown path, a truncated
+/// body). Whatever happens, a file is either fully replaced or left as it was.
+pub async fn write_multipart<S, E>(body: S, boundary: &str) -> Result<Vec<FileResult>, String>
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+{
+    let shared = Arc::new(Mutex::new(Box::pin(body)));
+    let multipart = multer::Multipart::new(SharedStream(shared.clone()), boundary);
+    let outcome = write_parts(multipart).await;
+    // multer stops at the closing boundary, but the client may still be sending the end of
+    // the HTTP body (the last chunk of a chunked encoding). Answering and closing now would
+    // reset the connection under it, so read the rest first, within limits, as Go's server
+    // does after a handler returns.
+    if let Ok(body) = Arc::try_unwrap(shared) {
+        let mut body = body.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut drained = 0;
+        let _ = tokio::time::timeout(DRAIN_TIME, async {
+            while let Some(Ok(chunk)) = body.next().await {
+                drained += chunk.len();
+                if drained > DRAIN_BYTES {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+    outcome
+}
+
+/// How much of a body left over after the multipart end (or after an error) is read before
+/// answering, and for how long at most.
+const DRAIN_BYTES: usize = 256 * 1024;
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The request body, shared between multer (which polls it) and [`write_multipart`] (which
+/// drains what multer leaves once multer is gone).
+struct SharedStream<S>(Arc<Mutex<Pin<Box<S>>>>);
+
+impl<S: Stream> Stream for SharedStream<S> {
+    type Item = S::Item;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let mut inner = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        inner.as_mut().poll_next(cx)
+    }
+}
+
+/// Reads the `request` part, then each `files` part into its file.
+async fn write_parts(mut multipart: multer::Multipart<'static>) -> Result<Vec<FileResult>, String> {
+    let mut field = match multipart.next_field().await {
+        Ok(Some(field)) => field,
+        Ok(None) => return Err("cannot read request metadata: EOF".into()),
+        Err(e) => return Err(format!("cannot read request metadata: {}", multer_text(&e))),
+    };
+    let name = form_name(content_disposition(&field));
+    if name != "request" {
+        return Err(format!(
+            "metadata field name must be \"request\", got {}",
+            cobble_plan::go_quote(&name)
+        ));
+    }
+    let mut metadata = Vec::new();
+    loop {
+        match field.chunk().await {
+            Ok(Some(chunk)) if metadata.len() + chunk.len() <= MAX_METADATA => {
+                metadata.extend_from_slice(&chunk)
+            }
+            Ok(Some(_)) => return Err("cannot decode request metadata: too large".into()),
+            Ok(None) => break,
+            Err(e) => return Err(format!("cannot read request metadata: {}", multer_text(&e))),
+        }
+    }
+    drop(field);
+    // Like Go's json.Decoder: the first JSON value counts, whatever follows it.
+    let request: WriteFilesRequest = serde_json::Deserializer::from_slice(&metadata)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| serde_json::from_slice(b""))
+        .map_err(|e| format!("cannot decode request metadata: {e}"))?;
+    if request.action != "write" {
+        return Err(format!(
+            "multipart action must be \"write\", got {}",
+            cobble_plan::go_quote(&request.action)
+        ));
+    }
+    if request.files.is_empty() {
+        return Err("must specify one or more files".into());
+    }
+    let items: HashMap<&str, &WriteFilesItem> = request
+        .files
+        .iter()
+        .map(|item| (item.path.as_str(), item))
+        .collect();
+
+    let mut outcomes: HashMap<String, Result<(), FileError>> = HashMap::new();
+    for index in 0.. {
+        let mut field = match multipart.next_field().await {
+            Ok(Some(field)) => field,
+            Ok(None) => break,
+            Err(e) => {
+                return Err(format!(
+                    "cannot read file part {index}: {}",
+                    multer_text(&e)
+                ));
+            }
+        };
+        let name = form_name(content_disposition(&field));
+        if name != "files" {
+            return Err(format!(
+                "field name must be \"files\", got {}",
+                cobble_plan::go_quote(&name)
+            ));
+        }
+        let path = form_filename(content_disposition(&field));
+        let Some(item) = items.get(path.as_str()) else {
+            return Err(format!(
+                "no metadata for path {}",
+                cobble_plan::go_quote(&path)
+            ));
+        };
+        tracing::debug!("Pushing file {path}");
+        let outcome = write_file((*item).clone(), &mut field).await;
+        outcomes.insert(path, outcome);
+    }
+
+    Ok(request
+        .files
+        .iter()
+        .map(|item| {
+            let outcome = outcomes.remove(&item.path).unwrap_or_else(|| {
+                Err(FileError::Generic(format!(
+                    "no file content for path {}",
+                    cobble_plan::go_quote(&item.path)
+                )))
+            });
+            file_result(&item.path, outcome)
+        })
+        .collect())
+}
+
+fn content_disposition<'a>(field: &'a multer::Field<'_>) -> Option<&'a str> {
+    field
+        .headers()
+        .get("content-disposition")
+        .and_then(|v| v.to_str().ok())
+}
+
+/// A multer error in Go's words where Go's reader has an equivalent.
+fn multer_text(err: &multer::Error) -> String {
+    match err {
+        multer::Error::IncompleteStream
+        | multer::Error::IncompleteFieldData { .. }
+        | multer::Error::IncompleteHeaders => "unexpected EOF".into(),
+        other => {
+            let text = other.to_string();
+            let mut chars = text.chars();
+            match chars.next() {
+                Some(first) => first.to_lowercase().chain(chars).collect(),
+                None => text,
+            }
+        }
+    }
+}
+
+/// What the body side tells the blocking writer.
+enum Chunk {
+    Data(Vec<Bytes>),
+    /// The part ended cleanly: make the file permanent.
+    Commit,
+}
+
+/// Streams one `files` part into [`write_blocking`] on the blocking pool.
+async fn write_file(item: WriteFilesItem, field: &mut multer::Field<'_>) -> Result<(), FileError> {
+    let (tx, rx) = mpsc::channel(QUEUED_BATCHES);
+    let writer = tokio::task::spawn_blocking(move || write_blocking(&item, rx));
+    let mut body_error = None;
+    let mut batch = Vec::new();
+    let mut batch_len = 0;
+    loop {
+        match field.chunk().await {
+            Ok(Some(chunk)) => {
+                batch_len += chunk.len();
+                batch.push(chunk);
+                // Hand over a full batch, or anything at all when the writer is idle.
+                let writer_idle = tx.capacity() == tx.max_capacity();
+                if batch_len >= BATCH_BYTES || writer_idle {
+                    batch_len = 0;
+                    let full = std::mem::take(&mut batch);
+                    if tx.send(Chunk::Data(full)).await.is_err() {
+                        break; // The writer failed; its error is the outcome.
+                    }
+                }
+            }
+            Ok(None) => {
+                if !batch.is_empty() && tx.send(Chunk::Data(batch)).await.is_err() {
+                    break;
+                }
+                let _ = tx.send(Chunk::Commit).await;
+                break;
+            }
+            Err(e) => {
+                body_error = Some(multer_text(&e));
+                break;
+            }
+        }
+    }
+    // Without a commit, the writer removes its temporary file when the channel closes.
+    drop(tx);
+    let outcome = writer
+        .await
+        .unwrap_or_else(|e| Err(FileError::Generic(format!("cannot write file: {e}"))));
+    match (outcome, body_error) {
+        (Err(FileError::Interrupted), Some(text)) => Err(FileError::Generic(text)),
+        (outcome, _) => outcome,
+    }
+}
+
+/// Pebble's `writeFile`, fed from a channel: checks, parents, then an atomic write.
+fn write_blocking(item: &WriteFilesItem, mut rx: mpsc::Receiver<Chunk>) -> Result<(), FileError> {
+    if !gopath::is_abs(&item.path) {
+        return Err(not_absolute(&item.path));
+    }
+    let owner = resolve_owner(item.user_id, &item.user, item.group_id, &item.group)?;
+    if item.make_dirs {
+        let options = MkdirOptions {
+            make_parents: true,
+            exist_ok: true,
+            owner,
+        };
+        mkdir::mkdir(&gopath::dir(&item.path), 0o755, &options)
+            .map_err(|e| e.context("cannot create directory"))?;
+    }
+    let perm = parse_permissions(&item.permissions, 0o644)?;
+    let mut file = AtomicFile::create(&item.path, perm)?;
+    while let Some(chunk) = rx.blocking_recv() {
+        match chunk {
+            Chunk::Data(batch) => {
+                for bytes in batch {
+                    file.write(&bytes)?;
+                }
+            }
+            Chunk::Commit => return file.commit(owner),
+        }
+    }
+    Err(FileError::Interrupted)
+}
+
+/// A file written under a temporary name next to its target and renamed over it on commit.
+/// Dropped without a commit, it removes the temporary file.
+pub struct AtomicFile {
+    file: Option<BufWriter<File>>,
+    /// Bytes given to [`AtomicFile::write`] so far.
+    written: u64,
+    /// Up to where writeback has been started.
+    writeback_started: u64,
+    temp: String,
+    target: String,
+    renamed: bool,
+}
+
+impl AtomicFile {
+    /// Creates `<dir>/<base>.<random>~` with mode `perm` (set with `fchmod`, so the umask
+    /// does not apply).
+    pub fn create(target: &str, perm: u32) -> Result<AtomicFile, FileError> {
+        let base = gopath::base(target);
+        if base.contains('*') {
+            return Err(FileError::Generic(format!(
+                "cannot create tempfile for filename containing '*': {}",
+                cobble_plan::go_quote(&base)
+            )));
+        }
+        let dir = gopath::dir(target);
+        let prefix = if dir.ends_with('/') {
+            format!("{dir}{base}.")
+        } else {
+            format!("{dir}/{base}.")
+        };
+        let mut attempts = 0;
+        let (file, temp) = loop {
+            let temp = format!("{prefix}{}~", random_u64() as u32);
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&temp)
+            {
+                Ok(file) => break (file, temp),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < 10_000 => {
+                    attempts += 1;
+                }
+                Err(e) => return Err(FileError::path("open", temp, e)),
+            }
+        };
+        let mut atomic = AtomicFile {
+            file: None,
+            written: 0,
+            writeback_started: 0,
+            temp,
+            target: target.to_string(),
+            renamed: false,
+        };
+        file.set_permissions(std::fs::Permissions::from_mode(perm))
+            .map_err(|e| FileError::path("chmod", atomic.temp.clone(), e))?;
+        atomic.file = Some(BufWriter::with_capacity(WRITE_BUFFER, file));
+        Ok(atomic)
+    }
+
+    /// Appends to the temporary file.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), FileError> {
+        let file = self.file.as_mut().expect("open until committed");
+        file.write_all(bytes)
+            .map_err(|e| FileError::path("write", self.temp.clone(), e))?;
+        self.written += bytes.len() as u64;
+        let in_kernel = self.written - file.buffer().len() as u64;
+        if in_kernel - self.writeback_started >= WRITEBACK_WINDOW {
+            // Only a hint: a failure here shows up in the final fsync if it matters.
+            let _ = cobble_sys::fs::start_writeback(
+                file.get_ref(),
+                self.writeback_started,
+                in_kernel - self.writeback_started,
+            );
+            self.writeback_started = in_kernel;
+        }
+        Ok(())
+    }
+
+    /// Gives the file its owner, flushes it to disk and renames it over the target, then
+    /// flushes the directory so the rename survives a crash.
+    pub fn commit(mut self, owner: Option<(u32, u32)>) -> Result<(), FileError> {
+        let writer = self.file.take().expect("open until committed");
+        let file = writer
+            .into_inner()
+            .map_err(|e| FileError::path("write", self.temp.clone(), e.into_error()))?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(&file, Some(uid), Some(gid))
+                .map_err(|e| FileError::path("chown", self.temp.clone(), e))?;
+        }
+        let dir_path = gopath::dir(&self.target);
+        let dir =
+            File::open(&dir_path).map_err(|e| FileError::path("open", dir_path.clone(), e))?;
+        file.sync_all()
+            .map_err(|e| FileError::path("sync", self.temp.clone(), e))?;
+        drop(file);
+        std::fs::rename(&self.temp, &self.target).map_err(|e| FileError::Rename {
+            old: self.temp.clone(),
+            new: self.target.clone(),
+            source: e,
+        })?;
+        self.renamed = true;
+        dir.sync_all()
+            .map_err(|e| FileError::path("sync", dir_path, e))
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if !self.renamed {
+            self.file.take();
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream_of(body: &'static [u8]) -> impl Stream<Item = Result<Bytes, std::io::Error>> {
+        // Small frames, so parts straddle frame boundaries.
+        futures_util::stream::iter(
+            body.chunks(7)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    fn leftovers(dir: &std::path::Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with('~'))
+            .collect()
+    }
+
+    const BOUNDARY: &str = "0123456789abcdef0123456789abcdef";
+
+    fn body(path: &str, content: &str, tail: &str) -> &'static [u8] {
+        let text = format!(
+            "--{BOUNDARY}\r\nContent-Type: application/json\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n\
+             {{\"action\":\"write\",\"files\":[{{\"path\":\"{path}\"}}]}}\r\n--{BOUNDARY}\r\n\
+             Content-Type: application/octet-stream\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{path}\"\r\n\r\n\
+             {content}{tail}"
+        );
+        Box::leak(text.into_bytes().into_boxed_slice())
+    }
+
+    #[tokio::test]
+    async fn writes_a_file_with_default_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f").display().to_string();
+        let results = write_multipart(
+            stream_of(body(&path, "hello", &format!("\r\n--{BOUNDARY}--\r\n"))),
+            BOUNDARY,
+        )
+        .await
+        .unwrap();
+        assert_eq!(results, vec![file_result(&path, Ok(()))]);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "hello");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o644);
+        assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[tokio::test]
+    async fn truncated_body_keeps_the_old_file_and_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f").display().to_string();
+        std::fs::write(&path, "old").unwrap();
+        let err = write_multipart(stream_of(body(&path, "new content", "")), BOUNDARY)
+            .await
+            .unwrap_err();
+        assert!(err.starts_with("cannot read file part 1: "), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
+        assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[tokio::test]
+    async fn unknown_path_fails_the_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f").display().to_string();
+        let text = String::from_utf8(body(&path, "x", &format!("\r\n--{BOUNDARY}--\r\n")).to_vec())
+            .unwrap()
+            .replace(&format!("filename=\"{path}\""), "filename=\"/other\"");
+        let body: &'static [u8] = Box::leak(text.into_bytes().into_boxed_slice());
+        let err = write_multipart(stream_of(body), BOUNDARY)
+            .await
+            .unwrap_err();
+        assert_eq!(err, "no metadata for path \"/other\"");
+        assert!(!std::path::Path::new(&path).exists());
+    }
+
+    #[tokio::test]
+    async fn missing_request_part_is_rejected() {
+        let text = format!(
+            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"/x\"\r\n\r\nx\r\n--{BOUNDARY}--\r\n"
+        );
+        let body: &'static [u8] = Box::leak(text.into_bytes().into_boxed_slice());
+        let err = write_multipart(stream_of(body), BOUNDARY)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "metadata field name must be \"request\", got \"files\""
+        );
+    }
+
+    #[tokio::test]
+    async fn path_in_metadata_without_content_is_a_per_path_error() {
+        let text = format!(
+            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n\
+             {{\"action\":\"write\",\"files\":[{{\"path\":\"/nowhere/x\"}}]}}\r\n--{BOUNDARY}--\r\n"
+        );
+        let body: &'static [u8] = Box::leak(text.into_bytes().into_boxed_slice());
+        let results = write_multipart(stream_of(body), BOUNDARY).await.unwrap();
+        let error = results[0].error.as_ref().unwrap();
+        assert_eq!(error.message, "no file content for path \"/nowhere/x\"");
+        assert_eq!(error.kind, "generic-file-error");
+    }
+
+    #[test]
+    fn dropped_atomic_file_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("t").display().to_string();
+        let mut file = AtomicFile::create(&target, 0o600).unwrap();
+        file.write(b"partial").unwrap();
+        drop(file);
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn temp_name_has_pebble_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("name.txt").display().to_string();
+        let file = AtomicFile::create(&target, 0o644).unwrap();
+        let temp = file.temp.clone();
+        let base = gopath::base(&temp);
+        assert!(
+            base.starts_with("name.txt.") && base.ends_with('~'),
+            "{base}"
+        );
+        assert!(
+            base["name.txt.".len()..base.len() - 1]
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        );
+    }
+}

@@ -1,0 +1,254 @@
+//! `GET /v1/metrics`: service and check metrics in the OpenMetrics text format Pebble writes.
+//!
+//! Each sample is written as its own family, `# HELP`, `# TYPE`, the sample, then an empty
+//! line, in Pebble's order: every started service (sorted) with its start count and whether
+//! it is active, then every check (sorted) with whether it is up (left out while the check is
+//! inactive) and its lifetime success and failure counts, followed by cobble's count of
+//! failure-action firings.
+
+use std::fmt::Write;
+
+use crate::checks::{CheckStatus, CheckView};
+use crate::services::ServiceStatus;
+
+/// The kind of a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricType {
+    /// A monotonic count.
+    Counter,
+    /// A value that goes up and down.
+    Gauge,
+}
+
+impl MetricType {
+    fn as_str(self) -> &'static str {
+        match self {
+            MetricType::Counter => "counter",
+            MetricType::Gauge => "gauge",
+        }
+    }
+}
+
+/// Appends one metric family with a single sample.
+pub fn write_metric(
+    out: &mut String,
+    name: &str,
+    kind: MetricType,
+    help: &str,
+    labels: &[(&str, &str)],
+    value: i64,
+) {
+    if !help.is_empty() {
+        let _ = writeln!(out, "# HELP {name} {help}");
+    }
+    let _ = writeln!(out, "# TYPE {name} {}", kind.as_str());
+    out.push_str(name);
+    if !labels.is_empty() {
+        out.push('{');
+        for (i, (key, value)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{key}=\"{}\"", escape_label(value));
+        }
+        out.push('}');
+    }
+    let _ = writeln!(out, " {value}");
+    out.push('\n');
+}
+
+/// Escapes a label value as Go's `%q` does for the characters that can occur in names.
+fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The whole `/v1/metrics` body. `services` are the plan's services; only those this daemon
+/// has started are listed.
+pub fn render(services: &[ServiceStatus], checks: &[CheckView]) -> String {
+    let mut out = String::new();
+    let mut services: Vec<&ServiceStatus> = services
+        .iter()
+        .filter(|s| s.info.current_since.is_some() || s.start_count > 0)
+        .collect();
+    services.sort_by(|a, b| a.info.name.cmp(&b.info.name));
+    for service in services {
+        let labels = [("service", service.info.name.as_str())];
+        write_metric(
+            &mut out,
+            "pebble_service_start_count",
+            MetricType::Counter,
+            "Number of times the service has started",
+            &labels,
+            i64::try_from(service.start_count).unwrap_or(i64::MAX),
+        );
+        write_metric(
+            &mut out,
+            "pebble_service_active",
+            MetricType::Gauge,
+            "Whether the service is currently active (1) or not (0)",
+            &labels,
+            i64::from(service.info.current == "active"),
+        );
+    }
+    let mut checks: Vec<&CheckView> = checks.iter().collect();
+    checks.sort_by(|a, b| a.name.cmp(&b.name));
+    for check in checks {
+        let labels = [("check", check.name.as_str())];
+        if check.status != CheckStatus::Inactive {
+            write_metric(
+                &mut out,
+                "pebble_check_up",
+                MetricType::Gauge,
+                "Whether the health check is up (1) or not (0)",
+                &labels,
+                i64::from(check.status == CheckStatus::Up),
+            );
+        }
+        write_metric(
+            &mut out,
+            "pebble_check_success_count",
+            MetricType::Counter,
+            "Number of times the check has succeeded",
+            &labels,
+            i64::try_from(check.success_count).unwrap_or(i64::MAX),
+        );
+        write_metric(
+            &mut out,
+            "pebble_check_failure_count",
+            MetricType::Counter,
+            "Number of times the check has failed",
+            &labels,
+            i64::try_from(check.failure_count).unwrap_or(i64::MAX),
+        );
+        // cobble extension: every firing of the failure action, including re-firings.
+        write_metric(
+            &mut out,
+            "cobble_check_action_count",
+            MetricType::Counter,
+            "Number of times the check's failure action has fired",
+            &labels,
+            i64::try_from(check.action_count).unwrap_or(i64::MAX),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cobble_client::types::ServiceInfo;
+    use cobble_plan::CheckLevel;
+
+    fn service(name: &str, current: &str, started: bool, start_count: u64) -> ServiceStatus {
+        ServiceStatus {
+            info: ServiceInfo {
+                name: name.into(),
+                startup: "enabled".into(),
+                current: current.into(),
+                current_since: started.then(|| "2024-01-01T00:00:00Z".to_string()),
+                reason: None,
+                details: None,
+            },
+            start_count,
+            details: None,
+        }
+    }
+
+    fn check(name: &str, status: CheckStatus, ok: u64, failed: u64) -> CheckView {
+        CheckView {
+            name: name.into(),
+            level: CheckLevel::Unset,
+            startup_enabled: true,
+            status,
+            successes: 0,
+            failures: 0,
+            threshold: 3,
+            change_id: None,
+            success_count: ok,
+            failure_count: failed,
+            action_count: if status == CheckStatus::Down { 2 } else { 0 },
+            last_error: None,
+            down_since: None,
+            generation: 0,
+        }
+    }
+
+    #[test]
+    fn renders_pebbles_families_in_order() {
+        let body = render(
+            &[
+                service("web", "active", true, 3),
+                service("never", "inactive", false, 0),
+                service("db", "backoff", true, 2),
+            ],
+            &[
+                check("z-off", CheckStatus::Inactive, 0, 0),
+                check("a-down", CheckStatus::Down, 4, 5),
+            ],
+        );
+        let expected = "\
+# HELP pebble_service_start_count Number of times the service has started
+# TYPE pebble_service_start_count counter
+pebble_service_start_count{service=\"db\"} 2
+
+# HELP pebble_service_active Whether the service is currently active (1) or not (0)
+# TYPE pebble_service_active gauge
+pebble_service_active{service=\"db\"} 0
+
+# HELP pebble_service_start_count Number of times the service has started
+# TYPE pebble_service_start_count counter
+pebble_service_start_count{service=\"web\"} 3
+
+# HELP pebble_service_active Whether the service is currently active (1) or not (0)
+# TYPE pebble_service_active gauge
+pebble_service_active{service=\"web\"} 1
+
+# HELP pebble_check_up Whether the health check is up (1) or not (0)
+# TYPE pebble_check_up gauge
+pebble_check_up{check=\"a-down\"} 0
+
+# HELP pebble_check_success_count Number of times the check has succeeded
+# TYPE pebble_check_success_count counter
+pebble_check_success_count{check=\"a-down\"} 4
+
+# HELP pebble_check_failure_count Number of times the check has failed
+# TYPE pebble_check_failure_count counter
+pebble_check_failure_count{check=\"a-down\"} 5
+
+# HELP cobble_check_action_count Number of times the check's failure action has fired
+# TYPE cobble_check_action_count counter
+cobble_check_action_count{check=\"a-down\"} 2
+
+# HELP pebble_check_success_count Number of times the check has succeeded
+# TYPE pebble_check_success_count counter
+pebble_check_success_count{check=\"z-off\"} 0
+
+# HELP pebble_check_failure_count Number of times the check has failed
+# TYPE pebble_check_failure_count counter
+pebble_check_failure_count{check=\"z-off\"} 0
+
+# HELP cobble_check_action_count Number of times the check's failure action has fired
+# TYPE cobble_check_action_count counter
+cobble_check_action_count{check=\"z-off\"} 0
+
+";
+        assert_eq!(body, expected);
+    }
+
+    #[test]
+    fn label_values_are_quoted() {
+        let mut out = String::new();
+        write_metric(&mut out, "m", MetricType::Gauge, "", &[("k", "a\"b\\c")], 1);
+        assert_eq!(out, "# TYPE m gauge\nm{k=\"a\\\"b\\\\c\"} 1\n\n");
+    }
+}

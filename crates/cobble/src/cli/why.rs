@@ -1,0 +1,218 @@
+//! `why <service>`: everything cobble knows about why a service is where it is.
+//!
+//! It reads `GET /v1/services?details=true` (the supervisor's facts and the checks acting on
+//! the service) and, when the caller may read the plan, the service's backoff settings to
+//! show the schedule of retries.
+
+use clap::Args;
+use cobble_client::Client;
+use cobble_client::types::ServiceInfo;
+use cobble_plan::{Layer, Plan};
+
+use super::format::tabulate;
+use super::times::TimeFormatter;
+use super::{Output, write_all};
+
+/// Arguments of `why`.
+#[derive(Debug, Args)]
+pub struct WhyArgs {
+    /// Display absolute times (in RFC 3339 format).
+    #[arg(long)]
+    abs_time: bool,
+    /// The service to explain.
+    #[arg(value_name = "service")]
+    service: String,
+}
+
+/// Runs `why`.
+pub async fn execute(args: WhyArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+    let query = [("names", args.service.as_str()), ("details", "true")];
+    let services: Vec<ServiceInfo> = client.get("/v1/services", &query).await?;
+    let Some(service) = services.into_iter().next() else {
+        anyhow::bail!("cannot find service {:?} in plan", args.service);
+    };
+    // The schedule needs the plan, which only admins may read; without it, say less.
+    let schedule = match client.plan_yaml().await {
+        Ok(yaml) => backoff_schedule(&yaml, &args.service),
+        Err(_) => None,
+    };
+    let text = explain(&service, schedule, &TimeFormatter::new(args.abs_time));
+    write_all(out, &text)
+}
+
+/// The backoff delays of `service` (first, then each factor step up to the limit).
+fn backoff_schedule(plan_yaml: &str, service: &str) -> Option<String> {
+    let layer = Layer::parse(0, "plan", plan_yaml).ok()?;
+    let plan = Plan::from_layers(vec![layer]).ok()?;
+    let config = plan.services.get(service)?;
+    let limit = config.backoff_limit();
+    let mut delay = config.backoff_delay();
+    let mut steps = Vec::new();
+    while delay < limit && steps.len() < 12 {
+        steps.push(go(delay));
+        delay = delay.mul_f64(config.backoff_factor()).min(limit);
+    }
+    steps.push(format!("{} (limit)", go(limit)));
+    Some(format!(
+        "{}; reset after running for {}",
+        steps.join(", "),
+        go(limit)
+    ))
+}
+
+fn go(d: std::time::Duration) -> String {
+    cobble_plan::format_duration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn explain(service: &ServiceInfo, schedule: Option<String>, times: &TimeFormatter) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut row = |label: &str, value: String| rows.push(vec![format!("{label}:"), value]);
+    row("Service", service.name.clone());
+    let since = service
+        .current_since
+        .as_deref()
+        .map(|t| format!(" since {}", times.format(t)))
+        .unwrap_or_default();
+    row("Current", format!("{}{since}", service.current));
+    row("Startup", service.startup.clone());
+    row(
+        "Why",
+        service
+            .reason
+            .clone()
+            .unwrap_or_else(|| match service.current.as_str() {
+                "active" => "running".into(),
+                _ if service.current_since.is_none() => "never started by this daemon".into(),
+                _ => "-".into(),
+            }),
+    );
+    let mut output = Vec::new();
+    if let Some(d) = &service.details {
+        row("Starts", d.start_count.to_string());
+        if let Some(code) = d.last_exit_code {
+            row("Last exit", format!("code {code}"));
+        }
+        if d.backoff_count > 0 {
+            let until = d
+                .backoff_until
+                .as_deref()
+                .map(|t| format!(", next start {}", times.format(t)))
+                .unwrap_or_default();
+            row(
+                "Backoff",
+                format!(
+                    "{} so far, current delay {}{until}",
+                    d.backoff_count, d.backoff_delay
+                ),
+            );
+        }
+        if !d.waiting_for.is_empty() {
+            row("Waiting for", d.waiting_for.join(", "));
+        }
+        if !d.missing_paths.is_empty() {
+            row(
+                "Retry when",
+                format!("{} exists", d.missing_paths.join(", ")),
+            );
+        }
+        for check in &d.failing_checks {
+            let since = check
+                .down_since
+                .as_deref()
+                .map(|t| format!(" since {}", times.format(t)))
+                .unwrap_or_default();
+            row(
+                "Failing check",
+                format!(
+                    "{} down{since}, {}/{} failures, action fired {} times: {}",
+                    check.name,
+                    check.failures,
+                    check.threshold,
+                    check.action_count,
+                    check.last_error
+                ),
+            );
+        }
+        output = d.last_output.clone();
+    }
+    if let Some(schedule) = schedule {
+        row("Schedule", schedule);
+    }
+    let mut text = tabulate(&rows);
+    if !output.is_empty() {
+        text.push_str("Last output:\n");
+        for line in output {
+            text.push_str("    ");
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cobble_client::types::{FailingCheck, ServiceDetails};
+
+    #[test]
+    fn explains_backoff_checks_and_output() {
+        let service = ServiceInfo {
+            name: "webhook".into(),
+            startup: "enabled".into(),
+            current: "backoff".into(),
+            current_since: Some("2026-01-02T03:04:05Z".into()),
+            reason: Some("backing off after exit code 255".into()),
+            details: Some(ServiceDetails {
+                last_exit_code: Some(255),
+                last_output: vec!["Error: open /certs/cert.pem: no such file or directory".into()],
+                start_count: 4,
+                backoff_count: 3,
+                backoff_delay: "2s".into(),
+                backoff_until: Some("2026-01-02T03:04:07Z".into()),
+                waiting_for: Vec::new(),
+                missing_paths: vec!["/certs/cert.pem".into()],
+                failing_checks: vec![FailingCheck {
+                    name: "up".into(),
+                    failures: 6,
+                    threshold: 3,
+                    down_since: Some("2026-01-02T03:03:00Z".into()),
+                    last_error: "dial tcp 127.0.0.1:8443: connection refused".into(),
+                    action_count: 2,
+                }],
+            }),
+        };
+        let text = explain(
+            &service,
+            Some("500ms, 1s (limit)".into()),
+            &TimeFormatter::new(true),
+        );
+        assert_eq!(
+            text,
+            "\
+Service:        webhook
+Current:        backoff since 2026-01-02T03:04:05Z
+Startup:        enabled
+Why:            backing off after exit code 255
+Starts:         4
+Last exit:      code 255
+Backoff:        3 so far, current delay 2s, next start 2026-01-02T03:04:07Z
+Retry when:     /certs/cert.pem exists
+Failing check:  up down since 2026-01-02T03:03:00Z, 6/3 failures, action fired 2 times: dial tcp 127.0.0.1:8443: connection refused
+Schedule:       500ms, 1s (limit)
+Last output:
+    Error: open /certs/cert.pem: no such file or directory
+"
+        );
+    }
+
+    #[test]
+    fn schedule_from_the_plan() {
+        let yaml = "services:\n    s:\n        override: replace\n        command: x\n        backoff-delay: 500ms\n        backoff-limit: 5s\n";
+        assert_eq!(
+            backoff_schedule(yaml, "s").unwrap(),
+            "500ms, 1s, 2s, 4s, 5s (limit); reset after running for 5s"
+        );
+        assert_eq!(backoff_schedule(yaml, "other"), None);
+    }
+}

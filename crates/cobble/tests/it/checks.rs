@@ -1,0 +1,692 @@
+//! Health checks end to end: real loopback TCP and HTTP servers and real commands against a
+//! real daemon; the perform/recover changes, `/v1/checks`, `/v1/health` (also over `--http`
+//! under load), failure actions, metrics, bad input, and the CLI commands.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::time::Duration;
+
+use cobble_client::types::{ChangeInfo, CheckInfo};
+use cobble_client::{Client, ClientConfig, Method};
+
+use crate::fixture::{Daemon, Test, wait_for};
+
+const LONG: Duration = Duration::from_secs(20);
+
+fn client(daemon: &Daemon) -> Client {
+    Client::new(ClientConfig::socket(
+        daemon.pebble_dir().join(".pebble.socket"),
+    ))
+    .expect("client")
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn checks(daemon: &Daemon) -> Vec<CheckInfo> {
+    let c = client(daemon);
+    rt().block_on(c.checks("", &[])).expect("checks")
+}
+
+fn check(daemon: &Daemon, name: &str) -> CheckInfo {
+    checks(daemon)
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no check {name}"))
+}
+
+fn change(daemon: &Daemon, id: &str) -> ChangeInfo {
+    let c = client(daemon);
+    rt().block_on(c.change(id)).expect("change")
+}
+
+/// (status, body) of a raw request over the socket.
+fn raw(daemon: &Daemon, method: Method, path: &str, body: Option<&str>) -> (u16, String) {
+    let c = client(daemon);
+    let response = rt()
+        .block_on(c.raw_request(method, path, body.map(|b| b.as_bytes().to_vec())))
+        .expect("request");
+    (
+        response.status_code,
+        String::from_utf8_lossy(&response.body).into_owned(),
+    )
+}
+
+/// A loopback HTTP server answering every GET with the current status and a two-line body.
+struct HttpServer {
+    url: String,
+    status: Arc<AtomicU16>,
+}
+
+impl HttpServer {
+    fn start() -> HttpServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/health", listener.local_addr().unwrap());
+        let status = Arc::new(AtomicU16::new(200));
+        let shared = status.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => break,
+                    }
+                }
+                let code = shared.load(Ordering::SeqCst);
+                let body = "boom\nline2\n";
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        HttpServer { url, status }
+    }
+}
+
+/// A free loopback port (bound, then released).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn checks_of_every_type_run_under_hold_and_cycle_through_perform_and_recover() {
+    let http = HttpServer::start();
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    let tcp_port = tcp.local_addr().unwrap().port();
+    let scratch = tempfile::tempdir().unwrap();
+    let flag = scratch.path().join("flag");
+    let layer = format!(
+        r#"
+services:
+  svc:
+    override: replace
+    command: sleep 1000
+    environment:
+      CONTEXT_VAR: from-service
+checks:
+  web:
+    override: replace
+    level: ready
+    period: 200ms
+    threshold: 2
+    http:
+      url: {url}
+      headers:
+        X-Probe: cobble
+  port:
+    override: replace
+    level: alive
+    period: 200ms
+    threshold: 1
+    tcp:
+      port: {tcp_port}
+      host: 127.0.0.1
+  cmd:
+    override: replace
+    period: 200ms
+    threshold: 1
+    exec:
+      command: /bin/sh -c 'test "$CONTEXT_VAR" = from-service && test "$OWN" = yes && test ! -f {flag}'
+      service-context: svc
+      environment:
+        OWN: "yes"
+"#,
+        url = http.url,
+        flag = flag.display()
+    );
+    let d = Daemon::hold(&[("001-checks", &layer)]);
+
+    // Everything starts up, with a perform-check change each, services untouched (--hold).
+    let all = checks(&d);
+    let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["cmd", "port", "web"]);
+    for c in &all {
+        assert_eq!((c.status.as_str(), c.startup.as_str()), ("up", "enabled"));
+        let ch = change(&d, &c.change_id);
+        assert_eq!(
+            (ch.kind.as_str(), ch.status.as_str()),
+            ("perform-check", "Doing")
+        );
+    }
+    assert_eq!(
+        change(&d, &check(&d, "web").change_id).summary,
+        "Perform HTTP check \"web\""
+    );
+    wait_for("every check to succeed", LONG, || {
+        checks(&d).iter().all(|c| c.successes >= 2)
+    });
+    assert_eq!(
+        rt().block_on(client(&d).services(&[])).unwrap()[0].current,
+        "inactive"
+    );
+
+    // Filters.
+    let c = client(&d);
+    let alive = rt().block_on(c.checks("alive", &[])).unwrap();
+    assert_eq!(alive.len(), 1);
+    assert_eq!(alive[0].name, "port");
+    let named = rt()
+        .block_on(c.checks("", &["web".into(), "cmd".into()]))
+        .unwrap();
+    assert_eq!(named.len(), 2);
+
+    // HTTP failure: below the threshold first, then down with a recover change.
+    let web_perform = check(&d, "web").change_id;
+    http.status.store(500, Ordering::SeqCst);
+    wait_for("web to go down", LONG, || check(&d, "web").status == "down");
+    let web = check(&d, "web");
+    assert!(web.failures >= 2, "{web:?}");
+    let failed = change(&d, &web_perform);
+    assert_eq!(failed.status, "Error");
+    assert!(
+        failed.err.starts_with(
+            "cannot perform the following tasks:\n- Perform HTTP check \"web\" (non-2xx status code 500; boom\nline2)"
+        ),
+        "{}",
+        failed.err
+    );
+    assert_eq!(change(&d, &web.change_id).kind, "recover-check");
+    let (status, body) = raw(&d, Method::GET, "/v1/health", None);
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            502,
+            r#"{"type":"sync","status-code":502,"status":"Bad Gateway","result":{"healthy":false}}"#
+        )
+    );
+    let (status, _) = raw(&d, Method::GET, "/v1/health?level=alive", None);
+    assert_eq!(status, 200, "alive does not include ready checks");
+    let (status, _) = raw(&d, Method::GET, "/v1/health?names=port,cmd", None);
+    assert_eq!(status, 200);
+
+    // Recovery: the recover change completes and a new perform change starts.
+    let web_recover = web.change_id.clone();
+    http.status.store(200, Ordering::SeqCst);
+    wait_for("web to recover", LONG, || check(&d, "web").status == "up");
+    assert_eq!(change(&d, &web_recover).status, "Done");
+    let web = check(&d, "web");
+    assert_eq!(change(&d, &web.change_id).kind, "perform-check");
+    assert_eq!(web.failures, 0);
+    let (status, body) = raw(&d, Method::GET, "/v1/health", None);
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            200,
+            r#"{"type":"sync","status-code":200,"status":"OK","result":{"healthy":true}}"#
+        )
+    );
+
+    // Exec failure (threshold 1) with its exit status.
+    let cmd_perform = check(&d, "cmd").change_id;
+    std::fs::write(&flag, "").unwrap();
+    wait_for("cmd to go down", LONG, || check(&d, "cmd").status == "down");
+    assert_eq!(
+        change(&d, &cmd_perform).err,
+        "cannot perform the following tasks:\n- Perform exec check \"cmd\" (exit status 1)"
+    );
+
+    // TCP failure: the port closes.
+    let port_perform = check(&d, "port").change_id;
+    drop(tcp);
+    wait_for("port to go down", LONG, || {
+        check(&d, "port").status == "down"
+    });
+    let err = change(&d, &port_perform).err;
+    assert!(err.contains("connect: connection refused"), "{err}");
+}
+
+#[test]
+fn layer_changes_apply_without_a_replan_and_start_stop_refresh_work() {
+    let d = Daemon::hold(&[(
+        "001-checks",
+        "checks:\n  a:\n    override: replace\n    period: 10s\n    exec:\n      command: \"true\"\n",
+    )]);
+    let a = check(&d, "a");
+    assert_eq!((a.status.as_str(), a.successes), ("up", 0));
+
+    let c = client(&d);
+    let rt = rt();
+    rt.block_on(c.add_layer(
+        "more",
+        "checks:\n  b:\n    override: replace\n    startup: disabled\n    tcp:\n      port: 1\n  a:\n    override: merge\n    threshold: 7\n",
+        false,
+        false,
+    ))
+    .unwrap();
+    let b = check(&d, "b");
+    assert_eq!(
+        (b.status.as_str(), b.startup.as_str(), b.change_id.as_str()),
+        ("inactive", "disabled", "")
+    );
+    let a2 = check(&d, "a");
+    assert_eq!(a2.threshold, 7);
+    assert_ne!(a2.change_id, a.change_id, "a changed check restarts");
+    wait_for("the old change to finish", LONG, || {
+        change(&d, &a.change_id).status == "Done"
+    });
+
+    assert_eq!(
+        rt.block_on(c.stop_checks(&["b".into(), "a".into()]))
+            .unwrap(),
+        ["a"]
+    );
+    let stopped = check(&d, "a");
+    assert_eq!(
+        (stopped.status.as_str(), stopped.change_id.as_str()),
+        ("inactive", "")
+    );
+    assert_eq!(
+        rt.block_on(c.start_checks(&["a".into(), "b".into()]))
+            .unwrap(),
+        ["a", "b"]
+    );
+    assert_eq!(
+        rt.block_on(c.start_checks(&["a".into()])).unwrap(),
+        Vec::<String>::new()
+    );
+
+    // Refresh runs at once; a closed port fails with the dial error.
+    let refreshed = rt.block_on(c.refresh_check("a")).unwrap();
+    assert_eq!(
+        (refreshed.info.successes, refreshed.error.as_str()),
+        (1, "")
+    );
+    let refreshed = rt.block_on(c.refresh_check("b")).unwrap();
+    assert_eq!(refreshed.info.failures, 1);
+    assert!(
+        refreshed.error.contains("connect: connection refused"),
+        "{}",
+        refreshed.error
+    );
+}
+
+#[test]
+fn bad_check_requests_are_rejected_and_change_nothing() {
+    let d = Daemon::hold(&[(
+        "001-checks",
+        "checks:\n  a:\n    override: replace\n    exec:\n      command: \"true\"\n",
+    )]);
+    let before = checks(&d);
+    let cases: [(Method, &str, Option<&str>, u16, &str); 8] = [
+        (
+            Method::POST,
+            "/v1/checks",
+            Some(r#"{"action":"stop","checks":["a","nope","also-nope"]}"#),
+            400,
+            "cannot stop checks: cannot find checks in plan: also-nope, nope",
+        ),
+        (
+            Method::POST,
+            "/v1/checks",
+            Some(r#"{"action":"start","checks":[]}"#),
+            400,
+            "must specify checks for start action",
+        ),
+        (
+            Method::POST,
+            "/v1/checks",
+            Some(r#"{"action":"frob","checks":["a"]}"#),
+            400,
+            "invalid action \"frob\"",
+        ),
+        (
+            Method::POST,
+            "/v1/checks",
+            Some("{"),
+            400,
+            "cannot decode data from request body: ",
+        ),
+        (
+            Method::GET,
+            "/v1/checks?level=high",
+            None,
+            400,
+            r#"level must be "alive" or "ready""#,
+        ),
+        (
+            Method::GET,
+            "/v1/health?level=high",
+            None,
+            400,
+            r#"level must be "alive" or "ready""#,
+        ),
+        (
+            Method::POST,
+            "/v1/checks/refresh",
+            Some(r#"{"name":"nope"}"#),
+            404,
+            "cannot find check with name \"nope\"",
+        ),
+        (
+            Method::POST,
+            "/v1/checks/refresh",
+            Some(r#"{}"#),
+            400,
+            "must specify check name",
+        ),
+    ];
+    for (method, path, body, want_status, want_message) in cases {
+        let (status, text) = raw(&d, method, path, body);
+        assert_eq!(status, want_status, "{path} {body:?}: {text}");
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["type"], "error", "{text}");
+        let message = value["result"]["message"].as_str().unwrap();
+        assert!(message.starts_with(want_message), "{path}: {message}");
+    }
+    // A bad period is rejected with the layer, and the check is untouched.
+    let (status, text) = raw(
+        &d,
+        Method::POST,
+        "/v1/layers",
+        Some(
+            r#"{"action":"add","label":"bad","format":"yaml","layer":"checks:\n  a:\n    override: merge\n    period: 0s\n"}"#,
+        ),
+    );
+    assert_eq!(status, 400, "{text}");
+    let (status, text) = raw(
+        &d,
+        Method::POST,
+        "/v1/layers",
+        Some(
+            r#"{"action":"add","label":"bad","format":"yaml","layer":"checks:\n  a:\n    override: merge\n    period: soon\n"}"#,
+        ),
+    );
+    assert_eq!(status, 400, "{text}");
+    assert_eq!(checks(&d), before);
+}
+
+#[test]
+fn on_check_failure_restart_restarts_the_service() {
+    let scratch = tempfile::tempdir().unwrap();
+    let pids = scratch.path().join("pids");
+    let flag = scratch.path().join("flag");
+    let layer = format!(
+        r#"
+services:
+  svc:
+    override: replace
+    command: /bin/sh -c 'echo $$ >> {pids}; exec sleep 1000'
+    on-check-failure:
+      chk: restart
+checks:
+  chk:
+    override: replace
+    period: 300ms
+    threshold: 2
+    exec:
+      command: /bin/sh -c 'test ! -f {flag}'
+"#,
+        pids = pids.display(),
+        flag = flag.display()
+    );
+    let d = Daemon::hold(&[("001-layer", &layer)]);
+    Test::daemon(&d).args(&["start", "svc"]).run();
+    let lines = || {
+        std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    assert_eq!(lines(), 1);
+    std::fs::write(&flag, "").unwrap();
+    wait_for("the service to be restarted", LONG, || lines() == 2);
+    wait_for("the service to be active again", LONG, || {
+        rt().block_on(client(&d).services(&[])).unwrap()[0].current == "active"
+    });
+    // Still failing: where Pebble fires once per streak, cobble fires again after every
+    // further `threshold` failures, so the service keeps being restarted (paced by backoff).
+    wait_for("the action to fire again", LONG, || lines() >= 3);
+    let (_, metrics) = raw(&d, Method::GET, "/v1/metrics", None);
+    assert!(
+        metrics.contains("cobble_check_action_count{check=\"chk\"} "),
+        "{metrics}"
+    );
+    // Once the check passes, the firing stops.
+    std::fs::remove_file(&flag).unwrap();
+    wait_for("the check to be up", LONG, || {
+        raw(&d, Method::GET, "/v1/metrics", None)
+            .1
+            .contains("pebble_check_up{check=\"chk\"} 1\n")
+    });
+    let settled = lines();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(lines() <= settled + 1, "no restarts once the check is up");
+    let (_, metrics) = raw(&d, Method::GET, "/v1/metrics", None);
+    assert!(
+        metrics.contains("pebble_service_start_count{service=\"svc\"} "),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn on_check_failure_shutdown_exits_with_code_11() {
+    let scratch = tempfile::tempdir().unwrap();
+    let flag = scratch.path().join("flag");
+    let layer = format!(
+        r#"
+services:
+  svc:
+    override: replace
+    command: sleep 1000
+    startup: enabled
+    on-check-failure:
+      chk: shutdown
+checks:
+  chk:
+    override: replace
+    period: 200ms
+    threshold: 1
+    exec:
+      command: /bin/sh -c 'test ! -f {flag}'
+"#,
+        flag = flag.display()
+    );
+    let mut d = Daemon::start(&[("001-layer", &layer)], &[]);
+    // A failure while the service is still starting would be ignored, as in Pebble.
+    wait_for("the service to be running", LONG, || {
+        rt().block_on(client(&d).services(&[]))
+            .is_ok_and(|s| s[0].current == "active")
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    std::fs::write(&flag, "").unwrap();
+    let socket = d.pebble_dir().join(".pebble.socket");
+    wait_for("the daemon to shut down", LONG, || !socket.exists());
+    assert_eq!(d.stop(), Some(11));
+}
+
+#[test]
+fn health_over_http_answers_while_fifty_clients_hammer_the_socket() {
+    let port = free_port();
+    let layer = r#"
+services:
+  svc:
+    override: replace
+    command: sleep 1000
+checks:
+  good:
+    override: replace
+    level: alive
+    period: 100ms
+    exec:
+      command: "true"
+  bad:
+    override: replace
+    level: ready
+    period: 100ms
+    threshold: 1
+    exec:
+      command: /bin/sh -c 'exit 1'
+"#;
+    let d = Daemon::start(
+        &[("001-layer", layer)],
+        &["--hold", "--http", &format!("127.0.0.1:{port}")],
+    );
+    wait_for("bad to go down", LONG, || check(&d, "bad").status == "down");
+
+    let socket = d.pebble_dir().join(".pebble.socket");
+    let stop = Arc::new(AtomicBool::new(false));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut hammers = Vec::new();
+        for i in 0..50 {
+            let c = Client::new(ClientConfig::socket(&socket)).unwrap();
+            let stop = stop.clone();
+            hammers.push(tokio::spawn(async move {
+                let mut n = 0u32;
+                while !stop.load(Ordering::Relaxed) && n < 400 {
+                    let path = if i % 2 == 0 {
+                        "/v1/services"
+                    } else {
+                        "/v1/changes?select=all"
+                    };
+                    let response = c.raw_request(Method::GET, path, None).await.unwrap();
+                    assert_eq!(response.status_code, 200);
+                    n += 1;
+                }
+            }));
+        }
+        let http = Client::new(ClientConfig {
+            socket: socket.clone(),
+            base_url: Some(format!("http://127.0.0.1:{port}")),
+        })
+        .unwrap();
+        for round in 0..60 {
+            let (query, status, body) = if round % 2 == 0 {
+                (
+                    "/v1/health",
+                    502,
+                    r#"{"type":"sync","status-code":502,"status":"Bad Gateway","result":{"healthy":false}}"#,
+                )
+            } else {
+                (
+                    "/v1/health?level=alive",
+                    200,
+                    r#"{"type":"sync","status-code":200,"status":"OK","result":{"healthy":true}}"#,
+                )
+            };
+            let response = http.raw_request(Method::GET, query, None).await.unwrap();
+            assert_eq!(response.status_code, status);
+            assert_eq!(String::from_utf8_lossy(&response.body), body);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for hammer in hammers {
+            hammer.await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn cli_commands_show_and_drive_checks() {
+    let layer = r#"
+checks:
+  good:
+    override: replace
+    level: alive
+    period: 100ms
+    exec:
+      command: "true"
+  bad:
+    override: replace
+    level: ready
+    period: 100ms
+    threshold: 1
+    exec:
+      command: /bin/sh -c 'echo nope; exit 2'
+  idle:
+    override: replace
+    startup: disabled
+    tcp:
+      port: 1
+"#;
+    let d = Daemon::hold(&[("001-layer", layer)]);
+    // Down, and failing on in its recover change (whose last log entry the table shows).
+    wait_for("bad to fail while recovering", LONG, || {
+        check(&d, "bad").failures >= 2
+    });
+    let bad = check(&d, "bad");
+    Test::daemon(&d)
+        .args(&["checks"])
+        .stdout_glob(&format!(
+            "Check  Level  Startup   Status    Failures  Change\n\
+             bad    ready  enabled   down      */1       {} (exit status 2; nope)\n\
+             good   alive  enabled   up        0/3       {}\n\
+             idle   -      disabled  inactive  -         -\n",
+            bad.change_id,
+            check(&d, "good").change_id
+        ))
+        .run();
+    Test::daemon(&d)
+        .args(&["checks", "--level", "alive"])
+        .stdout_glob("Check  Level  Startup  Status  Failures  Change\ngood   alive  enabled  up      0/3       *\n")
+        .run();
+    Test::daemon(&d)
+        .args(&["checks", "nothing"])
+        .stderr("No matching health checks.\n")
+        .stdout("")
+        .run();
+    Test::daemon(&d)
+        .args(&["health"])
+        .stdout("unhealthy\n")
+        .status(1)
+        .run();
+    Test::daemon(&d)
+        .args(&["health", "--level", "alive"])
+        .stdout("healthy\n")
+        .run();
+    Test::daemon(&d)
+        .args(&["health", "--format", "json", "good"])
+        .stdout("{\"healthy\":true}\n")
+        .run();
+    Test::daemon(&d)
+        .args(&["check", "idle"])
+        .stdout("name: idle\nstartup: disabled\nstatus: inactive\nfailures: 0\nthreshold: 3\n")
+        .run();
+    Test::daemon(&d)
+        .args(&["check", "missing"])
+        .stderr("error: cannot find check \"missing\"\n")
+        .stdout("")
+        .status(1)
+        .run();
+    Test::daemon(&d)
+        .args(&["start-checks", "idle", "good"])
+        .stdout("Checks started: idle\n")
+        .run();
+    Test::daemon(&d)
+        .args(&["start-checks", "idle"])
+        .stdout("Checks already started.\n")
+        .run();
+    Test::daemon(&d)
+        .args(&["stop-checks", "good", "idle"])
+        .stdout("Checks stopped: good, idle\n")
+        .run();
+    Test::daemon(&d)
+        .args(&["stop-checks", "nope"])
+        .stderr("error: cannot stop checks: cannot find checks in plan: nope\n")
+        .stdout("")
+        .status(1)
+        .run();
+    Test::daemon(&d)
+        .args(&["check", "--refresh", "good"])
+        .stdout("name: good\nlevel: alive\nstartup: enabled\nstatus: inactive\nfailures: 0\nthreshold: 3\n")
+        .run();
+}

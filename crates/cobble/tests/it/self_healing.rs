@@ -1,0 +1,271 @@
+//! Self-healing on real processes: services that are wanted running keep coming back.
+//!
+//! Each test states the bound it asserts; the bounds are generous multiples of what the
+//! mechanism needs (inotify wake-ups are milliseconds), so they pin behaviour, not speed.
+
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use cobble_client::types::ServiceInfo;
+use cobble_client::{Client, ClientConfig};
+
+use crate::fixture::{Daemon, wait_for};
+
+const LONG: Duration = Duration::from_secs(20);
+
+fn client(daemon: &Daemon) -> Client {
+    Client::new(ClientConfig::socket(
+        daemon.pebble_dir().join(".pebble.socket"),
+    ))
+    .expect("client")
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn info(daemon: &Daemon, service: &str) -> ServiceInfo {
+    let c = client(daemon);
+    rt().block_on(c.services(&[service.to_owned()]))
+        .expect("services")
+        .remove(0)
+}
+
+fn act(daemon: &Daemon, action: &str, names: &[&str]) -> cobble_client::types::ChangeInfo {
+    let c = client(daemon);
+    let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    rt().block_on(async {
+        let id = c.services_action(action, &names).await.expect("action");
+        c.wait_change(&id, Some(LONG)).await.expect("wait")
+    })
+}
+
+fn count_lines(path: &Path) -> usize {
+    fs::read_to_string(path).map_or(0, |s| s.lines().count())
+}
+
+/// A service that needs `dir/cert.pem`: it records each launch, fails like the webhook of the
+/// founding case when the file is missing, and otherwise runs.
+fn webhook_layer(dir: &Path, launches: &Path, extra: &str) -> String {
+    let script = launches.with_extension("sh");
+    fs::write(
+        &script,
+        format!(
+            "echo launch >> {launches}\n\
+             test -f {cert} || {{ echo \"Error: open {cert}: no such file or directory\"; exit 255; }}\n\
+             echo serving\nexec sleep 1000\n",
+            launches = launches.display(),
+            cert = dir.join("cert.pem").display(),
+        ),
+    )
+    .unwrap();
+    format!(
+        "services:\n  webhook:\n    override: replace\n    command: /bin/sh {}\n{extra}",
+        script.display()
+    )
+}
+
+#[test]
+fn requires_paths_waits_then_starts_within_a_second_of_the_path_appearing() {
+    let root = tempfile::tempdir().unwrap();
+    let certs = root.path().join("certs");
+    let launches = root.path().join("launches");
+    let layer = webhook_layer(
+        &certs,
+        &launches,
+        &format!(
+            "    requires-paths: [{}]\n",
+            certs.join("cert.pem").display()
+        ),
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    // Start succeeds at once: nothing to wait an okay delay for.
+    let change = act(&d, "start", &["webhook"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+    assert!(
+        change.tasks[0].log[0].contains("is waiting for"),
+        "{change:?}"
+    );
+    let waiting = info(&d, "webhook");
+    assert_eq!(waiting.current, "waiting");
+    assert_eq!(
+        waiting.reason.as_deref(),
+        Some(format!("waiting for {}", certs.join("cert.pem").display()).as_str())
+    );
+    assert_eq!(count_lines(&launches), 0);
+    // The certificate directory does not even exist yet.
+    fs::create_dir_all(&certs).unwrap();
+    fs::write(certs.join("cert.pem"), "cert").unwrap();
+    let appeared = Instant::now();
+    wait_for("webhook launched", LONG, || count_lines(&launches) == 1);
+    assert!(
+        appeared.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        appeared.elapsed()
+    );
+    assert_eq!(info(&d, "webhook").current, "active");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(count_lines(&launches), 1, "zero failed launches");
+}
+
+#[test]
+fn a_missing_path_named_in_failure_output_ends_the_backoff_when_it_appears() {
+    let root = tempfile::tempdir().unwrap();
+    let certs = root.path().join("certs");
+    let launches = root.path().join("launches");
+    // A long backoff: without the hint the retry would come 20 s later.
+    let layer = webhook_layer(
+        &certs,
+        &launches,
+        "    backoff-delay: 20s\n    backoff-limit: 60s\n",
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let change = act(&d, "start", &["webhook"]);
+    assert_eq!(change.status, "Error");
+    assert!(
+        change.err.contains("exited quickly with code 255"),
+        "{}",
+        change.err
+    );
+    wait_for("backoff", LONG, || info(&d, "webhook").current == "backoff");
+    let reason = info(&d, "webhook").reason.unwrap_or_default();
+    assert!(reason.contains("after exit code 255"), "{reason}");
+    assert!(reason.contains("retrying as soon as"), "{reason}");
+    fs::create_dir_all(&certs).unwrap();
+    fs::write(certs.join("cert.pem"), "cert").unwrap();
+    let appeared = Instant::now();
+    wait_for("second launch", LONG, || count_lines(&launches) == 2);
+    assert!(
+        appeared.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        appeared.elapsed()
+    );
+    assert_eq!(info(&d, "webhook").current, "active");
+}
+
+#[test]
+fn a_missing_binary_is_retried_until_it_appears() {
+    let root = tempfile::tempdir().unwrap();
+    let binary = root.path().join("server");
+    let layer = format!(
+        "services:\n  s:\n    override: replace\n    command: {}\n    backoff-delay: 100ms\n    backoff-limit: 400ms\n",
+        binary.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let change = act(&d, "start", &["s"]);
+    assert!(
+        change.err.contains("no such file or directory"),
+        "Pebble's error text is kept: {}",
+        change.err
+    );
+    assert_eq!(info(&d, "s").current, "backoff");
+    fs::write(&binary, "#!/bin/sh\nexec sleep 1000\n").unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(
+        &mut fs::metadata(&binary).unwrap().permissions(),
+        0o755,
+    );
+    fs::set_permissions(&binary, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    wait_for("service up", LONG, || info(&d, "s").current == "active");
+}
+
+#[test]
+fn on_file_change_restarts_once_per_burst_and_ignore_does_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let cert = root.path().join("cert.pem");
+    let key = root.path().join("key.pem");
+    let conf = root.path().join("app.conf");
+    fs::write(&cert, "A").unwrap();
+    fs::write(&key, "A").unwrap();
+    fs::write(&conf, "A").unwrap();
+    let launches = root.path().join("launches");
+    let quiet_launches = root.path().join("quiet");
+    let layer = format!(
+        "services:\n  web:\n    override: replace\n    command: /bin/sh -c 'echo launch >> {l}; exec sleep 1000'\n    \
+         on-file-change:\n      {cert}: restart\n      {key}: restart\n  \
+         quiet:\n    override: replace\n    command: /bin/sh -c 'echo launch >> {q}; exec sleep 1000'\n    \
+         on-file-change:\n      {conf}: ignore\n",
+        l = launches.display(),
+        q = quiet_launches.display(),
+        cert = cert.display(),
+        key = key.display(),
+        conf = conf.display(),
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    act(&d, "start", &["web", "quiet"]);
+    assert_eq!(count_lines(&launches), 1);
+    // A torn rotation: cert in place, key 300 ms later; one restart.
+    fs::write(&cert, "B").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    fs::write(&key, "B").unwrap();
+    wait_for("one restart", LONG, || count_lines(&launches) == 2);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        count_lines(&launches),
+        2,
+        "the burst caused exactly one restart"
+    );
+    assert_eq!(info(&d, "web").current, "active");
+    // ignore: the workload reloads by itself.
+    fs::write(&conf, "B").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(count_lines(&quiet_launches), 1);
+}
+
+#[test]
+fn on_file_change_follows_a_kubernetes_symlink_swap_and_can_signal() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    fs::create_dir(dir.join("..v1")).unwrap();
+    fs::write(dir.join("..v1/tls.crt"), "v1").unwrap();
+    std::os::unix::fs::symlink("..v1", dir.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/tls.crt", dir.join("tls.crt")).unwrap();
+    let hups = dir.join("hups");
+    let layer = format!(
+        "services:\n  web:\n    override: replace\n    command: /bin/sh -c 'trap \"echo hup >> {h}\" HUP; while true; do sleep 0.05; done'\n    \
+         on-file-change:\n      {crt}: SIGHUP\n",
+        h = hups.display(),
+        crt = dir.join("tls.crt").display(),
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    act(&d, "start", &["web"]);
+    fs::create_dir(dir.join("..v2")).unwrap();
+    fs::write(dir.join("..v2/tls.crt"), "v2").unwrap();
+    std::os::unix::fs::symlink("..v2", dir.join("..data_tmp")).unwrap();
+    fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    wait_for("SIGHUP delivered", LONG, || count_lines(&hups) == 1);
+}
+
+#[test]
+fn a_restarted_daemon_ends_the_processes_its_killed_predecessor_left() {
+    let root = tempfile::tempdir().unwrap();
+    let pidfile = root.path().join("pid");
+    let layer = format!(
+        "services:\n  s:\n    override: replace\n    startup: enabled\n    command: /bin/sh -c 'echo $$ > {}; exec sleep 1000'\n",
+        pidfile.display()
+    );
+    let mut d = Daemon::start(&[("001-base", &layer)], &[]);
+    wait_for("service up", LONG, || {
+        fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let old: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    d.kill();
+    assert!(
+        Path::new(&format!("/proc/{old}")).exists(),
+        "the service outlived its daemon"
+    );
+    d.restart(&["--hold"]);
+    // Ended before the new daemon even listened.
+    wait_for("old process gone", Duration::from_secs(10), || {
+        !Path::new(&format!("/proc/{old}")).exists()
+            || fs::read_to_string(format!("/proc/{old}/stat")).is_ok_and(|s| s.contains(") Z"))
+    });
+    assert_eq!(info(&d, "s").current, "inactive", "--hold: nothing started");
+}
