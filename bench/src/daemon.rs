@@ -1,0 +1,334 @@
+//! A `cobble run` daemon under test: a fixture that owns a temporary `$PEBBLE`, the daemon
+//! process and a client for its socket, and that leaves nothing running when it goes away.
+//!
+//! Every daemon (and, through the layer's `environment`, every service it starts) carries
+//! [`TOKEN_VAR`] set to the harness run's token. After each daemon stops, [`sweep_leftovers`]
+//! looks through `/proc/*/environ` for that token, so a `sleep` that escaped the daemon's
+//! orderly shutdown is found, killed and reported rather than silently left behind.
+
+use std::fmt::Write as _;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use cobble_client::{Client, ClientConfig};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tempfile::TempDir;
+
+/// The environment variable that marks the daemons and services of one harness run.
+pub const TOKEN_VAR: &str = "COBBLE_BENCH_TOKEN";
+
+/// How long to wait for the daemon to install its SIGTERM handler before signalling it anyway.
+const HANDLER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the daemon may take to stop all services and exit after SIGTERM before it is
+/// killed. Cobble's own bound is the longest kill-delay (5 s) plus 5.1 s of grace.
+const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A layer of `count` independent services that sleep for a day, named `svc-000`...
+///
+/// The services have no `requires`, `before` or `after`, so nothing forces an order between
+/// them: a replan may start them all at once.
+pub fn sleepers_layer(count: usize, token: &str) -> String {
+    let mut yaml = String::from("summary: cobble-bench sleepers\nservices:\n");
+    for i in 0..count {
+        let _ = write!(
+            yaml,
+            "  {name}:\n    override: replace\n    summary: sleeper {i}\n    \
+             command: sleep 100000\n    startup: enabled\n    \
+             environment:\n      {TOKEN_VAR}: {token}\n",
+            name = service_name(i),
+        );
+    }
+    yaml
+}
+
+/// The name of the `i`th service of [`sleepers_layer`].
+pub fn service_name(i: usize) -> String {
+    format!("svc-{i:03}")
+}
+
+/// A running `cobble run --hold` on a temporary `$PEBBLE`.
+///
+/// Dropping it stops the daemon (SIGTERM, then SIGKILL if it hangs) and sweeps leftovers;
+/// [`Daemon::stop`] does the same and reports what it found.
+#[must_use = "dropping a Daemon stops it at once"]
+pub struct Daemon {
+    /// The daemon process; `None` once it has been stopped and waited for.
+    child: Option<Child>,
+    /// Its PID, for `/proc` and signals.
+    pid: Pid,
+    /// A client for the daemon's unix socket.
+    client: Client,
+    /// The instant just before the daemon was spawned.
+    spawned_at: Instant,
+    /// Where the daemon's stdout and stderr go, shown when something fails.
+    log_path: PathBuf,
+    /// The marker value of [`TOKEN_VAR`] for this harness run.
+    token: String,
+    /// `$PEBBLE`; removed when the fixture is dropped, after the daemon has stopped.
+    dir: TempDir,
+}
+
+impl Daemon {
+    /// Creates `$PEBBLE` with `layer` (if any) as `layers/001-bench.yaml` and spawns
+    /// `cobble run --hold` on it, without waiting for it to answer.
+    pub fn spawn(cobble: &Path, layer: Option<&str>, token: &str) -> Result<Daemon> {
+        let dir = tempfile::Builder::new()
+            .prefix("cobble-bench-")
+            .tempdir()
+            .context("cannot create a temporary $PEBBLE")?;
+        let layers = dir.path().join("layers");
+        fs::create_dir(&layers).context("cannot create layers directory")?;
+        if let Some(yaml) = layer {
+            fs::write(layers.join("001-bench.yaml"), yaml).context("cannot write layer")?;
+        }
+        let socket = dir.path().join(".pebble.socket");
+        let log_path = dir.path().join("daemon.log");
+        let log = File::create(&log_path).context("cannot create daemon log")?;
+
+        let mut command = Command::new(cobble);
+        command
+            .args(["run", "--hold"])
+            .env("PEBBLE", dir.path())
+            .env("PEBBLE_SOCKET", &socket)
+            .env(TOKEN_VAR, token)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().context("cannot share daemon log")?)
+            .stderr(log);
+        let spawned_at = Instant::now();
+        let child = command
+            .spawn()
+            .with_context(|| format!("cannot run {}", cobble.display()))?;
+        let pid = Pid::from_raw(i32::try_from(child.id()).context("PID out of range")?);
+        Ok(Daemon {
+            child: Some(child),
+            pid,
+            client: Client::new(ClientConfig::socket(socket))?,
+            spawned_at,
+            log_path,
+            token: token.to_string(),
+            dir,
+        })
+    }
+
+    /// A client for this daemon.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Polls `GET /v1/system-info` every `poll` until it succeeds and returns the time since
+    /// spawn. Fails if the daemon exits or does not answer within `timeout`.
+    ///
+    /// The pause between attempts is a blocking sleep on purpose: tokio's timer has a 1 ms
+    /// resolution, too coarse for a start-up that takes a few milliseconds, and nothing else
+    /// runs on the harness's single thread meanwhile.
+    pub async fn wait_answer(&mut self, poll: Duration, timeout: Duration) -> Result<Duration> {
+        loop {
+            if self.client.system_info().await.is_ok() {
+                return Ok(self.spawned_at.elapsed());
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Some(status) = child.try_wait()?
+            {
+                self.child = None;
+                bail!("daemon exited early ({status}); log:\n{}", self.log());
+            }
+            if self.spawned_at.elapsed() > timeout {
+                bail!(
+                    "daemon did not answer within {timeout:?}; log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(poll);
+        }
+    }
+
+    /// The daemon's resident memory now, from `/proc/PID/status`.
+    pub fn rss(&self) -> Result<Rss> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid))?;
+        let field = |name: &str| -> Result<u64> {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+                .with_context(|| format!("no {name} in /proc/PID/status"))
+        };
+        Ok(Rss {
+            total_kib: field("VmRSS")?,
+            anon_kib: field("RssAnon")?,
+            file_kib: field("RssFile")?,
+        })
+    }
+
+    /// Whether the daemon catches SIGTERM yet (its bit in `SigCgt` of `/proc/PID/status`).
+    ///
+    /// Cobble installs its handler only after its socket answers, so a SIGTERM sent in
+    /// between kills it outright, services and all; [`Daemon::stop`] waits for this first.
+    pub fn catches_sigterm(&self) -> Result<bool> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid))?;
+        let mask = status
+            .lines()
+            .find_map(|line| line.strip_prefix("SigCgt:"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .context("no SigCgt in /proc/PID/status")?;
+        Ok(mask & (1 << (Signal::SIGTERM as i32 - 1)) != 0)
+    }
+
+    /// The daemon's CPU time so far (user plus system, all threads).
+    pub fn cpu_time(&self) -> Result<Duration> {
+        let stat = fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
+        // The command name may hold spaces and parentheses; the fields after it may not.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .context("malformed /proc/PID/stat")?
+            .1
+            .split_whitespace()
+            .collect();
+        // Fields 14 and 15 of proc(5) are utime and stime; `fields[0]` is field 3 (state).
+        let ticks = |i: usize| -> Result<u64> {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .context("malformed /proc/PID/stat")
+        };
+        let total = ticks(11)? + ticks(12)?;
+        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)?
+            .and_then(|hz| u64::try_from(hz).ok())
+            .filter(|&hz| hz > 0)
+            .unwrap_or(100);
+        Ok(Duration::from_secs_f64(total as f64 / hz as f64))
+    }
+
+    /// Stops the daemon with SIGTERM, waits for it to exit (SIGKILL after [`STOP_TIMEOUT`]),
+    /// then kills and reports any process of this run that is still alive.
+    pub fn stop(mut self) -> Result<Stopped> {
+        self.stop_in_place()
+    }
+
+    fn stop_in_place(&mut self) -> Result<Stopped> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(Stopped {
+                status: None,
+                took: Duration::ZERO,
+                leftovers: sweep_leftovers(&self.token),
+            });
+        };
+        let started = Instant::now();
+        while started.elapsed() < HANDLER_TIMEOUT && !self.catches_sigterm().unwrap_or(true) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let signalled = Instant::now();
+        let _ = kill(self.pid, Signal::SIGTERM);
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if signalled.elapsed() > STOP_TIMEOUT {
+                let _ = child.kill();
+                break child.wait()?;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        Ok(Stopped {
+            status: Some(status),
+            took: signalled.elapsed(),
+            leftovers: sweep_leftovers(&self.token),
+        })
+    }
+
+    /// The daemon's output so far.
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some()
+            && let Ok(stopped) = self.stop_in_place()
+            && !stopped.leftovers.is_empty()
+        {
+            eprintln!(
+                "warning: killed {} leftover process(es) of {}",
+                stopped.leftovers.len(),
+                self.dir.path().display()
+            );
+        }
+    }
+}
+
+/// A reading of a process's resident memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rss {
+    /// `VmRSS`: everything resident, the figure compared with Pebble's.
+    pub total_kib: u64,
+    /// `RssAnon`: heap, stacks and other private memory of the daemon.
+    pub anon_kib: u64,
+    /// `RssFile`: pages of the executable and shared libraries mapped in; clean, shared
+    /// with other processes running the same files, and reclaimable.
+    pub file_kib: u64,
+}
+
+/// What stopping a daemon found.
+#[derive(Debug)]
+pub struct Stopped {
+    /// The daemon's exit status; `None` if it had already been reaped.
+    pub status: Option<ExitStatus>,
+    /// From SIGTERM until the daemon was reaped.
+    pub took: Duration,
+    /// Processes carrying the run's token that were still alive, as `PID (comm)`; they have
+    /// been sent SIGKILL.
+    pub leftovers: Vec<String>,
+}
+
+/// Kills every process whose environment holds `TOKEN_VAR=token` and returns them as
+/// `PID (comm)`.
+pub fn sweep_leftovers(token: &str) -> Vec<String> {
+    let marker = format!("{TOKEN_VAR}={token}");
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // Zombies and other users' processes have no readable environment; skip them.
+        let Ok(environ) = fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ
+            .split(|&b| b == 0)
+            .any(|var| var == marker.as_bytes())
+        {
+            let comm = fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            found.push(format!("{pid} ({})", comm.trim()));
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sleepers_layer_names_services_in_order_with_the_token() {
+        let yaml = sleepers_layer(2, "t1");
+        assert!(yaml.starts_with("summary: cobble-bench sleepers\nservices:\n"));
+        assert!(yaml.contains("  svc-000:\n    override: replace\n"));
+        assert!(yaml.contains("  svc-001:\n"));
+        assert!(!yaml.contains("svc-002"));
+        assert_eq!(yaml.matches("command: sleep 100000\n").count(), 2);
+        assert_eq!(yaml.matches("      COBBLE_BENCH_TOKEN: t1\n").count(), 2);
+    }
+}

@@ -1,0 +1,562 @@
+//! `cobble-bench`: measures a release build of cobble the way the Pebble figures in
+//! `BENCHMARKS.md` were measured, and prints a Markdown table beside them.
+//!
+//! # Theory of operation
+//!
+//! Every measurement runs a real `cobble run --hold` on a fresh temporary `$PEBBLE`
+//! ([`daemon::Daemon`]) and talks to it over its unix socket with `cobble-client`, opening a
+//! new connection per request as the Python `ops` client does. The harness itself is one
+//! thread (a current-thread tokio runtime), so on a small machine it competes with the daemon
+//! for as little CPU as possible.
+//!
+//! - **Launch**: from just before `spawn` until the first `GET /v1/system-info` that
+//!   succeeds, polling every `--poll-launch-us`; with no layers and with 100 services.
+//! - **Memory**: `VmRSS` from `/proc/PID/status`, `--settle-ms` after the daemon's last
+//!   request; with no services, with 100 services in the plan but not started, and with those
+//!   100 running after a replan.
+//! - **Latency**: `--requests` sequential `GET /v1/services` and `GET /v1/plan?format=yaml`
+//!   (what ops sends), each on a new connection, after a short unmeasured warm-up; with the
+//!   100 services not started and running.
+//! - **Replan**: 100 independent `startup: enabled` services, `POST /v1/services` with
+//!   `replan`, then `GET /v1/services` every `--poll-replan-us` until all are active; the
+//!   replan change's own end is followed concurrently with `/v1/changes/{id}/wait`. Each of
+//!   the `--rounds` rounds uses a fresh daemon.
+//! - **Start one**: stop `svc-000`, then time `start` of it until its change is ready (this
+//!   includes the 1 s okay delay that Pebble also has).
+//! - **Idle CPU**: utime + stime from `/proc/PID/stat` across `--idle-cpu-secs` with 100
+//!   services running and no requests.
+//!
+//! Every daemon runs a private copy of the binary, so a rebuild during the run changes
+//! nothing. Daemons are stopped with SIGTERM (once they catch it) and waited for; afterwards
+//! every process carrying the run's marker variable is killed and reported, so no `sleep`
+//! outlives the harness.
+//!
+//! # Layout
+//!
+//! - [`daemon`]: the daemon fixture, the benchmark layer and `/proc` readings.
+//! - [`stats`]: median and p99 of repeated measurements.
+//! - [`report`]: the table, with Pebble's figures and the targets.
+#![forbid(unsafe_code)]
+
+mod daemon;
+mod report;
+mod stats;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail, ensure};
+use clap::Parser;
+use cobble_client::{Client, Method};
+use tempfile::TempDir;
+
+use crate::daemon::{Daemon, Rss, service_name, sleepers_layer, sweep_leftovers};
+use crate::report::{Row, Target, Unit, secs};
+use crate::stats::Samples;
+
+/// How long a daemon may take to answer its first request.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a replan or a start may take before the harness gives up.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Unmeasured requests before each latency series, to fault in code and allocator pages.
+const WARMUP_REQUESTS: usize = 50;
+
+/// Pebble v1.12.0 on a 2-core, 24 GiB machine (see BENCHMARKS.md).
+mod pebble {
+    /// Idle RSS with no services, MiB.
+    pub const RSS_EMPTY_MIB: f64 = 8.7;
+    /// Idle RSS with 100 services, MiB.
+    pub const RSS_100_MIB: f64 = 31.8;
+    /// From launch until the socket answers, seconds.
+    pub const LAUNCH_S: f64 = 6.9e-3;
+    /// `GET /v1/services` with 100 services, new connection per request, seconds.
+    pub const GET_SERVICES_S: f64 = 0.34e-3;
+    /// `GET /v1/plan` with 100 services, new connection per request, seconds.
+    pub const GET_PLAN_S: f64 = 0.85e-3;
+    /// Replan of 100 independent services, seconds (it starts them one after another).
+    pub const REPLAN_100_S: f64 = 101.0;
+    /// Start of one service, seconds.
+    pub const START_ONE_S: f64 = 1.03;
+}
+
+/// The replan target, seconds.
+const REPLAN_TARGET_S: f64 = 2.0;
+
+/// Benchmarks a cobble binary: memory, launch time, API latency, replan and start.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// The cobble binary to measure.
+    #[arg(long, value_name = "PATH", default_value = "target/release/cobble")]
+    cobble: PathBuf,
+    /// Sequential requests per latency series.
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    requests: usize,
+    /// Launches per launch-time series.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    launches: usize,
+    /// Fresh daemons with 100 services to replan (and with none, for idle memory).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    rounds: usize,
+    /// Starts of one service to time.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    starts: usize,
+    /// How many services the large plan has.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    services: usize,
+    /// Pause after the last request before reading RSS, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    settle_ms: u64,
+    /// How long to measure CPU time with the services running and no requests, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 10)]
+    idle_cpu_secs: u64,
+    /// Pause between attempts to reach a launching daemon, in microseconds.
+    #[arg(long, value_name = "US", default_value_t = 200)]
+    poll_launch_us: u64,
+    /// Pause between `GET /v1/services` while waiting for a replan, in microseconds.
+    #[arg(long, value_name = "US", default_value_t = 2000)]
+    poll_replan_us: u64,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start tokio: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let token = format!(
+        "{}-{}",
+        std::process::id(),
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    );
+    let result = runtime.block_on(async { Bench::new(&args, token.clone())?.run_all().await });
+    // Whatever happened, leave no service behind.
+    let leftovers = sweep_leftovers(&token);
+    if !leftovers.is_empty() {
+        eprintln!(
+            "warning: killed leftover processes: {}",
+            leftovers.join(", ")
+        );
+    }
+    match result {
+        Ok((rows, notes)) => {
+            println!("{}", report::markdown(&rows));
+            for note in notes {
+                println!("Note: {note}\n");
+            }
+            if report::any_missed(&rows) {
+                println!("Some targets were missed (marked **MISSED**).");
+            } else {
+                println!("All targets met.");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The settings of one harness run.
+struct Bench<'a> {
+    /// The command line.
+    args: &'a Args,
+    /// The marker value of this run's daemons and services.
+    token: String,
+    /// The layer with `args.services` sleepers.
+    layer: String,
+    /// Their names.
+    names: Vec<String>,
+    /// The private copy of `--cobble` that every daemon runs.
+    cobble: PathBuf,
+    /// The directory holding that copy; removed when the run ends.
+    _copy_dir: TempDir,
+}
+
+/// What one round with the large plan measured.
+#[derive(Default)]
+struct Rounds {
+    rss_planned: Vec<Rss>,
+    rss_running: Vec<Rss>,
+    all_active: Samples,
+    change_ready: Samples,
+    stop_all: Samples,
+}
+
+/// What only the first round measures.
+struct Details {
+    services_planned: Samples,
+    plan_planned: Samples,
+    services_running: Samples,
+    plan_running: Samples,
+    idle_cpu: Duration,
+    start_one: Samples,
+}
+
+impl<'a> Bench<'a> {
+    fn new(args: &'a Args, token: String) -> Result<Bench<'a>> {
+        ensure!(
+            [
+                args.services,
+                args.rounds,
+                args.requests,
+                args.launches,
+                args.starts
+            ]
+            .iter()
+            .all(|&count| count > 0),
+            "--services, --rounds, --requests, --launches and --starts must be positive"
+        );
+        // A rebuild of the workspace during the run (others share this target directory)
+        // must not swap the binary under the measurements, so every daemon runs a copy.
+        let copy_dir = tempfile::Builder::new()
+            .prefix("cobble-bench-bin-")
+            .tempdir()
+            .context("cannot create a temporary directory")?;
+        let cobble = copy_dir.path().join("cobble");
+        std::fs::copy(&args.cobble, &cobble).with_context(|| {
+            format!(
+                "cannot copy {} (build it with `cargo build --release -p cobble`)",
+                args.cobble.display()
+            )
+        })?;
+        let layer = sleepers_layer(args.services, &token);
+        let names = (0..args.services).map(service_name).collect();
+        Ok(Bench {
+            args,
+            token,
+            layer,
+            names,
+            cobble,
+            _copy_dir: copy_dir,
+        })
+    }
+
+    /// Runs every measurement; returns the table's rows and notes to print under it.
+    async fn run_all(self) -> Result<(Vec<Row>, Vec<String>)> {
+        let args = self.args;
+        let size = std::fs::metadata(&self.cobble)?.len();
+        let n = args.services;
+
+        eprintln!("==> idle memory with no services ({} daemons)", args.rounds);
+        let mut rss_empty = Vec::new();
+        for _ in 0..args.rounds {
+            let daemon = self.launch(None).await?;
+            self.settle().await;
+            rss_empty.push(daemon.rss()?);
+            self.stop(daemon)?;
+        }
+
+        eprintln!("==> launch time ({} launches each)", args.launches);
+        let (launch_empty, early_empty) = self.launch_times(None).await?;
+        let (launch_large, early_large) = self.launch_times(Some(&self.layer)).await?;
+        let mut notes = Vec::new();
+        if early_empty + early_large > 0 {
+            notes.push(format!(
+                "in {} of {} launches the socket answered before the daemon caught SIGTERM \
+                 (a SIGTERM then would have killed it outright); the harness waits for the \
+                 handler before stopping a daemon.",
+                early_empty + early_large,
+                2 * args.launches
+            ));
+        }
+
+        let mut rounds = Rounds::default();
+        let mut details = None;
+        for round in 0..args.rounds {
+            eprintln!("==> round {}/{} with {n} services", round + 1, args.rounds);
+            let first = self.round(&mut rounds, round == 0).await?;
+            details = details.or(first);
+        }
+        let details = details.context("the first round measured no details")?;
+
+        let rss_pebble_target = |pebble: f64| Target::at_most(pebble / 3.0);
+        let rows = vec![
+            Row::single("Release binary size", Unit::MiB, size as f64 / 1048576.0),
+            Row::memory("Idle RSS, 0 services", &rss_empty)
+                .pebble(pebble::RSS_EMPTY_MIB)
+                .target(rss_pebble_target(pebble::RSS_EMPTY_MIB)),
+            Row::memory(
+                &format!("Idle RSS, {n} services in plan, not started"),
+                &rounds.rss_planned,
+            )
+            .target(rss_pebble_target(pebble::RSS_100_MIB)),
+            Row::memory(
+                &format!("Idle RSS, {n} services running"),
+                &rounds.rss_running,
+            )
+            .pebble(pebble::RSS_100_MIB)
+            .target(rss_pebble_target(pebble::RSS_100_MIB)),
+            Row::distribution(
+                "Launch → socket answers, 0 services",
+                Unit::Millis,
+                &launch_empty,
+            )
+            .pebble(pebble::LAUNCH_S)
+            .target(Target::below(pebble::LAUNCH_S)),
+            Row::distribution(
+                &format!("Launch → socket answers, {n} services in plan"),
+                Unit::Millis,
+                &launch_large,
+            )
+            .target(Target::below(pebble::LAUNCH_S)),
+            Row::distribution(
+                &format!("GET /v1/services, {n} running, new connection each"),
+                Unit::Millis,
+                &details.services_running,
+            )
+            .pebble(pebble::GET_SERVICES_S)
+            .target(Target::below(pebble::GET_SERVICES_S)),
+            Row::distribution(
+                &format!("GET /v1/plan?format=yaml, {n} running, new connection each"),
+                Unit::Millis,
+                &details.plan_running,
+            )
+            .pebble(pebble::GET_PLAN_S)
+            .target(Target::below(pebble::GET_PLAN_S)),
+            Row::distribution(
+                &format!("GET /v1/services, {n} not started"),
+                Unit::Millis,
+                &details.services_planned,
+            )
+            .target(Target::below(pebble::GET_SERVICES_S)),
+            Row::distribution(
+                &format!("GET /v1/plan?format=yaml, {n} not started"),
+                Unit::Millis,
+                &details.plan_planned,
+            )
+            .target(Target::below(pebble::GET_PLAN_S)),
+            Row::distribution(
+                &format!("Replan {n} independent services → all active"),
+                Unit::Seconds,
+                &rounds.all_active,
+            )
+            .pebble(pebble::REPLAN_100_S)
+            .target(Target::below(REPLAN_TARGET_S)),
+            Row::distribution(
+                &format!("Replan {n} independent services → change ready"),
+                Unit::Seconds,
+                &rounds.change_ready,
+            )
+            .pebble(pebble::REPLAN_100_S)
+            .target(Target::below(REPLAN_TARGET_S)),
+            Row::distribution(
+                "Start one service → change ready",
+                Unit::Seconds,
+                &details.start_one,
+            )
+            .pebble(pebble::START_ONE_S)
+            .target(Target::below(pebble::START_ONE_S)),
+            Row::single(
+                &format!(
+                    "CPU time while idle {} s, {n} services running",
+                    args.idle_cpu_secs
+                ),
+                Unit::Millis,
+                secs(details.idle_cpu),
+            ),
+            Row::distribution(
+                &format!("SIGTERM → daemon exit, {n} services running"),
+                Unit::Millis,
+                &rounds.stop_all,
+            ),
+        ];
+        Ok((rows, notes))
+    }
+
+    /// Spawns a daemon and waits until it answers.
+    async fn launch(&self, layer: Option<&str>) -> Result<Daemon> {
+        let mut daemon = Daemon::spawn(&self.cobble, layer, &self.token)?;
+        daemon
+            .wait_answer(self.poll_launch(), ANSWER_TIMEOUT)
+            .await?;
+        Ok(daemon)
+    }
+
+    /// Stops a daemon; fails if it did not exit cleanly or left processes behind.
+    fn stop(&self, daemon: Daemon) -> Result<Duration> {
+        let stopped = daemon.stop()?;
+        ensure!(
+            stopped.leftovers.is_empty(),
+            "the daemon left processes behind (now killed): {}",
+            stopped.leftovers.join(", ")
+        );
+        if let Some(status) = stopped.status {
+            ensure!(status.success(), "the daemon exited with {status}");
+        }
+        Ok(stopped.took)
+    }
+
+    fn poll_launch(&self) -> Duration {
+        Duration::from_micros(self.args.poll_launch_us)
+    }
+
+    async fn settle(&self) {
+        tokio::time::sleep(Duration::from_millis(self.args.settle_ms)).await;
+    }
+
+    /// Launches `--launches` daemons one after another and times each until it answers.
+    /// Also returns in how many launches the daemon did not catch SIGTERM yet at that moment.
+    async fn launch_times(&self, layer: Option<&str>) -> Result<(Samples, usize)> {
+        let mut samples = Samples::default();
+        let mut early = 0;
+        for _ in 0..self.args.launches {
+            let mut daemon = Daemon::spawn(&self.cobble, layer, &self.token)?;
+            samples.push(
+                daemon
+                    .wait_answer(self.poll_launch(), ANSWER_TIMEOUT)
+                    .await?,
+            );
+            if !daemon.catches_sigterm()? {
+                early += 1;
+            }
+            self.stop(daemon)?;
+        }
+        Ok((samples, early))
+    }
+
+    /// One daemon with the large plan: memory before and after a timed replan, and, in the
+    /// first round, latencies, idle CPU and single starts.
+    async fn round(&self, rounds: &mut Rounds, first: bool) -> Result<Option<Details>> {
+        let daemon = self.launch(Some(&self.layer)).await?;
+        let client = daemon.client();
+        let n = self.args.services;
+        let listed = client.services(&[]).await?;
+        ensure!(
+            listed.len() == n,
+            "the daemon lists {} services, expected {n}",
+            listed.len()
+        );
+
+        let planned = if first {
+            Some((
+                self.latency(client, "/v1/services").await?,
+                self.latency(client, "/v1/plan?format=yaml").await?,
+            ))
+        } else {
+            None
+        };
+        self.settle().await;
+        rounds.rss_planned.push(daemon.rss()?);
+
+        let (all_active, change_ready) = self.replan(client).await?;
+        eprintln!(
+            "    replan: all active after {:.3} s, change ready after {:.3} s",
+            all_active.as_secs_f64(),
+            change_ready.as_secs_f64()
+        );
+        rounds.all_active.push(all_active);
+        rounds.change_ready.push(change_ready);
+        self.settle().await;
+        rounds.rss_running.push(daemon.rss()?);
+
+        let details = match planned {
+            Some((services_planned, plan_planned)) => {
+                let before = daemon.cpu_time()?;
+                tokio::time::sleep(Duration::from_secs(self.args.idle_cpu_secs)).await;
+                let idle_cpu = daemon.cpu_time()?.saturating_sub(before);
+                Some(Details {
+                    services_planned,
+                    plan_planned,
+                    idle_cpu,
+                    services_running: self.latency(client, "/v1/services").await?,
+                    plan_running: self.latency(client, "/v1/plan?format=yaml").await?,
+                    start_one: self.start_one(client).await?,
+                })
+            }
+            None => None,
+        };
+        rounds.stop_all.push(self.stop(daemon)?);
+        Ok(details)
+    }
+
+    /// Times `--requests` sequential GETs, each on a new connection.
+    async fn latency(&self, client: &Client, path: &str) -> Result<Samples> {
+        eprintln!("    {} x GET {path}", self.args.requests);
+        let mut samples = Samples::default();
+        for i in 0..WARMUP_REQUESTS + self.args.requests {
+            let started = Instant::now();
+            let response = client.raw_request(Method::GET, path, None).await?;
+            let took = started.elapsed();
+            ensure!(
+                response.status_code == 200,
+                "GET {path} answered {}: {}",
+                response.status_code,
+                String::from_utf8_lossy(&response.body)
+            );
+            if i >= WARMUP_REQUESTS {
+                samples.push(took);
+            }
+        }
+        Ok(samples)
+    }
+
+    /// Replans and returns (time until every service is active, time until the change is
+    /// ready), both from just before the request.
+    async fn replan(&self, client: &Client) -> Result<(Duration, Duration)> {
+        let started = Instant::now();
+        let id = client.replan().await?;
+        let all_active = async {
+            let poll = Duration::from_micros(self.args.poll_replan_us);
+            loop {
+                let services = client.services(&[]).await?;
+                if services.len() == self.names.len()
+                    && services.iter().all(|s| s.current == "active")
+                {
+                    return Ok::<_, anyhow::Error>(started.elapsed());
+                }
+                if started.elapsed() > CHANGE_TIMEOUT {
+                    bail!("services not all active after {CHANGE_TIMEOUT:?}");
+                }
+                tokio::time::sleep(poll).await;
+            }
+        };
+        let change_ready = async {
+            let change = client.wait_change(&id, Some(CHANGE_TIMEOUT)).await?;
+            ensure!(
+                change.status == "Done",
+                "replan ended {}: {}",
+                change.status,
+                change.err
+            );
+            Ok(started.elapsed())
+        };
+        let (all_active, change_ready) = tokio::join!(all_active, change_ready);
+        Ok((all_active?, change_ready?))
+    }
+
+    /// Stops the first service, then times starting it until its change is ready.
+    async fn start_one(&self, client: &Client) -> Result<Samples> {
+        let name = vec![self.names[0].clone()];
+        let mut samples = Samples::default();
+        for _ in 0..self.args.starts {
+            let stop = client.stop(&name).await?;
+            let change = client.wait_change(&stop, Some(CHANGE_TIMEOUT)).await?;
+            ensure!(change.status == "Done", "stop ended {}", change.status);
+
+            let started = Instant::now();
+            let id = client.start(&name).await?;
+            let change = client.wait_change(&id, Some(CHANGE_TIMEOUT)).await?;
+            let took = started.elapsed();
+            ensure!(
+                change.status == "Done",
+                "start ended {}: {}",
+                change.status,
+                change.err
+            );
+            samples.push(took);
+        }
+        Ok(samples)
+    }
+}
