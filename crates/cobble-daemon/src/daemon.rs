@@ -62,6 +62,9 @@ pub enum DaemonError {
 
 /// Runs the daemon to completion and returns its exit code.
 pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
+    // Catch stop signals from the very start: a SIGTERM that arrives while the daemon is
+    // still starting must stop it in order, not kill it with its services left behind.
+    let mut stop_signals = StopSignals::new();
     prepare_dir(&opts)?;
     let layers_dir = opts.pebble_dir.join("layers");
     let mut plan = Plan::load_dir(&layers_dir)?;
@@ -162,7 +165,7 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
         }
     }
 
-    let code = wait_for_stop(&mut shutdown_rx).await;
+    let code = stop_signals.wait(&mut shutdown_rx).await;
     let longest_kill_delay = longest_kill_delay(&actions);
     if tokio::time::timeout(longest_kill_delay + STOP_GRACE, actions.stop_all())
         .await
@@ -196,16 +199,32 @@ fn longest_plan_kill_delay(plan: &Plan) -> Duration {
         .max(Duration::from_secs(5))
 }
 
-/// Waits for a stop signal or a shutdown requested by a service action; returns the exit code.
-async fn wait_for_stop(shutdown: &mut mpsc::UnboundedReceiver<i32>) -> i32 {
-    let mut term = signal(SignalKind::terminate()).expect("signal handler");
-    let mut int = signal(SignalKind::interrupt()).expect("signal handler");
-    let mut quit = signal(SignalKind::quit()).expect("signal handler");
-    tokio::select! {
-        _ = term.recv() => { tracing::info!("Exiting on terminated signal."); 0 }
-        _ = int.recv() => { tracing::info!("Exiting on interrupt signal."); 0 }
-        _ = quit.recv() => { tracing::info!("Exiting on quit signal."); 0 }
-        Some(code) = shutdown.recv() => code,
+/// SIGTERM, SIGINT and SIGQUIT, caught from start-up on.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn new() -> StopSignals {
+        let catch = |kind| signal(kind).expect("signal handler");
+        StopSignals {
+            term: catch(SignalKind::terminate()),
+            int: catch(SignalKind::interrupt()),
+            quit: catch(SignalKind::quit()),
+        }
+    }
+
+    /// Waits for a stop signal or a shutdown requested by a service action; returns the exit
+    /// code.
+    async fn wait(&mut self, shutdown: &mut mpsc::UnboundedReceiver<i32>) -> i32 {
+        tokio::select! {
+            _ = self.term.recv() => { tracing::info!("Exiting on terminated signal."); 0 }
+            _ = self.int.recv() => { tracing::info!("Exiting on interrupt signal."); 0 }
+            _ = self.quit.recv() => { tracing::info!("Exiting on quit signal."); 0 }
+            Some(code) = shutdown.recv() => code,
+        }
     }
 }
 

@@ -102,6 +102,33 @@ pub fn proc_stat(pid: u32) -> Option<ProcStat> {
     parse_proc_stat(&text)
 }
 
+/// Every descendant of `pid` that is still alive, found through
+/// `/proc/<pid>/task/<tid>/children`, parents before children. A snapshot: processes forking
+/// at the same time may be missed, so callers that kill trees walk again later.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(parent) = queue.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok())
+            {
+                if !found.contains(&child) && found.len() < 10_000 {
+                    found.push(child);
+                    queue.push(child);
+                }
+            }
+        }
+    }
+    found
+}
+
 /// The process's start time in clock ticks since boot (field 22 of
 /// `/proc/<pid>/stat`), or `None` if it does not exist. Stable for the life of
 /// the process, so `(pid, start_time)` names one process even if the pid is

@@ -245,6 +245,9 @@ struct Slot {
     start_count: u64,
     /// Missing paths named by the last failure output.
     hints: Vec<String>,
+    /// Descendants of the process being stopped that had left its process group, with their
+    /// start times (so a recycled pid is never killed).
+    escaped: Vec<(u32, u64)>,
 }
 
 struct ExitNotice {
@@ -472,6 +475,7 @@ impl Actor {
             since: None,
             start_count: 0,
             hints: Vec::new(),
+            escaped: Vec::new(),
         });
         slot.config = config.clone();
         slot.start_waiters.push(reply);
@@ -485,6 +489,11 @@ impl Actor {
         };
         let exited = matches!(event, Event::Exited { .. });
         let before = slot.machine.status();
+        let was_stopping = matches!(
+            slot.machine.phase(),
+            Phase::Terminating { .. } | Phase::Killing { .. }
+        );
+        let stopping_pid = slot.machine.pid();
         let mut pending =
             std::collections::VecDeque::from(slot.machine.step(Instant::now(), event));
         while let Some(action) = pending.pop_front() {
@@ -544,6 +553,15 @@ impl Actor {
                     if let Err(e) = cobble_sys::process::signal_group(pid, sig) {
                         tracing::info!("Cannot send {sig} to service \"{name}\": {e}");
                     }
+                    // Descendants that left the group (setsid, setpgid) would survive the
+                    // group signal; signal them too, and remember them in case the leader
+                    // exits first and they are re-parented out of reach of the tree.
+                    for (child, start_time) in escaped_descendants(pid) {
+                        let _ = cobble_sys::process::signal_pid(child, sig);
+                        if !slot.escaped.contains(&(child, start_time)) {
+                            slot.escaped.push((child, start_time));
+                        }
+                    }
                 }
                 Action::SignalProcess { pid, signal } => {
                     let sent = cobble_sys::process::parse_signal(&signal)
@@ -582,6 +600,26 @@ impl Actor {
             }
         }
         let slot = self.services.get_mut(name).expect("slot exists");
+        let still_stopping = matches!(
+            slot.machine.phase(),
+            Phase::Terminating { .. } | Phase::Killing { .. }
+        );
+        if was_stopping && !still_stopping {
+            // The leader is gone (or given up on): nothing of the old instance may outlive
+            // it and hold its port, so stragglers in the group and escaped descendants go.
+            if let Some(pid) = stopping_pid {
+                let _ =
+                    cobble_sys::process::signal_group(pid, cobble_sys::process::Signal::SIGKILL);
+            }
+            for (child, start_time) in slot.escaped.drain(..) {
+                if cobble_sys::process::process_start_time(child) == Some(start_time) {
+                    let _ = cobble_sys::process::signal_pid(
+                        child,
+                        cobble_sys::process::Signal::SIGKILL,
+                    );
+                }
+            }
+        }
         if slot.machine.status() != before || slot.since.is_none() {
             slot.since = Some(Timestamp::now());
         }
@@ -664,6 +702,17 @@ impl Actor {
             Err(errors.join("; "))
         }
     }
+}
+
+/// Descendants of `leader` outside its process group, with their start times.
+fn escaped_descendants(leader: u32) -> Vec<(u32, u64)> {
+    cobble_sys::process::descendants(leader)
+        .into_iter()
+        .filter_map(|pid| {
+            let stat = cobble_sys::process::proc_stat(pid)?;
+            (stat.pgrp != leader).then_some((pid, stat.start_time))
+        })
+        .collect()
 }
 
 /// What the supervisor knows about a started service.

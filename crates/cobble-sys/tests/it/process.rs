@@ -137,3 +137,30 @@ async fn start_time_identifies_a_process() {
     exit_of(spawned).await;
     assert_eq!(process::process_start_time(pid), None);
 }
+
+#[tokio::test]
+async fn descendants_include_children_that_left_the_group() {
+    // One grandchild stays in the group, one escapes into its own session.
+    let mut cmd = sh("sleep 100 & setsid sleep 100 & wait");
+    cmd.process_group(0);
+    let spawned = reaper::spawn(&mut cmd).unwrap();
+    let leader = spawned.pid;
+    let mut found = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while found.len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "{found:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        found = process::descendants(leader);
+    }
+    let escaped: Vec<u32> = found
+        .iter()
+        .copied()
+        .filter(|p| process::proc_stat(*p).is_some_and(|s| s.pgrp != leader))
+        .collect();
+    assert_eq!(escaped.len(), 1, "{found:?}");
+    for pid in found.iter().chain([&leader]) {
+        let _ = process::signal_pid(*pid, Signal::SIGKILL);
+    }
+    assert_eq!(exit_of(spawned).await, ExitStatus::Signaled(9));
+    assert!(process::descendants(u32::MAX - 1).is_empty());
+}

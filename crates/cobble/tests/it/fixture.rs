@@ -121,6 +121,12 @@ impl Test {
         PathBuf::from(&self.env[0].1)
     }
 
+    /// Sets an environment variable for the run.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
     /// Appends arguments.
     pub fn args(mut self, args: &[&str]) -> Self {
         self.args.extend(args.iter().map(|a| a.to_string()));

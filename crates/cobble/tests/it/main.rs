@@ -14,6 +14,7 @@ mod checks;
 mod files;
 mod offline;
 mod plan;
+mod scenarios;
 mod self_healing;
 mod services;
 mod supervision;

@@ -410,3 +410,43 @@ fn service_args_replace_the_default_arguments() {
     let plan = rt().block_on(c.plan_yaml()).unwrap();
     assert!(plan.contains("command: sleep [ 2000 ]"), "{plan}");
 }
+
+#[test]
+fn sigterm_as_soon_as_the_socket_exists_stops_the_daemon_in_order() {
+    // Regression: stop signals were caught only after start-up, so an early SIGTERM killed
+    // the daemon outright and left autostarted services running.
+    for _ in 0..5 {
+        let root = tempfile::tempdir().unwrap();
+        let pebble = root.path().join("pebble");
+        fs::create_dir_all(pebble.join("layers")).unwrap();
+        fs::write(
+            pebble.join("layers/001-base.yaml"),
+            "services:\n  s:\n    override: replace\n    startup: enabled\n    command: sleep 1000\n",
+        )
+        .unwrap();
+        let mut child = std::process::Command::new(crate::fixture::COBBLE)
+            .arg("run")
+            .env("PEBBLE", &pebble)
+            .env_remove("PEBBLE_SOCKET")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let socket = pebble.join(".pebble.socket");
+        wait_for("socket file", LONG, || socket.exists());
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let deadline = Instant::now() + LONG;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "daemon did not stop");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(status.code(), Some(0), "{status:?}");
+    }
+}

@@ -1,0 +1,313 @@
+//! The self-healing scenarios (S2, S5, S6, S7, S10) on real processes, with their bounds.
+//! S1 is the founding case (tests/compat/test_founding_case.py and self_healing.rs), S3 the
+//! on-file-change tests and S4 the crashed-daemon test in self_healing.rs.
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use cobble_client::{Client, ClientConfig};
+
+use crate::fixture::{Daemon, wait_for};
+
+fn client(daemon: &Daemon) -> Client {
+    Client::new(ClientConfig::socket(
+        daemon.pebble_dir().join(".pebble.socket"),
+    ))
+    .expect("client")
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Seconds since the epoch as a float, the last field of each line.
+fn times(path: &Path) -> Vec<f64> {
+    lines(path)
+        .iter()
+        .filter_map(|l| l.split_whitespace().last()?.parse().ok())
+        .collect()
+}
+
+fn service_info(d: &Daemon, name: &str) -> cobble_client::types::ServiceInfo {
+    rt().block_on(client(d).services(&[name.to_owned()]))
+        .unwrap()
+        .remove(0)
+}
+
+fn start(d: &Daemon, name: &str) {
+    let c = client(d);
+    rt().block_on(async {
+        let id = c
+            .services_action("start", &[name.to_owned()])
+            .await
+            .unwrap();
+        c.wait_change(&id, Some(Duration::from_secs(30)))
+            .await
+            .unwrap();
+    });
+}
+
+fn metrics(d: &Daemon) -> String {
+    let c = client(d);
+    let raw = rt()
+        .block_on(c.raw_request(cobble_client::Method::GET, "/v1/metrics", None))
+        .unwrap();
+    String::from_utf8_lossy(&raw.body).into_owned()
+}
+
+fn metric(d: &Daemon, line_prefix: &str) -> Option<u64> {
+    metrics(d)
+        .lines()
+        .find_map(|l| l.strip_prefix(line_prefix)?.trim().parse().ok())
+}
+
+/// S2: the check stays down after the restart it triggered. Pebble restarts once; cobble
+/// keeps restarting with growing delays while the check is down, and stops once it is up.
+#[test]
+fn s2_check_actions_refire_while_the_check_stays_down() {
+    let root = tempfile::tempdir().unwrap();
+    let healthy = root.path().join("healthy");
+    let starts = root.path().join("starts");
+    fs::write(&healthy, "").unwrap();
+    let layer = format!(
+        "services:\n  svc:\n    override: replace\n    command: /bin/sh -c 'echo start $(date +%s.%N) >> {starts}; exec sleep 1000'\n    \
+         on-check-failure:\n      ok: restart\n\
+         checks:\n  ok:\n    override: replace\n    period: 1s\n    threshold: 2\n    exec:\n      command: test -f {healthy}\n",
+        starts = starts.display(),
+        healthy = healthy.display(),
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    start(&d, "svc");
+    fs::remove_file(&healthy).unwrap();
+    let outage = Instant::now();
+    // 20 s of outage (the scenario allows 60 s for three restarts).
+    wait_for("three restarts", Duration::from_secs(20), || {
+        times(&starts).len() >= 4
+    });
+    let t = times(&starts);
+    for gap in t.windows(2).map(|w| w[1] - w[0]) {
+        assert!(gap >= 0.5, "restarts closer than the backoff floor: {t:?}");
+    }
+    assert!(
+        metric(&d, "cobble_check_action_count{check=\"ok\"}").unwrap_or(0) >= 3,
+        "{}",
+        metrics(&d)
+    );
+    let reason = service_info(&d, "svc").reason.unwrap_or_default();
+    assert!(reason.contains("check ok failing since"), "{reason}");
+    fs::write(&healthy, "").unwrap();
+    // Up within a period or two; then no more restarts.
+    wait_for("check up", Duration::from_secs(10), || {
+        metrics(&d).contains("pebble_check_up{check=\"ok\"} 1")
+    });
+    let settled = times(&starts).len();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        times(&starts).len(),
+        settled,
+        "restarted after the check recovered"
+    );
+    assert!(outage.elapsed() < Duration::from_secs(60));
+}
+
+/// S5: an orphaned grandchild in its own session keeps the port and ignores SIGTERM. A
+/// restart must end it and let the new instance bind the port.
+#[test]
+fn s5_restart_ends_escaped_grandchildren_that_hold_the_port() {
+    let root = tempfile::tempdir().unwrap();
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let binds = root.path().join("binds");
+    let server = root.path().join("server.py");
+    fs::write(
+        &server,
+        format!(
+            "import os, signal, socket, sys, time\n\
+             signal.signal(signal.SIGTERM, signal.SIG_IGN)\n\
+             s = socket.socket()\n\
+             try:\n    s.bind(('127.0.0.1', {port}))\nexcept OSError:\n    sys.exit(0)  # port busy: exit 0, like the Go webhook\n\
+             s.listen()\n\
+             open('{binds}', 'a').write(f'{{os.getpid()}}\\n')\n\
+             time.sleep(1000)\n",
+            binds = binds.display()
+        ),
+    )
+    .unwrap();
+    let layer = format!(
+        "services:\n  web:\n    override: replace\n    command: /bin/sh -c 'setsid python3 {} & wait'\n    kill-delay: 1s\n    backoff-delay: 100ms\n",
+        server.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    start(&d, "web");
+    wait_for("first bind", Duration::from_secs(10), || {
+        lines(&binds).len() == 1
+    });
+    let old: u32 = lines(&binds)[0].parse().unwrap();
+    let c = client(&d);
+    rt().block_on(async {
+        let id = c
+            .services_action("restart", &["web".to_owned()])
+            .await
+            .unwrap();
+        c.wait_change(&id, Some(Duration::from_secs(30)))
+            .await
+            .unwrap();
+    });
+    wait_for("second bind", Duration::from_secs(15), || {
+        lines(&binds).len() == 2
+    });
+    let new: u32 = lines(&binds)[1].parse().unwrap();
+    assert_ne!(old, new);
+    wait_for("old instance gone", Duration::from_secs(5), || {
+        !Path::new(&format!("/proc/{old}")).exists()
+    });
+    assert_eq!(crate::supervision::zombies_of(d.pid()), 0);
+}
+
+/// S6: a crash loop follows 0.5, 1, 2, 4, 8 s (+ up to 10 % jitter) with the default
+/// backoff, never stops, and the start count matches the starts observed.
+#[test]
+fn s6_crash_loop_follows_the_default_backoff_and_never_gives_up() {
+    let root = tempfile::tempdir().unwrap();
+    let starts = root.path().join("starts");
+    let layer = format!(
+        "services:\n  s:\n    override: replace\n    command: /bin/sh -c 'echo start $(date +%s.%N) >> {}; sleep 1; exit 2'\n",
+        starts.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    start(&d, "s");
+    wait_for("six starts", Duration::from_secs(40), || {
+        times(&starts).len() >= 6
+    });
+    let t = times(&starts);
+    let expected = [0.5, 1.0, 2.0, 4.0, 8.0];
+    for (i, gap) in t.windows(2).map(|w| w[1] - w[0]).take(5).enumerate() {
+        let delay = gap - 1.0; // each run lasts one second
+        assert!(
+            delay >= expected[i] - 0.05 && delay <= expected[i] * 1.1 + 0.3,
+            "delay {i} was {delay:.3}s, expected {}s (+10%); starts {t:?}",
+            expected[i]
+        );
+    }
+    let observed = times(&starts).len() as u64;
+    let counted = metric(&d, "pebble_service_start_count{service=\"s\"}").unwrap();
+    assert!(
+        counted == observed || counted == observed + 1,
+        "start count {counted}, observed {observed}"
+    );
+    let status = service_info(&d, "s").current;
+    assert!(status == "backoff" || status == "active", "{status}");
+}
+
+/// S7: drift — the check targets a port nobody listens on. The manager keeps re-firing the
+/// restart with backoff and says why; a service a client stopped stays stopped.
+#[test]
+fn s7_drift_keeps_refiring_and_is_explained_and_client_stops_are_final() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let layer = format!(
+        "services:\n  web:\n    override: replace\n    command: sleep 1000\n    on-check-failure:\n      up: restart\n\
+         checks:\n  up:\n    override: replace\n    period: 300ms\n    threshold: 2\n    tcp:\n      host: 127.0.0.1\n      port: {port}\n"
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    start(&d, "web");
+    wait_for("restarts", Duration::from_secs(15), || {
+        metric(&d, "pebble_service_start_count{service=\"web\"}").unwrap_or(0) >= 3
+    });
+    let reason = service_info(&d, "web").reason.unwrap_or_default();
+    assert!(reason.contains("check up failing since"), "{reason}");
+    assert!(reason.contains("refused"), "{reason}");
+    // A client's stop is final, however often the check fails.
+    let c = client(&d);
+    rt().block_on(async {
+        let id = c
+            .services_action("stop", &["web".to_owned()])
+            .await
+            .unwrap();
+        c.wait_change(&id, Some(Duration::from_secs(30)))
+            .await
+            .unwrap();
+    });
+    let stopped_at = metric(&d, "pebble_service_start_count{service=\"web\"}").unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(service_info(&d, "web").current, "inactive");
+    assert_eq!(
+        metric(&d, "pebble_service_start_count{service=\"web\"}").unwrap(),
+        stopped_at
+    );
+}
+
+/// S10: a service floods stdout while the API keeps answering, memory stays bounded, and
+/// SIGTERM stops both services in reverse dependency order within the kill-delay.
+#[test]
+fn s10_log_flood_stays_bounded_and_shutdown_is_orderly() {
+    let root = tempfile::tempdir().unwrap();
+    let done = root.path().join("done");
+    let order = root.path().join("order");
+    // About 200 MB of 1 KiB lines, as fast as the writer can.
+    let layer = format!(
+        "services:\n  flood:\n    override: replace\n    startup: enabled\n    \
+         command: /bin/sh -c 'trap \"echo flood >> {order}; exit 0\" TERM; yes $(head -c 1000 /dev/zero | tr \"\\\\0\" x) | head -c 200000000; echo done > {done}; while true; do sleep 0.05; done'\n  \
+         app:\n    override: replace\n    startup: enabled\n    requires: [flood]\n    after: [flood]\n    \
+         command: /bin/sh -c 'trap \"echo app >> {order}; exit 0\" TERM; while true; do sleep 0.05; done'\n",
+        order = order.display(),
+        done = done.display(),
+    );
+    let mut d = Daemon::start(&[("001-base", &layer)], &[]);
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    while !done.exists() {
+        let asked = Instant::now();
+        let services = rt().block_on(client(&d).services(&[])).unwrap();
+        slowest = slowest.max(asked.elapsed());
+        assert_eq!(services.len(), 2);
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the writer was held up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Generous: the bound is a sanity check on a shared 2-core machine, not a benchmark.
+    assert!(
+        slowest < Duration::from_secs(1),
+        "slowest answer {slowest:?}"
+    );
+    let rss_kib: u64 = fs::read_to_string(format!("/proc/{}/status", d.pid()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(
+        rss_kib < 64 * 1024,
+        "daemon RSS {rss_kib} KiB after a 200 MB flood"
+    );
+    wait_for("app active", Duration::from_secs(10), || {
+        service_info(&d, "app").current == "active"
+    });
+    let stopping = Instant::now();
+    assert_eq!(d.stop(), Some(0));
+    assert!(
+        stopping.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        stopping.elapsed()
+    );
+    assert_eq!(lines(&order), ["app", "flood"]);
+}
