@@ -47,6 +47,7 @@
 #![warn(missing_docs)]
 
 pub mod fs;
+pub mod memory;
 pub mod output;
 pub mod process;
 pub mod reaper;

@@ -269,3 +269,49 @@ fn a_restarted_daemon_ends_the_processes_its_killed_predecessor_left() {
     });
     assert_eq!(info(&d, "s").current, "inactive", "--hold: nothing started");
 }
+
+#[test]
+fn bad_extension_fields_are_a_400_and_leave_the_plan_unchanged() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  s:\n    override: replace\n    command: sleep 1000\n",
+    )]);
+    let c = client(&d);
+    let before = rt().block_on(c.plan_yaml()).unwrap();
+    let cases = [
+        (
+            "requires-paths: [certs/cert.pem]",
+            r#"cannot parse layer YAML: plan service "s" requires-paths path "certs/cert.pem" must be absolute"#,
+        ),
+        (
+            "on-file-change: {/etc/a: reboot}",
+            r#"cannot parse layer YAML: plan service "s" on-file-change action "reboot" invalid for "/etc/a": must be "restart", "ignore" or a signal name such as "SIGHUP""#,
+        ),
+        (
+            "on-file-change: {/etc/a: SIGNOPE}",
+            r#"cannot parse layer YAML: plan service "s" on-file-change action "SIGNOPE" invalid for "/etc/a": must be "restart", "ignore" or a signal name such as "SIGHUP""#,
+        ),
+        (
+            "on-file-change: {etc/a: restart}",
+            r#"cannot parse layer YAML: plan service "s" on-file-change path "etc/a" must be absolute"#,
+        ),
+    ];
+    for (field, want) in cases {
+        let yaml = format!("services:\n  s:\n    override: merge\n    {field}\n");
+        let err = rt()
+            .block_on(c.add_layer("extra", &yaml, true, false))
+            .unwrap_err();
+        match err {
+            cobble_client::Error::Api {
+                status_code,
+                message,
+                ..
+            } => {
+                assert_eq!(status_code, 400, "{field}");
+                assert_eq!(message, want, "{field}");
+            }
+            other => panic!("{field}: {other:?}"),
+        }
+        assert_eq!(rt().block_on(c.plan_yaml()).unwrap(), before, "{field}");
+    }
+}
