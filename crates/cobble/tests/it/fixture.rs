@@ -369,3 +369,53 @@ fn glob_matching() {
     assert!(glob_matches("a?c", "abc"));
     assert!(!glob_matches("a?c", "ac"));
 }
+
+/// A client of `daemon`'s socket.
+pub fn client(daemon: &Daemon) -> cobble_client::Client {
+    let socket = daemon.pebble_dir().join(".pebble.socket");
+    cobble_client::Client::new(cobble_client::ClientConfig::socket(socket)).expect("client")
+}
+
+/// A runtime for one client call from a synchronous test.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The status of one service.
+pub fn service(daemon: &Daemon, name: &str) -> cobble_client::types::ServiceInfo {
+    rt().block_on(client(daemon).services(&[name.to_owned()]))
+        .expect("services")
+        .remove(0)
+}
+
+/// Runs a service action and waits (bounded) for its change.
+pub fn act(daemon: &Daemon, action: &str, names: &[&str]) -> cobble_client::types::ChangeInfo {
+    let c = client(daemon);
+    let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    rt().block_on(async {
+        let id = c.services_action(action, &names).await.expect("action");
+        c.wait_change(&id, Some(Duration::from_secs(30)))
+            .await
+            .expect("wait")
+    })
+}
+
+/// The lines of a file the test's services write to (none if it does not exist yet).
+pub fn lines(path: &Path) -> Vec<String> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Seconds since the epoch, the last field of each line (as `date +%s.%N` writes them).
+pub fn times(path: &Path) -> Vec<f64> {
+    lines(path)
+        .iter()
+        .filter_map(|l| l.split_whitespace().last()?.parse().ok())
+        .collect()
+}

@@ -7,58 +7,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cobble_client::{Client, ClientConfig};
-
-use crate::fixture::{Daemon, wait_for};
-
-fn client(daemon: &Daemon) -> Client {
-    Client::new(ClientConfig::socket(
-        daemon.pebble_dir().join(".pebble.socket"),
-    ))
-    .expect("client")
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-fn lines(path: &Path) -> Vec<String> {
-    fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Seconds since the epoch as a float, the last field of each line.
-fn times(path: &Path) -> Vec<f64> {
-    lines(path)
-        .iter()
-        .filter_map(|l| l.split_whitespace().last()?.parse().ok())
-        .collect()
-}
-
-fn service_info(d: &Daemon, name: &str) -> cobble_client::types::ServiceInfo {
-    rt().block_on(client(d).services(&[name.to_owned()]))
-        .unwrap()
-        .remove(0)
-}
-
-fn start(d: &Daemon, name: &str) {
-    let c = client(d);
-    rt().block_on(async {
-        let id = c
-            .services_action("start", &[name.to_owned()])
-            .await
-            .unwrap();
-        c.wait_change(&id, Some(Duration::from_secs(30)))
-            .await
-            .unwrap();
-    });
-}
+use crate::fixture::{Daemon, act, client, lines, rt, service, times, wait_for};
 
 fn metrics(d: &Daemon) -> String {
     let c = client(d);
@@ -90,7 +39,7 @@ fn s2_check_actions_refire_while_the_check_stays_down() {
         healthy = healthy.display(),
     );
     let d = Daemon::hold(&[("001-base", &layer)]);
-    start(&d, "svc");
+    act(&d, "start", &["svc"]);
     fs::remove_file(&healthy).unwrap();
     let outage = Instant::now();
     // 20 s of outage (the scenario allows 60 s for three restarts).
@@ -106,7 +55,7 @@ fn s2_check_actions_refire_while_the_check_stays_down() {
         "{}",
         metrics(&d)
     );
-    let reason = service_info(&d, "svc").reason.unwrap_or_default();
+    let reason = service(&d, "svc").reason.unwrap_or_default();
     assert!(reason.contains("check ok failing since"), "{reason}");
     fs::write(&healthy, "").unwrap();
     // Up within a period or two; then no more restarts.
@@ -153,7 +102,7 @@ fn s5_restart_ends_escaped_grandchildren_that_hold_the_port() {
         server.display()
     );
     let d = Daemon::hold(&[("001-base", &layer)]);
-    start(&d, "web");
+    act(&d, "start", &["web"]);
     wait_for("first bind", Duration::from_secs(10), || {
         lines(&binds).len() == 1
     });
@@ -190,7 +139,7 @@ fn s6_crash_loop_follows_the_default_backoff_and_never_gives_up() {
         starts.display()
     );
     let d = Daemon::hold(&[("001-base", &layer)]);
-    start(&d, "s");
+    act(&d, "start", &["s"]);
     wait_for("six starts", Duration::from_secs(40), || {
         times(&starts).len() >= 6
     });
@@ -210,7 +159,7 @@ fn s6_crash_loop_follows_the_default_backoff_and_never_gives_up() {
         counted == observed || counted == observed + 1,
         "start count {counted}, observed {observed}"
     );
-    let status = service_info(&d, "s").current;
+    let status = service(&d, "s").current;
     assert!(status == "backoff" || status == "active", "{status}");
 }
 
@@ -227,11 +176,11 @@ fn s7_drift_keeps_refiring_and_is_explained_and_client_stops_are_final() {
          checks:\n  up:\n    override: replace\n    period: 300ms\n    threshold: 2\n    tcp:\n      host: 127.0.0.1\n      port: {port}\n"
     );
     let d = Daemon::hold(&[("001-base", &layer)]);
-    start(&d, "web");
+    act(&d, "start", &["web"]);
     wait_for("restarts", Duration::from_secs(15), || {
         metric(&d, "pebble_service_start_count{service=\"web\"}").unwrap_or(0) >= 3
     });
-    let reason = service_info(&d, "web").reason.unwrap_or_default();
+    let reason = service(&d, "web").reason.unwrap_or_default();
     assert!(reason.contains("check up failing since"), "{reason}");
     assert!(reason.contains("refused"), "{reason}");
     // A client's stop is final, however often the check fails.
@@ -247,7 +196,7 @@ fn s7_drift_keeps_refiring_and_is_explained_and_client_stops_are_final() {
     });
     let stopped_at = metric(&d, "pebble_service_start_count{service=\"web\"}").unwrap();
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(service_info(&d, "web").current, "inactive");
+    assert_eq!(service(&d, "web").current, "inactive");
     assert_eq!(
         metric(&d, "pebble_service_start_count{service=\"web\"}").unwrap(),
         stopped_at
@@ -300,7 +249,7 @@ fn s10_log_flood_stays_bounded_and_shutdown_is_orderly() {
         "daemon RSS {rss_kib} KiB after a 200 MB flood"
     );
     wait_for("app active", Duration::from_secs(10), || {
-        service_info(&d, "app").current == "active"
+        service(&d, "app").current == "active"
     });
     let stopping = Instant::now();
     assert_eq!(d.stop(), Some(0));

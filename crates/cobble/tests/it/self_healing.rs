@@ -7,46 +7,9 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cobble_client::types::ServiceInfo;
-use cobble_client::{Client, ClientConfig};
-
-use crate::fixture::{Daemon, wait_for};
+use crate::fixture::{Daemon, act, client, lines, rt, service, wait_for};
 
 const LONG: Duration = Duration::from_secs(20);
-
-fn client(daemon: &Daemon) -> Client {
-    Client::new(ClientConfig::socket(
-        daemon.pebble_dir().join(".pebble.socket"),
-    ))
-    .expect("client")
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-fn info(daemon: &Daemon, service: &str) -> ServiceInfo {
-    let c = client(daemon);
-    rt().block_on(c.services(&[service.to_owned()]))
-        .expect("services")
-        .remove(0)
-}
-
-fn act(daemon: &Daemon, action: &str, names: &[&str]) -> cobble_client::types::ChangeInfo {
-    let c = client(daemon);
-    let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-    rt().block_on(async {
-        let id = c.services_action(action, &names).await.expect("action");
-        c.wait_change(&id, Some(LONG)).await.expect("wait")
-    })
-}
-
-fn count_lines(path: &Path) -> usize {
-    fs::read_to_string(path).map_or(0, |s| s.lines().count())
-}
 
 /// A service that needs `dir/cert.pem`: it records each launch, fails like the webhook of the
 /// founding case when the file is missing, and otherwise runs.
@@ -90,26 +53,26 @@ fn requires_paths_waits_then_starts_within_a_second_of_the_path_appearing() {
         change.tasks[0].log[0].contains("is waiting for"),
         "{change:?}"
     );
-    let waiting = info(&d, "webhook");
+    let waiting = service(&d, "webhook");
     assert_eq!(waiting.current, "waiting");
     assert_eq!(
         waiting.reason.as_deref(),
         Some(format!("waiting for {}", certs.join("cert.pem").display()).as_str())
     );
-    assert_eq!(count_lines(&launches), 0);
+    assert_eq!(lines(&launches).len(), 0);
     // The certificate directory does not even exist yet.
     fs::create_dir_all(&certs).unwrap();
     fs::write(certs.join("cert.pem"), "cert").unwrap();
     let appeared = Instant::now();
-    wait_for("webhook launched", LONG, || count_lines(&launches) == 1);
+    wait_for("webhook launched", LONG, || lines(&launches).len() == 1);
     assert!(
         appeared.elapsed() < Duration::from_secs(1),
         "{:?}",
         appeared.elapsed()
     );
-    assert_eq!(info(&d, "webhook").current, "active");
+    assert_eq!(service(&d, "webhook").current, "active");
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(count_lines(&launches), 1, "zero failed launches");
+    assert_eq!(lines(&launches).len(), 1, "zero failed launches");
 }
 
 #[test]
@@ -131,20 +94,22 @@ fn a_missing_path_named_in_failure_output_ends_the_backoff_when_it_appears() {
         "{}",
         change.err
     );
-    wait_for("backoff", LONG, || info(&d, "webhook").current == "backoff");
-    let reason = info(&d, "webhook").reason.unwrap_or_default();
+    wait_for("backoff", LONG, || {
+        service(&d, "webhook").current == "backoff"
+    });
+    let reason = service(&d, "webhook").reason.unwrap_or_default();
     assert!(reason.contains("after exit code 255"), "{reason}");
     assert!(reason.contains("retrying as soon as"), "{reason}");
     fs::create_dir_all(&certs).unwrap();
     fs::write(certs.join("cert.pem"), "cert").unwrap();
     let appeared = Instant::now();
-    wait_for("second launch", LONG, || count_lines(&launches) == 2);
+    wait_for("second launch", LONG, || lines(&launches).len() == 2);
     assert!(
         appeared.elapsed() < Duration::from_secs(2),
         "{:?}",
         appeared.elapsed()
     );
-    assert_eq!(info(&d, "webhook").current, "active");
+    assert_eq!(service(&d, "webhook").current, "active");
 }
 
 #[test]
@@ -162,14 +127,14 @@ fn a_missing_binary_is_retried_until_it_appears() {
         "Pebble's error text is kept: {}",
         change.err
     );
-    assert_eq!(info(&d, "s").current, "backoff");
+    assert_eq!(service(&d, "s").current, "backoff");
     fs::write(&binary, "#!/bin/sh\nexec sleep 1000\n").unwrap();
     std::os::unix::fs::PermissionsExt::set_mode(
         &mut fs::metadata(&binary).unwrap().permissions(),
         0o755,
     );
     fs::set_permissions(&binary, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    wait_for("service up", LONG, || info(&d, "s").current == "active");
+    wait_for("service up", LONG, || service(&d, "s").current == "active");
 }
 
 #[test]
@@ -196,23 +161,23 @@ fn on_file_change_restarts_once_per_burst_and_ignore_does_nothing() {
     );
     let d = Daemon::hold(&[("001-base", &layer)]);
     act(&d, "start", &["web", "quiet"]);
-    assert_eq!(count_lines(&launches), 1);
+    assert_eq!(lines(&launches).len(), 1);
     // A torn rotation: cert in place, key 300 ms later; one restart.
     fs::write(&cert, "B").unwrap();
     std::thread::sleep(Duration::from_millis(300));
     fs::write(&key, "B").unwrap();
-    wait_for("one restart", LONG, || count_lines(&launches) == 2);
+    wait_for("one restart", LONG, || lines(&launches).len() == 2);
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(
-        count_lines(&launches),
+        lines(&launches).len(),
         2,
         "the burst caused exactly one restart"
     );
-    assert_eq!(info(&d, "web").current, "active");
+    assert_eq!(service(&d, "web").current, "active");
     // ignore: the workload reloads by itself.
     fs::write(&conf, "B").unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(count_lines(&quiet_launches), 1);
+    assert_eq!(lines(&quiet_launches).len(), 1);
 }
 
 #[test]
@@ -236,7 +201,7 @@ fn on_file_change_follows_a_kubernetes_symlink_swap_and_can_signal() {
     fs::write(dir.join("..v2/tls.crt"), "v2").unwrap();
     std::os::unix::fs::symlink("..v2", dir.join("..data_tmp")).unwrap();
     fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
-    wait_for("SIGHUP delivered", LONG, || count_lines(&hups) == 1);
+    wait_for("SIGHUP delivered", LONG, || lines(&hups).len() == 1);
 }
 
 #[test]
@@ -267,7 +232,11 @@ fn a_restarted_daemon_ends_the_processes_its_killed_predecessor_left() {
         !Path::new(&format!("/proc/{old}")).exists()
             || fs::read_to_string(format!("/proc/{old}/stat")).is_ok_and(|s| s.contains(") Z"))
     });
-    assert_eq!(info(&d, "s").current, "inactive", "--hold: nothing started");
+    assert_eq!(
+        service(&d, "s").current,
+        "inactive",
+        "--hold: nothing started"
+    );
 }
 
 #[test]

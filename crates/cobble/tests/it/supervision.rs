@@ -9,25 +9,9 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cobble_client::{Client, ClientConfig};
-
-use crate::fixture::{Daemon, wait_for};
+use crate::fixture::{Daemon, client, lines, rt, times, wait_for};
 
 const LONG: Duration = Duration::from_secs(20);
-
-fn client(daemon: &Daemon) -> Client {
-    Client::new(ClientConfig::socket(
-        daemon.pebble_dir().join(".pebble.socket"),
-    ))
-    .expect("client")
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 fn current(daemon: &Daemon, service: &str) -> String {
     let c = client(daemon);
@@ -53,22 +37,6 @@ fn act(
         let change = c.wait_change(&id, Some(LONG)).await.expect("wait");
         (change, started.elapsed())
     })
-}
-
-fn lines(path: &Path) -> Vec<String> {
-    fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Seconds since the epoch, as written by `date +%s.%N` in the services below.
-fn times(path: &Path) -> Vec<f64> {
-    lines(path)
-        .iter()
-        .filter_map(|l| l.split_whitespace().last()?.parse().ok())
-        .collect()
 }
 
 fn pid_alive(pid: i32) -> bool {
