@@ -139,3 +139,93 @@ def test_requires_paths_starts_within_a_second_with_no_failed_launch(held_daemon
     elapsed = time.monotonic() - pushed
     assert elapsed < 1.0, f'served {elapsed:.2f}s after the push'
     assert launches(log) == 1, 'zero failed launches'
+
+
+CERT_B = (FIXTURES / 'webhook-cert-b.pem').read_bytes()
+KEY_B = (FIXTURES / 'webhook-key-b.pem').read_bytes()
+
+
+def presented_cert(port: int) -> bytes | None:
+    """The certificate the webhook presents now (PEM), or None if it does not answer."""
+    try:
+        pem = ssl.get_server_certificate(('127.0.0.1', port), timeout=0.5)
+    except OSError:
+        return None
+    return ssl.PEM_cert_to_DER_cert(pem)
+
+
+def der(pem: bytes) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(pem.decode())
+
+
+@pytest.mark.parametrize('rotation', ['atomic-rename', 'torn-in-place', 'symlink-swap'])
+def test_certificate_rotation_restarts_once_onto_the_new_pair(held_daemon, rotation):
+    """S3, variant a: on-file-change restart; new handshakes present cert B."""
+    client = held_daemon.client
+    base = held_daemon.dir / 'certs'
+    base.mkdir()
+    if rotation == 'symlink-swap':
+        # The kubelet layout: cert.pem -> ..data/cert.pem, ..data -> ..v1
+        (base / '..v1').mkdir()
+        (base / '..v1' / 'cert.pem').write_bytes(CERT)
+        (base / '..v1' / 'key.pem').write_bytes(KEY)
+        (base / '..data').symlink_to('..v1')
+        (base / 'cert.pem').symlink_to('..data/cert.pem')
+        (base / 'key.pem').symlink_to('..data/key.pem')
+    else:
+        (base / 'cert.pem').write_bytes(CERT)
+        (base / 'key.pem').write_bytes(KEY)
+    log = held_daemon.dir / 'launches'
+    port = free_port()
+    layer = webhook_layer(base, port, log)
+    layer['services']['webhook']['on-file-change'] = {
+        str(base / 'cert.pem'): 'restart',
+        str(base / 'key.pem'): 'restart',
+    }
+    client.add_layer('webhook', yaml.safe_dump(layer), combine=True)
+    client.start_services(['webhook'])
+    wait_for(lambda: presented_cert(port) == der(CERT), timeout=10, what='cert A served')
+
+    if rotation == 'atomic-rename':
+        for name, content in (('cert.pem', CERT_B), ('key.pem', KEY_B)):
+            (base / f'.{name}.tmp').write_bytes(content)
+            (base / f'.{name}.tmp').rename(base / name)
+    elif rotation == 'torn-in-place':
+        # cert first, key 300 ms later: a transient mismatched pair
+        (base / 'cert.pem').write_bytes(CERT_B)
+        time.sleep(0.3)
+        (base / 'key.pem').write_bytes(KEY_B)
+    else:
+        (base / '..v2').mkdir()
+        (base / '..v2' / 'cert.pem').write_bytes(CERT_B)
+        (base / '..v2' / 'key.pem').write_bytes(KEY_B)
+        (base / '..data_tmp').symlink_to('..v2')
+        (base / '..data_tmp').rename(base / '..data')
+    rotated = time.monotonic()
+    wait_for(lambda: presented_cert(port) == der(CERT_B), timeout=10, what='cert B served')
+    # debounce (0.5 s) + restart; generous for a shared machine
+    assert time.monotonic() - rotated < 3.0
+    time.sleep(1.5)
+    assert launches(log) == 2, 'one restart for the whole rotation'
+
+
+def test_certificate_rotation_with_ignore_restarts_nothing(held_daemon):
+    """S3, variant b: the workload reloads by itself; cobble must not restart it."""
+    client = held_daemon.client
+    base = held_daemon.dir / 'certs'
+    base.mkdir()
+    (base / 'cert.pem').write_bytes(CERT)
+    (base / 'key.pem').write_bytes(KEY)
+    log = held_daemon.dir / 'launches'
+    port = free_port()
+    layer = webhook_layer(base, port, log)
+    layer['services']['webhook']['on-file-change'] = {
+        str(base / 'cert.pem'): 'ignore',
+        str(base / 'key.pem'): 'ignore',
+    }
+    client.add_layer('webhook', yaml.safe_dump(layer), combine=True)
+    client.start_services(['webhook'])
+    (base / 'cert.pem').write_bytes(CERT_B)
+    (base / 'key.pem').write_bytes(KEY_B)
+    time.sleep(2)
+    assert launches(log) == 1
