@@ -93,18 +93,32 @@ pub async fn end_leftovers(dir: &Path, grace: Duration) -> Vec<String> {
         let _ = process::signal_group(record.pid, Signal::SIGTERM);
     }
     let deadline = tokio::time::Instant::now() + grace;
-    while alive.iter().any(|(_, r)| process::group_alive(r.pid))
-        && tokio::time::Instant::now() < deadline
+    while alive.iter().any(|(_, r)| group_running(r.pid)) && tokio::time::Instant::now() < deadline
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for (_, record) in &alive {
-        if process::group_alive(record.pid) {
+        if group_running(record.pid) {
             let _ = process::signal_group(record.pid, Signal::SIGKILL);
         }
     }
     let _ = std::fs::remove_file(&path);
     alive.into_iter().map(|(service, _)| service).collect()
+}
+
+/// Whether any member of process group `pgid` is still running. The old daemon's children
+/// were re-parented elsewhere, so their zombies are not ours to reap and must not count.
+fn group_running(pgid: u32) -> bool {
+    if !process::group_alive(pgid) {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(process::proc_stat)
+        .any(|stat| stat.pgrp == pgid && stat.state != 'Z')
 }
 
 #[cfg(test)]
