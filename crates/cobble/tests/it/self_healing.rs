@@ -229,7 +229,11 @@ fn a_restarted_daemon_ends_the_processes_its_killed_predecessor_left() {
     let restarted = Instant::now();
     d.restart(&["--hold"]);
     // S4: the API answers within a second, leftovers ended first.
-    assert!(restarted.elapsed() < Duration::from_secs(1), "{:?}", restarted.elapsed());
+    assert!(
+        restarted.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        restarted.elapsed()
+    );
     // Ended before the new daemon even listened.
     wait_for("old process gone", Duration::from_secs(10), || {
         !Path::new(&format!("/proc/{old}")).exists()
