@@ -178,8 +178,26 @@ impl Daemon {
         Ok(mask & (1 << (Signal::SIGTERM as i32 - 1)) != 0)
     }
 
+    /// The daemon's `$PEBBLE`.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// The daemon's CPU time so far (user plus system, all threads).
     pub fn cpu_time(&self) -> Result<Duration> {
+        // Fields 14 and 15 of proc(5): utime and stime.
+        self.stat_time(11, 12)
+    }
+
+    /// The CPU time of the daemon's children that it has waited for (cutime plus cstime):
+    /// exec checks and services that have exited and been reaped.
+    pub fn children_cpu_time(&self) -> Result<Duration> {
+        // Fields 16 and 17 of proc(5): cutime and cstime.
+        self.stat_time(13, 14)
+    }
+
+    /// The sum of two clock-tick fields of `/proc/PID/stat`, indexed from field 3 (state).
+    fn stat_time(&self, first: usize, second: usize) -> Result<Duration> {
         let stat = fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
         // The command name may hold spaces and parentheses; the fields after it may not.
         let fields: Vec<&str> = stat
@@ -188,14 +206,14 @@ impl Daemon {
             .1
             .split_whitespace()
             .collect();
-        // Fields 14 and 15 of proc(5) are utime and stime; `fields[0]` is field 3 (state).
+        // `fields[0]` is field 3 of proc(5) (state).
         let ticks = |i: usize| -> Result<u64> {
             fields
                 .get(i)
                 .and_then(|f| f.parse::<u64>().ok())
                 .context("malformed /proc/PID/stat")
         };
-        let total = ticks(11)? + ticks(12)?;
+        let total = ticks(first)? + ticks(second)?;
         let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)?
             .and_then(|hz| u64::try_from(hz).ok())
             .filter(|&hz| hz > 0)
@@ -207,6 +225,21 @@ impl Daemon {
     /// then kills and reports any process of this run that is still alive.
     pub fn stop(mut self) -> Result<Stopped> {
         self.stop_in_place()
+    }
+
+    /// Stops the daemon like [`Daemon::stop`] and fails if it did not exit cleanly or left
+    /// processes behind (they have been killed by then). Returns the time it took to exit.
+    pub fn stop_clean(self) -> Result<Duration> {
+        let stopped = self.stop()?;
+        anyhow::ensure!(
+            stopped.leftovers.is_empty(),
+            "the daemon left processes behind (now killed): {}",
+            stopped.leftovers.join(", ")
+        );
+        if let Some(status) = stopped.status {
+            anyhow::ensure!(status.success(), "the daemon exited with {status}");
+        }
+        Ok(stopped.took)
     }
 
     fn stop_in_place(&mut self) -> Result<Stopped> {

@@ -26,6 +26,14 @@
 //! - **Idle CPU**: utime + stime from `/proc/PID/stat` across `--idle-cpu-secs` with 100
 //!   services running and no requests.
 //!
+//! Those are the `core` group. Two more groups have their own tables; `--only` picks groups
+//! (all by default):
+//!
+//! - `checks` ([`checks`]): daemon CPU, RSS, `GET /v1/health` latency and state-file writes
+//!   with 100 and 1000 checks at a 1 s period.
+//! - `watch` ([`watch`]): `requires-paths` → process spawned latency, and the cost of
+//!   1000 services waiting on 1000 paths.
+//!
 //! Every daemon runs a private copy of the binary, so a rebuild during the run changes
 //! nothing. Daemons are stopped with SIGTERM (once they catch it) and waited for; afterwards
 //! every process carrying the run's marker variable is killed and reported, so no `sleep`
@@ -36,18 +44,21 @@
 //! - [`daemon`]: the daemon fixture, the benchmark layer and `/proc` readings.
 //! - [`stats`]: median and p99 of repeated measurements.
 //! - [`report`]: the table, with Pebble's figures and the targets.
+//! - [`checks`], [`watch`]: the checks and path-watching groups.
 #![forbid(unsafe_code)]
 
+mod checks;
 mod daemon;
 mod report;
 mod stats;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail, ensure};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use cobble_client::{Client, Method};
 use tempfile::TempDir;
 
@@ -117,6 +128,58 @@ struct Args {
     /// Pause between `GET /v1/services` while waiting for a replan, in microseconds.
     #[arg(long, value_name = "US", default_value_t = 2000)]
     poll_replan_us: u64,
+    /// Run only these groups (comma-separated or repeated); all of them by default.
+    #[arg(long, value_name = "GROUP", value_delimiter = ',')]
+    only: Vec<Group>,
+    /// Numbers of tcp checks (period 1 s), one daemon each.
+    #[arg(
+        long,
+        value_name = "N,N",
+        value_delimiter = ',',
+        default_value = "100,1000"
+    )]
+    checks: Vec<usize>,
+    /// Number of exec checks (`true`, period 1 s) in one more case; 0 skips it.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    exec_checks: usize,
+    /// Measurement window of each checks case, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 30)]
+    checks_secs: u64,
+    /// Pause after launch before each checks window, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 3)]
+    checks_warmup_secs: u64,
+    /// Pause between `GET /v1/health` requests under check load, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10)]
+    health_interval_ms: u64,
+    /// Runs of the two-path `requires-paths` latency.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    path_runs: usize,
+    /// Services, each waiting on its own path, in the many-paths case.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    watch_paths: usize,
+    /// Latency runs in the many-paths case.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    watch_runs: usize,
+    /// Idle CPU window with the paths watched (and with an empty daemon), in seconds.
+    #[arg(long, value_name = "S", default_value_t = 30)]
+    watch_idle_secs: u64,
+}
+
+/// A group of measurements that can run alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Group {
+    /// Memory, launch, latency, replan, start, idle CPU, shutdown.
+    Core,
+    /// Health checks under load.
+    Checks,
+    /// `requires-paths` watching.
+    Watch,
+}
+
+impl Args {
+    fn runs(&self, group: Group) -> bool {
+        self.only.is_empty() || self.only.contains(&group)
+    }
 }
 
 fn main() -> ExitCode {
@@ -139,7 +202,7 @@ fn main() -> ExitCode {
             .map(|d| d.as_nanos())
             .unwrap_or_default()
     );
-    let result = runtime.block_on(async { Bench::new(&args, token.clone())?.run_all().await });
+    let result = runtime.block_on(run_groups(&args, token.clone()));
     // Whatever happened, leave no service behind.
     let leftovers = sweep_leftovers(&token);
     if !leftovers.is_empty() {
@@ -149,23 +212,55 @@ fn main() -> ExitCode {
         );
     }
     match result {
-        Ok((rows, notes)) => {
-            println!("{}", report::markdown(&rows));
-            for note in notes {
-                println!("Note: {note}\n");
-            }
-            if report::any_missed(&rows) {
-                println!("Some targets were missed (marked **MISSED**).");
-            } else {
-                println!("All targets met.");
-            }
-            ExitCode::SUCCESS
-        }
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs the selected groups in order, printing each one's Markdown as soon as it is done.
+async fn run_groups(args: &Args, token: String) -> Result<()> {
+    let bench = Bench::new(args, token)?;
+    if args.runs(Group::Core) {
+        let (rows, notes) = bench.run_all().await?;
+        println!("{}", report::markdown(&rows));
+        for note in notes {
+            println!("Note: {note}\n");
+        }
+        if report::any_missed(&rows) {
+            println!("Some targets were missed (marked **MISSED**).\n");
+        } else {
+            println!("All targets met.\n");
+        }
+    }
+    let poll_launch = bench.poll_launch();
+    if args.runs(Group::Checks) {
+        let settings = checks::Settings {
+            tcp_counts: args.checks.clone(),
+            exec_count: args.exec_checks,
+            window: Duration::from_secs(args.checks_secs),
+            warmup: Duration::from_secs(args.checks_warmup_secs),
+            health_interval: Duration::from_millis(args.health_interval_ms),
+            poll_launch,
+        };
+        let section = checks::run(&bench.cobble, &bench.token, &settings).await?;
+        println!("### Checks under load\n\n{section}");
+    }
+    if args.runs(Group::Watch) {
+        let settings = watch::Settings {
+            runs: args.path_runs,
+            paths: args.watch_paths,
+            many_runs: args.watch_runs,
+            idle: Duration::from_secs(args.watch_idle_secs),
+            settle: Duration::from_millis(args.settle_ms),
+            poll_launch,
+        };
+        let section = watch::run(&bench.cobble, &bench.token, &settings).await?;
+        println!("### Path watching\n\n{section}");
+    }
+    Ok(())
 }
 
 /// The settings of one harness run.
@@ -218,6 +313,20 @@ impl<'a> Bench<'a> {
             .all(|&count| count > 0),
             "--services, --rounds, --requests, --launches and --starts must be positive"
         );
+        ensure!(
+            [
+                args.path_runs,
+                args.watch_paths,
+                args.watch_runs,
+                args.checks_secs as usize,
+                args.health_interval_ms as usize,
+            ]
+            .iter()
+            .chain(&args.checks)
+            .all(|&count| count > 0),
+            "--path-runs, --watch-paths, --watch-runs, --checks-secs, --health-interval-ms \
+             and every --checks count must be positive"
+        );
         // A rebuild of the workspace during the run (others share this target directory)
         // must not swap the binary under the measurements, so every daemon runs a copy.
         let copy_dir = tempfile::Builder::new()
@@ -244,7 +353,7 @@ impl<'a> Bench<'a> {
     }
 
     /// Runs every measurement; returns the table's rows and notes to print under it.
-    async fn run_all(self) -> Result<(Vec<Row>, Vec<String>)> {
+    async fn run_all(&self) -> Result<(Vec<Row>, Vec<String>)> {
         let args = self.args;
         let size = std::fs::metadata(&self.cobble)?.len();
         let n = args.services;
@@ -386,16 +495,7 @@ impl<'a> Bench<'a> {
 
     /// Stops a daemon; fails if it did not exit cleanly or left processes behind.
     fn stop(&self, daemon: Daemon) -> Result<Duration> {
-        let stopped = daemon.stop()?;
-        ensure!(
-            stopped.leftovers.is_empty(),
-            "the daemon left processes behind (now killed): {}",
-            stopped.leftovers.join(", ")
-        );
-        if let Some(status) = stopped.status {
-            ensure!(status.success(), "the daemon exited with {status}");
-        }
-        Ok(stopped.took)
+        daemon.stop_clean()
     }
 
     fn poll_launch(&self) -> Duration {

@@ -188,6 +188,48 @@ pub fn markdown(rows: &[Row]) -> String {
     out
 }
 
+/// Renders a plain Markdown table: the first column left-aligned, the others right-aligned.
+/// Used by the checks and path-watching groups, whose figures do not fit [`markdown`]'s
+/// median/p99/Pebble/target columns.
+pub fn plain_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut out = format!("| {} |\n|---|", header.join(" | "));
+    for _ in 1..header.len() {
+        out.push_str("---:|");
+    }
+    out.push('\n');
+    for row in rows {
+        let _ = writeln!(out, "| {} |", row.join(" | "));
+    }
+    out
+}
+
+/// A duration in milliseconds, with three decimals below 10 ms (as [`Unit::Millis`]).
+pub fn millis(d: Duration) -> String {
+    Unit::Millis.format(d.as_secs_f64())
+}
+
+/// `VmRSS` in MiB with its anonymous and file-backed parts: `9.8 MiB (1.0 + 8.8)`.
+pub fn rss_mib(rss: Rss) -> String {
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    format!(
+        "{:.1} MiB ({:.1} + {:.1})",
+        mib(rss.total_kib),
+        mib(rss.anon_kib),
+        mib(rss.file_kib)
+    )
+}
+
+/// CPU time over a window as a percentage of one core, with the time itself:
+/// `0.27 % (80 ms)`.
+pub fn cpu_share(cpu: Duration, window: Duration) -> String {
+    let share = if window.is_zero() {
+        0.0
+    } else {
+        cpu.as_secs_f64() / window.as_secs_f64() * 100.0
+    };
+    format!("{share:.2} % ({:.0} ms)", cpu.as_secs_f64() * 1e3)
+}
+
 /// Seconds of a duration, for [`Row::single`].
 pub fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
@@ -233,6 +275,24 @@ mod tests {
             "{table}"
         );
         assert!(any_missed(&rows));
+    }
+
+    #[test]
+    fn plain_tables_and_helpers_render() {
+        let table = plain_table(
+            &["What", "CPU", "RSS"],
+            &[vec![
+                "x".into(),
+                cpu_share(Duration::from_millis(300), Duration::from_secs(30)),
+                rss_mib(rss(4096)),
+            ]],
+        );
+        assert_eq!(
+            table,
+            "| What | CPU | RSS |\n|---|---:|---:|\n| x | 1.00 % (300 ms) | 4.0 MiB (1.0 + 3.0) |\n"
+        );
+        assert_eq!(millis(Duration::from_micros(1234)), "1.234 ms");
+        assert_eq!(cpu_share(Duration::ZERO, Duration::ZERO), "0.00 % (0 ms)");
     }
 
     #[test]

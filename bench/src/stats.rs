@@ -30,6 +30,11 @@ impl Samples {
         self.percentile(99.0)
     }
 
+    /// The largest sample; zero without samples.
+    pub fn max(&self) -> Duration {
+        self.values.iter().copied().max().unwrap_or_default()
+    }
+
     /// The nearest-rank percentile `p` (0 < p <= 100): the smallest sample that at least
     /// `p` percent of the samples do not exceed.
     fn percentile(&self, p: f64) -> Duration {
@@ -64,6 +69,7 @@ mod tests {
         let hundred = ms(&(1..=100).rev().collect::<Vec<_>>());
         assert_eq!(hundred.median(), Duration::from_millis(50));
         assert_eq!(hundred.p99(), Duration::from_millis(99));
+        assert_eq!(hundred.max(), Duration::from_millis(100));
     }
 
     #[test]
@@ -71,5 +77,6 @@ mod tests {
         let samples = Samples::default();
         assert_eq!(samples.len(), 0);
         assert_eq!(samples.median(), Duration::ZERO);
+        assert_eq!(samples.max(), Duration::ZERO);
     }
 }
