@@ -114,7 +114,12 @@ impl Persister {
                 continue;
             }
             match self.flush().await {
-                Ok(()) => written = current,
+                Ok(()) => {
+                    written = current;
+                    // A write follows every burst of activity; once it is done, hand the
+                    // heap that burst freed back to the kernel.
+                    cobble_sys::memory::trim_heap();
+                }
                 Err(e) => {
                     tracing::warn!("Cannot write state file {}: {e}", self.path.display());
                     tokio::time::sleep(RETRY_DELAY).await;
