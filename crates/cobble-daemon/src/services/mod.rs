@@ -550,13 +550,15 @@ impl Actor {
                         GroupSignal::Term => cobble_sys::process::Signal::SIGTERM,
                         GroupSignal::Kill => cobble_sys::process::Signal::SIGKILL,
                     };
+                    // Descendants that left the group (setsid, setpgid) would survive the
+                    // group signal: find them first (once the leader dies they are re-parented
+                    // out of its tree), signal them too, and remember them in case the leader
+                    // exits before they do.
+                    let escaped = escaped_descendants(pid);
                     if let Err(e) = cobble_sys::process::signal_group(pid, sig) {
                         tracing::info!("Cannot send {sig} to service \"{name}\": {e}");
                     }
-                    // Descendants that left the group (setsid, setpgid) would survive the
-                    // group signal; signal them too, and remember them in case the leader
-                    // exits first and they are re-parented out of reach of the tree.
-                    for (child, start_time) in escaped_descendants(pid) {
+                    for (child, start_time) in escaped {
                         let _ = cobble_sys::process::signal_pid(child, sig);
                         if !slot.escaped.contains(&(child, start_time)) {
                             slot.escaped.push((child, start_time));
