@@ -427,28 +427,32 @@ fn sync_result<T: DeserializeOwned>(response: Response) -> Result<T, Error> {
         .map_err(|e| Error::Protocol(format!("cannot unmarshal: {e}")))
 }
 
-/// Appends `?k=v&...` with percent-encoded values.
-fn with_query(path: &str, query: &[(&str, &str)]) -> String {
+/// Appends `?k=v&...` with percent-encoded values. `,` (name lists) and `/` (file paths) stay
+/// as they are: both are plain characters in a query.
+pub(crate) fn with_query(path: &str, query: &[(&str, &str)]) -> String {
     let mut out = path.to_string();
     for (i, (key, value)) in query.iter().enumerate() {
         out.push(if i == 0 { '?' } else { '&' });
-        out.push_str(&escape(key));
+        out.push_str(&percent_encode(key, b",/"));
         out.push('=');
-        out.push_str(&escape(value));
+        out.push_str(&percent_encode(value, b",/"));
     }
     out
 }
 
-/// Percent-encodes everything but RFC 3986 unreserved characters (and `,`, which the
-/// daemon splits name lists on and which needs no escaping in a query).
+/// Percent-encodes a path segment (a change ID).
 fn escape(text: &str) -> String {
+    percent_encode(text, b"")
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters and the bytes in `keep`.
+fn percent_encode(text: &str, keep: &[u8]) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b',' => {
-                out.push(byte as char)
-            }
-            _ => out.push_str(&format!("%{byte:02X}")),
+        if byte.is_ascii_alphanumeric() || b"-_.~".contains(&byte) || keep.contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
         }
     }
     out

@@ -15,7 +15,7 @@ use hyper::body::Frame;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::client::{Client, decode_envelope};
+use crate::client::{Client, decode_envelope, with_query};
 use crate::error::Error;
 use crate::transport::{self, content_type_of};
 use crate::types::{
@@ -199,7 +199,7 @@ impl Client {
     where
         W: AsyncWrite + Unpin,
     {
-        let path_and_query = format!("/v1/files?action=read&path={}", query_escape(path));
+        let path_and_query = with_query("/v1/files", &[("action", "read"), ("path", path)]);
         let streamed = transport::send_streaming(
             self.endpoint(),
             Method::GET,
@@ -314,20 +314,6 @@ fn random_boundary() -> String {
     out
 }
 
-/// Percent-encodes a query value (everything but RFC 3986 unreserved characters and `/`).
-fn query_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                out.push(byte as char)
-            }
-            _ => out.push_str(&format!("%{byte:02X}")),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,6 +342,9 @@ mod tests {
         assert!(boundary.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_eq!(octal(0o644), "644");
         assert_eq!(octal(0o7), "007");
-        assert_eq!(query_escape("/a b/&c"), "/a%20b/%26c");
+        assert_eq!(
+            with_query("/v1/files", &[("path", "/a b/&c")]),
+            "/v1/files?path=/a%20b/%26c"
+        );
     }
 }
