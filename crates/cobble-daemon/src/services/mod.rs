@@ -790,3 +790,25 @@ fn seed() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64);
     nanos ^ (u64::from(std::process::id()) << 32)
 }
+
+#[cfg(test)]
+mod tests {
+    /// cobble-plan validates `on-file-change` signal names without depending on cobble-sys,
+    /// which sends them; the two lists must not drift apart.
+    #[test]
+    fn plan_signal_names_are_exactly_the_ones_that_can_be_sent() {
+        for name in cobble_plan::SIGNAL_NAMES {
+            assert!(
+                cobble_sys::process::parse_signal(name).is_ok(),
+                "{name} is valid in a layer but cannot be sent"
+            );
+        }
+        for sig in cobble_sys::process::Signal::iterator() {
+            assert!(
+                cobble_plan::SIGNAL_NAMES.contains(&sig.as_str()),
+                "{} can be sent but is rejected in a layer",
+                sig.as_str()
+            );
+        }
+    }
+}
