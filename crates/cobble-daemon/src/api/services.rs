@@ -17,13 +17,20 @@ pub async fn get_services(
     let names = multi_comma_list(&query, "names");
     let details = query.iter().any(|(k, v)| k == "details" && v == "true");
     let statuses = api.services.statuses(names).await;
-    let checks = api.checks.checks().await;
-    sync(crate::why::explain(
-        statuses,
-        &api.plan.plan(),
-        &checks,
-        details,
-    ))
+    let plan = api.plan.plan();
+    // Only services with on-check-failure entries can be explained by a check; skip the
+    // check snapshot on this hot path otherwise.
+    let acts_on_checks = statuses.iter().any(|s| {
+        plan.services
+            .get(&s.info.name)
+            .is_some_and(|c| !c.on_check_failure.is_empty())
+    });
+    let checks = if acts_on_checks {
+        api.checks.checks().await
+    } else {
+        Vec::new()
+    };
+    sync(crate::why::explain(statuses, &plan, &checks, details))
 }
 
 pub async fn post_services(
