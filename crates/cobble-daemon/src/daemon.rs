@@ -28,8 +28,6 @@ use crate::state::{self, Persister, StateData, StateStore};
 
 /// How often old changes are pruned.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(10 * 60);
-/// How long after start-up its code pages are given back.
-const START_UP_SETTLES: Duration = Duration::from_millis(500);
 /// Extra time allowed for services to stop at shutdown, beyond the longest kill-delay.
 const STOP_GRACE: Duration = Duration::from_millis(5_100);
 
@@ -166,19 +164,6 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
             Err(e) => tracing::info!("Cannot autostart: {e}"),
         }
     }
-
-    // Start-up code (flag parsing, layer YAML, building the router, spinning up the runtime)
-    // never runs again: once start-up has settled, give its pages back. They are clean file
-    // pages; whatever runs later faults its own back in from the page cache.
-    tokio::spawn(async {
-        tokio::time::sleep(START_UP_SETTLES).await;
-        match cobble_sys::memory::release_file_pages() {
-            Ok(bytes) => {
-                tracing::debug!("Released start-up code pages ({} KiB mapped)", bytes / 1024)
-            }
-            Err(e) => tracing::debug!("Cannot release start-up code pages: {e}"),
-        }
-    });
 
     let code = stop_signals.wait(&mut shutdown_rx).await;
     let longest_kill_delay = longest_kill_delay(&actions);
