@@ -19,20 +19,25 @@
 //!   streamed multipart and atomic writes.
 //! - [`checks`]: health checks (http, tcp, exec), their perform/recover changes, the
 //!   snapshot `/v1/health` reads, and the failure actions they trigger.
+//! - [`command`]: launching services and exec checks (path lookup, user, group, output pipe).
 //! - [`metrics`]: the OpenMetrics text of `/v1/metrics`.
 //! - [`watch`]: path watching for `requires-paths`, `on-file-change` and failure hints.
 //! - [`why`]: the reason a service is where it is, services and checks joined.
 //! - [`logging`]: the daemon log format, `<time> [cobble] message`.
+//! - [`output`]: stdout and stderr written by dedicated threads from bounded queues, so a
+//!   stalled log pipe never blocks the daemon.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod checks;
+pub mod command;
 pub mod daemon;
 pub mod files;
 pub mod layers;
 pub mod logging;
 pub mod metrics;
+pub mod output;
 pub mod services;
 pub mod state;
 pub mod watch;
@@ -88,11 +93,17 @@ pub fn run(opts: RunOptions) -> i32 {
     let code = runtime.block_on(daemon::run(opts));
     // Output readers of services that outlived their stop may still be blocked; don't wait.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
-    match code {
+    let code = match code {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: cannot run daemon: {e}");
+            output::stderr().text(format!("error: cannot run daemon: {e}\n").as_bytes());
             1
         }
-    }
+    };
+    // What is still queued goes out, unless the stream is stalled for good.
+    output::flush_all(EXIT_FLUSH);
+    code
 }
+
+/// How long the daemon's exit waits for stdout and stderr to take what is queued.
+const EXIT_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);

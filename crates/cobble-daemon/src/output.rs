@@ -1,0 +1,259 @@
+//! The daemon's stdout and stderr, written without ever blocking the daemon.
+//!
+//! Juju starts the daemon with `--verbose` and its stdout going into the container's log pipe.
+//! When nobody drains that pipe (a stalled log collector), a `write` to it blocks until there is
+//! room; done on a runtime worker, that would stop the API, health, checks and supervision with
+//! it. So each stream has one [`Sink`]: callers append whole lines to a bounded in-memory
+//! queue and return at once, and one dedicated thread per stream writes the queue out, blocking
+//! as long as it must. When the queue is full, new lines are dropped and counted; once the
+//! writer catches up it reports how many were lost, so a reader of the log knows there is a gap.
+//!
+//! The bound is in bytes ([`QUEUE_BYTES`]), so a flood of output costs a fixed amount of memory
+//! however long the stream stays stalled.
+
+use std::io::Write;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Bytes a stream may hold while its reader is not keeping up.
+pub const QUEUE_BYTES: usize = 256 * 1024;
+
+/// The queue of one stream.
+#[derive(Default)]
+struct Queue {
+    /// Whole lines, newline included, waiting to be written.
+    pending: Vec<u8>,
+    /// Lines dropped since the last report.
+    dropped: u64,
+    /// The writer is in the middle of a write (so the stream is not flushed yet).
+    writing: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when lines are queued (for the writer) and when a batch is written (for
+    /// [`Sink::flush`]).
+    changed: Condvar,
+}
+
+/// What the writer says, on the stream itself, after it has dropped lines.
+type DropNotice = fn(u64) -> Vec<u8>;
+
+/// One output stream written by a dedicated thread. Cheap to clone.
+#[derive(Clone)]
+pub struct Sink {
+    shared: Arc<Shared>,
+}
+
+impl Sink {
+    /// Starts a writer thread for `out`. After a gap, `notice` turns the number of dropped
+    /// lines into a line written in the gap's place.
+    pub fn spawn(
+        name: &str,
+        out: impl Write + Send + 'static,
+        notice: fn(u64) -> Vec<u8>,
+    ) -> std::io::Result<Sink> {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            changed: Condvar::new(),
+        });
+        let writer = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("cobble-{name}"))
+            .spawn(move || write_out(&writer, out, notice))?;
+        Ok(Sink { shared })
+    }
+
+    /// Queues one line (a newline is added). Never blocks on the stream: if the queue is full
+    /// the line is dropped and counted.
+    pub fn line(&self, line: &[u8]) {
+        self.queue_bytes(line, true);
+    }
+
+    /// Queues text that already ends in a newline (a formatted log line).
+    pub fn text(&self, text: &[u8]) {
+        self.queue_bytes(text, false);
+    }
+
+    fn queue_bytes(&self, bytes: &[u8], add_newline: bool) {
+        let len = bytes.len() + usize::from(add_newline);
+        let mut queue = lock(&self.shared.queue);
+        if queue.pending.len() + len > QUEUE_BYTES {
+            queue.dropped += 1;
+            return;
+        }
+        let was_empty = queue.pending.is_empty();
+        queue.pending.extend_from_slice(bytes);
+        if add_newline {
+            queue.pending.push(b'\n');
+        }
+        drop(queue);
+        if was_empty {
+            self.shared.changed.notify_all();
+        }
+    }
+
+    /// Waits until everything queued so far has been written, for at most `timeout` (the
+    /// stream may be stalled for good). Returns whether it all went out. Blocking: call it
+    /// from the main thread at exit, or from a blocking task.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut queue = lock(&self.shared.queue);
+        while !queue.pending.is_empty() || queue.writing {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            queue = self
+                .shared
+                .changed
+                .wait_timeout(queue, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+
+    /// Lines dropped and not yet reported (for tests and metrics).
+    pub fn dropped(&self) -> u64 {
+        lock(&self.shared.queue).dropped
+    }
+}
+
+fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
+    queue.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The writer thread: takes the whole queue at once, writes it, reports drops, repeats.
+fn write_out(shared: &Shared, mut out: impl Write, notice: DropNotice) {
+    let mut batch = Vec::new();
+    loop {
+        let dropped = {
+            let mut queue = lock(&shared.queue);
+            while queue.pending.is_empty() && queue.dropped == 0 {
+                queue = shared
+                    .changed
+                    .wait(queue)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            std::mem::swap(&mut batch, &mut queue.pending);
+            queue.writing = true;
+            std::mem::take(&mut queue.dropped)
+        };
+        // The dropped lines came after what is in the batch; say so where they were lost.
+        if dropped > 0 {
+            batch.extend_from_slice(&notice(dropped));
+        }
+        // A stream that is closed for good (EPIPE) is not retried; the lines are gone.
+        let _ = out.write_all(&batch).and_then(|()| out.flush());
+        batch.clear();
+        if batch.capacity() > QUEUE_BYTES {
+            batch.shrink_to(QUEUE_BYTES);
+        }
+        lock(&shared.queue).writing = false;
+        shared.changed.notify_all();
+    }
+}
+
+/// The daemon's stdout: service output under `--verbose`.
+pub fn stdout() -> &'static Sink {
+    static STDOUT: OnceLock<Sink> = OnceLock::new();
+    STDOUT.get_or_init(|| {
+        Sink::spawn("stdout", std::io::stdout(), |n| {
+            crate::logging::format_line(&format!(
+                "Dropped {n} lines of service output: stdout was not keeping up"
+            ))
+            .into_bytes()
+        })
+        .expect("cannot start the stdout writer thread")
+    })
+}
+
+/// The daemon's stderr: its own log.
+pub fn stderr() -> &'static Sink {
+    static STDERR: OnceLock<Sink> = OnceLock::new();
+    STDERR.get_or_init(|| {
+        Sink::spawn("stderr", std::io::stderr(), |n| {
+            crate::logging::format_line(&format!(
+                "Dropped {n} log lines: stderr was not keeping up"
+            ))
+            .into_bytes()
+        })
+        .expect("cannot start the stderr writer thread")
+    })
+}
+
+/// Writes out what is queued on both streams before the daemon exits, giving a stalled
+/// stream at most `timeout` each.
+pub fn flush_all(timeout: Duration) {
+    stdout().flush(timeout);
+    stderr().flush(timeout);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn notice(n: u64) -> Vec<u8> {
+        format!("dropped {n}\n").into_bytes()
+    }
+
+    #[test]
+    fn lines_go_out_in_order() {
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let sink = Sink::spawn("test", writer, notice).unwrap();
+        for i in 0..1000 {
+            sink.line(format!("line {i}").as_bytes());
+        }
+        assert!(sink.flush(Duration::from_secs(10)));
+        drop(sink);
+        let mut out = vec![0u8; 1_000_000];
+        let mut got = String::new();
+        while !got.ends_with("line 999\n") {
+            let n = reader.read(&mut out).unwrap();
+            got.push_str(std::str::from_utf8(&out[..n]).unwrap());
+        }
+        let lines: Vec<&str> = got.lines().collect();
+        assert_eq!(lines.len(), 1000);
+        assert_eq!(lines[10], "line 10");
+    }
+
+    #[test]
+    fn a_stalled_stream_never_blocks_the_caller_bounds_memory_and_counts_every_loss() {
+        // A pipe nobody reads: the writer thread blocks once the pipe is full.
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let sink = Sink::spawn("test", writer, notice).unwrap();
+        let line = vec![b'x'; 1000];
+        // Far more than the pipe and the queue hold together; returns without blocking.
+        for _ in 0..10_000 {
+            sink.line(&line);
+        }
+        assert!(!sink.flush(Duration::from_millis(50)), "nothing is reading");
+        assert!(lock(&sink.shared.queue).pending.len() <= QUEUE_BYTES);
+
+        // Drain the pipe: every line either arrives or is counted in a notice where it was
+        // lost.
+        let (mut delivered, mut dropped) = (0u64, 0u64);
+        let mut text = String::new();
+        let mut buf = vec![0u8; 1 << 16];
+        while delivered + dropped < 10_000 {
+            let n = reader.read(&mut buf).unwrap();
+            text.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+            while let Some(end) = text.find('\n') {
+                let line: String = text.drain(..=end).collect();
+                match line.trim_end().strip_prefix("dropped ") {
+                    Some(n) => dropped += n.parse::<u64>().unwrap(),
+                    None => {
+                        assert_eq!(line.len(), 1001);
+                        delivered += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(delivered + dropped, 10_000);
+        assert!(dropped > 5_000, "dropped {dropped}");
+        assert!(sink.flush(Duration::from_secs(10)));
+        assert_eq!(sink.dropped(), 0);
+    }
+}
