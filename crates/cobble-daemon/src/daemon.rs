@@ -6,6 +6,11 @@
 //! services. It runs until SIGTERM, SIGINT or SIGQUIT, or until a service action asks for a
 //! shutdown; either way it stops every running service in reverse dependency order, writes the
 //! state one last time and returns the exit code.
+//!
+//! A daemon whose supervisor, check manager or persister has stopped (a bug: a panic) would
+//! go on answering `/v1/health` while nothing is supervised. So the daemon watches those
+//! tasks; if one ends, it logs why, stops every service and exits with
+//! [`MANAGER_FAILED_EXIT_CODE`], so that the container is restarted.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -22,14 +27,18 @@ use crate::RunOptions;
 use crate::api::{self, ApiState, Peer};
 use crate::checks::CheckManager;
 use crate::layers::PlanManager;
+use crate::services::ServiceManager;
 use crate::services::changes::{ActionError, ServiceActions};
-use crate::services::{ServiceManager, registry};
+use crate::services::process::OsProcesses;
+use crate::services::registry::{self, ProcessRegistry};
 use crate::state::{self, Persister, StateData, StateStore};
 
 /// How often old changes are pruned.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(10 * 60);
 /// Extra time allowed for services to stop at shutdown, beyond the longest kill-delay.
 const STOP_GRACE: Duration = Duration::from_millis(5_100);
+/// The exit code when one of the daemon's managers stopped unexpectedly.
+pub const MANAGER_FAILED_EXIT_CODE: i32 = 1;
 
 /// Errors that keep the daemon from starting.
 #[derive(Debug, thiserror::Error)]
@@ -85,29 +94,37 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
     let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel();
     // A daemon killed with SIGKILL leaves its services running: end them before anything
     // starts, so no service ever runs twice.
-    let state_dir = opts.persist.then_some(opts.pebble_dir.as_path());
-    if let Some(dir) = state_dir {
-        let ended = registry::end_leftovers(dir, longest_plan_kill_delay(&plan.plan())).await;
+    let state_dir = opts.persist.then(|| opts.pebble_dir.clone());
+    if let Some(dir) = state_dir.clone() {
+        let grace = longest_plan_kill_delay(&plan.plan());
+        let ended = tokio::task::spawn_blocking(move || registry::end_leftovers(&dir, grace))
+            .await
+            .unwrap_or_default();
         if !ended.is_empty() {
             tracing::info!("Stopped leftover processes of {}", ended.join(", "));
         }
     }
-    let services = ServiceManager::spawn(plan.subscribe(), opts.verbose, shutdown_tx, state_dir);
-    let actions = ServiceActions::new(plan.subscribe(), store.clone(), services.clone());
+    let processes = Arc::new(OsProcesses::new(ProcessRegistry::new(state_dir.as_deref())));
     // Checks run from the plan whatever the services do, even under --hold.
-    let checks = {
-        let services = services.clone();
-        CheckManager::spawn(
-            plan.subscribe(),
-            store.clone(),
-            Arc::new(move |check: &str| services.check_failed(check)),
-        )
-    };
+    let (checks, checks_task) = CheckManager::spawn(plan.subscribe(), store.clone());
+    let (services, services_task) = ServiceManager::spawn(
+        plan.subscribe(),
+        checks.firing(),
+        processes.clone(),
+        opts.verbose.then(crate::output::stdout),
+        shutdown_tx,
+    );
+    let actions = ServiceActions::new(plan.subscribe(), store.clone(), services.clone());
+    let mut managers = Managers::default();
+    managers.watch(Manager::Services, services_task);
+    managers.watch(Manager::Checks, checks_task);
 
     let cancel = CancellationToken::new();
-    let persister = opts.persist.then(|| {
-        tokio::spawn(Persister::new(store.clone(), state_path.clone()).run(cancel.clone()))
-    });
+    if opts.persist {
+        let persister =
+            tokio::spawn(Persister::new(store.clone(), state_path.clone()).run(cancel.clone()));
+        managers.watch(Manager::Persister, persister);
+    }
     {
         let store = store.clone();
         tokio::spawn(async move {
@@ -165,21 +182,35 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
         }
     }
 
-    let code = stop_signals.wait(&mut shutdown_rx).await;
+    let (code, supervisor_alive) = tokio::select! {
+        code = stop_signals.wait(&mut shutdown_rx) => (code, true),
+        (manager, why) = managers.first_to_end() => {
+            tracing::info!("Cannot continue: the {manager} stopped: {why}; stopping services");
+            (MANAGER_FAILED_EXIT_CODE, manager != Manager::Services)
+        }
+    };
     let longest_kill_delay = longest_kill_delay(&actions);
-    if tokio::time::timeout(longest_kill_delay + STOP_GRACE, actions.stop_all())
-        .await
-        .is_err()
-    {
-        tracing::info!("Timed out stopping services");
+    if supervisor_alive {
+        if tokio::time::timeout(longest_kill_delay + STOP_GRACE, actions.stop_all())
+            .await
+            .is_err()
+        {
+            tracing::info!("Timed out stopping services");
+        }
+    } else {
+        // Nobody supervises the services any more: end every recorded process group.
+        let ended = tokio::task::spawn_blocking(move || processes.end_all(longest_kill_delay))
+            .await
+            .unwrap_or_default();
+        if !ended.is_empty() {
+            tracing::info!("Stopped {}", ended.join(", "));
+        }
     }
     cancel.cancel();
     for server in servers {
         let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
     }
-    if let Some(persister) = persister {
-        let _ = persister.await;
-    }
+    managers.wait_persister().await;
     let _ = std::fs::remove_file(&opts.socket_path);
     tracing::info!("Server exiting!");
     Ok(code)
@@ -197,6 +228,70 @@ fn longest_plan_kill_delay(plan: &Plan) -> Duration {
         .max()
         .unwrap_or_default()
         .max(Duration::from_secs(5))
+}
+
+/// The tasks the daemon cannot live without.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Manager {
+    Services,
+    Checks,
+    Persister,
+}
+
+impl std::fmt::Display for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Manager::Services => "service manager",
+            Manager::Checks => "check manager",
+            Manager::Persister => "state persister",
+        })
+    }
+}
+
+/// Watches the [`Manager`] tasks.
+#[derive(Default)]
+struct Managers {
+    tasks: Vec<(Manager, tokio::task::JoinHandle<()>)>,
+}
+
+impl Managers {
+    fn watch(&mut self, name: Manager, task: tokio::task::JoinHandle<()>) {
+        self.tasks.push((name, task));
+    }
+
+    /// Waits until one of them ends and says which, and why: a panic's message, or that it
+    /// returned (a manager returns only when its inputs are gone).
+    async fn first_to_end(&mut self) -> (Manager, String) {
+        if self.tasks.is_empty() {
+            return std::future::pending().await;
+        }
+        let (result, index, _) =
+            futures_util::future::select_all(self.tasks.iter_mut().map(|(_, task)| task)).await;
+        let (name, _) = self.tasks.remove(index);
+        let why = match result {
+            Ok(()) => "it returned".to_owned(),
+            Err(e) if e.is_panic() => {
+                let panic = e.into_panic();
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".to_owned());
+                format!("panic: {message}")
+            }
+            Err(e) => e.to_string(),
+        };
+        (name, why)
+    }
+
+    /// At shutdown the persister writes the state one last time once cancelled; wait for it.
+    async fn wait_persister(self) {
+        for (name, task) in self.tasks {
+            if name == Manager::Persister {
+                let _ = task.await;
+            }
+        }
+    }
 }
 
 /// SIGTERM, SIGINT and SIGQUIT, caught from start-up on.

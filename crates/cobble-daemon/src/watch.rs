@@ -1,7 +1,9 @@
 //! Watching paths: the input of `requires-paths`, `on-file-change` and failure hints.
 //!
-//! The watcher is told the whole set of paths anyone cares about and reports each path whose
-//! *fingerprint* changed: it appeared, disappeared, or now names different content (another
+//! The watcher is told the whole set of paths anyone cares about. It reports each newly
+//! watched path's state once ([`PathEvent::initial`]), so a path that appeared between the
+//! moment someone found it missing and the moment the watch was armed is not missed; then it
+//! reports each path whose *fingerprint* changed: it appeared, disappeared, or now names different content (another
 //! inode, size, modification or change time). Fingerprints are compared level-wise, so how a
 //! file was replaced does not matter: an in-place write, an atomic rename, a delete and
 //! re-create, and the symlink swap Kubernetes does for mounted secrets (`..data`) all look the
@@ -11,6 +13,9 @@
 //! inotify (through `notify`) only says "look now"; a poll every [`POLL_INTERVAL`] catches
 //! anything inotify cannot see (network filesystems, exhausted watch limits). Each look stats
 //! every watched path once, which stays cheap for thousands of paths.
+//!
+//! Looking means `stat` calls, which can block (a hung network mount), so the watcher is a
+//! dedicated thread, not a task on the runtime: nothing it waits for can stall the daemon.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
@@ -45,32 +50,60 @@ fn fingerprint(path: &Path) -> Option<Fingerprint> {
     })
 }
 
-/// A watched path whose fingerprint changed.
+/// A watched path's state: as found when its watch was armed, or after a change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathEvent {
     pub path: PathBuf,
     /// Whether the path exists now.
     pub exists: bool,
+    /// The state found when the path was newly watched, not a change.
+    pub initial: bool,
 }
 
-/// Handle to the watcher task.
+/// Handle to the watcher thread.
 #[derive(Clone)]
 pub struct PathWatcher {
-    tx: mpsc::UnboundedSender<BTreeSet<PathBuf>>,
+    tx: std::sync::mpsc::Sender<Message>,
+}
+
+enum Message {
+    /// Watch exactly these paths from now on; answer once the watches are armed.
+    Set(BTreeSet<PathBuf>, Option<tokio::sync::oneshot::Sender<()>>),
+    /// inotify saw something in a watched directory.
+    Look,
 }
 
 impl PathWatcher {
-    /// Starts the watcher; changes are sent to `events`.
+    /// Starts the watcher thread; changes are sent to `events`. The thread ends once every
+    /// handle is gone.
     pub fn spawn(events: mpsc::UnboundedSender<PathEvent>) -> PathWatcher {
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(rx, events));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let wake = tx.clone();
+        let watcher = notify::recommended_watcher(move |_event: notify::Result<notify::Event>| {
+            let _ = wake.send(Message::Look);
+        });
+        if let Err(e) = &watcher {
+            tracing::info!("Cannot use inotify, polling watched paths instead: {e}");
+        }
+        let state = State {
+            paths: BTreeMap::new(),
+            dirs: BTreeSet::new(),
+            watcher: watcher.ok(),
+            events,
+        };
+        std::thread::Builder::new()
+            .name("cobble-watch".into())
+            .spawn(move || run(state, rx))
+            .expect("cannot start the path watcher thread");
         PathWatcher { tx }
     }
 
     /// Replaces the set of watched paths. Paths newly watched are reported only when they
-    /// change after this call.
-    pub fn set(&self, paths: BTreeSet<PathBuf>) {
-        let _ = self.tx.send(paths);
+    /// change after the returned ticket resolves (callers that do not care may drop it).
+    pub fn set(&self, paths: BTreeSet<PathBuf>) -> tokio::sync::oneshot::Receiver<()> {
+        let (armed, ticket) = tokio::sync::oneshot::channel();
+        let _ = self.tx.send(Message::Set(paths, Some(armed)));
+        ticket
     }
 }
 
@@ -83,37 +116,46 @@ struct State {
     events: mpsc::UnboundedSender<PathEvent>,
 }
 
-async fn run(
-    mut requests: mpsc::UnboundedReceiver<BTreeSet<PathBuf>>,
-    events: mpsc::UnboundedSender<PathEvent>,
-) {
-    let (wake_tx, mut wake) = mpsc::unbounded_channel::<()>();
-    let watcher = notify::recommended_watcher(move |_event: notify::Result<notify::Event>| {
-        let _ = wake_tx.send(());
-    });
-    if let Err(e) = &watcher {
-        tracing::info!("Cannot use inotify, polling watched paths instead: {e}");
-    }
-    let mut state = State {
-        paths: BTreeMap::new(),
-        dirs: BTreeSet::new(),
-        watcher: watcher.ok(),
-        events,
-    };
-    let mut poll = tokio::time::interval(POLL_INTERVAL);
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+fn run(mut state: State, messages: std::sync::mpsc::Receiver<Message>) {
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut next_poll = std::time::Instant::now() + POLL_INTERVAL;
     loop {
-        tokio::select! {
-            request = requests.recv() => match request {
-                Some(paths) => state.replace(paths),
-                None => return,
-            },
-            Some(()) = wake.recv() => {
-                // Coalesce a burst of inotify events into one look.
-                while wake.try_recv().is_ok() {}
-                state.look();
+        let wait = next_poll.saturating_duration_since(std::time::Instant::now());
+        match messages.recv_timeout(wait) {
+            Ok(Message::Set(paths, armed)) => {
+                state.replace(paths);
+                if let Some(armed) = armed {
+                    let _ = armed.send(());
+                }
             }
-            _ = poll.tick(), if !state.paths.is_empty() => state.look(),
+            Ok(Message::Look) => {
+                // Coalesce a burst of inotify events into one look; keep any new path set.
+                let mut sets = Vec::new();
+                while let Ok(message) = messages.try_recv() {
+                    if let Message::Set(paths, armed) = message {
+                        sets.push((paths, armed));
+                    }
+                }
+                state.look();
+                for (paths, armed) in sets {
+                    state.replace(paths);
+                    if let Some(armed) = armed {
+                        let _ = armed.send(());
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if !state.paths.is_empty() {
+                    state.look();
+                }
+                next_poll = std::time::Instant::now() + POLL_INTERVAL;
+            }
+            // The inotify callback holds a sender too, so this only happens when both the
+            // handles and the inotify watcher are gone.
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if state.events.is_closed() {
+            return;
         }
     }
 }
@@ -122,9 +164,16 @@ impl State {
     fn replace(&mut self, paths: BTreeSet<PathBuf>) {
         self.paths.retain(|p, _| paths.contains(p));
         for path in paths {
-            self.paths
-                .entry(path)
-                .or_insert_with_key(|p| fingerprint(p));
+            if self.paths.contains_key(&path) {
+                continue;
+            }
+            let now = fingerprint(&path);
+            let _ = self.events.send(PathEvent {
+                path: path.clone(),
+                exists: now.is_some(),
+                initial: true,
+            });
+            self.paths.insert(path, now);
         }
         if self.rearm() {
             // Something may have changed before the new watches were armed.
@@ -145,6 +194,7 @@ impl State {
                     let _ = self.events.send(PathEvent {
                         path: path.clone(),
                         exists: now.is_some(),
+                        initial: false,
                     });
                 }
             }
@@ -198,6 +248,42 @@ mod tests {
             .expect("watcher alive")
     }
 
+    fn change(path: &Path, exists: bool) -> PathEvent {
+        PathEvent {
+            path: path.to_owned(),
+            exists,
+            initial: false,
+        }
+    }
+
+    /// Watches exactly `paths` and returns what the watcher said about them when it armed
+    /// (and anything earlier changes reported): once the ticket resolves, all of it is in the
+    /// channel.
+    async fn watch(
+        watcher: &PathWatcher,
+        rx: &mut mpsc::UnboundedReceiver<PathEvent>,
+        paths: &[&Path],
+    ) -> Vec<PathEvent> {
+        let set = paths.iter().map(|p| p.to_path_buf()).collect();
+        watcher.set(set).await.unwrap();
+        let mut events = Vec::new();
+        while let Ok(event) = rx.try_recv() {
+            events.push(event);
+        }
+        events
+    }
+
+    /// Re-arms `path` from a fresh baseline and discards what earlier changes reported: a
+    /// single write can show up as two changes (truncate, then write).
+    async fn settle(
+        watcher: &PathWatcher,
+        rx: &mut mpsc::UnboundedReceiver<PathEvent>,
+        path: &Path,
+    ) {
+        watch(watcher, rx, &[]).await;
+        watch(watcher, rx, &[path]).await;
+    }
+
     fn setup() -> (
         tempfile::TempDir,
         PathWatcher,
@@ -209,15 +295,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_newly_watched_path_is_reported_as_it_is() {
+        let (dir, watcher, mut rx) = setup();
+        let there = dir.path().join("there");
+        let missing = dir.path().join("missing");
+        fs::write(&there, "x").unwrap();
+        let initial = watch(&watcher, &mut rx, &[&there, &missing]).await;
+        assert_eq!(
+            initial,
+            [
+                PathEvent {
+                    path: missing.clone(),
+                    exists: false,
+                    initial: true
+                },
+                PathEvent {
+                    path: there.clone(),
+                    exists: true,
+                    initial: true
+                },
+            ]
+        );
+        // Watched already: not reported again when the set is given anew.
+        assert!(
+            watch(&watcher, &mut rx, &[&there, &missing])
+                .await
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
     async fn a_path_in_directories_that_do_not_exist_yet() {
         let (dir, watcher, mut rx) = setup();
         let path = dir.path().join("a/b/c/cert.pem");
-        watcher.set([path.clone()].into());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        watch(&watcher, &mut rx, &[&path]).await;
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(&path, "cert").unwrap();
-        let event = next_event(&mut rx).await;
-        assert_eq!(event, PathEvent { path, exists: true });
+        assert_eq!(next_event(&mut rx).await, change(&path, true));
     }
 
     #[tokio::test]
@@ -225,22 +339,32 @@ mod tests {
         let (dir, watcher, mut rx) = setup();
         let path = dir.path().join("cert.pem");
         fs::write(&path, "one").unwrap();
-        watcher.set([path.clone()].into());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        watch(&watcher, &mut rx, &[&path]).await;
 
         fs::write(&path, "two, longer").unwrap();
-        assert!(next_event(&mut rx).await.exists, "in-place write");
+        assert_eq!(
+            next_event(&mut rx).await,
+            change(&path, true),
+            "in-place write"
+        );
+        settle(&watcher, &mut rx, &path).await;
 
         let tmp = dir.path().join(".cert.tmp");
         fs::write(&tmp, "three").unwrap();
         fs::rename(&tmp, &path).unwrap();
-        assert!(next_event(&mut rx).await.exists, "atomic rename");
+        assert_eq!(
+            next_event(&mut rx).await,
+            change(&path, true),
+            "atomic rename"
+        );
+        settle(&watcher, &mut rx, &path).await;
 
         fs::remove_file(&path).unwrap();
-        assert!(!next_event(&mut rx).await.exists, "delete");
+        assert_eq!(next_event(&mut rx).await, change(&path, false), "delete");
+        settle(&watcher, &mut rx, &path).await;
 
         fs::write(&path, "four").unwrap();
-        assert!(next_event(&mut rx).await.exists, "re-create");
+        assert_eq!(next_event(&mut rx).await, change(&path, true), "re-create");
     }
 
     #[tokio::test]
@@ -253,30 +377,30 @@ mod tests {
         std::os::unix::fs::symlink("..v1", root.join("..data")).unwrap();
         std::os::unix::fs::symlink("..data/cert.pem", root.join("cert.pem")).unwrap();
         let path = root.join("cert.pem");
-        watcher.set([path.clone()].into());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        watch(&watcher, &mut rx, &[&path]).await;
 
         fs::create_dir(root.join("..v2")).unwrap();
         fs::write(root.join("..v2/cert.pem"), "v2").unwrap();
         std::os::unix::fs::symlink("..v2", root.join("..data_tmp")).unwrap();
         fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
-        let event = next_event(&mut rx).await;
-        assert_eq!(event, PathEvent { path, exists: true });
+        assert_eq!(next_event(&mut rx).await, change(&path, true));
     }
 
     #[tokio::test]
     async fn unwatched_paths_are_not_reported() {
         let (dir, watcher, mut rx) = setup();
         let watched = dir.path().join("watched");
-        watcher.set([watched.clone()].into());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        watch(&watcher, &mut rx, &[&watched]).await;
         fs::write(dir.path().join("other"), "x").unwrap();
         fs::write(&watched, "x").unwrap();
         assert_eq!(next_event(&mut rx).await.path, watched);
-        watcher.set(BTreeSet::new());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        watch(&watcher, &mut rx, &[]).await;
         fs::write(&watched, "changed").unwrap();
-        let quiet = tokio::time::timeout(POLL_INTERVAL * 2, rx.recv()).await;
-        assert!(quiet.is_err(), "no event after unwatching: {quiet:?}");
+        // Watch something else and change it: its event must be the next one, with nothing
+        // about the unwatched path before it (events leave the watcher in order).
+        let marker = dir.path().join("marker");
+        watch(&watcher, &mut rx, &[&marker]).await;
+        fs::write(&marker, "x").unwrap();
+        assert_eq!(next_event(&mut rx).await, change(&marker, true));
     }
 }

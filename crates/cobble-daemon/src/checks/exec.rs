@@ -7,9 +7,6 @@
 //! are the last lines of that output. The process is spawned through the reaper and, if the
 //! probe is dropped (timeout, check stopped), its whole group is killed.
 
-use std::collections::BTreeMap;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cobble_plan::ExecCheck;
@@ -18,7 +15,7 @@ use futures_util::future::BoxFuture;
 use tokio::io::AsyncReadExt;
 
 use super::checker::{CheckError, Checker, MAX_ERROR_BYTES, last_lines};
-use crate::services::process::look_path;
+use crate::command::{self, Launch};
 
 /// How long to wait for the output pipe to close once the command has exited (descendants
 /// may keep it open), as Go's `exec.Cmd.WaitDelay` in Pebble.
@@ -38,52 +35,40 @@ impl ExecChecker {
         }
     }
 
-    fn command(&self) -> Result<Command, CheckError> {
+    fn launch(&self) -> Result<Launch, CheckError> {
         let argv = cobble_plan::shell_split(&self.config.command)
             .map_err(|e| CheckError::new(format!("cannot parse command: {e}")))?;
-        let Some(program) = argv.first() else {
+        if argv.is_empty() {
             return Err(CheckError::new("cannot parse command: empty command"));
-        };
-        let path = look_path(program).map_err(CheckError::new)?;
-        let mut cmd = Command::new(path);
-        cmd.arg0(program)
-            .args(&argv[1..])
-            .process_group(0)
-            .stdin(Stdio::null());
-        let environment: BTreeMap<String, String> = self.config.environment.clone();
-        cmd.envs(&environment);
-        if !self.config.working_dir.is_empty() {
-            cmd.current_dir(&self.config.working_dir);
         }
-        let ids = cobble_sys::user::normalize_uid_gid(
-            self.config.user_id,
-            &self.config.user,
-            self.config.group_id,
-            &self.config.group,
-        )
-        .map_err(|e| CheckError::new(e.to_string()))?;
-        if let Some((uid, gid)) = ids
-            && (uid != cobble_sys::current_uid() || gid != cobble_sys::current_gid())
-        {
-            cmd.uid(uid).gid(gid);
-        }
-        Ok(cmd)
+        Ok(Launch {
+            argv,
+            environment: self.config.environment.clone(),
+            working_dir: self.config.working_dir.clone(),
+            user_id: self.config.user_id,
+            user: self.config.user.clone(),
+            group_id: self.config.group_id,
+            group: self.config.group.clone(),
+            user_environment: false,
+        })
     }
 
     async fn run(&self) -> Result<(), CheckError> {
-        let mut cmd = self.command()?;
-        let (mut reader, stdout, stderr) = cobble_sys::output::merged_pipe()
-            .map_err(|e| CheckError::new(format!("cannot create pipe: {e}")))?;
-        cmd.stdout(stdout).stderr(stderr);
-        let spawned = cobble_sys::reaper::spawn(&mut cmd).map_err(|e| {
-            CheckError::new(format!(
-                "fork/exec {}: {}",
-                cmd.get_program().to_string_lossy(),
-                cobble_sys::os_error_text(&e)
-            ))
-        })?;
-        // The command holds the pipe's write ends; drop it or the reader never sees EOF.
-        drop(cmd);
+        let launch = self.launch()?;
+        // Looking up the program and the user, and forking, block: not on a runtime worker.
+        // If the probe is dropped meanwhile (timed out, check stopped), the blocking task
+        // finds nobody to hand the command to and kills it.
+        let (handover, spawned) = tokio::sync::oneshot::channel();
+        tokio::task::spawn_blocking(move || {
+            if let Err(Ok(orphan)) = handover.send(command::spawn(&launch)) {
+                let _ = cobble_sys::process::signal_group(orphan.pid, Signal::SIGKILL);
+            }
+        });
+        let spawned = spawned
+            .await
+            .map_err(|_| CheckError::new("cannot run command: launcher gone"))?
+            .map_err(|e| CheckError::new(e.to_string()))?;
+        let mut reader = spawned.output;
         let group = GroupGuard(spawned.pid);
         tracing::debug!(
             "Check \"{}\" (exec): running \"{}\" (PID {})",

@@ -23,9 +23,9 @@ use tokio_util::sync::CancellationToken;
 use super::checker::{self, CheckError, Checker};
 use super::machine::CheckRun;
 use super::runner::{
-    FailureHook, PERFORM_CHECK, RefreshReply, RefreshRequest, Runner, Shared, new_check_change,
+    PERFORM_CHECK, RefreshReply, RefreshRequest, Runner, Shared, new_check_change,
 };
-use super::{CheckLevel, CheckStatus, CheckView, Snapshot};
+use super::{CheckLevel, CheckStatus, CheckView, Firing, Publisher, Snapshot};
 use crate::state::StateStore;
 
 /// Builds the probe of a check (service context already merged).
@@ -73,43 +73,54 @@ enum Request {
 pub struct CheckManager {
     tx: mpsc::UnboundedSender<Request>,
     snapshot: watch::Receiver<Snapshot>,
+    firing: watch::Receiver<Arc<Firing>>,
     plan: watch::Receiver<Arc<Plan>>,
 }
 
 impl CheckManager {
-    /// Applies the current plan (starting its enabled checks) and starts the actor.
-    /// `on_failure` is called with a check's name each time it hits its threshold.
+    /// Applies the current plan (starting its enabled checks) and starts the actor. The
+    /// handle to the actor's task lets the daemon notice if it ever ends.
     pub fn spawn(
         plan: watch::Receiver<Arc<Plan>>,
         store: StateStore,
-        on_failure: FailureHook,
-    ) -> CheckManager {
-        CheckManager::spawn_with(plan, store, on_failure, Arc::new(checker::build))
+    ) -> (CheckManager, JoinHandle<()>) {
+        CheckManager::spawn_with(plan, store, Arc::new(checker::build))
     }
 
     /// [`CheckManager::spawn`] with another way to build probes (tests use scripted ones).
     pub(crate) fn spawn_with(
         plan: watch::Receiver<Arc<Plan>>,
         store: StateStore,
-        on_failure: FailureHook,
         build: CheckerFactory,
-    ) -> CheckManager {
-        let (publisher, snapshot) = watch::channel(Snapshot::default());
+    ) -> (CheckManager, JoinHandle<()>) {
+        let publisher = Publisher::new();
+        let snapshot = publisher.subscribe();
+        let firing = publisher.subscribe_firing();
         let (tx, rx) = mpsc::unbounded_channel();
         let mut actor = Actor {
             plan_rx: plan.clone(),
-            shared: Arc::new(Shared {
-                store,
-                publisher: Arc::new(publisher),
-                on_failure,
-            }),
+            shared: Arc::new(Shared { store, publisher }),
             entries: BTreeMap::new(),
             next_generation: 0,
             build,
         };
         actor.sync_plan();
-        tokio::spawn(actor.run(rx));
-        CheckManager { tx, snapshot, plan }
+        let task = tokio::spawn(actor.run(rx));
+        (
+            CheckManager {
+                tx,
+                snapshot,
+                firing,
+                plan,
+            },
+            task,
+        )
+    }
+
+    /// The checks that are down and how often each has fired its failure action; changes
+    /// only when a check goes down, fires again, or stops being down.
+    pub fn firing(&self) -> watch::Receiver<Arc<Firing>> {
+        self.firing.clone()
     }
 
     /// Every check of the current plan, sorted by name.
@@ -389,8 +400,8 @@ impl Actor {
             let _ = reply.send(Err(CheckManagerError::NoSuchCheck(name)));
             return;
         };
-        let publisher = self.shared.publisher.clone();
-        let current_view = move || publisher.borrow().checks.get(&name).cloned();
+        let shared = self.shared.clone();
+        let current_view = move || shared.publisher.borrow().checks.get(&name).cloned();
         if let Some(running) = entry.running.as_ref().filter(|_| entry.is_running()) {
             let (inner_tx, inner_rx) = oneshot::channel();
             if running

@@ -56,7 +56,7 @@ use tokio::sync::watch;
 
 pub use checker::CheckError;
 pub use manager::{CheckManager, CheckManagerError};
-pub use runner::{FailureHook, PERFORM_CHECK, RECOVER_CHECK};
+pub use runner::{PERFORM_CHECK, RECOVER_CHECK};
 
 /// The status `GET /v1/checks` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,8 +124,87 @@ pub struct Snapshot {
     pub(crate) plan: Option<Arc<Plan>>,
 }
 
-/// The shared snapshot's writing end.
-pub(crate) type Publisher = Arc<watch::Sender<Snapshot>>;
+/// The checks that are down, each with how many times its failure action has fired since the
+/// daemon started: a higher number is a new firing. The supervisor watches this map and
+/// decides every `on-check-failure` action against it as it stands when it acts, so an action
+/// is never taken for a check that is up again by then.
+pub type Firing = BTreeMap<String, u64>;
+
+/// The writing end of the snapshot, and of the [`Firing`] map derived from it.
+pub(crate) struct Publisher {
+    snapshot: watch::Sender<Snapshot>,
+    firing: watch::Sender<Arc<Firing>>,
+}
+
+impl Publisher {
+    pub(crate) fn new() -> Publisher {
+        Publisher {
+            snapshot: watch::Sender::new(Snapshot::default()),
+            firing: watch::Sender::new(Arc::default()),
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Snapshot> {
+        self.snapshot.subscribe()
+    }
+
+    pub(crate) fn subscribe_firing(&self) -> watch::Receiver<Arc<Firing>> {
+        self.firing.subscribe()
+    }
+
+    pub(crate) fn borrow(&self) -> watch::Ref<'_, Snapshot> {
+        self.snapshot.borrow()
+    }
+
+    /// Changes any part of the snapshot, then brings the whole firing map in step.
+    pub(crate) fn send_modify(&self, modify: impl FnOnce(&mut Snapshot)) {
+        self.snapshot.send_modify(modify);
+        let snapshot = self.snapshot.borrow();
+        let firing: Firing = snapshot
+            .checks
+            .values()
+            .filter_map(|view| firing_count(view).map(|n| (view.name.clone(), n)))
+            .collect();
+        drop(snapshot);
+        self.firing.send_if_modified(|current| {
+            if **current == firing {
+                return false;
+            }
+            *current = Arc::new(firing);
+            true
+        });
+    }
+
+    /// Changes the entry of check `name` (if `modify` says it changed anything), then brings
+    /// that check's firing entry in step. The cheap path for the runners' per-probe updates.
+    pub(crate) fn update_check(&self, name: &str, modify: impl FnOnce(&mut Snapshot) -> bool) {
+        if !self.snapshot.send_if_modified(modify) {
+            return;
+        }
+        let count = self
+            .snapshot
+            .borrow()
+            .checks
+            .get(name)
+            .and_then(firing_count);
+        self.firing.send_if_modified(|current| {
+            if current.get(name).copied() == count {
+                return false;
+            }
+            let map = Arc::make_mut(current);
+            match count {
+                Some(n) => map.insert(name.to_owned(), n),
+                None => map.remove(name),
+            };
+            true
+        });
+    }
+}
+
+/// The firing number of a check that is down.
+fn firing_count(view: &CheckView) -> Option<u64> {
+    (view.status == CheckStatus::Down).then_some(view.action_count)
+}
 
 /// Whether a check of `level` counts for a health query at `query` (`Unset` = any): `ready`
 /// also covers `alive` checks, `alive` does not cover `ready` ones.

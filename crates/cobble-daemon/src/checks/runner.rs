@@ -24,17 +24,12 @@ pub const PERFORM_CHECK: &str = "perform-check";
 /// Change and task kind after the check hit its threshold.
 pub const RECOVER_CHECK: &str = "recover-check";
 
-/// Called with the check's name when a check hits its failure threshold.
-pub type FailureHook = Arc<dyn Fn(&str) + Send + Sync>;
-
 /// What every runner shares.
 pub struct Shared {
     /// Where changes and tasks are recorded.
     pub store: StateStore,
-    /// The snapshot the API reads.
+    /// The snapshot the API reads, and the firing map the supervisor acts on.
     pub publisher: Publisher,
-    /// Fires the failure action.
-    pub on_failure: FailureHook,
 }
 
 /// The reply to a refresh: the check after the run, and the run's error if it failed.
@@ -80,7 +75,7 @@ pub struct Runner {
     pub change_id: u64,
     /// That change's one task.
     pub task_id: u64,
-    /// Store, snapshot and failure hook.
+    /// Store and snapshot.
     pub shared: Arc<Shared>,
 }
 
@@ -155,7 +150,6 @@ impl Runner {
                         self.name,
                         self.run.threshold
                     );
-                    (self.shared.on_failure)(&self.name);
                     actions_fired += 1;
                     (self.change_id, self.task_id) =
                         new_check_change(store, RECOVER_CHECK, &self.config);
@@ -169,7 +163,6 @@ impl Runner {
                         "Check \"{}\" still failing after {failures} failures, triggering action again",
                         self.name
                     );
-                    (self.shared.on_failure)(&self.name);
                     actions_fired += 1;
                 }
                 Effect::Recovered => {
@@ -243,7 +236,9 @@ impl Runner {
     /// Publishes this run's numbers (and `extra`) if the snapshot entry is still ours.
     fn publish(&self, extra: impl FnOnce(&mut CheckView)) {
         let status = self.status();
-        self.shared.publisher.send_if_modified(|snapshot| {
+        // The failure action fires by publishing: the snapshot's new action count (with the
+        // check down) is what the supervisor acts on.
+        self.shared.publisher.update_check(&self.name, |snapshot| {
             let Some(view) = snapshot.checks.get_mut(&self.name) else {
                 return false;
             };
@@ -261,7 +256,7 @@ impl Runner {
 
     /// A client aborted the check's change: the check is no longer running.
     fn publish_inactive(&self) {
-        self.shared.publisher.send_if_modified(|snapshot| {
+        self.shared.publisher.update_check(&self.name, |snapshot| {
             let Some(view) = snapshot.checks.get_mut(&self.name) else {
                 return false;
             };

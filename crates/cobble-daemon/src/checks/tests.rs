@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 
 use super::checker::{CheckError, Checker};
-use super::{CheckManager, CheckManagerError, CheckStatus, CheckView};
+use super::{CheckManager, CheckManagerError, CheckStatus, CheckView, Firing};
 use crate::state::{StateData, StateStore};
 
 /// What a scripted probe does on its next runs.
@@ -69,7 +69,6 @@ struct Harness {
     store: StateStore,
     manager: CheckManager,
     script: Arc<Script>,
-    fired: Arc<Mutex<Vec<String>>>,
 }
 
 fn secs(n: i64) -> Option<GoDuration> {
@@ -101,11 +100,6 @@ impl Harness {
         let (tx, rx) = watch::channel(plan(checks));
         let store = StateStore::new(StateData::default());
         let script = Arc::new(Script::default());
-        let fired = Arc::new(Mutex::new(Vec::new()));
-        let hook = {
-            let fired = fired.clone();
-            Arc::new(move |name: &str| fired.lock().unwrap().push(name.to_owned()))
-        };
         let factory = {
             let script = script.clone();
             Arc::new(move |config: &Check| {
@@ -115,13 +109,12 @@ impl Harness {
                 }) as Arc<dyn Checker>
             })
         };
-        let manager = CheckManager::spawn_with(rx, store.clone(), hook, factory);
+        let (manager, _task) = CheckManager::spawn_with(rx, store.clone(), factory);
         Harness {
             plan: tx,
             store,
             manager,
             script,
-            fired,
         }
     }
 
@@ -158,8 +151,9 @@ impl Harness {
             .expect("change exists")
     }
 
-    fn fired(&self) -> Vec<String> {
-        self.fired.lock().unwrap().clone()
+    /// The checks that are down, with their firing numbers, as the supervisor sees them.
+    fn firing(&self) -> Firing {
+        (**self.manager.firing().borrow()).clone()
     }
 }
 
@@ -232,7 +226,7 @@ async fn failures_below_threshold_are_logged_and_reset_by_a_success() {
         log_messages(&h.change(view.change_id)).last().unwrap(),
         "INFO succeeded after 2 failures"
     );
-    assert!(h.fired().is_empty());
+    assert!(h.firing().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -251,7 +245,7 @@ async fn threshold_fires_the_action_and_refires_while_down_and_recovery_starts_a
     let view = h.view("chk").await;
     assert_eq!(view.status, CheckStatus::Down);
     assert_eq!((view.failures, view.successes), (2, 1));
-    assert_eq!(h.fired(), ["chk"]);
+    assert_eq!(h.firing(), Firing::from([("chk".into(), 1)]));
     // The perform change failed with Pebble's err text; a recover change took over.
     let failed = h.change(perform);
     assert_eq!(failed.status, "Error");
@@ -281,7 +275,7 @@ async fn threshold_fires_the_action_and_refires_while_down_and_recovery_starts_a
     pass(30.0).await;
     let view = h.view("chk").await;
     assert_eq!(view.failures, 5);
-    assert_eq!(h.fired(), ["chk", "chk"]);
+    assert_eq!(h.firing(), Firing::from([("chk".into(), 2)]));
     assert_eq!(view.action_count, 2);
     assert_eq!(view.last_error.as_deref(), Some("exit status 3"));
     assert!(view.down_since.is_some());
@@ -305,12 +299,13 @@ async fn threshold_fires_the_action_and_refires_while_down_and_recovery_starts_a
     assert_eq!(perform_again.kind, "perform-check");
     assert_eq!(perform_again.status, "Doing");
     assert!(h.manager.healthy(CheckLevel::Unset, &[]));
+    assert!(h.firing().is_empty(), "an up check is not firing");
     assert_eq!((view.success_count, view.failure_count), (2, 5));
 
     // A new streak fires again.
     h.set("chk", Outcome::Fail("exit status 3", ""));
     pass(20.0).await;
-    assert_eq!(h.fired(), ["chk", "chk", "chk"]);
+    assert_eq!(h.firing(), Firing::from([("chk".into(), 3)]));
 }
 
 fn recover_id(change: &ChangeInfo) -> Option<u64> {

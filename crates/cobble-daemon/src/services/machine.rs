@@ -5,6 +5,15 @@
 //! request, shut the daemon down. It does no IO and reads no clock, so every transition is
 //! table-tested with plain `Instant`s. Timers are not armed anywhere: the machine exposes its
 //! next [`Machine::deadline`] and the executor feeds [`Event::Tick`] once that instant passes.
+//! Every deadline is re-read from the phase when it fires, so a timer never acts on the
+//! state it was armed in; the same holds for checks: the machine is told which checks are
+//! down *now* ([`Event::Checks`]) and acts on a firing only while its check is still down.
+//!
+//! The policy is all here too, so the executor only performs: which paths the service cares
+//! about ([`Machine::watched_paths`]) and what a change of one means
+//! ([`Machine::path_events`]), what the failure output named as missing, when the leftovers of
+//! a stopped process group must go ([`Action::EndGroup`]). Spawning happens off the machine
+//! and may take a while; `Spawning` is a real phase that a stop can meet.
 //!
 //! The phases and their observable texts follow Pebble's service state machine (okay delay,
 //! backoff with jitter and reset, SIGTERM then SIGKILL then give up). Where Pebble lets a
@@ -13,12 +22,17 @@
 //! paths. Spawn failures back off and retry like quick exits (the start still fails with
 //! Pebble's text); a restart whose process survives SIGKILL backs off rather than stopping;
 //! a missing `requires-paths` path makes the service wait instead of failing; a path named in
-//! failure output, once it appears, ends the backoff early; and `on-file-change` actions are
-//! coalesced over [`FILE_CHANGE_DEBOUNCE`].
+//! failure output, once it appears, ends the backoff early; a check-caused backoff ends when
+//! the check is up again; and `on-file-change` actions are coalesced over
+//! [`FILE_CHANGE_DEBOUNCE`].
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::checks::Firing;
 
 /// How long a freshly started process must survive before its start counts as successful.
 pub const OKAY_DELAY: Duration = Duration::from_secs(1);
@@ -70,6 +84,10 @@ pub struct Policy {
     pub backoff_limit: Duration,
     /// Time between SIGTERM and SIGKILL when stopping.
     pub kill_delay: Duration,
+    /// `on-check-failure`: what a firing of each named check does.
+    pub on_check_failure: BTreeMap<String, ExitAction>,
+    /// `on-file-change`, without its `ignore` entries: what a change of each path does.
+    pub on_file_change: BTreeMap<String, FileAction>,
 }
 
 impl Default for Policy {
@@ -81,6 +99,8 @@ impl Default for Policy {
             backoff_factor: 2.0,
             backoff_limit: Duration::from_secs(30),
             kill_delay: Duration::from_secs(5),
+            on_check_failure: BTreeMap::new(),
+            on_file_change: BTreeMap::new(),
         }
     }
 }
@@ -126,12 +146,12 @@ pub enum FileAction {
 }
 
 /// What follows once a terminating process has exited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum AfterExit {
     /// A client stopped it: stopped.
     Stop,
-    /// A check action restarted it: back off, then restart.
-    BackOff,
+    /// This check's action restarted it: back off while the check is down, then restart.
+    CheckRestart(String),
     /// A file change restarted it: spawn again at once.
     Respawn,
 }
@@ -149,7 +169,8 @@ pub enum Wanted {
 pub enum Phase {
     /// Never started by this daemon.
     Idle,
-    /// The executor is spawning the process (transient, within one step).
+    /// The executor is spawning the process; `Spawned`, `SpawnFailed` or `PathsMissing`
+    /// follows. A client's stop meanwhile is applied to whatever the spawn produces.
     Spawning {
         /// Whether this is a backoff restart rather than an explicit start.
         restart: bool,
@@ -189,13 +210,15 @@ pub enum Event {
     Exited { pid: u32, code: i32 },
     /// Time passed; the machine acts on every deadline at or before `now`.
     Tick,
-    /// A health check named in the service's `on-check-failure` hit its failure threshold;
-    /// `action` is what the service's configuration says to do about it.
-    CheckFailed { check: String, action: ExitAction },
+    /// The checks that are down now, with their firing numbers. A check of the service's
+    /// `on-check-failure` whose number is new fires its action; one that is gone is up again.
+    Checks(Arc<Firing>),
     /// The executor did not spawn because these `requires-paths` are missing.
     PathsMissing { missing: Vec<String> },
-    /// Every `requires-paths` path exists now.
-    PathsReady,
+    /// A `requires-paths` path the service waits for exists now.
+    PathAppeared(String),
+    /// The output of the process that just failed named these paths, which do not exist.
+    MissingNamed(Vec<String>),
     /// A path the last failure output named as missing appeared: end the backoff now.
     RetryNow,
     /// A watched `on-file-change` path changed.
@@ -231,8 +254,11 @@ pub enum StopOutcome {
 pub enum Action {
     /// Spawn the process with the stored configuration and feed back `Spawned`/`SpawnFailed`.
     Spawn,
-    /// Signal the process group led by `pid`.
+    /// Signal the process group led by `pid`, and its descendants that left the group.
     Signal { pid: u32, signal: GroupSignal },
+    /// The process led by `pid` is done with (exited, or given up on): end whatever is left
+    /// of its group and its escaped descendants, so nothing of the old instance survives it.
+    EndGroup { pid: u32 },
     /// Send a named signal to the main process only (`on-file-change`).
     SignalProcess { pid: u32, signal: String },
     /// Resolve the waiting start requests.
@@ -266,6 +292,12 @@ pub struct Machine {
     after_exit: AfterExit,
     /// The missing `requires-paths` while waiting.
     waiting_for: Vec<String>,
+    /// Paths the last failure output named as missing; their appearance ends the backoff.
+    hints: Vec<String>,
+    /// The checks of `on-check-failure` last seen down, with the firing number acted on.
+    checks_down: BTreeMap<String, u64>,
+    /// The check whose action caused the current backoff, if one did.
+    backoff_check: Option<String>,
     /// A coalesced file-change action and when it is due.
     file_change: Option<(Instant, FileAction)>,
     /// The last stop came from a client; nothing but a client's start runs it again.
@@ -289,6 +321,9 @@ impl Machine {
             reset_at: None,
             after_exit: AfterExit::Stop,
             waiting_for: Vec::new(),
+            hints: Vec::new(),
+            checks_down: BTreeMap::new(),
+            backoff_check: None,
             file_change: None,
             client_stopped: false,
             last_exit: None,
@@ -315,6 +350,53 @@ impl Machine {
     /// The missing paths a waiting service waits for.
     pub fn waiting_for(&self) -> &[String] {
         &self.waiting_for
+    }
+
+    /// Paths the last failure output named as missing (while backing off after it).
+    pub fn hints(&self) -> &[String] {
+        &self.hints
+    }
+
+    /// The checks of `on-check-failure` that are down, as last told.
+    pub fn checks_down(&self) -> impl Iterator<Item = &str> {
+        self.checks_down.keys().map(String::as_str)
+    }
+
+    /// Every path the service cares about now: the `requires-paths` it waits for, the paths
+    /// its failure output named while it backs off, and its `on-file-change` paths while it
+    /// is wanted running.
+    pub fn watched_paths(&self) -> impl Iterator<Item = &str> {
+        let waiting = self.waiting_for.iter();
+        let hints = self
+            .hints
+            .iter()
+            .filter(|_| matches!(self.phase, Phase::Backoff { .. }));
+        let files = self
+            .policy
+            .on_file_change
+            .keys()
+            .filter(|_| self.wanted == Wanted::Running);
+        waiting.chain(hints).chain(files).map(String::as_str)
+    }
+
+    /// What the watcher's report on a path means for this service, as events to feed it:
+    /// `initial` is the state found when the path was newly watched (which can end a wait,
+    /// but is no change of the file), otherwise it changed.
+    pub fn path_events(&self, path: &str, exists: bool, initial: bool) -> Vec<Event> {
+        let mut events = Vec::new();
+        if exists && self.phase == Phase::Waiting && self.waiting_for.iter().any(|p| p == path) {
+            events.push(Event::PathAppeared(path.to_owned()));
+        }
+        if exists
+            && matches!(self.phase, Phase::Backoff { .. })
+            && self.hints.iter().any(|p| p == path)
+        {
+            events.push(Event::RetryNow);
+        }
+        if let Some(action) = self.policy.on_file_change.get(path).filter(|_| !initial) {
+            events.push(Event::FileChanged(action.clone()));
+        }
+        events
     }
 
     /// The current backoff delay before jitter (zero before the first backoff).
@@ -382,7 +464,7 @@ impl Machine {
             Event::Start(policy) => self.on_start(policy, &mut actions),
             Event::Stop => self.on_stop(now, &mut actions),
             Event::AbortStart => self.on_abort_start(&mut actions),
-            Event::Spawned { pid } => self.on_spawned(now, pid),
+            Event::Spawned { pid } => self.on_spawned(now, pid, &mut actions),
             Event::SpawnFailed { error } => self.on_spawn_failed(now, error, &mut actions),
             Event::Exited { pid, code } => self.on_exited(now, pid, code, &mut actions),
             Event::Tick => {
@@ -390,11 +472,23 @@ impl Machine {
                 self.on_file_change_due(now, &mut actions);
             }
             Event::PathsMissing { missing } => self.on_paths_missing(missing, &mut actions),
-            Event::PathsReady => {
+            Event::PathAppeared(path) => {
                 if self.phase == Phase::Waiting {
-                    self.waiting_for.clear();
-                    self.phase = Phase::Spawning { restart: true };
-                    actions.push(Action::Spawn);
+                    self.waiting_for.retain(|p| *p != path);
+                    if self.waiting_for.is_empty() {
+                        // The spawn checks every required path again.
+                        self.respawn(&mut actions);
+                    }
+                }
+            }
+            Event::MissingNamed(paths) => {
+                if matches!(self.phase, Phase::Backoff { .. }) && !paths.is_empty() {
+                    actions.push(Action::Log(format!(
+                        "Service \"{}\" will retry as soon as {} exists",
+                        self.name,
+                        paths.join(", ")
+                    )));
+                    self.hints = paths;
                 }
             }
             Event::RetryNow => {
@@ -403,16 +497,22 @@ impl Machine {
                         "Service \"{}\" retrying now: a path it was missing appeared",
                         self.name
                     )));
-                    self.phase = Phase::Spawning { restart: true };
-                    actions.push(Action::Spawn);
+                    self.respawn(&mut actions);
                 }
             }
             Event::FileChanged(action) => self.on_file_changed(now, action),
-            Event::CheckFailed { check, action } => {
-                self.on_check_failed(now, &check, action, &mut actions)
-            }
+            Event::Checks(firing) => self.on_checks(now, &firing, &mut actions),
         }
         actions
+    }
+
+    /// Spawns again after backoff, waiting or a restart: straight to running, nobody waits
+    /// on an okay delay.
+    fn respawn(&mut self, actions: &mut Vec<Action>) {
+        self.hints.clear();
+        self.backoff_check = None;
+        self.phase = Phase::Spawning { restart: true };
+        actions.push(Action::Spawn);
     }
 
     fn on_start(&mut self, policy: Policy, actions: &mut Vec<Action>) {
@@ -443,16 +543,30 @@ impl Machine {
                 self.wanted = Wanted::Running;
                 self.backoff_num = 0;
                 self.backoff_time = Duration::ZERO;
+                self.hints.clear();
+                self.backoff_check = None;
+                self.waiting_for.clear();
                 self.phase = Phase::Spawning { restart: false };
                 actions.push(Action::Spawn);
             }
         }
     }
 
-    fn on_spawned(&mut self, now: Instant, pid: u32) {
+    fn on_spawned(&mut self, now: Instant, pid: u32, actions: &mut Vec<Action>) {
         let Phase::Spawning { restart } = self.phase else {
             return;
         };
+        if self.client_stopped {
+            // Stopped while it was being spawned: stop what came of it.
+            if !restart {
+                actions.push(Action::StartDone(StartOutcome::Failed {
+                    error: format!("stopped before the {} okay delay", format_secs(OKAY_DELAY)),
+                    with_output: false,
+                }));
+            }
+            self.terminate(now, pid, AfterExit::Stop, actions);
+            return;
+        }
         self.reset_at = Some(now + self.policy.backoff_limit);
         self.phase = if restart {
             Phase::Running { pid }
@@ -475,7 +589,10 @@ impl Machine {
                 with_output: false,
             }));
         }
-        if self.policy.on_failure == ExitAction::Restart {
+        if self.client_stopped {
+            self.phase = Phase::Stopped;
+            actions.push(Action::StopDone(StopOutcome::Stopped));
+        } else if self.policy.on_failure == ExitAction::Restart {
             // Pebble gives up here (or, during a backoff restart, sticks in backoff with no
             // timer); a missing binary or directory may well appear, so keep retrying.
             actions.push(Action::Log(format!(
@@ -507,6 +624,8 @@ impl Machine {
             }
             Phase::Backoff { .. } => {
                 self.phase = Phase::Stopped;
+                self.hints.clear();
+                self.backoff_check = None;
                 actions.push(Action::Log(format!(
                     "Service \"{}\" stopped while waiting for backoff",
                     self.name
@@ -519,9 +638,8 @@ impl Machine {
                 actions.push(Action::StopDone(StopOutcome::Stopped));
             }
             Phase::Spawning { .. } => {
-                // Spawning is resolved within the step that began it; nothing to stop yet.
-                self.phase = Phase::Stopped;
-                actions.push(Action::StopDone(StopOutcome::Stopped));
+                // The spawn is under way; its outcome meets the stop (see `on_spawned`), and
+                // the stop request is answered then.
             }
             Phase::Starting { pid, .. } | Phase::Running { pid } => {
                 if matches!(self.phase, Phase::Starting { .. }) {
@@ -575,30 +693,46 @@ impl Machine {
                 )));
                 self.apply_exit_action(now, code, action, on_type, actions);
             }
-            Phase::Terminating { .. } | Phase::Killing { .. } => match self.after_exit {
-                AfterExit::BackOff => {
-                    actions.push(Action::Log(format!(
-                        "Service \"{}\" exited after check failure, restarting",
-                        self.name
-                    )));
-                    self.back_off(now, "on-check-failure", actions);
+            Phase::Terminating { .. } | Phase::Killing { .. } => {
+                actions.push(Action::EndGroup { pid });
+                match std::mem::replace(&mut self.after_exit, AfterExit::Stop) {
+                    AfterExit::CheckRestart(check) => {
+                        actions.push(Action::Log(format!(
+                            "Service \"{}\" exited after check failure, restarting",
+                            self.name
+                        )));
+                        self.back_off_for_check(now, check, actions);
+                    }
+                    AfterExit::Respawn => {
+                        actions.push(Action::Log(format!(
+                            "Service \"{}\" exited after a file change, restarting",
+                            self.name
+                        )));
+                        self.respawn(actions);
+                    }
+                    AfterExit::Stop => {
+                        actions.push(Action::Log(format!("Service \"{}\" stopped", self.name)));
+                        self.phase = Phase::Stopped;
+                        actions.push(Action::StopDone(StopOutcome::Stopped));
+                    }
                 }
-                AfterExit::Respawn => {
-                    actions.push(Action::Log(format!(
-                        "Service \"{}\" exited after a file change, restarting",
-                        self.name
-                    )));
-                    self.after_exit = AfterExit::Stop;
-                    self.phase = Phase::Spawning { restart: true };
-                    actions.push(Action::Spawn);
-                }
-                AfterExit::Stop => {
-                    actions.push(Action::Log(format!("Service \"{}\" stopped", self.name)));
-                    self.phase = Phase::Stopped;
-                    actions.push(Action::StopDone(StopOutcome::Stopped));
-                }
-            },
+            }
             _ => {}
+        }
+    }
+
+    /// After a check's restart, backs off while the check is still down; if it is up again
+    /// by now, there is nothing to pace and the service comes back at once.
+    fn back_off_for_check(&mut self, now: Instant, check: String, actions: &mut Vec<Action>) {
+        if self.checks_down.contains_key(&check) {
+            self.back_off(now, "on-check-failure", actions);
+            self.backoff_check = Some(check);
+        } else {
+            actions.push(Action::Log(format!(
+                "Service \"{}\" check \"{check}\" is up again, restarting now",
+                self.name
+            )));
+            self.respawn(actions);
         }
     }
 
@@ -650,6 +784,36 @@ impl Machine {
         actions.push(Action::Shutdown(exit_code));
     }
 
+    /// Compares the checks that are down now with the ones last seen: a new firing of a check
+    /// in `on-check-failure` performs its action (against the phase as it is now), a check
+    /// that is no longer down ends the backoff it caused.
+    fn on_checks(&mut self, now: Instant, firing: &Firing, actions: &mut Vec<Action>) {
+        let policy: Vec<(String, ExitAction)> = self
+            .policy
+            .on_check_failure
+            .iter()
+            .map(|(check, action)| (check.clone(), *action))
+            .collect();
+        for (check, action) in policy {
+            match firing.get(&check) {
+                Some(&number) => {
+                    if self.checks_down.insert(check.clone(), number) != Some(number) {
+                        self.on_check_failed(now, &check, action, actions);
+                    }
+                }
+                None => {
+                    if self.checks_down.remove(&check).is_some() {
+                        self.on_check_up(&check, actions);
+                    }
+                }
+            }
+        }
+        // Checks no longer in the policy are forgotten.
+        let policy = &self.policy.on_check_failure;
+        self.checks_down
+            .retain(|check, _| policy.contains_key(check));
+    }
+
     /// Pebble's `on-check-failure` handling: only a running, backing-off or exited service
     /// reacts; one that is starting, stopping, stopped or never started ignores the failure.
     /// A restart terminates a running process and lets the exit go through backoff (so the
@@ -671,7 +835,6 @@ impl Machine {
                 Phase::Running { .. } | Phase::Backoff { .. } | Phase::Exited | Phase::Waiting
             )
         {
-            let _ = check;
             return;
         }
         let name = &self.name;
@@ -696,7 +859,7 @@ impl Machine {
                     actions.push(Action::Log(format!(
                         "Service \"{name}\" {on_type} action is \"{action_name}\", terminating process before restarting"
                     )));
-                    self.terminate(now, pid, AfterExit::BackOff, actions);
+                    self.terminate(now, pid, AfterExit::CheckRestart(check.to_owned()), actions);
                 }
                 // Already on its way back: waiting paths or a backoff timer pace the restart.
                 Phase::Waiting => {}
@@ -706,8 +869,22 @@ impl Machine {
                 _ => {
                     self.wanted = Wanted::Running;
                     self.back_off(now, on_type, actions);
+                    self.backoff_check = Some(check.to_owned());
                 }
             },
+        }
+    }
+
+    /// A check is up again: a backoff that only it caused has nothing left to wait for.
+    fn on_check_up(&mut self, check: &str, actions: &mut Vec<Action>) {
+        if matches!(self.phase, Phase::Backoff { .. })
+            && self.backoff_check.as_deref() == Some(check)
+        {
+            actions.push(Action::Log(format!(
+                "Service \"{}\" check \"{check}\" is up again, restarting now",
+                self.name
+            )));
+            self.respawn(actions);
         }
     }
 
@@ -733,11 +910,12 @@ impl Machine {
                     give_up_at: now + FAIL_DELAY,
                 };
             }
-            Phase::Killing { give_up_at, .. } if now >= give_up_at => {
+            Phase::Killing { pid, give_up_at } if now >= give_up_at => {
                 actions.push(Action::Log(format!(
                     "Service \"{}\" still running after SIGTERM and SIGKILL",
                     self.name
                 )));
+                actions.push(Action::EndGroup { pid });
                 if self.after_exit == AfterExit::Stop {
                     self.phase = Phase::Stopped;
                     actions.push(Action::StopDone(StopOutcome::Failed(
@@ -745,13 +923,11 @@ impl Machine {
                     )));
                 } else {
                     // Still wanted running: keep trying rather than end up stopped.
+                    self.after_exit = AfterExit::Stop;
                     self.back_off(now, "restart", actions);
                 }
             }
-            Phase::Backoff { until } if now >= until => {
-                self.phase = Phase::Spawning { restart: true };
-                actions.push(Action::Spawn);
-            }
+            Phase::Backoff { until } if now >= until => self.respawn(actions),
             _ => {}
         }
     }
@@ -760,6 +936,14 @@ impl Machine {
         let Phase::Spawning { restart } = self.phase else {
             return;
         };
+        if self.client_stopped {
+            if !restart {
+                actions.push(Action::StartDone(StartOutcome::Waiting { missing }));
+            }
+            self.phase = Phase::Stopped;
+            actions.push(Action::StopDone(StopOutcome::Stopped));
+            return;
+        }
         if !restart {
             actions.push(Action::StartDone(StartOutcome::Waiting {
                 missing: missing.clone(),
@@ -812,10 +996,7 @@ impl Machine {
                 )));
                 self.terminate(now, pid, AfterExit::Respawn, actions);
             }
-            (FileAction::Restart, Phase::Backoff { .. }) => {
-                self.phase = Phase::Spawning { restart: true };
-                actions.push(Action::Spawn);
-            }
+            (FileAction::Restart, Phase::Backoff { .. }) => self.respawn(actions),
             (FileAction::Signal(signal), Phase::Running { pid }) => {
                 actions.push(Action::SignalProcess {
                     pid,
@@ -842,6 +1023,7 @@ impl Machine {
 
     fn back_off(&mut self, now: Instant, on_type: &str, actions: &mut Vec<Action>) {
         self.after_exit = AfterExit::Stop;
+        self.backoff_check = None;
         self.backoff_num += 1;
         self.backoff_time = next_backoff(&self.policy, self.backoff_time);
         let jitter = self.jitter(self.backoff_time);

@@ -2,15 +2,21 @@
 //!
 //! The [`ServiceManager`] is an actor: one task owns every service's [`machine::Machine`], its
 //! process and its output log, and is driven through a cloneable handle with typed messages.
-//! Requests (start, stop, signal, status), process exits and deadlines all become events of
-//! the pure machine; the actor performs the actions it returns (spawn, signal the group,
-//! resolve the waiting request) and sleeps until the earliest deadline of any service.
+//! Requests (start, stop, signal, status), process exits, deadlines, path changes and the
+//! checks that are down all become events of the pure machine; the actor only performs the
+//! actions it returns and sleeps until the earliest deadline of any service. It never blocks:
+//! everything that touches processes or files ([`process::Processes`]: spawning, signalling a
+//! group and its escaped descendants, the registry) runs on the blocking pool and comes back
+//! as a message, and service output goes to a bounded queue ([`crate::output`]).
 //!
-//! Paths feed the machines too: the [`PathWatcher`] watches every path some service cares
-//! about (`requires-paths` of waiting services, `on-file-change` keys, and paths that failure
-//! output named as missing), and its reports become `PathsReady`, `FileChanged` and
-//! `RetryNow` events. Each spawned process group is recorded in the [`registry`], so a daemon
-//! restarted after a crash can end its predecessor's processes before starting anything.
+//! Paths feed the machines too: the [`PathWatcher`] watches every path some machine cares
+//! about ([`Machine::watched_paths`]), and each change becomes the events the machine says it
+//! means ([`Machine::path_events`]). Checks feed them through the firing map the check
+//! manager publishes: the actor hands the map as it stands to every service that acts on
+//! checks, so an action is decided against the present, never against a queued report.
+//! Each spawned process group is recorded in the [`registry`] before the actor hears of it,
+//! so a daemon restarted after a crash can end its predecessor's processes before starting
+//! anything.
 //!
 //! Changes and tasks are not the engine: [`changes`] turns an API request into a change whose
 //! runners ask the actor to start or stop one service at a time and record what happened.
@@ -19,27 +25,31 @@ pub mod changes;
 pub mod hints;
 pub mod logbuf;
 pub mod machine;
-pub(crate) mod process;
+pub mod process;
 pub mod registry;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use cobble_client::types::ServiceInfo;
-use cobble_plan::{Plan, Service, ServiceAction};
+use cobble_plan::{FileChangeAction, Plan, Service, ServiceAction};
 use jiff::Timestamp;
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::checks::Firing;
+use crate::output::Sink;
 use crate::state::format_rfc3339_nano;
 use crate::watch::{PathEvent, PathWatcher};
 use logbuf::ServiceLog;
 use machine::{
-    Action, Event, ExitAction, FileAction, GroupSignal, Machine, Phase, Policy, StartOutcome,
-    StopOutcome,
+    Action, Event, ExitAction, FileAction, Machine, Phase, Policy, StartOutcome, StopOutcome,
 };
-use registry::ProcessRegistry;
+use process::{Escaped, Processes, SpawnError, Spawned};
 
 /// How long an exit waits for the output reader to reach end of file.
 const OUTPUT_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
@@ -111,8 +121,28 @@ enum Request {
     Active {
         reply: oneshot::Sender<Vec<String>>,
     },
-    CheckFailed {
-        check: String,
+}
+
+/// Results of the work the actor hands to other tasks.
+enum Done {
+    /// A spawn finished.
+    Spawn {
+        name: String,
+        result: Result<Spawned, SpawnError>,
+    },
+    /// A process exited (its output drained); `missing` are the paths its last output named
+    /// that do not exist.
+    Exit {
+        name: String,
+        pid: u32,
+        code: i32,
+        missing: Vec<String>,
+    },
+    /// A group was signalled; these descendants had left it.
+    Signalled {
+        name: String,
+        pid: u32,
+        escaped: Vec<Escaped>,
     },
 }
 
@@ -127,31 +157,32 @@ const GONE: &str = "service manager is not running";
 
 impl ServiceManager {
     /// Starts the actor. `shutdown` receives the exit code when a service's action asks the
-    /// daemon to stop.
-    ///
-    /// `state_dir` holds the record of live process groups (none with `PEBBLE_PERSIST=never`).
+    /// daemon to stop; `firing` is the check manager's map of checks that are down; `stdout`
+    /// receives service output under `--verbose`. The handle to the actor's task lets the
+    /// daemon notice if it ever ends.
     pub fn spawn(
         plan: watch::Receiver<Arc<Plan>>,
-        verbose: bool,
+        firing: watch::Receiver<Arc<Firing>>,
+        processes: Arc<dyn Processes>,
+        stdout: Option<&'static Sink>,
         shutdown: mpsc::UnboundedSender<i32>,
-        state_dir: Option<&Path>,
-    ) -> ServiceManager {
+    ) -> (ServiceManager, JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let (exits_tx, exits_rx) = mpsc::unbounded_channel();
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (paths_tx, paths_rx) = mpsc::unbounded_channel();
         let actor = Actor {
             plan,
-            verbose,
+            stdout,
             shutdown,
             services: BTreeMap::new(),
-            exits_tx,
+            done_tx,
             next_seed: seed(),
             watcher: PathWatcher::spawn(paths_tx),
             watched: BTreeSet::new(),
-            registry: ProcessRegistry::new(state_dir),
+            processes,
         };
-        tokio::spawn(actor.run(rx, exits_rx, paths_rx));
-        ServiceManager { tx }
+        let task = tokio::spawn(actor.run(rx, done_rx, paths_rx, firing));
+        (ServiceManager { tx }, task)
     }
 
     /// Starts a service and resolves once its start succeeded (the okay delay passed) or failed.
@@ -210,15 +241,6 @@ impl ServiceManager {
         rx.await.unwrap_or_default()
     }
 
-    /// A health check hit its failure threshold: every started service whose
-    /// `on-check-failure` names it performs its action (see [`machine::Event::CheckFailed`]).
-    /// Fire and forget; the check manager never waits on the supervisor.
-    pub fn check_failed(&self, check: &str) {
-        let _ = self.tx.send(Request::CheckFailed {
-            check: check.into(),
-        });
-    }
-
     /// Services that are starting, running or backing off.
     pub async fn active(&self) -> Vec<String> {
         let (reply, rx) = oneshot::channel();
@@ -243,40 +265,34 @@ struct Slot {
     since: Option<Timestamp>,
     /// Processes spawned.
     start_count: u64,
-    /// Missing paths named by the last failure output.
-    hints: Vec<String>,
-    /// Descendants of the process being stopped that had left its process group, with their
-    /// start times (so a recycled pid is never killed).
-    escaped: Vec<(u32, u64)>,
-}
-
-struct ExitNotice {
-    name: String,
-    pid: u32,
-    code: i32,
+    /// Descendants of the process being stopped that had left its process group.
+    escaped: Vec<Escaped>,
 }
 
 struct Actor {
     plan: watch::Receiver<Arc<Plan>>,
-    verbose: bool,
+    /// Where service output goes under `--verbose`.
+    stdout: Option<&'static Sink>,
     shutdown: mpsc::UnboundedSender<i32>,
     services: BTreeMap<String, Slot>,
-    exits_tx: mpsc::UnboundedSender<ExitNotice>,
+    /// Where the tasks the actor starts report back.
+    done_tx: mpsc::UnboundedSender<Done>,
     next_seed: u64,
     /// Watches the paths services wait for, react to, or were missing.
     watcher: PathWatcher,
     /// The set last given to the watcher.
     watched: BTreeSet<PathBuf>,
-    /// Live process groups, on disk.
-    registry: ProcessRegistry,
+    /// Spawning and signalling, run on the blocking pool.
+    processes: Arc<dyn Processes>,
 }
 
 impl Actor {
     async fn run(
         mut self,
         mut requests: mpsc::UnboundedReceiver<Request>,
-        mut exits: mpsc::UnboundedReceiver<ExitNotice>,
+        mut done: mpsc::UnboundedReceiver<Done>,
         mut paths: mpsc::UnboundedReceiver<PathEvent>,
+        mut firing: watch::Receiver<Arc<Firing>>,
     ) {
         loop {
             let deadline = self
@@ -295,11 +311,12 @@ impl Actor {
                     Some(request) => self.handle(request),
                     None => break,
                 },
-                Some(exit) = exits.recv() => {
-                    self.registry.forget(&exit.name, exit.pid);
-                    self.feed(&exit.name, Event::Exited { pid: exit.pid, code: exit.code });
-                }
+                Some(result) = done.recv() => self.finished(result),
                 Some(event) = paths.recv() => self.path_changed(event),
+                Ok(()) = firing.changed() => {
+                    let now_firing = firing.borrow_and_update().clone();
+                    self.checks_changed(&now_firing);
+                }
                 () = sleep => {
                     let now = Instant::now();
                     let due: Vec<String> = self
@@ -317,61 +334,151 @@ impl Actor {
         }
     }
 
-    /// Gives the watcher the paths services care about now, if they changed.
+    /// Gives the watcher the paths the machines care about now, if they changed.
     fn update_watches(&mut self) {
-        let mut wanted = BTreeSet::new();
-        for slot in self.services.values() {
-            let machine = &slot.machine;
-            wanted.extend(machine.waiting_for().iter().map(PathBuf::from));
-            if matches!(machine.phase(), Phase::Backoff { .. }) {
-                wanted.extend(slot.hints.iter().map(PathBuf::from));
-            }
-            if machine.wanted() == machine::Wanted::Running {
-                wanted.extend(slot.config.on_file_change.keys().map(PathBuf::from));
-            }
-        }
+        let wanted: BTreeSet<PathBuf> = self
+            .services
+            .values()
+            .flat_map(|slot| slot.machine.watched_paths())
+            .map(PathBuf::from)
+            .collect();
         if wanted != self.watched {
-            self.watcher.set(wanted.clone());
+            // Nobody waits for the watches to be armed; the watcher looks once they are.
+            drop(self.watcher.set(wanted.clone()));
             self.watched = wanted;
         }
     }
 
-    /// A watched path changed: wake the services that wait for it, react to it, or were
-    /// missing it.
+    /// A watched path changed: each machine says what that means for its service.
     fn path_changed(&mut self, event: PathEvent) {
-        let path = event.path.to_string_lossy().into_owned();
-        let mut events: Vec<(String, Event)> = Vec::new();
-        for (name, slot) in &self.services {
-            let machine = &slot.machine;
-            if machine.waiting_for().contains(&path)
-                && slot
-                    .config
-                    .requires_paths
-                    .iter()
-                    .all(|p| Path::new(p).exists())
-            {
-                events.push((name.clone(), Event::PathsReady));
-            }
-            if event.exists
-                && slot.hints.contains(&path)
-                && matches!(machine.phase(), Phase::Backoff { .. })
-            {
-                events.push((name.clone(), Event::RetryNow));
-            }
-            match slot.config.on_file_change.get(&path) {
-                Some(cobble_plan::FileChangeAction::Restart) => {
-                    events.push((name.clone(), Event::FileChanged(FileAction::Restart)));
-                }
-                Some(cobble_plan::FileChangeAction::Signal(signal)) => events.push((
-                    name.clone(),
-                    Event::FileChanged(FileAction::Signal(signal.clone())),
-                )),
-                Some(cobble_plan::FileChangeAction::Ignore) | None => {}
-            }
-        }
+        let path = event.path.to_string_lossy();
+        let events: Vec<(String, Event)> = self
+            .services
+            .iter()
+            .flat_map(|(name, slot)| {
+                slot.machine
+                    .path_events(&path, event.exists, event.initial)
+                    .into_iter()
+                    .map(move |e| (name.clone(), e))
+            })
+            .collect();
         for (name, event) in events {
             self.feed(&name, event);
         }
+    }
+
+    /// The checks that are down changed: every service that acts on checks compares.
+    fn checks_changed(&mut self, firing: &Arc<Firing>) {
+        let names: Vec<String> = self
+            .services
+            .iter()
+            .filter(|(_, slot)| !slot.machine.policy().on_check_failure.is_empty())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in names {
+            self.feed(&name, Event::Checks(firing.clone()));
+        }
+    }
+
+    /// Work handed off earlier has finished.
+    fn finished(&mut self, done: Done) {
+        match done {
+            Done::Spawn { name, result } => self.spawned(&name, result),
+            Done::Exit {
+                name,
+                pid,
+                code,
+                missing,
+            } => {
+                self.feed(&name, Event::Exited { pid, code });
+                if !missing.is_empty() {
+                    self.feed(&name, Event::MissingNamed(missing));
+                }
+            }
+            Done::Signalled { name, pid, escaped } => {
+                let Some(slot) = self.services.get_mut(&name) else {
+                    return;
+                };
+                if slot.machine.pid() == Some(pid) {
+                    // Still being stopped: they go with the rest of the group.
+                    for child in escaped {
+                        if !slot.escaped.contains(&child) {
+                            slot.escaped.push(child);
+                        }
+                    }
+                } else if !escaped.is_empty() {
+                    // The process is gone already and its group was ended without these.
+                    end_group(&self.processes, pid, escaped);
+                }
+            }
+        }
+    }
+
+    /// A spawn finished: track the process, or tell the machine why there is none.
+    fn spawned(&mut self, name: &str, result: Result<Spawned, SpawnError>) {
+        let Some(slot) = self.services.get_mut(name) else {
+            return;
+        };
+        let spawned = match result {
+            Ok(spawned) => spawned,
+            Err(SpawnError::Missing(missing)) => {
+                return self.feed(name, Event::PathsMissing { missing });
+            }
+            Err(SpawnError::Failed(error)) => {
+                tracing::info!("Service \"{name}\" {error}");
+                return self.feed(name, Event::SpawnFailed { error });
+            }
+        };
+        slot.start_count += 1;
+        let pid = spawned.pid;
+        let output_done = spawned.output.map(|reader| {
+            tokio::spawn(process::copy_output(
+                reader,
+                name.to_owned(),
+                slot.log.clone(),
+                self.stdout,
+            ))
+        });
+        let log = slot.log.clone();
+        self.watch_exit(name, pid, spawned.exit, output_done, log);
+        self.feed(name, Event::Spawned { pid });
+    }
+
+    /// Reports the exit of `pid` once its output is in its log, with the paths that output
+    /// named as missing.
+    fn watch_exit(
+        &self,
+        name: &str,
+        pid: u32,
+        exit: futures_util::future::BoxFuture<'static, i32>,
+        output_done: Option<JoinHandle<()>>,
+        log: ServiceLog,
+    ) {
+        let done = self.done_tx.clone();
+        let processes = self.processes.clone();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            let code = exit.await;
+            // Let the reader drain what the process wrote before it exited; a child that
+            // keeps the pipe open only costs a short wait.
+            if let Some(output_done) = output_done {
+                let _ = tokio::time::timeout(OUTPUT_DRAIN, output_done).await;
+            }
+            let named = hints::missing_paths(&log.last_lines(LAST_LOG_LINES));
+            let forget = name.clone();
+            let missing = tokio::task::spawn_blocking(move || {
+                processes.forget(&forget, pid);
+                processes.missing(named)
+            })
+            .await
+            .unwrap_or_default();
+            let _ = done.send(Done::Exit {
+                name,
+                pid,
+                code,
+                missing,
+            });
+        });
     }
 
     fn handle(&mut self, request: Request) {
@@ -395,6 +502,7 @@ impl Actor {
                 signal,
                 reply,
             } => {
+                injected_fault(&signal);
                 let _ = reply.send(self.signal(&names, &signal));
             }
             Request::Outdated { reply } => {
@@ -427,26 +535,6 @@ impl Actor {
                     .collect();
                 let _ = reply.send(active);
             }
-            Request::CheckFailed { check } => {
-                // The configuration of the last start decides, as in Pebble.
-                let affected: Vec<(String, ServiceAction)> = self
-                    .services
-                    .iter()
-                    .filter_map(|(name, slot)| {
-                        let action = *slot.config.on_check_failure.get(&check)?;
-                        Some((name.clone(), action))
-                    })
-                    .collect();
-                for (name, action) in affected {
-                    self.feed(
-                        &name,
-                        Event::CheckFailed {
-                            check: check.clone(),
-                            action: exit_action(action),
-                        },
-                    );
-                }
-            }
         }
     }
 
@@ -474,104 +562,58 @@ impl Actor {
             stop_waiters: Vec::new(),
             since: None,
             start_count: 0,
-            hints: Vec::new(),
             escaped: Vec::new(),
         });
         slot.config = config.clone();
-        slot.start_waiters.push(reply);
-        self.feed(&name, Event::Start(policy(&config)));
+        self.perform(&name, Event::Start(policy(&config)), Some(reply));
     }
 
     /// Feeds one event to a service's machine and performs the resulting actions.
     fn feed(&mut self, name: &str, event: Event) {
+        self.perform(name, event, None);
+    }
+
+    /// Feeds `event` and performs the actions. A start outcome decided by this very step
+    /// (already started, cannot start while stopping) answers `request` only; otherwise the
+    /// request waits with the others for the start to resolve.
+    fn perform(
+        &mut self,
+        name: &str,
+        event: Event,
+        mut request: Option<oneshot::Sender<StartReply>>,
+    ) {
         let Some(slot) = self.services.get_mut(name) else {
             return;
         };
-        let exited = matches!(event, Event::Exited { .. });
         let before = slot.machine.status();
-        let was_stopping = matches!(
-            slot.machine.phase(),
-            Phase::Terminating { .. } | Phase::Killing { .. }
-        );
-        let stopping_pid = slot.machine.pid();
-        let mut pending =
-            std::collections::VecDeque::from(slot.machine.step(Instant::now(), event));
-        while let Some(action) = pending.pop_front() {
-            let slot = self.services.get_mut(name).expect("slot exists");
+        for action in slot.machine.step(Instant::now(), event) {
             match action {
                 Action::Spawn => {
-                    let missing: Vec<String> = slot
-                        .config
-                        .requires_paths
-                        .iter()
-                        .filter(|p| !Path::new(p).exists())
-                        .cloned()
-                        .collect();
-                    if !missing.is_empty() {
-                        pending.extend(
-                            slot.machine
-                                .step(Instant::now(), Event::PathsMissing { missing }),
-                        );
-                        continue;
-                    }
-                    let result = process::spawn(name, &slot.config, &slot.log, self.verbose);
-                    let event = match result {
-                        Ok(process) => {
-                            slot.start_count += 1;
-                            self.registry.record(name, process.pid);
-                            let exits = self.exits_tx.clone();
-                            let notice_name = name.to_owned();
-                            let pid = process.pid;
-                            tokio::spawn(async move {
-                                // A lost status (never expected) still counts as an exit.
-                                let code = process.exit.await.map(|s| s.code()).unwrap_or(-1);
-                                // Let the reader drain what the process wrote before it
-                                // exited; a child that keeps the pipe open only costs a
-                                // short wait.
-                                let _ =
-                                    tokio::time::timeout(OUTPUT_DRAIN, process.output_done).await;
-                                let _ = exits.send(ExitNotice {
-                                    name: notice_name,
-                                    pid,
-                                    code,
-                                });
-                            });
-                            Event::Spawned { pid }
-                        }
-                        Err(error) => {
-                            tracing::info!("Service \"{name}\" {error}");
-                            Event::SpawnFailed { error }
-                        }
-                    };
-                    pending.extend(slot.machine.step(Instant::now(), event));
+                    let processes = self.processes.clone();
+                    let config = slot.config.clone();
+                    let done = self.done_tx.clone();
+                    let name = name.to_owned();
+                    tokio::task::spawn_blocking(move || {
+                        let result = processes.spawn(&name, &config);
+                        let _ = done.send(Done::Spawn { name, result });
+                    });
                 }
                 Action::Signal { pid, signal } => {
-                    let sig = match signal {
-                        GroupSignal::Term => cobble_sys::process::Signal::SIGTERM,
-                        GroupSignal::Kill => cobble_sys::process::Signal::SIGKILL,
-                    };
-                    // Descendants that left the group (setsid, setpgid) would survive the
-                    // group signal: find them first (once the leader dies they are re-parented
-                    // out of its tree), signal them too, and remember them in case the leader
-                    // exits before they do.
-                    let escaped = escaped_descendants(pid);
-                    if let Err(e) = cobble_sys::process::signal_group(pid, sig) {
-                        tracing::info!("Cannot send {sig} to service \"{name}\": {e}");
-                    }
-                    for (child, start_time) in escaped {
-                        let _ = cobble_sys::process::signal_pid(child, sig);
-                        if !slot.escaped.contains(&(child, start_time)) {
-                            slot.escaped.push((child, start_time));
-                        }
-                    }
+                    let processes = self.processes.clone();
+                    let done = self.done_tx.clone();
+                    let name = name.to_owned();
+                    tokio::task::spawn_blocking(move || {
+                        let escaped = processes.signal_group(pid, signal);
+                        let _ = done.send(Done::Signalled { name, pid, escaped });
+                    });
+                }
+                Action::EndGroup { pid } => {
+                    let escaped = std::mem::take(&mut slot.escaped);
+                    end_group(&self.processes, pid, escaped);
                 }
                 Action::SignalProcess { pid, signal } => {
-                    let sent = cobble_sys::process::parse_signal(&signal)
-                        .map_err(|e| e.to_string())
-                        .and_then(|sig| {
-                            cobble_sys::process::signal_pid(pid, sig).map_err(|e| e.to_string())
-                        });
-                    match sent {
+                    // kill(2) does not block.
+                    match self.processes.signal_process(pid, &signal) {
                         Ok(()) => tracing::info!("Sent {signal} to service \"{name}\""),
                         Err(e) => tracing::info!("Cannot send {signal} to service \"{name}\": {e}"),
                     }
@@ -583,11 +625,16 @@ impl Actor {
                         } => slot.log.last_lines(LAST_LOG_LINES),
                         _ => Vec::new(),
                     };
-                    for waiter in slot.start_waiters.drain(..) {
-                        let _ = waiter.send(StartReply {
-                            outcome: outcome.clone(),
-                            output: output.clone(),
-                        });
+                    let reply = StartReply { outcome, output };
+                    match request.take() {
+                        Some(request) => {
+                            let _ = request.send(reply);
+                        }
+                        None => {
+                            for waiter in slot.start_waiters.drain(..) {
+                                let _ = waiter.send(reply.clone());
+                            }
+                        }
                     }
                 }
                 Action::StopDone(outcome) => {
@@ -601,46 +648,11 @@ impl Actor {
                 Action::Log(message) => tracing::info!("{message}"),
             }
         }
-        let slot = self.services.get_mut(name).expect("slot exists");
-        let still_stopping = matches!(
-            slot.machine.phase(),
-            Phase::Terminating { .. } | Phase::Killing { .. }
-        );
-        if was_stopping && !still_stopping {
-            // The leader is gone (or given up on): nothing of the old instance may outlive
-            // it and hold its port, so stragglers in the group and escaped descendants go.
-            if let Some(pid) = stopping_pid {
-                let _ =
-                    cobble_sys::process::signal_group(pid, cobble_sys::process::Signal::SIGKILL);
-            }
-            for (child, start_time) in slot.escaped.drain(..) {
-                if cobble_sys::process::process_start_time(child) == Some(start_time) {
-                    let _ = cobble_sys::process::signal_pid(
-                        child,
-                        cobble_sys::process::Signal::SIGKILL,
-                    );
-                }
-            }
+        if let Some(request) = request {
+            slot.start_waiters.push(request);
         }
         if slot.machine.status() != before || slot.since.is_none() {
             slot.since = Some(Timestamp::now());
-        }
-        match (exited, slot.machine.phase()) {
-            // Backing off after a failure: remember what the output said was missing.
-            (true, Phase::Backoff { .. }) => {
-                slot.hints = hints::missing_paths(&slot.log.last_lines(LAST_LOG_LINES))
-                    .into_iter()
-                    .filter(|p| !Path::new(p).exists())
-                    .collect();
-                if !slot.hints.is_empty() {
-                    tracing::info!(
-                        "Service \"{name}\" will retry as soon as {} exists",
-                        slot.hints.join(", ")
-                    );
-                }
-            }
-            (_, Phase::Running { .. } | Phase::Stopped) => slot.hints.clear(),
-            _ => {}
         }
     }
 
@@ -687,12 +699,11 @@ impl Actor {
                 .and_then(|s| s.machine.pid());
             let result = match pid {
                 None => Err("service is not running".to_owned()),
-                Some(pid) => cobble_sys::process::parse_signal(signal)
-                    .map_err(|e| e.to_string())
-                    .and_then(|sig| {
-                        tracing::info!("Sending {signal} to service \"{name}\"");
-                        cobble_sys::process::signal_pid(pid, sig).map_err(|e| e.to_string())
-                    }),
+                Some(pid) => {
+                    tracing::info!("Sending {signal} to service \"{name}\"");
+                    // kill(2) does not block.
+                    self.processes.signal_process(pid, signal)
+                }
             };
             if let Err(e) = result {
                 errors.push(format!("cannot send signal to \"{name}\": {e}"));
@@ -706,15 +717,26 @@ impl Actor {
     }
 }
 
-/// Descendants of `leader` outside its process group, with their start times.
-fn escaped_descendants(leader: u32) -> Vec<(u32, u64)> {
-    cobble_sys::process::descendants(leader)
-        .into_iter()
-        .filter_map(|pid| {
-            let stat = cobble_sys::process::proc_stat(pid)?;
-            (stat.pgrp != leader).then_some((pid, stat.start_time))
-        })
-        .collect()
+/// Fault injection for the tests of what happens when the supervisor dies: in debug builds
+/// with `COBBLE_TEST_FAULTS=1` in the daemon's environment, signalling a service with
+/// [`PANIC_SIGNAL`] panics the actor. Release builds have no such path.
+#[cfg(debug_assertions)]
+fn injected_fault(signal: &str) {
+    if signal == PANIC_SIGNAL && std::env::var_os("COBBLE_TEST_FAULTS").is_some() {
+        panic!("injected fault");
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn injected_fault(_signal: &str) {}
+
+/// The signal name that triggers [`injected_fault`].
+pub const PANIC_SIGNAL: &str = "COBBLE-TEST-PANIC";
+
+/// Ends what is left of a stopped process group, off the actor.
+fn end_group(processes: &Arc<dyn Processes>, pid: u32, escaped: Vec<Escaped>) {
+    let processes = processes.clone();
+    tokio::task::spawn_blocking(move || processes.end_group(pid, &escaped));
 }
 
 /// What the supervisor knows about a started service.
@@ -734,7 +756,7 @@ fn details(slot: &Slot) -> ServiceDetails {
         backoff_delay: machine.backoff_time(),
         backoff_until,
         waiting_for: machine.waiting_for().to_vec(),
-        hints: slot.hints.clone(),
+        hints: machine.hints().to_vec(),
     }
 }
 
@@ -771,6 +793,23 @@ pub fn policy(config: &Service) -> Policy {
         backoff_factor: config.backoff_factor(),
         backoff_limit: config.backoff_limit(),
         kill_delay: config.kill_delay(),
+        on_check_failure: config
+            .on_check_failure
+            .iter()
+            .map(|(check, action)| (check.clone(), exit_action(*action)))
+            .collect(),
+        on_file_change: config
+            .on_file_change
+            .iter()
+            .filter_map(|(path, action)| {
+                let action = match action {
+                    FileChangeAction::Restart => FileAction::Restart,
+                    FileChangeAction::Signal(signal) => FileAction::Signal(signal.clone()),
+                    FileChangeAction::Ignore => return None,
+                };
+                Some((path.clone(), action))
+            })
+            .collect(),
     }
 }
 
@@ -789,26 +828,4 @@ fn seed() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     nanos ^ (u64::from(std::process::id()) << 32)
-}
-
-#[cfg(test)]
-mod tests {
-    /// cobble-plan validates `on-file-change` signal names without depending on cobble-sys,
-    /// which sends them; the two lists must not drift apart.
-    #[test]
-    fn plan_signal_names_are_exactly_the_ones_that_can_be_sent() {
-        for name in cobble_plan::SIGNAL_NAMES {
-            assert!(
-                cobble_sys::process::parse_signal(name).is_ok(),
-                "{name} is valid in a layer but cannot be sent"
-            );
-        }
-        for sig in cobble_sys::process::Signal::iterator() {
-            assert!(
-                cobble_plan::SIGNAL_NAMES.contains(&sig.as_str()),
-                "{} can be sent but is rejected in a layer",
-                sig.as_str()
-            );
-        }
-    }
 }

@@ -1,159 +1,214 @@
-//! Turning a service's configuration into a running process.
+//! What the supervisor does to processes, behind one trait so the actor can be tested with
+//! scripted ones.
 //!
-//! The process gets its own process group (so stop signals reach its children), the daemon's
-//! environment plus the service's, the service's user, group and working directory, and one
-//! pipe for both stdout and stderr. A reader task copies that pipe into the service's
-//! [`ServiceLog`] and, with `--verbose`, to the daemon's stdout. Exits arrive through the
-//! reaper. Errors are worded like Pebble's (Go's `exec` package): clients match on them.
+//! Every operation may block (forking, user lookups, `/proc` walks, the registry file), so
+//! the actor runs them on the blocking pool and gets their results back as messages. The
+//! real implementation, [`OsProcesses`], spawns a service through [`crate::command`], records
+//! its group in the [`ProcessRegistry`] before the actor even hears of it, and stops groups
+//! together with the descendants that left them.
 
-use std::io::Write;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::sync::Mutex;
 
 use cobble_plan::Service;
-use cobble_sys::reaper::{self, ExitStatus};
+use futures_util::future::BoxFuture;
 use jiff::Timestamp;
 use tokio::io::AsyncReadExt;
-use tokio::sync::oneshot;
+use tokio::net::unix::pipe;
 
 use super::logbuf::{LineSplitter, ServiceLog};
+use super::machine::GroupSignal;
+use super::registry::ProcessRegistry;
+use crate::command::{self, Launch, LaunchError};
+use crate::output::Sink;
 use crate::state::format_utc_millis;
+use cobble_sys::process::{self as sys, Signal};
+
+/// A descendant that left its service's process group, with its start time (so a recycled
+/// pid is never signalled).
+pub type Escaped = (u32, u64);
 
 /// A spawned service process.
-pub struct Process {
+pub struct Spawned {
     pub pid: u32,
-    pub exit: oneshot::Receiver<ExitStatus>,
-    /// Resolves when the output pipe reached end of file (every writer is gone), so the exit
-    /// can be handled with the process's last words already in its log.
-    pub output_done: oneshot::Receiver<()>,
+    /// Resolves with the exit code (-1 when the status was lost, which is never expected).
+    pub exit: BoxFuture<'static, i32>,
+    /// Its merged stdout and stderr, when there is a pipe to read.
+    pub output: Option<pipe::Receiver>,
 }
 
-/// Spawns the service. The error is the text for the start task (`cannot start service: ...`).
-pub fn spawn(
-    name: &str,
-    config: &Service,
-    log: &ServiceLog,
-    verbose: bool,
-) -> Result<Process, String> {
-    let (base, extra) = config.parse_command().map_err(|e| e.to_string())?;
-    let argv: Vec<String> = base.into_iter().chain(extra).collect();
-    let Some(program) = argv.first() else {
-        return Err(format!(
-            "cannot start service: no command for service \"{name}\""
-        ));
-    };
-    let path = look_path(program).map_err(|e| format!("cannot start service: {e}"))?;
-
-    let mut cmd = Command::new(&path);
-    cmd.arg0(program)
-        .args(&argv[1..])
-        .process_group(0)
-        .stdin(Stdio::null());
-    if !config.working_dir.is_empty() {
-        cmd.current_dir(&config.working_dir);
-    }
-    let ids = cobble_sys::user::normalize_uid_gid(
-        config.user_id,
-        &config.user,
-        config.group_id,
-        &config.group,
-    )
-    .map_err(|e| e.to_string())?;
-    let mut environment = config.environment.clone();
-    if let Some((uid, gid)) = ids {
-        if uid != cobble_sys::current_uid() || gid != cobble_sys::current_gid() {
-            cmd.uid(uid).gid(gid);
-        }
-        let home_missing = environment.get("HOME").is_none_or(String::is_empty);
-        let user_missing = environment.get("USER").is_none_or(String::is_empty);
-        if (home_missing || user_missing)
-            && let Ok(Some(user)) = cobble_sys::user::user_by_uid(uid)
-        {
-            if home_missing {
-                environment.insert("HOME".into(), user.home.clone());
-            }
-            if user_missing {
-                environment.insert("USER".into(), user.name.clone());
-            }
-        }
-    }
-    cmd.envs(&environment);
-
-    let (reader, stdout, stderr) =
-        cobble_sys::output::merged_pipe().map_err(|e| format!("cannot start service: {e}"))?;
-    cmd.stdout(stdout).stderr(stderr);
-
-    tracing::info!("Service \"{name}\" starting: {}", config.command);
-    let spawned = reaper::spawn(&mut cmd).map_err(|e| {
-        format!(
-            "cannot start service: fork/exec {}: {}",
-            path.display(),
-            cobble_sys::os_error_text(&e)
-        )
-    })?;
-    // Dropping the command closes the daemon's copies of the pipe's write end, so the reader
-    // sees end of file once the service and its children are gone.
-    drop(cmd);
-    let (done_tx, output_done) = oneshot::channel();
-    let copy = copy_output(reader, name.to_owned(), log.clone(), verbose);
-    tokio::spawn(async move {
-        copy.await;
-        let _ = done_tx.send(());
-    });
-    Ok(Process {
-        pid: spawned.pid,
-        exit: spawned.exit,
-        output_done,
-    })
+/// Why a service did not spawn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpawnError {
+    /// These `requires-paths` do not exist: wait for them, do not fail.
+    Missing(Vec<String>),
+    /// The start fails with this text (`cannot start service: ...`).
+    Failed(String),
 }
 
-/// Finds `program` like Go's `exec.LookPath` with the daemon's `PATH`.
-pub(crate) fn look_path(program: &str) -> Result<PathBuf, String> {
-    if program.contains('/') {
-        return Ok(PathBuf::from(program));
+/// Everything the supervisor does to processes. Every method may block.
+pub trait Processes: Send + Sync + 'static {
+    /// Spawns service `name` unless one of its `requires-paths` is missing, and records its
+    /// group so the next daemon can find it.
+    fn spawn(&self, name: &str, config: &Service) -> Result<Spawned, SpawnError>;
+    /// Sends `signal` to the group led by `pid` and to the descendants that left the group;
+    /// returns those descendants.
+    fn signal_group(&self, pid: u32, signal: GroupSignal) -> Vec<Escaped>;
+    /// SIGKILLs whatever is left of the group led by `pid` and the `escaped` descendants that
+    /// are still the same processes.
+    fn end_group(&self, pid: u32, escaped: &[Escaped]);
+    /// Sends `signal` (a name such as `SIGHUP`) to one process.
+    fn signal_process(&self, pid: u32, signal: &str) -> Result<(), String>;
+    /// Service `name`'s process `pid` has exited: forget its group.
+    fn forget(&self, name: &str, pid: u32);
+    /// Which of `paths` do not exist.
+    fn missing(&self, paths: Vec<String>) -> Vec<String>;
+}
+
+/// The real processes: spawned through the reaper, recorded in `$PEBBLE/.cobble-processes`.
+pub struct OsProcesses {
+    registry: Mutex<ProcessRegistry>,
+}
+
+impl OsProcesses {
+    pub fn new(registry: ProcessRegistry) -> OsProcesses {
+        OsProcesses {
+            registry: Mutex::new(registry),
+        }
     }
-    let not_found = || format!("exec: \"{program}\": executable file not found in $PATH");
-    let path_var = std::env::var_os("PATH").ok_or_else(not_found)?;
-    std::env::split_paths(&path_var)
-        .map(|dir| {
-            if dir.as_os_str().is_empty() {
-                Path::new(".").join(program)
-            } else {
-                dir.join(program)
-            }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, ProcessRegistry> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ends every group still recorded (SIGTERM, then SIGKILL after `grace`), for a daemon
+    /// that must exit without its supervisor. Blocking.
+    pub fn end_all(&self, grace: std::time::Duration) -> Vec<String> {
+        self.registry().end_all(grace)
+    }
+}
+
+impl Processes for OsProcesses {
+    fn spawn(&self, name: &str, config: &Service) -> Result<Spawned, SpawnError> {
+        let missing = self.missing(config.requires_paths.clone());
+        if !missing.is_empty() {
+            return Err(SpawnError::Missing(missing));
+        }
+        let (base, extra) = config
+            .parse_command()
+            .map_err(|e| SpawnError::Failed(e.to_string()))?;
+        let argv: Vec<String> = base.into_iter().chain(extra).collect();
+        if argv.is_empty() {
+            return Err(SpawnError::Failed(format!(
+                "cannot start service: no command for service \"{name}\""
+            )));
+        }
+        let launch = Launch {
+            argv,
+            environment: config.environment.clone(),
+            working_dir: config.working_dir.clone(),
+            user_id: config.user_id,
+            user: config.user.clone(),
+            group_id: config.group_id,
+            group: config.group.clone(),
+            user_environment: true,
+        };
+        tracing::info!("Service \"{name}\" starting: {}", config.command);
+        let child = command::spawn(&launch).map_err(|e| {
+            SpawnError::Failed(match e {
+                // Pebble words user errors without the prefix.
+                LaunchError::User(text) => text,
+                other => format!("cannot start service: {other}"),
+            })
+        })?;
+        self.registry().record(name, child.pid);
+        let exit = child.exit;
+        Ok(Spawned {
+            pid: child.pid,
+            exit: Box::pin(async move { exit.await.map(|s| s.code()).unwrap_or(-1) }),
+            output: Some(child.output),
         })
-        .find(|candidate| is_executable(candidate))
-        .ok_or_else(not_found)
+    }
+
+    fn signal_group(&self, pid: u32, signal: GroupSignal) -> Vec<Escaped> {
+        let sig = match signal {
+            GroupSignal::Term => Signal::SIGTERM,
+            GroupSignal::Kill => Signal::SIGKILL,
+        };
+        // Descendants that left the group (setsid, setpgid) would survive the group signal:
+        // find them first (once the leader dies they are re-parented out of its tree).
+        let escaped = escaped_descendants(pid);
+        if let Err(e) = sys::signal_group(pid, sig) {
+            tracing::info!("Cannot send {sig} to process group {pid}: {e}");
+        }
+        for &(child, _) in &escaped {
+            let _ = sys::signal_pid(child, sig);
+        }
+        escaped
+    }
+
+    fn end_group(&self, pid: u32, escaped: &[Escaped]) {
+        let _ = sys::signal_group(pid, Signal::SIGKILL);
+        for &(child, start_time) in escaped {
+            if sys::process_start_time(child) == Some(start_time) {
+                let _ = sys::signal_pid(child, Signal::SIGKILL);
+            }
+        }
+    }
+
+    fn signal_process(&self, pid: u32, signal: &str) -> Result<(), String> {
+        let sig = sys::parse_signal(signal).map_err(|e| e.to_string())?;
+        sys::signal_pid(pid, sig).map_err(|e| e.to_string())
+    }
+
+    fn forget(&self, name: &str, pid: u32) {
+        self.registry().forget(name, pid);
+    }
+
+    fn missing(&self, paths: Vec<String>) -> Vec<String> {
+        paths
+            .into_iter()
+            .filter(|p| !std::path::Path::new(p).exists())
+            .collect()
+    }
 }
 
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+/// Descendants of `leader` outside its process group, with their start times.
+fn escaped_descendants(leader: u32) -> Vec<Escaped> {
+    sys::descendants(leader)
+        .into_iter()
+        .filter_map(|pid| {
+            let stat = sys::proc_stat(pid)?;
+            (stat.pgrp != leader).then_some((pid, stat.start_time))
+        })
+        .collect()
 }
 
-/// Copies the service's output into its log (and stdout with `--verbose`) until end of file.
-async fn copy_output(
-    mut reader: tokio::net::unix::pipe::Receiver,
+/// Copies a service's output into its log, and to the daemon's stdout with `--verbose`,
+/// until end of file. Neither blocks: the log is memory, stdout a bounded queue.
+pub async fn copy_output(
+    mut reader: pipe::Receiver,
     name: String,
     log: ServiceLog,
-    verbose: bool,
+    stdout: Option<&'static Sink>,
 ) {
     let mut splitter = LineSplitter::default();
     let mut buf = vec![0u8; 16 * 1024];
-    let emit = |line: String| {
+    let mut line_out = String::new();
+    let mut emit = |line: String| {
         let now = Timestamp::now();
-        if verbose {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{} [{name}] {line}", format_utc_millis(now));
+        if let Some(stdout) = stdout {
+            use std::fmt::Write;
+            line_out.clear();
+            let _ = write!(line_out, "{} [{name}] {line}", format_utc_millis(now));
+            stdout.line(line_out.as_bytes());
         }
         log.push(now, line);
     };
     loop {
         match reader.read(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => splitter.feed(&buf[..n], emit),
+            Ok(n) => splitter.feed(&buf[..n], &mut emit),
         }
     }
-    splitter.finish(emit);
+    splitter.finish(&mut emit);
 }

@@ -73,36 +73,54 @@ impl ProcessRegistry {
     }
 }
 
+impl ProcessRegistry {
+    /// Ends every group still recorded (SIGTERM, then SIGKILL after `grace`) and forgets
+    /// them; returns their services. For a daemon that must exit without its supervisor.
+    /// Blocking.
+    pub fn end_all(&mut self, grace: Duration) -> Vec<String> {
+        let records = std::mem::take(&mut self.records);
+        self.save();
+        end_groups(records, grace)
+    }
+}
+
 /// Ends the process groups a previous daemon left running (SIGTERM, then SIGKILL after
 /// `grace`), and returns the services they belonged to. Runs before anything is spawned.
-pub async fn end_leftovers(dir: &Path, grace: Duration) -> Vec<String> {
+/// Blocking: it polls `/proc` until the groups are gone.
+pub fn end_leftovers(dir: &Path, grace: Duration) -> Vec<String> {
     let path = dir.join(FILE_NAME);
     let Ok(bytes) = std::fs::read(&path) else {
         return Vec::new();
     };
     let records: BTreeMap<String, Record> = serde_json::from_slice(&bytes).unwrap_or_default();
+    let ended = end_groups(records, grace);
+    let _ = std::fs::remove_file(&path);
+    ended
+}
+
+/// SIGTERM to every recorded group that is still the recorded process, SIGKILL to what is
+/// left after `grace`; returns the services of the groups that were alive.
+fn end_groups(records: BTreeMap<String, Record>, grace: Duration) -> Vec<String> {
     let alive: Vec<(String, Record)> = records
         .into_iter()
         .filter(|(_, r)| process::process_start_time(r.pid) == Some(r.start_time))
         .collect();
     for (service, record) in &alive {
         tracing::info!(
-            "Service \"{service}\" still running from a previous daemon (pid {}); stopping it",
+            "Service \"{service}\" still running (pid {}); stopping it",
             record.pid
         );
         let _ = process::signal_group(record.pid, Signal::SIGTERM);
     }
-    let deadline = tokio::time::Instant::now() + grace;
-    while alive.iter().any(|(_, r)| group_running(r.pid)) && tokio::time::Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let deadline = std::time::Instant::now() + grace;
+    while alive.iter().any(|(_, r)| group_running(r.pid)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
     }
     for (_, record) in &alive {
         if group_running(record.pid) {
             let _ = process::signal_group(record.pid, Signal::SIGKILL);
         }
     }
-    let _ = std::fs::remove_file(&path);
     alive.into_iter().map(|(service, _)| service).collect()
 }
 
@@ -132,15 +150,15 @@ mod tests {
         cobble_sys::reaper::spawn(&mut cmd).expect("spawn").pid
     }
 
-    #[tokio::test]
-    async fn leftovers_are_ended_and_the_record_removed() {
+    #[test]
+    fn leftovers_are_ended_and_the_record_removed() {
         let dir = tempfile::tempdir().unwrap();
         let leader = spawn_group("sleep 1000 & wait");
         let mut registry = ProcessRegistry::new(Some(dir.path()));
         registry.record("web", leader);
         assert!(dir.path().join(FILE_NAME).exists());
         // A new daemon (here: the same test) finds and ends the group.
-        let ended = end_leftovers(dir.path(), Duration::from_secs(2)).await;
+        let ended = end_leftovers(dir.path(), Duration::from_secs(2));
         assert_eq!(ended, ["web"]);
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while process::group_alive(leader) {
@@ -150,13 +168,13 @@ mod tests {
         assert!(!dir.path().join(FILE_NAME).exists());
     }
 
-    #[tokio::test]
-    async fn groups_that_ignore_sigterm_are_killed_after_the_grace() {
+    #[test]
+    fn groups_that_ignore_sigterm_are_killed_after_the_grace() {
         let dir = tempfile::tempdir().unwrap();
         let leader = spawn_group("trap '' TERM; sleep 1000");
         let mut registry = ProcessRegistry::new(Some(dir.path()));
         registry.record("stubborn", leader);
-        end_leftovers(dir.path(), Duration::from_millis(200)).await;
+        end_leftovers(dir.path(), Duration::from_millis(200));
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while process::group_alive(leader) {
             assert!(std::time::Instant::now() < deadline, "group still alive");
@@ -164,8 +182,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_recycled_pid_is_never_killed() {
+    #[test]
+    fn a_recycled_pid_is_never_killed() {
         let dir = tempfile::tempdir().unwrap();
         let leader = spawn_group("sleep 1000");
         let start_time = process::process_start_time(leader).unwrap();
@@ -182,11 +200,7 @@ mod tests {
             serde_json::to_vec(&records).unwrap(),
         )
         .unwrap();
-        assert!(
-            end_leftovers(dir.path(), Duration::from_millis(100))
-                .await
-                .is_empty()
-        );
+        assert!(end_leftovers(dir.path(), Duration::from_millis(100)).is_empty());
         assert!(process::group_alive(leader));
         process::signal_group(leader, Signal::SIGKILL).unwrap();
     }

@@ -10,6 +10,8 @@ struct Harness {
     m: Machine,
     t0: Instant,
     now: Instant,
+    /// The firing number of the next check failure.
+    firings: u64,
 }
 
 impl Harness {
@@ -19,6 +21,7 @@ impl Harness {
             m: Machine::new("svc", 7),
             t0,
             now: t0,
+            firings: 0,
         }
     }
 
@@ -49,6 +52,19 @@ impl Harness {
 
     fn tick(&mut self) -> Vec<Action> {
         self.step(Event::Tick)
+    }
+
+    /// Check "chk", whose `on-check-failure` is `action`, fires (again).
+    fn check_failed(&mut self, action: ExitAction) -> Vec<Action> {
+        self.m.policy.on_check_failure.insert("chk".into(), action);
+        self.firings += 1;
+        let firing = Firing::from([("chk".to_owned(), self.firings)]);
+        self.step(Event::Checks(Arc::new(firing)))
+    }
+
+    /// No check is down any more.
+    fn checks_up(&mut self) -> Vec<Action> {
+        self.step(Event::Checks(Arc::default()))
     }
 }
 
@@ -475,13 +491,6 @@ fn next_backoff_sequence() {
 
 // --- on-check-failure ---------------------------------------------------------------------
 
-fn check_failed(action: ExitAction) -> Event {
-    Event::CheckFailed {
-        check: "chk".into(),
-        action,
-    }
-}
-
 /// A harness whose service has passed the okay delay and runs as `pid` 10.
 fn running() -> Harness {
     let mut h = Harness::new();
@@ -494,7 +503,7 @@ fn running() -> Harness {
 #[test]
 fn check_failure_restart_while_running_terminates_then_backs_off() {
     let mut h = running();
-    let actions = h.at(5.0).step(check_failed(ExitAction::Restart));
+    let actions = h.at(5.0).check_failed(ExitAction::Restart);
     assert_eq!(
         actions,
         vec![
@@ -522,9 +531,183 @@ fn check_failure_restart_while_running_terminates_then_backs_off() {
 }
 
 #[test]
+fn the_same_firing_reported_again_does_nothing() {
+    let mut h = running();
+    h.at(5.0).check_failed(ExitAction::Restart);
+    h.at(5.1).step(Event::Exited { pid: 10, code: 143 });
+    let phase = h.m.phase();
+    // The firing map changed for another reason (another check); "chk" has not fired again.
+    let firing = Firing::from([("chk".to_owned(), h.firings), ("other".to_owned(), 1)]);
+    assert!(h.at(5.2).step(Event::Checks(Arc::new(firing))).is_empty());
+    assert_eq!(h.m.phase(), phase);
+}
+
+#[test]
+fn a_check_up_again_during_its_restart_brings_the_service_back_without_backoff() {
+    let mut h = running();
+    h.at(5.0).check_failed(ExitAction::Restart);
+    assert!(h.at(5.05).checks_up().is_empty(), "SIGTERM is already sent");
+    let actions = h.at(5.1).step(Event::Exited { pid: 10, code: 143 });
+    assert!(actions.contains(&Action::Spawn), "{actions:?}");
+    assert!(actions.contains(&Action::EndGroup { pid: 10 }));
+    h.step(Event::Spawned { pid: 11 });
+    assert_eq!(h.m.phase(), Phase::Running { pid: 11 });
+}
+
+#[test]
+fn a_backoff_a_check_caused_ends_when_the_check_is_up_again() {
+    let mut h = running();
+    h.at(5.0).check_failed(ExitAction::Restart);
+    h.at(5.1).step(Event::Exited { pid: 10, code: 143 });
+    assert!(matches!(h.m.phase(), Phase::Backoff { .. }));
+    let actions = h.at(5.2).checks_up();
+    assert_eq!(
+        actions,
+        vec![
+            Action::Log("Service \"svc\" check \"chk\" is up again, restarting now".into()),
+            Action::Spawn
+        ]
+    );
+    h.step(Event::Spawned { pid: 11 });
+    assert_eq!(h.m.phase(), Phase::Running { pid: 11 });
+    // The old backoff deadline is gone with the phase: nothing happens at it.
+    assert!(h.at(6.0).tick().is_empty());
+}
+
+#[test]
+fn a_check_up_does_not_end_a_backoff_it_did_not_cause() {
+    let mut h = running();
+    h.at(5.0).step(Event::Exited { pid: 10, code: 1 });
+    h.at(5.1).check_failed(ExitAction::Restart);
+    assert!(matches!(h.m.phase(), Phase::Backoff { .. }));
+    assert!(h.at(5.2).checks_up().is_empty());
+    assert!(matches!(h.m.phase(), Phase::Backoff { .. }));
+}
+
+/// The case that started it: a check keeps failing and its action keeps restarting the
+/// service with growing backoff; the check passes while the service backs off. No restart
+/// may follow once the check is up, and the service must not sit out the old backoff.
+#[test]
+fn no_restart_follows_once_the_check_is_up() {
+    let mut h = running();
+    let mut t = 1.5;
+    let mut pid = 10;
+    for _ in 0..5 {
+        h.at(t).check_failed(ExitAction::Restart);
+        h.at(t + 0.05).step(Event::Exited { pid, code: 143 });
+        let Phase::Backoff { until } = h.m.phase() else {
+            panic!("expected backoff, got {:?}", h.m.phase());
+        };
+        h.now = until;
+        assert_eq!(h.tick(), vec![Action::Spawn]);
+        pid += 1;
+        h.step(Event::Spawned { pid });
+        t = (until - h.t0).as_secs_f64() + 0.5;
+    }
+    // One more restart, and the check passes while the service backs off from it.
+    h.at(t).check_failed(ExitAction::Restart);
+    h.at(t + 0.05).step(Event::Exited { pid, code: 143 });
+    let Phase::Backoff { until } = h.m.phase() else {
+        panic!("expected backoff");
+    };
+    assert!(h.at(t + 0.1).checks_up().contains(&Action::Spawn));
+    pid += 1;
+    h.step(Event::Spawned { pid });
+    // Past the old backoff deadline and far beyond: the service just runs.
+    for later in [until, until + secs(8.0), until + secs(60.0)] {
+        h.now = later;
+        let actions = h.tick();
+        assert!(
+            !actions
+                .iter()
+                .any(|a| matches!(a, Action::Signal { .. } | Action::Spawn)),
+            "{actions:?}"
+        );
+    }
+    assert_eq!(h.m.phase(), Phase::Running { pid });
+}
+
+#[test]
+fn a_stop_while_spawning_is_applied_to_what_the_spawn_produces() {
+    // The spawn succeeds: the new process is stopped at once.
+    let mut h = Harness::new();
+    assert_eq!(h.step(Event::Start(Policy::default())), vec![Action::Spawn]);
+    assert!(
+        h.step(Event::Stop).is_empty(),
+        "answered once the spawn is done"
+    );
+    let actions = h.step(Event::Spawned { pid: 7 });
+    assert_eq!(
+        start_done(&actions),
+        Some(&StartOutcome::Failed {
+            error: "stopped before the 1s okay delay".into(),
+            with_output: false
+        })
+    );
+    assert!(actions.contains(&Action::Signal {
+        pid: 7,
+        signal: GroupSignal::Term
+    }));
+    let actions = h.step(Event::Exited { pid: 7, code: 143 });
+    assert_eq!(stop_done(&actions), Some(&StopOutcome::Stopped));
+    assert_eq!(h.m.phase(), Phase::Stopped);
+
+    // The spawn fails: stopped, and nothing retries.
+    let mut h = Harness::new();
+    h.step(Event::Start(Policy::default()));
+    h.step(Event::Stop);
+    let actions = h.step(Event::SpawnFailed {
+        error: "cannot start service: boom".into(),
+    });
+    assert_eq!(stop_done(&actions), Some(&StopOutcome::Stopped));
+    assert_eq!(h.m.phase(), Phase::Stopped);
+    assert_eq!(h.m.deadline(), None);
+
+    // Paths are missing: stopped, not waiting.
+    let mut h = Harness::new();
+    h.step(Event::Start(Policy::default()));
+    h.step(Event::Stop);
+    let actions = h.step(Event::PathsMissing {
+        missing: vec!["/a".into()],
+    });
+    assert_eq!(stop_done(&actions), Some(&StopOutcome::Stopped));
+    assert_eq!(h.m.phase(), Phase::Stopped);
+    assert_eq!(h.m.watched_paths().count(), 0);
+}
+
+#[test]
+fn watched_paths_follow_the_phase() {
+    let mut h = Harness::with_policy(Policy {
+        on_file_change: [("/etc/app.conf".to_owned(), FileAction::Restart)].into(),
+        ..Policy::default()
+    });
+    assert_eq!(h.m.watched_paths().count(), 0, "not wanted running");
+    h.start(1);
+    assert_eq!(h.m.watched_paths().collect::<Vec<_>>(), ["/etc/app.conf"]);
+    assert_eq!(
+        h.m.path_events("/etc/app.conf", false, false),
+        vec![Event::FileChanged(FileAction::Restart)],
+        "a deletion is a change too"
+    );
+    assert!(
+        h.m.path_events("/etc/app.conf", true, true).is_empty(),
+        "being watched is no change"
+    );
+    h.at(0.5).step(Event::Exited { pid: 1, code: 1 });
+    h.step(Event::MissingNamed(vec![
+        "/etc/app.conf".into(),
+        "/x".into(),
+    ]));
+    let watched: Vec<&str> = h.m.watched_paths().collect();
+    assert_eq!(watched, ["/etc/app.conf", "/x", "/etc/app.conf"]);
+    h.step(Event::Stop);
+    assert_eq!(h.m.watched_paths().count(), 0, "stopped by a client");
+}
+
+#[test]
 fn check_failure_restart_escalates_to_sigkill_and_then_keeps_trying() {
     let mut h = running();
-    h.at(5.0).step(check_failed(ExitAction::Restart));
+    h.at(5.0).check_failed(ExitAction::Restart);
     let actions = h.at(10.0).tick();
     assert!(actions.contains(&Action::Signal {
         pid: 10,
@@ -552,12 +735,12 @@ fn check_failure_restarts_a_service_down_by_its_policy_but_not_one_a_client_stop
     h.at(1.0).tick();
     h.at(2.0).step(Event::Exited { pid: 10, code: 0 });
     assert_eq!(h.m.phase(), Phase::Stopped);
-    h.at(3.0).step(check_failed(ExitAction::Restart));
+    h.at(3.0).check_failed(ExitAction::Restart);
     assert!(matches!(h.m.phase(), Phase::Backoff { .. }));
     assert_eq!(h.m.wanted(), Wanted::Running);
     // A client's stop is final.
     h.at(3.1).step(Event::Stop);
-    assert!(h.at(4.0).step(check_failed(ExitAction::Restart)).is_empty());
+    assert!(h.at(4.0).check_failed(ExitAction::Restart).is_empty());
     assert_eq!(h.m.phase(), Phase::Stopped);
 }
 
@@ -567,7 +750,7 @@ fn check_failure_restart_in_backoff_waits_for_the_current_backoff() {
     h.at(2.0).step(Event::Exited { pid: 10, code: 1 });
     let before = h.m.phase();
     assert!(matches!(before, Phase::Backoff { .. }));
-    let actions = h.at(2.1).step(check_failed(ExitAction::Restart));
+    let actions = h.at(2.1).check_failed(ExitAction::Restart);
     assert_eq!(
         actions,
         vec![Action::Log(
@@ -589,7 +772,7 @@ fn check_failure_restart_after_exit_backs_off() {
     h.at(1.0).tick();
     h.at(2.0).step(Event::Exited { pid: 10, code: 1 });
     assert_eq!(h.m.phase(), Phase::Exited);
-    let actions = h.at(3.0).step(check_failed(ExitAction::Restart));
+    let actions = h.at(3.0).check_failed(ExitAction::Restart);
     assert!(
         actions.contains(&Action::Log(
             "Service \"svc\" on-check-failure action is \"restart\", waiting ~500ms before restart (backoff 1)"
@@ -609,7 +792,7 @@ fn check_failure_shutdown_actions_stop_the_daemon() {
     ];
     for (action, code, kind) in cases {
         let mut h = running();
-        let actions = h.at(2.0).step(check_failed(action));
+        let actions = h.at(2.0).check_failed(action);
         assert_eq!(
             actions,
             vec![
@@ -630,14 +813,14 @@ fn check_failure_shutdown_actions_stop_the_daemon() {
     h.start(10);
     h.at(1.0).tick();
     h.at(2.0).step(Event::Exited { pid: 10, code: 1 });
-    let actions = h.at(3.0).step(check_failed(ExitAction::Shutdown));
+    let actions = h.at(3.0).check_failed(ExitAction::Shutdown);
     assert!(actions.contains(&Action::Shutdown(CHECK_FAILURE_EXIT_CODE)));
 }
 
 #[test]
 fn check_failure_ignore_does_nothing() {
     let mut h = running();
-    assert!(h.at(2.0).step(check_failed(ExitAction::Ignore)).is_empty());
+    assert!(h.at(2.0).check_failed(ExitAction::Ignore).is_empty());
     assert_eq!(h.m.phase(), Phase::Running { pid: 10 });
 }
 
@@ -651,21 +834,21 @@ fn check_failure_is_ignored_unless_running_backing_off_or_exited() {
     for action in actions {
         // Never started.
         let mut h = Harness::new();
-        assert!(h.step(check_failed(action)).is_empty());
+        assert!(h.check_failed(action).is_empty());
         assert_eq!(h.m.phase(), Phase::Idle);
         // Within the okay delay.
         let mut h = Harness::new();
         h.start(10);
-        assert!(h.at(0.5).step(check_failed(action)).is_empty());
+        assert!(h.at(0.5).check_failed(action).is_empty());
         assert!(matches!(h.m.phase(), Phase::Starting { .. }));
         // Stopping, and stopped.
         let mut h = running();
         h.at(2.0).step(Event::Stop);
-        assert!(h.at(2.1).step(check_failed(action)).is_empty());
+        assert!(h.at(2.1).check_failed(action).is_empty());
         assert!(matches!(h.m.phase(), Phase::Terminating { .. }));
         h.at(2.2).step(Event::Exited { pid: 10, code: 0 });
         assert_eq!(h.m.phase(), Phase::Stopped);
-        assert!(h.at(3.0).step(check_failed(action)).is_empty());
+        assert!(h.at(3.0).check_failed(action).is_empty());
         assert_eq!(h.m.phase(), Phase::Stopped);
     }
 }
@@ -692,7 +875,16 @@ fn missing_required_paths_make_a_start_wait_not_fail() {
         "waiting on a named condition, not a timer"
     );
     // The path appears: spawn at once, straight to running (nobody waits on an okay delay).
-    assert_eq!(h.step(Event::PathsReady), vec![Action::Spawn]);
+    assert_eq!(
+        h.m.path_events("/certs/cert.pem", true, true),
+        vec![Event::PathAppeared("/certs/cert.pem".into())]
+    );
+    assert!(h.m.path_events("/certs/cert.pem", false, false).is_empty());
+    assert!(h.m.path_events("/elsewhere", true, false).is_empty());
+    assert_eq!(
+        h.step(Event::PathAppeared("/certs/cert.pem".into())),
+        vec![Action::Spawn]
+    );
     h.step(Event::Spawned { pid: 5 });
     assert_eq!(h.m.phase(), Phase::Running { pid: 5 });
     assert!(h.m.waiting_for().is_empty());
@@ -707,7 +899,8 @@ fn stop_while_waiting_stops_and_paths_appearing_later_do_nothing() {
     });
     assert_eq!(stop_done(&h.step(Event::Stop)), Some(&StopOutcome::Stopped));
     assert_eq!(h.m.phase(), Phase::Stopped);
-    assert!(h.step(Event::PathsReady).is_empty());
+    assert!(h.m.path_events("/a", true, false).is_empty());
+    assert!(h.step(Event::PathAppeared("/a".into())).is_empty());
     assert_eq!(h.m.phase(), Phase::Stopped);
 }
 
@@ -717,10 +910,18 @@ fn a_missing_path_appearing_ends_the_backoff_early() {
     h.start(1);
     h.at(0.1).step(Event::Exited { pid: 1, code: 255 });
     assert!(matches!(h.m.phase(), Phase::Backoff { .. }));
+    h.step(Event::MissingNamed(vec!["/certs/cert.pem".into()]));
+    assert_eq!(h.m.hints(), ["/certs/cert.pem"]);
+    assert!(h.m.watched_paths().any(|p| p == "/certs/cert.pem"));
+    assert_eq!(
+        h.m.path_events("/certs/cert.pem", true, false),
+        vec![Event::RetryNow]
+    );
     let actions = h.at(0.2).step(Event::RetryNow);
     assert!(actions.contains(&Action::Spawn), "{actions:?}");
     h.step(Event::Spawned { pid: 2 });
     assert_eq!(h.m.phase(), Phase::Running { pid: 2 });
+    assert!(h.m.hints().is_empty(), "forgotten once it runs");
     // Outside backoff it means nothing.
     assert!(h.step(Event::RetryNow).is_empty());
 }
@@ -825,41 +1026,63 @@ fn a_restart_whose_process_survives_sigkill_backs_off() {
 }
 
 /// The level-triggered invariant, checked after every step of random event sequences: a
-/// service that is wanted running is always starting, running, backing off with a deadline,
-/// waiting on named paths, or being restarted; and a service a client stopped is never
-/// spawned again until a client starts it.
+/// service that is wanted running is always spawning, starting, running, backing off with a
+/// deadline, waiting on named paths, or being restarted; a service a client stopped is never
+/// spawned again until a client starts it; and no restart caused by a check happens, or
+/// stays armed as a backoff, while that check is up.
 mod invariant {
     use super::*;
     use proptest::prelude::*;
 
     #[derive(Debug, Clone)]
     enum Op {
-        Start { ignore_failures: bool },
+        Start {
+            ignore_failures: bool,
+        },
         Stop,
         AbortStart,
-        Exit { code: i32 },
+        /// The pending spawn finishes (spawns run off the machine and take a while).
+        SpawnDone,
+        Exit {
+            code: i32,
+        },
         StaleExit,
-        Advance { millis: u64 },
-        PathsReady,
-        RetryNow,
-        FileRestart,
-        FileSignal,
-        CheckRestart,
+        Advance {
+            millis: u64,
+        },
+        PathChanged {
+            which: usize,
+            exists: bool,
+            initial: bool,
+        },
+        MissingNamed,
+        /// Check `which` goes down or fires again.
+        CheckFires {
+            which: usize,
+        },
+        /// Check `which` is up again.
+        CheckUp {
+            which: usize,
+        },
     }
+
+    const CHECKS: [&str; 2] = ["alive", "ready"];
+    const PATHS: [&str; 3] = ["/certs/cert.pem", "/config", "/missing"];
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            any::<bool>().prop_map(|ignore_failures| Op::Start { ignore_failures }),
-            Just(Op::Stop),
-            Just(Op::AbortStart),
-            (0..3i32).prop_map(|code| Op::Exit { code }),
-            Just(Op::StaleExit),
-            (0..40_000u64).prop_map(|millis| Op::Advance { millis }),
-            Just(Op::PathsReady),
-            Just(Op::RetryNow),
-            Just(Op::FileRestart),
-            Just(Op::FileSignal),
-            Just(Op::CheckRestart),
+            1 => any::<bool>().prop_map(|ignore_failures| Op::Start { ignore_failures }),
+            1 => Just(Op::Stop),
+            1 => Just(Op::AbortStart),
+            3 => Just(Op::SpawnDone),
+            1 => (0..3i32).prop_map(|code| Op::Exit { code }),
+            1 => Just(Op::StaleExit),
+            2 => (0..40_000u64).prop_map(|millis| Op::Advance { millis }),
+            1 => (0..PATHS.len(), any::<bool>(), any::<bool>())
+                .prop_map(|(which, exists, initial)| Op::PathChanged { which, exists, initial }),
+            1 => Just(Op::MissingNamed),
+            1 => (0..CHECKS.len()).prop_map(|which| Op::CheckFires { which }),
+            1 => (0..CHECKS.len()).prop_map(|which| Op::CheckUp { which }),
         ]
     }
 
@@ -885,45 +1108,85 @@ mod invariant {
         next_pid: u32,
         spawn_results: Vec<SpawnResult>,
         spawns: usize,
+        /// A `Spawn` the executor has not answered yet.
+        spawn_pending: bool,
+        /// The checks that are really down, with their firing numbers.
+        firing: Firing,
+        firings: u64,
     }
 
     impl Sim {
-        /// Feeds an event and performs the actions as the executor would.
-        fn feed(&mut self, event: Event) -> Vec<Action> {
-            let mut all = Vec::new();
-            let mut pending = self.m.step(self.now, event);
-            while !pending.is_empty() {
-                let mut next = Vec::new();
-                for action in pending {
-                    if action == Action::Spawn {
-                        let result = self.spawn_results[self.spawns % self.spawn_results.len()];
-                        self.spawns += 1;
-                        let event = match result {
-                            SpawnResult::Spawned => {
-                                self.next_pid += 1;
-                                Event::Spawned { pid: self.next_pid }
-                            }
-                            SpawnResult::Failed => Event::SpawnFailed {
-                                error: "cannot start service: boom".into(),
-                            },
-                            SpawnResult::PathsMissing => Event::PathsMissing {
-                                missing: vec!["/missing".into()],
-                            },
-                        };
-                        next.extend(self.m.step(self.now, event));
-                    }
-                    all.push(action);
-                }
-                pending = next;
+        fn policy(ignore_failures: bool) -> Policy {
+            Policy {
+                on_failure: if ignore_failures {
+                    ExitAction::Ignore
+                } else {
+                    ExitAction::Restart
+                },
+                on_check_failure: CHECKS
+                    .iter()
+                    .map(|c| (c.to_string(), ExitAction::Restart))
+                    .collect(),
+                on_file_change: [
+                    (PATHS[0].to_owned(), FileAction::Restart),
+                    (PATHS[1].to_owned(), FileAction::Signal("SIGHUP".into())),
+                ]
+                .into(),
+                ..Policy::default()
             }
-            all
+        }
+
+        /// Feeds an event as the executor would, and checks what the step did.
+        fn feed(&mut self, event: Event) -> Result<Vec<Action>, TestCaseError> {
+            let actions = self.m.step(self.now, event);
+            for action in &actions {
+                if *action == Action::Spawn {
+                    prop_assert!(!self.spawn_pending, "a second spawn while one is pending");
+                    self.spawn_pending = true;
+                }
+                if let Action::Signal {
+                    signal: GroupSignal::Term,
+                    ..
+                } = action
+                    && let AfterExit::CheckRestart(check) = &self.m.after_exit
+                {
+                    prop_assert!(
+                        self.firing.contains_key(check),
+                        "restarted for check {check}, which is up"
+                    );
+                }
+            }
+            Ok(actions)
+        }
+
+        fn finish_spawn(&mut self) -> Result<Vec<Action>, TestCaseError> {
+            if !self.spawn_pending {
+                return self.feed(Event::Tick);
+            }
+            self.spawn_pending = false;
+            let result = self.spawn_results[self.spawns % self.spawn_results.len()];
+            self.spawns += 1;
+            let event = match result {
+                SpawnResult::Spawned => {
+                    self.next_pid += 1;
+                    Event::Spawned { pid: self.next_pid }
+                }
+                SpawnResult::Failed => Event::SpawnFailed {
+                    error: "cannot start service: boom".into(),
+                },
+                SpawnResult::PathsMissing => Event::PathsMissing {
+                    missing: vec![PATHS[2].into()],
+                },
+            };
+            self.feed(event)
         }
 
         fn check(&self) -> Result<(), TestCaseError> {
             let phase = self.m.phase();
-            prop_assert!(
-                !matches!(phase, Phase::Spawning { .. }),
-                "a spawn was left unresolved"
+            prop_assert_eq!(
+                matches!(phase, Phase::Spawning { .. }),
+                self.spawn_pending,
+                "spawning exactly while a spawn is pending"
             );
             if matches!(
                 phase,
@@ -936,7 +1199,10 @@ mod invariant {
             }
             if self.m.wanted() == Wanted::Running {
                 let ok = match phase {
-                    Phase::Starting { .. } | Phase::Running { .. } | Phase::Backoff { .. } => true,
+                    Phase::Spawning { .. }
+                    | Phase::Starting { .. }
+                    | Phase::Running { .. }
+                    | Phase::Backoff { .. } => true,
                     Phase::Waiting => !self.m.waiting_for().is_empty(),
                     Phase::Terminating { .. } | Phase::Killing { .. } => {
                         self.m.after_exit != AfterExit::Stop
@@ -944,6 +1210,12 @@ mod invariant {
                     _ => false,
                 };
                 prop_assert!(ok, "wanted running but {phase:?}");
+            }
+            if let (Phase::Backoff { .. }, Some(check)) = (phase, &self.m.backoff_check) {
+                prop_assert!(
+                    self.firing.contains_key(check),
+                    "backing off for check {check}, which is up"
+                );
             }
             Ok(())
         }
@@ -963,36 +1235,47 @@ mod invariant {
                 next_pid: 100,
                 spawn_results,
                 spawns: 0,
+                spawn_pending: false,
+                firing: Firing::new(),
+                firings: 0,
             };
             for op in ops {
-                let event = match op {
-                    Op::Start { ignore_failures } => Event::Start(Policy {
-                        on_failure: if ignore_failures { ExitAction::Ignore } else { ExitAction::Restart },
-                        ..Policy::default()
-                    }),
-                    Op::Stop => Event::Stop,
-                    Op::AbortStart => Event::AbortStart,
+                let stopped_by_client = sim.m.client_stopped;
+                let is_start = matches!(op, Op::Start { .. });
+                let actions = match op {
+                    Op::Start { ignore_failures } => {
+                        sim.feed(Event::Start(Sim::policy(ignore_failures)))?
+                    }
+                    Op::Stop => sim.feed(Event::Stop)?,
+                    Op::AbortStart => sim.feed(Event::AbortStart)?,
+                    Op::SpawnDone => sim.finish_spawn()?,
                     Op::Exit { code } => match sim.m.pid() {
-                        Some(pid) => Event::Exited { pid, code },
-                        None => Event::Tick,
+                        Some(pid) => sim.feed(Event::Exited { pid, code })?,
+                        None => sim.feed(Event::Tick)?,
                     },
-                    Op::StaleExit => Event::Exited { pid: 1, code: 1 },
+                    Op::StaleExit => sim.feed(Event::Exited { pid: 1, code: 1 })?,
                     Op::Advance { millis } => {
                         sim.now += Duration::from_millis(millis);
-                        Event::Tick
+                        sim.feed(Event::Tick)?
                     }
-                    Op::PathsReady => Event::PathsReady,
-                    Op::RetryNow => Event::RetryNow,
-                    Op::FileRestart => Event::FileChanged(FileAction::Restart),
-                    Op::FileSignal => Event::FileChanged(FileAction::Signal("SIGHUP".into())),
-                    Op::CheckRestart => Event::CheckFailed {
-                        check: "up".into(),
-                        action: ExitAction::Restart,
-                    },
+                    Op::PathChanged { which, exists, initial } => {
+                        let mut all = Vec::new();
+                        for event in sim.m.path_events(PATHS[which], exists, initial) {
+                            all.extend(sim.feed(event)?);
+                        }
+                        all
+                    }
+                    Op::MissingNamed => sim.feed(Event::MissingNamed(vec![PATHS[2].into()]))?,
+                    Op::CheckFires { which } => {
+                        sim.firings += 1;
+                        sim.firing.insert(CHECKS[which].into(), sim.firings);
+                        sim.feed(Event::Checks(Arc::new(sim.firing.clone())))?
+                    }
+                    Op::CheckUp { which } => {
+                        sim.firing.remove(CHECKS[which]);
+                        sim.feed(Event::Checks(Arc::new(sim.firing.clone())))?
+                    }
                 };
-                let stopped_by_client = sim.m.client_stopped;
-                let is_start = matches!(event, Event::Start(_));
-                let actions = sim.feed(event);
                 if stopped_by_client && !is_start {
                     prop_assert!(
                         !actions.contains(&Action::Spawn),

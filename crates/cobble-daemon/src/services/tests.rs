@@ -1,0 +1,375 @@
+//! The service manager actor, in process: scripted processes stand in for real ones, so the
+//! tests drive exits and signals themselves and run on paused time where timing is the point.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cobble_plan::{Plan, Service, ServiceAction};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use super::machine::{GroupSignal, StartOutcome, StopOutcome};
+use super::process::{Escaped, Processes, SpawnError, Spawned};
+use super::{ServiceManager, StartReply};
+use crate::checks::Firing;
+
+/// What the scripted processes did, for the tests to look at.
+#[derive(Default)]
+struct Record {
+    /// Pids handed out, with the (paused) time of each spawn.
+    spawns: Vec<(u32, Instant)>,
+    /// Spawns begun (a held spawn counts before it is released).
+    spawning: usize,
+    /// Group signals sent, in order.
+    signals: Vec<(u32, GroupSignal)>,
+    /// Groups ended after their process was done with.
+    ended: Vec<u32>,
+    /// How to finish each live process.
+    exits: BTreeMap<u32, oneshot::Sender<i32>>,
+}
+
+/// Processes that exist only in this table. SIGTERM ends one with code 143.
+struct Scripted {
+    record: Mutex<Record>,
+    /// Woken at every spawn and signal.
+    changed: Notify,
+    /// While set, a spawn waits for the test to release it (a slow fork).
+    hold_spawns: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl Scripted {
+    fn new() -> Arc<Scripted> {
+        Arc::new(Scripted {
+            record: Mutex::new(Record::default()),
+            changed: Notify::new(),
+            hold_spawns: Mutex::new(None),
+        })
+    }
+
+    fn record(&self) -> std::sync::MutexGuard<'_, Record> {
+        self.record.lock().unwrap()
+    }
+
+    /// Ends process `pid` with `code`.
+    fn exit(&self, pid: u32, code: i32) {
+        let sender = self.record().exits.remove(&pid).expect("a live process");
+        let _ = sender.send(code);
+    }
+
+    fn spawn_times(&self) -> Vec<Instant> {
+        self.record().spawns.iter().map(|(_, at)| *at).collect()
+    }
+
+    fn last_pid(&self) -> u32 {
+        self.record().spawns.last().expect("a spawn").0
+    }
+
+    /// Waits (on real time; the scripted side never sleeps) until `done` holds.
+    async fn until(&self, what: &str, done: impl Fn(&Record) -> bool) {
+        let wait = async {
+            loop {
+                let changed = self.changed.notified();
+                if done(&self.record()) {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(60), wait)
+            .await
+            .is_err()
+        {
+            panic!("timed out waiting until {what}");
+        }
+    }
+}
+
+impl Processes for Scripted {
+    fn spawn(&self, _name: &str, config: &Service) -> Result<Spawned, SpawnError> {
+        self.record().spawning += 1;
+        self.changed.notify_waiters();
+        if let Some(gate) = self.hold_spawns.lock().unwrap().as_ref() {
+            let _ = gate.recv();
+        }
+        let missing = self.missing(config.requires_paths.clone());
+        if !missing.is_empty() {
+            return Err(SpawnError::Missing(missing));
+        }
+        let (exit_tx, exit_rx) = oneshot::channel();
+        let pid = {
+            let mut record = self.record();
+            let pid = 100 + record.spawns.len() as u32;
+            record.spawns.push((pid, Instant::now()));
+            record.exits.insert(pid, exit_tx);
+            pid
+        };
+        self.changed.notify_waiters();
+        Ok(Spawned {
+            pid,
+            exit: Box::pin(async move { exit_rx.await.unwrap_or(-1) }),
+            output: None,
+        })
+    }
+
+    fn signal_group(&self, pid: u32, signal: GroupSignal) -> Vec<Escaped> {
+        let exit = {
+            let mut record = self.record();
+            record.signals.push((pid, signal));
+            record.exits.remove(&pid)
+        };
+        if let Some(exit) = exit {
+            let _ = exit.send(if signal == GroupSignal::Term {
+                143
+            } else {
+                137
+            });
+        }
+        self.changed.notify_waiters();
+        Vec::new()
+    }
+
+    fn end_group(&self, pid: u32, _escaped: &[Escaped]) {
+        self.record().ended.push(pid);
+        self.changed.notify_waiters();
+    }
+
+    fn signal_process(&self, _pid: u32, _signal: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn forget(&self, _name: &str, _pid: u32) {}
+
+    fn missing(&self, paths: Vec<String>) -> Vec<String> {
+        paths
+            .into_iter()
+            .filter(|p| !std::path::Path::new(p).exists())
+            .collect()
+    }
+}
+
+struct Harness {
+    manager: ServiceManager,
+    processes: Arc<Scripted>,
+    firing: watch::Sender<Arc<Firing>>,
+    _plan: watch::Sender<Arc<Plan>>,
+    _shutdown: mpsc::UnboundedReceiver<i32>,
+}
+
+fn service(name: &str) -> Service {
+    Service {
+        name: name.into(),
+        command: "/bin/workload".into(),
+        ..Service::default()
+    }
+}
+
+impl Harness {
+    fn new(services: Vec<Service>) -> Harness {
+        let mut plan = Plan::default();
+        for service in services {
+            plan.services.insert(service.name.clone(), service);
+        }
+        let (plan_tx, plan_rx) = watch::channel(Arc::new(plan));
+        let (firing, firing_rx) = watch::channel(Arc::<Firing>::default());
+        let (shutdown_tx, shutdown_rx) = mpsc::unbounded_channel();
+        let processes = Scripted::new();
+        let (manager, _task) =
+            ServiceManager::spawn(plan_rx, firing_rx, processes.clone(), None, shutdown_tx);
+        Harness {
+            manager,
+            processes,
+            firing,
+            _plan: plan_tx,
+            _shutdown: shutdown_rx,
+        }
+    }
+
+    /// Starts `name` in the background; the reply arrives on the returned channel.
+    fn start(&self, name: &str) -> oneshot::Receiver<StartReply> {
+        let (tx, rx) = oneshot::channel();
+        let manager = self.manager.clone();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            let _ = tx.send(manager.start(&name).await);
+        });
+        rx
+    }
+
+    async fn status(&self, name: &str) -> String {
+        self.manager.statuses(vec![name.into()]).await[0]
+            .info
+            .current
+            .clone()
+    }
+
+    /// Waits until `name` reports `want`, in steps of a paused millisecond (a few of them at
+    /// most: the actor only has queued messages to get through).
+    async fn wait_status(&self, name: &str, want: &str) {
+        for _ in 0..100 {
+            if self.status(name).await == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("{name} is {}, not {want}", self.status(name).await);
+    }
+
+    fn fire(&self, firing: &[(&str, u64)]) {
+        let map: Firing = firing.iter().map(|(c, n)| (c.to_string(), *n)).collect();
+        self.firing.send_replace(Arc::new(map));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_start_resolves_after_exactly_the_okay_delay() {
+    let h = Harness::new(vec![service("web")]);
+    let began = Instant::now();
+    let reply = h.start("web").await.unwrap();
+    assert_eq!(reply.outcome, StartOutcome::Started);
+    assert_eq!(Instant::now() - began, Duration::from_secs(1));
+    assert_eq!(h.status("web").await, "active");
+}
+
+#[tokio::test(start_paused = true)]
+async fn quick_exits_back_off_on_the_default_schedule_with_at_most_ten_percent_jitter() {
+    let h = Harness::new(vec![service("web")]);
+    let start = h.start("web");
+    h.processes.until("spawned", |r| r.spawns.len() == 1).await;
+    h.processes.exit(h.processes.last_pid(), 1);
+    let reply = start.await.unwrap();
+    assert_eq!(
+        reply.outcome,
+        StartOutcome::Failed {
+            error: "service start attempt: exited quickly with code 1, will restart".into(),
+            with_output: true
+        }
+    );
+    for n in 2..=6 {
+        h.processes
+            .until("respawned", |r| r.spawns.len() == n)
+            .await;
+        h.processes.exit(h.processes.last_pid(), 1);
+    }
+    let times = h.processes.spawn_times();
+    let gaps: Vec<f64> = times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    for (gap, base) in gaps.iter().zip([0.5, 1.0, 2.0, 4.0, 8.0]) {
+        assert!(
+            *gap >= base && *gap <= base * 1.1,
+            "gaps {gaps:?} do not follow 0.5, 1, 2, 4, 8 s"
+        );
+    }
+    h.wait_status("web", "backoff").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_check_firing_restarts_the_service_and_recovery_ends_the_backoff() {
+    let mut web = service("web");
+    web.on_check_failure = [("up".to_owned(), ServiceAction::Restart)].into();
+    let h = Harness::new(vec![web]);
+    h.start("web").await.unwrap();
+    let first = h.processes.last_pid();
+
+    h.fire(&[("up", 1)]);
+    h.processes
+        .until("terminated", |r| r.signals == [(first, GroupSignal::Term)])
+        .await;
+    h.processes.until("ended", |r| r.ended == [first]).await;
+    h.wait_status("web", "backoff").await;
+
+    // The check passes while the service backs off: it comes back now, not at the deadline.
+    let recovered = Instant::now();
+    h.fire(&[]);
+    h.processes
+        .until("respawned", |r| r.spawns.len() == 2)
+        .await;
+    assert_eq!(h.processes.spawn_times()[1], recovered);
+    h.wait_status("web", "active").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_firing_that_is_over_before_the_supervisor_looks_is_not_acted_on() {
+    let mut web = service("web");
+    web.on_check_failure = [("up".to_owned(), ServiceAction::Restart)].into();
+    let h = Harness::new(vec![web]);
+    h.start("web").await.unwrap();
+    // Down and up again before the actor runs: it sees only the present, where the check is up.
+    h.fire(&[("up", 1)]);
+    h.fire(&[]);
+    // Paused time only moves on once every task is idle: the actor has looked by then.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(h.processes.record().signals.is_empty(), "restarted anyway");
+    assert_eq!(h.processes.record().spawns.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_during_a_slow_spawn_stops_what_the_spawn_produces() {
+    let h = Harness::new(vec![service("web")]);
+    let (release, gate) = std::sync::mpsc::channel();
+    *h.processes.hold_spawns.lock().unwrap() = Some(gate);
+    let start = h.start("web");
+    h.processes.until("spawning", |r| r.spawning == 1).await;
+    // The actor answers other requests while the spawn is under way.
+    assert_eq!(h.status("web").await, "active");
+    let stop = {
+        let manager = h.manager.clone();
+        tokio::spawn(async move { manager.stop("web").await })
+    };
+    assert_eq!(h.status("web").await, "active");
+    release.send(()).unwrap();
+    assert_eq!(stop.await.unwrap(), StopOutcome::Stopped);
+    let reply = start.await.unwrap();
+    assert_eq!(
+        reply.outcome,
+        StartOutcome::Failed {
+            error: "stopped before the 1s okay delay".into(),
+            with_output: false
+        }
+    );
+    let pid = h.processes.last_pid();
+    assert_eq!(h.processes.record().signals, [(pid, GroupSignal::Term)]);
+    assert_eq!(h.status("web").await, "inactive");
+}
+
+#[tokio::test]
+async fn a_required_path_that_appears_starts_the_waiting_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("certs/cert.pem");
+    let mut web = service("web");
+    web.requires_paths = vec![cert.display().to_string()];
+    let h = Harness::new(vec![web]);
+    let reply = h.start("web").await.unwrap();
+    assert_eq!(
+        reply.outcome,
+        StartOutcome::Waiting {
+            missing: vec![cert.display().to_string()]
+        }
+    );
+    assert_eq!(h.status("web").await, "waiting");
+    std::fs::create_dir_all(cert.parent().unwrap()).unwrap();
+    std::fs::write(&cert, "cert").unwrap();
+    h.processes.until("spawned", |r| r.spawns.len() == 1).await;
+    h.wait_status("web", "active").await;
+}
+
+/// cobble-plan validates `on-file-change` signal names without depending on cobble-sys,
+/// which sends them; the two lists must not drift apart.
+#[test]
+fn plan_signal_names_are_exactly_the_ones_that_can_be_sent() {
+    for name in cobble_plan::SIGNAL_NAMES {
+        assert!(
+            cobble_sys::process::parse_signal(name).is_ok(),
+            "{name} is valid in a layer but cannot be sent"
+        );
+    }
+    for sig in cobble_sys::process::Signal::iterator() {
+        assert!(
+            cobble_plan::SIGNAL_NAMES.contains(&sig.as_str()),
+            "{} can be sent but is rejected in a layer",
+            sig.as_str()
+        );
+    }
+}
