@@ -1,11 +1,12 @@
 //! Start-up, serving and shutdown of the daemon.
 //!
 //! Start-up prepares `$PEBBLE` (creating it with `--create-dirs`, seeding it from
-//! `PEBBLE_COPY_ONCE`), loads the layers once, loads the state file, becomes the subreaper and
-//! starts the managers and the listeners. Unless `--hold`, it then autostarts the enabled
-//! services. It runs until SIGTERM, SIGINT or SIGQUIT, or until a service action asks for a
-//! shutdown; either way it stops every running service in reverse dependency order, writes the
-//! state one last time and returns the exit code.
+//! `PEBBLE_COPY_ONCE`), loads the layers once, loads the state file, becomes the subreaper,
+//! starts the managers and the listeners. Unless `--hold`,
+//! it then autostarts the enabled services. It runs until SIGTERM, SIGINT or SIGQUIT, or until
+//! a service action asks for a shutdown; either way it stops every running service in reverse
+//! dependency order, writes the state one last time and returns the exit code. Start-up and
+//! shutdown are logged as security events.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use crate::RunOptions;
 use crate::api::{self, ApiState, Peer};
 use crate::checks::CheckManager;
 use crate::layers::PlanManager;
+use crate::logging::{self, SecurityEvent};
 use crate::services::changes::{ActionError, ServiceActions};
 use crate::services::{ServiceManager, registry};
 use crate::state::{self, Persister, StateData, StateStore};
@@ -153,6 +155,9 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
                 .await;
         }));
     }
+    logging::security(SecurityEvent::Startup {
+        uid: cobble_sys::current_uid(),
+    });
     tracing::info!("Started daemon.");
 
     if !opts.hold {
@@ -166,6 +171,9 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
     }
 
     let code = stop_signals.wait(&mut shutdown_rx).await;
+    logging::security(SecurityEvent::Shutdown {
+        uid: cobble_sys::current_uid(),
+    });
     let longest_kill_delay = longest_kill_delay(&actions);
     if tokio::time::timeout(longest_kill_delay + STOP_GRACE, actions.stop_all())
         .await
