@@ -2,7 +2,7 @@
 //!
 //! Start-up prepares `$PEBBLE` (creating it with `--create-dirs`, seeding it from
 //! `PEBBLE_COPY_ONCE`), loads the layers once, loads the state file, becomes the subreaper,
-//! starts the managers and the listeners. Unless `--hold`,
+//! starts the managers, writes the state file back and starts the listeners. Unless `--hold`,
 //! it then autostarts the enabled services. It runs until SIGTERM, SIGINT or SIGQUIT, or until
 //! a service action asks for a shutdown; either way it stops every running service in reverse
 //! dependency order, writes the state one last time and returns the exit code. Start-up and
@@ -107,9 +107,17 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
     };
 
     let cancel = CancellationToken::new();
-    let persister = opts.persist.then(|| {
-        tokio::spawn(Persister::new(store.clone(), state_path.clone()).run(cancel.clone()))
-    });
+    let persister = if opts.persist {
+        let persister = Persister::new(store.clone(), state_path.clone());
+        // Clients and tests take the state file as the sign of a started daemon, so it is
+        // there before the socket is, even when nothing has happened yet.
+        if let Err(e) = persister.flush().await {
+            tracing::warn!("Cannot write state file {}: {e}", state_path.display());
+        }
+        Some(tokio::spawn(persister.run(cancel.clone())))
+    } else {
+        None
+    };
     {
         let store = store.clone();
         tokio::spawn(async move {
