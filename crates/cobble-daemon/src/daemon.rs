@@ -1,11 +1,12 @@
 //! Start-up, serving and shutdown of the daemon.
 //!
 //! Start-up prepares `$PEBBLE` (creating it with `--create-dirs`, seeding it from
-//! `PEBBLE_COPY_ONCE`), loads the layers once, loads the state file, becomes the subreaper and
-//! starts the managers and the listeners. Unless `--hold`, it then autostarts the enabled
-//! services. It runs until SIGTERM, SIGINT or SIGQUIT, or until a service action asks for a
-//! shutdown; either way it stops every running service in reverse dependency order, writes the
-//! state one last time and returns the exit code.
+//! `PEBBLE_COPY_ONCE`), loads the layers once, loads the state file, becomes the subreaper,
+//! starts the managers, writes the state file back and starts the listeners. Unless `--hold`,
+//! it then autostarts the enabled services. It runs until SIGTERM, SIGINT or SIGQUIT, or until
+//! a service action asks for a shutdown; either way it stops every running service in reverse
+//! dependency order, writes the state one last time and returns the exit code. Start-up and
+//! shutdown are logged as security events.
 //!
 //! A daemon whose supervisor, check manager or persister has stopped (a bug: a panic) would
 //! go on answering `/v1/health` while nothing is supervised. So the daemon watches those
@@ -27,6 +28,7 @@ use crate::RunOptions;
 use crate::api::{self, ApiState, Peer};
 use crate::checks::CheckManager;
 use crate::layers::PlanManager;
+use crate::logging::{self, SecurityEvent};
 use crate::services::ServiceManager;
 use crate::services::changes::{ActionError, ServiceActions};
 use crate::services::process::OsProcesses;
@@ -121,9 +123,16 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
 
     let cancel = CancellationToken::new();
     if opts.persist {
-        let persister =
-            tokio::spawn(Persister::new(store.clone(), state_path.clone()).run(cancel.clone()));
-        managers.watch(Manager::Persister, persister);
+        let persister = Persister::new(store.clone(), state_path.clone());
+        // Clients and tests take the state file as the sign of a started daemon, so it is
+        // there before the socket is, even when nothing has happened yet.
+        if let Err(e) = persister.flush().await {
+            tracing::warn!("Cannot write state file {}: {e}", state_path.display());
+        }
+        managers.watch(
+            Manager::Persister,
+            tokio::spawn(persister.run(cancel.clone())),
+        );
     }
     {
         let store = store.clone();
@@ -170,6 +179,9 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
                 .await;
         }));
     }
+    logging::security(SecurityEvent::Startup {
+        uid: cobble_sys::current_uid(),
+    });
     tracing::info!("Started daemon.");
 
     if !opts.hold {
@@ -189,6 +201,9 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
             (MANAGER_FAILED_EXIT_CODE, manager != Manager::Services)
         }
     };
+    logging::security(SecurityEvent::Shutdown {
+        uid: cobble_sys::current_uid(),
+    });
     let longest_kill_delay = longest_kill_delay(&actions);
     if supervisor_alive {
         if tokio::time::timeout(longest_kill_delay + STOP_GRACE, actions.stop_all())

@@ -23,7 +23,8 @@
 //! - [`metrics`]: the OpenMetrics text of `/v1/metrics`.
 //! - [`watch`]: path watching for `requires-paths`, `on-file-change` and failure hints.
 //! - [`why`]: the reason a service is where it is, services and checks joined.
-//! - [`logging`]: the daemon log format, `<time> [cobble] message`.
+//! - [`logging`]: the daemon log in Pebble's layout, `<time> [pebble] message`, and security
+//!   events.
 //! - [`output`]: stdout and stderr written by dedicated threads from bounded queues, so a
 //!   stalled log pipe never blocks the daemon.
 

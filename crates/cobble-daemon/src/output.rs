@@ -160,10 +160,10 @@ pub fn stdout() -> &'static Sink {
     static STDOUT: OnceLock<Sink> = OnceLock::new();
     STDOUT.get_or_init(|| {
         Sink::spawn("stdout", std::io::stdout(), |n| {
-            crate::logging::format_line(&format!(
-                "Dropped {n} lines of service output: stdout was not keeping up"
-            ))
-            .into_bytes()
+            let message = format!("Dropped {n} lines of service output: stdout was not keeping up");
+            // In the daemon log too, where operators look for the daemon's own troubles.
+            tracing::info!("{message}");
+            crate::logging::line_now(&message).into_bytes()
         })
         .expect("cannot start the stdout writer thread")
     })
@@ -174,10 +174,8 @@ pub fn stderr() -> &'static Sink {
     static STDERR: OnceLock<Sink> = OnceLock::new();
     STDERR.get_or_init(|| {
         Sink::spawn("stderr", std::io::stderr(), |n| {
-            crate::logging::format_line(&format!(
-                "Dropped {n} log lines: stderr was not keeping up"
-            ))
-            .into_bytes()
+            crate::logging::line_now(&format!("Dropped {n} log lines: stderr was not keeping up"))
+                .into_bytes()
         })
         .expect("cannot start the stderr writer thread")
     })

@@ -15,6 +15,7 @@ use cobble_plan::CheckLevel;
 
 use super::{Admin, ApiError, Read, Shared, json_body, multi_comma_list, sync, sync_with_status};
 use crate::checks::{CheckManagerError, CheckView};
+use crate::logging::{self, SecurityEvent};
 
 /// The `level` query parameter: empty, `alive` or `ready`.
 fn level(query: &[(String, String)]) -> Result<CheckLevel, ApiError> {
@@ -84,7 +85,7 @@ pub async fn get_checks(
 }
 
 pub async fn post_checks(
-    _: Admin,
+    admin: Admin,
     State(api): State<Shared>,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -97,7 +98,16 @@ pub async fn post_checks(
     }
     let result = match request.action.as_str() {
         "start" => api.checks.start(request.checks).await,
-        "stop" => api.checks.stop(request.checks).await,
+        "stop" => {
+            // Every named check is audited, whether or not it exists or is running.
+            for check in &request.checks {
+                logging::security(SecurityEvent::MonitorDisabled {
+                    user: admin.user,
+                    check,
+                });
+            }
+            api.checks.stop(request.checks).await
+        }
         other => {
             return Err(ApiError::bad_request(format!("invalid action \"{other}\"")));
         }

@@ -5,12 +5,13 @@ use axum::body::Body;
 use axum::extract::Query;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use cobble_client::types::FilesRequest;
+use cobble_client::types::{FilesRequest, WriteFilesItem};
 use cobble_plan::go_quote;
 use futures_util::StreamExt;
 
 use super::{Admin, ApiError, json_body, sync};
 use crate::files::{self, ErrorKind, FileError, gopath, multipart};
+use crate::logging::{self, SecurityEvent};
 
 /// Pebble's minimum length of a push's multipart boundary.
 const MIN_BOUNDARY: usize = 32;
@@ -23,7 +24,7 @@ fn first<'a>(query: &'a [(String, String)], key: &str) -> &'a str {
 }
 
 pub async fn get_files(
-    _: Admin,
+    admin: Admin,
     headers: HeaderMap,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
@@ -40,6 +41,12 @@ pub async fn get_files(
             let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
             if accept != Some("multipart/form-data") {
                 return Err(ApiError::bad_request("must accept multipart/form-data"));
+            }
+            for path in &paths {
+                logging::security(SecurityEvent::PullFile {
+                    user: admin.user,
+                    path,
+                });
             }
             let read = files::read::read_files(paths);
             let stream = futures_util::stream::unfold(read.chunks, |mut rx| async move {
@@ -95,7 +102,11 @@ fn list_error(err: FileError) -> ApiError {
     ApiError::new(status, err.to_string()).with_kind(kind.as_str())
 }
 
-pub async fn post_files(_: Admin, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+pub async fn post_files(
+    admin: Admin,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
@@ -118,7 +129,15 @@ pub async fn post_files(_: Admin, headers: HeaderMap, body: Body) -> Result<Resp
             let stream = body
                 .into_data_stream()
                 .map(|r| r.map_err(axum::Error::into_inner));
-            files::write::write_multipart(stream, boundary)
+            let audit = |files: &[WriteFilesItem]| {
+                for file in files {
+                    logging::security(SecurityEvent::PushFile {
+                        user: admin.user,
+                        path: &file.path,
+                    });
+                }
+            };
+            files::write::write_multipart(stream, boundary, audit)
                 .await
                 .map(sync)
                 .map_err(ApiError::bad_request)

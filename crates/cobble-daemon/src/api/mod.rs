@@ -4,7 +4,8 @@
 //! Pebble's envelope (`{"type","status-code","status","change"?,"result"}`). Access is decided
 //! per handler by an extractor ([`Read`], [`Admin`]) from the peer credentials of the unix
 //! socket connection: root and the daemon's own uid are admin, other local users may read, and
-//! TCP clients reach only the open endpoints.
+//! TCP clients reach only the open endpoints. Refused requests, and the admin actions Pebble
+//! audits, are logged as security events.
 
 mod changes;
 mod checks;
@@ -30,6 +31,7 @@ use tokio::net::{TcpListener, UnixListener};
 
 use crate::checks::CheckManager;
 use crate::layers::PlanManager;
+use crate::logging::{self, SecurityEvent, User};
 use crate::services::ServiceManager;
 use crate::services::changes::ServiceActions;
 use crate::state::StateStore;
@@ -75,7 +77,10 @@ impl Connected<IncomingStream<'_, TcpListener>> for Peer {
 pub struct Read;
 
 /// Proof that the caller may use admin endpoints (root or the daemon's own user).
-pub struct Admin;
+pub struct Admin {
+    /// The admin, for the security events their requests log.
+    pub user: User,
+}
 
 fn peer(parts: &Parts) -> Peer {
     parts
@@ -84,13 +89,23 @@ fn peer(parts: &Parts) -> Peer {
         .map_or(Peer { uid: None }, |c| c.0)
 }
 
+/// Logs the refusal of a request for lack of access, and answers it.
+fn refuse(parts: &Parts) -> ApiError {
+    logging::security(SecurityEvent::AuthzFail {
+        user: User(peer(parts).uid),
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+    });
+    ApiError::unauthorized()
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for Read {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         match peer(parts).uid {
             Some(_) => Ok(Read),
-            None => Err(ApiError::unauthorized()),
+            None => Err(refuse(parts)),
         }
     }
 }
@@ -100,8 +115,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Admin {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         match peer(parts).uid {
-            Some(uid) if uid == 0 || uid == cobble_sys::current_uid() => Ok(Admin),
-            _ => Err(ApiError::unauthorized()),
+            Some(uid) if uid == 0 || uid == cobble_sys::current_uid() => Ok(Admin {
+                user: User(Some(uid)),
+            }),
+            _ => Err(refuse(parts)),
         }
     }
 }

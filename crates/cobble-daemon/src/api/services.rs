@@ -7,6 +7,7 @@ use cobble_client::types::{LayersRequest, ServicesAction, SignalsRequest};
 use cobble_plan::Layer;
 
 use super::{Admin, ApiError, Read, Shared, async_change, json_body, multi_comma_list, sync};
+use crate::logging::{self, SecurityEvent};
 use crate::services::changes::ActionError;
 
 pub async fn get_services(
@@ -80,7 +81,7 @@ pub async fn get_plan(
 }
 
 pub async fn post_layers(
-    _: Admin,
+    admin: Admin,
     State(api): State<Shared>,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -102,7 +103,10 @@ pub async fn post_layers(
     }
     let layer = Layer::parse(0, &request.label, &request.layer)
         .map_err(|e| ApiError::bad_request(format!("cannot parse layer YAML: {e}")))?;
-    tracing::info!("Adding layer {}", request.label);
+    logging::security(SecurityEvent::AddLayer {
+        user: admin.user,
+        label: &request.label,
+    });
     api.plan
         .add_layer(layer, request.combine, request.inner)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;

@@ -39,17 +39,22 @@ const WRITEBACK_WINDOW: u64 = 8 * 1024 * 1024;
 
 /// Parses a multipart write request as it streams in and writes each file atomically.
 ///
-/// Returns the per-path results in the order of the metadata, or the message of a 400 when
-/// the request itself is malformed (bad metadata, a part with an unknown path, a truncated
-/// body). Whatever happens, a file is either fully replaced or left as it was.
-pub async fn write_multipart<S, E>(body: S, boundary: &str) -> Result<Vec<FileResult>, String>
+/// `on_request` sees the files the request names once its metadata is valid, before anything
+/// is written. Returns the per-path results in the order of the metadata, or the message of a
+/// 400 when the request itself is malformed (bad metadata, a part with an unknown path, a
+/// truncated body). Whatever happens, a file is either fully replaced or left as it was.
+pub async fn write_multipart<S, E>(
+    body: S,
+    boundary: &str,
+    on_request: impl FnOnce(&[WriteFilesItem]) + Send,
+) -> Result<Vec<FileResult>, String>
 where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
 {
     let shared = Arc::new(Mutex::new(Box::pin(body)));
     let multipart = multer::Multipart::new(SharedStream(shared.clone()), boundary);
-    let outcome = write_parts(multipart).await;
+    let outcome = write_parts(multipart, on_request).await;
     // multer stops at the closing boundary, but the client may still be sending the end of
     // the HTTP body (the last chunk of a chunked encoding). Answering and closing now would
     // reset the connection under it, so read the rest first, within limits, as Go's server
@@ -89,7 +94,10 @@ impl<S: Stream> Stream for SharedStream<S> {
 }
 
 /// Reads the `request` part, then each `files` part into its file.
-async fn write_parts(mut multipart: multer::Multipart<'static>) -> Result<Vec<FileResult>, String> {
+async fn write_parts(
+    mut multipart: multer::Multipart<'static>,
+    on_request: impl FnOnce(&[WriteFilesItem]),
+) -> Result<Vec<FileResult>, String> {
     let mut field = match multipart.next_field().await {
         Ok(Some(field)) => field,
         Ok(None) => return Err("cannot read request metadata: EOF".into()),
@@ -129,6 +137,7 @@ async fn write_parts(mut multipart: multer::Multipart<'static>) -> Result<Vec<Fi
     if request.files.is_empty() {
         return Err("must specify one or more files".into());
     }
+    on_request(&request.files);
     let items: HashMap<&str, &WriteFilesItem> = request
         .files
         .iter()
@@ -445,6 +454,7 @@ mod tests {
         let results = write_multipart(
             stream_of(body(&path, "hello", &format!("\r\n--{BOUNDARY}--\r\n"))),
             BOUNDARY,
+            |_| {},
         )
         .await
         .unwrap();
@@ -460,7 +470,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f").display().to_string();
         std::fs::write(&path, "old").unwrap();
-        let err = write_multipart(stream_of(body(&path, "new content", "")), BOUNDARY)
+        let err = write_multipart(stream_of(body(&path, "new content", "")), BOUNDARY, |_| {})
             .await
             .unwrap_err();
         assert!(err.starts_with("cannot read file part 1: "), "{err}");
@@ -476,7 +486,7 @@ mod tests {
             .unwrap()
             .replace(&format!("filename=\"{path}\""), "filename=\"/other\"");
         let body: &'static [u8] = Box::leak(text.into_bytes().into_boxed_slice());
-        let err = write_multipart(stream_of(body), BOUNDARY)
+        let err = write_multipart(stream_of(body), BOUNDARY, |_| {})
             .await
             .unwrap_err();
         assert_eq!(err, "no metadata for path \"/other\"");
@@ -489,7 +499,7 @@ mod tests {
             "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"/x\"\r\n\r\nx\r\n--{BOUNDARY}--\r\n"
         );
         let body: &'static [u8] = Box::leak(text.into_bytes().into_boxed_slice());
-        let err = write_multipart(stream_of(body), BOUNDARY)
+        let err = write_multipart(stream_of(body), BOUNDARY, |_| {})
             .await
             .unwrap_err();
         assert_eq!(
@@ -505,7 +515,9 @@ mod tests {
              {{\"action\":\"write\",\"files\":[{{\"path\":\"/nowhere/x\"}}]}}\r\n--{BOUNDARY}--\r\n"
         );
         let body: &'static [u8] = Box::leak(text.into_bytes().into_boxed_slice());
-        let results = write_multipart(stream_of(body), BOUNDARY).await.unwrap();
+        let results = write_multipart(stream_of(body), BOUNDARY, |_| {})
+            .await
+            .unwrap();
         let error = results[0].error.as_ref().unwrap();
         assert_eq!(error.message, "no file content for path \"/nowhere/x\"");
         assert_eq!(error.kind, "generic-file-error");

@@ -36,6 +36,11 @@ pub fn format_utc_millis(t: Timestamp) -> String {
     )
 }
 
+/// Go's `time.RFC3339` in UTC: `2006-01-02T15:04:05Z`, the `datetime` of security events.
+pub fn format_utc_secs(t: Timestamp) -> String {
+    format_in(t, &TimeZone::UTC, false)
+}
+
 fn format_in(t: Timestamp, zone: &TimeZone, nanos: bool) -> String {
     let zoned = t.to_zoned_datetime(zone.clone());
     let dt = zoned.datetime();
@@ -113,6 +118,14 @@ mod tests {
         assert_eq!(
             format_utc_millis(ts("2024-06-28T02:20:03.3469Z")),
             "2024-06-28T02:20:03.346Z"
+        );
+    }
+
+    #[test]
+    fn utc_secs_drops_the_fraction() {
+        assert_eq!(
+            format_utc_secs(ts("2024-06-28T02:20:03.999Z")),
+            "2024-06-28T02:20:03Z"
         );
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use cobble_client::types::{ChangeInfo, CheckInfo};
 use cobble_client::{Client, ClientConfig, Method};
 
-use crate::fixture::{Daemon, Test, wait_for};
+use crate::fixture::{Daemon, Test, free_port, wait_for};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -92,15 +92,6 @@ impl HttpServer {
         });
         HttpServer { url, status }
     }
-}
-
-/// A free loopback port (bound, then released).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

@@ -23,6 +23,15 @@ pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bo
     }
 }
 
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("loopback port")
+        .local_addr()
+        .expect("local address")
+        .port()
+}
+
 /// Matches `text` against `pattern` line by line; in a pattern line `*` matches any run of
 /// characters and `?` exactly one character (ASCII text only).
 pub fn glob_matches(pattern: &str, text: &str) -> bool {

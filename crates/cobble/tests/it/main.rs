@@ -11,6 +11,7 @@ mod access;
 mod actions;
 mod changes;
 mod checks;
+mod daemon_log;
 mod files;
 mod offline;
 mod plan;

@@ -3,11 +3,10 @@
 //! on-file-change tests and S4 the crashed-daemon test in self_healing.rs.
 
 use std::fs;
-use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::fixture::{Daemon, act, client, lines, rt, service, times, wait_for};
+use crate::fixture::{Daemon, act, client, free_port, lines, rt, service, times, wait_for};
 
 fn metrics(d: &Daemon) -> String {
     let c = client(d);
@@ -77,10 +76,7 @@ fn s2_check_actions_refire_while_the_check_stays_down() {
 #[test]
 fn s5_restart_ends_escaped_grandchildren_that_hold_the_port() {
     let root = tempfile::tempdir().unwrap();
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let binds = root.path().join("binds");
     let server = root.path().join("server.py");
     fs::write(
@@ -167,10 +163,7 @@ fn s6_crash_loop_follows_the_default_backoff_and_never_gives_up() {
 /// restart with backoff and says why; a service a client stopped stays stopped.
 #[test]
 fn s7_drift_keeps_refiring_and_is_explained_and_client_stops_are_final() {
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let layer = format!(
         "services:\n  web:\n    override: replace\n    command: sleep 1000\n    on-check-failure:\n      up: restart\n\
          checks:\n  up:\n    override: replace\n    period: 300ms\n    threshold: 2\n    tcp:\n      host: 127.0.0.1\n      port: {port}\n"

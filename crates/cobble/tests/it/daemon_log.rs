@@ -1,0 +1,141 @@
+//! The daemon's own log as Pebble's log scrapers read it: the line layout, the security events
+//! and the state file that exists once the daemon has started.
+
+use cobble_client::{Client, ClientConfig, Method};
+
+use crate::fixture::{Daemon, Test, free_port, glob_matches, rt};
+
+/// The start of every daemon log line: `2006-01-02T15:04:05.000Z [pebble] `.
+const LINE_START: &str = "????-??-??T??:??:??.???Z [pebble] ";
+
+/// The lines of `log` that carry a security event, without their time and name.
+fn security_events(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter_map(|line| line.split_once(" [pebble] "))
+        .map(|(_, message)| message)
+        .filter(|message| message.starts_with(r#"{"type":"security""#))
+        .collect()
+}
+
+/// The pattern of one security event as Pebble writes it.
+fn event(name: &str, description: &str) -> String {
+    format!(
+        r#"{{"type":"security","datetime":"????-??-??T??:??:??Z","level":"WARN","event":"{name}","description":"{description}","appid":"pebble"}}"#
+    )
+}
+
+#[test]
+fn every_line_of_the_daemon_log_has_pebbles_layout() {
+    let mut d = Daemon::start(
+        &[(
+            "001-base",
+            "services:\n  s:\n    override: replace\n    startup: enabled\n    command: sleep 1000\n",
+        )],
+        &[],
+    );
+    crate::fixture::act(&d, "stop", &["s"]);
+    assert_eq!(d.stop(), Some(0));
+    let log = d.log();
+    assert!(log.contains(" [pebble] Started daemon.\n"), "{log}");
+    for line in log.lines() {
+        assert!(
+            glob_matches(&format!("{LINE_START}*"), line),
+            "not a Pebble log line: {line:?}\n{log}"
+        );
+    }
+}
+
+#[test]
+fn security_events_are_logged_as_pebble_logs_them() {
+    let port = free_port();
+    let layer = "checks:\n  c:\n    override: replace\n    period: 10s\n    exec:\n      command: \"true\"\n";
+    let mut d = Daemon::start(
+        &[("001-base", layer)],
+        &["--hold", "--http", &format!("127.0.0.1:{port}")],
+    );
+    let uid = nix::unistd::getuid().as_raw();
+
+    let layer_file = d.scratch().join("web.yaml");
+    std::fs::write(
+        &layer_file,
+        "services:\n  web:\n    override: replace\n    command: sleep 1000\n",
+    )
+    .unwrap();
+    Test::daemon(&d)
+        .args(&["add", "web", &layer_file.display().to_string()])
+        .any_stdout()
+        .run();
+    let local = d.scratch().join("local.txt");
+    std::fs::write(&local, "hello").unwrap();
+    let remote = d.scratch().join("remote.txt").display().to_string();
+    Test::daemon(&d)
+        .args(&["push", &local.display().to_string(), &remote])
+        .run();
+    let pulled = d.scratch().join("pulled.txt").display().to_string();
+    Test::daemon(&d).args(&["pull", &remote, &pulled]).run();
+    Test::daemon(&d)
+        .args(&["stop-checks", "c"])
+        .any_stdout()
+        .run();
+    // A TCP client has no credentials: the socket-only endpoints refuse it.
+    let http = Client::new(ClientConfig {
+        socket: d.pebble_dir().join(".pebble.socket"),
+        base_url: Some(format!("http://127.0.0.1:{port}")),
+    })
+    .unwrap();
+    let refused = rt()
+        .block_on(http.raw_request(Method::GET, "/v1/services", None))
+        .unwrap();
+    assert_eq!(refused.status_code, 401);
+    assert_eq!(d.stop(), Some(0));
+
+    let log = d.log();
+    let expected = [
+        event(&format!("sys_startup:{uid}"), "Starting daemon"),
+        event(&format!("authz_admin:{uid},add_layer"), "Adding layer web"),
+        event(
+            &format!("authz_admin:{uid},push_file"),
+            &format!("Pushing file {remote}"),
+        ),
+        event(
+            &format!("authz_admin:{uid},pull_file"),
+            &format!("Pulling file {remote}"),
+        ),
+        event(&format!("sys_monitor_disabled:{uid},c"), "Stopping check c"),
+        event(
+            "authz_fail:unknown,/v1/services",
+            "Access denied to GET /v1/services",
+        ),
+        event(&format!("sys_shutdown:{uid}"), "Shutting down daemon"),
+    ]
+    .join("\n");
+    let actual = security_events(&log).join("\n");
+    assert!(
+        glob_matches(&expected, &actual),
+        "security events\n--- expected ---\n{expected}\n--- actual ---\n{actual}\n--- log ---\n{log}"
+    );
+    for message in security_events(&log) {
+        let value: serde_json::Value = serde_json::from_str(message).expect(message);
+        assert!(value.is_object(), "{message}");
+    }
+    // Start-up is audited before the daemon announces itself.
+    let startup = log.find("sys_startup").unwrap();
+    assert!(startup < log.find("Started daemon.").unwrap(), "{log}");
+}
+
+#[test]
+fn the_state_file_exists_as_soon_as_the_daemon_listens() {
+    let d = Daemon::hold(&[]);
+    let state = d.pebble_dir().join(".pebble.state");
+    // The fixture returns once the socket accepts connections; nothing has happened since.
+    let text = std::fs::read_to_string(&state).expect("state file after start-up");
+    let value: serde_json::Value = serde_json::from_str(&text).expect("state file is JSON");
+    assert!(value.is_object(), "{text}");
+}
+
+#[test]
+fn no_state_file_is_written_when_persistence_is_off() {
+    let mut d = Daemon::start_with_env(&[], &["--hold"], &[("PEBBLE_PERSIST", "never")]);
+    assert_eq!(d.stop(), Some(0));
+    assert!(!d.pebble_dir().join(".pebble.state").exists());
+}
