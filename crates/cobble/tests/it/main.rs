@@ -12,6 +12,7 @@ mod actions;
 mod changes;
 mod checks;
 mod files;
+mod go_client;
 mod offline;
 mod plan;
 mod scenarios;
