@@ -70,7 +70,8 @@ pub struct ServiceInfo {
     pub name: String,
     /// `enabled` or `disabled`.
     pub startup: String,
-    /// `active`, `inactive`, `backoff` or `error`.
+    /// `active`, `inactive`, `backoff` or `error`; or `waiting` (cobble extension) while
+    /// `requires-paths` are missing.
     pub current: String,
     /// RFC 3339 time the `current` status was entered; absent for a service never started.
     #[serde(

@@ -11,6 +11,7 @@ mod access;
 mod actions;
 mod changes;
 mod checks;
+mod entrypoint;
 mod files;
 mod go_client;
 mod offline;
