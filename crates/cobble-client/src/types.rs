@@ -3,10 +3,17 @@
 //! Field order is declaration order and matches Pebble's Go structs, because Go clients and
 //! byte-level transcript comparisons see the order. Optional fields are omitted when empty,
 //! exactly where Go's `omitempty` omits them.
+//!
+//! Request bodies decode the way Go's `encoding/json` decodes them: a missing key and an
+//! explicit `null` both leave a field at its zero value. Pebble's Go client relies on it: it
+//! marshals a nil slice as `null`, so `pebble replan` sends `{"action":"replan","services":null}`.
+//! Every field of a request type therefore carries `#[serde(default, deserialize_with =
+//! "null_as_default")]` (an `Option` field already reads `null` as `None`), and the test
+//! `request_bodies_read_null_as_go_does` names each request type so a new one is checked too.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// The envelope around every JSON response.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -63,7 +70,8 @@ pub struct ServiceInfo {
     pub name: String,
     /// `enabled` or `disabled`.
     pub startup: String,
-    /// `active`, `inactive`, `backoff` or `error`.
+    /// `active`, `inactive`, `backoff` or `error`; or `waiting` (cobble extension) while
+    /// `requires-paths` are missing.
     pub current: String,
     /// RFC 3339 time the `current` status was entered; absent for a service never started.
     #[serde(
@@ -164,9 +172,10 @@ pub struct FailingCheck {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServicesAction {
     /// `start`, `stop`, `restart`, `replan` or `autostart`.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub action: String,
     /// The services to act on; empty for `replan` and `autostart`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub services: Vec<String>,
 }
 
@@ -174,18 +183,22 @@ pub struct ServicesAction {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LayersRequest {
     /// Always `add`.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub action: String,
     /// Merge into an existing layer with the same label instead of appending.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub combine: bool,
     /// Allow the label to name a layer inside a layers subdirectory.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub inner: bool,
     /// The layer's label.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub label: String,
     /// Always `yaml`.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub format: String,
     /// The layer itself, as YAML text.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub layer: String,
 }
 
@@ -193,8 +206,10 @@ pub struct LayersRequest {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SignalsRequest {
     /// The signal name, such as `SIGHUP`.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub signal: String,
     /// The running services to signal.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub services: Vec<String>,
 }
 
@@ -202,6 +217,7 @@ pub struct SignalsRequest {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChangeAction {
     /// Always `abort`.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub action: String,
 }
 
@@ -327,24 +343,42 @@ pub struct FileResult {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WriteFilesItem {
     /// Absolute path of the file to write; the file part's `filename` must equal it.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub path: String,
     /// Create missing parent directories (mode 0755).
-    #[serde(rename = "make-dirs", default, skip_serializing_if = "is_false")]
+    #[serde(
+        rename = "make-dirs",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_false"
+    )]
     pub make_dirs: bool,
     /// Three octal digits; empty means 0644.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub permissions: String,
     /// Owner uid.
     #[serde(rename = "user-id", default, skip_serializing_if = "Option::is_none")]
     pub user_id: Option<u32>,
     /// Owner name.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub user: String,
     /// Group gid (only with a user).
     #[serde(rename = "group-id", default, skip_serializing_if = "Option::is_none")]
     pub group_id: Option<u32>,
     /// Group name (only with a user).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub group: String,
 }
 
@@ -352,10 +386,10 @@ pub struct WriteFilesItem {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WriteFilesRequest {
     /// Always `write`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub action: String,
     /// The files whose content follows, one `files` part each.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub files: Vec<WriteFilesItem>,
 }
 
@@ -363,25 +397,43 @@ pub struct WriteFilesRequest {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MakeDirsItem {
     /// Absolute path of the directory to create.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub path: String,
     /// Create missing parents too (with the same mode and owner); an existing directory is
     /// then not an error.
-    #[serde(rename = "make-parents", default, skip_serializing_if = "is_false")]
+    #[serde(
+        rename = "make-parents",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_false"
+    )]
     pub make_parents: bool,
     /// Three octal digits; empty means 0755.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub permissions: String,
     /// Owner uid.
     #[serde(rename = "user-id", default, skip_serializing_if = "Option::is_none")]
     pub user_id: Option<u32>,
     /// Owner name.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub user: String,
     /// Group gid (only with a user).
     #[serde(rename = "group-id", default, skip_serializing_if = "Option::is_none")]
     pub group_id: Option<u32>,
     /// Group name (only with a user).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub group: String,
 }
 
@@ -389,9 +441,14 @@ pub struct MakeDirsItem {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RemovePathsItem {
     /// Absolute path to remove.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub path: String,
     /// Remove a directory and everything below it; a missing path is then not an error.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_false"
+    )]
     pub recursive: bool,
 }
 
@@ -399,13 +456,21 @@ pub struct RemovePathsItem {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FilesRequest {
     /// `make-dirs` or `remove` (`write` must use multipart).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub action: String,
     /// The directories of a `make-dirs` request.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub dirs: Vec<MakeDirsItem>,
     /// The paths of a `remove` request.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub paths: Vec<RemovePathsItem>,
 }
 
@@ -442,10 +507,10 @@ pub struct CheckInfo {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChecksAction {
     /// `start` or `stop`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub action: String,
     /// The checks to act on.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub checks: Vec<String>,
 }
 
@@ -460,7 +525,7 @@ pub struct ChecksActionResult {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RefreshCheckRequest {
     /// The check to run now.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub name: String,
 }
 
@@ -481,10 +546,215 @@ pub struct HealthInfo {
     pub healthy: bool,
 }
 
+/// Reads `null` as `T::default()`, as Go leaves a field at its zero value for `null`; with
+/// `#[serde(default)]` a missing key reads the same.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 fn is_zero(value: &u64) -> bool {
     *value == 0
 }
 
 fn is_false(value: &bool) -> bool {
     !value
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::Debug;
+
+    use serde::de::{self, DeserializeOwned, Visitor};
+    use serde_json::Value;
+
+    use super::*;
+
+    /// The wire names of `T`'s fields, as its derived `Deserialize` announces them to the
+    /// deserializer; so a field added later is covered without touching the tests.
+    fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
+        struct Probe<'a>(&'a mut &'static [&'static str]);
+
+        impl<'de> de::Deserializer<'de> for Probe<'_> {
+            type Error = de::value::Error;
+
+            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+                Err(de::Error::custom("not a struct"))
+            }
+
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _name: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Self::Error> {
+                *self.0 = fields;
+                Err(de::Error::custom("probed"))
+            }
+
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+                identifier ignored_any
+            }
+        }
+
+        let mut fields: &'static [&'static str] = &[];
+        let _ = T::deserialize(Probe(&mut fields));
+        fields
+    }
+
+    /// `T` decodes `{}` and an object with every field `null` to its default.
+    fn assert_reads_null_as_go_does<T>()
+    where
+        T: DeserializeOwned + Default + PartialEq + Debug,
+    {
+        let name = std::any::type_name::<T>();
+        let fields = field_names::<T>();
+        assert!(!fields.is_empty(), "{name}: no fields found");
+        let all_null: serde_json::Map<String, Value> = fields
+            .iter()
+            .map(|field| (field.to_string(), Value::Null))
+            .collect();
+        let all_null = Value::Object(all_null);
+        let decoded = serde_json::from_value::<T>(all_null.clone())
+            .unwrap_or_else(|e| panic!("{name} from {all_null}: {e}"));
+        assert_eq!(decoded, T::default(), "{name} from {all_null}");
+        let decoded = serde_json::from_str::<T>("{}").unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(decoded, T::default(), "{name} from {{}}");
+    }
+
+    #[test]
+    fn request_bodies_read_null_as_go_does() {
+        assert_reads_null_as_go_does::<ServicesAction>();
+        assert_reads_null_as_go_does::<LayersRequest>();
+        assert_reads_null_as_go_does::<SignalsRequest>();
+        assert_reads_null_as_go_does::<ChangeAction>();
+        assert_reads_null_as_go_does::<WriteFilesRequest>();
+        assert_reads_null_as_go_does::<WriteFilesItem>();
+        assert_reads_null_as_go_does::<FilesRequest>();
+        assert_reads_null_as_go_does::<MakeDirsItem>();
+        assert_reads_null_as_go_does::<RemovePathsItem>();
+        assert_reads_null_as_go_does::<ChecksAction>();
+        assert_reads_null_as_go_does::<RefreshCheckRequest>();
+    }
+
+    #[test]
+    fn field_names_are_the_wire_names() {
+        assert_eq!(
+            field_names::<MakeDirsItem>(),
+            [
+                "path",
+                "make-parents",
+                "permissions",
+                "user-id",
+                "user",
+                "group-id",
+                "group"
+            ]
+        );
+    }
+
+    fn decode<T: DeserializeOwned>(body: &str) -> T {
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{body}: {e}"))
+    }
+
+    /// The bodies below are what Pebble's Go client writes: `json.Marshal` for service and
+    /// check actions, `json.Encoder` (a trailing newline, `&` as `\u0026`) for the rest.
+    #[test]
+    fn bodies_as_pebbles_go_client_writes_them() {
+        for action in ["replan", "autostart", "start"] {
+            let body = format!(r#"{{"action":"{action}","services":null}}"#);
+            assert_eq!(
+                decode::<ServicesAction>(&body),
+                ServicesAction {
+                    action: action.into(),
+                    services: Vec::new()
+                }
+            );
+        }
+        assert_eq!(
+            decode::<ChecksAction>(r#"{"action":"stop","checks":null}"#),
+            ChecksAction {
+                action: "stop".into(),
+                checks: Vec::new()
+            }
+        );
+        assert_eq!(
+            decode::<SignalsRequest>("{\"signal\":\"SIGHUP\",\"services\":null}\n"),
+            SignalsRequest {
+                signal: "SIGHUP".into(),
+                services: Vec::new()
+            }
+        );
+        assert_eq!(
+            decode::<ChangeAction>("{\"action\":\"abort\"}\n").action,
+            "abort"
+        );
+        assert_eq!(
+            decode::<LayersRequest>(
+                "{\"action\":\"add\",\"combine\":false,\"inner\":false,\"label\":\"base\",\
+                 \"format\":\"yaml\",\"layer\":\"services:\\n  a:\\n    command: x \\u0026\\u0026 y\\n\"}\n"
+            ),
+            LayersRequest {
+                action: "add".into(),
+                combine: false,
+                inner: false,
+                label: "base".into(),
+                format: "yaml".into(),
+                layer: "services:\n  a:\n    command: x && y\n".into(),
+            }
+        );
+        assert_eq!(
+            decode::<FilesRequest>(
+                "{\"action\":\"make-dirs\",\"dirs\":[{\"path\":\"/d\",\"make-parents\":false,\
+                 \"permissions\":\"\",\"user-id\":null,\"user\":\"\",\"group-id\":null,\"group\":\"\"}]}\n"
+            ),
+            FilesRequest {
+                action: "make-dirs".into(),
+                dirs: vec![MakeDirsItem {
+                    path: "/d".into(),
+                    ..MakeDirsItem::default()
+                }],
+                paths: Vec::new(),
+            }
+        );
+        assert_eq!(
+            decode::<FilesRequest>("{\"action\":\"remove\",\"paths\":null}\n"),
+            FilesRequest {
+                action: "remove".into(),
+                ..FilesRequest::default()
+            }
+        );
+        assert_eq!(
+            decode::<WriteFilesRequest>(
+                "{\"action\":\"write\",\"files\":[{\"path\":\"/f\",\"make-dirs\":true,\
+                 \"permissions\":\"600\",\"user-id\":1000,\"user\":\"\",\"group-id\":null,\"group\":\"\"}]}\n"
+            ),
+            WriteFilesRequest {
+                action: "write".into(),
+                files: vec![WriteFilesItem {
+                    path: "/f".into(),
+                    make_dirs: true,
+                    permissions: "600".into(),
+                    user_id: Some(1000),
+                    ..WriteFilesItem::default()
+                }],
+            }
+        );
+    }
+
+    /// `null` is the zero value; a value of the wrong type is still an error, as in Go.
+    #[test]
+    fn wrong_types_are_still_refused() {
+        for body in [r#"{"action":"start","services":"svc"}"#, r#"{"action":7}"#] {
+            assert!(
+                serde_json::from_str::<ServicesAction>(body).is_err(),
+                "{body}"
+            );
+        }
+    }
 }

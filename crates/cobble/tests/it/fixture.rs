@@ -91,6 +91,8 @@ pub struct Output {
 /// One run of `cobble`, with what it must print and how it must exit.
 #[must_use]
 pub struct Test {
+    /// The executable to run: the binary under test, or a link to it under another name.
+    program: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
     /// A `$PEBBLE` with nothing in it, for tests that have no daemon.
@@ -116,6 +118,7 @@ impl Test {
 
     fn with_pebble_dir(dir: &Path) -> Self {
         Test {
+            program: PathBuf::from(COBBLE),
             args: Vec::new(),
             env: vec![("PEBBLE".into(), dir.display().to_string())],
             _empty_dir: None,
@@ -133,6 +136,12 @@ impl Test {
     /// Sets an environment variable for the run.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Runs `program` (a link to the binary under test) instead of the binary itself.
+    pub fn program(mut self, program: &Path) -> Self {
+        self.program = program.to_path_buf();
         self
     }
 
@@ -186,7 +195,7 @@ impl Test {
 
     /// Runs the command and checks everything that was asked for.
     pub fn run(self) -> Output {
-        let mut command = Command::new(COBBLE);
+        let mut command = Command::new(&self.program);
         command
             .args(&self.args)
             .env_remove("PEBBLE_SOCKET")
@@ -219,6 +228,8 @@ impl Test {
 /// A `cobble run` on a temporary `$PEBBLE`, stopped when dropped.
 pub struct Daemon {
     root: TempDir,
+    /// The executable that runs the daemon (see [`Daemon::start_as`]).
+    program: PathBuf,
     child: Option<Child>,
 }
 
@@ -231,6 +242,17 @@ impl Daemon {
 
     /// Like [`Daemon::start`], with extra environment variables for the daemon.
     pub fn start_with_env(layers: &[(&str, &str)], args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_as(Path::new(COBBLE), layers, args, env)
+    }
+
+    /// Like [`Daemon::start_with_env`], running `program`: a link to the binary under test
+    /// under another name (an image that ships it as `pebble`).
+    pub fn start_as(
+        program: &Path,
+        layers: &[(&str, &str)],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let root = tempfile::tempdir().expect("temp dir");
         let pebble_dir = root.path().join("pebble");
         fs::create_dir_all(pebble_dir.join("layers")).expect("layers dir");
@@ -238,7 +260,11 @@ impl Daemon {
             fs::write(pebble_dir.join("layers").join(format!("{stem}.yaml")), yaml)
                 .expect("layer file");
         }
-        let mut daemon = Daemon { root, child: None };
+        let mut daemon = Daemon {
+            root,
+            program: program.to_path_buf(),
+            child: None,
+        };
         daemon.launch(args, env);
         daemon
     }
@@ -250,7 +276,7 @@ impl Daemon {
             .append(true)
             .open(self.root.path().join("daemon.log"))
             .expect("log file");
-        let child = Command::new(COBBLE)
+        let child = Command::new(&self.program)
             .arg("run")
             .args(args)
             .env("PEBBLE", self.pebble_dir())
