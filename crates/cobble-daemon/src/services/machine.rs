@@ -507,10 +507,13 @@ impl Machine {
     }
 
     /// Spawns again after backoff, waiting or a restart: straight to running, nobody waits
-    /// on an okay delay.
+    /// on an okay delay. A file change still pending is moot: the new process reads the
+    /// files as they are now (the change that ended a wait for a required path would
+    /// otherwise restart the service a moment after it started).
     fn respawn(&mut self, actions: &mut Vec<Action>) {
         self.hints.clear();
         self.backoff_check = None;
+        self.file_change = None;
         self.phase = Phase::Spawning { restart: true };
         actions.push(Action::Spawn);
     }
@@ -546,6 +549,7 @@ impl Machine {
                 self.hints.clear();
                 self.backoff_check = None;
                 self.waiting_for.clear();
+                self.file_change = None;
                 self.phase = Phase::Spawning { restart: false };
                 actions.push(Action::Spawn);
             }
@@ -959,7 +963,8 @@ impl Machine {
     }
 
     fn on_file_changed(&mut self, now: Instant, action: FileAction) {
-        if self.wanted != Wanted::Running {
+        // A process being spawned has not read its files yet: it will see this change.
+        if self.wanted != Wanted::Running || matches!(self.phase, Phase::Spawning { .. }) {
             return;
         }
         self.file_change = match self.file_change.take() {

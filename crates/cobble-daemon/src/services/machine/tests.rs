@@ -675,6 +675,38 @@ fn a_stop_while_spawning_is_applied_to_what_the_spawn_produces() {
     assert_eq!(h.m.watched_paths().count(), 0);
 }
 
+/// A path both required and watched for changes: its appearance starts the service, and the
+/// same change must not restart it again once the debounce window closes.
+#[test]
+fn a_required_path_that_appears_starts_the_service_once() {
+    let mut h = Harness::with_policy(Policy {
+        on_file_change: [("/certs/cert.pem".to_owned(), FileAction::Restart)].into(),
+        ..Policy::default()
+    });
+    h.step(Event::Start(h.m.policy.clone()));
+    h.step(Event::PathsMissing {
+        missing: vec!["/certs/cert.pem".into()],
+    });
+    let events = h.m.path_events("/certs/cert.pem", true, false);
+    assert_eq!(
+        events,
+        vec![
+            Event::PathAppeared("/certs/cert.pem".into()),
+            Event::FileChanged(FileAction::Restart)
+        ]
+    );
+    let mut actions = Vec::new();
+    for event in events {
+        actions.extend(h.at(1.0).step(event));
+    }
+    assert_eq!(actions, vec![Action::Spawn]);
+    h.step(Event::Spawned { pid: 3 });
+    for t in [1.5, 2.0, 10.0] {
+        assert!(h.at(t).tick().is_empty(), "restarted again at {t} s");
+    }
+    assert_eq!(h.m.phase(), Phase::Running { pid: 3 });
+}
+
 #[test]
 fn watched_paths_follow_the_phase() {
     let mut h = Harness::with_policy(Policy {
