@@ -253,6 +253,14 @@ impl Daemon {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Daemon {
+        let mut daemon = Daemon::prepare(layers);
+        daemon.program = program.to_path_buf();
+        daemon.launch(args, env);
+        daemon
+    }
+
+    /// A temporary `$PEBBLE` with `layers` in it, and no daemon yet.
+    fn prepare(layers: &[(&str, &str)]) -> Daemon {
         let root = tempfile::tempdir().expect("temp dir");
         let pebble_dir = root.path().join("pebble");
         fs::create_dir_all(pebble_dir.join("layers")).expect("layers dir");
@@ -260,17 +268,33 @@ impl Daemon {
             fs::write(pebble_dir.join("layers").join(format!("{stem}.yaml")), yaml)
                 .expect("layer file");
         }
-        let mut daemon = Daemon {
+        Daemon {
             root,
-            program: program.to_path_buf(),
+            program: PathBuf::from(COBBLE),
             child: None,
-        };
-        daemon.launch(args, env);
+        }
+    }
+
+    /// Like [`Daemon::start_with_env`], with the daemon's stdout going to `stdout` instead of
+    /// its log (a pipe the test holds, say).
+    pub fn start_with_stdout(
+        layers: &[(&str, &str)],
+        args: &[&str],
+        env: &[(&str, &str)],
+        stdout: impl Into<Stdio>,
+    ) -> Daemon {
+        let mut daemon = Daemon::prepare(layers);
+        daemon.launch_with(args, env, Some(stdout.into()));
         daemon
     }
 
-    /// Starts `cobble run` on this daemon's directory and waits until it listens.
     fn launch(&mut self, args: &[&str], env: &[(&str, &str)]) {
+        self.launch_with(args, env, None);
+    }
+
+    /// Starts `cobble run` on this daemon's directory, with its stdout going to `stdout` or to
+    /// its log, and waits until it listens.
+    fn launch_with(&mut self, args: &[&str], env: &[(&str, &str)], stdout: Option<Stdio>) {
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -285,7 +309,7 @@ impl Daemon {
             .env_remove("PEBBLE_VERBOSE")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log file"))
+            .stdout(stdout.unwrap_or_else(|| log.try_clone().expect("log file").into()))
             .stderr(log)
             .spawn()
             .expect("cannot start cobble run");

@@ -17,6 +17,7 @@ mod files;
 mod go_client;
 mod offline;
 mod plan;
+mod robustness;
 mod scenarios;
 mod self_healing;
 mod services;
