@@ -22,7 +22,7 @@ use crate::RunOptions;
 use crate::api::{self, ApiState, Peer};
 use crate::checks::CheckManager;
 use crate::layers::PlanManager;
-use crate::services::changes::{ActionError, ServiceActions};
+use crate::services::changes::{ActionError, ServiceAction, ServiceActions};
 use crate::services::{ServiceManager, registry};
 use crate::state::{self, Persister, StateData, StateStore};
 
@@ -156,7 +156,7 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
     tracing::info!("Started daemon.");
 
     if !opts.hold {
-        match actions.act("autostart", Vec::new()).await {
+        match actions.act(ServiceAction::Autostart, Vec::new()).await {
             Ok(change) => tracing::debug!("Autostart change {change} created"),
             Err(ActionError::NoDefaultServices) => {
                 tracing::debug!("Cannot autostart: no default services")

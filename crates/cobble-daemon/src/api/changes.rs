@@ -58,11 +58,9 @@ pub async fn post_change(
 ) -> Result<Response, ApiError> {
     let change = api.state.change_info_str(&id).map_err(not_found)?;
     let request: ChangeAction = json_body(body, "cannot decode data from request body").await?;
+    // Aborting is the only change action; nothing past this point sees the name.
     if request.action != "abort" {
-        return Err(ApiError::bad_request(format!(
-            "invalid action \"{}\"",
-            request.action
-        )));
+        return Err(ApiError::invalid_action(&request.action));
     }
     let numeric: u64 = change.id.parse().expect("IDs are numeric");
     match api.state.abort(numeric) {

@@ -14,7 +14,7 @@ use cobble_client::types::{
 use cobble_plan::CheckLevel;
 
 use super::{Admin, ApiError, Read, Shared, json_body, multi_comma_list, sync, sync_with_status};
-use crate::checks::{CheckManagerError, CheckView};
+use crate::checks::{CheckAction, CheckManagerError, CheckView};
 
 /// The `level` query parameter: empty, `alive` or `ready`.
 fn level(query: &[(String, String)]) -> Result<CheckLevel, ApiError> {
@@ -95,15 +95,11 @@ pub async fn post_checks(
             request.action
         )));
     }
-    let result = match request.action.as_str() {
-        "start" => api.checks.start(request.checks).await,
-        "stop" => api.checks.stop(request.checks).await,
-        other => {
-            return Err(ApiError::bad_request(format!("invalid action \"{other}\"")));
-        }
+    let Some(action) = CheckAction::from_name(&request.action) else {
+        return Err(ApiError::invalid_action(&request.action));
     };
-    let changed = result.map_err(|e| {
-        let message = format!("cannot {} checks: {e}", request.action);
+    let changed = api.checks.act(action, request.checks).await.map_err(|e| {
+        let message = format!("cannot {action} checks: {e}");
         match e {
             CheckManagerError::NotFound(_) => ApiError::bad_request(message),
             _ => ApiError::internal(message),

@@ -77,10 +77,7 @@ pub async fn get_files(
                     .map_err(|e| ApiError::internal(e.to_string()))?;
             listed.map(sync).map_err(list_error)
         }
-        other => Err(ApiError::bad_request(format!(
-            "invalid action {}",
-            go_quote(other)
-        ))),
+        other => Err(ApiError::invalid_action(other)),
     }
 }
 
@@ -139,12 +136,7 @@ pub async fn post_files(_: Admin, headers: HeaderMap, body: Body) -> Result<Resp
                         "must use multipart with \"write\" action",
                     ));
                 }
-                other => {
-                    return Err(ApiError::bad_request(format!(
-                        "invalid action {}",
-                        go_quote(other)
-                    )));
-                }
+                other => return Err(ApiError::invalid_action(other)),
             };
             results
                 .map(sync)

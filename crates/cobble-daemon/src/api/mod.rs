@@ -146,6 +146,11 @@ impl ApiError {
         self.kind = kind;
         self
     }
+
+    /// A request's `action` that its endpoint does not know, quoted as Go's `%q` quotes it.
+    pub fn invalid_action(action: &str) -> ApiError {
+        ApiError::bad_request(format!("invalid action {}", cobble_plan::go_quote(action)))
+    }
 }
 
 impl IntoResponse for ApiError {
