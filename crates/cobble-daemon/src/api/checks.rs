@@ -13,16 +13,13 @@ use cobble_client::types::{
 };
 use cobble_plan::CheckLevel;
 
-use super::{Admin, ApiError, Read, Shared, json_body, multi_comma_list, sync, sync_with_status};
+use super::query::{first, multi_comma_list};
+use super::{Admin, ApiError, Read, Shared, json_body, sync, sync_with_status};
 use crate::checks::{CheckAction, CheckManagerError, CheckView};
 
 /// The `level` query parameter: empty, `alive` or `ready`.
 fn level(query: &[(String, String)]) -> Result<CheckLevel, ApiError> {
-    let text = query
-        .iter()
-        .find(|(k, _)| k == "level")
-        .map_or("", |(_, v)| v.as_str());
-    match text {
+    match first(query, "level") {
         "" => Ok(CheckLevel::Unset),
         "alive" => Ok(CheckLevel::Alive),
         "ready" => Ok(CheckLevel::Ready),

@@ -9,18 +9,12 @@ use cobble_client::types::FilesRequest;
 use cobble_plan::go_quote;
 use futures_util::StreamExt;
 
+use super::query::{all, first};
 use super::{Admin, ApiError, json_body, sync};
 use crate::files::{self, ErrorKind, FileError, gopath, multipart};
 
 /// Pebble's minimum length of a push's multipart boundary.
 const MIN_BOUNDARY: usize = 32;
-
-fn first<'a>(query: &'a [(String, String)], key: &str) -> &'a str {
-    query
-        .iter()
-        .find(|(k, _)| k == key)
-        .map_or("", |(_, v)| v.as_str())
-}
 
 pub async fn get_files(
     _: Admin,
@@ -29,11 +23,7 @@ pub async fn get_files(
 ) -> Result<Response, ApiError> {
     match first(&query, "action") {
         "read" => {
-            let paths: Vec<String> = query
-                .iter()
-                .filter(|(k, _)| k == "path")
-                .map(|(_, v)| v.clone())
-                .collect();
+            let paths = all(&query, "path");
             if paths.is_empty() {
                 return Err(ApiError::bad_request("must specify one or more paths"));
             }

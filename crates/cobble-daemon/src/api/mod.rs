@@ -9,6 +9,7 @@
 mod changes;
 mod checks;
 mod files;
+mod query;
 mod services;
 mod system;
 
@@ -216,18 +217,6 @@ pub async fn json_body<T: DeserializeOwned>(body: Body, context: &str) -> Result
         .await
         .map_err(|_| ApiError::bad_request(format!("{context}: request body too large")))?;
     serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("{context}: {e}")))
-}
-
-/// Values of a repeatable, comma-separated query parameter (`names=a,b&names=c`).
-pub fn multi_comma_list(query: &[(String, String)], key: &str) -> Vec<String> {
-    query
-        .iter()
-        .filter(|(k, _)| k == key)
-        .flat_map(|(_, v)| v.split(','))
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
 }
 
 /// The router, shared by the unix socket and `--http` (whose peers have no uid).

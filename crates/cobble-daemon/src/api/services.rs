@@ -6,7 +6,8 @@ use axum::response::Response;
 use cobble_client::types::{LayersRequest, ServicesAction, SignalsRequest};
 use cobble_plan::Layer;
 
-use super::{Admin, ApiError, Read, Shared, async_change, json_body, multi_comma_list, sync};
+use super::query::{first, multi_comma_list};
+use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync};
 use crate::services::changes::{ActionError, ServiceAction};
 
 pub async fn get_services(
@@ -15,7 +16,7 @@ pub async fn get_services(
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
     let names = multi_comma_list(&query, "names");
-    let details = query.iter().any(|(k, v)| k == "details" && v == "true");
+    let details = first(&query, "details") == "true";
     let statuses = api.services.statuses(names).await;
     let plan = api.plan.plan();
     // Only services with on-check-failure entries can be explained by a check; skip the
@@ -75,10 +76,7 @@ pub async fn get_plan(
     State(api): State<Shared>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    let format = query
-        .iter()
-        .find(|(k, _)| k == "format")
-        .map_or("", |(_, v)| v.as_str());
+    let format = first(&query, "format");
     if format != "yaml" {
         return Err(ApiError::bad_request(format!(
             "invalid format \"{format}\""
