@@ -155,13 +155,13 @@ fn prune_drops_old_ready_changes_and_caps_the_count() {
 }
 
 #[test]
-fn atomic_write_replaces_the_file() {
+fn state_file_is_replaced_whole_and_private() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(".pebble.state");
-    persist::write_atomic(&path, b"{}").unwrap();
+    persist::write_state_file(&path, b"{}").unwrap();
     let s = store();
     s.new_change("start", "x", vec![]);
-    persist::write_atomic(&path, &s.snapshot_json()).unwrap();
+    persist::write_state_file(&path, &s.snapshot_json()).unwrap();
     let loaded = persist::load(&path).unwrap();
     assert_eq!(loaded.last_change_id, 1);
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
@@ -170,6 +170,9 @@ fn atomic_write_replaces_the_file() {
         .filter(|n| n != ".pebble.state")
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
 }
 
 #[tokio::test(start_paused = true)]
