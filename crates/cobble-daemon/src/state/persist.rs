@@ -76,18 +76,31 @@ pub fn write_state_file(path: &Path, bytes: &[u8]) -> Result<(), AtomicError> {
 pub struct Persister {
     store: StateStore,
     path: PathBuf,
+    /// How many times the file has been written, so that tests can count writes.
+    writes: watch::Sender<u64>,
 }
 
 impl Persister {
     pub fn new(store: StateStore, path: PathBuf) -> Persister {
-        Persister { store, path }
+        Persister {
+            store,
+            path,
+            writes: watch::Sender::new(0),
+        }
+    }
+
+    /// The number of completed writes, updated as each one completes.
+    pub fn writes(&self) -> watch::Receiver<u64> {
+        self.writes.subscribe()
     }
 
     /// Writes the current state now (used at shutdown).
     pub async fn flush(&self) -> Result<(), FlushError> {
         let bytes = self.store.snapshot_json();
         let path = self.path.clone();
-        Ok(tokio::task::spawn_blocking(move || write_state_file(&path, &bytes)).await??)
+        tokio::task::spawn_blocking(move || write_state_file(&path, &bytes)).await??;
+        self.writes.send_modify(|n| *n += 1);
+        Ok(())
     }
 
     /// Runs until `cancel` fires, then writes one last time.
