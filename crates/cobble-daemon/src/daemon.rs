@@ -30,7 +30,7 @@ use crate::checks::CheckManager;
 use crate::layers::PlanManager;
 use crate::logging::{self, SecurityEvent};
 use crate::services::ServiceManager;
-use crate::services::changes::{ActionError, ServiceActions};
+use crate::services::changes::{ActionError, ServiceAction, ServiceActions};
 use crate::services::process::OsProcesses;
 use crate::services::registry::{self, ProcessRegistry};
 use crate::state::{self, Persister, StateData, StateStore};
@@ -185,7 +185,7 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
     tracing::info!("Started daemon.");
 
     if !opts.hold {
-        match actions.act("autostart", Vec::new()).await {
+        match actions.act(ServiceAction::Autostart, Vec::new()).await {
             Ok(change) => tracing::debug!("Autostart change {change} created"),
             Err(ActionError::NoDefaultServices) => {
                 tracing::debug!("Cannot autostart: no default services")

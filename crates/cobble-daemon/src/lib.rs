@@ -13,6 +13,8 @@
 //!   [`services::ServiceManager`] is the actor that owns the machines and their processes;
 //!   [`services::changes`] turns API requests into changes and runs their lanes.
 //! - [`state`]: changes and tasks, their JSON rendering, and coalesced atomic persistence.
+//! - [`atomic`]: replacing a file through a temporary file and a rename, with the durability
+//!   each caller asks for (state file, process registry, pushed files).
 //! - [`api`]: HTTP transport only; handlers extract, call one manager, and wrap the result in
 //!   Pebble's envelope.
 //! - [`files`]: the files API (pull, push, list, make-dirs, remove): Go-compatible errors,
@@ -31,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod atomic;
 pub mod checks;
 pub mod command;
 pub mod daemon;

@@ -9,22 +9,16 @@ use axum::response::Response;
 use cobble_client::types::ChangeAction;
 use cobble_plan::duration::{format_duration, parse_duration};
 
+use super::query::first;
 use super::{Admin, ApiError, Read, Shared, json_body, sync};
 use crate::state::{Select, StateError};
-
-fn param<'a>(query: &'a [(String, String)], key: &str) -> &'a str {
-    query
-        .iter()
-        .find(|(k, _)| k == key)
-        .map_or("", |(_, v)| v.as_str())
-}
 
 pub async fn get_changes(
     _: Read,
     State(api): State<Shared>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    let select = match param(&query, "select") {
+    let select = match first(&query, "select") {
         "" | "in-progress" => Select::InProgress,
         "all" => Select::All,
         "ready" => Select::Ready,
@@ -34,7 +28,7 @@ pub async fn get_changes(
             ));
         }
     };
-    let for_service = Some(param(&query, "for")).filter(|s| !s.is_empty());
+    let for_service = Some(first(&query, "for")).filter(|s| !s.is_empty());
     Ok(sync(api.state.changes(select, for_service)))
 }
 
@@ -58,11 +52,9 @@ pub async fn post_change(
 ) -> Result<Response, ApiError> {
     let change = api.state.change_info_str(&id).map_err(not_found)?;
     let request: ChangeAction = json_body(body, "cannot decode data from request body").await?;
+    // Aborting is the only change action; nothing past this point sees the name.
     if request.action != "abort" {
-        return Err(ApiError::bad_request(format!(
-            "invalid action \"{}\"",
-            request.action
-        )));
+        return Err(ApiError::invalid_action(&request.action));
     }
     let numeric: u64 = change.id.parse().expect("IDs are numeric");
     match api.state.abort(numeric) {
@@ -82,7 +74,7 @@ pub async fn wait_change(
 ) -> Result<Response, ApiError> {
     let change = api.state.change_info_str(&id).map_err(not_found)?;
     let numeric: u64 = change.id.parse().expect("IDs are numeric");
-    let raw_timeout = param(&query, "timeout");
+    let raw_timeout = first(&query, "timeout");
     let timeout_nanos = if raw_timeout.is_empty() {
         0
     } else {

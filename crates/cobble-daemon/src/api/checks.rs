@@ -13,17 +13,14 @@ use cobble_client::types::{
 };
 use cobble_plan::CheckLevel;
 
-use super::{Admin, ApiError, Read, Shared, json_body, multi_comma_list, sync, sync_with_status};
-use crate::checks::{CheckManagerError, CheckView};
+use super::query::{first, multi_comma_list};
+use super::{Admin, ApiError, Read, Shared, json_body, sync, sync_with_status};
+use crate::checks::{CheckAction, CheckManagerError, CheckView};
 use crate::logging::{self, SecurityEvent};
 
 /// The `level` query parameter: empty, `alive` or `ready`.
 fn level(query: &[(String, String)]) -> Result<CheckLevel, ApiError> {
-    let text = query
-        .iter()
-        .find(|(k, _)| k == "level")
-        .map_or("", |(_, v)| v.as_str());
-    match text {
+    match first(query, "level") {
         "" => Ok(CheckLevel::Unset),
         "alive" => Ok(CheckLevel::Alive),
         "ready" => Ok(CheckLevel::Ready),
@@ -96,24 +93,20 @@ pub async fn post_checks(
             request.action
         )));
     }
-    let result = match request.action.as_str() {
-        "start" => api.checks.start(request.checks).await,
-        "stop" => {
-            // Every named check is audited, whether or not it exists or is running.
-            for check in &request.checks {
-                logging::security(SecurityEvent::MonitorDisabled {
-                    user: admin.user,
-                    check,
-                });
-            }
-            api.checks.stop(request.checks).await
-        }
-        other => {
-            return Err(ApiError::bad_request(format!("invalid action \"{other}\"")));
-        }
+    let Some(action) = CheckAction::from_name(&request.action) else {
+        return Err(ApiError::invalid_action(&request.action));
     };
-    let changed = result.map_err(|e| {
-        let message = format!("cannot {} checks: {e}", request.action);
+    if action == CheckAction::Stop {
+        // Every named check is audited, whether or not it exists or is running.
+        for check in &request.checks {
+            logging::security(SecurityEvent::MonitorDisabled {
+                user: admin.user,
+                check,
+            });
+        }
+    }
+    let changed = api.checks.act(action, request.checks).await.map_err(|e| {
+        let message = format!("cannot {action} checks: {e}");
         match e {
             CheckManagerError::NotFound(_) => ApiError::bad_request(message),
             _ => ApiError::internal(message),

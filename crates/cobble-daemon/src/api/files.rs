@@ -9,19 +9,13 @@ use cobble_client::types::{FilesRequest, WriteFilesItem};
 use cobble_plan::go_quote;
 use futures_util::StreamExt;
 
+use super::query::{all, first};
 use super::{Admin, ApiError, json_body, sync};
 use crate::files::{self, ErrorKind, FileError, gopath, multipart};
 use crate::logging::{self, SecurityEvent};
 
 /// Pebble's minimum length of a push's multipart boundary.
 const MIN_BOUNDARY: usize = 32;
-
-fn first<'a>(query: &'a [(String, String)], key: &str) -> &'a str {
-    query
-        .iter()
-        .find(|(k, _)| k == key)
-        .map_or("", |(_, v)| v.as_str())
-}
 
 pub async fn get_files(
     admin: Admin,
@@ -30,11 +24,7 @@ pub async fn get_files(
 ) -> Result<Response, ApiError> {
     match first(&query, "action") {
         "read" => {
-            let paths: Vec<String> = query
-                .iter()
-                .filter(|(k, _)| k == "path")
-                .map(|(_, v)| v.clone())
-                .collect();
+            let paths = all(&query, "path");
             if paths.is_empty() {
                 return Err(ApiError::bad_request("must specify one or more paths"));
             }
@@ -84,10 +74,7 @@ pub async fn get_files(
                     .map_err(|e| ApiError::internal(e.to_string()))?;
             listed.map(sync).map_err(list_error)
         }
-        other => Err(ApiError::bad_request(format!(
-            "invalid action {}",
-            go_quote(other)
-        ))),
+        other => Err(ApiError::invalid_action(other)),
     }
 }
 
@@ -158,12 +145,7 @@ pub async fn post_files(
                         "must use multipart with \"write\" action",
                     ));
                 }
-                other => {
-                    return Err(ApiError::bad_request(format!(
-                        "invalid action {}",
-                        go_quote(other)
-                    )));
-                }
+                other => return Err(ApiError::invalid_action(other)),
             };
             results
                 .map(sync)

@@ -10,6 +10,7 @@
 mod changes;
 mod checks;
 mod files;
+mod query;
 mod services;
 mod system;
 
@@ -163,6 +164,11 @@ impl ApiError {
         self.kind = kind;
         self
     }
+
+    /// A request's `action` that its endpoint does not know, quoted as Go's `%q` quotes it.
+    pub fn invalid_action(action: &str) -> ApiError {
+        ApiError::bad_request(format!("invalid action {}", cobble_plan::go_quote(action)))
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -228,18 +234,6 @@ pub async fn json_body<T: DeserializeOwned>(body: Body, context: &str) -> Result
         .await
         .map_err(|_| ApiError::bad_request(format!("{context}: request body too large")))?;
     serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("{context}: {e}")))
-}
-
-/// Values of a repeatable, comma-separated query parameter (`names=a,b&names=c`).
-pub fn multi_comma_list(query: &[(String, String)], key: &str) -> Vec<String> {
-    query
-        .iter()
-        .filter(|(k, _)| k == key)
-        .flat_map(|(_, v)| v.split(','))
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
 }
 
 /// The router, shared by the unix socket and `--http` (whose peers have no uid).

@@ -6,9 +6,10 @@ use axum::response::Response;
 use cobble_client::types::{LayersRequest, ServicesAction, SignalsRequest};
 use cobble_plan::Layer;
 
-use super::{Admin, ApiError, Read, Shared, async_change, json_body, multi_comma_list, sync};
+use super::query::{first, multi_comma_list};
+use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync};
 use crate::logging::{self, SecurityEvent};
-use crate::services::changes::ActionError;
+use crate::services::changes::{ActionError, ServiceAction};
 
 pub async fn get_services(
     _: Read,
@@ -16,7 +17,7 @@ pub async fn get_services(
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
     let names = multi_comma_list(&query, "names");
-    let details = query.iter().any(|(k, v)| k == "details" && v == "true");
+    let details = first(&query, "details") == "true";
     let statuses = api.services.statuses(names).await;
     let plan = api.plan.plan();
     // Only services with on-check-failure entries can be explained by a check; skip the
@@ -40,18 +41,26 @@ pub async fn post_services(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request: ServicesAction = json_body(body, "cannot decode data from request body").await?;
-    match api.actions.act(&request.action, request.services).await {
+    let Some(action) = ServiceAction::from_name(&request.action) else {
+        // Pebble asks for names before it looks at the action.
+        return Err(if request.services.is_empty() {
+            ApiError::bad_request(ActionError::NoServices(request.action).to_string())
+        } else {
+            ApiError::invalid_action(&request.action)
+        });
+    };
+    match api.actions.act(action, request.services).await {
         Ok(change_id) => {
-            if request.action == "replan" {
+            if action == ServiceAction::Replan {
                 // Pebble's replan also starts enabled checks that are not running.
                 api.checks.replan().await;
             }
             Ok(async_change(change_id))
         }
-        Err(ActionError::NoDefaultServices) => {
-            Err(ApiError::bad_request("no default services").with_kind("no-default-services"))
+        Err(e @ ActionError::NoDefaultServices) => {
+            Err(ApiError::bad_request(e.to_string()).with_kind("no-default-services"))
         }
-        Err(ActionError::BadRequest(message)) => Err(ApiError::bad_request(message)),
+        Err(e) => Err(ApiError::bad_request(e.to_string())),
     }
 }
 
@@ -68,10 +77,7 @@ pub async fn get_plan(
     State(api): State<Shared>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    let format = query
-        .iter()
-        .find(|(k, _)| k == "format")
-        .map_or("", |(_, v)| v.as_str());
+    let format = first(&query, "format");
     if format != "yaml" {
         return Err(ApiError::bad_request(format!(
             "invalid format \"{format}\""
@@ -86,11 +92,9 @@ pub async fn post_layers(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request: LayersRequest = json_body(body, "cannot decode request body").await?;
+    // Adding is the only layer action; nothing past this point sees the name.
     if request.action != "add" {
-        return Err(ApiError::bad_request(format!(
-            "invalid action \"{}\"",
-            request.action
-        )));
+        return Err(ApiError::invalid_action(&request.action));
     }
     if request.label.is_empty() {
         return Err(ApiError::bad_request("label must be set"));

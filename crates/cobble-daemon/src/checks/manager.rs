@@ -45,12 +45,43 @@ pub enum CheckManagerError {
     Gone,
 }
 
+/// An action of `POST /v1/checks`, parsed from its wire name once at the API's edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckAction {
+    /// Start the named checks that are not running.
+    Start,
+    /// Stop the named checks that are running.
+    Stop,
+}
+
+impl CheckAction {
+    /// The action of a wire name; `None` for a name Pebble does not know.
+    pub fn from_name(name: &str) -> Option<CheckAction> {
+        match name {
+            "start" => Some(CheckAction::Start),
+            "stop" => Some(CheckAction::Stop),
+            _ => None,
+        }
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckAction::Start => "start",
+            CheckAction::Stop => "stop",
+        }
+    }
+}
+
+impl std::fmt::Display for CheckAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 enum Request {
-    Start {
-        names: Vec<String>,
-        reply: oneshot::Sender<Result<Vec<String>, CheckManagerError>>,
-    },
-    Stop {
+    Act {
+        action: CheckAction,
         names: Vec<String>,
         reply: oneshot::Sender<Result<Vec<String>, CheckManagerError>>,
     },
@@ -135,19 +166,20 @@ impl CheckManager {
         super::healthy(&self.snapshot.borrow(), level, names)
     }
 
-    /// Starts the named checks that are not running; returns those started, sorted. Fails
-    /// without starting anything if a name is not in the plan.
-    pub async fn start(&self, names: Vec<String>) -> Result<Vec<String>, CheckManagerError> {
+    /// Starts the named checks that are not running, or stops those that are; returns the
+    /// names whose state changed, sorted. Fails without changing anything if a name is not
+    /// in the plan.
+    pub async fn act(
+        &self,
+        action: CheckAction,
+        names: Vec<String>,
+    ) -> Result<Vec<String>, CheckManagerError> {
         let (reply, rx) = oneshot::channel();
-        self.send(Request::Start { names, reply });
-        rx.await.unwrap_or(Err(CheckManagerError::Gone))
-    }
-
-    /// Stops the named checks that are running; returns those stopped, sorted. Fails without
-    /// stopping anything if a name is not in the plan.
-    pub async fn stop(&self, names: Vec<String>) -> Result<Vec<String>, CheckManagerError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Request::Stop { names, reply });
+        self.send(Request::Act {
+            action,
+            names,
+            reply,
+        });
         rx.await.unwrap_or(Err(CheckManagerError::Gone))
     }
 
@@ -250,11 +282,15 @@ impl Actor {
 
     fn handle(&mut self, request: Request) {
         match request {
-            Request::Start { names, reply } => {
-                let _ = reply.send(self.start(&names));
-            }
-            Request::Stop { names, reply } => {
-                let _ = reply.send(self.stop(&names));
+            Request::Act {
+                action,
+                names,
+                reply,
+            } => {
+                let _ = reply.send(match action {
+                    CheckAction::Start => self.start(&names),
+                    CheckAction::Stop => self.stop(&names),
+                });
             }
             Request::Refresh { name, reply } => self.refresh(name, reply),
             Request::Replan { reply } => {

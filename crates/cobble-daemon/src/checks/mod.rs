@@ -55,7 +55,7 @@ use cobble_plan::{CheckLevel, Plan};
 use tokio::sync::watch;
 
 pub use checker::CheckError;
-pub use manager::{CheckManager, CheckManagerError};
+pub use manager::{CheckAction, CheckManager, CheckManagerError};
 pub use runner::{PERFORM_CHECK, RECOVER_CHECK};
 
 /// The status `GET /v1/checks` reports.

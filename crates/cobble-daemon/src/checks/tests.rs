@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 
 use super::checker::{CheckError, Checker};
-use super::{CheckManager, CheckManagerError, CheckStatus, CheckView, Firing};
+use super::{CheckAction, CheckManager, CheckManagerError, CheckStatus, CheckView, Firing};
 use crate::state::{StateData, StateStore};
 
 /// What a scripted probe does on its next runs.
@@ -388,7 +388,10 @@ async fn stop_and_start_are_idempotent_and_keep_failures() {
 
     let stopped = h
         .manager
-        .stop(vec!["off".into(), "chk".into(), "chk".into()])
+        .act(
+            CheckAction::Stop,
+            vec!["off".into(), "chk".into(), "chk".into()],
+        )
         .await;
     assert_eq!(stopped, Ok(vec!["chk".to_owned()]));
     let view = h.view("chk").await;
@@ -402,14 +405,20 @@ async fn stop_and_start_are_idempotent_and_keep_failures() {
     let runs = h.runs("chk");
     pass(30.0).await;
     assert_eq!(h.runs("chk"), runs);
-    assert_eq!(h.manager.stop(vec!["chk".into()]).await, Ok(vec![]));
+    assert_eq!(
+        h.manager.act(CheckAction::Stop, vec!["chk".into()]).await,
+        Ok(vec![])
+    );
     // An unrelated plan change does not restart a stopped check.
     h.plan
         .send(plan(vec![check("chk"), check("extra")]))
         .unwrap();
     assert_eq!(h.view("chk").await.status, CheckStatus::Inactive);
 
-    let started = h.manager.start(vec!["chk".into(), "extra".into()]).await;
+    let started = h
+        .manager
+        .act(CheckAction::Start, vec!["chk".into(), "extra".into()])
+        .await;
     assert_eq!(started, Ok(vec!["chk".to_owned()]));
     let view = h.view("chk").await;
     assert_eq!((view.status, view.failures), (CheckStatus::Up, 0));
@@ -422,13 +431,16 @@ async fn unknown_names_change_nothing() {
     let before = h.manager.checks().await;
     assert_eq!(
         h.manager
-            .stop(vec!["zz".into(), "chk".into(), "aa".into()])
+            .act(
+                CheckAction::Stop,
+                vec!["zz".into(), "chk".into(), "aa".into()]
+            )
             .await,
         Err(CheckManagerError::NotFound(vec!["aa".into(), "zz".into()]))
     );
     assert_eq!(
         h.manager
-            .start(vec!["nope".into()])
+            .act(CheckAction::Start, vec!["nope".into()])
             .await
             .unwrap_err()
             .to_string(),
@@ -455,7 +467,10 @@ async fn refresh_runs_now_and_records_only_for_running_checks() {
     assert_eq!(view.failures, 1);
     assert_eq!(error.unwrap().log_text(), "exit status 1; details");
 
-    h.manager.stop(vec!["chk".into()]).await.unwrap();
+    h.manager
+        .act(CheckAction::Stop, vec!["chk".into()])
+        .await
+        .unwrap();
     let (view, error) = h.manager.refresh("chk").await.unwrap();
     assert_eq!((view.status, view.failures), (CheckStatus::Inactive, 1));
     assert_eq!(error.unwrap().message, "exit status 1");
@@ -471,7 +486,7 @@ async fn aborting_the_change_stops_the_check() {
     assert_eq!((view.status, view.change_id), (CheckStatus::Inactive, None));
     assert_eq!(h.store.change_info(change).unwrap().status, "Done");
     assert_eq!(
-        h.manager.start(vec!["chk".into()]).await,
+        h.manager.act(CheckAction::Start, vec!["chk".into()]).await,
         Ok(vec!["chk".into()])
     );
 }
@@ -481,7 +496,10 @@ async fn replan_starts_enabled_checks_that_are_not_running() {
     let mut disabled = check("off");
     disabled.startup = Startup::Disabled;
     let h = Harness::new(vec![check("chk"), disabled]);
-    h.manager.stop(vec!["chk".into()]).await.unwrap();
+    h.manager
+        .act(CheckAction::Stop, vec!["chk".into()])
+        .await
+        .unwrap();
     assert_eq!(h.manager.replan().await, ["chk"]);
     assert_eq!(h.view("chk").await.status, CheckStatus::Up);
     assert_eq!(h.view("off").await.status, CheckStatus::Inactive);

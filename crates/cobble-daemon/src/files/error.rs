@@ -100,6 +100,24 @@ impl FileError {
     }
 }
 
+impl From<crate::atomic::AtomicError> for FileError {
+    fn from(err: crate::atomic::AtomicError) -> FileError {
+        use crate::atomic::AtomicError;
+        match err {
+            AtomicError::Path { op, path, source } => FileError::Path {
+                op,
+                path: path.display().to_string(),
+                source,
+            },
+            AtomicError::Rename { old, new, source } => FileError::Rename {
+                old: old.display().to_string(),
+                new: new.display().to_string(),
+                source,
+            },
+        }
+    }
+}
+
 /// The message of an absolute-path check that failed.
 pub fn not_absolute(path: &str) -> FileError {
     FileError::Generic(format!(

@@ -1,9 +1,7 @@
 //! Push: `POST /v1/files` with a multipart body, each file streamed into an atomic write.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -16,7 +14,8 @@ use tokio::sync::mpsc;
 use super::error::not_absolute;
 use super::mkdir::{self, MkdirOptions};
 use super::multipart::{form_filename, form_name};
-use super::{FileError, file_result, gopath, parse_permissions, random_u64, resolve_owner};
+use super::{FileError, file_result, gopath, parse_permissions, resolve_owner};
+use crate::atomic::{AtomicFile, Durability};
 
 /// Largest `request` (metadata) part accepted.
 const MAX_METADATA: usize = 4 * 1024 * 1024;
@@ -28,14 +27,6 @@ const QUEUED_BATCHES: usize = 4;
 /// While the writer is busy, chunks are gathered into batches of about this size, so the body
 /// side and the writer thread hand over (and wake each other) rarely.
 const BATCH_BYTES: usize = 1024 * 1024;
-
-/// Chunks smaller than this are gathered into writes of this size; larger ones are written
-/// as they are, without a copy.
-const WRITE_BUFFER: usize = 64 * 1024;
-
-/// Every this many bytes, the writer asks the kernel to start writing back what it has, so the
-/// disk works while the body is still arriving and the final `fsync` finds little left to do.
-const WRITEBACK_WINDOW: u64 = 8 * 1024 * 1024;
 
 /// Parses a multipart write request as it streams in and writes each file atomically.
 ///
@@ -283,7 +274,15 @@ fn write_blocking(item: &WriteFilesItem, mut rx: mpsc::Receiver<Chunk>) -> Resul
             .map_err(|e| e.context("cannot create directory"))?;
     }
     let perm = parse_permissions(&item.permissions, 0o644)?;
-    let mut file = AtomicFile::create(&item.path, perm)?;
+    let base = gopath::base(&item.path);
+    if base.contains('*') {
+        // Go's temporary-file pattern cannot hold a '*', so Pebble refuses such names.
+        return Err(FileError::Generic(format!(
+            "cannot create tempfile for filename containing '*': {}",
+            cobble_plan::go_quote(&base)
+        )));
+    }
+    let mut file = AtomicFile::create(Path::new(&item.path), perm, Durability::Machine)?;
     while let Some(chunk) = rx.blocking_recv() {
         match chunk {
             Chunk::Data(batch) => {
@@ -291,131 +290,21 @@ fn write_blocking(item: &WriteFilesItem, mut rx: mpsc::Receiver<Chunk>) -> Resul
                     file.write(&bytes)?;
                 }
             }
-            Chunk::Commit => return file.commit(owner),
+            Chunk::Commit => {
+                if let Some((uid, gid)) = owner {
+                    file.set_owner(uid, gid)?;
+                }
+                return Ok(file.commit()?);
+            }
         }
     }
     Err(FileError::Interrupted)
 }
 
-/// A file written under a temporary name next to its target and renamed over it on commit.
-/// Dropped without a commit, it removes the temporary file.
-pub struct AtomicFile {
-    file: Option<BufWriter<File>>,
-    /// Bytes given to [`AtomicFile::write`] so far.
-    written: u64,
-    /// Up to where writeback has been started.
-    writeback_started: u64,
-    temp: String,
-    target: String,
-    renamed: bool,
-}
-
-impl AtomicFile {
-    /// Creates `<dir>/<base>.<random>~` with mode `perm` (set with `fchmod`, so the umask
-    /// does not apply).
-    pub fn create(target: &str, perm: u32) -> Result<AtomicFile, FileError> {
-        let base = gopath::base(target);
-        if base.contains('*') {
-            return Err(FileError::Generic(format!(
-                "cannot create tempfile for filename containing '*': {}",
-                cobble_plan::go_quote(&base)
-            )));
-        }
-        let dir = gopath::dir(target);
-        let prefix = if dir.ends_with('/') {
-            format!("{dir}{base}.")
-        } else {
-            format!("{dir}/{base}.")
-        };
-        let mut attempts = 0;
-        let (file, temp) = loop {
-            let temp = format!("{prefix}{}~", random_u64() as u32);
-            match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&temp)
-            {
-                Ok(file) => break (file, temp),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < 10_000 => {
-                    attempts += 1;
-                }
-                Err(e) => return Err(FileError::path("open", temp, e)),
-            }
-        };
-        let mut atomic = AtomicFile {
-            file: None,
-            written: 0,
-            writeback_started: 0,
-            temp,
-            target: target.to_string(),
-            renamed: false,
-        };
-        file.set_permissions(std::fs::Permissions::from_mode(perm))
-            .map_err(|e| FileError::path("chmod", atomic.temp.clone(), e))?;
-        atomic.file = Some(BufWriter::with_capacity(WRITE_BUFFER, file));
-        Ok(atomic)
-    }
-
-    /// Appends to the temporary file.
-    pub fn write(&mut self, bytes: &[u8]) -> Result<(), FileError> {
-        let file = self.file.as_mut().expect("open until committed");
-        file.write_all(bytes)
-            .map_err(|e| FileError::path("write", self.temp.clone(), e))?;
-        self.written += bytes.len() as u64;
-        let in_kernel = self.written - file.buffer().len() as u64;
-        if in_kernel - self.writeback_started >= WRITEBACK_WINDOW {
-            // Only a hint: a failure here shows up in the final fsync if it matters.
-            let _ = cobble_sys::fs::start_writeback(
-                file.get_ref(),
-                self.writeback_started,
-                in_kernel - self.writeback_started,
-            );
-            self.writeback_started = in_kernel;
-        }
-        Ok(())
-    }
-
-    /// Gives the file its owner, flushes it to disk and renames it over the target, then
-    /// flushes the directory so the rename survives a crash.
-    pub fn commit(mut self, owner: Option<(u32, u32)>) -> Result<(), FileError> {
-        let writer = self.file.take().expect("open until committed");
-        let file = writer
-            .into_inner()
-            .map_err(|e| FileError::path("write", self.temp.clone(), e.into_error()))?;
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::fchown(&file, Some(uid), Some(gid))
-                .map_err(|e| FileError::path("chown", self.temp.clone(), e))?;
-        }
-        let dir_path = gopath::dir(&self.target);
-        let dir =
-            File::open(&dir_path).map_err(|e| FileError::path("open", dir_path.clone(), e))?;
-        file.sync_all()
-            .map_err(|e| FileError::path("sync", self.temp.clone(), e))?;
-        drop(file);
-        std::fs::rename(&self.temp, &self.target).map_err(|e| FileError::Rename {
-            old: self.temp.clone(),
-            new: self.target.clone(),
-            source: e,
-        })?;
-        self.renamed = true;
-        dir.sync_all()
-            .map_err(|e| FileError::path("sync", dir_path, e))
-    }
-}
-
-impl Drop for AtomicFile {
-    fn drop(&mut self) {
-        if !self.renamed {
-            self.file.take();
-            let _ = std::fs::remove_file(&self.temp);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     fn stream_of(body: &'static [u8]) -> impl Stream<Item = Result<Bytes, std::io::Error>> {
@@ -521,33 +410,5 @@ mod tests {
         let error = results[0].error.as_ref().unwrap();
         assert_eq!(error.message, "no file content for path \"/nowhere/x\"");
         assert_eq!(error.kind, "generic-file-error");
-    }
-
-    #[test]
-    fn dropped_atomic_file_leaves_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("t").display().to_string();
-        let mut file = AtomicFile::create(&target, 0o600).unwrap();
-        file.write(b"partial").unwrap();
-        drop(file);
-        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
-    }
-
-    #[test]
-    fn temp_name_has_pebble_shape() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("name.txt").display().to_string();
-        let file = AtomicFile::create(&target, 0o644).unwrap();
-        let temp = file.temp.clone();
-        let base = gopath::base(&temp);
-        assert!(
-            base.starts_with("name.txt.") && base.ends_with('~'),
-            "{base}"
-        );
-        assert!(
-            base["name.txt.".len()..base.len() - 1]
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        );
     }
 }

@@ -17,15 +17,84 @@ use super::machine::{StartOutcome, StopOutcome};
 use super::{ServiceManager, StartReply};
 use crate::state::{StateStore, Status};
 
-/// Why a service action was refused before any change was made.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// A service action of `POST /v1/services` (and the daemon's own autostart), parsed from its
+/// wire name once at the API's edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceAction {
+    /// Start the named services and what they require.
+    Start,
+    /// Stop the named services and what requires them.
+    Stop,
+    /// Stop only the named services, then start them and what they require.
+    Restart,
+    /// Start the `startup: enabled` services.
+    Autostart,
+    /// Restart services whose configuration changed and start the enabled ones.
+    Replan,
+}
+
+impl ServiceAction {
+    /// The action of a wire name; `None` for a name Pebble does not know.
+    pub fn from_name(name: &str) -> Option<ServiceAction> {
+        match name {
+            "start" => Some(ServiceAction::Start),
+            "stop" => Some(ServiceAction::Stop),
+            "restart" => Some(ServiceAction::Restart),
+            "autostart" => Some(ServiceAction::Autostart),
+            "replan" => Some(ServiceAction::Replan),
+            _ => None,
+        }
+    }
+
+    /// The wire name, which is also the kind of the action's change.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceAction::Start => "start",
+            ServiceAction::Stop => "stop",
+            ServiceAction::Restart => "restart",
+            ServiceAction::Autostart => "autostart",
+            ServiceAction::Replan => "replan",
+        }
+    }
+
+    /// The name as change summaries open with it (`Start service "x"`), title-cased the way
+    /// Go's `strings.Title` does.
+    fn title(self) -> &'static str {
+        match self {
+            ServiceAction::Start => "Start",
+            ServiceAction::Stop => "Stop",
+            ServiceAction::Restart => "Restart",
+            ServiceAction::Autostart => "Autostart",
+            ServiceAction::Replan => "Replan",
+        }
+    }
+}
+
+impl std::fmt::Display for ServiceAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a service action was refused before any change was made, worded as Pebble words it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ActionError {
-    /// A 400 with this message.
-    #[error("{0}")]
-    BadRequest(String),
+    /// An action that needs names got none. Holds the action as the client spelled it:
+    /// Pebble checks for names before it checks that it knows the action.
+    #[error("must specify services for {0} action")]
+    NoServices(String),
+    /// `replan` or `autostart` with names.
+    #[error("{0} accepts no service names")]
+    NamesNotAccepted(ServiceAction),
     /// `autostart` with no `startup: enabled` service.
     #[error("no default services")]
     NoDefaultServices,
+    /// The services could not be ordered (an unknown name, a cycle).
+    #[error("cannot {action} services: {error}")]
+    Order {
+        action: ServiceAction,
+        error: cobble_plan::PlanError,
+    },
 }
 
 /// Whether a task starts or stops its service.
@@ -70,42 +139,37 @@ impl ServiceActions {
 
     /// Carries out `action` on `names`; returns the ID of the change once it is recorded
     /// (the change itself runs in the background).
-    pub async fn act(&self, action: &str, names: Vec<String>) -> Result<u64, ActionError> {
+    pub async fn act(&self, action: ServiceAction, names: Vec<String>) -> Result<u64, ActionError> {
         let plan = self.plan.borrow().clone();
         let mut names = names;
         match action {
-            "replan" | "autostart" if !names.is_empty() => {
-                return Err(ActionError::BadRequest(format!(
-                    "{action} accepts no service names"
-                )));
+            ServiceAction::Replan | ServiceAction::Autostart if !names.is_empty() => {
+                return Err(ActionError::NamesNotAccepted(action));
             }
-            "replan" => {}
-            "autostart" => {
+            ServiceAction::Replan => {}
+            ServiceAction::Autostart => {
                 names = plan.default_services();
                 if names.is_empty() {
                     return Err(ActionError::NoDefaultServices);
                 }
             }
-            _ if names.is_empty() => {
-                return Err(ActionError::BadRequest(format!(
-                    "must specify services for {action} action"
-                )));
+            ServiceAction::Start | ServiceAction::Stop | ServiceAction::Restart => {
+                if names.is_empty() {
+                    return Err(ActionError::NoServices(action.as_str().to_owned()));
+                }
             }
-            _ => {}
         }
-        let cannot = |e: cobble_plan::PlanError| {
-            ActionError::BadRequest(format!("cannot {action} services: {e}"))
-        };
+        let cannot = |error| ActionError::Order { action, error };
         let (stop_lanes, start_lanes) = match action {
-            "start" | "autostart" => (
+            ServiceAction::Start | ServiceAction::Autostart => (
                 Vec::new(),
                 plan.lanes(&plan.start_order(&names).map_err(cannot)?),
             ),
-            "stop" => (
+            ServiceAction::Stop => (
                 plan.lanes(&plan.stop_order(&names).map_err(cannot)?),
                 Vec::new(),
             ),
-            "restart" => {
+            ServiceAction::Restart => {
                 let stop = plan.lanes(&plan.stop_order(&names).map_err(cannot)?);
                 let requested: BTreeSet<&String> = names.iter().collect();
                 let stop = stop
@@ -119,7 +183,7 @@ impl ServiceActions {
                     .collect();
                 (stop, plan.lanes(&plan.start_order(&names).map_err(cannot)?))
             }
-            "replan" => {
+            ServiceAction::Replan => {
                 let outdated = self.manager.outdated().await;
                 let stop = plan.lanes(&plan.stop_order(&outdated).map_err(cannot)?);
                 let mut start: BTreeSet<String> = outdated.into_iter().collect();
@@ -131,11 +195,6 @@ impl ServiceActions {
                 replanned.extend(start.iter().flatten().cloned());
                 names = replanned.into_iter().collect();
                 (stop, start)
-            }
-            _ => {
-                return Err(ActionError::BadRequest(format!(
-                    "invalid action \"{action}\""
-                )));
             }
         };
         Ok(self.record_and_run(action, names, stop_lanes, start_lanes))
@@ -160,29 +219,31 @@ impl ServiceActions {
             })
             .filter(|lane| !lane.is_empty())
             .collect();
-        let change_id = self
-            .state
-            .new_change("stop", "Stop all running services", active);
+        let change_id = self.state.new_change(
+            ServiceAction::Stop.as_str(),
+            "Stop all running services",
+            active,
+        );
         let stop = self.add_tasks(change_id, Op::Stop, lanes);
         self.run(change_id, stop, Vec::new()).await;
     }
 
     fn record_and_run(
         &self,
-        action: &str,
+        action: ServiceAction,
         names: Vec<String>,
         stop_lanes: Vec<Vec<String>>,
         start_lanes: Vec<Vec<String>>,
     ) -> u64 {
-        let title = title_case(action);
+        let title = action.title();
         if stop_lanes.is_empty() && start_lanes.is_empty() {
             return self
                 .state
-                .new_done_change(action, &format!("{title} - no services"));
+                .new_done_change(action.as_str(), &format!("{title} - no services"));
         }
         // The count is taken from the resolved lanes (dependencies included), the name from
         // the request; a replan counts the services it stops or starts.
-        let count = if action == "replan" {
+        let count = if action == ServiceAction::Replan {
             names.len()
         } else if start_lanes.is_empty() {
             stop_lanes.iter().map(Vec::len).sum()
@@ -195,7 +256,7 @@ impl ServiceActions {
         } else {
             format!("{title} service \"{first}\" and {} more", count - 1)
         };
-        let change_id = self.state.new_change(action, &summary, names);
+        let change_id = self.state.new_change(action.as_str(), &summary, names);
         let stop = self.add_tasks(change_id, Op::Stop, stop_lanes);
         let start = self.add_tasks(change_id, Op::Start, start_lanes);
         let this = self.clone();
@@ -355,11 +416,27 @@ impl ServiceActions {
     }
 }
 
-/// `start` -> `Start`, as Go's `strings.Title` does for one word.
-fn title_case(word: &str) -> String {
-    let mut chars = word.chars();
-    chars
-        .next()
-        .map(|c| c.to_uppercase().chain(chars).collect())
-        .unwrap_or_default()
+#[cfg(test)]
+mod tests {
+    use super::ServiceAction;
+
+    #[test]
+    fn action_names_round_trip_and_title_case_as_go_does() {
+        let all = [
+            ServiceAction::Start,
+            ServiceAction::Stop,
+            ServiceAction::Restart,
+            ServiceAction::Autostart,
+            ServiceAction::Replan,
+        ];
+        for action in all {
+            let name = action.as_str();
+            assert_eq!(ServiceAction::from_name(name), Some(action));
+            let mut title = name[..1].to_uppercase();
+            title.push_str(&name[1..]);
+            assert_eq!(action.title(), title);
+        }
+        assert_eq!(ServiceAction::from_name("Start"), None);
+        assert_eq!(ServiceAction::from_name(""), None);
+    }
 }

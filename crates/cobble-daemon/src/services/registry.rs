@@ -1,9 +1,9 @@
 //! The record of running process groups, so a daemon never starts a service twice.
 //!
 //! Services run in their own process groups and survive the daemon if it is killed with
-//! SIGKILL. Each spawn and exit rewrites `$PEBBLE/.cobble-processes` (atomically, through a
-//! rename; no fsync, because the file only has to survive the daemon process, not the
-//! machine: if the machine goes down, so do the processes). At start-up, before anything is
+//! SIGKILL. Each spawn and exit rewrites `$PEBBLE/.cobble-processes` atomically with
+//! [`Durability::Process`]: a rename and no fsync, because the file only has to survive the
+//! daemon process, not the machine: if the machine goes down, so do the processes. At start-up, before anything is
 //! spawned, the next daemon ends every group its predecessor left running. A pid is trusted
 //! only if its start time still matches the recorded one, so a recycled pid is never killed.
 
@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use cobble_sys::process::{self, Signal};
 use serde::{Deserialize, Serialize};
+
+use crate::atomic::{self, Durability};
 
 /// The file name under `$PEBBLE`.
 pub const FILE_NAME: &str = ".cobble-processes";
@@ -65,9 +67,8 @@ impl ProcessRegistry {
             return;
         };
         let bytes = serde_json::to_vec(&self.records).expect("records serialise");
-        let tmp = path.with_extension("tmp");
-        let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-        if let Err(e) = result {
+        // Process durability: see the module documentation.
+        if let Err(e) = atomic::write_atomic(path, &bytes, 0o600, Durability::Process) {
             tracing::warn!("Cannot record service processes in {}: {e}", path.display());
         }
     }

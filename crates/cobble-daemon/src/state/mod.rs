@@ -14,7 +14,7 @@
 mod persist;
 mod timefmt;
 
-pub use persist::{COALESCE_WINDOW, PersistError, Persister, load, write_atomic};
+pub use persist::{COALESCE_WINDOW, FlushError, PersistError, Persister, load, write_state_file};
 pub use timefmt::{format_rfc3339_nano, format_rfc3339_secs, format_utc_millis, format_utc_secs};
 
 use std::collections::BTreeMap;

@@ -2,12 +2,12 @@
 //!
 //! The persister waits for the store's version to move, lets a short window pass so that a
 //! burst of mutations (a change and its tasks, a check tick) becomes one write, then writes the
-//! whole state to a temporary file in the same directory, fsyncs it, renames it over
-//! `.pebble.state` and fsyncs the directory. A crash at any instant leaves either the old file
-//! or the new one. Failed writes are retried on the next mutation or after a short delay.
+//! whole state through [`crate::atomic`] with machine durability (temporary file in the same
+//! directory, fsync, rename over `.pebble.state`, fsync of the directory). A crash at any
+//! instant leaves either the old file or the new one. Failed writes are retried on the next
+//! mutation or after a short delay.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::{StateData, StateStore};
+use crate::atomic::{self, AtomicError, Durability};
 
 /// How long mutations are gathered before one write.
 pub const COALESCE_WINDOW: Duration = Duration::from_millis(100);
@@ -35,6 +36,16 @@ pub enum PersistError {
     },
 }
 
+/// Why the state could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum FlushError {
+    #[error(transparent)]
+    Write(#[from] AtomicError),
+    /// The blocking write panicked or the runtime is shutting down.
+    #[error("cannot run state write: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
 /// Loads the state file, or empty state if there is none.
 pub fn load(path: &Path) -> Result<StateData, PersistError> {
     match fs::read(path) {
@@ -51,49 +62,45 @@ pub fn load(path: &Path) -> Result<StateData, PersistError> {
     }
 }
 
-/// Writes `bytes` to `path` atomically: temp file, fsync, rename, fsync of the directory.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{file_name}.{}~", std::process::id()));
-    let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+/// The state file's mode, as Pebble creates it: it holds task logs, which may quote service
+/// output.
+const STATE_FILE_MODE: u32 = 0o600;
+
+/// Writes `bytes` to `path` atomically and durably. What a client was told (a change ID) is
+/// in this file, so it must survive a machine crash, not only the daemon's.
+pub fn write_state_file(path: &Path, bytes: &[u8]) -> Result<(), AtomicError> {
+    atomic::write_atomic(path, bytes, STATE_FILE_MODE, Durability::Machine)
 }
 
 /// Writes the store to disk whenever it changes, coalescing bursts.
 pub struct Persister {
     store: StateStore,
     path: PathBuf,
+    /// How many times the file has been written, so that tests can count writes.
+    writes: watch::Sender<u64>,
 }
 
 impl Persister {
     pub fn new(store: StateStore, path: PathBuf) -> Persister {
-        Persister { store, path }
+        Persister {
+            store,
+            path,
+            writes: watch::Sender::new(0),
+        }
+    }
+
+    /// The number of completed writes, updated as each one completes.
+    pub fn writes(&self) -> watch::Receiver<u64> {
+        self.writes.subscribe()
     }
 
     /// Writes the current state now (used at shutdown).
-    pub async fn flush(&self) -> std::io::Result<()> {
+    pub async fn flush(&self) -> Result<(), FlushError> {
         let bytes = self.store.snapshot_json();
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || write_atomic(&path, &bytes))
-            .await
-            .map_err(std::io::Error::other)?
+        tokio::task::spawn_blocking(move || write_state_file(&path, &bytes)).await??;
+        self.writes.send_modify(|n| *n += 1);
+        Ok(())
     }
 
     /// Runs until `cancel` fires, then writes one last time.

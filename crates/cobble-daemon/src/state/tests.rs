@@ -155,13 +155,13 @@ fn prune_drops_old_ready_changes_and_caps_the_count() {
 }
 
 #[test]
-fn atomic_write_replaces_the_file() {
+fn state_file_is_replaced_whole_and_private() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(".pebble.state");
-    persist::write_atomic(&path, b"{}").unwrap();
+    persist::write_state_file(&path, b"{}").unwrap();
     let s = store();
     s.new_change("start", "x", vec![]);
-    persist::write_atomic(&path, &s.snapshot_json()).unwrap();
+    persist::write_state_file(&path, &s.snapshot_json()).unwrap();
     let loaded = persist::load(&path).unwrap();
     assert_eq!(loaded.last_change_id, 1);
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
@@ -170,6 +170,17 @@ fn atomic_write_replaces_the_file() {
         .filter(|n| n != ".pebble.state")
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+/// Waits for the persister's write count to reach `n`.
+async fn writes_reach(writes: &mut watch::Receiver<u64>, n: u64) {
+    writes
+        .wait_for(|&count| count >= n)
+        .await
+        .expect("persister running");
 }
 
 #[tokio::test(start_paused = true)]
@@ -178,29 +189,38 @@ async fn persister_coalesces_bursts_into_one_write() {
     let path = dir.path().join(".pebble.state");
     let s = store();
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(Persister::new(s.clone(), path.clone()).run(cancel.clone()));
+    let persister = Persister::new(s.clone(), path.clone());
+    let mut writes = persister.writes();
+    let task = tokio::spawn(persister.run(cancel.clone()));
     tokio::task::yield_now().await;
-    for _ in 0..50 {
-        s.new_change("start", "x", vec![]);
-    }
-    // Wait (in paused time) for the coalescing window; the blocking write runs on a real thread.
-    let loaded = loop {
-        tokio::time::sleep(COALESCE_WINDOW).await;
-        if let Ok(d) = persist::load(&path)
-            && d.last_change_id == 50
-        {
-            break d;
+
+    // Mutations spread over less than one window, the persister free to run between them:
+    // one write, holding all of them.
+    let burst = |s: &StateStore| {
+        let s = s.clone();
+        async move {
+            for _ in 0..10 {
+                s.new_change("start", "x", vec![]);
+                tokio::time::sleep(COALESCE_WINDOW / 20).await;
+            }
         }
     };
-    assert_eq!(loaded.changes.len(), 50);
-    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    burst(&s).await;
+    writes_reach(&mut writes, 1).await;
+    assert_eq!(*writes.borrow(), 1, "one write per burst");
+    assert_eq!(persist::load(&path).unwrap().changes.len(), 10);
+
+    // Quiet for many windows: nothing to write. A second burst: one more write.
+    tokio::time::sleep(COALESCE_WINDOW * 20).await;
+    burst(&s).await;
+    writes_reach(&mut writes, 2).await;
+    assert_eq!(persist::load(&path).unwrap().changes.len(), 20);
+
+    // Nothing changed since, so shutdown does not write either. Once the persister has
+    // ended, every write it began is counted: any write beyond one per burst shows here.
     cancel.cancel();
     task.await.unwrap();
-    // Nothing changed since, so shutdown did not rewrite it.
-    assert_eq!(
-        std::fs::metadata(&path).unwrap().modified().unwrap(),
-        modified
-    );
+    assert_eq!(*writes.borrow(), 2);
 }
 
 #[test]

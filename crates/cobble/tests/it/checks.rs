@@ -11,7 +11,7 @@ use std::time::Duration;
 use cobble_client::types::{ChangeInfo, CheckInfo};
 use cobble_client::{Client, ClientConfig, Method};
 
-use crate::fixture::{Daemon, Test, free_port, wait_for};
+use crate::fixture::{Daemon, Test, free_port, raw, wait_for};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -47,17 +47,6 @@ fn change(daemon: &Daemon, id: &str) -> ChangeInfo {
 }
 
 /// (status, body) of a raw request over the socket.
-fn raw(daemon: &Daemon, method: Method, path: &str, body: Option<&str>) -> (u16, String) {
-    let c = client(daemon);
-    let response = rt()
-        .block_on(c.raw_request(method, path, body.map(|b| b.as_bytes().to_vec())))
-        .expect("request");
-    (
-        response.status_code,
-        String::from_utf8_lossy(&response.body).into_owned(),
-    )
-}
-
 /// A loopback HTTP server answering every GET with the current status and a two-line body.
 struct HttpServer {
     url: String,

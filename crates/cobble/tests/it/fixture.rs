@@ -450,6 +450,22 @@ pub fn service(daemon: &Daemon, name: &str) -> cobble_client::types::ServiceInfo
         .remove(0)
 }
 
+/// Sends one request to `daemon`'s socket; returns the status code and the body.
+pub fn raw(
+    daemon: &Daemon,
+    method: cobble_client::Method,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, String) {
+    let response = rt()
+        .block_on(client(daemon).raw_request(method, path, body.map(|b| b.as_bytes().to_vec())))
+        .expect("request");
+    (
+        response.status_code,
+        String::from_utf8_lossy(&response.body).into_owned(),
+    )
+}
+
 /// Runs a service action and waits (bounded) for its change.
 pub fn act(daemon: &Daemon, action: &str, names: &[&str]) -> cobble_client::types::ChangeInfo {
     let c = client(daemon);

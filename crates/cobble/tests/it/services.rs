@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::fixture::{Daemon, Test, wait_for};
+use cobble_client::Method;
+
+use crate::fixture::{Daemon, Test, raw, wait_for};
 
 /// One service that autostarts, one that does not.
 pub const TWO_SLEEPERS: &str = "\
@@ -190,4 +192,106 @@ fn daemon_autostarts_without_hold() {
     wait_for("srv1 to be active", Duration::from_secs(10), || {
         current(&daemon, "srv1") == "active"
     });
+}
+
+#[test]
+fn unknown_actions_are_rejected_in_pebbles_words() {
+    let d = Daemon::hold(&[("001-base", TWO_SLEEPERS)]);
+    let cases: &[(Method, &str, Option<&str>, &str)] = &[
+        (
+            Method::POST,
+            "/v1/services",
+            Some(r#"{"action":"frob","services":["srv1"]}"#),
+            r#"invalid action "frob""#,
+        ),
+        // Pebble asks for names before it looks at the action.
+        (
+            Method::POST,
+            "/v1/services",
+            Some(r#"{"action":"frob","services":[]}"#),
+            "must specify services for frob action",
+        ),
+        (
+            Method::POST,
+            "/v1/services",
+            Some(r#"{"action":"stop","services":[]}"#),
+            "must specify services for stop action",
+        ),
+        (
+            Method::POST,
+            "/v1/services",
+            Some(r#"{"action":"replan","services":["srv1"]}"#),
+            "replan accepts no service names",
+        ),
+        (
+            Method::POST,
+            "/v1/services",
+            Some(r#"{"action":"autostart","services":["srv1"]}"#),
+            "autostart accepts no service names",
+        ),
+        (
+            Method::POST,
+            "/v1/services",
+            Some(r#"{"action":"start","services":["nope"]}"#),
+            r#"cannot start services: service "nope" does not exist"#,
+        ),
+        // Actions are quoted as Go's %q quotes them.
+        (
+            Method::POST,
+            "/v1/services",
+            Some(r#"{"action":"a\"b\n","services":["srv1"]}"#),
+            r#"invalid action "a\"b\n""#,
+        ),
+        (
+            Method::POST,
+            "/v1/checks",
+            Some(r#"{"action":"frob","checks":["c"]}"#),
+            r#"invalid action "frob""#,
+        ),
+        (
+            Method::POST,
+            "/v1/layers",
+            Some(r#"{"action":"remove","label":"x","format":"yaml","layer":""}"#),
+            r#"invalid action "remove""#,
+        ),
+        (
+            Method::GET,
+            "/v1/files?action=frob",
+            None,
+            r#"invalid action "frob""#,
+        ),
+        (
+            Method::POST,
+            "/v1/files",
+            Some(r#"{"action":"frob"}"#),
+            r#"invalid action "frob""#,
+        ),
+    ];
+    for (method, path, body, want) in cases {
+        let (status, text) = raw(&d, method.clone(), path, *body);
+        assert_eq!(status, 400, "{path} {body:?}: {text}");
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["type"], "error", "{text}");
+        assert_eq!(value["result"]["message"], *want, "{path} {body:?}");
+    }
+
+    let (_, text) = raw(&d, Method::GET, "/v1/changes?select=all", None);
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        value["result"],
+        serde_json::json!([]),
+        "a refused action made a change"
+    );
+
+    // An unknown action on a change is refused too.
+    let id = crate::fixture::act(&d, "start", &["srv2"]).id;
+    let (status, text) = raw(
+        &d,
+        Method::POST,
+        &format!("/v1/changes/{id}"),
+        Some(r#"{"action":"frob"}"#),
+    );
+    assert_eq!(status, 400, "{text}");
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(value["result"]["message"], r#"invalid action "frob""#);
 }

@@ -2,8 +2,9 @@
 //! kill-delay escalation, process groups, ordering and lanes, autostart, shutdown order and
 //! exit codes, orphan reaping, and state that survives a restart.
 //!
-//! Behavioural timings (the okay delay, backoff delays) are asserted with generous bounds;
-//! speed is measured by the benchmark harness, not here.
+//! Behavioural timings are asserted only as lower bounds (a delay is at least as long as it
+//! should be), which no slow machine can break; whatever must not happen is proved by a later
+//! event that has to follow it. How fast anything happens is for the benchmark harness.
 
 use std::fs;
 use std::path::Path;
@@ -123,16 +124,38 @@ fn backoff_grows_to_the_limit_and_resets_after_a_long_run() {
     let d = Daemon::hold(&[("001-base", &layer)]);
     act(&d, "start", &["s"]);
     wait_for("seven starts", LONG, || times(&starts).len() >= 7);
+    // The delays the daemon chose, from its log: they grow to the limit, and a run longer
+    // than the limit resets them.
+    let chosen: Vec<String> = d
+        .log()
+        .lines()
+        .filter_map(|l| l.split_once("Service \"s\" on-failure action is \"restart\", waiting ~"))
+        .map(|(_, rest)| rest.to_owned())
+        .take(6)
+        .collect();
+    assert_eq!(
+        chosen,
+        [
+            "200ms before restart (backoff 1)",
+            "400ms before restart (backoff 2)",
+            "800ms before restart (backoff 3)",
+            "1s before restart (backoff 4)",
+            "200ms before restart (backoff 1)",
+            "400ms before restart (backoff 2)",
+        ],
+        "{}",
+        d.log()
+    );
+    // And each delay is waited: the gap between starts is at least run time + delay.
     let t = times(&starts);
-    // Gap between starts = run time + backoff delay (+ up to 10 % jitter).
     let gaps: Vec<f64> = t.windows(2).map(|w| w[1] - w[0]).collect();
     let expected_delay = [0.2, 0.4, 0.8, 1.0, 0.2, 0.4];
     let run_time = [0.1, 0.1, 0.1, 0.1, 1.5, 0.1];
     for (i, gap) in gaps.iter().take(6).enumerate() {
-        let want = run_time[i] + expected_delay[i];
+        let least = run_time[i] + expected_delay[i];
         assert!(
-            *gap >= want - 0.05 && *gap <= want * 1.1 + 0.35,
-            "gap {i} was {gap:.3}s, expected about {want:.3}s; all gaps {gaps:?}"
+            *gap >= least - 0.05,
+            "gap {i} was {gap:.3}s, expected at least {least:.3}s; all gaps {gaps:?}"
         );
     }
 }
@@ -145,9 +168,9 @@ fn stop_escalates_to_sigkill_after_the_kill_delay() {
     )]);
     act(&d, "start", &["s"]);
     let (change, elapsed) = act(&d, "stop", &["s"]);
-    assert_eq!(change.status, "Done");
+    // The process ignores SIGTERM: only the SIGKILL can have stopped it.
+    assert_eq!(change.status, "Done", "{change:?}");
     assert!(elapsed >= Duration::from_millis(950), "{elapsed:?}");
-    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
     assert_eq!(current(&d, "s"), "inactive");
 }
 
@@ -200,10 +223,24 @@ fn requires_shares_a_lane_and_independent_services_start_in_parallel() {
         "app started {:.3}s after db",
         t[1] - t[0]
     );
-    // Independent services run in separate lanes: both okay delays overlap.
-    let (change, elapsed) = act(&d, "start", &["x", "y"]);
+    // Independent services run in separate lanes: each is launched before the other's start
+    // task is done (in one lane, the second would wait for the first's okay delay).
+    let (change, _) = act(&d, "start", &["x", "y"]);
     assert_eq!(change.status, "Done");
-    assert!(elapsed < Duration::from_millis(1900), "{elapsed:?}");
+    let launched = |name: &str| {
+        let prefix = format!("{name} ");
+        let line = lines(&log).into_iter().find(|l| l.starts_with(&prefix));
+        let stamp = line.unwrap_or_else(|| panic!("{name} never launched"));
+        stamp[prefix.len()..].parse::<f64>().unwrap()
+    };
+    let done = |name: &str| {
+        let summary = format!("Start service \"{name}\"");
+        let task = change.tasks.iter().find(|t| t.summary == summary).unwrap();
+        let ready: jiff::Timestamp = task.ready_time.as_deref().unwrap().parse().unwrap();
+        ready.as_nanosecond() as f64 / 1e9
+    };
+    assert!(launched("y") < done("x"), "y waited for x: {change:?}");
+    assert!(launched("x") < done("y"), "x waited for y: {change:?}");
     // Stopping db stops its dependent first.
     let (change, _) = act(&d, "stop", &["db"]);
     let summaries: Vec<&str> = change.tasks.iter().map(|t| t.summary.as_str()).collect();
@@ -216,8 +253,15 @@ fn autostart_unless_held() {
     let d = Daemon::start(&[("001-base", layer)], &[]);
     wait_for("autostart", LONG, || current(&d, "on") == "active");
     assert_eq!(current(&d, "off"), "inactive");
-    let held = Daemon::hold(&[("001-base", layer)]);
-    std::thread::sleep(Duration::from_millis(300));
+    // Held: the autostart change would be recorded before the daemon waits for signals, so
+    // after a clean stop its state shows whether there was one.
+    let mut held = Daemon::hold(&[("001-base", layer)]);
+    assert_eq!(held.stop(), Some(0));
+    held.restart(&["--hold"]);
+    let changes = rt()
+        .block_on(client(&held).changes(cobble_client::ChangeSelector::All, None))
+        .expect("changes");
+    assert_eq!(changes, [], "no autostart change");
     assert_eq!(current(&held, "on"), "inactive");
 }
 
@@ -330,13 +374,14 @@ fn changes_survive_a_daemon_restart_and_ids_keep_counting() {
 #[test]
 fn persist_never_writes_no_state_file() {
     let layer = "services:\n  s:\n    override: replace\n    command: sleep 1000\n";
-    let d = Daemon::start_with_env(
+    let mut d = Daemon::start_with_env(
         &[("001-base", layer)],
         &["--hold"],
         &[("PEBBLE_PERSIST", "never")],
     );
     act(&d, "start", &["s"]);
-    std::thread::sleep(Duration::from_millis(300));
+    // With persistence, a clean stop writes what is unwritten before the daemon exits.
+    assert_eq!(d.stop(), Some(0));
     assert!(!d.pebble_dir().join(".pebble.state").exists());
 }
 

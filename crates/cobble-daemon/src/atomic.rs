@@ -1,0 +1,323 @@
+//! Replacing a file atomically: write a temporary file beside it, then rename it over it.
+//!
+//! Every file the daemon replaces goes through here: the state file, the process registry
+//! and pushed files. A reader (or the next daemon) sees the old file or the new one, never a
+//! mix, and a failed or abandoned write leaves only the old file behind: the temporary file
+//! is removed unless the rename happened.
+//!
+//! The temporary file is `<dir>/<name>.<random>~`, the shape Pebble gives its own, so a
+//! leftover after a crash is recognisable. How far the new file must survive is each
+//! caller's choice, made explicit with [`Durability`]: the rename alone makes it atomic for
+//! other processes; surviving a machine crash also needs the file and its directory flushed.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use cobble_sys::os_error_text;
+
+/// Chunks smaller than this are gathered into writes of this size; larger ones are written
+/// as they are, without a copy.
+const WRITE_BUFFER: usize = 64 * 1024;
+
+/// Every this many bytes, a durable write asks the kernel to start writing back what it has,
+/// so the disk works while the content is still arriving and the final `fsync` finds little
+/// left to do.
+const WRITEBACK_WINDOW: u64 = 8 * 1024 * 1024;
+
+/// How many taken temporary names are skipped before giving up.
+const NAME_ATTEMPTS: u32 = 10_000;
+
+/// How far a replaced file must survive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Only the daemon process: the rename, no `fsync`. Other processes and the next daemon
+    /// see the old file or the new one; after a machine crash either may be there, or an
+    /// empty file.
+    Process,
+    /// The machine: the file is flushed to disk before the rename and its directory after
+    /// it, so once the write returns the new file survives a power cut.
+    Machine,
+}
+
+/// A step of an atomic write that failed, worded like Go's `*fs.PathError` and
+/// `*os.LinkError` so that the files API can pass it on as Pebble would.
+#[derive(Debug, thiserror::Error)]
+pub enum AtomicError {
+    /// `<op> <path>: <errno text>`.
+    #[error("{op} {}: {}", path.display(), os_error_text(source))]
+    Path {
+        /// What failed: `open`, `chmod`, `write`, `chown` or `sync`.
+        op: &'static str,
+        /// The temporary file or the directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// `rename <old> <new>: <errno text>`.
+    #[error("rename {} {}: {}", old.display(), new.display(), os_error_text(source))]
+    Rename {
+        /// The temporary file.
+        old: PathBuf,
+        /// The target.
+        new: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+impl AtomicError {
+    fn path(op: &'static str, path: &Path, source: io::Error) -> AtomicError {
+        AtomicError::Path {
+            op,
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// Replaces `target` with `bytes` (mode `mode`, whatever the umask).
+pub fn write_atomic(
+    target: &Path,
+    bytes: &[u8],
+    mode: u32,
+    durability: Durability,
+) -> Result<(), AtomicError> {
+    let mut file = AtomicFile::create(target, mode, durability)?;
+    file.write(bytes)?;
+    file.commit()
+}
+
+/// A file written under a temporary name beside its target and renamed over it on
+/// [`AtomicFile::commit`]. Dropped without a commit, it removes the temporary file.
+#[must_use = "nothing replaces the target until the file is committed"]
+pub struct AtomicFile {
+    /// The open temporary file, until the commit.
+    file: Option<BufWriter<File>>,
+    /// The temporary file's path.
+    temp: PathBuf,
+    /// The file to replace.
+    target: PathBuf,
+    durability: Durability,
+    /// Bytes given to [`AtomicFile::write`] so far.
+    written: u64,
+    /// Up to where writeback has been started.
+    writeback_started: u64,
+    /// Whether the rename happened (and the temporary file is gone).
+    renamed: bool,
+}
+
+impl AtomicFile {
+    /// Creates `<dir>/<name>.<random>~` beside `target` with mode `mode` (set with `fchmod`,
+    /// so the umask does not apply).
+    pub fn create(
+        target: &Path,
+        mode: u32,
+        durability: Durability,
+    ) -> Result<AtomicFile, AtomicError> {
+        let Some(name) = target.file_name() else {
+            // `/`, `..` and the like name a directory, never a file to replace.
+            let source = io::Error::new(io::ErrorKind::IsADirectory, "is a directory");
+            return Err(AtomicError::path("open", target, source));
+        };
+        let mut prefix = name.to_owned();
+        prefix.push(".");
+        let mut attempts = 0;
+        let (file, temp) = loop {
+            let mut temp_name = prefix.clone();
+            temp_name.push(format!("{}~", crate::files::random_u64() as u32));
+            let temp = target.with_file_name(temp_name);
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&temp)
+            {
+                Ok(file) => break (file, temp),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < NAME_ATTEMPTS => {
+                    attempts += 1;
+                }
+                Err(e) => return Err(AtomicError::path("open", &temp, e)),
+            }
+        };
+        let mut atomic = AtomicFile {
+            file: None,
+            temp,
+            target: target.to_owned(),
+            durability,
+            written: 0,
+            writeback_started: 0,
+            renamed: false,
+        };
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(|e| AtomicError::path("chmod", &atomic.temp, e))?;
+        atomic.file = Some(BufWriter::with_capacity(WRITE_BUFFER, file));
+        Ok(atomic)
+    }
+
+    /// The temporary file's path.
+    pub fn temp_path(&self) -> &Path {
+        &self.temp
+    }
+
+    /// Appends to the temporary file.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), AtomicError> {
+        let file = self.file.as_mut().expect("open until committed");
+        file.write_all(bytes)
+            .map_err(|e| AtomicError::path("write", &self.temp, e))?;
+        self.written += bytes.len() as u64;
+        if self.durability == Durability::Machine {
+            let in_kernel = self.written - file.buffer().len() as u64;
+            if in_kernel - self.writeback_started >= WRITEBACK_WINDOW {
+                // Only a hint: a failure here shows up in the final fsync if it matters.
+                let _ = cobble_sys::fs::start_writeback(
+                    file.get_ref(),
+                    self.writeback_started,
+                    in_kernel - self.writeback_started,
+                );
+                self.writeback_started = in_kernel;
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives the temporary file an owner (before the commit, so the target never has the
+    /// wrong one).
+    pub fn set_owner(&self, uid: u32, gid: u32) -> Result<(), AtomicError> {
+        let file = self.file.as_ref().expect("open until committed");
+        std::os::unix::fs::fchown(file.get_ref(), Some(uid), Some(gid))
+            .map_err(|e| AtomicError::path("chown", &self.temp, e))
+    }
+
+    /// Renames the temporary file over the target; for [`Durability::Machine`], flushes it
+    /// to disk first and flushes the directory after.
+    pub fn commit(mut self) -> Result<(), AtomicError> {
+        let writer = self.file.take().expect("open until committed");
+        let file = writer
+            .into_inner()
+            .map_err(|e| AtomicError::path("write", &self.temp, e.into_error()))?;
+        let dir = match self.durability {
+            Durability::Process => None,
+            Durability::Machine => {
+                // Opened before the rename, so a directory that cannot be flushed fails the
+                // write while the old file is still in place.
+                let dir_path = self.temp.parent().unwrap_or(Path::new("."));
+                let dir =
+                    File::open(dir_path).map_err(|e| AtomicError::path("open", dir_path, e))?;
+                file.sync_all()
+                    .map_err(|e| AtomicError::path("sync", &self.temp, e))?;
+                Some((dir, dir_path.to_owned()))
+            }
+        };
+        drop(file);
+        std::fs::rename(&self.temp, &self.target).map_err(|e| AtomicError::Rename {
+            old: self.temp.clone(),
+            new: self.target.clone(),
+            source: e,
+        })?;
+        self.renamed = true;
+        match dir {
+            Some((dir, dir_path)) => dir
+                .sync_all()
+                .map_err(|e| AtomicError::path("sync", &dir_path, e)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if !self.renamed {
+            self.file.take();
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn replaces_the_target_with_the_mode_asked_for() {
+        for durability in [Durability::Process, Durability::Machine] {
+            let dir = tempfile::tempdir().unwrap();
+            let target = dir.path().join("t");
+            std::fs::write(&target, "old").unwrap();
+            write_atomic(&target, b"new", 0o640, durability).unwrap();
+            assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+            let mode = std::fs::metadata(&target).unwrap().permissions().mode();
+            assert_eq!(mode & 0o7777, 0o640, "{durability:?}");
+            assert_eq!(entries(dir.path()), ["t"], "{durability:?}");
+        }
+    }
+
+    #[test]
+    fn dropped_without_commit_leaves_the_old_file_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("t");
+        std::fs::write(&target, "old").unwrap();
+        let mut file = AtomicFile::create(&target, 0o600, Durability::Machine).unwrap();
+        file.write(b"partial").unwrap();
+        drop(file);
+        assert_eq!(entries(dir.path()), ["t"]);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "old");
+    }
+
+    #[test]
+    fn a_failed_rename_removes_the_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("d");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("inside"), "").unwrap();
+        let err = write_atomic(&target, b"x", 0o600, Durability::Process).unwrap_err();
+        assert!(matches!(err, AtomicError::Rename { .. }), "{err}");
+        assert_eq!(entries(dir.path()), ["d"]);
+    }
+
+    #[test]
+    fn temp_name_has_pebble_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("name.txt");
+        let file = AtomicFile::create(&target, 0o644, Durability::Process).unwrap();
+        assert_eq!(file.temp_path().parent(), Some(dir.path()));
+        let base = file.temp_path().file_name().unwrap().to_str().unwrap();
+        assert!(
+            base.starts_with("name.txt.") && base.ends_with('~'),
+            "{base}"
+        );
+        assert!(
+            base["name.txt.".len()..base.len() - 1]
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        );
+    }
+
+    #[test]
+    fn errors_read_like_go_errors() {
+        let err = write_atomic(
+            Path::new("/nonexistent-dir/f"),
+            b"x",
+            0o600,
+            Durability::Process,
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("open /nonexistent-dir/f.")
+                && text.ends_with("~: no such file or directory"),
+            "{text}"
+        );
+    }
+}
