@@ -460,6 +460,7 @@ impl Machine {
     /// Advances the machine by one event.
     pub fn step(&mut self, now: Instant, event: Event) -> Vec<Action> {
         let mut actions = Vec::new();
+        self.catch_up(now, &mut actions);
         match event {
             Event::Start(policy) => self.on_start(policy, &mut actions),
             Event::Stop => self.on_stop(now, &mut actions),
@@ -892,18 +893,29 @@ impl Machine {
         }
     }
 
+    /// Applies the milestones a live process has passed by `now`, whatever the event: a
+    /// process past its okay delay has started, one that ran for the backoff limit has reset
+    /// its backoff. Their ticks may come late (a busy executor) or after the event that
+    /// needs them: an exit at 1.5 s is the exit of a started service even if the 1 s tick
+    /// has not been handled yet.
+    fn catch_up(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        if let Phase::Starting { pid, okay_at } = self.phase
+            && now >= okay_at
+        {
+            self.phase = Phase::Running { pid };
+            actions.push(Action::StartDone(StartOutcome::Started));
+        }
+        if matches!(self.phase, Phase::Running { .. }) && self.reset_at.is_some_and(|at| now >= at)
+        {
+            // Running for the whole backoff limit: the next failure starts from scratch.
+            self.reset_at = None;
+            self.backoff_num = 0;
+            self.backoff_time = Duration::ZERO;
+        }
+    }
+
     fn on_tick(&mut self, now: Instant, actions: &mut Vec<Action>) {
         match self.phase {
-            Phase::Starting { pid, okay_at } if now >= okay_at => {
-                self.phase = Phase::Running { pid };
-                actions.push(Action::StartDone(StartOutcome::Started));
-            }
-            Phase::Running { .. } if self.reset_at.is_some_and(|at| now >= at) => {
-                // Running for the whole backoff limit: the next failure starts from scratch.
-                self.reset_at = None;
-                self.backoff_num = 0;
-                self.backoff_time = Duration::ZERO;
-            }
             Phase::Terminating { pid, kill_at } if now >= kill_at => {
                 actions.push(Action::Signal {
                     pid,

@@ -707,6 +707,36 @@ fn a_required_path_that_appears_starts_the_service_once() {
     assert_eq!(h.m.phase(), Phase::Running { pid: 3 });
 }
 
+/// Ticks can come late; what a process achieved by the time of the next event counts.
+#[test]
+fn an_exit_after_a_late_tick_counts_the_time_the_process_ran() {
+    // Past the okay delay, no tick yet: the start succeeded, the exit is an ordinary one.
+    let mut h = Harness::new();
+    h.start(1);
+    let actions = h.at(1.5).step(Event::Exited { pid: 1, code: 1 });
+    assert_eq!(start_done(&actions), Some(&StartOutcome::Started));
+    assert!(matches!(h.m.phase(), Phase::Backoff { .. }));
+
+    // Ran past the backoff limit, no tick yet: the next backoff starts from the first delay.
+    let mut h = Harness::new();
+    h.start(1);
+    h.at(1.0).tick();
+    for (t, pid) in [(2.0, 1), (4.0, 2), (7.0, 3)] {
+        h.at(t).step(Event::Exited { pid, code: 1 });
+        let Phase::Backoff { until } = h.m.phase() else {
+            panic!()
+        };
+        h.now = until;
+        h.tick();
+        h.step(Event::Spawned { pid: pid + 1 });
+    }
+    assert_eq!(h.m.backoff_num(), 3);
+    h.now += secs(31.0);
+    h.step(Event::Exited { pid: 4, code: 1 });
+    assert_eq!(h.m.backoff_num(), 1, "reset before this failure");
+    assert_eq!(h.m.backoff_time(), secs(0.5));
+}
+
 #[test]
 fn watched_paths_follow_the_phase() {
     let mut h = Harness::with_policy(Policy {
