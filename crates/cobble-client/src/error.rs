@@ -44,6 +44,20 @@ pub enum Error {
     /// The client configuration cannot be used, such as an unsupported base URL.
     #[error("{0}")]
     Config(String),
+
+    /// One of an exec task's websockets could not be opened, or is closed.
+    #[error("cannot connect to {name:?} websocket: {reason}")]
+    Websocket {
+        /// `control`, `stdio` or `stderr`.
+        name: String,
+        /// Why, such as the daemon's refusal of the handshake.
+        reason: String,
+    },
+
+    /// The change that carried out a request failed; this is its `err`, such as
+    /// `cannot perform the following tasks:` and the failed task with its error.
+    #[error("{0}")]
+    Change(String),
 }
 
 impl Error {

@@ -24,6 +24,8 @@
 //! - [`Client::push`], [`Client::pull`], [`Client::list_files`], [`Client::make_dir`] and
 //!   [`Client::remove_path`] (module `files`): the files API, streamed both ways, with
 //!   [`PushOptions`] and [`MakeDirOptions`].
+//! - [`Client::exec`] (module `exec`): runs a command on the daemon's side and hands back an
+//!   [`ExecProcess`] with its input, output, control handle ([`ExecControl`]) and exit code.
 //! - [`Error`]: one error type, with messages worded like Pebble's Go client.
 //!
 //! # Example
@@ -49,6 +51,7 @@
 mod client;
 mod config;
 mod error;
+mod exec;
 mod files;
 mod transport;
 pub mod types;
@@ -56,6 +59,7 @@ pub mod types;
 pub use client::{ChangeSelector, Client, Response, decode_envelope};
 pub use config::{ClientConfig, DEFAULT_PEBBLE_DIR, EnvPaths, SOCKET_FILE_NAME};
 pub use error::Error;
+pub use exec::{ExecControl, ExecOptions, ExecOutput, ExecProcess, ExecStdin};
 pub use files::{MakeDirOptions, PushOptions};
 pub use hyper::Method;
 pub use transport::RawResponse;

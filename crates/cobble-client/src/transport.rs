@@ -71,6 +71,34 @@ impl Endpoint {
     }
 }
 
+/// A connection to the daemon, whichever transport it uses.
+pub(crate) trait Connection: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Connection for T {}
+
+/// Opens a connection for something other than one HTTP exchange (a websocket), and returns
+/// it with the `ws://` URL of `path` on it.
+pub(crate) async fn dial(
+    endpoint: &Endpoint,
+    path: &str,
+) -> Result<(Box<dyn Connection>, String), Error> {
+    let label = format!("Get {:?}", endpoint.url(path));
+    match endpoint {
+        Endpoint::Unix(socket) => {
+            let stream = UnixStream::connect(socket)
+                .await
+                .map_err(|e| Error::dial(label, &DialTarget::Unix(socket), e))?;
+            Ok((Box::new(stream), format!("ws://localhost{path}")))
+        }
+        Endpoint::Tcp { authority, prefix } => {
+            let stream = TcpStream::connect(authority.as_str())
+                .await
+                .map_err(|e| Error::dial(label, &DialTarget::Tcp(authority), e))?;
+            Ok((Box::new(stream), format!("ws://{authority}{prefix}{path}")))
+        }
+    }
+}
+
 /// A response whose envelope has not been looked at yet.
 #[derive(Debug, Clone)]
 pub struct RawResponse {

@@ -546,6 +546,144 @@ pub struct HealthInfo {
     pub healthy: bool,
 }
 
+/// Body of `POST /v1/exec`, in the field order of Pebble's Go client.
+///
+/// ops sends `null` for what it leaves unset and never sends `terminal`, `interactive`,
+/// `width` or `height`; Pebble's Go client leaves out every empty field.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecRequest {
+    /// The program and its arguments; the program is looked up in the daemon's `PATH`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub command: Vec<String>,
+    /// A service whose environment, working directory, user and group are the defaults.
+    #[serde(
+        rename = "service-context",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub service_context: String,
+    /// Variables added to (and overriding) the daemon's or the service context's environment.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub environment: BTreeMap<String, String>,
+    /// The working directory; empty means the user's home directory, else `/`.
+    #[serde(
+        rename = "working-dir",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub working_dir: String,
+    /// A Go duration after which the command is killed; empty for none.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub timeout: String,
+    /// The uid to run as.
+    #[serde(rename = "user-id", default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<u32>,
+    /// The user name to run as.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub user: String,
+    /// The gid to run as.
+    #[serde(rename = "group-id", default, skip_serializing_if = "Option::is_none")]
+    pub group_id: Option<u32>,
+    /// The group name to run as.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub group: String,
+    /// Run under a pseudo-terminal instead of pipes.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_false"
+    )]
+    pub terminal: bool,
+    /// Feed stdin to the pseudo-terminal (terminal mode only).
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_false"
+    )]
+    pub interactive: bool,
+    /// Send stderr on its own websocket instead of merging it into `stdio`.
+    #[serde(
+        rename = "split-stderr",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_false"
+    )]
+    pub split_stderr: bool,
+    /// The terminal's initial width in columns (0 for the daemon's default).
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_zero_u32"
+    )]
+    pub width: u32,
+    /// The terminal's initial height in rows (0 for the daemon's default).
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_zero_u32"
+    )]
+    pub height: u32,
+}
+
+/// The `result` of `POST /v1/exec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecResult {
+    /// The task whose websockets carry the command's input, output and control messages.
+    #[serde(rename = "task-id")]
+    pub task_id: String,
+}
+
+/// A control message of exec's `control` websocket, sent as a JSON text frame.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecControlMessage {
+    /// `signal` or `resize` (and `end`, on the data websockets).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub command: String,
+    /// The signal to send, for `signal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<ExecSignal>,
+    /// The new terminal size, for `resize`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize: Option<ExecResize>,
+}
+
+/// The argument of a `signal` control message.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecSignal {
+    /// A signal name such as `SIGINT`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub name: String,
+}
+
+/// The argument of a `resize` control message.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecResize {
+    /// Columns.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub width: u32,
+    /// Rows.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub height: u32,
+}
+
 /// Reads `null` as `T::default()`, as Go leaves a field at its zero value for `null`; with
 /// `#[serde(default)]` a missing key reads the same.
 fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -562,6 +700,10 @@ fn is_zero(value: &u64) -> bool {
 
 fn is_false(value: &bool) -> bool {
     !value
+}
+
+fn is_zero_u32(value: &u32) -> bool {
+    *value == 0
 }
 
 #[cfg(test)]
@@ -640,6 +782,10 @@ mod tests {
         assert_reads_null_as_go_does::<RemovePathsItem>();
         assert_reads_null_as_go_does::<ChecksAction>();
         assert_reads_null_as_go_does::<RefreshCheckRequest>();
+        assert_reads_null_as_go_does::<ExecRequest>();
+        assert_reads_null_as_go_does::<ExecControlMessage>();
+        assert_reads_null_as_go_does::<ExecSignal>();
+        assert_reads_null_as_go_does::<ExecResize>();
     }
 
     #[test]
@@ -756,5 +902,78 @@ mod tests {
                 "{body}"
             );
         }
+    }
+
+    /// What ops sends (`null` for what is unset, sorted keys) and what Pebble's Go client
+    /// sends (empty fields left out) decode alike; this client writes the Go form.
+    #[test]
+    fn exec_bodies_of_ops_and_of_the_go_client() {
+        let ops = r#"{"command": ["echo", "hi"], "environment": {}, "group": null, "group-id": null, "service-context": null, "split-stderr": false, "timeout": null, "user": null, "user-id": null, "working-dir": null}"#;
+        let request = ExecRequest {
+            command: vec!["echo".into(), "hi".into()],
+            ..ExecRequest::default()
+        };
+        assert_eq!(decode::<ExecRequest>(ops), request);
+        assert_eq!(
+            serde_json::to_string(&request).unwrap(),
+            r#"{"command":["echo","hi"]}"#
+        );
+        let full = ExecRequest {
+            command: vec!["sh".into()],
+            service_context: "svc".into(),
+            environment: BTreeMap::from([("TERM".into(), "xterm".into())]),
+            working_dir: "/tmp".into(),
+            timeout: "10s".into(),
+            user_id: Some(0),
+            user: "root".into(),
+            group_id: Some(0),
+            group: "root".into(),
+            terminal: true,
+            interactive: true,
+            split_stderr: true,
+            width: 80,
+            height: 25,
+        };
+        assert_eq!(
+            serde_json::to_string(&full).unwrap(),
+            r#"{"command":["sh"],"service-context":"svc","environment":{"TERM":"xterm"},"working-dir":"/tmp","timeout":"10s","user-id":0,"user":"root","group-id":0,"group":"root","terminal":true,"interactive":true,"split-stderr":true,"width":80,"height":25}"#
+        );
+    }
+
+    #[test]
+    fn control_messages_as_pebble_writes_them() {
+        let signal = ExecControlMessage {
+            command: "signal".into(),
+            signal: Some(ExecSignal {
+                name: "SIGINT".into(),
+            }),
+            resize: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&signal).unwrap(),
+            r#"{"command":"signal","signal":{"name":"SIGINT"}}"#
+        );
+        let resize = ExecControlMessage {
+            command: "resize".into(),
+            signal: None,
+            resize: Some(ExecResize {
+                width: 120,
+                height: 40,
+            }),
+        };
+        assert_eq!(
+            serde_json::to_string(&resize).unwrap(),
+            r#"{"command":"resize","resize":{"width":120,"height":40}}"#
+        );
+        assert_eq!(
+            decode::<ExecControlMessage>(r#"{"command": "signal", "signal": {"name": "SIGTERM"}}"#),
+            ExecControlMessage {
+                command: "signal".into(),
+                signal: Some(ExecSignal {
+                    name: "SIGTERM".into()
+                }),
+                resize: None,
+            }
+        );
     }
 }
