@@ -33,6 +33,7 @@
 //! - [`user`]: the passwd/group parser and Pebble's uid/gid normalisation.
 //! - [`output`]: a merged stdout+stderr pipe with an async read end.
 //! - [`fs`]: file system calls std lacks (early writeback for long writes).
+//! - [`terminal`]: the user's terminal for `cobble exec`: its size, and raw mode.
 //!
 //! # Unsafe code
 //!
@@ -51,6 +52,7 @@ pub mod memory;
 pub mod output;
 pub mod process;
 pub mod reaper;
+pub mod terminal;
 pub mod user;
 
 use std::io;
