@@ -24,7 +24,6 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::RunOptions;
 use crate::api::{self, ApiState, Peer};
 use crate::checks::CheckManager;
 use crate::layers::PlanManager;
@@ -34,6 +33,7 @@ use crate::services::changes::{ActionError, ServiceAction, ServiceActions};
 use crate::services::process::OsProcesses;
 use crate::services::registry::{self, ProcessRegistry};
 use crate::state::{self, Persister, StateData, StateStore};
+use crate::{Embedding, RunOptions};
 
 /// How often old changes are pruned.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(10 * 60);
@@ -72,7 +72,7 @@ pub enum DaemonError {
 }
 
 /// Runs the daemon to completion and returns its exit code.
-pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
+pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonError> {
     // Catch stop signals from the very start: a SIGTERM that arrives while the daemon is
     // still starting must stop it in order, not kill it with its services left behind.
     let mut stop_signals = StopSignals::new();
@@ -186,16 +186,26 @@ pub async fn run(opts: RunOptions) -> Result<i32, DaemonError> {
 
     if !opts.hold {
         match actions.act(ServiceAction::Autostart, Vec::new()).await {
-            Ok(change) => tracing::debug!("Autostart change {change} created"),
+            Ok(change) => {
+                tracing::debug!("Autostart change {change} created");
+                // A command run under `enter --run` expects the services up, not starting.
+                if embedding.ready.is_some() {
+                    store.wait_ready(change).await;
+                }
+            }
             Err(ActionError::NoDefaultServices) => {
                 tracing::debug!("Cannot autostart: no default services")
             }
             Err(e) => tracing::info!("Cannot autostart: {e}"),
         }
     }
+    if let Some(ready) = embedding.ready {
+        let _ = ready.send(());
+    }
 
     let (code, supervisor_alive) = tokio::select! {
         code = stop_signals.wait(&mut shutdown_rx) => (code, true),
+        () = embedding.stop.cancelled() => (0, true),
         (manager, why) = managers.first_to_end() => {
             tracing::info!("Cannot continue: the {manager} stopped: {why}; stopping services");
             (MANAGER_FAILED_EXIT_CODE, manager != Manager::Services)

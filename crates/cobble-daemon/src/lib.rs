@@ -78,11 +78,29 @@ pub struct RunOptions {
     pub debug: bool,
 }
 
+/// Hooks for running the daemon under another command, as `cobble enter` does: the command
+/// waits until the daemon is ready, runs against it, then stops it.
+#[derive(Debug, Default)]
+pub struct Embedding {
+    /// Told once the daemon serves its API and, unless `--hold`, has finished autostarting
+    /// the default services. Dropped unsent when the daemon cannot start.
+    pub ready: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Stops the daemon, as a stop signal would, once cancelled.
+    pub stop: tokio_util::sync::CancellationToken,
+    /// Log nothing: the command's own output is what the user wants to see.
+    pub silent: bool,
+}
+
 /// Runs the daemon until it is told to stop; returns the process exit code: 0 for a normal
 /// stop or a success shutdown, 10 for a failure shutdown, 11 for a check-failure shutdown,
 /// 1 when the daemon cannot start.
 pub fn run(opts: RunOptions) -> i32 {
-    logging::init(opts.debug);
+    run_embedded(opts, Embedding::default())
+}
+
+/// [`run`], with the hooks of a command that runs the daemon for its own use.
+pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
+    logging::init(opts.debug, embedding.silent);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -94,7 +112,7 @@ pub fn run(opts: RunOptions) -> i32 {
             return 1;
         }
     };
-    let code = runtime.block_on(daemon::run(opts));
+    let code = runtime.block_on(daemon::run(opts, embedding));
     // Output readers of services that outlived their stop may still be blocked; don't wait.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     let code = match code {

@@ -18,6 +18,7 @@ use std::fmt::{self, Write as _};
 use jiff::Timestamp;
 use serde::Serialize;
 use tracing::field::{Field, Visit};
+use tracing::level_filters::LevelFilter;
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
@@ -100,9 +101,14 @@ impl Visit for MessageText {
     }
 }
 
-/// Installs the daemon logger on stderr (once; later calls are no-ops).
-pub fn init(debug: bool) {
-    let level = if debug { Level::DEBUG } else { Level::INFO };
+/// Installs the daemon logger on stderr (once; later calls are no-ops); a silent logger
+/// writes nothing at all.
+pub fn init(debug: bool, silent: bool) {
+    let level = match (silent, debug) {
+        (true, _) => LevelFilter::OFF,
+        (false, true) => LevelFilter::DEBUG,
+        (false, false) => LevelFilter::INFO,
+    };
     let _ = tracing_subscriber::fmt()
         .with_max_level(level)
         .with_writer(StderrLines)

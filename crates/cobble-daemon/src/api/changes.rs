@@ -81,17 +81,7 @@ pub async fn wait_change(
         parse_duration(raw_timeout)
             .map_err(|e| ApiError::bad_request(format!("invalid timeout: {e}")))?
     };
-    let mut versions = api.state.subscribe();
-    let ready = async {
-        loop {
-            if api.state.is_ready(numeric) != Some(false) {
-                return;
-            }
-            if versions.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-    };
+    let ready = api.state.wait_ready(numeric);
     if timeout_nanos > 0 {
         let timeout = Duration::from_nanos(timeout_nanos as u64);
         if tokio::time::timeout(timeout, ready).await.is_err() {

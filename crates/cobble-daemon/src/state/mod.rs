@@ -376,6 +376,17 @@ impl StateStore {
             .map(|c| change_status(&d, c).is_ready())
     }
 
+    /// Waits until a change is ready (returns at once for an unknown change).
+    pub async fn wait_ready(&self, change_id: u64) {
+        let mut versions = self.subscribe();
+        while self.is_ready(change_id) == Some(false) {
+            if versions.changed().await.is_err() {
+                // The store outlives every waiter; a closed channel means nothing changes.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// Aborts a change: pending tasks are held, running ones are asked to stop.
     pub fn abort(&self, change_id: u64) -> Result<ChangeInfo, StateError> {
         let result = self.mutate(|d| {

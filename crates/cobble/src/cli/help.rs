@@ -8,7 +8,7 @@ use super::{Cli, program_name, write_all};
 
 /// Commands by category, in the order the summary lists them.
 const CATEGORIES: &[(&str, &str, &[&str])] = &[
-    ("Run", "run the service manager", &["run", "demo"]),
+    ("Run", "run the service manager", &["run", "enter", "demo"]),
     ("Info", "help and version information", &["help", "version"]),
     (
         "Plan",
@@ -40,8 +40,8 @@ const CATEGORIES: &[(&str, &str, &[&str])] = &[
     ),
     (
         "Files",
-        "work with files",
-        &["push", "pull", "ls", "mkdir", "rm"],
+        "work with files and execute commands",
+        &["push", "pull", "ls", "mkdir", "rm", "exec"],
     ),
 ];
 
@@ -183,7 +183,7 @@ mod tests {
         let mut out = Vec::new();
         print_short(&mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains("\n       Run: run, demo\n"), "{text}");
+        assert!(text.contains("\n       Run: run, enter, demo\n"), "{text}");
         assert!(text.contains("\n  Services: services, start,"), "{text}");
     }
 }

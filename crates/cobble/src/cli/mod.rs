@@ -28,6 +28,8 @@ mod check;
 mod check_actions;
 mod checks;
 mod demo;
+mod enter;
+mod exec;
 mod format;
 mod health;
 mod help;
@@ -137,6 +139,12 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Explain why a service is where it is
     Why(why::WhyArgs),
+    /// Execute a remote command and wait for it to finish
+    #[command(long_about = exec::LONG_ABOUT)]
+    Exec(exec::ExecArgs),
+    /// Run subcommand under a container environment
+    #[command(long_about = enter::LONG_ABOUT)]
+    Enter(enter::EnterArgs),
 }
 
 /// The name the binary was invoked as (`cobble`, or `pebble` through a symlink), used where
@@ -184,6 +192,8 @@ pub fn main() -> ExitCode {
     match command {
         Command::Run(args) => run::execute(args, service_args),
         Command::Demo(args) => demo::execute(args),
+        Command::Exec(args) => exec::execute(args),
+        Command::Enter(args) => enter::execute(args, service_args),
         Command::Help(args) => finish(help::execute(args)),
         Command::Version(args) if args.client => finish(version::print_client_only()),
         other => run_client(move |client, out| Box::pin(dispatch(other, client, out))),
@@ -204,20 +214,27 @@ fn run_client<F>(body: F) -> ExitCode
 where
     F: for<'a> FnOnce(&'a Client, &'a mut Output) -> CommandFuture<'a>,
 {
-    let outcome = (|| -> anyhow::Result<()> {
-        let client = Client::new(ClientConfig::from_env())?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let mut out = std::io::BufWriter::new(std::io::stdout());
-        let result = runtime.block_on(body(&client, &mut out));
-        // Whatever was written before a failure is still shown, as Pebble does.
-        let flushed = out.flush();
-        result?;
-        flushed?;
-        Ok(())
-    })();
+    let outcome = Client::new(ClientConfig::from_env())
+        .map_err(anyhow::Error::from)
+        .and_then(|client| run_command(&client, body));
     finish(outcome)
+}
+
+/// Runs a client command with `client` on a current-thread runtime, stdout buffered.
+fn run_command<F>(client: &Client, body: F) -> anyhow::Result<()>
+where
+    F: for<'a> FnOnce(&'a Client, &'a mut Output) -> CommandFuture<'a>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut out = std::io::BufWriter::new(std::io::stdout());
+    let result = runtime.block_on(body(client, &mut out));
+    // Whatever was written before a failure is still shown, as Pebble does.
+    let flushed = out.flush();
+    result?;
+    flushed?;
+    Ok(())
 }
 
 async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow::Result<()> {
@@ -245,14 +262,18 @@ async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow
         Command::Mkdir(args) => mkdir::execute(args, client, out).await,
         Command::Rm(args) => rm::execute(args, client, out).await,
         Command::Version(_) => version::print_versions(client, out).await,
-        Command::Run(_) | Command::Help(_) | Command::Demo(_) => {
+        Command::Run(_)
+        | Command::Help(_)
+        | Command::Demo(_)
+        | Command::Exec(_)
+        | Command::Enter(_) => {
             unreachable!("handled without a client")
         }
     }
 }
 
 /// Maps a command's outcome to Pebble's exit status, printing the error if there is one.
-fn finish(outcome: anyhow::Result<()>) -> ExitCode {
+pub fn finish(outcome: anyhow::Result<()>) -> ExitCode {
     let Err(err) = outcome else {
         return ExitCode::SUCCESS;
     };

@@ -46,8 +46,9 @@ pub struct RunArgs {
     service_args: Vec<String>,
 }
 
-/// Takes the `--args ... ;` groups out of the command line of `run` (and of no other
-/// command), returning the remaining command line and the groups in order.
+/// Takes the `--args ... ;` groups out of the command line of `run`, or of `enter` before its
+/// subcommand (and of no other command), returning the remaining command line and the groups
+/// in order.
 pub fn extract_service_args(argv: &[String]) -> (Vec<String>, Vec<Vec<String>>) {
     // The command is the first word that is not a flag; the top level has only value-less
     // flags (`--version`, `--help`).
@@ -55,9 +56,12 @@ pub fn extract_service_args(argv: &[String]) -> (Vec<String>, Vec<Vec<String>>) 
     let Some(command_at) = command_at.map(|i| i + 1) else {
         return (argv.to_vec(), Vec::new());
     };
-    if argv[command_at] != "run" {
-        return (argv.to_vec(), Vec::new());
-    }
+    // `enter` takes `run`'s flags before its subcommand; what follows belongs to the subcommand.
+    let enter = match argv[command_at].as_str() {
+        "run" => false,
+        "enter" => true,
+        _ => return (argv.to_vec(), Vec::new()),
+    };
 
     let mut rest = argv[..=command_at].to_vec();
     let mut groups = Vec::new();
@@ -68,6 +72,16 @@ pub fn extract_service_args(argv: &[String]) -> (Vec<String>, Vec<Vec<String>>) 
             rest.push(word.clone());
             rest.extend(words.by_ref().cloned());
             break;
+        }
+        if enter && !word.starts_with('-') {
+            rest.push(word.clone());
+            rest.extend(words.by_ref().cloned());
+            break;
+        }
+        if enter && word == "--http" {
+            rest.push(word.clone());
+            rest.extend(words.next().cloned());
+            continue;
         }
         let first = if word == ARGS_FLAG {
             None
@@ -135,19 +149,35 @@ fn options(
     }
 }
 
-/// Runs the daemon in this process until it stops, and exits with its code.
-pub fn execute(args: RunArgs, groups: Vec<Vec<String>>) -> ExitCode {
-    let service_args = match service_args_map(groups) {
-        Ok(map) => map,
-        Err(message) => {
+impl RunArgs {
+    /// Whether `-v`/`--verbose` was given (the flag itself, not `PEBBLE_VERBOSE`).
+    pub fn verbose_flag(&self) -> bool {
+        self.verbose
+    }
+
+    /// The daemon's options from these flags, the `--args` groups and the process
+    /// environment; a bad group is reported as Pebble reports it and gives exit code 1.
+    pub fn resolve(&self, groups: Vec<Vec<String>>) -> Result<RunOptions, ExitCode> {
+        let service_args = service_args_map(groups).map_err(|message| {
             // Pebble reports daemon start-up failures this way, without "error: ".
             eprintln!("cannot run daemon: {message}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let options = options(&args, service_args, |name| std::env::var(name).ok());
-    let code = cobble_daemon::run(options);
+            ExitCode::FAILURE
+        })?;
+        Ok(options(self, service_args, |name| std::env::var(name).ok()))
+    }
+}
+
+/// The daemon's exit code as this process's status.
+pub fn daemon_status(code: i32) -> ExitCode {
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Runs the daemon in this process until it stops, and exits with its code.
+pub fn execute(args: RunArgs, groups: Vec<Vec<String>>) -> ExitCode {
+    match args.resolve(groups) {
+        Ok(options) => daemon_status(cobble_daemon::run(options)),
+        Err(status) => status,
+    }
 }
 
 #[cfg(test)]
@@ -190,6 +220,18 @@ mod tests {
         let (rest, groups) = extract_service_args(&words("cobble run -- --args a"));
         assert_eq!(rest, words("cobble run -- --args a"));
         assert!(groups.is_empty());
+    }
+
+    #[test]
+    fn enter_gives_up_its_groups_only_before_the_subcommand() {
+        let (rest, groups) = extract_service_args(&words(
+            "cobble enter --http :4000 --args svc -x ; --run exec echo --args y ;",
+        ));
+        assert_eq!(
+            rest,
+            words("cobble enter --http :4000 --run exec echo --args y ;")
+        );
+        assert_eq!(groups, vec![words("svc -x")]);
     }
 
     #[test]
