@@ -546,6 +546,134 @@ pub struct HealthInfo {
     pub healthy: bool,
 }
 
+/// Body of `POST /v1/exec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecRequest {
+    /// The program and its arguments; the program is looked up in the daemon's `PATH`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub command: Vec<String>,
+    /// A service whose environment, user, group and working directory the command inherits;
+    /// the fields below override them.
+    #[serde(
+        rename = "service-context",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub service_context: String,
+    /// Variables added to the daemon's environment (and the service context's).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub environment: BTreeMap<String, String>,
+    /// The working directory; the user's home directory when empty (or `/` without one).
+    #[serde(
+        rename = "working-dir",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub working_dir: String,
+    /// A Go duration (`"10s"`, `"1.500s"`) after which the command is killed; none when empty.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub timeout: String,
+    /// Numeric user to run as.
+    #[serde(rename = "user-id", default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<u32>,
+    /// User name to run as.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub user: String,
+    /// Numeric group to run as (only with a user).
+    #[serde(rename = "group-id", default, skip_serializing_if = "Option::is_none")]
+    pub group_id: Option<u32>,
+    /// Group name to run as (only with a user).
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub group: String,
+    /// Run the command on a pseudo-terminal.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub terminal: bool,
+    /// With `terminal`: the terminal is also the command's stdin (and its controlling
+    /// terminal), and the end of input arrives as the terminal's end-of-file character.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub interactive: bool,
+    /// Send stderr on its own `stderr` websocket instead of mixing it into `stdio`.
+    #[serde(rename = "split-stderr", default, deserialize_with = "null_as_default")]
+    pub split_stderr: bool,
+    /// The terminal's initial width in columns (with `terminal`; 0 leaves it unset).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub width: i64,
+    /// The terminal's initial height in rows.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub height: i64,
+}
+
+/// The `result` of `POST /v1/exec` (a Go map, so its keys are sorted).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecResult {
+    /// The command's complete environment.
+    pub environment: BTreeMap<String, String>,
+    /// The exec task, whose websockets carry the command's I/O.
+    #[serde(rename = "task-id")]
+    pub task_id: String,
+    /// The directory the command runs in.
+    #[serde(rename = "working-dir")]
+    pub working_dir: String,
+}
+
+/// A text frame on an exec websocket: `end` on `stdio` and `stderr` (in both directions: the
+/// end of a stream), `signal` and `resize` on `control`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecCommand {
+    /// `end`, `signal` or `resize`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub command: String,
+    /// The signal of a `signal` command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<ExecSignal>,
+    /// The size of a `resize` command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize: Option<ExecResize>,
+}
+
+impl ExecCommand {
+    /// `{"command":"end"}`: the end of a stream.
+    pub fn end() -> ExecCommand {
+        ExecCommand {
+            command: "end".into(),
+            ..ExecCommand::default()
+        }
+    }
+}
+
+/// The signal of an exec `signal` command.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecSignal {
+    /// A signal name such as `SIGTERM`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub name: String,
+}
+
+/// The new terminal size of an exec `resize` command.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecResize {
+    /// Columns.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub width: i64,
+    /// Rows.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub height: i64,
+}
+
 /// Reads `null` as `T::default()`, as Go leaves a field at its zero value for `null`; with
 /// `#[serde(default)]` a missing key reads the same.
 fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -640,6 +768,10 @@ mod tests {
         assert_reads_null_as_go_does::<RemovePathsItem>();
         assert_reads_null_as_go_does::<ChecksAction>();
         assert_reads_null_as_go_does::<RefreshCheckRequest>();
+        assert_reads_null_as_go_does::<ExecRequest>();
+        assert_reads_null_as_go_does::<ExecCommand>();
+        assert_reads_null_as_go_does::<ExecSignal>();
+        assert_reads_null_as_go_does::<ExecResize>();
     }
 
     #[test]
@@ -744,6 +876,60 @@ mod tests {
                     ..WriteFilesItem::default()
                 }],
             }
+        );
+    }
+
+    /// ops sends every optional field of an exec, `null` when unset; Go's client sends
+    /// `resize: null` with a signal command.
+    #[test]
+    fn exec_bodies_as_ops_and_go_write_them() {
+        let body = r#"{"command": ["echo", "hi"], "service-context": null, "environment": {},
+            "working-dir": null, "timeout": null, "user-id": null, "user": null,
+            "group-id": null, "group": null, "split-stderr": true}"#;
+        assert_eq!(
+            decode::<ExecRequest>(body),
+            ExecRequest {
+                command: vec!["echo".into(), "hi".into()],
+                split_stderr: true,
+                ..ExecRequest::default()
+            }
+        );
+        assert_eq!(
+            decode::<ExecCommand>(r#"{"command": "signal", "signal": {"name": "SIGINT"}}"#),
+            ExecCommand {
+                command: "signal".into(),
+                signal: Some(ExecSignal {
+                    name: "SIGINT".into()
+                }),
+                resize: None,
+            }
+        );
+        assert_eq!(
+            decode::<ExecCommand>(
+                r#"{"command":"resize","signal":null,"resize":{"width":80,"height":24}}"#
+            )
+            .resize,
+            Some(ExecResize {
+                width: 80,
+                height: 24
+            })
+        );
+        assert_eq!(
+            serde_json::to_string(&ExecCommand::end()).unwrap(),
+            r#"{"command":"end"}"#
+        );
+    }
+
+    #[test]
+    fn exec_result_keys_are_sorted_like_a_go_map() {
+        let result = ExecResult {
+            environment: [("PATH".to_string(), "/bin".to_string())].into(),
+            task_id: "3".into(),
+            working_dir: "/root".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&result).unwrap(),
+            r#"{"environment":{"PATH":"/bin"},"task-id":"3","working-dir":"/root"}"#
         );
     }
 
