@@ -91,3 +91,25 @@ async fn a_new_session_leaves_the_daemons_group_and_session() {
         .unwrap();
     assert_eq!(status, ExitStatus::Signaled(9));
 }
+
+#[tokio::test]
+async fn shared_references_relay_input_and_output_at_once() {
+    let pty::Pty { master, slave } = pty::open(SIZE, None).unwrap();
+    let mut cmd = sh("read line; echo \"got $line\"");
+    pty::attach(&mut cmd, &slave).unwrap();
+    let spawned = reaper::spawn(&mut cmd).unwrap();
+    drop(cmd);
+    drop(slave);
+    // One task reads while another writes, both through `&Master`.
+    let reader = async {
+        let mut text = Vec::new();
+        (&master).read_to_end(&mut text).await.unwrap();
+        String::from_utf8_lossy(&text).into_owned()
+    };
+    let writer = async { (&master).write_all(b"hello\n").await.unwrap() };
+    let (text, ()) = tokio::time::timeout(TIMEOUT, async { tokio::join!(reader, writer) })
+        .await
+        .expect("the command ends");
+    assert!(text.contains("got hello"), "{text:?}");
+    assert_eq!(exit_of(spawned).await, ExitStatus::Exited(0));
+}
