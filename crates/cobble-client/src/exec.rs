@@ -39,7 +39,7 @@ use tokio_util::sync::PollSender;
 use crate::client::{Client, decode_envelope};
 use crate::error::Error;
 use crate::transport::{self, Connection};
-use crate::types::{ExecControlMessage, ExecRequest, ExecResize, ExecResult, ExecSignal};
+use crate::types::{ExecCommand, ExecRequest, ExecResize, ExecResult, ExecSignal};
 
 /// The text frame that ends a data stream, in either direction.
 const END_MESSAGE: &str = r#"{"command":"end"}"#;
@@ -117,8 +117,8 @@ impl ExecOptions {
             terminal: self.terminal,
             interactive: self.interactive,
             split_stderr: self.split_stderr,
-            width: self.width,
-            height: self.height,
+            width: self.width.into(),
+            height: self.height.into(),
         }
     }
 }
@@ -284,7 +284,7 @@ fn handshake_error(err: tungstenite::Error) -> String {
 #[derive(Debug)]
 struct ControlRequest {
     /// The message to send, or `None` to close the websocket cleanly.
-    message: Option<ExecControlMessage>,
+    message: Option<ExecCommand>,
     /// Told once the message is sent (the "ticket").
     done: oneshot::Sender<Result<(), Error>>,
 }
@@ -304,7 +304,7 @@ impl ExecControl {
 
     /// Sends a signal such as `SIGINT` to the command's process.
     pub async fn signal(&self, name: &str) -> Result<(), Error> {
-        self.send(Some(ExecControlMessage {
+        self.send(Some(ExecCommand {
             command: "signal".into(),
             signal: Some(ExecSignal { name: name.into() }),
             resize: None,
@@ -314,10 +314,13 @@ impl ExecControl {
 
     /// Tells the command's terminal its new size (terminal mode only).
     pub async fn resize(&self, width: u32, height: u32) -> Result<(), Error> {
-        self.send(Some(ExecControlMessage {
+        self.send(Some(ExecCommand {
             command: "resize".into(),
             signal: None,
-            resize: Some(ExecResize { width, height }),
+            resize: Some(ExecResize {
+                width: width.into(),
+                height: height.into(),
+            }),
         }))
         .await
     }
@@ -327,7 +330,7 @@ impl ExecControl {
         let _ = self.send(None).await;
     }
 
-    async fn send(&self, message: Option<ExecControlMessage>) -> Result<(), Error> {
+    async fn send(&self, message: Option<ExecCommand>) -> Result<(), Error> {
         let closed = || Error::Websocket {
             name: "control".into(),
             reason: "websocket closed".into(),
@@ -490,7 +493,7 @@ impl ExecOutput {
                 }
                 Some(Ok(Message::Text(text))) => {
                     // Text frames are commands; `end` is the only one a data stream knows.
-                    let command: Result<ExecControlMessage, _> = serde_json::from_str(&text);
+                    let command: Result<ExecCommand, _> = serde_json::from_str(&text);
                     if command.is_ok_and(|c| c.command == "end") {
                         self.ended = true;
                     }

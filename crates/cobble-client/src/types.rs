@@ -546,16 +546,14 @@ pub struct HealthInfo {
     pub healthy: bool,
 }
 
-/// Body of `POST /v1/exec`, in the field order of Pebble's Go client.
-///
-/// ops sends `null` for what it leaves unset and never sends `terminal`, `interactive`,
-/// `width` or `height`; Pebble's Go client leaves out every empty field.
+/// Body of `POST /v1/exec`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecRequest {
     /// The program and its arguments; the program is looked up in the daemon's `PATH`.
     #[serde(default, deserialize_with = "null_as_default")]
     pub command: Vec<String>,
-    /// A service whose environment, working directory, user and group are the defaults.
+    /// A service whose environment, user, group and working directory the command inherits;
+    /// the fields below override them.
     #[serde(
         rename = "service-context",
         default,
@@ -563,14 +561,10 @@ pub struct ExecRequest {
         skip_serializing_if = "String::is_empty"
     )]
     pub service_context: String,
-    /// Variables added to (and overriding) the daemon's or the service context's environment.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "BTreeMap::is_empty"
-    )]
+    /// Variables added to the daemon's environment (and the service context's).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub environment: BTreeMap<String, String>,
-    /// The working directory; empty means the user's home directory, else `/`.
+    /// The working directory; the user's home directory when empty (or `/` without one).
     #[serde(
         rename = "working-dir",
         default,
@@ -578,110 +572,106 @@ pub struct ExecRequest {
         skip_serializing_if = "String::is_empty"
     )]
     pub working_dir: String,
-    /// A Go duration after which the command is killed; empty for none.
+    /// A Go duration (`"10s"`, `"1.500s"`) after which the command is killed; none when empty.
     #[serde(
         default,
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
     pub timeout: String,
-    /// The uid to run as.
+    /// Numeric user to run as.
     #[serde(rename = "user-id", default, skip_serializing_if = "Option::is_none")]
     pub user_id: Option<u32>,
-    /// The user name to run as.
+    /// User name to run as.
     #[serde(
         default,
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
     pub user: String,
-    /// The gid to run as.
+    /// Numeric group to run as (only with a user).
     #[serde(rename = "group-id", default, skip_serializing_if = "Option::is_none")]
     pub group_id: Option<u32>,
-    /// The group name to run as.
+    /// Group name to run as (only with a user).
     #[serde(
         default,
         deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
     pub group: String,
-    /// Run under a pseudo-terminal instead of pipes.
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_false"
-    )]
+    /// Run the command on a pseudo-terminal.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub terminal: bool,
-    /// Feed stdin to the pseudo-terminal (terminal mode only).
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_false"
-    )]
+    /// With `terminal`: the terminal is also the command's stdin (and its controlling
+    /// terminal), and the end of input arrives as the terminal's end-of-file character.
+    #[serde(default, deserialize_with = "null_as_default")]
     pub interactive: bool,
-    /// Send stderr on its own websocket instead of merging it into `stdio`.
-    #[serde(
-        rename = "split-stderr",
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_false"
-    )]
+    /// Send stderr on its own `stderr` websocket instead of mixing it into `stdio`.
+    #[serde(rename = "split-stderr", default, deserialize_with = "null_as_default")]
     pub split_stderr: bool,
-    /// The terminal's initial width in columns (0 for the daemon's default).
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_zero_u32"
-    )]
-    pub width: u32,
-    /// The terminal's initial height in rows (0 for the daemon's default).
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "is_zero_u32"
-    )]
-    pub height: u32,
+    /// The terminal's initial width in columns (with `terminal`; 0 leaves it unset).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub width: i64,
+    /// The terminal's initial height in rows.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub height: i64,
 }
 
-/// The `result` of `POST /v1/exec`.
+/// The `result` of `POST /v1/exec` (a Go map, so its keys are sorted).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecResult {
-    /// The task whose websockets carry the command's input, output and control messages.
+    /// The command's complete environment.
+    pub environment: BTreeMap<String, String>,
+    /// The exec task, whose websockets carry the command's I/O.
     #[serde(rename = "task-id")]
     pub task_id: String,
+    /// The directory the command runs in.
+    #[serde(rename = "working-dir")]
+    pub working_dir: String,
 }
 
-/// A control message of exec's `control` websocket, sent as a JSON text frame.
+/// A text frame on an exec websocket: `end` on `stdio` and `stderr` (in both directions: the
+/// end of a stream), `signal` and `resize` on `control`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ExecControlMessage {
-    /// `signal` or `resize` (and `end`, on the data websockets).
+pub struct ExecCommand {
+    /// `end`, `signal` or `resize`.
     #[serde(default, deserialize_with = "null_as_default")]
     pub command: String,
-    /// The signal to send, for `signal`.
+    /// The signal of a `signal` command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<ExecSignal>,
-    /// The new terminal size, for `resize`.
+    /// The size of a `resize` command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resize: Option<ExecResize>,
 }
 
-/// The argument of a `signal` control message.
+impl ExecCommand {
+    /// `{"command":"end"}`: the end of a stream.
+    pub fn end() -> ExecCommand {
+        ExecCommand {
+            command: "end".into(),
+            ..ExecCommand::default()
+        }
+    }
+}
+
+/// The signal of an exec `signal` command.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecSignal {
-    /// A signal name such as `SIGINT`.
+    /// A signal name such as `SIGTERM`.
     #[serde(default, deserialize_with = "null_as_default")]
     pub name: String,
 }
 
-/// The argument of a `resize` control message.
+/// The new terminal size of an exec `resize` command.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecResize {
     /// Columns.
     #[serde(default, deserialize_with = "null_as_default")]
-    pub width: u32,
+    pub width: i64,
     /// Rows.
     #[serde(default, deserialize_with = "null_as_default")]
-    pub height: u32,
+    pub height: i64,
 }
 
 /// Reads `null` as `T::default()`, as Go leaves a field at its zero value for `null`; with
@@ -700,10 +690,6 @@ fn is_zero(value: &u64) -> bool {
 
 fn is_false(value: &bool) -> bool {
     !value
-}
-
-fn is_zero_u32(value: &u32) -> bool {
-    *value == 0
 }
 
 #[cfg(test)]
@@ -783,7 +769,7 @@ mod tests {
         assert_reads_null_as_go_does::<ChecksAction>();
         assert_reads_null_as_go_does::<RefreshCheckRequest>();
         assert_reads_null_as_go_does::<ExecRequest>();
-        assert_reads_null_as_go_does::<ExecControlMessage>();
+        assert_reads_null_as_go_does::<ExecCommand>();
         assert_reads_null_as_go_does::<ExecSignal>();
         assert_reads_null_as_go_does::<ExecResize>();
     }
@@ -893,6 +879,60 @@ mod tests {
         );
     }
 
+    /// ops sends every optional field of an exec, `null` when unset; Go's client sends
+    /// `resize: null` with a signal command.
+    #[test]
+    fn exec_bodies_as_ops_and_go_write_them() {
+        let body = r#"{"command": ["echo", "hi"], "service-context": null, "environment": {},
+            "working-dir": null, "timeout": null, "user-id": null, "user": null,
+            "group-id": null, "group": null, "split-stderr": true}"#;
+        assert_eq!(
+            decode::<ExecRequest>(body),
+            ExecRequest {
+                command: vec!["echo".into(), "hi".into()],
+                split_stderr: true,
+                ..ExecRequest::default()
+            }
+        );
+        assert_eq!(
+            decode::<ExecCommand>(r#"{"command": "signal", "signal": {"name": "SIGINT"}}"#),
+            ExecCommand {
+                command: "signal".into(),
+                signal: Some(ExecSignal {
+                    name: "SIGINT".into()
+                }),
+                resize: None,
+            }
+        );
+        assert_eq!(
+            decode::<ExecCommand>(
+                r#"{"command":"resize","signal":null,"resize":{"width":80,"height":24}}"#
+            )
+            .resize,
+            Some(ExecResize {
+                width: 80,
+                height: 24
+            })
+        );
+        assert_eq!(
+            serde_json::to_string(&ExecCommand::end()).unwrap(),
+            r#"{"command":"end"}"#
+        );
+    }
+
+    #[test]
+    fn exec_result_keys_are_sorted_like_a_go_map() {
+        let result = ExecResult {
+            environment: [("PATH".to_string(), "/bin".to_string())].into(),
+            task_id: "3".into(),
+            working_dir: "/root".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&result).unwrap(),
+            r#"{"environment":{"PATH":"/bin"},"task-id":"3","working-dir":"/root"}"#
+        );
+    }
+
     /// `null` is the zero value; a value of the wrong type is still an error, as in Go.
     #[test]
     fn wrong_types_are_still_refused() {
@@ -904,45 +944,10 @@ mod tests {
         }
     }
 
-    /// What ops sends (`null` for what is unset, sorted keys) and what Pebble's Go client
-    /// sends (empty fields left out) decode alike; this client writes the Go form.
+    /// The control messages as Pebble's Go client writes them, key order included.
     #[test]
-    fn exec_bodies_of_ops_and_of_the_go_client() {
-        let ops = r#"{"command": ["echo", "hi"], "environment": {}, "group": null, "group-id": null, "service-context": null, "split-stderr": false, "timeout": null, "user": null, "user-id": null, "working-dir": null}"#;
-        let request = ExecRequest {
-            command: vec!["echo".into(), "hi".into()],
-            ..ExecRequest::default()
-        };
-        assert_eq!(decode::<ExecRequest>(ops), request);
-        assert_eq!(
-            serde_json::to_string(&request).unwrap(),
-            r#"{"command":["echo","hi"]}"#
-        );
-        let full = ExecRequest {
-            command: vec!["sh".into()],
-            service_context: "svc".into(),
-            environment: BTreeMap::from([("TERM".into(), "xterm".into())]),
-            working_dir: "/tmp".into(),
-            timeout: "10s".into(),
-            user_id: Some(0),
-            user: "root".into(),
-            group_id: Some(0),
-            group: "root".into(),
-            terminal: true,
-            interactive: true,
-            split_stderr: true,
-            width: 80,
-            height: 25,
-        };
-        assert_eq!(
-            serde_json::to_string(&full).unwrap(),
-            r#"{"command":["sh"],"service-context":"svc","environment":{"TERM":"xterm"},"working-dir":"/tmp","timeout":"10s","user-id":0,"user":"root","group-id":0,"group":"root","terminal":true,"interactive":true,"split-stderr":true,"width":80,"height":25}"#
-        );
-    }
-
-    #[test]
-    fn control_messages_as_pebble_writes_them() {
-        let signal = ExecControlMessage {
+    fn control_messages_as_pebbles_client_writes_them() {
+        let signal = ExecCommand {
             command: "signal".into(),
             signal: Some(ExecSignal {
                 name: "SIGINT".into(),
@@ -953,7 +958,7 @@ mod tests {
             serde_json::to_string(&signal).unwrap(),
             r#"{"command":"signal","signal":{"name":"SIGINT"}}"#
         );
-        let resize = ExecControlMessage {
+        let resize = ExecCommand {
             command: "resize".into(),
             signal: None,
             resize: Some(ExecResize {
@@ -964,16 +969,6 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&resize).unwrap(),
             r#"{"command":"resize","resize":{"width":120,"height":40}}"#
-        );
-        assert_eq!(
-            decode::<ExecControlMessage>(r#"{"command": "signal", "signal": {"name": "SIGTERM"}}"#),
-            ExecControlMessage {
-                command: "signal".into(),
-                signal: Some(ExecSignal {
-                    name: "SIGTERM".into()
-                }),
-                resize: None,
-            }
         );
     }
 }

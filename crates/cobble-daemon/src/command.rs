@@ -1,15 +1,18 @@
-//! Launching the commands cobble runs for others: services and exec checks.
+//! Launching the commands cobble runs for others: services, exec checks and exec requests.
 //!
-//! Both get the same treatment: the program found like Go's `exec.LookPath` (clients match on
-//! its error text), their own process group (so a stop or a timeout reaches their children),
-//! stdin from `/dev/null`, the daemon's environment plus their own, their user, group and
-//! working directory, and one pipe carrying both stdout and stderr in the order they were
-//! written. Exits arrive through the reaper.
+//! All of them get the same treatment: the program found like Go's `exec.LookPath` (clients
+//! match on its error text), the daemon's environment plus their own, their user, group and
+//! working directory. Exits arrive through the reaper. What differs is the [`Wiring`]:
+//! services and exec checks run in a process group of their own (so a stop or a timeout
+//! reaches their children), with stdin from `/dev/null` and one pipe carrying both stdout
+//! and stderr in the order they were written; exec requests run in a session of their own,
+//! with stdin and output on pipes or on a terminal, as Pebble runs them.
 //!
 //! [`spawn`] blocks (it looks up users, stats `PATH` entries and forks): call it from a
 //! blocking task, never on a runtime worker.
 
 use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -35,6 +38,35 @@ pub struct Launch {
     pub group: String,
     /// Set `HOME` and `USER` from the target user when the environment does not (services).
     pub user_environment: bool,
+    /// Start from an empty environment rather than the daemon's: `environment` is complete
+    /// (exec builds it whole, the daemon's included).
+    pub clear_environment: bool,
+}
+
+/// How a command's stdin, stdout and stderr are connected, and the session it runs in.
+#[derive(Debug, Default)]
+pub enum Wiring {
+    /// Services and exec checks: stdin from `/dev/null`, stdout and stderr on one pipe, a
+    /// process group of its own.
+    #[default]
+    Merged,
+    /// Exec without a terminal: a session of its own, stdin from a pipe, stdout on a pipe,
+    /// stderr on a pipe of its own or on stdout's.
+    Pipes {
+        /// Whether stderr gets its own pipe.
+        split_stderr: bool,
+    },
+    /// Exec on a terminal: stdout (and stderr unless split) on the pty `slave`. When
+    /// interactive, stdin is the slave too and it becomes the session's controlling terminal;
+    /// otherwise stdin is a pipe, as Pebble does it.
+    Terminal {
+        /// The slave side of the pty; the daemon's copy is closed once the command runs.
+        slave: OwnedFd,
+        /// Whether stdin is the terminal.
+        interactive: bool,
+        /// Whether stderr gets a pipe of its own.
+        split_stderr: bool,
+    },
 }
 
 /// A launched command.
@@ -42,9 +74,14 @@ pub struct Child {
     pub pid: u32,
     /// Resolves with the exit status.
     pub exit: oneshot::Receiver<ExitStatus>,
-    /// The read end of its merged stdout and stderr. End of file comes once every process
-    /// holding the write end (the command and any descendant it passed it to) is gone.
-    pub output: pipe::Receiver,
+    /// The read end of its stdout (and of its stderr, unless that has its own pipe); none
+    /// when a terminal carries it. End of file comes once every process holding the write
+    /// end (the command and any descendant it passed it to) is gone.
+    pub output: Option<pipe::Receiver>,
+    /// The read end of its stderr, when stderr has a pipe of its own.
+    pub stderr: Option<pipe::Receiver>,
+    /// The write end of its stdin, when stdin is a pipe.
+    pub stdin: Option<pipe::Sender>,
 }
 
 /// Why a command could not be launched, worded like Go's `os/exec` where clients see it.
@@ -68,16 +105,19 @@ pub enum LaunchError {
     },
 }
 
-/// Launches `launch`. Blocking; needs a tokio runtime context for the output pipe (a
-/// blocking task has one).
+/// Launches `launch` with [`Wiring::Merged`]. Blocking; needs a tokio runtime context for
+/// the pipes (a blocking task has one).
 pub fn spawn(launch: &Launch) -> Result<Child, LaunchError> {
+    spawn_wired(launch, Wiring::Merged)
+}
+
+/// Launches `launch` wired as `wiring` says. Blocking; needs a tokio runtime context for the
+/// pipes.
+pub fn spawn_wired(launch: &Launch, wiring: Wiring) -> Result<Child, LaunchError> {
     let program = launch.argv.first().ok_or(LaunchError::Empty)?;
     let path = look_path(program).map_err(LaunchError::NotFound)?;
     let mut cmd = Command::new(&path);
-    cmd.arg0(program)
-        .args(&launch.argv[1..])
-        .process_group(0)
-        .stdin(Stdio::null());
+    cmd.arg0(program).args(&launch.argv[1..]);
     if !launch.working_dir.is_empty() {
         cmd.current_dir(&launch.working_dir);
     }
@@ -97,22 +137,103 @@ pub fn spawn(launch: &Launch) -> Result<Child, LaunchError> {
             add_user_environment(&mut environment, uid);
         }
     }
+    if launch.clear_environment {
+        cmd.env_clear();
+    }
     cmd.envs(&environment);
 
-    let (output, stdout, stderr) = cobble_sys::output::merged_pipe().map_err(LaunchError::Pipe)?;
-    cmd.stdout(stdout).stderr(stderr);
+    let pipes = wire(&mut cmd, wiring).map_err(LaunchError::Pipe)?;
     let spawned = reaper::spawn(&mut cmd).map_err(|error| LaunchError::Fork {
         path: path.clone(),
         error,
     })?;
-    // The command holds the daemon's copies of the pipe's write end: drop it, or the reader
-    // never sees end of file.
+    // The command holds the daemon's copies of the pipes' child ends (and of a terminal's
+    // slave): drop them, or the readers never see end of file.
     drop(cmd);
     Ok(Child {
         pid: spawned.pid,
         exit: spawned.exit,
-        output,
+        output: pipes.output,
+        stderr: pipes.stderr,
+        stdin: pipes.stdin,
     })
+}
+
+/// The daemon's ends of a command's pipes.
+#[derive(Default)]
+struct Pipes {
+    output: Option<pipe::Receiver>,
+    stderr: Option<pipe::Receiver>,
+    stdin: Option<pipe::Sender>,
+}
+
+/// Connects the command's stdin, stdout and stderr and sets its session up; returns the
+/// daemon's ends.
+fn wire(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
+    let mut pipes = Pipes::default();
+    match wiring {
+        Wiring::Merged => {
+            cmd.process_group(0).stdin(Stdio::null());
+            let (output, stdout, stderr) = cobble_sys::output::merged_pipe()?;
+            cmd.stdout(stdout).stderr(stderr);
+            pipes.output = Some(output);
+        }
+        Wiring::Pipes { split_stderr } => {
+            cobble_sys::pty::new_session(cmd);
+            pipes.stdin = Some(stdin_pipe(cmd)?);
+            if split_stderr {
+                let (output, stdout) = output_pipe()?;
+                cmd.stdout(stdout);
+                pipes.output = Some(output);
+                pipes.stderr = Some(stderr_pipe(cmd)?);
+            } else {
+                let (output, stdout, stderr) = cobble_sys::output::merged_pipe()?;
+                cmd.stdout(stdout).stderr(stderr);
+                pipes.output = Some(output);
+            }
+        }
+        Wiring::Terminal {
+            slave,
+            interactive,
+            split_stderr,
+        } => {
+            if interactive {
+                cobble_sys::pty::attach(cmd, &slave)?;
+            } else {
+                // A controlling terminal is set through stdin, which is a pipe here: the
+                // command gets a session, and the terminal only as its output.
+                cobble_sys::pty::new_session(cmd);
+                cmd.stdout(Stdio::from(slave.try_clone()?))
+                    .stderr(Stdio::from(slave.try_clone()?));
+                pipes.stdin = Some(stdin_pipe(cmd)?);
+            }
+            if split_stderr {
+                pipes.stderr = Some(stderr_pipe(cmd)?);
+            }
+        }
+    }
+    Ok(pipes)
+}
+
+/// A pipe for one output stream: the daemon's read end and the child's write end.
+fn output_pipe() -> std::io::Result<(pipe::Receiver, Stdio)> {
+    let (reader, writer) = std::io::pipe()?;
+    Ok((
+        pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?,
+        Stdio::from(writer),
+    ))
+}
+
+fn stderr_pipe(cmd: &mut Command) -> std::io::Result<pipe::Receiver> {
+    let (stderr, writer) = output_pipe()?;
+    cmd.stderr(writer);
+    Ok(stderr)
+}
+
+fn stdin_pipe(cmd: &mut Command) -> std::io::Result<pipe::Sender> {
+    let (reader, writer) = std::io::pipe()?;
+    cmd.stdin(Stdio::from(reader));
+    pipe::Sender::from_owned_fd(OwnedFd::from(writer))
 }
 
 /// `HOME` and `USER` of user `uid`, where the environment leaves them unset or empty.
@@ -129,6 +250,17 @@ fn add_user_environment(environment: &mut BTreeMap<String, String>, uid: u32) {
         if user_missing {
             environment.insert("USER".into(), user.name);
         }
+    }
+}
+
+/// Whether `program` names an executable, as Go's `exec.LookPath` decides it with the
+/// daemon's `PATH`: a name with a slash must itself be an executable file (relative to the
+/// daemon's working directory); any other name is searched for in `PATH`.
+pub fn is_executable_program(program: &str) -> bool {
+    if program.contains('/') {
+        is_executable(Path::new(program))
+    } else {
+        look_path(program).is_ok()
     }
 }
 

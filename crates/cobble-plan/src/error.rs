@@ -275,6 +275,9 @@ pub enum PlanError {
         /// The missing service.
         service: String,
     },
+    /// `service-context` of an exec request names no service in the plan.
+    #[error("context service {} not found", go_quote(.0))]
+    ContextServiceNotFound(String),
     /// A combined log target without `type`.
     #[error(
         "plan must define \"type\" (\"loki\", \"opentelemetry\" or \"syslog\") for log target {}",

@@ -35,6 +35,8 @@
 //! - `layers_dir` — [`Plan::load_dir`]: `$PEBBLE/layers`, with `NNN-label.d/` sub-directories.
 //! - [`duration`] — Go's `time.ParseDuration` and `Duration.String()`, used for every
 //!   duration in layers and in the API.
+//! - `context` — [`Plan::merge_service_context`]: a command run in a service's context
+//!   (exec checks, `POST /v1/exec`) inherits its environment, identity and directory.
 //! - `shell` — [`shell_split`] / [`shell_join`], the command-line word rules Pebble uses for
 //!   `command`; [`Service::parse_command`] adds the `[ default args ]` group on top.
 //! - `error` — [`PlanError`].
@@ -43,6 +45,7 @@
 //! prefix where Pebble's API does (for example `cannot parse layer YAML: `).
 
 mod check;
+mod context;
 pub mod duration;
 mod emit;
 mod error;
@@ -57,6 +60,7 @@ pub use check::{
     Check, CheckLevel, DEFAULT_CHECK_PERIOD, DEFAULT_CHECK_THRESHOLD, DEFAULT_CHECK_TIMEOUT,
     ExecCheck, HttpCheck, LogTarget, TcpCheck,
 };
+pub use context::ContextOptions;
 pub use duration::{DurationError, GoDuration, format_duration, go_quote, parse_duration};
 pub use error::{CommandError, PlanError};
 pub use layer::Layer;

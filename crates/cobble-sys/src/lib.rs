@@ -33,15 +33,15 @@
 //! - [`user`]: the passwd/group parser and Pebble's uid/gid normalisation.
 //! - [`output`]: a merged stdout+stderr pipe with an async read end.
 //! - [`fs`]: file system calls std lacks (early writeback for long writes).
+//! - [`pty`]: pseudo-terminals and new sessions for exec.
 //! - [`terminal`]: the user's terminal for `cobble exec`: its size, and raw mode.
 //!
 //! # Unsafe code
 //!
 //! This is the only cobble crate allowed `unsafe`; every block carries a
 //! `// SAFETY:` comment (enforced by `clippy::undocumented_unsafe_blocks`).
-//! Nothing here runs code between `fork` and `exec`: the only `pre_exec`
-//! closures in cobble belong to the daemon's exec/pty code, and those must stay
-//! async-signal-safe.
+//! The only code that runs between `fork` and `exec` is in [`pty`]: `setsid`
+//! and `ioctl(TIOCSCTTY)`, both async-signal-safe.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -51,6 +51,7 @@ pub mod fs;
 pub mod memory;
 pub mod output;
 pub mod process;
+pub mod pty;
 pub mod reaper;
 pub mod terminal;
 pub mod user;

@@ -59,7 +59,8 @@ async fn exec(State(fake): State<Shared>, body: axum::body::Bytes) -> Response {
     *fake.request.lock().unwrap() = Some(value);
     let body = serde_json::json!({
         "type": "async", "status-code": 202, "status": "Accepted",
-        "change": "1", "result": {"task-id": "2"},
+        "change": "1",
+        "result": {"environment": {"PATH": "/bin"}, "task-id": "2", "working-dir": "/"},
     });
     (StatusCode::ACCEPTED, axum::Json(body)).into_response()
 }
@@ -212,7 +213,10 @@ async fn input_output_and_exit_code_travel_the_websockets() {
     );
     assert_eq!(
         fake.request.lock().unwrap().clone().unwrap(),
-        serde_json::json!({"command": ["cat"], "timeout": "1.5s", "split-stderr": true})
+        serde_json::json!({
+            "command": ["cat"], "environment": {}, "timeout": "1.5s", "terminal": false,
+            "interactive": false, "split-stderr": true, "width": 0, "height": 0,
+        })
     );
 }
 

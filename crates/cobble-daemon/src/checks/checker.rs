@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cobble_plan::{Check, Plan};
+use cobble_plan::{Check, ContextOptions, Plan};
 use futures_util::future::BoxFuture;
 
 use super::{exec, http, tcp};
@@ -106,31 +106,25 @@ pub fn merge_service_context(plan: &Plan, config: &Check) -> Check {
     let Some(exec) = merged.exec.as_mut() else {
         return merged;
     };
-    if exec.service_context.is_empty() {
-        return merged;
-    }
-    let Some(service) = plan.services.get(&exec.service_context) else {
-        // Plan validation guarantees the service exists.
-        return merged;
+    let overrides = ContextOptions {
+        environment: std::mem::take(&mut exec.environment),
+        user_id: exec.user_id,
+        user: std::mem::take(&mut exec.user),
+        group_id: exec.group_id,
+        group: std::mem::take(&mut exec.group),
+        working_dir: std::mem::take(&mut exec.working_dir),
     };
-    let mut environment = service.environment.clone();
-    environment.extend(std::mem::take(&mut exec.environment));
-    exec.environment = environment;
-    if exec.user_id.is_none() {
-        exec.user_id = service.user_id;
-    }
-    if exec.user.is_empty() {
-        exec.user.clone_from(&service.user);
-    }
-    if exec.group_id.is_none() {
-        exec.group_id = service.group_id;
-    }
-    if exec.group.is_empty() {
-        exec.group.clone_from(&service.group);
-    }
-    if exec.working_dir.is_empty() {
-        exec.working_dir.clone_from(&service.working_dir);
-    }
+    // Plan validation guarantees the service exists; were it gone, the check's own fields
+    // are all there is.
+    let context = plan
+        .merge_service_context(&exec.service_context, overrides.clone())
+        .unwrap_or(overrides);
+    exec.environment = context.environment;
+    exec.user_id = context.user_id;
+    exec.user = context.user;
+    exec.group_id = context.group_id;
+    exec.group = context.group;
+    exec.working_dir = context.working_dir;
     merged
 }
 

@@ -50,6 +50,7 @@ impl ExecChecker {
             group_id: self.config.group_id,
             group: self.config.group.clone(),
             user_environment: false,
+            clear_environment: false,
         })
     }
 
@@ -68,8 +69,10 @@ impl ExecChecker {
             .await
             .map_err(|_| CheckError::new("cannot run command: launcher gone"))?
             .map_err(|e| CheckError::new(e.to_string()))?;
-        let mut reader = spawned.output;
         let group = GroupGuard(spawned.pid);
+        let Some(mut reader) = spawned.output else {
+            return Err(CheckError::new("cannot run command: no output pipe"));
+        };
         tracing::debug!(
             "Check \"{}\" (exec): running \"{}\" (PID {})",
             self.name,

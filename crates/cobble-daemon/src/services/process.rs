@@ -111,6 +111,7 @@ impl Processes for OsProcesses {
             group_id: config.group_id,
             group: config.group.clone(),
             user_environment: true,
+            clear_environment: false,
         };
         tracing::info!("Service \"{name}\" starting: {}", config.command);
         let child = command::spawn(&launch).map_err(|e| {
@@ -125,7 +126,7 @@ impl Processes for OsProcesses {
         Ok(Spawned {
             pid: child.pid,
             exit: Box::pin(async move { exit.await.map(|s| s.code()).unwrap_or(-1) }),
-            output: Some(child.output),
+            output: child.output,
         })
     }
 

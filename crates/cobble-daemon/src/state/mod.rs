@@ -95,6 +95,10 @@ pub struct Task {
     pub ready_time: Option<Timestamp>,
     /// The service this task acts on, if any.
     pub service: Option<String>,
+    /// What the API shows as the task's `data` (Pebble's `api-data`), such as an exec's
+    /// `exit-code`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub data: BTreeMap<String, serde_json::Value>,
 }
 
 /// A change: a client request and the tasks carrying it out.
@@ -250,6 +254,7 @@ impl StateStore {
                     spawn_time: Timestamp::now(),
                     ready_time: None,
                     service: service.map(str::to_owned),
+                    data: BTreeMap::new(),
                 },
             );
             if let Some(c) = d.changes.get_mut(&change_id) {
@@ -334,6 +339,23 @@ impl StateStore {
     /// The status of a task.
     pub fn task_status(&self, task_id: u64) -> Option<Status> {
         self.lock().tasks.get(&task_id).map(|t| t.status)
+    }
+
+    /// Sets one entry of a task's `data`.
+    pub fn set_task_data(&self, task_id: u64, key: &str, value: serde_json::Value) {
+        self.mutate(|d| {
+            if let Some(task) = d.tasks.get_mut(&task_id) {
+                task.data.insert(key.to_owned(), value);
+            }
+        });
+    }
+
+    /// A task's kind and the change it belongs to.
+    pub fn task_kind(&self, task_id: u64) -> Option<(String, u64)> {
+        self.lock()
+            .tasks
+            .get(&task_id)
+            .map(|t| (t.kind.clone(), t.change_id))
     }
 
     /// A change as the API shows it.
@@ -548,7 +570,7 @@ fn render_task(t: &Task) -> TaskInfo {
         },
         spawn_time: format_rfc3339_nano(t.spawn_time),
         ready_time: t.ready_time.map(format_rfc3339_nano),
-        data: None,
+        data: (!t.data.is_empty()).then(|| t.data.clone()),
     }
 }
 

@@ -232,3 +232,17 @@ fn prune_never_aborts_a_long_running_check_change() {
     s.prune(Timestamp::now() + jiff::SignedDuration::from_hours(30 * 24));
     assert_eq!(s.change_info(check).unwrap().status, "Doing");
 }
+
+#[test]
+fn task_data_is_shown_and_kept_across_a_reload() {
+    let s = store();
+    let c = s.new_change("exec", "Execute command \"true\"", vec![]);
+    let t = s.add_task(c, "exec", "Execute command \"true\"", None);
+    assert_eq!(s.change_info(c).unwrap().tasks[0].data, None, "no data yet");
+    s.set_task_data(t, "exit-code", serde_json::json!(3));
+    let data = s.change_info(c).unwrap().tasks[0].data.clone().unwrap();
+    assert_eq!(data["exit-code"], 3);
+    let reloaded: StateData = serde_json::from_slice(&s.snapshot_json()).unwrap();
+    assert_eq!(reloaded.tasks[&t].data["exit-code"], 3);
+    assert_eq!(s.task_kind(t), Some(("exec".to_owned(), c)));
+}

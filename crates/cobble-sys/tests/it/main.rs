@@ -7,6 +7,7 @@
 
 mod output;
 mod process;
+mod pty;
 mod reaper;
 mod user;
 
