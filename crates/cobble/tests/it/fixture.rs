@@ -187,6 +187,12 @@ impl Test {
         self
     }
 
+    /// Stderr must contain `text`.
+    pub fn stderr_contains(mut self, text: &str) -> Self {
+        self.stderr = Some(Expected::Contains(text.into()));
+        self
+    }
+
     /// The exit status (0 unless set).
     pub fn status(mut self, status: i32) -> Self {
         self.status = status;
