@@ -33,6 +33,8 @@
 //!   with 100 and 1000 checks at a 1 s period.
 //! - `watch` ([`watch`]): `requires-paths` → process spawned latency, and the cost of
 //!   1000 services waiting on 1000 paths.
+//! - `exec` ([`exec`]): the round trip of `exec true` through `cobble-client`, every step on
+//!   a new connection.
 //!
 //! Every daemon runs a private copy of the binary, so a rebuild during the run changes
 //! nothing. Daemons are stopped with SIGTERM (once they catch it) and waited for; afterwards
@@ -44,11 +46,12 @@
 //! - [`daemon`]: the daemon fixture, the benchmark layer and `/proc` readings.
 //! - [`stats`]: median and p99 of repeated measurements.
 //! - [`report`]: the table, with Pebble's figures and the targets.
-//! - [`checks`], [`watch`]: the checks and path-watching groups.
+//! - [`checks`], [`watch`], [`exec`]: the checks, path-watching and exec groups.
 #![forbid(unsafe_code)]
 
 mod checks;
 mod daemon;
+mod exec;
 mod report;
 mod stats;
 mod watch;
@@ -163,6 +166,9 @@ struct Args {
     /// Idle CPU window with the paths watched (and with an empty daemon), in seconds.
     #[arg(long, value_name = "S", default_value_t = 30)]
     watch_idle_secs: u64,
+    /// Round trips of `exec true` per exec series.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    exec_runs: usize,
 }
 
 /// A group of measurements that can run alone.
@@ -174,6 +180,8 @@ enum Group {
     Checks,
     /// `requires-paths` watching.
     Watch,
+    /// `exec true` round trips.
+    Exec,
 }
 
 impl Args {
@@ -259,6 +267,14 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
         };
         let section = watch::run(&bench.cobble, &bench.token, &settings).await?;
         println!("### Path watching\n\n{section}");
+    }
+    if args.runs(Group::Exec) {
+        let settings = exec::Settings {
+            runs: args.exec_runs,
+            poll_launch,
+        };
+        let section = exec::run(&bench.cobble, &bench.token, &settings).await?;
+        println!("### Exec\n\n{section}");
     }
     Ok(())
 }
