@@ -104,14 +104,18 @@ pub struct ExecArgs {
     /// Disable interactive mode and use a pipe for stdin
     #[arg(short = 'I')]
     non_interactive: bool,
-    /// The command to run, then its arguments (options after the command are its own).
+    /// The command to run (options after it are its own).
+    #[arg(value_name = "command", required = true)]
+    command: String,
+    /// The command's arguments.
     #[arg(
-        value_name = "command",
-        required = true,
-        num_args = 1..,
-        trailing_var_arg = true
+        value_name = "args",
+        num_args = 0..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        hide = true
     )]
-    command: Vec<String>,
+    args: Vec<String>,
 }
 
 /// `--timeout` as Go's `time.ParseDuration` reads it; zero means none.
@@ -210,7 +214,7 @@ pub fn run(args: ExecArgs, client: &Client) -> anyhow::Result<i32> {
         (0, 0)
     };
     let options = ExecOptions {
-        command: args.command,
+        command: std::iter::once(args.command).chain(args.args).collect(),
         service_context: args.context,
         environment: environment(std::env::var("TERM").ok(), &args.env),
         working_dir: args.working_dir,
@@ -431,11 +435,13 @@ mod tests {
     fn options_after_the_command_belong_to_it() {
         let args = parse(&["-w", "/tmp", "ls", "-l", "--timeout", "x", "-t"]).unwrap();
         assert_eq!(args.working_dir, "/tmp");
-        assert_eq!(args.command, ["ls", "-l", "--timeout", "x", "-t"]);
+        assert_eq!(args.command, "ls");
+        assert_eq!(args.args, ["-l", "--timeout", "x", "-t"]);
         assert!(!args.terminal);
         let args = parse(&["--timeout", "1m30s", "--", "echo", "-n", "hi"]).unwrap();
         assert_eq!(args.timeout, Some(Duration::from_secs(90)));
-        assert_eq!(args.command, ["echo", "-n", "hi"]);
+        assert_eq!(args.command, "echo");
+        assert_eq!(args.args, ["-n", "hi"]);
     }
 
     #[test]
