@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run the storage tests and the checks-and-health test of ops 3.9.0's own real-Pebble suite (test/test_real_pebble.py from
-# the ops sdist) against a cobble daemon, the way ops' maintainers run them against Pebble:
+# Run the storage tests, the checks-and-health test and every exec test of ops 3.9.0's own
+# real-Pebble suite (test/test_real_pebble.py from the ops sdist) against a cobble daemon, the
+# way ops' maintainers run them against Pebble:
 #
 #   COBBLE_BIN=/path/to/cobble tests/compat/run_ops_real_pebble.sh [extra pytest args...]
 #
@@ -22,7 +23,8 @@ CACHE=${OPS_SDIST_CACHE:-$REPO/target/ops-sdist}
 SDIST="$CACHE/ops-$OPS_VERSION.tar.gz"
 
 # The tests: every storage test of TestPebbleStorageAPIsUsingRealPebble, and the push, pull,
-# list_files, make_dir, remove_path and temp-file tests of TestRealPebble.
+# list_files, make_dir, remove_path, temp-file, checks-and-health and exec tests of
+# TestRealPebble.
 NODE_IDS=(
     test/test_real_pebble.py::TestPebbleStorageAPIsUsingRealPebble
     test/test_real_pebble.py::TestRealPebble::test_push_pull
@@ -32,6 +34,16 @@ NODE_IDS=(
     test/test_real_pebble.py::TestRealPebble::test_remove_path_path_type
     test/test_real_pebble.py::TestRealPebble::test_temp_files_cleaned_up_on_failed_pull
     test/test_real_pebble.py::TestRealPebble::test_checks_and_health
+    test/test_real_pebble.py::TestRealPebble::test_exec_wait
+    test/test_real_pebble.py::TestRealPebble::test_exec_wait_output
+    test/test_real_pebble.py::TestRealPebble::test_exec_send_stdin
+    test/test_real_pebble.py::TestRealPebble::test_exec_timeout
+    test/test_real_pebble.py::TestRealPebble::test_exec_wait_timeout_reaps_io_threads
+    test/test_real_pebble.py::TestRealPebble::test_exec_working_dir
+    test/test_real_pebble.py::TestRealPebble::test_exec_working_dir_path
+    test/test_real_pebble.py::TestRealPebble::test_exec_environment
+    test/test_real_pebble.py::TestRealPebble::test_exec_streaming
+    test/test_real_pebble.py::TestRealPebble::test_exec_streaming_bytes
 )
 
 COBBLE_BIN=${COBBLE_BIN:-$REPO/target/debug/cobble}
@@ -103,7 +115,7 @@ if [ ! -S "$PEBBLE/.pebble.socket" ]; then
     exit 1
 fi
 
-echo "==> ops $OPS_VERSION real-Pebble storage tests against $COBBLE_BIN (http port $PORT):"
+echo "==> ops $OPS_VERSION real-Pebble tests against $COBBLE_BIN (http port $PORT):"
 printf '    %s\n' "${NODE_IDS[@]}"
 status=0
 (
@@ -116,8 +128,8 @@ status=0
 # pytest succeeds when tests are skipped; these must all have run.
 if [ "$status" -eq 0 ]; then
     # 22 storage tests, 2 push/pull tests, 3 x 2 parametrised path-type tests, 1 temp-file
-    # test, and the checks-and-health test.
-    expected=32
+    # test, the checks-and-health test and 10 exec tests.
+    expected=42
     [ "$#" -eq 0 ] || expected=1
     "$PYTHON" - "$WORK/report.xml" "$expected" "$#" <<'PY' || status=1
 import sys

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiState, Peer};
 use crate::checks::CheckManager;
+use crate::exec::ExecManager;
 use crate::layers::PlanManager;
 use crate::logging::{self, SecurityEvent};
 use crate::services::ServiceManager;
@@ -150,11 +151,13 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         Some(address) => Some(bind_tcp(address).await?),
         None => None,
     };
+    let exec = ExecManager::new(store.clone());
     let api_state = Arc::new(ApiState {
         plan,
         services: services.clone(),
         actions: actions.clone(),
         checks,
+        exec: exec.clone(),
         state: store.clone(),
         boot_id: boot_id(),
         http_address: opts.http.clone(),
@@ -214,6 +217,8 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     logging::security(SecurityEvent::Shutdown {
         uid: cobble_sys::current_uid(),
     });
+    // Commands run for clients end with the daemon; they are not services to stop in order.
+    exec.shutdown().await;
     let longest_kill_delay = longest_kill_delay(&actions);
     if supervisor_alive {
         if tokio::time::timeout(longest_kill_delay + STOP_GRACE, actions.stop_all())

@@ -21,7 +21,10 @@
 //!   streamed multipart and atomic writes.
 //! - [`checks`]: health checks (http, tcp, exec), their perform/recover changes, the
 //!   snapshot `/v1/health` reads, and the failure actions they trigger.
-//! - [`command`]: launching services and exec checks (path lookup, user, group, output pipe).
+//! - [`exec`]: one-off commands for clients (`POST /v1/exec`), their websockets and their
+//!   terminals.
+//! - [`command`]: launching services, exec checks and exec commands (path lookup, user,
+//!   group, pipes or a terminal).
 //! - [`metrics`]: the OpenMetrics text of `/v1/metrics`.
 //! - [`watch`]: path watching for `requires-paths`, `on-file-change` and failure hints.
 //! - [`why`]: the reason a service is where it is, services and checks joined.
@@ -37,6 +40,7 @@ pub mod atomic;
 pub mod checks;
 pub mod command;
 pub mod daemon;
+pub mod exec;
 pub mod files;
 pub mod layers;
 pub mod logging;

@@ -189,6 +189,8 @@ pub enum SecurityEvent<'a> {
     },
     /// An admin is stopping a health check.
     MonitorDisabled { user: User, check: &'a str },
+    /// An admin is running a command through the exec API.
+    Exec { user: User, command: &'a str },
 }
 
 impl SecurityEvent<'_> {
@@ -220,6 +222,10 @@ impl SecurityEvent<'_> {
             SecurityEvent::MonitorDisabled { user, check } => (
                 format!("sys_monitor_disabled:{user},{check}"),
                 format!("Stopping check {check}"),
+            ),
+            SecurityEvent::Exec { user, command } => (
+                format!("authz_admin:{user},exec"),
+                format!("Executing command {command}"),
             ),
         }
     }
@@ -367,6 +373,14 @@ mod tests {
                 },
                 "authz_admin:1000,pull_file",
                 "Pulling file /etc/app.conf",
+            ),
+            (
+                SecurityEvent::Exec {
+                    user: admin,
+                    command: "/bin/sh",
+                },
+                "authz_admin:1000,exec",
+                "Executing command /bin/sh",
             ),
             (
                 SecurityEvent::AuthzFail {

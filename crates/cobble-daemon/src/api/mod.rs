@@ -9,6 +9,7 @@
 
 mod changes;
 mod checks;
+mod exec;
 mod files;
 mod query;
 mod services;
@@ -31,6 +32,7 @@ use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, UnixListener};
 
 use crate::checks::CheckManager;
+use crate::exec::ExecManager;
 use crate::layers::PlanManager;
 use crate::logging::{self, SecurityEvent, User};
 use crate::services::ServiceManager;
@@ -46,6 +48,7 @@ pub struct ApiState {
     pub services: ServiceManager,
     pub actions: ServiceActions,
     pub checks: CheckManager,
+    pub exec: ExecManager,
     pub state: StateStore,
     pub boot_id: String,
     pub http_address: Option<String>,
@@ -206,6 +209,16 @@ pub fn async_change(change_id: u64) -> Response {
     )
 }
 
+/// An `async` response for a change that also carries a result (exec's task ID).
+pub fn async_change_with<T: Serialize>(change_id: u64, result: T) -> Response {
+    envelope(
+        "async",
+        StatusCode::ACCEPTED,
+        Some(change_id.to_string()),
+        result,
+    )
+}
+
 fn envelope<T: Serialize>(
     kind: &str,
     status: StatusCode,
@@ -268,6 +281,11 @@ pub fn router(state: Shared) -> Router {
         )
         .route("/v1/changes/{id}/wait", get(changes::wait_change))
         .route("/v1/files", get(files::get_files).post(files::post_files))
+        .route("/v1/exec", axum::routing::post(exec::post_exec))
+        .route(
+            "/v1/tasks/{task_id}/websocket/{websocket}",
+            get(exec::get_task_websocket),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(read_small_bodies_first))

@@ -1,0 +1,64 @@
+//! Exec: starting a command, and its task's websockets.
+
+use axum::body::Body;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{Path, State, WebSocketUpgrade};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use cobble_client::types::ExecRequest;
+
+use super::{Admin, ApiError, Shared, async_change_with, json_body};
+use crate::exec::{ConnectError, SetupError};
+use crate::logging::{self, SecurityEvent};
+
+pub async fn post_exec(
+    admin: Admin,
+    State(api): State<Shared>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let request: ExecRequest = json_body(body, "cannot decode request body").await?;
+    let program = request.command.first().cloned().unwrap_or_default();
+    let started = api
+        .exec
+        .start(request, api.plan.plan())
+        .await
+        .map_err(|e| match e {
+            SetupError::BadRequest(_) => ApiError::bad_request(e.to_string()),
+            SetupError::CannotCall(_) => ApiError::internal(e.to_string()),
+        })?;
+    logging::security(SecurityEvent::Exec {
+        user: admin.user,
+        command: &program,
+    });
+    Ok(async_change_with(started.change_id, started.result))
+}
+
+pub async fn get_task_websocket(
+    _: Admin,
+    State(api): State<Shared>,
+    Path((task_id, websocket)): Path<(String, String)>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let claim = api.exec.connect(&task_id, &websocket).map_err(|e| {
+        // A websocket client may show only "bad handshake"; the log says why.
+        tracing::info!("Websocket {task_id}: {e}");
+        let status = match e {
+            ConnectError::NoTask(_) | ConnectError::NoWebsocket(_) => StatusCode::NOT_FOUND,
+            ConnectError::NoWebsockets(_) => StatusCode::BAD_REQUEST,
+            ConnectError::AlreadyConnected(_) | ConnectError::Finished { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        };
+        ApiError::new(status, e.to_string())
+    })?;
+    let upgrade = upgrade.map_err(|e| {
+        ApiError::bad_request(format!(
+            "cannot connect to websocket {}: {}",
+            cobble_plan::go_quote(&websocket),
+            e.body_text()
+        ))
+    })?;
+    Ok(upgrade
+        .on_upgrade(move |socket| async move { claim.deliver(socket) })
+        .into_response())
+}

@@ -1,0 +1,623 @@
+//! One execution, from its websockets to its exit code.
+//!
+//! [`Session::run`] waits for the I/O websockets, launches the command, and then owns its
+//! process: it waits for the exit while acting on timeouts, aborts, the daemon's shutdown
+//! and control commands, and never signals the process once it has been reaped (its pid
+//! could belong to someone else by then). Relaying runs beside it in separate tasks, one
+//! per direction, so a client that does not read, or a command that does not read its
+//! stdin, never holds up the other direction:
+//!
+//! - output (a pipe, or the terminal) to `stdio` and `stderr`, in binary frames of up to
+//!   128 KiB, then the `end` frame. From pipes the relay goes on to end of file, so output
+//!   written just before the exit is never lost, even when a background process keeps the
+//!   pipe open (as Pebble, the task then waits for it). From a terminal it stops once the
+//!   command has exited and the terminal has been quiet for [`TERMINAL_DRAIN_IDLE`]: a
+//!   background job of an interactive shell must not hold the session open.
+//! - `stdio` to stdin, until the client's `end` frame closes it (on a terminal in
+//!   interactive mode, `end` becomes the terminal's end-of-file character instead). This
+//!   task outlives the session until the client closes the websocket, so a client still
+//!   writing after the command has exited is not cut off.
+//! - `control` to the session, as events; a control websocket that drops without a close
+//!   frame kills the command.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
+use bytes::Bytes;
+use cobble_client::types::ExecCommand;
+use cobble_sys::process::{self, Signal};
+use cobble_sys::pty::{self, Master, WindowSize};
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::setup::Prepared;
+use super::{CONNECT_TIMEOUT, Channel, Registration};
+use crate::command::{self, Launch, Wiring};
+use crate::state::{StateStore, Status};
+
+/// The most bytes of output per websocket frame.
+const CHUNK: usize = 128 * 1024;
+/// Once the command has exited, how long a quiet terminal is read before its relay ends.
+pub const TERMINAL_DRAIN_IDLE: Duration = Duration::from_millis(100);
+/// How long closing the control websocket may take.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// The state of one execution.
+pub(super) struct Session {
+    pub task_id: u64,
+    pub change_id: u64,
+    /// `Execute command "x"`, for the daemon log.
+    pub summary: String,
+    pub state: StateStore,
+    pub prepared: Prepared,
+    /// Websockets as the client connects them.
+    pub sockets: mpsc::UnboundedReceiver<(Channel, WebSocket)>,
+    pub registration: Registration,
+    /// The daemon's shutdown.
+    pub shutdown: CancellationToken,
+    /// Where relays that outlive the session run.
+    pub tasks: TaskTracker,
+}
+
+/// Why an execution failed: the task's error, and its exit code if it has one.
+struct Failure {
+    message: String,
+    exit_code: Option<i32>,
+}
+
+impl Failure {
+    fn new(message: impl Into<String>, exit_code: Option<i32>) -> Failure {
+        Failure {
+            message: message.into(),
+            exit_code,
+        }
+    }
+}
+
+/// What ended a command before it exited by itself.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    TimedOut,
+    Aborted,
+    Shutdown,
+}
+
+/// The websockets connected so far.
+#[derive(Default)]
+struct Sockets {
+    control: Option<WebSocket>,
+    stdio: Option<WebSocket>,
+    stderr: Option<WebSocket>,
+}
+
+/// What the control websocket's reader reports.
+enum ControlEvent {
+    /// A text (or binary) frame, to be decoded as an [`ExecCommand`].
+    Command(String),
+    /// The websocket ended; `abnormal` when it dropped without a close frame.
+    Closed { abnormal: bool },
+}
+
+impl Session {
+    /// Runs the execution to its end and records the outcome in the task.
+    pub async fn run(mut self) {
+        self.state.set_task_status(self.task_id, Status::Doing);
+        let abort = self.state.abort_token(self.change_id);
+        let outcome = self.execute(&abort).await;
+        // From here on a websocket connect is told the execution is over.
+        self.registration.remove();
+        match outcome {
+            Ok(code) => {
+                self.state
+                    .set_task_data(self.task_id, "exit-code", code.into());
+                self.state.set_task_status(self.task_id, Status::Done);
+            }
+            Err(failure) => {
+                if let Some(code) = failure.exit_code {
+                    self.state
+                        .set_task_data(self.task_id, "exit-code", code.into());
+                }
+                tracing::info!(
+                    "Change {} task ({}) failed: {}",
+                    self.change_id,
+                    self.summary,
+                    failure.message
+                );
+                self.state.task_error(self.task_id, &failure.message);
+                self.state.set_task_status(self.task_id, Status::Error);
+            }
+        }
+    }
+
+    async fn execute(&mut self, abort: &CancellationToken) -> Result<i32, Failure> {
+        let mut sockets = self.wait_for_io(abort).await?;
+        let (child, master) = self.launch().await?;
+        let pid = child.pid;
+        tracing::debug!("Exec {}: started PID {pid}", self.task_id);
+        let master = master.map(Arc::new);
+        // Set when the command has exited (a terminal's relay then drains and stops) and
+        // when the session is over (relays that outlive it let go of the command's stdin).
+        let exited = CancellationToken::new();
+        let finished = CancellationToken::new();
+
+        let stdio = sockets.stdio.take().expect("waited for stdio");
+        let (stdio_sink, stdio_frames) = stdio.split();
+        let mut relays: Vec<JoinHandle<()>> = Vec::new();
+        match (&master, child.output) {
+            (Some(master), _) => relays.push(tokio::spawn(relay_terminal(
+                master.clone(),
+                stdio_sink,
+                exited.clone(),
+            ))),
+            (None, Some(output)) => relays.push(tokio::spawn(relay_pipe(output, stdio_sink))),
+            (None, None) => unreachable!("a command without a terminal has an output pipe"),
+        }
+        if let (Some(stderr), Some(socket)) = (child.stderr, sockets.stderr.take()) {
+            let (sink, frames) = socket.split();
+            relays.push(tokio::spawn(relay_pipe(stderr, sink)));
+            // Nothing comes in on stderr, but the socket lives until the client closes it.
+            self.tasks.spawn(drain(frames, self.shutdown.clone()));
+        }
+        let stdin = match (&master, child.stdin) {
+            (Some(master), _) if self.prepared.interactive => Stdin::Terminal(master.clone()),
+            (_, Some(pipe)) => Stdin::Pipe(pipe),
+            _ => Stdin::Closed,
+        };
+        self.tasks.spawn(relay_stdin(
+            stdio_frames,
+            stdin,
+            finished.clone(),
+            self.shutdown.clone(),
+        ));
+
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let mut control = sockets
+            .control
+            .take()
+            .map(|socket| self.watch_control(socket, &events_tx, &finished));
+
+        let timeout = tokio::time::sleep(self.prepared.timeout.unwrap_or(Duration::MAX));
+        tokio::pin!(timeout);
+        let has_timeout = self.prepared.timeout.is_some();
+        let mut stop = None;
+        let mut exit = child.exit;
+        let status = loop {
+            tokio::select! {
+                status = &mut exit => break status,
+                () = &mut timeout, if has_timeout && stop.is_none() => {
+                    stop = Some(Stop::TimedOut);
+                    kill(pid);
+                }
+                () = abort.cancelled(), if stop.is_none() => {
+                    stop = Some(Stop::Aborted);
+                    kill(pid);
+                }
+                () = self.shutdown.cancelled(), if stop.is_none() => {
+                    stop = Some(Stop::Shutdown);
+                    kill(pid);
+                }
+                Some(event) = events.recv() => self.control(event, pid, master.as_deref()),
+                Some((channel, socket)) = self.sockets.recv() => {
+                    // Only control may connect after the command has started.
+                    if channel == Channel::Control && control.is_none() {
+                        control = Some(self.watch_control(socket, &events_tx, &finished));
+                    }
+                }
+            }
+        };
+        exited.cancel();
+        tracing::debug!("Exec {}: PID {pid} exited", self.task_id);
+
+        // Every byte of output reaches the client before the task is ready, unless the
+        // change is aborted or the daemon stops first.
+        let relayed = futures_util::future::join_all(relays.iter_mut());
+        tokio::select! {
+            _ = relayed => {}
+            () = abort.cancelled() => {}
+            () = self.shutdown.cancelled() => {}
+        }
+        for relay in &relays {
+            relay.abort();
+        }
+        if let Some(mut sink) = control {
+            let close = Message::Close(Some(CloseFrame {
+                code: close_code::NORMAL,
+                reason: "".into(),
+            }));
+            let _ = tokio::time::timeout(CLOSE_WAIT, sink.send(close)).await;
+        }
+        finished.cancel();
+
+        let stop = stop.or_else(|| {
+            if abort.is_cancelled() {
+                Some(Stop::Aborted)
+            } else if self.shutdown.is_cancelled() {
+                Some(Stop::Shutdown)
+            } else {
+                None
+            }
+        });
+        match stop {
+            None => Ok(status.map(|s| s.code()).unwrap_or(-1)),
+            Some(Stop::TimedOut) => {
+                let timeout = self.prepared.timeout.unwrap_or_default();
+                let nanos = i64::try_from(timeout.as_nanos()).unwrap_or(i64::MAX);
+                Err(Failure::new(
+                    format!(
+                        "timed out after {}: context deadline exceeded",
+                        cobble_plan::format_duration(nanos)
+                    ),
+                    Some(-1),
+                ))
+            }
+            Some(Stop::Aborted) => Err(Failure::new("aborted: context canceled", Some(-1))),
+            Some(Stop::Shutdown) => {
+                Err(Failure::new("daemon stopping: context canceled", Some(-1)))
+            }
+        }
+    }
+
+    /// Waits until `stdio` (and `stderr` when split) are connected; `control` may come with
+    /// them or later.
+    async fn wait_for_io(&mut self, abort: &CancellationToken) -> Result<Sockets, Failure> {
+        let mut sockets = Sockets::default();
+        let deadline = tokio::time::sleep(CONNECT_TIMEOUT);
+        tokio::pin!(deadline);
+        while sockets.stdio.is_none() || (self.prepared.split_stderr && sockets.stderr.is_none()) {
+            tokio::select! {
+                Some((channel, socket)) = self.sockets.recv() => match channel {
+                    Channel::Control => sockets.control = Some(socket),
+                    Channel::Stdio => sockets.stdio = Some(socket),
+                    Channel::Stderr => sockets.stderr = Some(socket),
+                },
+                () = &mut deadline => {
+                    tracing::info!(
+                        "Exec {}: timeout waiting for websocket connections: context deadline exceeded",
+                        self.task_id
+                    );
+                    return Err(Failure::new(
+                        format!(
+                            "exec {}: timeout waiting for websocket connections: context deadline exceeded",
+                            self.task_id
+                        ),
+                        None,
+                    ));
+                }
+                () = abort.cancelled() => return Err(Failure::new("aborted: context canceled", None)),
+                () = self.shutdown.cancelled() => {
+                    return Err(Failure::new("daemon stopping: context canceled", None));
+                }
+            }
+        }
+        Ok(sockets)
+    }
+
+    /// Launches the command (on a new terminal if asked), on the blocking pool.
+    async fn launch(&self) -> Result<(command::Child, Option<Master>), Failure> {
+        let prepared = &self.prepared;
+        let launch = Launch {
+            argv: prepared.argv.clone(),
+            environment: prepared.environment.clone(),
+            working_dir: prepared.working_dir.clone(),
+            user_id: prepared.ids.map(|(uid, _)| uid),
+            user: String::new(),
+            group_id: prepared.ids.map(|(_, gid)| gid),
+            group: String::new(),
+            user_environment: false,
+            clear_environment: true,
+        };
+        let terminal = prepared.terminal.then(|| {
+            (
+                prepared.size.unwrap_or(WindowSize {
+                    width: 0,
+                    height: 0,
+                }),
+                prepared.ids,
+            )
+        });
+        let interactive = prepared.interactive;
+        let split_stderr = prepared.split_stderr;
+        let launched = tokio::task::spawn_blocking(move || {
+            let (wiring, master) = match terminal {
+                Some((size, owner)) => {
+                    let pty = pty::open(size, owner).map_err(|e| {
+                        Failure::new(format!("cannot open terminal: {e}"), Some(-1))
+                    })?;
+                    (
+                        Wiring::Terminal {
+                            slave: pty.slave,
+                            interactive,
+                            split_stderr,
+                        },
+                        Some(pty.master),
+                    )
+                }
+                None => (Wiring::Pipes { split_stderr }, None),
+            };
+            let child = command::spawn_wired(&launch, wiring)
+                .map_err(|e| Failure::new(e.to_string(), Some(-1)))?;
+            Ok((child, master))
+        })
+        .await;
+        launched
+            .unwrap_or_else(|e| Err(Failure::new(format!("cannot start command: {e}"), Some(-1))))
+    }
+
+    /// Starts reading the control websocket; returns the half the session closes at the end.
+    fn watch_control(
+        &self,
+        socket: WebSocket,
+        events: &mpsc::UnboundedSender<ControlEvent>,
+        finished: &CancellationToken,
+    ) -> SplitSink<WebSocket, Message> {
+        let (sink, frames) = socket.split();
+        self.tasks.spawn(read_control(
+            frames,
+            events.clone(),
+            finished.clone(),
+            self.shutdown.clone(),
+        ));
+        sink
+    }
+
+    /// Acts on a control event while the command runs.
+    fn control(&self, event: ControlEvent, pid: u32, master: Option<&Master>) {
+        let id = self.task_id;
+        let text = match event {
+            ControlEvent::Closed { abnormal: false } => return,
+            ControlEvent::Closed { abnormal: true } => {
+                // The client is gone without saying so: nobody is left to stop the command.
+                tracing::debug!("Exec {id}: control websocket dropped; killing PID {pid}");
+                kill(pid);
+                return;
+            }
+            ControlEvent::Command(text) => text,
+        };
+        let command: ExecCommand = match serde_json::from_str(&text) {
+            Ok(command) => command,
+            Err(e) => {
+                tracing::info!("Exec {id}: cannot decode control websocket command: {e}");
+                return;
+            }
+        };
+        match (command.command.as_str(), master) {
+            ("resize", Some(master)) => {
+                let Some(resize) = command.resize else {
+                    tracing::info!(
+                        "Exec {id}: control command \"resize\" requires terminal width and height"
+                    );
+                    return;
+                };
+                let (width, height) = (resize.width, resize.height);
+                let size = WindowSize {
+                    width: u16::try_from(width).unwrap_or(0),
+                    height: u16::try_from(height).unwrap_or(0),
+                };
+                match master.resize(size) {
+                    Ok(()) => {
+                        tracing::debug!("Exec {id}: PID {pid} terminal resized to {width}x{height}")
+                    }
+                    Err(e) => tracing::info!(
+                        "Exec {id}: control command \"resize\" cannot set terminal size to \
+                         {width}x{height}: {}",
+                        cobble_sys::os_error_text(&e)
+                    ),
+                }
+            }
+            ("signal", _) => {
+                let Some(signal) = command.signal else {
+                    tracing::info!("Exec {id}: control command \"signal\" requires signal name");
+                    return;
+                };
+                let name = signal.name;
+                let Ok(sig) = process::parse_signal(&name) else {
+                    tracing::info!("Exec {id}: invalid signal name {name:?}");
+                    return;
+                };
+                match process::signal_pid(pid, sig) {
+                    Ok(()) => tracing::info!("Exec {id}: forwarded signal {name} to PID {pid}"),
+                    Err(e) => tracing::info!(
+                        "Exec {id}: control command \"signal\" cannot forward {name} to PID \
+                         {pid}: {}",
+                        cobble_sys::os_error_text(&e)
+                    ),
+                }
+            }
+            (other, _) => {
+                tracing::info!("Exec {id}: invalid control websocket command {other:?}")
+            }
+        }
+    }
+}
+
+/// Kills the command's whole process group (its session), so that what it started goes
+/// with it.
+fn kill(pid: u32) {
+    if let Err(e) = process::signal_group(pid, Signal::SIGKILL) {
+        tracing::info!("Cannot kill process group {pid}: {e}");
+    }
+}
+
+fn end_frame() -> Message {
+    let end = serde_json::to_string(&ExecCommand::end()).expect("a command serialises");
+    Message::Text(end.into())
+}
+
+/// Sends a pipe's contents to the client until end of file, then `end`. If the client is
+/// gone, the pipe is closed: the command's writes then fail, as they would under Pebble.
+async fn relay_pipe(mut output: pipe::Receiver, mut sink: SplitSink<WebSocket, Message>) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match output.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let frame = Message::Binary(Bytes::copy_from_slice(&buf[..n]));
+                if sink.send(frame).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = sink.send(end_frame()).await;
+}
+
+/// Sends the terminal's output to the client until it ends, or until the command has
+/// exited and the terminal is quiet, then `end`.
+async fn relay_terminal(
+    master: Arc<Master>,
+    mut sink: SplitSink<WebSocket, Message>,
+    exited: CancellationToken,
+) {
+    let mut buf = vec![0u8; CHUNK];
+    let mut reader: &Master = &master;
+    loop {
+        let read = if exited.is_cancelled() {
+            match tokio::time::timeout(TERMINAL_DRAIN_IDLE, reader.read(&mut buf)).await {
+                Ok(read) => read,
+                Err(_quiet) => break,
+            }
+        } else {
+            tokio::select! {
+                read = reader.read(&mut buf) => read,
+                // Reading is cancel-safe: nothing is lost by starting over.
+                () = exited.cancelled() => continue,
+            }
+        };
+        match read {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let frame = Message::Binary(Bytes::copy_from_slice(&buf[..n]));
+                if sink.send(frame).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = sink.send(end_frame()).await;
+}
+
+/// Where the client's input goes.
+enum Stdin {
+    /// A pipe: `end` closes it.
+    Pipe(pipe::Sender),
+    /// The terminal, in interactive mode: `end` is typed as its end-of-file character.
+    Terminal(Arc<Master>),
+    /// Nowhere (ended, or the command stopped reading): input is discarded.
+    Closed,
+}
+
+impl Stdin {
+    async fn write(&mut self, bytes: &[u8]) {
+        let written = match self {
+            Stdin::Pipe(pipe) => pipe.write_all(bytes).await,
+            Stdin::Terminal(master) => {
+                let mut writer: &Master = master;
+                writer.write_all(bytes).await
+            }
+            Stdin::Closed => Ok(()),
+        };
+        if written.is_err() {
+            // The command closed its stdin; the rest of the input has nowhere to go.
+            *self = Stdin::Closed;
+        }
+    }
+
+    async fn end(&mut self) {
+        if let Stdin::Terminal(master) = self
+            && let Ok(eof) = master.eof_byte()
+        {
+            let mut writer: &Master = master;
+            let _ = writer.write_all(&[eof]).await;
+        }
+        *self = Stdin::Closed;
+    }
+}
+
+/// Relays the client's `stdio` frames to the command's stdin until the client closes the
+/// websocket (which also ends stdin), and discards input once the session is over.
+async fn relay_stdin(
+    mut frames: SplitStream<WebSocket>,
+    mut stdin: Stdin,
+    finished: CancellationToken,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let frame = tokio::select! {
+            frame = frames.next() => frame,
+            () = finished.cancelled(), if !matches!(stdin, Stdin::Closed) => {
+                stdin = Stdin::Closed;
+                continue;
+            }
+            () = shutdown.cancelled() => return,
+        };
+        match frame {
+            Some(Ok(Message::Binary(bytes))) => {
+                tokio::select! {
+                    () = stdin.write(&bytes) => {}
+                    // A command that never reads its stdin must not keep this task writing.
+                    () = finished.cancelled() => stdin = Stdin::Closed,
+                    () = shutdown.cancelled() => return,
+                }
+            }
+            Some(Ok(Message::Text(text))) => match serde_json::from_str::<ExecCommand>(&text) {
+                Ok(command) if command.command == "end" => stdin.end().await,
+                Ok(command) => tracing::info!("Invalid I/O command {:?}", command.command),
+                Err(e) => tracing::info!("Cannot decode I/O command: {e}"),
+            },
+            Some(Ok(Message::Close(_)) | Err(_)) | None => break,
+            Some(Ok(_)) => {}
+        }
+    }
+    stdin.end().await;
+}
+
+/// Reads the control websocket and reports to the session until it ends.
+async fn read_control(
+    mut frames: SplitStream<WebSocket>,
+    events: mpsc::UnboundedSender<ControlEvent>,
+    finished: CancellationToken,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let frame = tokio::select! {
+            frame = frames.next() => frame,
+            () = finished.cancelled() => return,
+            () = shutdown.cancelled() => return,
+        };
+        let event = match frame {
+            Some(Ok(Message::Text(text))) => ControlEvent::Command(text.to_string()),
+            Some(Ok(Message::Binary(bytes))) => {
+                ControlEvent::Command(String::from_utf8_lossy(&bytes).into_owned())
+            }
+            Some(Ok(Message::Close(_))) => ControlEvent::Closed { abnormal: false },
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => ControlEvent::Closed { abnormal: true },
+        };
+        let closed = matches!(event, ControlEvent::Closed { .. });
+        // The session may be over; then nobody listens, and that is fine.
+        let _ = events.send(event);
+        if closed {
+            return;
+        }
+    }
+}
+
+/// Reads (and discards) what a client sends on an output-only websocket until it closes.
+async fn drain(mut frames: SplitStream<WebSocket>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            frame = frames.next() => match frame {
+                Some(Ok(Message::Close(_)) | Err(_)) | None => return,
+                Some(Ok(_)) => {}
+            },
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
