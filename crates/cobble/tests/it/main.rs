@@ -14,6 +14,7 @@ mod checks;
 mod daemon_log;
 mod enter;
 mod entrypoint;
+mod exec;
 mod files;
 mod go_client;
 mod offline;
