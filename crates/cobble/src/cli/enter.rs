@@ -11,8 +11,9 @@
 //!
 //! Each supported subcommand decides, as in Pebble, whether the default services start
 //! (`--run`, required by `stop`, refused by `plan`, `services`, `ls`, `version` and `help`),
-//! whether the daemon's log is silenced (everything but `start` and `stop`, unless `-v`;
-//! `exec` refuses `-v`, though `PEBBLE_VERBOSE=1` still copies service output), and whether
+//! whether the daemon's log is silenced (everything but `start` and `stop`, unless `-v` or
+//! `PEBBLE_VERBOSE=1`, which also copy service output; `exec` refuses `-v` but not the
+//! variable), and whether
 //! the daemon keeps running after a successful subcommand (`start` and `stop`). `help` needs
 //! no daemon at all. `PEBBLE_PERSIST=never` and the other variables `run` reads apply as they
 //! do to `run`.
@@ -48,8 +49,8 @@ pub const LONG_ABOUT: &str = "Makes cobble a container's entrypoint that can als
     start     (3)\n  \
     stop      (3)\n\n\
     (1) Services are not started.\n\
-    (2) No logs on stdout unless -v/--verbose is used (exec refuses -v/--verbose; \
-    PEBBLE_VERBOSE=1 still shows service output).\n\
+    (2) No logs unless -v/--verbose or PEBBLE_VERBOSE=1 is used (exec refuses \
+    -v/--verbose, but not PEBBLE_VERBOSE=1).\n\
     (3) Services continue running after the subcommand succeeds.";
 
 /// Arguments of `enter`.
@@ -169,7 +170,8 @@ pub fn execute(args: EnterArgs, groups: Vec<Vec<String>>) -> ExitCode {
         Ok(client) => client,
         Err(err) => return finish(Err(err.into())),
     };
-    let silent = needs.silence_log && !args.run_args.verbose_flag();
+    // `PEBBLE_VERBOSE=1` shows the log too: unlike `-v`, `enter exec` accepts it.
+    let silent = needs.silence_log && !options.verbose;
     let daemon = match EmbeddedDaemon::start(options, silent) {
         Ok(daemon) => daemon,
         Err(code) => return daemon_status(code),

@@ -75,13 +75,17 @@ fn verbose_shows_the_daemon_log() {
 
 #[test]
 fn persist_never_leaves_no_state_file() {
-    let (test, dir) = enter();
-    test.env("PEBBLE_PERSIST", "never")
-        .args(&["services"])
-        .any_stdout()
-        .run();
-    let dir = dir.path();
-    assert!(!dir.join(".pebble.state").exists());
+    for subcommand in [&["services"][..], &["exec", "echo", "hello world"]] {
+        let (test, dir) = enter();
+        test.env("PEBBLE_PERSIST", "never")
+            .args(subcommand)
+            .any_stdout()
+            .run();
+        assert!(
+            !dir.path().join(".pebble.state").exists(),
+            "{subcommand:?} left a state file"
+        );
+    }
 }
 
 #[test]

@@ -165,6 +165,20 @@ fn enter_exec_runs_the_command_against_its_own_daemon() {
     );
 }
 
+/// `PEBBLE_VERBOSE=1` (which `enter exec` accepts, unlike `-v`) shows the daemon's log.
+#[test]
+fn enter_exec_with_pebble_verbose_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("layers")).unwrap();
+    Test::new()
+        .env("PEBBLE", dir.path().to_str().unwrap())
+        .env("PEBBLE_VERBOSE", "1")
+        .args(&["enter", "exec", "echo", "hello world"])
+        .stdout("hello world\n")
+        .stderr_contains("[pebble] Started daemon.\n")
+        .run();
+}
+
 /// What a pty's master has received so far, filled by a reader task.
 #[derive(Clone, Default)]
 struct Screen(Arc<Mutex<Vec<u8>>>);
