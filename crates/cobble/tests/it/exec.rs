@@ -207,8 +207,8 @@ impl Screen {
 }
 
 /// `cobble exec -t /bin/sh` on a real terminal: the remote shell's prompt, its idea of the
-/// window size after the local terminal is resized, Ctrl-D ending it with status 0, and the
-/// local terminal back in its old mode.
+/// window size after the local terminal is resized, Ctrl-C interrupting the command it runs,
+/// Ctrl-D ending it with status 0, and the local terminal back in its old mode.
 #[test]
 fn terminal_mode_under_a_real_pty() {
     let daemon = Daemon::hold(&[]);
@@ -284,6 +284,19 @@ fn terminal_mode_under_a_real_pty() {
                 "stty size answered neither size: {answer:?}"
             );
         }
+
+        // Ctrl-C is a byte in raw mode; the remote terminal turns it into SIGINT for the
+        // command in its foreground, and the shell reports the command killed by it.
+        (&*master)
+            .write_all(b"sh -c 'echo ar\"\"med; exec sleep 100'\r")
+            .await
+            .unwrap();
+        seen = screen.wait_for(seen, "armed").await;
+        (&*master).write_all(&[0x03]).await.unwrap();
+        seen = screen.wait_for(seen, "cobble-test$ ").await;
+        (&*master).write_all(b"echo status-$?\r").await.unwrap();
+        seen = screen.wait_for(seen, "status-130").await;
+        screen.wait_for(seen, "cobble-test$ ").await;
 
         (&*master).write_all(&[0x04]).await.unwrap();
         let code = tokio::task::spawn_blocking(move || exit_code(&mut child))
