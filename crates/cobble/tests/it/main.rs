@@ -13,6 +13,7 @@ mod changes;
 mod checks;
 mod daemon_log;
 mod entrypoint;
+mod exec;
 mod files;
 mod go_client;
 mod offline;
