@@ -734,3 +734,82 @@ fn a_terminal_belongs_to_the_user_the_command_runs_as() {
         assert_eq!(exit_code(&wait_change(&daemon, &exec.change).await), Some(0));
     });
 }
+
+#[test]
+fn commands_run_in_a_session_of_their_own() {
+    let daemon = Daemon::hold(&[]);
+    rt().block_on(async {
+        // Field 6 of /proc/<pid>/stat is the session, field 5 the process group.
+        let exec = start(
+            &daemon,
+            json!({"command": ["/bin/sh", "-c", "echo $$; cut -d' ' -f5,6 /proc/$$/stat"]}),
+        )
+        .await;
+        let mut stdio = connect(&daemon, &exec.task, "stdio").await.unwrap();
+        let output = String::from_utf8(read_to_end(&mut stdio).await).unwrap();
+        let (pid, ids) = output.trim().split_once('\n').expect("two lines");
+        assert_eq!(
+            ids,
+            format!("{pid} {pid}"),
+            "leads its group and its session"
+        );
+        wait_change(&daemon, &exec.change).await;
+    });
+}
+
+#[test]
+fn aborting_the_change_kills_the_command() {
+    let daemon = Daemon::hold(&[]);
+    rt().block_on(async {
+        let exec = start(
+            &daemon,
+            json!({"command": ["/bin/sh", "-c", "echo $$; exec sleep 1000"]}),
+        )
+        .await;
+        let mut stdio = connect(&daemon, &exec.task, "stdio").await.unwrap();
+        let pid = read_pid(&mut stdio).await;
+        let response = client(&daemon)
+            .raw_request(
+                Method::POST,
+                &format!("/v1/changes/{}", exec.change),
+                Some(br#"{"action":"abort"}"#.to_vec()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status_code, 200);
+        let change = wait_change(&daemon, &exec.change).await;
+        assert_eq!(change.status, "Error");
+        assert_eq!(exit_code(&change), Some(-1));
+        wait_for("the command to be gone", LONG, || !alive(pid));
+    });
+}
+
+#[test]
+fn a_terminal_without_interactive_mode_reads_stdin_from_a_pipe() {
+    let daemon = Daemon::hold(&[]);
+    rt().block_on(async {
+        let exec = start(
+            &daemon,
+            json!({
+                "command": ["/bin/sh", "-c",
+                    "test -t 0 || echo pipe-in; test -t 1 && echo tty-out; cat; echo err >&2"],
+                "terminal": true,
+                "split-stderr": true,
+            }),
+        )
+        .await;
+        let mut stdio = connect(&daemon, &exec.task, "stdio").await.unwrap();
+        let mut stderr = connect(&daemon, &exec.task, "stderr").await.unwrap();
+        send_bytes(&mut stdio, b"piped\n").await;
+        // The end of input closes the pipe: cat ends.
+        send_end(&mut stdio).await;
+        let output = String::from_utf8(read_to_end(&mut stdio).await).unwrap();
+        // The terminal turns each newline of the output into CR LF.
+        assert_eq!(output, "pipe-in\r\ntty-out\r\npiped\r\n");
+        assert_eq!(read_to_end(&mut stderr).await, b"err\n");
+        assert_eq!(
+            exit_code(&wait_change(&daemon, &exec.change).await),
+            Some(0)
+        );
+    });
+}
