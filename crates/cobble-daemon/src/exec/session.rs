@@ -108,6 +108,10 @@ enum ControlEvent {
 impl Session {
     /// Runs the execution to its end and records the outcome in the task.
     pub async fn run(mut self) {
+        // An abort that came first has held the task already.
+        if self.state.task_status(self.task_id) != Some(Status::Do) {
+            return;
+        }
         self.state.set_task_status(self.task_id, Status::Doing);
         let abort = self.state.abort_token(self.change_id);
         let outcome = self.execute(&abort).await;
