@@ -653,7 +653,7 @@ fn a_terminal_with_a_size_that_follows_resizes_and_ends_input_with_eof() {
             &daemon,
             json!({
                 "command": ["/bin/sh", "-c",
-                    "stty size; test -t 0 && echo tty-in; \
+                    "stty size; test -t 0 && echo tty-in; (: < /dev/tty) 2>/dev/null && echo ctty; \
                      while read line; do echo \"got $line\"; stty size; done; echo eof-seen"],
                 "terminal": true,
                 "interactive": true,
@@ -667,6 +667,7 @@ fn a_terminal_with_a_size_that_follows_resizes_and_ends_input_with_eof() {
         let mut text = String::new();
         read_until(&mut stdio, &mut text, "24 80").await;
         read_until(&mut stdio, &mut text, "tty-in").await;
+        read_until(&mut stdio, &mut text, "ctty").await;
         control
             .send(Message::text(
                 r#"{"command":"resize","resize":{"width":132,"height":43}}"#,
