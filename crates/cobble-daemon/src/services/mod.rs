@@ -179,6 +179,7 @@ impl ServiceManager {
             next_seed: seed(),
             watcher: PathWatcher::spawn(paths_tx),
             watched: BTreeSet::new(),
+            watches_stale: false,
             processes,
         };
         let task = tokio::spawn(actor.run(rx, done_rx, paths_rx, firing));
@@ -282,6 +283,8 @@ struct Actor {
     watcher: PathWatcher,
     /// The set last given to the watcher.
     watched: BTreeSet<PathBuf>,
+    /// A machine stepped since the watched set was last computed.
+    watches_stale: bool,
     /// Spawning and signalling, run on the blocking pool.
     processes: Arc<dyn Processes>,
 }
@@ -334,8 +337,12 @@ impl Actor {
         }
     }
 
-    /// Gives the watcher the paths the machines care about now, if they changed.
+    /// Gives the watcher the paths the machines care about now, if they changed. Only a
+    /// machine's step can change them, so reads (statuses, say) cost nothing here.
     fn update_watches(&mut self) {
+        if !std::mem::take(&mut self.watches_stale) {
+            return;
+        }
         let wanted: BTreeSet<PathBuf> = self
             .services
             .values()
@@ -585,6 +592,7 @@ impl Actor {
         let Some(slot) = self.services.get_mut(name) else {
             return;
         };
+        self.watches_stale = true;
         let before = slot.machine.status();
         for action in slot.machine.step(Instant::now(), event) {
             match action {
