@@ -208,13 +208,7 @@ pub fn sync_with_status<T: Serialize>(status: StatusCode, result: T) -> Response
 
 /// An `async` response for a change (`"result": null`).
 pub fn async_change(change_id: u64) -> Response {
-    envelope(
-        "async",
-        StatusCode::ACCEPTED,
-        Some(change_id.to_string()),
-        (),
-        0,
-    )
+    async_change_with(change_id, ())
 }
 
 /// An `async` response for a change that also carries a result (exec's task ID).
@@ -224,6 +218,7 @@ pub fn async_change_with<T: Serialize>(change_id: u64, result: T) -> Response {
         StatusCode::ACCEPTED,
         Some(change_id.to_string()),
         result,
+        0,
     )
 }
 
