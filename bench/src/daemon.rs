@@ -18,6 +18,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
+use crate::cgroup::Cgroup;
+
 /// The environment variable that marks the daemons and services of one harness run.
 pub const TOKEN_VAR: &str = "COBBLE_BENCH_TOKEN";
 
@@ -71,12 +73,29 @@ pub struct Daemon {
     token: String,
     /// `$PEBBLE`; removed when the fixture is dropped, after the daemon has stopped.
     dir: TempDir,
+    /// The cgroup the daemon runs in, if it has its own; removed after the daemon stopped.
+    cgroup: Option<Cgroup>,
 }
 
 impl Daemon {
     /// Creates `$PEBBLE` with `layer` (if any) as `layers/001-bench.yaml` and spawns
     /// `cobble run --hold` on it, without waiting for it to answer.
     pub fn spawn(cobble: &Path, layer: Option<&str>, token: &str) -> Result<Daemon> {
+        Daemon::spawn_in(cobble, layer, token, None)
+    }
+
+    /// Like [`Daemon::spawn`], and the daemon runs in `cgroup`, which it owns from now on.
+    ///
+    /// The daemon enters the cgroup before it execs: a small shell writes its own PID to
+    /// `cgroup.procs` and then execs cobble in the same process, so every page cobble touches
+    /// is charged to the cgroup. The shell's start-up is inside the time since spawn, so
+    /// launch times are measured without a cgroup.
+    pub fn spawn_in(
+        cobble: &Path,
+        layer: Option<&str>,
+        token: &str,
+        cgroup: Option<Cgroup>,
+    ) -> Result<Daemon> {
         let dir = tempfile::Builder::new()
             .prefix("cobble-bench-")
             .tempdir()
@@ -90,7 +109,17 @@ impl Daemon {
         let log_path = dir.path().join("daemon.log");
         let log = File::create(&log_path).context("cannot create daemon log")?;
 
-        let mut command = Command::new(cobble);
+        let mut command = match &cgroup {
+            None => Command::new(cobble),
+            Some(cgroup) => {
+                let mut shell = Command::new("/bin/sh");
+                shell
+                    .args(["-c", r#"echo $$ > "$0/cgroup.procs" && exec "$@""#])
+                    .arg(cgroup.path())
+                    .arg(cobble);
+                shell
+            }
+        };
         command
             .args(["run", "--hold"])
             .env("PEBBLE", dir.path())
@@ -112,6 +141,7 @@ impl Daemon {
             log_path,
             token: token.to_string(),
             dir,
+            cgroup,
         })
     }
 
@@ -150,17 +180,27 @@ impl Daemon {
     /// The daemon's resident memory now, from `/proc/PID/status`.
     pub fn rss(&self) -> Result<Rss> {
         let status = fs::read_to_string(format!("/proc/{}/status", self.pid))?;
-        let field = |name: &str| -> Result<u64> {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-                .with_context(|| format!("no {name} in /proc/PID/status"))
-        };
+        let field = |name: &str| -> Result<u64> { kib_field(&status, name, "status") };
         Ok(Rss {
             total_kib: field("VmRSS")?,
             anon_kib: field("RssAnon")?,
             file_kib: field("RssFile")?,
+        })
+    }
+
+    /// A fuller reading of the daemon's memory: [`Daemon::rss`], the proportional set size
+    /// from `/proc/PID/smaps_rollup`, and `memory.current` of its cgroup if it has one.
+    pub fn memory(&self) -> Result<Memory> {
+        let rss = self.rss()?;
+        let rollup = fs::read_to_string(format!("/proc/{}/smaps_rollup", self.pid))?;
+        let field = |name: &str| -> Result<u64> { kib_field(&rollup, name, "smaps_rollup") };
+        let cgroup_bytes = self.cgroup.as_ref().map(Cgroup::current).transpose()?;
+        Ok(Memory {
+            rss,
+            pss_kib: field("Pss")?,
+            pss_anon_kib: field("Pss_Anon")?,
+            pss_file_kib: field("Pss_File")?,
+            cgroup_bytes,
         })
     }
 
@@ -304,6 +344,31 @@ pub struct Rss {
     /// `RssFile`: pages of the executable and shared libraries mapped in; clean, shared
     /// with other processes running the same files, and reclaimable.
     pub file_kib: u64,
+}
+
+/// The value of a `Name:   123 kB` line of a `/proc/PID/` file.
+fn kib_field(text: &str, name: &str, file: &str) -> Result<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no {name} in /proc/PID/{file}"))
+}
+
+/// A fuller reading of a daemon's memory than [`Rss`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Memory {
+    /// What `/proc/PID/status` says.
+    pub rss: Rss,
+    /// `Pss`: resident pages, each page shared with other processes counted as its share
+    /// (libc's pages, mostly); what the daemon adds to the machine's memory use.
+    pub pss_kib: u64,
+    /// `Pss_Anon`: the anonymous part of `Pss`.
+    pub pss_anon_kib: u64,
+    /// `Pss_File`: the file-backed part of `Pss`.
+    pub pss_file_kib: u64,
+    /// `memory.current` of the daemon's cgroup, in bytes: the daemon and its services, with
+    /// kernel memory and the page cache of files they wrote.
+    pub cgroup_bytes: Option<u64>,
 }
 
 /// What stopping a daemon found.

@@ -11,12 +11,17 @@
 //!
 //! - **Launch**: from just before `spawn` until the first `GET /v1/system-info` that
 //!   succeeds, polling every `--poll-launch-us`; with no layers and with 100 services.
-//! - **Memory**: `VmRSS` from `/proc/PID/status`, `--settle-ms` after the daemon's last
-//!   request; with no services, with 100 services in the plan but not started, and with those
-//!   100 running after a replan.
+//! - **Memory**: `VmRSS`, `RssAnon` and `RssFile` from `/proc/PID/status`, `Pss` from
+//!   `/proc/PID/smaps_rollup`, and `memory.current` of a cgroup of the daemon's own where the
+//!   harness can make one ([`cgroup`]); each `--settle-ms` after the daemon's last request.
+//!   With no services, with 100 services in the plan but not started, and with those 100
+//!   running after a replan; each idle (no request but the one that saw the daemon answer, or
+//!   the replan) and warm (after [`WARM_ROUNDS`] rounds of the requests a charm typically
+//!   sends, [`WARM_PATHS`]).
 //! - **Latency**: `--requests` sequential `GET /v1/services` and `GET /v1/plan?format=yaml`
 //!   (what ops sends), each on a new connection, after a short unmeasured warm-up; with the
-//!   100 services not started and running.
+//!   100 services not started and running. The daemon's CPU time (utime + stime) across each
+//!   series, divided by the requests, is its CPU per request.
 //! - **Replan**: 100 independent `startup: enabled` services, `POST /v1/services` with
 //!   `replan`, then `GET /v1/services` every `--poll-replan-us` until all are active; the
 //!   replan change's own end is followed concurrently with `/v1/changes/{id}/wait`. Each of
@@ -26,9 +31,11 @@
 //! - **Idle CPU**: utime + stime from `/proc/PID/stat` across `--idle-cpu-secs` with 100
 //!   services running and no requests.
 //!
-//! Those are the `core` group. Two more groups have their own tables; `--only` picks groups
+//! Those are the `core` group. More groups have their own tables; `--only` picks groups
 //! (all by default):
 //!
+//! - `scale`: `GET /v1/services` with `--scale` services (1000 and 3000) in the plan, not
+//!   started, and the time each further service adds.
 //! - `checks` ([`checks`]): daemon CPU, RSS, `GET /v1/health` latency and state-file writes
 //!   with 100 and 1000 checks at a 1 s period.
 //! - `watch` ([`watch`]): `requires-paths` → process spawned latency, and the cost of
@@ -44,11 +51,13 @@
 //! # Layout
 //!
 //! - [`daemon`]: the daemon fixture, the benchmark layer and `/proc` readings.
+//! - [`cgroup`]: a cgroup per daemon for `memory.current`.
 //! - [`stats`]: median and p99 of repeated measurements.
 //! - [`report`]: the table, with Pebble's figures and the targets.
 //! - [`checks`], [`watch`], [`exec`]: the checks, path-watching and exec groups.
 #![forbid(unsafe_code)]
 
+mod cgroup;
 mod checks;
 mod daemon;
 mod exec;
@@ -56,6 +65,7 @@ mod report;
 mod stats;
 mod watch;
 
+use std::cell::Cell;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -65,7 +75,7 @@ use clap::{Parser, ValueEnum};
 use cobble_client::{Client, Method};
 use tempfile::TempDir;
 
-use crate::daemon::{Daemon, Rss, service_name, sleepers_layer, sweep_leftovers};
+use crate::daemon::{Daemon, Memory, service_name, sleepers_layer, sweep_leftovers};
 use crate::report::{Row, Target, Unit, secs};
 use crate::stats::Samples;
 
@@ -75,6 +85,22 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Unmeasured requests before each latency series, to fault in code and allocator pages.
 const WARMUP_REQUESTS: usize = 50;
+
+/// The requests a charm typically sends through ops, one round of the warm-up before a
+/// "warm" memory reading. `{service}` is the first service of the plan, `{dir}` is `$PEBBLE`.
+const WARM_PATHS: &[&str] = &[
+    "/v1/system-info",
+    "/v1/services",
+    "/v1/services?names={service}",
+    "/v1/plan?format=yaml",
+    "/v1/checks",
+    "/v1/health",
+    "/v1/changes?select=all",
+    "/v1/files?action=list&path={dir}",
+];
+
+/// Rounds of [`WARM_PATHS`] before a "warm" memory reading.
+const WARM_ROUNDS: usize = 50;
 
 /// Pebble v1.12.0 on a 2-core, 24 GiB machine (see BENCHMARKS.md).
 mod pebble {
@@ -92,6 +118,14 @@ mod pebble {
     pub const REPLAN_100_S: f64 = 101.0;
     /// Start of one service, seconds.
     pub const START_ONE_S: f64 = 1.03;
+    /// `GET /v1/services` with this many services in the plan, not started, seconds.
+    pub fn get_services_not_started_s(services: usize) -> Option<f64> {
+        match services {
+            1000 => Some(1.04e-3),
+            3000 => Some(2.4e-3),
+            _ => None,
+        }
+    }
 }
 
 /// The replan target, seconds.
@@ -131,6 +165,14 @@ struct Args {
     /// Pause between `GET /v1/services` while waiting for a replan, in microseconds.
     #[arg(long, value_name = "US", default_value_t = 2000)]
     poll_replan_us: u64,
+    /// Numbers of services (in the plan, not started) for the `GET /v1/services` scale rows.
+    #[arg(
+        long,
+        value_name = "N,N",
+        value_delimiter = ',',
+        default_value = "1000,3000"
+    )]
+    scale: Vec<usize>,
     /// Run only these groups (comma-separated or repeated); all of them by default.
     #[arg(long, value_name = "GROUP", value_delimiter = ',')]
     only: Vec<Group>,
@@ -176,6 +218,8 @@ struct Args {
 enum Group {
     /// Memory, launch, latency, replan, start, idle CPU, shutdown.
     Core,
+    /// `GET /v1/services` with large plans.
+    Scale,
     /// Health checks under load.
     Checks,
     /// `requires-paths` watching.
@@ -232,16 +276,21 @@ fn main() -> ExitCode {
 async fn run_groups(args: &Args, token: String) -> Result<()> {
     let bench = Bench::new(args, token)?;
     if args.runs(Group::Core) {
-        let (rows, notes) = bench.run_all().await?;
+        let (rows, memory, notes) = bench.run_all().await?;
         println!("{}", report::markdown(&rows));
+        println!("### Memory\n\n{memory}");
         for note in notes {
             println!("Note: {note}\n");
         }
-        if report::any_missed(&rows) {
-            println!("Some targets were missed (marked **MISSED**).\n");
-        } else {
-            println!("All targets met.\n");
-        }
+        print_verdict(&rows);
+    }
+    if args.runs(Group::Scale) {
+        let rows = bench.scale().await?;
+        println!(
+            "### GET /v1/services with large plans\n\n{}",
+            report::markdown(&rows)
+        );
+        print_verdict(&rows);
     }
     let poll_launch = bench.poll_launch();
     if args.runs(Group::Checks) {
@@ -279,6 +328,36 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
     Ok(())
 }
 
+fn print_verdict(rows: &[Row]) {
+    if report::any_missed(rows) {
+        println!("Some targets were missed (marked **MISSED**).\n");
+    } else {
+        println!("All targets met.\n");
+    }
+}
+
+/// A latency series and what it cost the daemon.
+struct Series {
+    /// The time of each request, from just before it was sent until the whole answer was
+    /// read.
+    samples: Samples,
+    /// The daemon's CPU time (user + system) across the series, per request.
+    cpu_per_request: Duration,
+}
+
+impl Series {
+    fn row(&self, what: &str) -> Row {
+        Row::distribution(
+            &format!(
+                "{what} (daemon CPU {:.3} ms/request)",
+                self.cpu_per_request.as_secs_f64() * 1e3
+            ),
+            Unit::Millis,
+            &self.samples,
+        )
+    }
+}
+
 /// The settings of one harness run.
 struct Bench<'a> {
     /// The command line.
@@ -293,13 +372,19 @@ struct Bench<'a> {
     cobble: PathBuf,
     /// The directory holding that copy; removed when the run ends.
     _copy_dir: TempDir,
+    /// Where each measured daemon gets a cgroup of its own, or why it cannot.
+    cgroups: std::result::Result<PathBuf, String>,
+    /// How many cgroups this run has made, to name the next one.
+    cgroups_made: Cell<usize>,
 }
 
 /// What one round with the large plan measured.
 #[derive(Default)]
 struct Rounds {
-    rss_planned: Vec<Rss>,
-    rss_running: Vec<Rss>,
+    planned_idle: Vec<Memory>,
+    planned_warm: Vec<Memory>,
+    running_idle: Vec<Memory>,
+    running_warm: Vec<Memory>,
     all_active: Samples,
     change_ready: Samples,
     stop_all: Samples,
@@ -307,10 +392,10 @@ struct Rounds {
 
 /// What only the first round measures.
 struct Details {
-    services_planned: Samples,
-    plan_planned: Samples,
-    services_running: Samples,
-    plan_running: Samples,
+    services_planned: Series,
+    plan_planned: Series,
+    services_running: Series,
+    plan_running: Series,
     idle_cpu: Duration,
     start_one: Samples,
 }
@@ -365,21 +450,27 @@ impl<'a> Bench<'a> {
             names,
             cobble,
             _copy_dir: copy_dir,
+            cgroups: cgroup::probe(),
+            cgroups_made: Cell::new(0),
         })
     }
 
-    /// Runs every measurement; returns the table's rows and notes to print under it.
-    async fn run_all(&self) -> Result<(Vec<Row>, Vec<String>)> {
+    /// Runs the core measurements; returns the table's rows, the memory table and notes to
+    /// print under them.
+    async fn run_all(&self) -> Result<(Vec<Row>, String, Vec<String>)> {
         let args = self.args;
         let size = std::fs::metadata(&self.cobble)?.len();
         let n = args.services;
 
-        eprintln!("==> idle memory with no services ({} daemons)", args.rounds);
-        let mut rss_empty = Vec::new();
+        eprintln!("==> memory with no services ({} daemons)", args.rounds);
+        let (mut empty_idle, mut empty_warm) = (Vec::new(), Vec::new());
         for _ in 0..args.rounds {
-            let daemon = self.launch(None).await?;
+            let daemon = self.launch_measured(None).await?;
             self.settle().await;
-            rss_empty.push(daemon.rss()?);
+            empty_idle.push(daemon.memory()?);
+            self.warm_up(&daemon).await?;
+            self.settle().await;
+            empty_warm.push(daemon.memory()?);
             self.stop(daemon)?;
         }
 
@@ -396,6 +487,9 @@ impl<'a> Bench<'a> {
                 2 * args.launches
             ));
         }
+        if let Err(why) = &self.cgroups {
+            notes.push(format!("no `memory.current` figures: {why}."));
+        }
 
         let mut rounds = Rounds::default();
         let mut details = None;
@@ -406,20 +500,21 @@ impl<'a> Bench<'a> {
         }
         let details = details.context("the first round measured no details")?;
 
+        let rss = |readings: &[Memory]| readings.iter().map(|m| m.rss).collect::<Vec<_>>();
         let rss_pebble_target = |pebble: f64| Target::at_most(pebble / 3.0);
         let rows = vec![
             Row::single("Release binary size", Unit::MiB, size as f64 / 1048576.0),
-            Row::memory("Idle RSS, 0 services", &rss_empty)
+            Row::memory("Warm RSS, 0 services", &rss(&empty_warm))
                 .pebble(pebble::RSS_EMPTY_MIB)
                 .target(rss_pebble_target(pebble::RSS_EMPTY_MIB)),
             Row::memory(
-                &format!("Idle RSS, {n} services in plan, not started"),
-                &rounds.rss_planned,
+                &format!("Warm RSS, {n} services in plan, not started"),
+                &rss(&rounds.planned_warm),
             )
             .target(rss_pebble_target(pebble::RSS_100_MIB)),
             Row::memory(
-                &format!("Idle RSS, {n} services running"),
-                &rounds.rss_running,
+                &format!("Warm RSS, {n} services running"),
+                &rss(&rounds.running_warm),
             )
             .pebble(pebble::RSS_100_MIB)
             .target(rss_pebble_target(pebble::RSS_100_MIB)),
@@ -436,32 +531,28 @@ impl<'a> Bench<'a> {
                 &launch_large,
             )
             .target(Target::below(pebble::LAUNCH_S)),
-            Row::distribution(
-                &format!("GET /v1/services, {n} running, new connection each"),
-                Unit::Millis,
-                &details.services_running,
-            )
-            .pebble(pebble::GET_SERVICES_S)
-            .target(Target::below(pebble::GET_SERVICES_S)),
-            Row::distribution(
-                &format!("GET /v1/plan?format=yaml, {n} running, new connection each"),
-                Unit::Millis,
-                &details.plan_running,
-            )
-            .pebble(pebble::GET_PLAN_S)
-            .target(Target::below(pebble::GET_PLAN_S)),
-            Row::distribution(
-                &format!("GET /v1/services, {n} not started"),
-                Unit::Millis,
-                &details.services_planned,
-            )
-            .target(Target::below(pebble::GET_SERVICES_S)),
-            Row::distribution(
-                &format!("GET /v1/plan?format=yaml, {n} not started"),
-                Unit::Millis,
-                &details.plan_planned,
-            )
-            .target(Target::below(pebble::GET_PLAN_S)),
+            details
+                .services_running
+                .row(&format!(
+                    "GET /v1/services, {n} running, new connection each"
+                ))
+                .pebble(pebble::GET_SERVICES_S)
+                .target(Target::below(pebble::GET_SERVICES_S)),
+            details
+                .plan_running
+                .row(&format!(
+                    "GET /v1/plan?format=yaml, {n} running, new connection each"
+                ))
+                .pebble(pebble::GET_PLAN_S)
+                .target(Target::below(pebble::GET_PLAN_S)),
+            details
+                .services_planned
+                .row(&format!("GET /v1/services, {n} not started"))
+                .target(Target::below(pebble::GET_SERVICES_S)),
+            details
+                .plan_planned
+                .row(&format!("GET /v1/plan?format=yaml, {n} not started"))
+                .target(Target::below(pebble::GET_PLAN_S)),
             Row::distribution(
                 &format!("Replan {n} independent services → all active"),
                 Unit::Seconds,
@@ -497,12 +588,98 @@ impl<'a> Bench<'a> {
                 &rounds.stop_all,
             ),
         ];
-        Ok((rows, notes))
+        let memory = report::memory_table(&[
+            ("0 services, idle", &empty_idle),
+            ("0 services, warm", &empty_warm),
+            (
+                &format!("{n} services in plan, not started, idle"),
+                &rounds.planned_idle,
+            ),
+            (
+                &format!("{n} services in plan, not started, warm"),
+                &rounds.planned_warm,
+            ),
+            (
+                &format!("{n} services running, after the replan"),
+                &rounds.running_idle,
+            ),
+            (&format!("{n} services running, warm"), &rounds.running_warm),
+        ]);
+        Ok((rows, memory, notes))
+    }
+
+    /// `GET /v1/services` with `--scale` services in the plan, not started: one daemon per
+    /// size, and the time each further service adds between the smallest and largest size.
+    async fn scale(&self) -> Result<Vec<Row>> {
+        let mut sizes = self.args.scale.clone();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let mut rows = Vec::new();
+        let mut medians = Vec::new();
+        for &n in &sizes {
+            eprintln!("==> GET /v1/services with {n} services in the plan");
+            let daemon = self.launch(Some(&sleepers_layer(n, &self.token))).await?;
+            let listed = daemon.client().services(&[]).await?.len();
+            ensure!(
+                listed == n,
+                "the daemon lists {listed} services, expected {n}"
+            );
+            let series = self.latency(&daemon, "/v1/services").await?;
+            self.stop(daemon)?;
+            medians.push((n, series.samples.median().as_secs_f64()));
+            let mut row = series.row(&format!("GET /v1/services, {n} not started"));
+            if let Some(pebble) = pebble::get_services_not_started_s(n) {
+                row = row.pebble(pebble).target(Target::at_most(pebble / 2.0));
+            }
+            rows.push(row);
+        }
+        if let (Some(&(low, low_s)), Some(&(high, high_s))) = (medians.first(), medians.last())
+            && high > low
+        {
+            let per_service = |low_s: f64, high_s: f64| (high_s - low_s) / (high - low) as f64;
+            let mut row = Row::single(
+                &format!(
+                    "GET /v1/services: time each further service adds, {low} → {high} \
+                     (difference of the medians)"
+                ),
+                Unit::Micros,
+                per_service(low_s, high_s),
+            );
+            if let (Some(p_low), Some(p_high)) = (
+                pebble::get_services_not_started_s(low),
+                pebble::get_services_not_started_s(high),
+            ) {
+                row = row.pebble(per_service(p_low, p_high));
+            }
+            rows.push(row);
+        }
+        Ok(rows)
     }
 
     /// Spawns a daemon and waits until it answers.
     async fn launch(&self, layer: Option<&str>) -> Result<Daemon> {
         let mut daemon = Daemon::spawn(&self.cobble, layer, &self.token)?;
+        daemon
+            .wait_answer(self.poll_launch(), ANSWER_TIMEOUT)
+            .await?;
+        Ok(daemon)
+    }
+
+    /// Like [`Bench::launch`], in a cgroup of the daemon's own where the harness can make
+    /// one, for memory readings.
+    async fn launch_measured(&self, layer: Option<&str>) -> Result<Daemon> {
+        let cgroup = match &self.cgroups {
+            Ok(parent) => {
+                let made = self.cgroups_made.get();
+                self.cgroups_made.set(made + 1);
+                Some(cgroup::Cgroup::create(
+                    parent,
+                    &format!("cobble-bench-{}-{made}", self.token),
+                )?)
+            }
+            Err(_) => None,
+        };
+        let mut daemon = Daemon::spawn_in(&self.cobble, layer, &self.token, cgroup)?;
         daemon
             .wait_answer(self.poll_launch(), ANSWER_TIMEOUT)
             .await?;
@@ -520,6 +697,31 @@ impl<'a> Bench<'a> {
 
     async fn settle(&self) {
         tokio::time::sleep(Duration::from_millis(self.args.settle_ms)).await;
+    }
+
+    /// Sends [`WARM_ROUNDS`] rounds of [`WARM_PATHS`], each on a new connection.
+    async fn warm_up(&self, daemon: &Daemon) -> Result<()> {
+        let dir = daemon.dir().to_string_lossy().into_owned();
+        let paths: Vec<String> = WARM_PATHS
+            .iter()
+            .map(|p| {
+                p.replace("{service}", &self.names[0])
+                    .replace("{dir}", &dir)
+            })
+            .collect();
+        for _ in 0..WARM_ROUNDS {
+            for path in &paths {
+                let response = daemon.client().raw_request(Method::GET, path, None).await?;
+                // /v1/health may answer 502; it is a typical request all the same.
+                ensure!(
+                    response.status_code == 200 || path == "/v1/health",
+                    "GET {path} answered {}: {}",
+                    response.status_code,
+                    String::from_utf8_lossy(&response.body)
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Launches `--launches` daemons one after another and times each until it answers.
@@ -542,29 +744,32 @@ impl<'a> Bench<'a> {
         Ok((samples, early))
     }
 
-    /// One daemon with the large plan: memory before and after a timed replan, and, in the
-    /// first round, latencies, idle CPU and single starts.
+    /// One daemon with the large plan: memory idle and warm before and after a timed replan,
+    /// and, in the first round, latencies, idle CPU and single starts.
     async fn round(&self, rounds: &mut Rounds, first: bool) -> Result<Option<Details>> {
-        let daemon = self.launch(Some(&self.layer)).await?;
+        let daemon = self.launch_measured(Some(&self.layer)).await?;
         let client = daemon.client();
         let n = self.args.services;
+        self.settle().await;
+        rounds.planned_idle.push(daemon.memory()?);
         let listed = client.services(&[]).await?;
         ensure!(
             listed.len() == n,
             "the daemon lists {} services, expected {n}",
             listed.len()
         );
+        self.warm_up(&daemon).await?;
+        self.settle().await;
+        rounds.planned_warm.push(daemon.memory()?);
 
         let planned = if first {
             Some((
-                self.latency(client, "/v1/services").await?,
-                self.latency(client, "/v1/plan?format=yaml").await?,
+                self.latency(&daemon, "/v1/services").await?,
+                self.latency(&daemon, "/v1/plan?format=yaml").await?,
             ))
         } else {
             None
         };
-        self.settle().await;
-        rounds.rss_planned.push(daemon.rss()?);
 
         let (all_active, change_ready) = self.replan(client).await?;
         eprintln!(
@@ -575,7 +780,10 @@ impl<'a> Bench<'a> {
         rounds.all_active.push(all_active);
         rounds.change_ready.push(change_ready);
         self.settle().await;
-        rounds.rss_running.push(daemon.rss()?);
+        rounds.running_idle.push(daemon.memory()?);
+        self.warm_up(&daemon).await?;
+        self.settle().await;
+        rounds.running_warm.push(daemon.memory()?);
 
         let details = match planned {
             Some((services_planned, plan_planned)) => {
@@ -586,8 +794,8 @@ impl<'a> Bench<'a> {
                     services_planned,
                     plan_planned,
                     idle_cpu,
-                    services_running: self.latency(client, "/v1/services").await?,
-                    plan_running: self.latency(client, "/v1/plan?format=yaml").await?,
+                    services_running: self.latency(&daemon, "/v1/services").await?,
+                    plan_running: self.latency(&daemon, "/v1/plan?format=yaml").await?,
                     start_one: self.start_one(client).await?,
                 })
             }
@@ -597,11 +805,17 @@ impl<'a> Bench<'a> {
         Ok(details)
     }
 
-    /// Times `--requests` sequential GETs, each on a new connection.
-    async fn latency(&self, client: &Client, path: &str) -> Result<Samples> {
+    /// Times `--requests` sequential GETs, each on a new connection, and the daemon's CPU
+    /// time across them.
+    async fn latency(&self, daemon: &Daemon, path: &str) -> Result<Series> {
         eprintln!("    {} x GET {path}", self.args.requests);
+        let client = daemon.client();
         let mut samples = Samples::default();
+        let mut cpu_before = Duration::ZERO;
         for i in 0..WARMUP_REQUESTS + self.args.requests {
+            if i == WARMUP_REQUESTS {
+                cpu_before = daemon.cpu_time()?;
+            }
             let started = Instant::now();
             let response = client.raw_request(Method::GET, path, None).await?;
             let took = started.elapsed();
@@ -615,9 +829,12 @@ impl<'a> Bench<'a> {
                 samples.push(took);
             }
         }
-        Ok(samples)
+        let cpu = daemon.cpu_time()?.saturating_sub(cpu_before);
+        Ok(Series {
+            cpu_per_request: cpu / u32::try_from(self.args.requests).unwrap_or(u32::MAX),
+            samples,
+        })
     }
-
     /// Replans and returns (time until every service is active, time until the change is
     /// ready), both from just before the request.
     async fn replan(&self, client: &Client) -> Result<(Duration, Duration)> {

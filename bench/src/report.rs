@@ -3,12 +3,14 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::daemon::Rss;
+use crate::daemon::{Memory, Rss};
 use crate::stats::Samples;
 
 /// The unit a row is shown in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
+    /// A duration, shown in microseconds.
+    Micros,
     /// A duration, shown in milliseconds.
     Millis,
     /// A duration, shown in seconds.
@@ -21,6 +23,7 @@ impl Unit {
     /// Formats `value` (seconds for durations, MiB for sizes).
     fn format(self, value: f64) -> String {
         match self {
+            Unit::Micros => format!("{:.3} µs", value * 1e6),
             Unit::Millis if value * 1e3 < 10.0 => format!("{:.3} ms", value * 1e3),
             Unit::Millis => format!("{:.1} ms", value * 1e3),
             Unit::Seconds => format!("{value:.3} s"),
@@ -203,6 +206,57 @@ pub fn plain_table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// The memory table: one line per case, each column the median of its readings.
+pub fn memory_table(cases: &[(&str, &[Memory])]) -> String {
+    let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
+    let rows: Vec<Vec<String>> = cases
+        .iter()
+        .map(|(what, readings)| {
+            let median = |field: fn(&Memory) -> u64| median_kib(readings.iter().map(field));
+            let cgroup = if readings.iter().all(|m| m.cgroup_bytes.is_some()) {
+                mib(median(|m| m.cgroup_bytes.unwrap_or_default() / 1024))
+            } else {
+                "–".to_string()
+            };
+            vec![
+                (*what).to_string(),
+                mib(median(|m| m.rss.total_kib)),
+                mib(median(|m| m.rss.anon_kib)),
+                mib(median(|m| m.rss.file_kib)),
+                mib(median(|m| m.pss_kib)),
+                mib(median(|m| m.pss_anon_kib)),
+                mib(median(|m| m.pss_file_kib)),
+                cgroup,
+                readings.len().to_string(),
+            ]
+        })
+        .collect();
+    plain_table(
+        &[
+            "Case",
+            "VmRSS",
+            "RssAnon",
+            "RssFile",
+            "Pss",
+            "Pss_Anon",
+            "Pss_File",
+            "memory.current",
+            "n",
+        ],
+        &rows,
+    )
+}
+
+/// The lower median of some sizes; zero without any.
+fn median_kib(values: impl Iterator<Item = u64>) -> u64 {
+    let mut sorted: Vec<u64> = values.collect();
+    sorted.sort_unstable();
+    sorted
+        .get(sorted.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or_default()
+}
+
 /// A duration in milliseconds, with three decimals below 10 ms (as [`Unit::Millis`]).
 pub fn millis(d: Duration) -> String {
     Unit::Millis.format(d.as_secs_f64())
@@ -293,6 +347,40 @@ mod tests {
         );
         assert_eq!(millis(Duration::from_micros(1234)), "1.234 ms");
         assert_eq!(cpu_share(Duration::ZERO, Duration::ZERO), "0.00 % (0 ms)");
+    }
+
+    #[test]
+    fn memory_table_shows_per_column_medians() {
+        let reading = |total_kib: u64, pss_kib: u64, cgroup_bytes: Option<u64>| Memory {
+            rss: rss(total_kib),
+            pss_kib,
+            pss_anon_kib: pss_kib / 2,
+            pss_file_kib: pss_kib / 2,
+            cgroup_bytes,
+        };
+        let table = memory_table(&[
+            (
+                "a",
+                &[
+                    reading(1024, 4096, Some(1 << 20)),
+                    reading(3072, 1024, Some(3 << 20)),
+                    reading(2048, 2048, Some(2 << 20)),
+                ],
+            ),
+            ("b", &[reading(1024, 1024, None)]),
+        ]);
+        assert!(
+            table.contains(
+                "| a | 2.0 MiB | 0.5 MiB | 1.5 MiB | 2.0 MiB | 1.0 MiB | 1.0 MiB | 2.0 MiB | 3 |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| b | 1.0 MiB | 0.2 MiB | 0.8 MiB | 1.0 MiB | 0.5 MiB | 0.5 MiB | – | 1 |"
+            ),
+            "{table}"
+        );
     }
 
     #[test]

@@ -64,7 +64,9 @@ pub struct SystemInfo {
 }
 
 /// One entry of `GET /v1/services`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// It is written through [`ServiceInfoRef`], the one place that decides the entry's JSON.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ServiceInfo {
     /// The service's name in the plan.
     pub name: String,
@@ -74,20 +76,57 @@ pub struct ServiceInfo {
     /// `requires-paths` are missing.
     pub current: String,
     /// RFC 3339 time the `current` status was entered; absent for a service never started.
-    #[serde(
-        rename = "current-since",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "current-since", default)]
     pub current_since: Option<String>,
     /// Why the service is not simply running (cobble extension; Pebble clients ignore it):
     /// `waiting for /etc/certs/cert.pem`, `backing off until ... after exit code 255`, ...
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub reason: Option<String>,
     /// What the supervisor knows about the service, with `GET /v1/services?details=true`
     /// (cobble extension, used by `cobble why`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub details: Option<ServiceDetails>,
+}
+
+impl ServiceInfo {
+    /// The same entry, borrowed.
+    pub fn borrowed(&self) -> ServiceInfoRef<'_> {
+        ServiceInfoRef {
+            name: &self.name,
+            startup: &self.startup,
+            current: &self.current,
+            current_since: self.current_since.as_deref(),
+            reason: self.reason.as_deref(),
+            details: self.details.as_ref(),
+        }
+    }
+}
+
+impl Serialize for ServiceInfo {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.borrowed().serialize(serializer)
+    }
+}
+
+/// A [`ServiceInfo`] made of borrowed parts, with the same JSON: a server listing thousands
+/// of services writes each entry from the data it already holds, copying no string.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServiceInfoRef<'a> {
+    /// See [`ServiceInfo::name`].
+    pub name: &'a str,
+    /// See [`ServiceInfo::startup`].
+    pub startup: &'a str,
+    /// See [`ServiceInfo::current`].
+    pub current: &'a str,
+    /// See [`ServiceInfo::current_since`].
+    #[serde(rename = "current-since", skip_serializing_if = "Option::is_none")]
+    pub current_since: Option<&'a str>,
+    /// See [`ServiceInfo::reason`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'a str>,
+    /// See [`ServiceInfo::details`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<&'a ServiceDetails>,
 }
 
 /// Why a service is where it is (cobble extension).
@@ -970,5 +1009,34 @@ mod tests {
             serde_json::to_string(&resize).unwrap(),
             r#"{"command":"resize","resize":{"width":120,"height":40}}"#
         );
+    }
+
+    #[test]
+    fn service_info_is_written_in_pebbles_field_order_and_omits_empty_fields() {
+        let mut info = ServiceInfo {
+            name: "web".into(),
+            startup: "enabled".into(),
+            current: "inactive".into(),
+            current_since: None,
+            reason: None,
+            details: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&info).unwrap(),
+            r#"{"name":"web","startup":"enabled","current":"inactive"}"#
+        );
+        info.current_since = Some("2024-01-01T00:00:00Z".into());
+        info.reason = Some("waiting for /x".into());
+        info.details = Some(ServiceDetails {
+            start_count: 2,
+            ..ServiceDetails::default()
+        });
+        let json = serde_json::to_string(&info).unwrap();
+        assert_eq!(
+            json,
+            r#"{"name":"web","startup":"enabled","current":"inactive","current-since":"2024-01-01T00:00:00Z","reason":"waiting for /x","details":{"start-count":2,"backoff-count":0}}"#
+        );
+        assert_eq!(serde_json::from_str::<ServiceInfo>(&json).unwrap(), info);
+        assert_eq!(serde_json::to_string(&info.borrowed()).unwrap(), json);
     }
 }

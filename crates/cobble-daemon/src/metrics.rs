@@ -8,8 +8,11 @@
 
 use std::fmt::Write;
 
+use cobble_plan::Plan;
+
 use crate::checks::{CheckStatus, CheckView};
 use crate::services::ServiceStatus;
+use crate::services::machine::Status;
 
 /// The kind of a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,17 +75,17 @@ fn escape_label(value: &str) -> String {
     out
 }
 
-/// The whole `/v1/metrics` body. `services` are the plan's services; only those this daemon
-/// has started are listed.
-pub fn render(services: &[ServiceStatus], checks: &[CheckView]) -> String {
+/// The whole `/v1/metrics` body. `services` are the services this daemon has started; those
+/// still in the plan are listed.
+pub fn render(plan: &Plan, services: &[ServiceStatus], checks: &[CheckView]) -> String {
     let mut out = String::new();
     let mut services: Vec<&ServiceStatus> = services
         .iter()
-        .filter(|s| s.info.current_since.is_some() || s.start_count > 0)
+        .filter(|s| plan.services.contains_key(&s.name))
         .collect();
-    services.sort_by(|a, b| a.info.name.cmp(&b.info.name));
+    services.sort_by(|a, b| a.name.cmp(&b.name));
     for service in services {
-        let labels = [("service", service.info.name.as_str())];
+        let labels = [("service", service.name.as_str())];
         write_metric(
             &mut out,
             "pebble_service_start_count",
@@ -97,7 +100,7 @@ pub fn render(services: &[ServiceStatus], checks: &[CheckView]) -> String {
             MetricType::Gauge,
             "Whether the service is currently active (1) or not (0)",
             &labels,
-            i64::from(service.info.current == "active"),
+            i64::from(service.current == Status::Active),
         );
     }
     let mut checks: Vec<&CheckView> = checks.iter().collect();
@@ -146,22 +149,25 @@ pub fn render(services: &[ServiceStatus], checks: &[CheckView]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cobble_client::types::ServiceInfo;
-    use cobble_plan::CheckLevel;
+    use cobble_plan::{CheckLevel, Service};
 
-    fn service(name: &str, current: &str, started: bool, start_count: u64) -> ServiceStatus {
+    fn service(name: &str, current: Status, start_count: u64) -> ServiceStatus {
         ServiceStatus {
-            info: ServiceInfo {
-                name: name.into(),
-                startup: "enabled".into(),
-                current: current.into(),
-                current_since: started.then(|| "2024-01-01T00:00:00Z".to_string()),
-                reason: None,
-                details: None,
-            },
+            name: name.into(),
+            current,
+            since: Some("2024-01-01T00:00:00Z".into()),
+            reason: None,
             start_count,
             details: None,
         }
+    }
+
+    fn plan(names: &[&str]) -> Plan {
+        let mut plan = Plan::default();
+        for name in names {
+            plan.services.insert((*name).into(), Service::default());
+        }
+        plan
     }
 
     fn check(name: &str, status: CheckStatus, ok: u64, failed: u64) -> CheckView {
@@ -186,10 +192,11 @@ mod tests {
     #[test]
     fn renders_pebbles_families_in_order() {
         let body = render(
+            &plan(&["db", "never", "web"]),
             &[
-                service("web", "active", true, 3),
-                service("never", "inactive", false, 0),
-                service("db", "backoff", true, 2),
+                service("web", Status::Active, 3),
+                service("gone", Status::Active, 1),
+                service("db", Status::Backoff, 2),
             ],
             &[
                 check("z-off", CheckStatus::Inactive, 0, 0),

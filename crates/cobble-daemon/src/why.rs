@@ -1,92 +1,366 @@
-//! Why a service is where it is: the supervisor's view joined with the checks that act on it.
+//! `GET /v1/services`, and why a service is where it is: the plan joined with the
+//! supervisor's view and with the checks that act on each service.
 //!
-//! `GET /v1/services` carries a one-line `reason` (Pebble clients ignore it) and, with
+//! The listing carries a one-line `reason` (Pebble clients ignore it) and, with
 //! `details=true`, the facts behind it; `cobble why` prints them. The service manager knows
-//! exits, backoff and waiting paths; the check manager knows which checks are down. This
-//! module joins the two without either manager knowing about the other.
+//! exits, backoff and waiting paths of the services it started; the check manager knows which
+//! checks are down; the plan knows every service. This module joins the three without any of
+//! them knowing about the others.
+//!
+//! Clients poll the listing and a plan may hold thousands of services, so the join writes the
+//! JSON straight from the plan and the reports as it walks them, in one pass over both (they
+//! are sorted the same way), copying no string of a service that has nothing to add.
 
-use cobble_client::types::{FailingCheck, ServiceDetails as WireDetails, ServiceInfo};
-use cobble_plan::Plan;
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::iter::Peekable;
+
+use cobble_client::types::{FailingCheck, ServiceDetails as WireDetails, ServiceInfoRef};
+use cobble_plan::{Plan, Service};
+use serde::ser::{Serialize, SerializeSeq, Serializer};
 
 use crate::checks::{CheckStatus, CheckView};
 use crate::services::ServiceStatus;
+use crate::services::machine::Status;
 use crate::state::{format_rfc3339_nano, format_rfc3339_secs};
 
-/// The wire form of each status, with failing checks added to the reason (and, when asked,
-/// the details).
-pub fn explain(
-    statuses: Vec<ServiceStatus>,
-    plan: &Plan,
-    checks: &[CheckView],
+/// The `result` of `GET /v1/services`: the plan's services (those named, or all), sorted by
+/// name, each with what the supervisor reports if it started it.
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceListing<'a> {
+    plan: &'a Plan,
+    /// The names asked for; `None` for every service.
+    names: Option<&'a BTreeSet<&'a str>>,
+    /// The supervisor's reports on the started ones, sorted by name.
+    started: &'a [ServiceStatus],
+    /// The checks, when some listed service acts on checks.
+    checks: &'a [CheckView],
     with_details: bool,
-) -> Vec<ServiceInfo> {
-    statuses
-        .into_iter()
-        .map(|status| {
-            let failing: Vec<&CheckView> = plan
-                .services
-                .get(&status.info.name)
-                .map(|config| {
-                    checks
-                        .iter()
-                        .filter(|c| c.status == CheckStatus::Down)
-                        .filter(|c| config.on_check_failure.contains_key(&c.name))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let mut info = status.info;
-            if !failing.is_empty() && status.details.is_some() {
-                let text = failing
+}
+
+impl<'a> ServiceListing<'a> {
+    /// The listing of `names` (every service when `None`), with `started` as reported by
+    /// [`crate::services::ServiceManager::statuses`] for the same names.
+    pub fn new(
+        plan: &'a Plan,
+        names: Option<&'a BTreeSet<&'a str>>,
+        started: &'a [ServiceStatus],
+        with_details: bool,
+    ) -> ServiceListing<'a> {
+        ServiceListing {
+            plan,
+            names,
+            started,
+            checks: &[],
+            with_details,
+        }
+    }
+
+    /// Whether a listed service can be explained by a check: only then does the listing need
+    /// the checks (see [`ServiceListing::with_checks`]).
+    pub fn acts_on_checks(&self) -> bool {
+        !self.plan.checks.is_empty()
+            && self.started.iter().any(|status| {
+                self.plan
+                    .services
+                    .get(&status.name)
+                    .is_some_and(|config| !config.on_check_failure.is_empty())
+            })
+    }
+
+    /// The same listing, explaining services by these checks.
+    #[must_use]
+    pub fn with_checks(self, checks: &'a [CheckView]) -> ServiceListing<'a> {
+        ServiceListing { checks, ..self }
+    }
+
+    /// About the size of the listing's JSON, so it can be written without growing its buffer.
+    pub fn size_hint(&self) -> usize {
+        // `{"name":"","startup":"disabled","current":"inactive"},`, plus `current-since` and
+        // the reason of a started service.
+        let plain: usize = self.entries().map(|(name, _)| name.len() + 56).sum();
+        let started: usize = self
+            .started
+            .iter()
+            .map(|s| 52 + s.reason.as_ref().map_or(0, |r| r.len() + 12))
+            .sum();
+        plain + started
+    }
+
+    /// The listed services of the plan, sorted by name.
+    fn entries(&self) -> Box<dyn Iterator<Item = (&'a String, &'a Service)> + 'a> {
+        let services = &self.plan.services;
+        match self.names {
+            None => Box::new(services.iter()),
+            Some(names) => Box::new(
+                names
                     .iter()
-                    .map(|c| {
-                        let since = c
-                            .down_since
-                            .map(|t| format!(" since {}", format_rfc3339_secs(t)))
-                            .unwrap_or_default();
-                        let error = c
-                            .last_error
-                            .as_deref()
-                            .map(|e| format!(" ({e})"))
-                            .unwrap_or_default();
-                        format!("check {} failing{since}{error}", c.name)
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                info.reason = Some(match info.reason.take() {
-                    Some(reason) => format!("{reason}; {text}"),
-                    None => text,
-                });
+                    .filter_map(|name| services.get_key_value(*name)),
+            ),
+        }
+    }
+
+    /// The down checks among those `config` acts on.
+    fn failing(&self, config: &Service) -> Vec<&'a CheckView> {
+        if config.on_check_failure.is_empty() {
+            return Vec::new();
+        }
+        self.checks
+            .iter()
+            .filter(|c| c.status == CheckStatus::Down)
+            .filter(|c| config.on_check_failure.contains_key(&c.name))
+            .collect()
+    }
+}
+
+impl Serialize for ServiceListing<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(None)?;
+        let mut started = self.started.iter().peekable();
+        for (name, config) in self.entries() {
+            match report_of(&mut started, name) {
+                None => seq.serialize_element(&ServiceInfoRef {
+                    name,
+                    startup: startup(config),
+                    current: Status::Inactive.as_str(),
+                    current_since: None,
+                    reason: None,
+                    details: None,
+                })?,
+                Some(status) => {
+                    let failing = self.failing(config);
+                    let reason = reason(status, &failing);
+                    let details = self
+                        .with_details
+                        .then(|| wire_details(status, &failing))
+                        .flatten();
+                    seq.serialize_element(&ServiceInfoRef {
+                        name,
+                        startup: startup(config),
+                        current: status.current.as_str(),
+                        current_since: status.since.as_deref(),
+                        reason: reason.as_deref(),
+                        details: details.as_ref(),
+                    })?;
+                }
             }
-            if with_details {
-                info.details = status.details.map(|d| WireDetails {
-                    last_exit_code: d.last_exit,
-                    last_output: d.last_output,
-                    start_count: status.start_count,
-                    backoff_count: d.backoff_count,
-                    backoff_delay: if d.backoff_delay.is_zero() {
-                        String::new()
-                    } else {
-                        cobble_plan::format_duration(
-                            i64::try_from(d.backoff_delay.as_nanos()).unwrap_or(i64::MAX),
-                        )
-                    },
-                    backoff_until: d.backoff_until.map(format_rfc3339_nano),
-                    waiting_for: d.waiting_for,
-                    missing_paths: d.hints,
-                    failing_checks: failing
-                        .iter()
-                        .map(|c| FailingCheck {
-                            name: c.name.clone(),
-                            failures: c.failures,
-                            threshold: c.threshold,
-                            down_since: c.down_since.map(format_rfc3339_nano),
-                            last_error: c.last_error.clone().unwrap_or_default(),
-                            action_count: c.action_count,
-                        })
-                        .collect(),
-                });
-            }
-            info
+        }
+        seq.end()
+    }
+}
+
+/// The report on `name`, if there is one; both sequences are sorted by name, so the reports
+/// before it are of services that are not listed.
+fn report_of<'s, I>(started: &mut Peekable<I>, name: &str) -> Option<&'s ServiceStatus>
+where
+    I: Iterator<Item = &'s ServiceStatus>,
+{
+    while started.next_if(|s| s.name.as_str() < name).is_some() {}
+    started.next_if(|s| s.name == name)
+}
+
+fn startup(config: &Service) -> &'static str {
+    if config.is_enabled() {
+        "enabled"
+    } else {
+        "disabled"
+    }
+}
+
+/// The supervisor's reason, with the failing checks that act on the service added.
+fn reason<'s>(status: &'s ServiceStatus, failing: &[&CheckView]) -> Option<Cow<'s, str>> {
+    if failing.is_empty() {
+        return status.reason.as_deref().map(Cow::Borrowed);
+    }
+    let text = failing
+        .iter()
+        .map(|c| {
+            let since = c
+                .down_since
+                .map(|t| format!(" since {}", format_rfc3339_secs(t)))
+                .unwrap_or_default();
+            let error = c
+                .last_error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default();
+            format!("check {} failing{since}{error}", c.name)
         })
-        .collect()
+        .collect::<Vec<_>>()
+        .join("; ");
+    Some(Cow::Owned(match &status.reason {
+        Some(reason) => format!("{reason}; {text}"),
+        None => text,
+    }))
+}
+
+/// The facts behind the reason, for `details=true`.
+fn wire_details(status: &ServiceStatus, failing: &[&CheckView]) -> Option<WireDetails> {
+    let d = status.details.as_ref()?;
+    Some(WireDetails {
+        last_exit_code: d.last_exit,
+        last_output: d.last_output.clone(),
+        start_count: status.start_count,
+        backoff_count: d.backoff_count,
+        backoff_delay: if d.backoff_delay.is_zero() {
+            String::new()
+        } else {
+            cobble_plan::format_duration(
+                i64::try_from(d.backoff_delay.as_nanos()).unwrap_or(i64::MAX),
+            )
+        },
+        backoff_until: d.backoff_until.map(format_rfc3339_nano),
+        waiting_for: d.waiting_for.clone(),
+        missing_paths: d.hints.clone(),
+        failing_checks: failing
+            .iter()
+            .map(|c| FailingCheck {
+                name: c.name.clone(),
+                failures: c.failures,
+                threshold: c.threshold,
+                down_since: c.down_since.map(format_rfc3339_nano),
+                last_error: c.last_error.clone().unwrap_or_default(),
+                action_count: c.action_count,
+            })
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use cobble_plan::{Check, CheckLevel, ServiceAction, Startup};
+
+    use super::*;
+    use crate::services::ServiceDetails;
+
+    fn plan() -> Plan {
+        let mut plan = Plan::default();
+        for (name, startup) in [
+            ("a", Startup::Enabled),
+            ("b", Startup::Unknown),
+            ("c", Startup::Enabled),
+            ("d", Startup::Disabled),
+        ] {
+            let mut service = Service {
+                startup,
+                ..Service::default()
+            };
+            if name == "c" {
+                service
+                    .on_check_failure
+                    .insert("up".into(), ServiceAction::Restart);
+            }
+            plan.services.insert(name.into(), service);
+        }
+        plan.checks.insert("up".into(), Check::default());
+        plan
+    }
+
+    fn started(name: &str, current: Status, reason: Option<&str>) -> ServiceStatus {
+        ServiceStatus {
+            name: name.into(),
+            current,
+            since: Some("2024-01-01T00:00:00Z".into()),
+            reason: reason.map(str::to_owned),
+            start_count: 1,
+            details: None,
+        }
+    }
+
+    fn down(name: &str) -> CheckView {
+        CheckView {
+            name: name.into(),
+            level: CheckLevel::Unset,
+            startup_enabled: true,
+            status: CheckStatus::Down,
+            successes: 0,
+            failures: 3,
+            threshold: 3,
+            change_id: None,
+            success_count: 0,
+            failure_count: 3,
+            action_count: 1,
+            last_error: Some("refused".into()),
+            down_since: None,
+            generation: 0,
+        }
+    }
+
+    fn json(listing: ServiceListing<'_>) -> String {
+        serde_json::to_string(&listing).unwrap()
+    }
+
+    #[test]
+    fn every_service_of_the_plan_is_listed_with_the_reports_of_the_started_ones() {
+        let plan = plan();
+        // Reports on services no longer in the plan are left out.
+        let reports = [
+            started("0-gone", Status::Active, None),
+            started("b", Status::Backoff, Some("backing off")),
+            started("c", Status::Active, None),
+            started("e-gone", Status::Active, None),
+        ];
+        let listing = ServiceListing::new(&plan, None, &reports, false);
+        assert!(listing.acts_on_checks());
+        let checks = [down("up")];
+        assert_eq!(
+            json(listing.with_checks(&checks)),
+            concat!(
+                r#"[{"name":"a","startup":"enabled","current":"inactive"},"#,
+                r#"{"name":"b","startup":"disabled","current":"backoff","#,
+                r#""current-since":"2024-01-01T00:00:00Z","reason":"backing off"},"#,
+                r#"{"name":"c","startup":"enabled","current":"active","#,
+                r#""current-since":"2024-01-01T00:00:00Z","reason":"check up failing (refused)"},"#,
+                r#"{"name":"d","startup":"disabled","current":"inactive"}]"#
+            )
+        );
+        assert!(listing.size_hint() > 0);
+    }
+
+    #[test]
+    fn names_select_sorted_without_repeats_and_unknown_names_are_skipped() {
+        let plan = plan();
+        let names: BTreeSet<&str> = ["d", "zz", "a", "d"].into_iter().collect();
+        let reports = [started("d", Status::Error, Some("exited"))];
+        let listing = ServiceListing::new(&plan, Some(&names), &reports, false);
+        assert!(!listing.acts_on_checks());
+        assert_eq!(
+            json(listing),
+            concat!(
+                r#"[{"name":"a","startup":"enabled","current":"inactive"},"#,
+                r#"{"name":"d","startup":"disabled","current":"error","#,
+                r#""current-since":"2024-01-01T00:00:00Z","reason":"exited"}]"#
+            )
+        );
+    }
+
+    #[test]
+    fn details_come_with_the_started_services_only() {
+        let plan = plan();
+        let mut report = started("c", Status::Active, None);
+        report.details = Some(ServiceDetails {
+            last_exit: None,
+            last_output: vec!["hello".into()],
+            backoff_count: 0,
+            backoff_delay: std::time::Duration::ZERO,
+            backoff_until: None,
+            waiting_for: Vec::new(),
+            hints: Vec::new(),
+        });
+        let names: BTreeSet<&str> = ["a", "c"].into_iter().collect();
+        let reports = [report];
+        let checks = [down("up")];
+        let listing = ServiceListing::new(&plan, Some(&names), &reports, true).with_checks(&checks);
+        assert_eq!(
+            json(listing),
+            concat!(
+                r#"[{"name":"a","startup":"enabled","current":"inactive"},"#,
+                r#"{"name":"c","startup":"enabled","current":"active","#,
+                r#""current-since":"2024-01-01T00:00:00Z","reason":"check up failing (refused)","#,
+                r#""details":{"last-output":["hello"],"start-count":1,"backoff-count":0,"#,
+                r#""failing-checks":[{"name":"up","failures":3,"threshold":3,"#,
+                r#""last-error":"refused","action-count":1}]}}]"#
+            )
+        );
+    }
 }

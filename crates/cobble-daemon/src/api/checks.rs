@@ -147,9 +147,10 @@ pub async fn post_checks_refresh(
 
 /// OpenMetrics text, with the content type Go's server sniffs for it.
 pub async fn get_metrics(_: Read, State(api): State<Shared>) -> Response {
-    let services = api.services.statuses(Vec::new()).await;
+    let plan = api.plan.plan();
+    let services = api.services.statuses(Vec::new(), false).await;
     let checks = api.checks.checks().await;
-    let body = crate::metrics::render(&services, &checks);
+    let body = crate::metrics::render(&plan, &services, &checks);
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -1,5 +1,7 @@
 //! Services, layers, plan and signals.
 
+use std::collections::BTreeSet;
+
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::response::Response;
@@ -7,9 +9,10 @@ use cobble_client::types::{LayersRequest, ServicesAction, SignalsRequest};
 use cobble_plan::Layer;
 
 use super::query::{first, multi_comma_list};
-use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync};
+use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync, sync_sized};
 use crate::logging::{self, SecurityEvent};
 use crate::services::changes::{ActionError, ServiceAction};
+use crate::why::ServiceListing;
 
 pub async fn get_services(
     _: Read,
@@ -18,21 +21,23 @@ pub async fn get_services(
 ) -> Response {
     let names = multi_comma_list(&query, "names");
     let details = first(&query, "details") == "true";
-    let statuses = api.services.statuses(names).await;
     let plan = api.plan.plan();
-    // Only services with on-check-failure entries can be explained by a check; skip the
-    // check snapshot on this hot path otherwise.
-    let acts_on_checks = statuses.iter().any(|s| {
-        plan.services
-            .get(&s.info.name)
-            .is_some_and(|c| !c.on_check_failure.is_empty())
-    });
-    let checks = if acts_on_checks {
+    let started = api.services.statuses(names.clone(), details).await;
+    let selected: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+    let listing = ServiceListing::new(
+        &plan,
+        (!names.is_empty()).then_some(&selected),
+        &started,
+        details,
+    );
+    // Skip the check snapshot on this hot path unless a check can explain a listed service.
+    let checks = if listing.acts_on_checks() {
         api.checks.checks().await
     } else {
         Vec::new()
     };
-    sync(crate::why::explain(statuses, &plan, &checks, details))
+    let size = listing.size_hint();
+    sync_sized(listing.with_checks(&checks), size)
 }
 
 pub async fn post_services(

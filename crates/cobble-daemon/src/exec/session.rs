@@ -108,6 +108,10 @@ enum ControlEvent {
 impl Session {
     /// Runs the execution to its end and records the outcome in the task.
     pub async fn run(mut self) {
+        // An abort that came first has held the task already.
+        if self.state.task_status(self.task_id) != Some(Status::Do) {
+            return;
+        }
         self.state.set_task_status(self.task_id, Status::Doing);
         let abort = self.state.abort_token(self.change_id);
         let outcome = self.execute(&abort).await;
@@ -150,18 +154,18 @@ impl Session {
         let stdio = sockets.stdio.take().expect("waited for stdio");
         let (stdio_sink, stdio_frames) = stdio.split();
         let mut relays: Vec<JoinHandle<()>> = Vec::new();
-        match (&master, child.output) {
-            (Some(master), _) => relays.push(tokio::spawn(relay_terminal(
-                master.clone(),
-                stdio_sink,
-                exited.clone(),
-            ))),
-            (None, Some(output)) => relays.push(tokio::spawn(relay_pipe(output, stdio_sink))),
+        let output = match (&master, child.output) {
+            (Some(master), _) => Output::Terminal {
+                master: master.clone(),
+                exited: exited.clone(),
+            },
+            (None, Some(output)) => Output::Pipe(output),
             (None, None) => unreachable!("a command without a terminal has an output pipe"),
-        }
+        };
+        relays.push(tokio::spawn(relay(output, stdio_sink)));
         if let (Some(stderr), Some(socket)) = (child.stderr, sockets.stderr.take()) {
             let (sink, frames) = socket.split();
-            relays.push(tokio::spawn(relay_pipe(stderr, sink)));
+            relays.push(tokio::spawn(relay(Output::Pipe(stderr), sink)));
             // Nothing comes in on stderr, but the socket lives until the client closes it.
             self.tasks.spawn(drain(frames, self.shutdown.clone()));
         }
@@ -450,54 +454,56 @@ fn end_frame() -> Message {
     Message::Text(end.into())
 }
 
-/// Sends a pipe's contents to the client until end of file, then `end`. If the client is
-/// gone, the pipe is closed: the command's writes then fail, as they would under Pebble.
-async fn relay_pipe(mut output: pipe::Receiver, mut sink: SplitSink<WebSocket, Message>) {
-    let mut buf = vec![0u8; CHUNK];
-    loop {
-        match output.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let frame = Message::Binary(Bytes::copy_from_slice(&buf[..n]));
-                if sink.send(frame).await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-    let _ = sink.send(end_frame()).await;
+/// Where a command's output comes from.
+enum Output {
+    /// A pipe, read to end of file: output written just before the exit is never lost.
+    Pipe(pipe::Receiver),
+    /// The terminal, read until it ends, or until the command has exited and the terminal
+    /// has been quiet for [`TERMINAL_DRAIN_IDLE`].
+    Terminal {
+        master: Arc<Master>,
+        exited: CancellationToken,
+    },
 }
 
-/// Sends the terminal's output to the client until it ends, or until the command has
-/// exited and the terminal is quiet, then `end`.
-async fn relay_terminal(
-    master: Arc<Master>,
-    mut sink: SplitSink<WebSocket, Message>,
-    exited: CancellationToken,
-) {
-    let mut buf = vec![0u8; CHUNK];
-    let mut reader: &Master = &master;
-    loop {
-        let read = if exited.is_cancelled() {
-            match tokio::time::timeout(TERMINAL_DRAIN_IDLE, reader.read(&mut buf)).await {
-                Ok(read) => read,
-                Err(_quiet) => break,
-            }
-        } else {
-            tokio::select! {
-                read = reader.read(&mut buf) => read,
-                // Reading is cancel-safe: nothing is lost by starting over.
-                () = exited.cancelled() => continue,
-            }
-        };
-        match read {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let frame = Message::Binary(Bytes::copy_from_slice(&buf[..n]));
-                if sink.send(frame).await.is_err() {
-                    return;
+impl Output {
+    /// Reads the next chunk; 0 at the end of the output.
+    async fn read(&mut self, buf: &mut [u8]) -> usize {
+        let read = match self {
+            Output::Pipe(pipe) => pipe.read(buf).await,
+            Output::Terminal { master, exited } => {
+                let mut reader: &Master = master;
+                loop {
+                    if exited.is_cancelled() {
+                        match tokio::time::timeout(TERMINAL_DRAIN_IDLE, reader.read(buf)).await {
+                            Ok(read) => break read,
+                            Err(_quiet) => return 0,
+                        }
+                    }
+                    tokio::select! {
+                        read = reader.read(buf) => break read,
+                        // Reading is cancel-safe: nothing is lost by starting over.
+                        () = exited.cancelled() => {}
+                    }
                 }
             }
+        };
+        read.unwrap_or(0)
+    }
+}
+
+/// Sends a command's output to the client in binary frames, then `end`. If the client is
+/// gone, the output is closed: the command's writes then fail, as they would under Pebble.
+async fn relay(mut output: Output, mut sink: SplitSink<WebSocket, Message>) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = output.read(&mut buf).await;
+        if n == 0 {
+            break;
+        }
+        let frame = Message::Binary(Bytes::copy_from_slice(&buf[..n]));
+        if sink.send(frame).await.is_err() {
+            return;
         }
     }
     let _ = sink.send(end_frame()).await;

@@ -27,6 +27,7 @@ pub mod logbuf;
 pub mod machine;
 pub mod process;
 pub mod registry;
+pub mod status;
 #[cfg(test)]
 mod tests;
 
@@ -34,7 +35,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cobble_client::types::ServiceInfo;
 use cobble_plan::{FileChangeAction, Plan, Service, ServiceAction};
 use jiff::Timestamp;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -43,13 +43,11 @@ use tokio::time::Instant;
 
 use crate::checks::Firing;
 use crate::output::Sink;
-use crate::state::format_rfc3339_nano;
 use crate::watch::{PathEvent, PathWatcher};
 use logbuf::ServiceLog;
-use machine::{
-    Action, Event, ExitAction, FileAction, Machine, Phase, Policy, StartOutcome, StopOutcome,
-};
+use machine::{Action, Event, ExitAction, FileAction, Machine, Policy, StartOutcome, StopOutcome};
 use process::{Escaped, Processes, SpawnError, Spawned};
+pub use status::{ServiceDetails, ServiceStatus};
 
 /// How long an exit waits for the output reader to reach end of file.
 const OUTPUT_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
@@ -63,35 +61,6 @@ pub const LAST_LOG_LINES: usize = 20;
 pub struct StartReply {
     pub outcome: StartOutcome,
     pub output: Vec<String>,
-}
-
-/// A service's status for `GET /v1/services` and metrics.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServiceStatus {
-    pub info: ServiceInfo,
-    /// Processes spawned for it by this daemon.
-    pub start_count: u64,
-    /// Why it is where it is, for `cobble why`; `None` for a service never started.
-    pub details: Option<ServiceDetails>,
-}
-
-/// What the supervisor knows about one service beyond its status.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServiceDetails {
-    /// Exit code of the last process.
-    pub last_exit: Option<i32>,
-    /// The last lines of its output.
-    pub last_output: Vec<String>,
-    /// Backoffs since the last reset.
-    pub backoff_count: u32,
-    /// The current backoff delay, before jitter.
-    pub backoff_delay: std::time::Duration,
-    /// When the backoff ends, if backing off.
-    pub backoff_until: Option<Timestamp>,
-    /// The missing `requires-paths`, if waiting.
-    pub waiting_for: Vec<String>,
-    /// Paths the last failure output named as missing; their appearance ends the backoff.
-    pub hints: Vec<String>,
 }
 
 enum Request {
@@ -108,6 +77,7 @@ enum Request {
     },
     Statuses {
         names: Vec<String>,
+        details: bool,
         reply: oneshot::Sender<Vec<ServiceStatus>>,
     },
     Signal {
@@ -179,6 +149,7 @@ impl ServiceManager {
             next_seed: seed(),
             watcher: PathWatcher::spawn(paths_tx),
             watched: BTreeSet::new(),
+            watches_stale: false,
             processes,
         };
         let task = tokio::spawn(actor.run(rx, done_rx, paths_rx, firing));
@@ -216,10 +187,16 @@ impl ServiceManager {
         let _ = self.tx.send(Request::AbortStart { name: name.into() });
     }
 
-    /// Statuses of the plan's services (all of them when `names` is empty), sorted by name.
-    pub async fn statuses(&self, names: Vec<String>) -> Vec<ServiceStatus> {
+    /// Statuses of the services this daemon has started among `names` (all of them when
+    /// `names` is empty), sorted by name; with the details behind `cobble why` if `details`.
+    /// A service of the plan that is not listed was never started: it is `inactive`.
+    pub async fn statuses(&self, names: Vec<String>, details: bool) -> Vec<ServiceStatus> {
         let (reply, rx) = oneshot::channel();
-        let _ = self.tx.send(Request::Statuses { names, reply });
+        let _ = self.tx.send(Request::Statuses {
+            names,
+            details,
+            reply,
+        });
         rx.await.unwrap_or_default()
     }
 
@@ -263,6 +240,8 @@ struct Slot {
     stop_waiters: Vec<oneshot::Sender<StopOutcome>>,
     /// When the reported status last changed.
     since: Option<Timestamp>,
+    /// `since`, as last rendered for a client.
+    rendered_since: status::RenderedSince,
     /// Processes spawned.
     start_count: u64,
     /// Descendants of the process being stopped that had left its process group.
@@ -282,6 +261,8 @@ struct Actor {
     watcher: PathWatcher,
     /// The set last given to the watcher.
     watched: BTreeSet<PathBuf>,
+    /// A machine stepped since the watched set was last computed.
+    watches_stale: bool,
     /// Spawning and signalling, run on the blocking pool.
     processes: Arc<dyn Processes>,
 }
@@ -334,8 +315,12 @@ impl Actor {
         }
     }
 
-    /// Gives the watcher the paths the machines care about now, if they changed.
+    /// Gives the watcher the paths the machines care about now, if they changed. Only a
+    /// machine's step can change them, so reads (statuses, say) cost nothing here.
     fn update_watches(&mut self) {
+        if !std::mem::take(&mut self.watches_stale) {
+            return;
+        }
         let wanted: BTreeSet<PathBuf> = self
             .services
             .values()
@@ -494,8 +479,12 @@ impl Actor {
                 }
             },
             Request::AbortStart { name } => self.feed(&name, Event::AbortStart),
-            Request::Statuses { names, reply } => {
-                let _ = reply.send(self.statuses(&names));
+            Request::Statuses {
+                names,
+                details,
+                reply,
+            } => {
+                let _ = reply.send(status::statuses(&mut self.services, &names, details));
             }
             Request::Signal {
                 names,
@@ -561,6 +550,7 @@ impl Actor {
             start_waiters: Vec::new(),
             stop_waiters: Vec::new(),
             since: None,
+            rendered_since: status::RenderedSince::default(),
             start_count: 0,
             escaped: Vec::new(),
         });
@@ -585,6 +575,7 @@ impl Actor {
         let Some(slot) = self.services.get_mut(name) else {
             return;
         };
+        self.watches_stale = true;
         let before = slot.machine.status();
         for action in slot.machine.step(Instant::now(), event) {
             match action {
@@ -656,38 +647,6 @@ impl Actor {
         }
     }
 
-    fn statuses(&self, names: &[String]) -> Vec<ServiceStatus> {
-        let plan = self.plan.borrow().clone();
-        plan.services
-            .iter()
-            .filter(|(name, _)| names.is_empty() || names.contains(name))
-            .map(|(name, config)| {
-                let startup = if config.is_enabled() {
-                    "enabled"
-                } else {
-                    "disabled"
-                };
-                let slot = self.services.get(name);
-                let details = slot.map(details);
-                ServiceStatus {
-                    info: ServiceInfo {
-                        name: name.clone(),
-                        startup: startup.into(),
-                        current: slot
-                            .map_or(machine::Status::Inactive, |s| s.machine.status())
-                            .as_str()
-                            .into(),
-                        current_since: slot.and_then(|s| s.since).map(format_rfc3339_nano),
-                        reason: slot.zip(details.as_ref()).and_then(|(s, d)| reason(s, d)),
-                        details: None,
-                    },
-                    start_count: slot.map_or(0, |s| s.start_count),
-                    details,
-                }
-            })
-            .collect()
-    }
-
     /// Signals each named service's main process, reporting every failure, as Pebble does.
     fn signal(&self, names: &[String], signal: &str) -> Result<(), String> {
         let mut errors = Vec::new();
@@ -737,51 +696,6 @@ pub const PANIC_SIGNAL: &str = "COBBLE-TEST-PANIC";
 fn end_group(processes: &Arc<dyn Processes>, pid: u32, escaped: Vec<Escaped>) {
     let processes = processes.clone();
     tokio::task::spawn_blocking(move || processes.end_group(pid, &escaped));
-}
-
-/// What the supervisor knows about a started service.
-fn details(slot: &Slot) -> ServiceDetails {
-    let machine = &slot.machine;
-    let backoff_until = match machine.phase() {
-        Phase::Backoff { until } => {
-            let left = until.saturating_duration_since(Instant::now());
-            Some(Timestamp::now() + left)
-        }
-        _ => None,
-    };
-    ServiceDetails {
-        last_exit: machine.last_exit(),
-        last_output: slot.log.last_lines(LAST_LOG_LINES),
-        backoff_count: machine.backoff_num(),
-        backoff_delay: machine.backoff_time(),
-        backoff_until,
-        waiting_for: machine.waiting_for().to_vec(),
-        hints: machine.hints().to_vec(),
-    }
-}
-
-/// One line on why a service is not simply running, for clients that want it (Pebble clients
-/// ignore the field).
-fn reason(slot: &Slot, details: &ServiceDetails) -> Option<String> {
-    let exit = details
-        .last_exit
-        .map_or(String::new(), |code| format!(" after exit code {code}"));
-    match slot.machine.phase() {
-        Phase::Waiting => Some(format!("waiting for {}", details.waiting_for.join(", "))),
-        Phase::Backoff { .. } => {
-            let until = details.backoff_until.map_or(String::new(), |t| {
-                format!(" until {}", crate::state::format_rfc3339_secs(t))
-            });
-            let hint = if details.hints.is_empty() {
-                String::new()
-            } else {
-                format!("; retrying as soon as {} exists", details.hints.join(", "))
-            };
-            Some(format!("backing off{until}{exit}{hint}"))
-        }
-        Phase::Exited => Some(format!("exited{exit}; its policy does not restart it")),
-        _ => None,
-    }
 }
 
 /// The lifecycle policy of a service's configuration.

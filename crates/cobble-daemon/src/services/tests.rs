@@ -197,10 +197,12 @@ impl Harness {
     }
 
     async fn status(&self, name: &str) -> String {
-        self.manager.statuses(vec![name.into()]).await[0]
-            .info
-            .current
-            .clone()
+        let statuses = self.manager.statuses(vec![name.into()], false).await;
+        // Not reported: never started.
+        statuses
+            .first()
+            .map_or("inactive", |s| s.current.as_str())
+            .to_owned()
     }
 
     /// Waits until `name` reports `want`, in steps of a paused millisecond (a few of them at

@@ -15,6 +15,7 @@ mod daemon_log;
 mod enter;
 mod entrypoint;
 mod exec;
+mod exec_cli;
 mod files;
 mod go_client;
 mod offline;

@@ -1,0 +1,182 @@
+//! What the supervisor reports about the services it has started: for `GET /v1/services`,
+//! metrics and `cobble why`.
+//!
+//! Listing services is a hot path (clients poll it, and a plan may hold thousands of
+//! services), so the report costs only what is listed:
+//!
+//! - Only started services are reported. A service the supervisor never started is
+//!   `inactive` with nothing more to say; the API reads it from the plan alone.
+//! - `current-since` is rendered once per status change and kept in the slot, not on every
+//!   request.
+//! - The details behind `cobble why` (the last lines of output, backoff figures) are
+//!   gathered only when asked for; the one-line reason is worked out from the machine.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use tokio::time::Instant;
+
+use super::machine::{Phase, Status};
+use super::{LAST_LOG_LINES, Slot};
+use crate::state::{format_rfc3339_nano, format_rfc3339_secs};
+
+/// What the supervisor reports about a service it has started.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceStatus {
+    /// The service's name.
+    pub name: String,
+    /// Its status.
+    pub current: Status,
+    /// When the status was entered, rendered as RFC 3339 with nanoseconds.
+    pub since: Option<Arc<str>>,
+    /// Why it is not simply running, if it is not.
+    pub reason: Option<String>,
+    /// Processes spawned for it by this daemon.
+    pub start_count: u64,
+    /// Why it is where it is, for `cobble why`; only when asked for.
+    pub details: Option<ServiceDetails>,
+}
+
+/// What the supervisor knows about one service beyond its status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceDetails {
+    /// Exit code of the last process.
+    pub last_exit: Option<i32>,
+    /// The last lines of its output.
+    pub last_output: Vec<String>,
+    /// Backoffs since the last reset.
+    pub backoff_count: u32,
+    /// The current backoff delay, before jitter.
+    pub backoff_delay: std::time::Duration,
+    /// When the backoff ends, if backing off.
+    pub backoff_until: Option<Timestamp>,
+    /// The missing `requires-paths`, if waiting.
+    pub waiting_for: Vec<String>,
+    /// Paths the last failure output named as missing; their appearance ends the backoff.
+    pub hints: Vec<String>,
+}
+
+/// A `current-since` rendered for the instant it was rendered from.
+#[derive(Debug, Default)]
+pub(super) struct RenderedSince(Option<(Timestamp, Arc<str>)>);
+
+impl RenderedSince {
+    /// `at`, rendered; again only if `at` is not what was rendered last.
+    fn render(&mut self, at: Timestamp) -> Arc<str> {
+        match &self.0 {
+            Some((rendered_at, text)) if *rendered_at == at => text.clone(),
+            _ => {
+                let text: Arc<str> = format_rfc3339_nano(at).into();
+                self.0 = Some((at, text.clone()));
+                text
+            }
+        }
+    }
+}
+
+/// The statuses of the started services among `names` (all of them when `names` is empty),
+/// sorted by name, with details if `with_details`.
+pub(super) fn statuses(
+    services: &mut BTreeMap<String, Slot>,
+    names: &[String],
+    with_details: bool,
+) -> Vec<ServiceStatus> {
+    if names.is_empty() {
+        services
+            .iter_mut()
+            .map(|(name, slot)| status(name, slot, with_details))
+            .collect()
+    } else {
+        // Sorted and without repeats, as the listing must be.
+        let wanted: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        wanted
+            .into_iter()
+            .filter_map(|name| Some(status(name, services.get_mut(name)?, with_details)))
+            .collect()
+    }
+}
+
+fn status(name: &str, slot: &mut Slot, with_details: bool) -> ServiceStatus {
+    ServiceStatus {
+        name: name.to_owned(),
+        current: slot.machine.status(),
+        since: slot.since.map(|at| slot.rendered_since.render(at)),
+        reason: reason(slot),
+        start_count: slot.start_count,
+        details: with_details.then(|| details(slot)),
+    }
+}
+
+/// What the supervisor knows about a started service.
+fn details(slot: &Slot) -> ServiceDetails {
+    let machine = &slot.machine;
+    ServiceDetails {
+        last_exit: machine.last_exit(),
+        last_output: slot.log.last_lines(LAST_LOG_LINES),
+        backoff_count: machine.backoff_num(),
+        backoff_delay: machine.backoff_time(),
+        backoff_until: backoff_until(slot),
+        waiting_for: machine.waiting_for().to_vec(),
+        hints: slot.machine.hints().to_vec(),
+    }
+}
+
+/// When the current backoff ends, if backing off.
+fn backoff_until(slot: &Slot) -> Option<Timestamp> {
+    match slot.machine.phase() {
+        Phase::Backoff { until } => {
+            let left = until.saturating_duration_since(Instant::now());
+            Some(Timestamp::now() + left)
+        }
+        _ => None,
+    }
+}
+
+/// One line on why a service is not simply running, for clients that want it (Pebble clients
+/// ignore the field).
+fn reason(slot: &Slot) -> Option<String> {
+    let exit = || {
+        slot.machine
+            .last_exit()
+            .map_or(String::new(), |code| format!(" after exit code {code}"))
+    };
+    match slot.machine.phase() {
+        Phase::Waiting => Some(format!(
+            "waiting for {}",
+            slot.machine.waiting_for().join(", ")
+        )),
+        Phase::Backoff { .. } => {
+            let until = backoff_until(slot).map_or(String::new(), |t| {
+                format!(" until {}", format_rfc3339_secs(t))
+            });
+            let hint = if slot.machine.hints().is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; retrying as soon as {} exists",
+                    slot.machine.hints().join(", ")
+                )
+            };
+            Some(format!("backing off{until}{}{hint}", exit()))
+        }
+        Phase::Exited => Some(format!("exited{}; its policy does not restart it", exit())),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendered_since_renders_again_only_when_the_instant_changes() {
+        let mut since = RenderedSince::default();
+        let first: Timestamp = "2024-01-01T00:00:00.5Z".parse().unwrap();
+        let text = since.render(first);
+        assert!(Arc::ptr_eq(&text, &since.render(first)));
+        assert_eq!(*text, *format_rfc3339_nano(first));
+        let second: Timestamp = "2024-01-01T00:00:01Z".parse().unwrap();
+        assert_eq!(*since.render(second), *format_rfc3339_nano(second));
+    }
+}
