@@ -165,6 +165,38 @@ fn enter_exec_runs_the_command_against_its_own_daemon() {
     );
 }
 
+/// With `--run` the default services are up before the command runs; without it they are
+/// not started at all.
+#[test]
+fn enter_run_exec_starts_the_default_services_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("marker");
+    let layer = format!(
+        "services:\n  svc:\n    override: replace\n    startup: enabled\n    \
+         command: sh -c 'echo up > {}; exec sleep 1000'\n",
+        marker.display()
+    );
+    std::fs::create_dir_all(dir.path().join("layers")).unwrap();
+    std::fs::write(dir.path().join("layers/001-base.yaml"), layer).unwrap();
+    let enter = || Test::new().env("PEBBLE", dir.path().to_str().unwrap());
+    let marker = marker.to_str().unwrap();
+
+    enter()
+        .args(&[
+            "enter",
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            &format!("test ! -e {marker}"),
+        ])
+        .run();
+    enter()
+        .args(&["enter", "--run", "exec", "cat", marker])
+        .stdout("up\n")
+        .run();
+}
+
 /// `PEBBLE_VERBOSE=1` (which `enter exec` accepts, unlike `-v`) shows the daemon's log.
 #[test]
 fn enter_exec_with_pebble_verbose_logs() {
