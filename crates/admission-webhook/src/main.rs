@@ -1,0 +1,44 @@
+//! `admission-webhook`: see the library docs.
+
+use std::process::ExitCode;
+
+use admission_webhook::flags::{self, Stop};
+
+fn main() -> ExitCode {
+    let mut args = std::env::args();
+    let program = args.next().unwrap_or_else(|| "admission-webhook".into());
+    let options = match flags::parse(args) {
+        Ok(options) => options,
+        Err(Stop::Help) => {
+            eprint!("{}", flags::usage(&program));
+            return ExitCode::SUCCESS;
+        }
+        Err(Stop::Error(message)) => {
+            eprintln!("{message}");
+            eprint!("{}", flags::usage(&program));
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!("cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(admission_webhook::run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            ExitCode::FAILURE
+        }
+    }
+}
