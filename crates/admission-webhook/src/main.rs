@@ -34,7 +34,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(admission_webhook::run(options)) {
+    let result = runtime.block_on(admission_webhook::run(options));
+    // A LIST or a configuration read may still be on a blocking thread: do not wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             tracing::error!("{message}");
