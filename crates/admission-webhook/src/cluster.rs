@@ -316,3 +316,31 @@ pub fn source(kubeconfig: PathBuf, cache: bool) -> Arc<dyn Source> {
         Arc::new(ListPerRequest::new(kubeconfig))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure(message, "Reason")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn list_errors_read_as_the_go_webhooks() {
+        assert_eq!(
+            list_error(api_error(
+                404,
+                "the server could not find the requested resource"
+            )),
+            "no matches for kind \"PodDefault\" in version \"kubeflow.org/v1alpha1\""
+        );
+        assert_eq!(
+            list_error(api_error(403, "poddefaults.kubeflow.org is forbidden")),
+            "poddefaults.kubeflow.org is forbidden"
+        );
+    }
+}
