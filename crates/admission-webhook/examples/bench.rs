@@ -280,7 +280,7 @@ async fn measure(args: &Args, api: &FakeApiServer, cache: bool) -> Row {
         rss_idle,
         rss_load,
         rss_after,
-        lists: lists as u64,
+        lists,
     }
 }
 
