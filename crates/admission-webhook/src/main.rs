@@ -24,7 +24,11 @@ fn main() -> ExitCode {
         .with_ansi(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // kube logs every failed request once more; the webhook already logs the
+                // error that denied the pod.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("info,kube_client::client::builder=off")
+                }),
         )
         .init();
     let runtime = match tokio::runtime::Runtime::new() {
