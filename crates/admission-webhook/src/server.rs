@@ -4,6 +4,12 @@
 //! The listener opens only once a certificate is loaded (see [`crate::certs`]), so a TCP
 //! check that connects knows TLS works. A port that cannot be bound ends the program with
 //! an error (the Go webhook exits 0 then, which looks like success to a supervisor).
+//!
+//! Where the Go webhook answers garbage with garbage, this one says what is wrong: a
+//! Content-Type other than exactly `application/json` gets 415 (Go: an empty 200), a body
+//! that is no AdmissionReview gets 400 (Go: a panic and a dropped connection). The API
+//! server fails the call either way. Only HTTP/1.1 is offered (Go also offers HTTP/2; the
+//! API server speaks both).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
