@@ -2,6 +2,8 @@
 # Run the ops-driven compatibility suite against a cobble binary.
 #
 #   COBBLE_BIN=/path/to/cobble tests/compat/run.sh [pytest args...]
+#   ADMISSION_WEBHOOK_BIN=/path/to/admission-webhook (optional; the founding case's webhook)
+#   COMPAT_FOUNDING_PUSH_AFTER=45 (optional; the charm's real delay before the cert push)
 #
 # COBBLE_BIN defaults to target/debug/cobble under the repository root; this
 # script never builds it. The Python environment lives in $REPO/.venv and is
@@ -61,6 +63,15 @@ if [ ! -x "$COBBLE_BIN" ]; then
     exit 2
 fi
 export COBBLE_BIN
+# The founding case's Rust webhook (crates/admission-webhook); its test skips when the binary
+# was not built and ADMISSION_WEBHOOK_BIN is unset.
+if [ -n "${ADMISSION_WEBHOOK_BIN:-}" ]; then
+    case "$ADMISSION_WEBHOOK_BIN" in
+        /*) ;;
+        *) ADMISSION_WEBHOOK_BIN="$PWD/$ADMISSION_WEBHOOK_BIN" ;;
+    esac
+    export ADMISSION_WEBHOOK_BIN
+fi
 export PYTHONDONTWRITEBYTECODE=1
 
 cd "$REPO"

@@ -1,0 +1,94 @@
+//! A drop-in for Kubeflow's PodDefault admission webhook (the Go program in
+//! `components/admission-webhook`), built so that it cannot get stuck.
+//!
+//! It takes the same flags and answers `POST /apply-poddefault` exactly as the Go webhook
+//! decides (which PodDefaults select a pod, which conflicts deny it, how they merge, the
+//! JSON Patch), but where the Go program dies it waits: missing or broken certificate
+//! files are watched until a valid pair appears, a changed pair is reloaded in place, and
+//! an API server error denies the one admission it spoiled and nothing more.
+//!
+//! # Layout
+//! - [`flags`]: the command line, parsed as Go's `flag` package parses it.
+//! - [`poddefault`], [`selector`], [`mutate`]: the pure core (the PodDefault type, label
+//!   selectors, and matching, conflicts, merge and patch).
+//! - [`review`]: AdmissionReview v1 and v1beta1 in, AdmissionReview out.
+//! - [`cluster`]: the API server: configuration, LIST per admission, or a watch-fed cache.
+//! - [`certs`]: the certificate watcher and the TLS certificate resolver.
+//! - [`server`]: the HTTPS listener and its three paths.
+//! - [`run`]: puts them together; `main` only parses flags and sets up logging.
+#![forbid(unsafe_code)]
+
+pub mod aggregate;
+pub mod certs;
+pub mod cluster;
+pub mod flags;
+pub mod mutate;
+pub mod poddefault;
+pub mod review;
+pub mod selector;
+pub mod server;
+
+use std::sync::Arc;
+
+use tokio::signal::unix::{SignalKind, signal};
+
+/// Runs the webhook until SIGTERM or SIGINT (`Ok`), or until it cannot listen (`Err`, the
+/// message to print).
+pub async fn run(options: flags::Options) -> Result<(), String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    // kube's client builds its TLS from the process default; make it ring as well.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    let port = u16::try_from(options.webhook_port)
+        .map_err(|_| format!("listen tcp :{}: invalid port", options.webhook_port))?;
+    let current = Arc::new(certs::CurrentCert::default());
+    let (generation_tx, mut generation) = tokio::sync::watch::channel(0u64);
+    certs::spawn_watcher(
+        options.tls_cert_file.clone(),
+        options.tls_key_file.clone(),
+        current.clone(),
+        provider.clone(),
+        generation_tx,
+    )
+    .map_err(|e| format!("cannot start the certificate watcher: {e}"))?;
+    let source = cluster::source(options.kubeconfig.clone(), options.cache);
+
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    let stop = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    };
+    tokio::pin!(stop);
+
+    tokio::select! {
+        _ = generation.wait_for(|g| *g > 0) => {}
+        _ = &mut stop => return Ok(()),
+    }
+    let listener = server::bind(port)
+        .await
+        .map_err(|e| format!("listen tcp :{port}: {e}"))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| format!("listen tcp :{port}: {e}"))?;
+    let tls =
+        server::tls_config(current, provider).map_err(|e| format!("cannot set up TLS: {e}"))?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    tracing::info!(
+        "serving webhooks on {address} ({})",
+        if options.cache {
+            "PodDefaults from a watch-fed cache"
+        } else {
+            "PodDefaults listed for every admission"
+        }
+    );
+    let webhook = Arc::new(server::Webhook { source });
+    tokio::select! {
+        _ = server::serve(listener, acceptor, webhook) => Ok(()),
+        _ = &mut stop => Ok(()),
+    }
+}

@@ -1,0 +1,51 @@
+//! `admission-webhook`: see the library docs.
+
+use std::process::ExitCode;
+
+use admission_webhook::flags::{self, Stop};
+
+fn main() -> ExitCode {
+    let mut args = std::env::args();
+    let program = args.next().unwrap_or_else(|| "admission-webhook".into());
+    let options = match flags::parse(args) {
+        Ok(options) => options,
+        Err(Stop::Help) => {
+            eprint!("{}", flags::usage(&program));
+            return ExitCode::SUCCESS;
+        }
+        Err(Stop::Error(message)) => {
+            eprintln!("{message}");
+            eprint!("{}", flags::usage(&program));
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                // kube logs every failed request once more; the webhook already logs the
+                // error that denied the pod.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("info,kube_client::client::builder=off")
+                }),
+        )
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!("cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(admission_webhook::run(options));
+    // A LIST or a configuration read may still be on a blocking thread: do not wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            ExitCode::FAILURE
+        }
+    }
+}

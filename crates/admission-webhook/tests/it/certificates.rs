@@ -1,0 +1,181 @@
+//! The certificate watcher seen from outside: the webhook waits for missing files, serves
+//! once they are written, follows rotations, and keeps its pair when a new one is broken.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// Polls fresh handshakes until the webhook presents `want` (bounded).
+async fn wait_for_cert(port: u16, ca: &str, want: &[u8], what: &str) {
+    let deadline = Instant::now() + STARTUP;
+    loop {
+        if presented_cert(port, ca).await.as_deref() == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the new certificate was not served within {STARTUP:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_waits_for_missing_certificates_and_serves_once_they_are_written() {
+    let scratch = Scratch::new();
+    // Not even the directory exists yet, as before the charm's push(make_dirs=True).
+    let certs = scratch.path("etc/webhook/certs");
+    let mut webhook = Webhook::start(&strs(&cert_args(&certs)), &[], &scratch.home());
+    webhook.wait_for_log("waiting for a valid certificate and key", STARTUP);
+    assert!(webhook.is_running());
+    assert_eq!(
+        webhook.count_log("serving webhooks on"),
+        0,
+        "no listener without a certificate"
+    );
+
+    write_pair(&certs, &scratch.a);
+    let written = Instant::now();
+    let port = webhook.port(STARTUP);
+    let client = Client::connect(port, &scratch.ca.pem).await.unwrap();
+    // The bound is the issue's; the assertion above is the event, this one a generous check.
+    let elapsed = written.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(5),
+        "served {elapsed:?} after the write"
+    );
+    eprintln!("served {elapsed:?} after the certificates were written");
+    assert_eq!(client.peer, scratch.a.der);
+    assert_eq!(
+        webhook.count_log("waiting for a valid certificate and key"),
+        1,
+        "logged once"
+    );
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Rotation {
+    AtomicRename,
+    InPlace,
+    DataSymlinkSwap,
+}
+
+async fn rotate(rotation: Rotation) {
+    let scratch = Scratch::new();
+    let base = scratch.path("certs");
+    std::fs::create_dir_all(&base).unwrap();
+    if let Rotation::DataSymlinkSwap = rotation {
+        // The kubelet's layout: cert.pem -> ..data/cert.pem, ..data -> ..v1
+        write_pair(&base.join("..v1"), &scratch.a);
+        std::os::unix::fs::symlink("..v1", base.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/cert.pem", base.join("cert.pem")).unwrap();
+        std::os::unix::fs::symlink("..data/key.pem", base.join("key.pem")).unwrap();
+    } else {
+        write_pair(&base, &scratch.a);
+    }
+    let webhook = Webhook::start(&strs(&cert_args(&base)), &[], &scratch.home());
+    let port = webhook.port(STARTUP);
+    wait_for_cert(port, &scratch.ca.pem, &scratch.a.der, "first pair").await;
+
+    match rotation {
+        Rotation::AtomicRename => {
+            for (name, content) in [
+                ("cert.pem", &scratch.b.cert_pem),
+                ("key.pem", &scratch.b.key_pem),
+            ] {
+                let tmp = base.join(format!(".{name}.tmp"));
+                std::fs::write(&tmp, content).unwrap();
+                std::fs::rename(&tmp, base.join(name)).unwrap();
+            }
+        }
+        Rotation::InPlace => {
+            // The certificate first, the key a moment later: a mismatched pair in between.
+            std::fs::write(base.join("cert.pem"), &scratch.b.cert_pem).unwrap();
+            webhook.wait_for_log("keeping the previous certificate", STARTUP);
+            assert_eq!(
+                presented_cert(port, &scratch.ca.pem).await.unwrap(),
+                scratch.a.der
+            );
+            std::fs::write(base.join("key.pem"), &scratch.b.key_pem).unwrap();
+        }
+        Rotation::DataSymlinkSwap => {
+            write_pair(&base.join("..v2"), &scratch.b);
+            std::os::unix::fs::symlink("..v2", base.join("..data_tmp")).unwrap();
+            std::fs::rename(base.join("..data_tmp"), base.join("..data")).unwrap();
+        }
+    }
+    wait_for_cert(
+        port,
+        &scratch.ca.pem,
+        &scratch.b.der,
+        &format!("{rotation:?}"),
+    )
+    .await;
+    webhook.wait_for_log("reloaded certificate", STARTUP);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_by_atomic_rename_serves_the_new_pair() {
+    rotate(Rotation::AtomicRename).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_by_writing_in_place_serves_the_new_pair() {
+    rotate(Rotation::InPlace).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_by_the_kubelets_data_symlink_swap_serves_the_new_pair() {
+    rotate(Rotation::DataSymlinkSwap).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_new_pair_keeps_the_old_one_serving() {
+    let scratch = Scratch::new();
+    let base = scratch.path("certs");
+    write_pair(&base, &scratch.a);
+    let mut webhook = Webhook::start(&strs(&cert_args(&base)), &[], &scratch.home());
+    let port = webhook.port(STARTUP);
+    wait_for_cert(port, &scratch.ca.pem, &scratch.a.der, "first pair").await;
+
+    type Breakage<'a> = &'a dyn Fn(&Path);
+    let cases: [(&str, Breakage); 3] = [
+        ("garbage certificate", &|dir| {
+            std::fs::write(dir.join("cert.pem"), "not a certificate").unwrap()
+        }),
+        ("a key that is not the certificate's", &|dir| {
+            std::fs::write(dir.join("cert.pem"), &scratch.a.cert_pem).unwrap();
+            std::fs::write(dir.join("key.pem"), &scratch.b.key_pem).unwrap();
+        }),
+        ("a missing key", &|dir| {
+            std::fs::remove_file(dir.join("key.pem")).unwrap()
+        }),
+    ];
+    for (i, (name, breakage)) in cases.iter().enumerate() {
+        breakage(&base);
+        let deadline = Instant::now() + STARTUP;
+        while webhook.count_log("keeping the previous certificate") <= i {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: the broken pair was not noticed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            presented_cert(port, &scratch.ca.pem).await.as_deref(),
+            Some(&scratch.a.der[..]),
+            "{name}"
+        );
+        assert!(webhook.is_running(), "{name}");
+    }
+    // And a good pair again is taken.
+    write_pair(&base, &scratch.b);
+    wait_for_cert(
+        port,
+        &scratch.ca.pem,
+        &scratch.b.der,
+        "good pair after broken ones",
+    )
+    .await;
+}

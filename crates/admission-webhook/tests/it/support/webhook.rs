@@ -1,0 +1,113 @@
+//! The webhook binary as a child process: started with a clean environment (no kubeconfig
+//! or service account but what the test gives it), its log collected line by line so tests
+//! can wait for what it says, killed on drop.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_admission-webhook");
+
+pub struct Webhook {
+    child: Child,
+    log: Arc<(Mutex<Vec<String>>, Condvar)>,
+}
+
+impl Webhook {
+    /// Starts the webhook with these arguments and extra environment. `home` stands in for
+    /// `$HOME`, so no `~/.kube/config` of the machine is read.
+    pub fn start(args: &[&str], env: &[(String, String)], home: &Path) -> Webhook {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .env_clear()
+            .env("HOME", home)
+            .env("RUST_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        let log: Arc<(Mutex<Vec<String>>, Condvar)> = Arc::default();
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("webhook: {line}");
+                sink.0.lock().unwrap().push(line);
+                sink.1.notify_all();
+            }
+        });
+        Webhook { child, log }
+    }
+
+    /// Waits until a log line contains `needle` and returns it.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        let (lines, changed) = &*self.log;
+        let mut lines = lines.lock().unwrap();
+        loop {
+            if let Some(line) = lines.iter().find(|l| l.contains(needle)) {
+                return line.clone();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "no log line with {needle:?} within {timeout:?}; log:\n{}",
+                lines.join("\n")
+            );
+            lines = changed.wait_timeout(lines, left).unwrap().0;
+        }
+    }
+
+    /// How many log lines contain `needle`.
+    pub fn count_log(&self, needle: &str) -> usize {
+        self.log
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    /// The port from "serving webhooks on ADDR", once it is logged.
+    pub fn port(&self, timeout: Duration) -> u16 {
+        let line = self.wait_for_log("serving webhooks on ", timeout);
+        let address = line.split("serving webhooks on ").nth(1).unwrap();
+        let address = address.split_whitespace().next().unwrap();
+        address.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    /// Waits (bounded) for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the webhook did not exit within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
