@@ -1,24 +1,46 @@
-//! The exec group: the round trip of `exec true` through `cobble-client`.
+//! The exec group: what running commands through the daemon costs.
 //!
-//! One round trip is what a client does to run a command and learn its exit code:
-//! `POST /v1/exec`, the `control` and `stdio` websockets (and `stderr` when it is kept apart,
-//! as ops keeps it by default), the end of the input, the output read to its end, and
-//! `/v1/changes/{id}/wait` for the exit code. Every step opens a new connection, as ops and
-//! Pebble's Go client do. Each series runs against one daemon (`cobble run --hold`, no layers)
-//! after a short unmeasured warm-up.
+//! - **Round trip through `cobble-client`.** What a client does to run a command and learn its
+//!   exit code: `POST /v1/exec`, the `control` and `stdio` websockets (and `stderr` when it is
+//!   kept apart, as ops keeps it by default), the end of the input, the output read to its
+//!   end, and `/v1/changes/{id}/wait` for the exit code. Every step opens a new connection, as
+//!   ops and Pebble's Go client do.
+//! - **Round trip through ops.** The same through the real Python `ops` client
+//!   (`bench/ops_exec.py`, run with `--python`, by default the compatibility suite's
+//!   `.venv`): `Client.exec(["true"]).wait_output()`, as charm code does it. Skipped, with the
+//!   reason, when that Python cannot import ops.
+//! - **Throughput.** `--exec-mib` MiB through `cat` (stdin to stdout) through the daemon,
+//!   against the same bytes through a local `cat` on two pipes; and the daemon's RSS growth
+//!   while it relays them (the highest `VmRSS` sampled every 20 ms, minus the reading before).
+//! - **Concurrency.** `--exec-concurrent` `exec true` round trips started at once, each timed
+//!   from the common start to its exit code, while `GET /v1/health` is sent every 10 ms and
+//!   timed.
+//!
+//! Each part runs against one daemon (`cobble run --hold`, no layers) after a short unmeasured
+//! warm-up.
 
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use cobble_client::{Client, ExecOptions};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::daemon::Daemon;
 use crate::report::{self, Row, Target, Unit};
 use crate::stats::Samples;
 
-/// The round-trip target, seconds.
+/// The round-trip target through cobble-client, seconds.
 const ROUND_TRIP_TARGET_S: f64 = 3e-3;
+/// Pebble v1.12.0's `exec true` round trip through ops 3.9.0 on this kind of machine, seconds.
+const PEBBLE_OPS_ROUND_TRIP_S: f64 = 14.1e-3;
+/// The relayed bytes may take at most this many times as long as a local pipe.
+const THROUGHPUT_RATIO_TARGET: f64 = 1.5;
+/// The daemon's RSS may grow by less than this while relaying, MiB.
+const RELAY_RSS_GROWTH_TARGET_MIB: f64 = 8.0;
+/// `/v1/health` p99 while execs run, seconds.
+const HEALTH_P99_TARGET_S: f64 = 5e-3;
 /// Unmeasured round trips before each series.
 const WARMUP: usize = 20;
 /// How long the daemon may take to answer its first request.
@@ -31,6 +53,12 @@ pub struct Settings {
     pub runs: usize,
     /// The pause between attempts to reach a launching daemon.
     pub poll_launch: Duration,
+    /// The Python that runs the ops round trips.
+    pub python: PathBuf,
+    /// MiB to push through `cat`.
+    pub mib: usize,
+    /// Round trips started at once.
+    pub concurrent: usize,
 }
 
 /// Runs the group and returns its Markdown table.
@@ -62,8 +90,228 @@ pub async fn run(cobble: &std::path::Path, token: &str, settings: &Settings) -> 
             .target(Target::below(ROUND_TRIP_TARGET_S)),
         );
     }
+    let mut notes = String::new();
+    eprintln!("==> exec true through ops ({} runs)", settings.runs);
+    match ops_round_trips(
+        &settings.python,
+        &daemon.dir().join(".pebble.socket"),
+        settings.runs,
+    ) {
+        Ok(samples) => rows.push(
+            Row::distribution(
+                "`exec true` round trip through ops (`exec().wait_output()`)",
+                Unit::Millis,
+                &samples,
+            )
+            .pebble(PEBBLE_OPS_ROUND_TRIP_S)
+            .target(Target::at_most(PEBBLE_OPS_ROUND_TRIP_S / 2.0)),
+        ),
+        Err(e) => notes.push_str(&format!("The ops round trip was skipped: {e:#}.\n\n")),
+    }
+    eprintln!("==> {} MiB through cat", settings.mib);
+    rows.extend(throughput(&daemon, settings.mib).await?);
+    eprintln!("==> {} concurrent exec true", settings.concurrent);
+    rows.extend(concurrent(&daemon, settings.concurrent).await?);
     daemon.stop_clean()?;
-    Ok(report::markdown(&rows))
+    Ok(format!("{}{notes}", report::markdown(&rows)))
+}
+
+/// Round trips through ops, timed by the Python script.
+fn ops_round_trips(python: &Path, socket: &Path, runs: usize) -> Result<Samples> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ops_exec.py");
+    let output = std::process::Command::new(python)
+        .arg(&script)
+        .arg(socket)
+        .arg(runs.to_string())
+        .output()
+        .with_context(|| format!("cannot run {}", python.display()))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().last().unwrap_or_default();
+        bail!("{} {}: {last}", python.display(), output.status);
+    }
+    let mut samples = Samples::default();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let secs: f64 = line.parse().with_context(|| format!("bad line {line:?}"))?;
+        samples.push(Duration::from_secs_f64(secs));
+    }
+    ensure!(samples.len() == runs, "expected {runs} round trips");
+    Ok(samples)
+}
+
+/// `mib` MiB through `cat` in the daemon and through a local `cat`, and the daemon's growth.
+async fn throughput(daemon: &Daemon, mib: usize) -> Result<Vec<Row>> {
+    let chunk = vec![b'x'; 64 * 1024];
+    let total = mib * 1024 * 1024;
+
+    let local = {
+        let chunk = chunk.clone();
+        tokio::task::spawn_blocking(move || local_cat(&chunk, total)).await??
+    };
+
+    let before = daemon.rss()?.total_kib;
+    let peak = std::sync::atomic::AtomicU64::new(before);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let started = Instant::now();
+    let mut process = daemon
+        .client()
+        .exec(&ExecOptions::new(["cat"]))
+        .await
+        .context("cannot exec cat")?;
+    let mut stdin = process.stdin.take().context("no stdin")?;
+    let mut stdout = process.stdout.take().context("no stdout")?;
+    let write = async {
+        for _ in 0..total / chunk.len() {
+            stdin.write_all(&chunk).await?;
+        }
+        stdin.shutdown().await?;
+        anyhow::Ok(())
+    };
+    let read = async {
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut got = 0usize;
+        loop {
+            let n = stdout.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        anyhow::Ok(got)
+    };
+    let sample = async {
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok(rss) = daemon.rss() {
+                peak.fetch_max(rss.total_kib, std::sync::atomic::Ordering::Relaxed);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let (written, got, ()) = tokio::join!(write, read, sample);
+    written?;
+    let got = got?;
+    let code = process.wait().await.context("cannot wait for cat")?;
+    let relayed = started.elapsed();
+    ensure!(
+        got == total && code == 0,
+        "cat relayed {got} of {total} bytes, exit {code}"
+    );
+    let mib_per_s = |d: Duration| mib as f64 / d.as_secs_f64();
+    let growth_mib = (peak
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .saturating_sub(before)) as f64
+        / 1024.0;
+    Ok(vec![
+        Row::single(
+            &format!(
+                "{mib} MiB through `cat` via the daemon ({:.0} MiB/s; a local pipe: {:.0} MiB/s in {}), time relative to the local pipe",
+                mib_per_s(relayed),
+                mib_per_s(local),
+                report::millis(local)
+            ),
+            Unit::Ratio,
+            relayed.as_secs_f64() / local.as_secs_f64(),
+        )
+        .target(Target::at_most(THROUGHPUT_RATIO_TARGET)),
+        Row::single(
+            &format!("Daemon RSS growth while relaying {mib} MiB (from {:.1} MiB)", before as f64 / 1024.0),
+            Unit::MiB,
+            growth_mib,
+        )
+        .target(Target::below(RELAY_RSS_GROWTH_TARGET_MIB)),
+    ])
+}
+
+/// `total` bytes through a local `cat`: written by one thread, read by this one.
+fn local_cat(chunk: &[u8], total: usize) -> Result<Duration> {
+    let started = Instant::now();
+    let mut child = std::process::Command::new("cat")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("cannot run cat")?;
+    let mut stdin = child.stdin.take().context("no stdin")?;
+    let chunk = chunk.to_vec();
+    let writer = std::thread::spawn(move || -> std::io::Result<()> {
+        for _ in 0..total / chunk.len() {
+            stdin.write_all(&chunk)?;
+        }
+        Ok(())
+    });
+    let mut stdout = child.stdout.take().context("no stdout")?;
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut got = 0;
+    loop {
+        let n = stdout.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    writer.join().expect("writer thread")?;
+    // This process has no reaper: wait for its own child.
+    child.wait()?;
+    let took = started.elapsed();
+    ensure!(got == total, "local cat relayed {got} of {total} bytes");
+    Ok(took)
+}
+
+/// `n` round trips started at once, and `/v1/health` meanwhile.
+async fn concurrent(daemon: &Daemon, n: usize) -> Result<Vec<Row>> {
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let client = daemon.client().clone();
+        tasks.spawn(async move {
+            round_trip(&client, true).await?;
+            anyhow::Ok(started.elapsed())
+        });
+    }
+    let mut health = Samples::default();
+    let probe = async {
+        while done.load(std::sync::atomic::Ordering::Relaxed) < n {
+            let began = Instant::now();
+            let healthy = daemon.client().health("", &[]).await?;
+            health.push(began.elapsed());
+            ensure!(healthy, "unhealthy");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        anyhow::Ok(())
+    };
+    let collect = async {
+        let mut finished = Samples::default();
+        while let Some(result) = tasks.join_next().await {
+            finished.push(result??);
+            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        anyhow::Ok(finished)
+    };
+    let (probed, finished) = tokio::join!(probe, collect);
+    probed?;
+    let finished = finished?;
+    ensure!(finished.len() == n, "{} of {n} completed", finished.len());
+    Ok(vec![
+        Row::distribution(
+            &format!(
+                "{n} concurrent `exec true` (stderr apart): each one's time from the common start to its exit code"
+            ),
+            Unit::Millis,
+            &finished,
+        ),
+        Row::distribution(
+            &format!("GET /v1/health while {n} execs run"),
+            Unit::Millis,
+            &health,
+        ),
+        Row::single(
+            &format!("GET /v1/health p99 while {n} execs run"),
+            Unit::Millis,
+            health.p99().as_secs_f64(),
+        )
+        .target(Target::below(HEALTH_P99_TARGET_S)),
+    ])
 }
 
 /// Runs `true` once and waits for its exit code; returns how long that took.

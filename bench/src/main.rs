@@ -211,6 +211,15 @@ struct Args {
     /// Round trips of `exec true` per exec series.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     exec_runs: usize,
+    /// The Python (with ops installed) that runs the ops exec round trips.
+    #[arg(long, value_name = "PATH", default_value = ".venv/bin/python")]
+    python: PathBuf,
+    /// MiB pushed through `cat` in the exec throughput row.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    exec_mib: usize,
+    /// `exec true` round trips started at once.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    exec_concurrent: usize,
 }
 
 /// A group of measurements that can run alone.
@@ -321,6 +330,9 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
         let settings = exec::Settings {
             runs: args.exec_runs,
             poll_launch,
+            python: args.python.clone(),
+            mib: args.exec_mib,
+            concurrent: args.exec_concurrent,
         };
         let section = exec::run(&bench.cobble, &bench.token, &settings).await?;
         println!("### Exec\n\n{section}");

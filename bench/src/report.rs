@@ -17,6 +17,8 @@ pub enum Unit {
     Seconds,
     /// A size, shown in MiB.
     MiB,
+    /// A ratio of two figures, shown as `1.23×`.
+    Ratio,
 }
 
 impl Unit {
@@ -28,6 +30,7 @@ impl Unit {
             Unit::Millis => format!("{:.1} ms", value * 1e3),
             Unit::Seconds => format!("{value:.3} s"),
             Unit::MiB => format!("{value:.1} MiB"),
+            Unit::Ratio => format!("{value:.2}×"),
         }
     }
 }
