@@ -145,19 +145,23 @@ async fn descendants_include_children_that_left_the_group() {
     cmd.process_group(0);
     let spawned = reaper::spawn(&mut cmd).unwrap();
     let leader = spawned.pid;
+    // Until both exist and the second has left the group: `setsid` forks, then leaves.
+    let escaped_from = |found: &[u32]| -> Vec<u32> {
+        found
+            .iter()
+            .copied()
+            .filter(|p| process::proc_stat(*p).is_some_and(|s| s.pgrp != leader))
+            .collect()
+    };
     let mut found = Vec::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while found.len() < 2 {
+    while found.len() < 2 || escaped_from(&found).is_empty() {
         assert!(std::time::Instant::now() < deadline, "{found:?}");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         found = process::descendants(leader);
     }
-    let escaped: Vec<u32> = found
-        .iter()
-        .copied()
-        .filter(|p| process::proc_stat(*p).is_some_and(|s| s.pgrp != leader))
-        .collect();
-    assert_eq!(escaped.len(), 1, "{found:?}");
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(escaped_from(&found).len(), 1, "{found:?}");
     for pid in found.iter().chain([&leader]) {
         let _ = process::signal_pid(*pid, Signal::SIGKILL);
     }
