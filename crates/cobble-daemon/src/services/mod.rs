@@ -150,7 +150,7 @@ impl ServiceManager {
             watcher: PathWatcher::spawn(paths_tx),
             watched: BTreeSet::new(),
             watches_stale: false,
-            processes,
+            jobs: ProcessJobs::new(processes),
         };
         let task = tokio::spawn(actor.run(rx, done_rx, paths_rx, firing));
         (ServiceManager { tx }, task)
@@ -264,7 +264,44 @@ struct Actor {
     /// A machine stepped since the watched set was last computed.
     watches_stale: bool,
     /// Spawning and signalling, run on the blocking pool.
+    jobs: ProcessJobs,
+}
+
+/// How many of the supervisor's process jobs run at once.
+const PROCESS_JOBS: usize = 2;
+
+/// The supervisor's blocking work (spawning, signalling, the registry), run on the blocking
+/// pool at most [`PROCESS_JOBS`] at a time, in the order it was asked for. A replan of a
+/// hundred services queues a hundred short jobs instead of starting a hundred threads, each of
+/// which would leave the daemon a stack and a malloc arena to carry.
+#[derive(Clone)]
+struct ProcessJobs {
     processes: Arc<dyn Processes>,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl ProcessJobs {
+    fn new(processes: Arc<dyn Processes>) -> ProcessJobs {
+        ProcessJobs {
+            processes,
+            permits: Arc::new(tokio::sync::Semaphore::new(PROCESS_JOBS)),
+        }
+    }
+
+    /// Runs `job` off the actor; the handle resolves with its result (`None` if it panicked).
+    fn run<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&dyn Processes) -> R + Send + 'static,
+    ) -> JoinHandle<Option<R>> {
+        let processes = self.processes.clone();
+        let permits = self.permits.clone();
+        tokio::spawn(async move {
+            let _permit = permits.acquire_owned().await.ok()?;
+            tokio::task::spawn_blocking(move || job(&*processes))
+                .await
+                .ok()
+        })
+    }
 }
 
 impl Actor {
@@ -393,7 +430,7 @@ impl Actor {
                     }
                 } else if !escaped.is_empty() {
                     // The process is gone already and its group was ended without these.
-                    end_group(&self.processes, pid, escaped);
+                    end_group(&self.jobs, pid, escaped);
                 }
             }
         }
@@ -440,7 +477,7 @@ impl Actor {
         log: ServiceLog,
     ) {
         let done = self.done_tx.clone();
-        let processes = self.processes.clone();
+        let jobs = self.jobs.clone();
         let name = name.to_owned();
         tokio::spawn(async move {
             let code = exit.await;
@@ -451,12 +488,15 @@ impl Actor {
             }
             let named = hints::missing_paths(&log.last_lines(LAST_LOG_LINES));
             let forget = name.clone();
-            let missing = tokio::task::spawn_blocking(move || {
-                processes.forget(&forget, pid);
-                processes.missing(named)
-            })
-            .await
-            .unwrap_or_default();
+            let missing = jobs
+                .run(move |processes| {
+                    processes.forget(&forget, pid);
+                    processes.missing(named)
+                })
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default();
             let _ = done.send(Done::Exit {
                 name,
                 pid,
@@ -580,31 +620,29 @@ impl Actor {
         for action in slot.machine.step(Instant::now(), event) {
             match action {
                 Action::Spawn => {
-                    let processes = self.processes.clone();
                     let config = slot.config.clone();
                     let done = self.done_tx.clone();
                     let name = name.to_owned();
-                    tokio::task::spawn_blocking(move || {
+                    drop(self.jobs.run(move |processes| {
                         let result = processes.spawn(&name, &config);
                         let _ = done.send(Done::Spawn { name, result });
-                    });
+                    }));
                 }
                 Action::Signal { pid, signal } => {
-                    let processes = self.processes.clone();
                     let done = self.done_tx.clone();
                     let name = name.to_owned();
-                    tokio::task::spawn_blocking(move || {
+                    drop(self.jobs.run(move |processes| {
                         let escaped = processes.signal_group(pid, signal);
                         let _ = done.send(Done::Signalled { name, pid, escaped });
-                    });
+                    }));
                 }
                 Action::EndGroup { pid } => {
                     let escaped = std::mem::take(&mut slot.escaped);
-                    end_group(&self.processes, pid, escaped);
+                    end_group(&self.jobs, pid, escaped);
                 }
                 Action::SignalProcess { pid, signal } => {
                     // kill(2) does not block.
-                    match self.processes.signal_process(pid, &signal) {
+                    match self.jobs.processes.signal_process(pid, &signal) {
                         Ok(()) => tracing::info!("Sent {signal} to service \"{name}\""),
                         Err(e) => tracing::info!("Cannot send {signal} to service \"{name}\": {e}"),
                     }
@@ -661,7 +699,7 @@ impl Actor {
                 Some(pid) => {
                     tracing::info!("Sending {signal} to service \"{name}\"");
                     // kill(2) does not block.
-                    self.processes.signal_process(pid, signal)
+                    self.jobs.processes.signal_process(pid, signal)
                 }
             };
             if let Err(e) = result {
@@ -693,9 +731,8 @@ fn injected_fault(_signal: &str) {}
 pub const PANIC_SIGNAL: &str = "COBBLE-TEST-PANIC";
 
 /// Ends what is left of a stopped process group, off the actor.
-fn end_group(processes: &Arc<dyn Processes>, pid: u32, escaped: Vec<Escaped>) {
-    let processes = processes.clone();
-    tokio::task::spawn_blocking(move || processes.end_group(pid, &escaped));
+fn end_group(jobs: &ProcessJobs, pid: u32, escaped: Vec<Escaped>) {
+    drop(jobs.run(move |processes| processes.end_group(pid, &escaped)));
 }
 
 /// The lifecycle policy of a service's configuration.
