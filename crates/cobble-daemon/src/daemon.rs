@@ -1,7 +1,8 @@
 //! Start-up, serving and shutdown of the daemon.
 //!
-//! Start-up prepares `$PEBBLE` (creating it with `--create-dirs`, seeding it from
-//! `PEBBLE_COPY_ONCE`), loads the layers once, loads the state file, becomes the subreaper,
+//! Start-up prepares `$PEBBLE` (creating it with `--create-dirs`, locking it so that one
+//! daemon alone serves it, seeding it from `PEBBLE_COPY_ONCE`), loads the layers once, loads
+//! the state file, becomes the subreaper,
 //! starts the managers, writes the state file back and starts the listeners. Unless `--hold`,
 //! it then autostarts the enabled services. It runs until SIGTERM, SIGINT or SIGQUIT, or until
 //! a service action asks for a shutdown; either way it stops every running service in reverse
@@ -26,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiState, Peer};
 use crate::checks::CheckManager;
+use crate::dir_lock::{self, DirLock, LockError};
 use crate::exec::ExecManager;
 use crate::layers::PlanManager;
 use crate::logging::{self, SecurityEvent};
@@ -60,6 +62,8 @@ pub enum DaemonError {
         source: std::io::Error,
     },
     #[error("{0}")]
+    Lock(#[from] LockError),
+    #[error("{0}")]
     Plan(#[from] cobble_plan::PlanError),
     #[error("{0}")]
     State(#[from] state::PersistError),
@@ -77,7 +81,9 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     // Catch stop signals from the very start: a SIGTERM that arrives while the daemon is
     // still starting must stop it in order, not kill it with its services left behind.
     let mut stop_signals = StopSignals::new();
-    prepare_dir(&opts)?;
+    // Held until the daemon returns: it alone may end leftovers, write the state and bind or
+    // remove the socket.
+    let _lock = prepare_dir(&opts)?;
     let layers_dir = opts.pebble_dir.join("layers");
     let mut plan = Plan::load_dir(&layers_dir)?;
     if !opts.service_args.is_empty() {
@@ -353,28 +359,32 @@ impl StopSignals {
     }
 }
 
-/// Creates or checks `$PEBBLE`, and seeds it from `PEBBLE_COPY_ONCE` when it is empty.
-fn prepare_dir(opts: &RunOptions) -> Result<(), DaemonError> {
+/// Creates or checks `$PEBBLE` and locks it; then seeds it from `PEBBLE_COPY_ONCE` when it
+/// is empty. Nothing in the directory is touched before the lock is held.
+fn prepare_dir(opts: &RunOptions) -> Result<DirLock, DaemonError> {
     let dir = &opts.pebble_dir;
-    if let Some(source) = &opts.copy_once
-        && is_empty_or_missing(dir)
-        && source.exists()
-    {
-        copy_tree(source, dir).map_err(|source_err| DaemonError::CopyOnce {
-            from: source.clone(),
-            to: dir.clone(),
-            source: source_err,
-        })?;
-    }
+    let seed = opts.copy_once.as_ref().filter(|source| source.exists());
     if !dir.is_dir() {
-        if !opts.create_dirs {
+        if seed.is_none() && !opts.create_dirs {
             return Err(DaemonError::MissingDir(dir.clone()));
         }
         std::fs::create_dir_all(dir).map_err(|source| DaemonError::CreateDir {
             path: dir.clone(),
             source,
         })?;
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        if seed.is_none() {
+            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        }
+    }
+    let lock = dir_lock::lock(dir)?;
+    if let Some(source) = seed
+        && is_empty_but_the_lock(dir)
+    {
+        copy_tree(source, dir).map_err(|source_err| DaemonError::CopyOnce {
+            from: source.clone(),
+            to: dir.clone(),
+            source: source_err,
+        })?;
     }
     if opts.create_dirs
         && let Some(parent) = opts.socket_path.parent()
@@ -385,12 +395,14 @@ fn prepare_dir(opts: &RunOptions) -> Result<(), DaemonError> {
             source,
         })?;
     }
-    Ok(())
+    Ok(lock)
 }
 
-fn is_empty_or_missing(dir: &Path) -> bool {
+fn is_empty_but_the_lock(dir: &Path) -> bool {
     match std::fs::read_dir(dir) {
-        Ok(mut entries) => entries.next().is_none(),
+        Ok(entries) => entries
+            .filter_map(Result::ok)
+            .all(|entry| entry.file_name() == dir_lock::LOCK_FILE),
         Err(_) => true,
     }
 }

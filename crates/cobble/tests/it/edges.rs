@@ -1,0 +1,102 @@
+//! Edges of the daemon's contract: one daemon per directory, nothing left behind by an
+//! interrupted write, and HTTP answers a careless or hostile client can still read.
+
+use std::time::Duration;
+
+use std::io::Read;
+use std::process::{Child, Stdio};
+
+use crate::fixture::{COBBLE, Daemon, service, wait_for};
+
+/// Waits (bounded) for `child` to exit; kills it if it does not, so that a daemon that
+/// should have refused to start fails the test instead of hanging it.
+fn wait_for_exit(child: &mut Child, status: &mut Option<i32>) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
+        if let Some(exit) = child.try_wait().expect("try_wait") {
+            *status = exit.code();
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the second daemon kept running");
+}
+
+const SLEEPER: &str = "services:\n  sleeper:\n    override: replace\n    command: sleep 987.125\n    startup: enabled\n";
+
+/// A second `cobble run` on a served directory refuses to start and touches nothing: the
+/// first daemon's service keeps its process, its socket stays, its state file is not
+/// rewritten, and a socket asked for elsewhere is not created.
+#[test]
+fn a_second_daemon_on_a_served_directory_exits_and_touches_nothing() {
+    let daemon = Daemon::start(&[("001-sleeper", SLEEPER)], &[]);
+    wait_for("sleeper to run", Duration::from_secs(30), || {
+        service(&daemon, "sleeper").current == "active"
+    });
+    let dir = daemon.pebble_dir();
+    let socket = dir.join(".pebble.socket");
+    let state = dir.join(".pebble.state");
+    let sleeper_pids = || {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", "^sleep 987.125$"])
+            .output()
+            .expect("pgrep");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let pids_before = sleeper_pids();
+    let state_before = std::fs::metadata(&state).unwrap().modified().unwrap();
+    let socket_before = std::fs::metadata(&socket).unwrap().modified().unwrap();
+
+    let elsewhere = daemon.scratch().join("other.socket");
+    for socket_env in [None, Some(&elsewhere)] {
+        let mut command = std::process::Command::new(COBBLE);
+        command
+            .arg("run")
+            .env("PEBBLE", &dir)
+            .env_remove("PEBBLE_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(path) = socket_env {
+            command.env("PEBBLE_SOCKET", path);
+        }
+        let mut second = command.spawn().expect("second daemon");
+        let mut status = None;
+        wait_for_exit(&mut second, &mut status);
+        let mut stderr = String::new();
+        second
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert_eq!(status, Some(1), "{stderr}");
+        let expected = format!("another daemon is already running on {}", dir.display());
+        assert!(stderr.contains(&expected), "{stderr}");
+    }
+
+    assert!(!elsewhere.exists(), "the second daemon created its socket");
+    assert_eq!(
+        std::fs::metadata(&socket).unwrap().modified().unwrap(),
+        socket_before
+    );
+    assert_eq!(
+        std::fs::metadata(&state).unwrap().modified().unwrap(),
+        state_before
+    );
+    assert!(!pids_before.is_empty());
+    assert_eq!(sleeper_pids(), pids_before, "the sleeper was restarted");
+    let info = service(&daemon, "sleeper");
+    assert_eq!(info.current, "active");
+}
+
+/// The lock dies with its daemon: a killed daemon does not keep the next one out.
+#[test]
+fn a_killed_daemon_does_not_keep_the_next_one_out() {
+    let mut daemon = Daemon::hold(&[]);
+    daemon.kill();
+    daemon.restart(&["--hold"]);
+    daemon.stop();
+}
