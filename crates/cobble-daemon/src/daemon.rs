@@ -84,6 +84,12 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     // Held until the daemon returns: it alone may end leftovers, write the state and bind or
     // remove the socket.
     let _lock = prepare_dir(&opts)?;
+    // A daemon killed while it replaced the state file, the registry or a pushed file left
+    // its temporary file behind (where the file system cannot give it no name).
+    let leftovers = crate::atomic::remove_leftovers(&opts.pebble_dir);
+    if !leftovers.is_empty() {
+        tracing::info!("Removed leftover temporary files {}", leftovers.join(", "));
+    }
     let layers_dir = opts.pebble_dir.join("layers");
     let mut plan = Plan::load_dir(&layers_dir)?;
     if !opts.service_args.is_empty() {

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use std::io::Read;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::process::{Child, Stdio};
 
-use crate::fixture::{COBBLE, Daemon, service, wait_for};
+use crate::fixture::{COBBLE, Daemon, has_file_open_in, service, wait_for};
 
 /// Waits (bounded) for `child` to exit; kills it if it does not, so that a daemon that
 /// should have refused to start fails the test instead of hanging it.
@@ -99,4 +100,68 @@ fn a_killed_daemon_does_not_keep_the_next_one_out() {
     daemon.kill();
     daemon.restart(&["--hold"]);
     daemon.stop();
+}
+
+/// A daemon killed in the middle of a large push leaves nothing beside the target, and the
+/// next daemon removes the temporary files a killed one left in `$PEBBLE`.
+#[test]
+fn a_push_cut_by_a_killed_daemon_leaves_no_temporary_file() {
+    let mut daemon = Daemon::hold(&[]);
+    let dir = daemon.scratch().join("target");
+    std::fs::create_dir(&dir).unwrap();
+    let target = dir.join("big.bin");
+    std::fs::write(&target, "old content").unwrap();
+    let boundary = "0123456789abcdef0123456789abcdef";
+    let path = target.display().to_string();
+    let head = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n\
+         {{\"action\":\"write\",\"files\":[{{\"path\":\"{path}\"}}]}}\r\n--{boundary}\r\n\
+         Content-Disposition: form-data; name=\"files\"; filename=\"{path}\"\r\n\r\n"
+    );
+    let mut stream = UnixStream::connect(daemon.pebble_dir().join(".pebble.socket")).unwrap();
+    // Announced as 200 MB; the daemon dies long before that.
+    write!(
+        stream,
+        "POST /v1/files HTTP/1.1\r\nHost: localhost\r\n\
+         Content-Type: multipart/form-data; boundary={boundary}\r\n\
+         Content-Length: 200000000\r\n\r\n{head}"
+    )
+    .unwrap();
+    let block = vec![b'x'; 1024 * 1024];
+    stream.write_all(&block).unwrap();
+    wait_for("the push to open its file", Duration::from_secs(10), || {
+        has_file_open_in(daemon.pid(), &dir)
+    });
+    // The daemon reads as it writes, so once these are sent most of them are on disk.
+    for _ in 0..32 {
+        stream.write_all(&block).unwrap();
+    }
+    daemon.kill();
+    drop(stream);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["big.bin"]);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "old content");
+
+    // What a daemon killed where the file system cannot hide its temporary files leaves.
+    let pebble = daemon.pebble_dir();
+    for name in [
+        ".pebble.state.1234~",
+        ".cobble-processes.99~",
+        "big.bin.42~",
+    ] {
+        std::fs::write(pebble.join(name), "partial").unwrap();
+    }
+    std::fs::write(pebble.join("mine~"), "a user's file").unwrap();
+    daemon.restart(&["--hold"]);
+    let mut names: Vec<String> = std::fs::read_dir(&pebble)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with('~'))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["mine~"]);
 }
