@@ -25,7 +25,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{self, ApiState, Peer};
+use crate::api::{self, ApiState};
 use crate::checks::CheckManager;
 use crate::dir_lock::{self, DirLock, LockError};
 use crate::exec::ExecManager;
@@ -176,23 +176,13 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     });
     let router = api::router(api_state);
     let mut servers = Vec::new();
-    {
-        let cancel = cancel.clone();
-        let service = router.clone().into_make_service_with_connect_info::<Peer>();
-        servers.push(tokio::spawn(async move {
-            let _ = axum::serve(unix, service)
-                .with_graceful_shutdown(cancel.cancelled_owned())
-                .await;
-        }));
-    }
+    servers.push(tokio::spawn(api::serve::serve(
+        unix,
+        router.clone(),
+        cancel.clone(),
+    )));
     if let Some(tcp) = tcp {
-        let cancel = cancel.clone();
-        let service = router.into_make_service_with_connect_info::<Peer>();
-        servers.push(tokio::spawn(async move {
-            let _ = axum::serve(tcp, service)
-                .with_graceful_shutdown(cancel.cancelled_owned())
-                .await;
-        }));
+        servers.push(tokio::spawn(api::serve::serve(tcp, router, cancel.clone())));
     }
     logging::security(SecurityEvent::Startup {
         uid: cobble_sys::current_uid(),
