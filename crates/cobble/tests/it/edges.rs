@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Stdio};
 
@@ -28,8 +29,8 @@ fn wait_for_exit(child: &mut Child, status: &mut Option<i32>) {
 const SLEEPER: &str = "services:\n  sleeper:\n    override: replace\n    command: sleep 987.125\n    startup: enabled\n";
 
 /// A second `cobble run` on a served directory refuses to start and touches nothing: the
-/// first daemon's service keeps its process, its socket stays, its state file is not
-/// rewritten, and a socket asked for elsewhere is not created.
+/// first daemon's service keeps its process, its socket stays, and a socket asked for
+/// elsewhere is not created.
 #[test]
 fn a_second_daemon_on_a_served_directory_exits_and_touches_nothing() {
     let daemon = Daemon::start(&[("001-sleeper", SLEEPER)], &[]);
@@ -38,7 +39,6 @@ fn a_second_daemon_on_a_served_directory_exits_and_touches_nothing() {
     });
     let dir = daemon.pebble_dir();
     let socket = dir.join(".pebble.socket");
-    let state = dir.join(".pebble.state");
     let sleeper_pids = || {
         let out = std::process::Command::new("pgrep")
             .args(["-f", "^sleep 987.125$"])
@@ -47,8 +47,7 @@ fn a_second_daemon_on_a_served_directory_exits_and_touches_nothing() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let pids_before = sleeper_pids();
-    let state_before = std::fs::metadata(&state).unwrap().modified().unwrap();
-    let socket_before = std::fs::metadata(&socket).unwrap().modified().unwrap();
+    let socket_before = std::fs::metadata(&socket).unwrap().ino();
 
     let elsewhere = daemon.scratch().join("other.socket");
     for socket_env in [None, Some(&elsewhere)] {
@@ -79,14 +78,7 @@ fn a_second_daemon_on_a_served_directory_exits_and_touches_nothing() {
     }
 
     assert!(!elsewhere.exists(), "the second daemon created its socket");
-    assert_eq!(
-        std::fs::metadata(&socket).unwrap().modified().unwrap(),
-        socket_before
-    );
-    assert_eq!(
-        std::fs::metadata(&state).unwrap().modified().unwrap(),
-        state_before
-    );
+    assert_eq!(std::fs::metadata(&socket).unwrap().ino(), socket_before);
     assert!(!pids_before.is_empty());
     assert_eq!(sleeper_pids(), pids_before, "the sleeper was restarted");
     let info = service(&daemon, "sleeper");
@@ -164,4 +156,113 @@ fn a_push_cut_by_a_killed_daemon_leaves_no_temporary_file() {
         .collect();
     names.sort();
     assert_eq!(names, ["mine~"]);
+}
+
+/// Sends `request` on a fresh connection to `daemon`, closes the sending side, and returns
+/// everything the daemon answered.
+fn exchange(daemon: &Daemon, request: &[u8]) -> String {
+    exchange_with(daemon, request, true)
+}
+
+/// [`exchange`], closing the sending side only if `half_close` (the request then has to
+/// ask for `Connection: close`).
+fn exchange_with(daemon: &Daemon, request: &[u8], half_close: bool) -> String {
+    let mut stream = UnixStream::connect(daemon.pebble_dir().join(".pebble.socket")).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream.write_all(request).expect("send request");
+    if half_close {
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("read answer");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn a_negative_wait_timeout_is_refused() {
+    let daemon = Daemon::hold(&[("001-sleeper", SLEEPER)]);
+    let c = crate::fixture::client(&daemon);
+    let id = crate::fixture::rt()
+        .block_on(c.services_action("start", &["sleeper".to_owned()]))
+        .expect("start");
+    // Asked at once, while the start is still in progress.
+    let (status, body) = crate::fixture::raw(
+        &daemon,
+        cobble_client::Method::GET,
+        &format!("/v1/changes/{id}/wait?timeout=-1s"),
+        None,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains(r#""message":"invalid timeout: negative duration \"-1s\"""#),
+        "{body}"
+    );
+}
+
+/// A push with `boundary`, of one file `path` holding `content`.
+fn push_with_boundary(boundary: &str, path: &str, content: &str) -> Vec<u8> {
+    let body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n\
+         {{\"action\":\"write\",\"files\":[{{\"path\":\"{path}\"}}]}}\r\n--{boundary}\r\n\
+         Content-Disposition: form-data; name=\"files\"; filename=\"{path}\"\r\n\r\n\
+         {content}\r\n--{boundary}--\r\n"
+    );
+    format!(
+        "POST /v1/files HTTP/1.1\r\nHost: localhost\r\n\
+         Content-Type: multipart/form-data; boundary=\"{boundary}\"\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// RFC 2046 allows boundaries of 1 to 70 characters.
+#[test]
+fn multipart_boundaries_of_any_length_rfc_2046_allows_are_taken() {
+    let daemon = Daemon::hold(&[]);
+    let long = "b".repeat(70);
+    for boundary in ["b", "short boundary", long.as_str()] {
+        let target = daemon.scratch().join(format!("pushed-{}", boundary.len()));
+        let path = target.display().to_string();
+        let answer = exchange(&daemon, &push_with_boundary(boundary, &path, "content"));
+        assert!(
+            answer.starts_with("HTTP/1.1 200 OK"),
+            "{boundary:?}: {answer}"
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "content");
+    }
+    let too_long = "b".repeat(71);
+    let path = daemon.scratch().join("never").display().to_string();
+    let answer = exchange(&daemon, &push_with_boundary(&too_long, &path, "content"));
+    assert!(answer.starts_with("HTTP/1.1 400 Bad Request"), "{answer}");
+    assert!(answer.contains("invalid boundary"), "{answer}");
+}
+
+/// A body over the limit is answered with a 400 the client can read, not a reset while it
+/// is still sending.
+#[test]
+fn a_body_over_the_limit_gets_a_readable_400() {
+    let daemon = Daemon::hold(&[]);
+    let mut body = String::from(r#"{"action":"start","services":[""#);
+    body.push_str(&"a".repeat(6 * 1024 * 1024));
+    body.push_str(r#""]}"#);
+    let request = format!(
+        "POST /v1/services HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = exchange_with(&daemon, request.as_bytes(), false);
+    assert!(answer.starts_with("HTTP/1.1 400 Bad Request"), "{answer}");
+    assert!(answer.contains("request body too large"), "{answer}");
+}
+
+/// Pipelined requests from a client that has closed its sending side all get an answer.
+#[test]
+fn pipelined_requests_of_a_half_closed_client_are_all_answered() {
+    let daemon = Daemon::hold(&[]);
+    let one = "GET /v1/health HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    let answer = exchange(&daemon, one.repeat(3).as_bytes());
+    assert_eq!(answer.matches("HTTP/1.1 200 OK").count(), 3, "{answer}");
 }
