@@ -84,7 +84,7 @@ pub async fn wait_change(
     // Without this, a negative timeout would mean none at all: a wait that never ends.
     if timeout_nanos < 0 {
         return Err(ApiError::bad_request(format!(
-            "invalid timeout: negative duration {}",
+            "invalid timeout: duration {} is negative",
             cobble_plan::go_quote(raw_timeout)
         )));
     }

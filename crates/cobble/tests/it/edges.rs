@@ -196,7 +196,7 @@ fn a_negative_wait_timeout_is_refused() {
     );
     assert_eq!(status, 400, "{body}");
     assert!(
-        body.contains(r#""message":"invalid timeout: negative duration \"-1s\"""#),
+        body.contains(r#""message":"invalid timeout: duration \"-1s\" is negative""#),
         "{body}"
     );
 }
