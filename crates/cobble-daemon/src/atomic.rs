@@ -10,9 +10,11 @@
 //! commit is it linked as `<dir>/<name>.<random>~` and at once renamed over the target.
 //! Elsewhere it is created under that name. Either way the name has the shape Pebble gives
 //! its own temporary files, so a leftover after a crash is recognisable:
-//! [`remove_leftovers`] clears them from `$PEBBLE` at start-up. How far the new file must survive is each
-//! caller's choice, made explicit with [`Durability`]: the rename alone makes it atomic for
-//! other processes; surviving a machine crash also needs the file and its directory flushed.
+//! [`remove_leftovers`] clears them from `$PEBBLE` at start-up.
+//!
+//! How far the new file must survive is each caller's choice, made explicit with
+//! [`Durability`]: the rename alone makes it atomic for other processes; surviving a machine
+//! crash also needs the file and its directory flushed.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};

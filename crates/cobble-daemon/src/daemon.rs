@@ -2,12 +2,12 @@
 //!
 //! Start-up prepares `$PEBBLE` (creating it with `--create-dirs`, locking it so that one
 //! daemon alone serves it, seeding it from `PEBBLE_COPY_ONCE`), loads the layers once, loads
-//! the state file, becomes the subreaper,
-//! starts the managers, writes the state file back and starts the listeners. Unless `--hold`,
-//! it then autostarts the enabled services. It runs until SIGTERM, SIGINT or SIGQUIT, or until
-//! a service action asks for a shutdown; either way it stops every running service in reverse
-//! dependency order, writes the state one last time and returns the exit code. Start-up and
-//! shutdown are logged as security events.
+//! the state file, becomes the subreaper, starts the managers, writes the state file back
+//! and starts the listeners. Unless `--hold`, it then autostarts the enabled services. It
+//! runs until SIGTERM, SIGINT or SIGQUIT, or until a service action asks for a shutdown;
+//! either way it stops every running service in reverse dependency order, writes the state
+//! one last time and returns the exit code. Start-up and shutdown are logged as security
+//! events.
 //!
 //! A daemon whose supervisor, check manager or persister has stopped (a bug: a panic) would
 //! go on answering `/v1/health` while nothing is supervised. So the daemon watches those

@@ -1,23 +1,21 @@
 //! Edges of the daemon's contract: one daemon per directory, nothing left behind by an
 //! interrupted write, and HTTP answers a careless or hostile client can still read.
 
-use std::time::Duration;
-
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Stdio};
+use std::time::Duration;
 
 use crate::fixture::{COBBLE, Daemon, has_file_open_in, service, wait_for};
 
 /// Waits (bounded) for `child` to exit; kills it if it does not, so that a daemon that
 /// should have refused to start fails the test instead of hanging it.
-fn wait_for_exit(child: &mut Child, status: &mut Option<i32>) {
+fn wait_for_exit(child: &mut Child) -> Option<i32> {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while std::time::Instant::now() < deadline {
         if let Some(exit) = child.try_wait().expect("try_wait") {
-            *status = exit.code();
-            return;
+            return exit.code();
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -63,8 +61,7 @@ fn a_second_daemon_on_a_served_directory_exits_and_touches_nothing() {
             command.env("PEBBLE_SOCKET", path);
         }
         let mut second = command.spawn().expect("second daemon");
-        let mut status = None;
-        wait_for_exit(&mut second, &mut status);
+        let status = wait_for_exit(&mut second);
         let mut stderr = String::new();
         second
             .stderr
