@@ -5,10 +5,16 @@
 //! mix, and a failed or abandoned write leaves only the old file behind: the temporary file
 //! is removed unless the rename happened.
 //!
-//! The temporary file is `<dir>/<name>.<random>~`, the shape Pebble gives its own, so a
-//! leftover after a crash is recognisable. How far the new file must survive is each
-//! caller's choice, made explicit with [`Durability`]: the rename alone makes it atomic for
-//! other processes; surviving a machine crash also needs the file and its directory flushed.
+//! Where the kernel and file system allow it, the temporary file has no name while it is
+//! written (`O_TMPFILE`), so a daemon killed mid-write leaves nothing behind; only at the
+//! commit is it linked as `<dir>/<name>.<random>~` and at once renamed over the target.
+//! Elsewhere it is created under that name. Either way the name has the shape Pebble gives
+//! its own temporary files, so a leftover after a crash is recognisable:
+//! [`remove_leftovers`] clears them from `$PEBBLE` at start-up.
+//!
+//! How far the new file must survive is each caller's choice, made explicit with
+//! [`Durability`]: the rename alone makes it atomic for other processes; surviving a machine
+//! crash also needs the file and its directory flushed.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -95,8 +101,11 @@ pub fn write_atomic(
 pub struct AtomicFile {
     /// The open temporary file, until the commit.
     file: Option<BufWriter<File>>,
-    /// The temporary file's path.
+    /// The temporary file's path: its name on disk, or the name it gets at the commit when it
+    /// has none yet.
     temp: PathBuf,
+    /// Whether the temporary file has a name on disk (which a drop must remove).
+    named: bool,
     /// The file to replace.
     target: PathBuf,
     durability: Durability,
@@ -116,6 +125,21 @@ impl AtomicFile {
         mode: u32,
         durability: Durability,
     ) -> Result<AtomicFile, AtomicError> {
+        AtomicFile::create_with(
+            target,
+            mode,
+            durability,
+            cobble_sys::fs::can_link_anonymous(),
+        )
+    }
+
+    /// [`AtomicFile::create`], with or without trying a nameless temporary file first.
+    fn create_with(
+        target: &Path,
+        mode: u32,
+        durability: Durability,
+        try_anonymous: bool,
+    ) -> Result<AtomicFile, AtomicError> {
         let Some(name) = target.file_name() else {
             // `/`, `..` and the like name a directory, never a file to replace.
             let source = io::Error::new(io::ErrorKind::IsADirectory, "is a directory");
@@ -123,28 +147,53 @@ impl AtomicFile {
         };
         let mut prefix = name.to_owned();
         prefix.push(".");
-        let mut attempts = 0;
-        let (file, temp) = loop {
-            let mut temp_name = prefix.clone();
+        let temp_for = |prefix: &std::ffi::OsStr| {
+            let mut temp_name = prefix.to_owned();
             temp_name.push(format!("{}~", crate::files::random_u64() as u32));
-            let temp = target.with_file_name(temp_name);
-            match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&temp)
-            {
-                Ok(file) => break (file, temp),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < NAME_ATTEMPTS => {
-                    attempts += 1;
+            target.with_file_name(temp_name)
+        };
+        let dir = match target.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        let anonymous = if try_anonymous {
+            match cobble_sys::fs::open_anonymous(dir, 0o600) {
+                Ok(file) => Some(file),
+                Err(e) if cobble_sys::fs::anonymous_unsupported(&e) => None,
+                Err(e) => return Err(AtomicError::path("open", &temp_for(&prefix), e)),
+            }
+        } else {
+            None
+        };
+        let (file, temp, named) = match anonymous {
+            Some(file) => (file, temp_for(&prefix), false),
+            None => {
+                let mut attempts = 0;
+                loop {
+                    let temp = temp_for(&prefix);
+                    match OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .open(&temp)
+                    {
+                        Ok(file) => break (file, temp, true),
+                        Err(e)
+                            if e.kind() == io::ErrorKind::AlreadyExists
+                                && attempts < NAME_ATTEMPTS =>
+                        {
+                            attempts += 1;
+                        }
+                        Err(e) => return Err(AtomicError::path("open", &temp, e)),
+                    }
                 }
-                Err(e) => return Err(AtomicError::path("open", &temp, e)),
             }
         };
         let mut atomic = AtomicFile {
             file: None,
             temp,
+            named,
             target: target.to_owned(),
             durability,
             written: 0,
@@ -157,7 +206,7 @@ impl AtomicFile {
         Ok(atomic)
     }
 
-    /// The temporary file's path.
+    /// The temporary file's path (the name it will have, while it has none).
     pub fn temp_path(&self) -> &Path {
         &self.temp
     }
@@ -211,6 +260,9 @@ impl AtomicFile {
                 Some((dir, dir_path.to_owned()))
             }
         };
+        if !self.named {
+            self.link(&file)?;
+        }
         drop(file);
         std::fs::rename(&self.temp, &self.target).map_err(|e| AtomicError::Rename {
             old: self.temp.clone(),
@@ -227,9 +279,65 @@ impl AtomicFile {
     }
 }
 
+impl AtomicFile {
+    /// Gives the nameless temporary file its name, another one if that is taken.
+    fn link(&mut self, file: &File) -> Result<(), AtomicError> {
+        let mut attempts = 0;
+        loop {
+            match cobble_sys::fs::link_anonymous(file, &self.temp) {
+                Ok(()) => {
+                    self.named = true;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < NAME_ATTEMPTS => {
+                    attempts += 1;
+                    let mut temp_name = self.target.file_name().unwrap_or_default().to_owned();
+                    temp_name.push(format!(".{}~", crate::files::random_u64() as u32));
+                    self.temp = self.target.with_file_name(temp_name);
+                }
+                Err(e) => return Err(AtomicError::path("link", &self.temp, e)),
+            }
+        }
+    }
+}
+
+/// Whether `name` has the shape of a temporary file of [`AtomicFile`]: `<name>.<digits>~`.
+pub fn is_temp_name(name: &str) -> bool {
+    let Some(stem) = name.strip_suffix('~') else {
+        return false;
+    };
+    match stem.rsplit_once('.') {
+        Some((base, digits)) => {
+            !base.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+/// Removes the temporary files a killed daemon left in `dir` (not below it); returns their
+/// names. Only the holder of the directory's lock may call this: another daemon's writes
+/// in progress look the same.
+pub fn remove_leftovers(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_temp_name(&name)
+            && entry.file_type().is_ok_and(|t| t.is_file())
+            && std::fs::remove_file(entry.path()).is_ok()
+        {
+            removed.push(name);
+        }
+    }
+    removed.sort();
+    removed
+}
+
 impl Drop for AtomicFile {
     fn drop(&mut self) {
-        if !self.renamed {
+        if self.named && !self.renamed {
             self.file.take();
             let _ = std::fs::remove_file(&self.temp);
         }
@@ -301,6 +409,69 @@ mod tests {
             base["name.txt.".len()..base.len() - 1]
                 .bytes()
                 .all(|b| b.is_ascii_digit())
+        );
+    }
+
+    #[test]
+    fn an_unfinished_file_has_no_name_where_the_kernel_allows() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("t");
+        let mut file = AtomicFile::create(&target, 0o600, Durability::Process).unwrap();
+        file.write(b"partial").unwrap();
+        if cobble_sys::fs::can_link_anonymous()
+            && cobble_sys::fs::open_anonymous(dir.path(), 0o600).is_ok()
+        {
+            assert!(entries(dir.path()).is_empty());
+        }
+        file.commit().unwrap();
+        assert_eq!(entries(dir.path()), ["t"]);
+    }
+
+    #[test]
+    fn without_nameless_files_the_named_temporary_file_is_committed_or_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("t");
+        std::fs::write(&target, "old").unwrap();
+        let mut file = AtomicFile::create_with(&target, 0o600, Durability::Machine, false).unwrap();
+        file.write(b"partial").unwrap();
+        assert_eq!(entries(dir.path()).len(), 2);
+        drop(file);
+        assert_eq!(entries(dir.path()), ["t"]);
+        let mut file = AtomicFile::create_with(&target, 0o640, Durability::Machine, false).unwrap();
+        file.write(b"new").unwrap();
+        file.commit().unwrap();
+        assert_eq!(entries(dir.path()), ["t"]);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+    }
+
+    #[test]
+    fn leftovers_are_recognised_by_their_shape_only() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            ".pebble.state.123~",
+            ".cobble-processes.4294967295~",
+            "a.b.7~",
+            "notes~",
+            "x.~",
+            ".5~",
+            "keep.txt",
+            "y.12a~",
+        ] {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        std::fs::create_dir(dir.path().join("d.1~")).unwrap();
+        let removed = remove_leftovers(dir.path());
+        assert_eq!(
+            removed,
+            [
+                ".cobble-processes.4294967295~",
+                ".pebble.state.123~",
+                "a.b.7~"
+            ]
+        );
+        assert_eq!(
+            entries(dir.path()),
+            [".5~", "d.1~", "keep.txt", "notes~", "x.~", "y.12a~"]
         );
     }
 

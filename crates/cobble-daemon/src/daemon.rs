@@ -1,12 +1,13 @@
 //! Start-up, serving and shutdown of the daemon.
 //!
-//! Start-up prepares `$PEBBLE` (creating it with `--create-dirs`, seeding it from
-//! `PEBBLE_COPY_ONCE`), loads the layers once, loads the state file, becomes the subreaper,
-//! starts the managers, writes the state file back and starts the listeners. Unless `--hold`,
-//! it then autostarts the enabled services. It runs until SIGTERM, SIGINT or SIGQUIT, or until
-//! a service action asks for a shutdown; either way it stops every running service in reverse
-//! dependency order, writes the state one last time and returns the exit code. Start-up and
-//! shutdown are logged as security events.
+//! Start-up prepares `$PEBBLE` (creating it with `--create-dirs`, locking it so that one
+//! daemon alone serves it, seeding it from `PEBBLE_COPY_ONCE`), loads the layers once, loads
+//! the state file, becomes the subreaper, starts the managers, writes the state file back
+//! and starts the listeners. Unless `--hold`, it then autostarts the enabled services. It
+//! runs until SIGTERM, SIGINT or SIGQUIT, or until a service action asks for a shutdown;
+//! either way it stops every running service in reverse dependency order, writes the state
+//! one last time and returns the exit code. Start-up and shutdown are logged as security
+//! events.
 //!
 //! A daemon whose supervisor, check manager or persister has stopped (a bug: a panic) would
 //! go on answering `/v1/health` while nothing is supervised. So the daemon watches those
@@ -24,8 +25,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{self, ApiState, Peer};
+use crate::api::{self, ApiState};
 use crate::checks::CheckManager;
+use crate::dir_lock::{self, DirLock, LockError};
 use crate::exec::ExecManager;
 use crate::layers::PlanManager;
 use crate::logging::{self, SecurityEvent};
@@ -60,6 +62,8 @@ pub enum DaemonError {
         source: std::io::Error,
     },
     #[error("{0}")]
+    Lock(#[from] LockError),
+    #[error("{0}")]
     Plan(#[from] cobble_plan::PlanError),
     #[error("{0}")]
     State(#[from] state::PersistError),
@@ -77,7 +81,15 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     // Catch stop signals from the very start: a SIGTERM that arrives while the daemon is
     // still starting must stop it in order, not kill it with its services left behind.
     let mut stop_signals = StopSignals::new();
-    prepare_dir(&opts)?;
+    // Held until the daemon returns: it alone may end leftovers, write the state and bind or
+    // remove the socket.
+    let _lock = prepare_dir(&opts)?;
+    // A daemon killed while it replaced the state file, the registry or a pushed file left
+    // its temporary file behind (where the file system cannot give it no name).
+    let leftovers = crate::atomic::remove_leftovers(&opts.pebble_dir);
+    if !leftovers.is_empty() {
+        tracing::info!("Removed leftover temporary files {}", leftovers.join(", "));
+    }
     let layers_dir = opts.pebble_dir.join("layers");
     let mut plan = Plan::load_dir(&layers_dir)?;
     if !opts.service_args.is_empty() {
@@ -164,23 +176,13 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     });
     let router = api::router(api_state);
     let mut servers = Vec::new();
-    {
-        let cancel = cancel.clone();
-        let service = router.clone().into_make_service_with_connect_info::<Peer>();
-        servers.push(tokio::spawn(async move {
-            let _ = axum::serve(unix, service)
-                .with_graceful_shutdown(cancel.cancelled_owned())
-                .await;
-        }));
-    }
+    servers.push(tokio::spawn(api::serve::serve(
+        unix,
+        router.clone(),
+        cancel.clone(),
+    )));
     if let Some(tcp) = tcp {
-        let cancel = cancel.clone();
-        let service = router.into_make_service_with_connect_info::<Peer>();
-        servers.push(tokio::spawn(async move {
-            let _ = axum::serve(tcp, service)
-                .with_graceful_shutdown(cancel.cancelled_owned())
-                .await;
-        }));
+        servers.push(tokio::spawn(api::serve::serve(tcp, router, cancel.clone())));
     }
     logging::security(SecurityEvent::Startup {
         uid: cobble_sys::current_uid(),
@@ -353,28 +355,32 @@ impl StopSignals {
     }
 }
 
-/// Creates or checks `$PEBBLE`, and seeds it from `PEBBLE_COPY_ONCE` when it is empty.
-fn prepare_dir(opts: &RunOptions) -> Result<(), DaemonError> {
+/// Creates or checks `$PEBBLE` and locks it; then seeds it from `PEBBLE_COPY_ONCE` when it
+/// is empty. Nothing in the directory is touched before the lock is held.
+fn prepare_dir(opts: &RunOptions) -> Result<DirLock, DaemonError> {
     let dir = &opts.pebble_dir;
-    if let Some(source) = &opts.copy_once
-        && is_empty_or_missing(dir)
-        && source.exists()
-    {
-        copy_tree(source, dir).map_err(|source_err| DaemonError::CopyOnce {
-            from: source.clone(),
-            to: dir.clone(),
-            source: source_err,
-        })?;
-    }
+    let seed = opts.copy_once.as_ref().filter(|source| source.exists());
     if !dir.is_dir() {
-        if !opts.create_dirs {
+        if seed.is_none() && !opts.create_dirs {
             return Err(DaemonError::MissingDir(dir.clone()));
         }
         std::fs::create_dir_all(dir).map_err(|source| DaemonError::CreateDir {
             path: dir.clone(),
             source,
         })?;
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        if seed.is_none() {
+            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        }
+    }
+    let lock = dir_lock::lock(dir)?;
+    if let Some(source) = seed
+        && is_empty_but_the_lock(dir)
+    {
+        copy_tree(source, dir).map_err(|source_err| DaemonError::CopyOnce {
+            from: source.clone(),
+            to: dir.clone(),
+            source: source_err,
+        })?;
     }
     if opts.create_dirs
         && let Some(parent) = opts.socket_path.parent()
@@ -385,12 +391,14 @@ fn prepare_dir(opts: &RunOptions) -> Result<(), DaemonError> {
             source,
         })?;
     }
-    Ok(())
+    Ok(lock)
 }
 
-fn is_empty_or_missing(dir: &Path) -> bool {
+fn is_empty_but_the_lock(dir: &Path) -> bool {
     match std::fs::read_dir(dir) {
-        Ok(mut entries) => entries.next().is_none(),
+        Ok(entries) => entries
+            .filter_map(Result::ok)
+            .all(|entry| entry.file_name() == dir_lock::LOCK_FILE),
         Err(_) => true,
     }
 }

@@ -40,6 +40,7 @@ pub mod atomic;
 pub mod checks;
 pub mod command;
 pub mod daemon;
+pub mod dir_lock;
 pub mod exec;
 pub mod files;
 pub mod layers;

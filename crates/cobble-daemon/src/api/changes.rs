@@ -81,6 +81,13 @@ pub async fn wait_change(
         parse_duration(raw_timeout)
             .map_err(|e| ApiError::bad_request(format!("invalid timeout: {e}")))?
     };
+    // Without this, a negative timeout would mean none at all: a wait that never ends.
+    if timeout_nanos < 0 {
+        return Err(ApiError::bad_request(format!(
+            "invalid timeout: duration {} is negative",
+            cobble_plan::go_quote(raw_timeout)
+        )));
+    }
     let ready = api.state.wait_ready(numeric);
     if timeout_nanos > 0 {
         let timeout = Duration::from_nanos(timeout_nanos as u64);

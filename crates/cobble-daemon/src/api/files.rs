@@ -14,8 +14,9 @@ use super::{Admin, ApiError, json_body, sync};
 use crate::files::{self, ErrorKind, FileError, gopath, multipart};
 use crate::logging::{self, SecurityEvent};
 
-/// Pebble's minimum length of a push's multipart boundary.
-const MIN_BOUNDARY: usize = 32;
+/// The longest multipart boundary: RFC 2046 allows 1 to 70 characters, and cobble takes
+/// them all (Pebble asks for 32 or more).
+const MAX_BOUNDARY: usize = 70;
 
 pub async fn get_files(
     admin: Admin,
@@ -107,7 +108,7 @@ pub async fn post_files(
     match media_type.as_str() {
         "multipart/form-data" => {
             let boundary = multipart::param(&params, "boundary").unwrap_or_default();
-            if boundary.len() < MIN_BOUNDARY {
+            if boundary.is_empty() || boundary.len() > MAX_BOUNDARY {
                 return Err(ApiError::bad_request(format!(
                     "invalid boundary {}",
                     go_quote(boundary)

@@ -12,6 +12,7 @@ mod checks;
 mod exec;
 mod files;
 mod query;
+pub mod serve;
 mod services;
 mod system;
 
@@ -19,17 +20,14 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::connect_info::Connected;
 use axum::extract::{ConnectInfo, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::IncomingStream;
 use cobble_client::types::{Envelope, ErrorResult};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::net::{TcpListener, UnixListener};
 
 use crate::checks::CheckManager;
 use crate::exec::ExecManager;
@@ -61,20 +59,6 @@ pub type Shared = Arc<ApiState>;
 pub struct Peer {
     /// The peer's uid on the unix socket; `None` over TCP.
     pub uid: Option<u32>,
-}
-
-impl Connected<IncomingStream<'_, UnixListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
-        Peer {
-            uid: stream.io().peer_cred().ok().map(|c| c.uid()),
-        }
-    }
-}
-
-impl Connected<IncomingStream<'_, TcpListener>> for Peer {
-    fn connect_info(_: IncomingStream<'_, TcpListener>) -> Self {
-        Peer { uid: None }
-    }
 }
 
 /// Proof that the caller may use read endpoints (any local user).
@@ -247,12 +231,53 @@ fn envelope<T: Serialize>(
     response
 }
 
+/// How much of a body over [`MAX_BODY`] is read and thrown away before the 400 goes out.
+///
+/// A connection closed with unread data in it is reset: the client, still sending, gets a
+/// broken pipe and never reads the answer. Reading on lets it finish sending and read why it
+/// was refused; past this bound the daemon stops paying for it and the connection closes.
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+
 /// Decodes a JSON request body with Pebble's error wording (`<context>: <reason>`).
 pub async fn json_body<T: DeserializeOwned>(body: Body, context: &str) -> Result<T, ApiError> {
-    let bytes: Bytes = axum::body::to_bytes(body, MAX_BODY)
+    let bytes = read_body(body, MAX_BODY)
         .await
-        .map_err(|_| ApiError::bad_request(format!("{context}: request body too large")))?;
+        .map_err(|e| ApiError::bad_request(format!("{context}: {e}")))?;
     serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("{context}: {e}")))
+}
+
+/// Why a request body could not be read.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error("request body too large")]
+    TooLarge,
+    #[error("{0}")]
+    Read(axum::Error),
+}
+
+/// Reads a body of at most `limit` bytes; a longer one is drained (up to [`DRAIN_LIMIT`])
+/// and refused.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyError> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(BodyError::Read)?;
+        if bytes.len() + chunk.len() <= limit {
+            bytes.extend_from_slice(&chunk);
+            continue;
+        }
+        let mut seen = bytes.len() + chunk.len();
+        drop(bytes);
+        while seen <= limit + DRAIN_LIMIT {
+            match stream.next().await {
+                Some(Ok(chunk)) => seen += chunk.len(),
+                _ => break,
+            }
+        }
+        return Err(BodyError::TooLarge);
+    }
+    Ok(Bytes::from(bytes))
 }
 
 /// The router, shared by the unix socket and `--http` (whose peers have no uid).

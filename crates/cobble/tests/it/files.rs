@@ -238,14 +238,14 @@ fn interrupted_push_keeps_old_content_and_leaves_no_temp_file() {
     send_chunk(head.as_bytes());
     let partial = vec![b'x'; 1024 * 1024];
     send_chunk(&partial);
-    // The temporary file appears while the body streams in...
+    // The temporary file is open while the body streams in...
     crate::fixture::wait_for("a temporary file", Duration::from_secs(10), || {
-        !leftovers(&dir).is_empty()
+        crate::fixture::has_file_open_in(daemon.pid(), &dir)
     });
     // ...and goes when the client does.
     drop(stream);
     crate::fixture::wait_for("the temporary file to go", Duration::from_secs(10), || {
-        leftovers(&dir).is_empty()
+        !crate::fixture::has_file_open_in(daemon.pid(), &dir) && leftovers(&dir).is_empty()
     });
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "old content");
 }

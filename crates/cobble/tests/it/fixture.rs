@@ -500,3 +500,13 @@ pub fn times(path: &Path) -> Vec<f64> {
         .filter_map(|l| l.split_whitespace().last()?.parse().ok())
         .collect()
 }
+
+/// Whether process `pid` has a file open in `dir` (named or not: a file opened with
+/// `O_TMPFILE` shows as `<dir>/#<inode> (deleted)`).
+pub fn has_file_open_in(pid: u32, dir: &Path) -> bool {
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(Result::ok)
+        .any(|fd| fs::read_link(fd.path()).is_ok_and(|target| target.parent() == Some(dir)))
+}

@@ -12,6 +12,7 @@ mod actions;
 mod changes;
 mod checks;
 mod daemon_log;
+mod edges;
 mod enter;
 mod entrypoint;
 mod exec;
