@@ -223,6 +223,31 @@ impl Daemon {
         self.dir.path()
     }
 
+    /// How many of the daemon's children run the program `comm` (so have got as far as
+    /// exec'ing it), from `/proc/*/stat`.
+    pub fn children_running(&self, comm: &str) -> usize {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return 0;
+        };
+        let parent = self.pid.as_raw();
+        entries
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name();
+                name.to_str()?.parse::<u32>().ok()?;
+                std::fs::read_to_string(Path::new("/proc").join(&name).join("stat")).ok()
+            })
+            .filter(|stat| {
+                // pid (comm) state ppid ...
+                let Some((head, tail)) = stat.rsplit_once(')') else {
+                    return false;
+                };
+                let this_comm = head.split_once('(').map_or("", |(_, c)| c);
+                let ppid = tail.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok());
+                this_comm == comm && ppid == Some(parent)
+            })
+            .count()
+    }
+
     /// The daemon's CPU time so far (user plus system, all threads).
     pub fn cpu_time(&self) -> Result<Duration> {
         // Fields 14 and 15 of proc(5): utime and stime.
