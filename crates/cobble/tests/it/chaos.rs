@@ -1,7 +1,8 @@
 //! Chaos: the daemon SIGKILLed at random moments while clients start, stop and restart
 //! services, then restarted on the same `$PEBBLE`. Whatever instant the kill lands on, the
 //! next daemon must find every service process its predecessor started (so none runs
-//! twice).
+//! twice), every change whose ID a client received must still exist, and change IDs must
+//! never be given out twice.
 //!
 //! The rounds run in the normal suite are few enough to stay within a few tens of seconds;
 //! `chaos_long` (ignored) runs 100 rounds: `cargo nextest run -p cobble --run-ignored only
@@ -10,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::fixture::{Daemon, client};
+use crate::fixture::{Daemon, client, wait_for};
 
 const SERVICES: usize = 20;
 
@@ -89,7 +90,7 @@ fn marked(tag: u64) -> Vec<(u32, String)> {
             continue;
         };
         let last = String::from_utf8_lossy(last);
-        if !last.starts_with(&format!("0.{tag}")) || args.len() < 3 {
+        if !(0..SERVICES).any(|i| last == marker(tag, i)) {
             continue;
         }
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -164,6 +165,12 @@ fn chaos(rounds: usize, mut check: impl FnMut(&Daemon, &[u64])) {
         });
         daemon.kill();
         daemon.restart(&[]);
+        // A child the killed daemon forked but that has not exec'd yet still holds its
+        // listening socket for a moment, which can fool the fixture's connect: wait for
+        // the new daemon itself.
+        wait_for("the restarted daemon", Duration::from_secs(15), || {
+            daemon.log().matches("Started daemon.").count() == round + 2
+        });
         // The new daemon has ended what its predecessor recorded before listening, and
         // started nothing: any service process still running was never recorded.
         let left: Vec<_> = running(tag).into_iter().collect();
@@ -193,8 +200,48 @@ fn no_service_process_escapes_a_sigkilled_daemon() {
     chaos(15, |_, _| {});
 }
 
+/// Every change ID a client was given exists after the restart, and the next one is above
+/// every ID ever given out.
+fn check_ids(highest: &mut u64, lost: &mut Vec<u64>, daemon: &Daemon, ids: &[u64]) {
+    let c = client(daemon);
+    let rt = crate::fixture::rt();
+    for id in ids {
+        if rt.block_on(c.change(&id.to_string())).is_err() {
+            lost.push(*id);
+        }
+    }
+    *highest = ids.iter().copied().fold(*highest, u64::max);
+    let next: u64 = rt
+        .block_on(c.services_action("stop", &["s0".to_owned()]))
+        .unwrap_or_else(|e| panic!("stop: {e}\n{}", daemon.log()))
+        .parse()
+        .unwrap();
+    assert!(
+        next > *highest,
+        "change ID {next} given again after a restart (highest given: {highest})"
+    );
+    *highest = next;
+}
+
+#[test]
+fn acknowledged_changes_survive_sigkill() {
+    let (mut highest, mut lost) = (0, Vec::new());
+    chaos(15, |daemon, ids| {
+        check_ids(&mut highest, &mut lost, daemon, ids)
+    });
+    assert!(lost.is_empty(), "acknowledged changes lost: {lost:?}");
+}
+
 #[test]
 #[ignore = "long: 100 kill-restart rounds"]
 fn chaos_long() {
-    chaos(100, |_, _| {});
+    let (mut highest, mut lost) = (0, Vec::new());
+    chaos(100, |daemon, ids| {
+        check_ids(&mut highest, &mut lost, daemon, ids)
+    });
+    assert!(
+        lost.is_empty(),
+        "acknowledged changes lost: {} {lost:?}",
+        lost.len()
+    );
 }
