@@ -242,7 +242,10 @@ impl Daemon {
                     return false;
                 };
                 let this_comm = head.split_once('(').map_or("", |(_, c)| c);
-                let ppid = tail.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok());
+                let ppid = tail
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|p| p.parse::<i32>().ok());
                 this_comm == comm && ppid == Some(parent)
             })
             .count()

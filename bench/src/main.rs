@@ -60,6 +60,7 @@
 mod cgroup;
 mod checks;
 mod daemon;
+mod durability;
 mod exec;
 mod report;
 mod stats;
@@ -220,6 +221,15 @@ struct Args {
     /// `exec true` round trips started at once.
     #[arg(long, value_name = "N", default_value_t = 50)]
     exec_concurrent: usize,
+    /// Starts of one service timed in the durability group.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    durable_starts: usize,
+    /// Concurrent clients sending mutating requests in the durability group.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    durable_clients: usize,
+    /// The load window of the durability group, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 10)]
+    durable_secs: u64,
 }
 
 /// A group of measurements that can run alone.
@@ -235,6 +245,8 @@ enum Group {
     Watch,
     /// `exec true` round trips.
     Exec,
+    /// The cost of answering change IDs only once they are durable.
+    Durability,
 }
 
 impl Args {
@@ -336,6 +348,16 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
         };
         let section = exec::run(&bench.cobble, &bench.token, &settings).await?;
         println!("### Exec\n\n{section}");
+    }
+    if args.runs(Group::Durability) {
+        let settings = durability::Settings {
+            starts: args.durable_starts,
+            clients: args.durable_clients,
+            window: Duration::from_secs(args.durable_secs),
+            poll_launch,
+        };
+        let section = durability::run(&bench.cobble, &bench.token, &settings).await?;
+        println!("### Durability (group commit)\n\n{section}");
     }
     Ok(())
 }

@@ -15,6 +15,11 @@ impl Samples {
         self.values.push(value);
     }
 
+    /// Every sample, in the order taken.
+    pub fn values(&self) -> &[Duration] {
+        &self.values
+    }
+
     /// How many samples there are.
     pub fn len(&self) -> usize {
         self.values.len()

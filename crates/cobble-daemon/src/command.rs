@@ -114,6 +114,26 @@ pub fn spawn(launch: &Launch) -> Result<Child, LaunchError> {
 /// Launches `launch` wired as `wiring` says. Blocking; needs a tokio runtime context for the
 /// pipes.
 pub fn spawn_wired(launch: &Launch, wiring: Wiring) -> Result<Child, LaunchError> {
+    launch_command(launch, wiring, None::<fn(u32)>)
+}
+
+/// Launches `launch` wired as `wiring` says, but lets the command start only once
+/// `before_exec` has run with its pid (see [`reaper::spawn_gated`]): where the daemon records
+/// its pid so that the next daemon can find the process after a SIGKILL. Blocking; needs a
+/// tokio runtime context for the pipes.
+pub fn spawn_recorded(
+    launch: &Launch,
+    wiring: Wiring,
+    before_exec: impl FnOnce(u32) + Send,
+) -> Result<Child, LaunchError> {
+    launch_command(launch, wiring, Some(before_exec))
+}
+
+fn launch_command(
+    launch: &Launch,
+    wiring: Wiring,
+    before_exec: Option<impl FnOnce(u32) + Send>,
+) -> Result<Child, LaunchError> {
     let program = launch.argv.first().ok_or(LaunchError::Empty)?;
     let path = look_path(program).map_err(LaunchError::NotFound)?;
     let mut cmd = Command::new(&path);
@@ -143,7 +163,11 @@ pub fn spawn_wired(launch: &Launch, wiring: Wiring) -> Result<Child, LaunchError
     cmd.envs(&environment);
 
     let pipes = wire(&mut cmd, wiring).map_err(LaunchError::Pipe)?;
-    let spawned = reaper::spawn(&mut cmd).map_err(|error| LaunchError::Fork {
+    let spawned = match before_exec {
+        Some(before_exec) => reaper::spawn_gated(&mut cmd, before_exec),
+        None => reaper::spawn(&mut cmd),
+    }
+    .map_err(|error| LaunchError::Fork {
         path: path.clone(),
         error,
     })?;

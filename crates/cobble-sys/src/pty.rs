@@ -13,7 +13,7 @@
 //! master non-blocking for tokio. [`Master`] reads and writes it asynchronously; once every
 //! holder of the slave is gone, reading the master fails with `EIO` on Linux, which
 //! [`Master`] reports as end of file. [`attach`] sets a `Command` up to run on the slave:
-//! the only `pre_exec` code in cobble, two async-signal-safe system calls (`setsid`, then
+//! one of the two `pre_exec` hooks in cobble (the other is [`crate::reaper::spawn_gated`]'s), two async-signal-safe system calls (`setsid`, then
 //! `ioctl(TIOCSCTTY)`). [`new_session`] does the `setsid` alone, for exec without a
 //! terminal.
 

@@ -218,6 +218,96 @@ pub fn spawn(cmd: &mut Command) -> io::Result<Spawned> {
     })
 }
 
+/// Like [`spawn`], but the child does not exec until `before_exec` has run with its pid.
+///
+/// This closes the window between fork and "the daemon has written the pid down": a
+/// supervisor that records its children in a file (so that its successor can find them after
+/// a SIGKILL) records the pid in `before_exec`, and the command only starts once the record
+/// exists. If the caller dies before `before_exec` returns, the child sees end of file on its
+/// gate and exits without ever running the command.
+///
+/// The child reports its pid on one pipe and waits on another in a `pre_exec` hook (two
+/// `write`/`read` calls, `close`s and `sigaction`s, all async-signal-safe); `before_exec` runs on a
+/// helper thread because `Command::spawn` itself only returns once the child has exec'd. Only
+/// one child is ever between fork and exec (spawns hold the registry lock), so no other child
+/// can hold a copy of the gate's write end.
+pub fn spawn_gated<F>(cmd: &mut Command, before_exec: F) -> io::Result<Spawned>
+where
+    F: FnOnce(u32) + Send,
+{
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+
+    start()?;
+    let (mut pid_read, pid_write) = io::pipe()?;
+    let (gate_read, gate_write) = io::pipe()?;
+    let pid_fd = pid_write.as_raw_fd();
+    let gate_read_fd = gate_read.as_raw_fd();
+    let gate_write_fd = gate_write.as_raw_fd();
+    // SAFETY: the hook runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed: close(2), getpid(2), sigaction(2), write(2) and
+    // read(2) are (SIGRTMIN reads a constant in glibc and musl);
+    // nothing allocates or takes a lock (an io::Error from a raw code does not allocate).
+    // The fds are the child's inherited copies of pipes the parent keeps open until
+    // `Command::spawn` returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            // The child's own copy of the write end would keep its gate open forever.
+            libc::close(gate_write_fd);
+            // Until exec the child has the daemon's signal handlers, which would swallow
+            // a SIGTERM from a daemon ending it as a leftover: restore the defaults exec
+            // would give (ignored signals stay ignored, as across exec).
+            for sig in 1..libc::SIGRTMIN() {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction != libc::SIG_DFL
+                    && old.sa_sigaction != libc::SIG_IGN
+                {
+                    let mut default: libc::sigaction = std::mem::zeroed();
+                    default.sa_sigaction = libc::SIG_DFL;
+                    libc::sigaction(sig, &default, std::ptr::null_mut());
+                }
+            }
+            let pid = libc::getpid().to_ne_bytes();
+            if libc::write(pid_fd, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
+                return Err(io::Error::last_os_error());
+            }
+            libc::close(pid_fd);
+            let mut byte = 0u8;
+            loop {
+                let n = libc::read(gate_read_fd, (&raw mut byte).cast(), 1);
+                if n == 1 {
+                    libc::close(gate_read_fd);
+                    return Ok(());
+                }
+                if n == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                // The parent is gone (or gave up) before recording us: never run.
+                return Err(io::Error::from_raw_os_error(libc::ECANCELED));
+            }
+        });
+    }
+    std::thread::scope(|scope| {
+        let gate = scope.spawn(move || {
+            let mut pid = [0u8; 4];
+            // End of file: the child died or was never forked.
+            if pid_read.read_exact(&mut pid).is_ok() {
+                before_exec(u32::from_ne_bytes(pid));
+                let _ = (&gate_write).write_all(&[1]);
+            }
+            drop(gate_write);
+        });
+        let spawned = spawn(cmd);
+        // Whether or not the child reported: the helper must see end of file now.
+        drop(pid_write);
+        drop(gate_read);
+        gate.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        spawned
+    })
+}
+
 /// How many exited processes the reaper has collected that [`spawn`] had not
 /// registered (orphans re-parented to us, or children started by other means).
 pub fn orphans_reaped() -> u64 {
@@ -307,6 +397,27 @@ fn reap_pending() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gated_child_runs_only_after_before_exec() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c").arg(format!("echo > {}", marker.display()));
+        let me = std::fs::read_link("/proc/self/exe").unwrap();
+        let mut seen = None;
+        let spawned = spawn_gated(&mut cmd, |pid| {
+            // Still a fork of this process: the command has not started.
+            seen = Some((pid, std::fs::read_link(format!("/proc/{pid}/exe")).ok()));
+        })
+        .unwrap();
+        let (pid, exe) = seen.expect("before_exec ran");
+        assert_eq!(pid, spawned.pid);
+        assert_eq!(exe.as_deref(), Some(me.as_path()));
+        let status = spawned.exit.blocking_recv().unwrap();
+        assert!(status.success());
+        assert!(marker.exists());
+    }
 
     #[test]
     fn code_is_exit_code_or_128_plus_signal() {

@@ -29,6 +29,8 @@ pub async fn get_changes(
         }
     };
     let for_service = Some(first(&query, "for")).filter(|s| !s.is_empty());
+    // Changes a check made in the background show IDs no request waited for.
+    api.state.durable_ids().await;
     Ok(sync(api.state.changes(select, for_service)))
 }
 
@@ -41,7 +43,9 @@ pub async fn get_change(
     State(api): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(sync(api.state.change_info_str(&id).map_err(not_found)?))
+    let change = api.state.change_info_str(&id).map_err(not_found)?;
+    api.state.durable_ids().await;
+    Ok(sync(change))
 }
 
 pub async fn post_change(
@@ -58,7 +62,10 @@ pub async fn post_change(
     }
     let numeric: u64 = change.id.parse().expect("IDs are numeric");
     match api.state.abort(numeric) {
-        Ok(info) => Ok(sync(info)),
+        Ok(info) => {
+            api.state.durable().await;
+            Ok(sync(info))
+        }
         Err(StateError::NothingPending(_)) => Err(ApiError::bad_request(format!(
             "cannot abort change {id} with nothing pending"
         ))),
@@ -103,9 +110,10 @@ pub async fn wait_change(
     } else {
         ready.await;
     }
-    Ok(sync(
-        api.state
-            .change_info(numeric)
-            .ok_or_else(|| not_found(StateError::NoSuchChange(id)))?,
-    ))
+    let change = api
+        .state
+        .change_info(numeric)
+        .ok_or_else(|| not_found(StateError::NoSuchChange(id)))?;
+    api.state.durable_ids().await;
+    Ok(sync(change))
 }

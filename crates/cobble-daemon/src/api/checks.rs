@@ -78,6 +78,8 @@ pub async fn get_checks(
         .filter(|c| names.is_empty() || names.contains(&c.name))
         .map(check_info)
         .collect();
+    // Each check shows the ID of its current change, made in the background.
+    api.state.durable_ids().await;
     Ok(sync(infos))
 }
 

@@ -30,6 +30,7 @@ pub async fn post_exec(
         user: admin.user,
         command: &program,
     });
+    api.state.durable().await;
     Ok(async_change_with(started.change_id, started.result))
 }
 

@@ -60,6 +60,8 @@ pub async fn post_services(
                 // Pebble's replan also starts enabled checks that are not running.
                 api.checks.replan().await;
             }
+            // The client may rely on the change ID only once a SIGKILL cannot lose it.
+            api.state.durable().await;
             Ok(async_change(change_id))
         }
         Err(e @ ActionError::NoDefaultServices) => {

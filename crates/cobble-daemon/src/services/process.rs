@@ -4,7 +4,8 @@
 //! Every operation may block (forking, user lookups, `/proc` walks, the registry file), so
 //! the actor runs them on the blocking pool and gets their results back as messages. The
 //! real implementation, [`OsProcesses`], spawns a service through [`crate::command`], records
-//! its group in the [`ProcessRegistry`] before the actor even hears of it, and stops groups
+//! its group in the [`ProcessRegistry`] between fork and exec (so the command never runs
+//! unrecorded), and stops groups
 //! together with the descendants that left them.
 
 use std::sync::Mutex;
@@ -18,7 +19,7 @@ use tokio::net::unix::pipe;
 use super::logbuf::{LineSplitter, ServiceLog};
 use super::machine::GroupSignal;
 use super::registry::ProcessRegistry;
-use crate::command::{self, Launch, LaunchError};
+use crate::command::{self, Launch, LaunchError, Wiring};
 use crate::output::Sink;
 use crate::state::format_utc_millis;
 use cobble_sys::process::{self as sys, Signal};
@@ -114,14 +115,23 @@ impl Processes for OsProcesses {
             clear_environment: false,
         };
         tracing::info!("Service \"{name}\" starting: {}", config.command);
-        let child = command::spawn(&launch).map_err(|e| {
+        // Recorded before the command may start: a daemon killed at any instant leaves no
+        // service process that its successor cannot find.
+        let mut recorded = None;
+        let spawned = command::spawn_recorded(&launch, Wiring::Merged, |pid| {
+            self.registry().record(name, pid);
+            recorded = Some(pid);
+        });
+        let child = spawned.map_err(|e| {
+            if let Some(pid) = recorded {
+                self.registry().forget(name, pid);
+            }
             SpawnError::Failed(match e {
                 // Pebble words user errors without the prefix.
                 LaunchError::User(text) => text,
                 other => format!("cannot start service: {other}"),
             })
         })?;
-        self.registry().record(name, child.pid);
         let exit = child.exit;
         Ok(Spawned {
             pid: child.pid,

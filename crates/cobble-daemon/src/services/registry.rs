@@ -122,6 +122,11 @@ fn end_groups(records: BTreeMap<String, Record>, grace: Duration) -> Vec<String>
             let _ = process::signal_group(record.pid, Signal::SIGKILL);
         }
     }
+    // SIGKILL takes effect asynchronously: nothing may start before the groups are gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while alive.iter().any(|(_, r)| group_running(r.pid)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     alive.into_iter().map(|(service, _)| service).collect()
 }
 

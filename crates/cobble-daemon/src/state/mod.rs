@@ -124,6 +124,17 @@ pub enum Select {
     All,
 }
 
+/// How far the state file reaches.
+#[derive(Debug, Clone, Copy)]
+struct Durable {
+    /// The store version the file holds.
+    version: u64,
+    last_change_id: u64,
+    last_task_id: u64,
+    /// Whether a persister is attached; without one nothing is waited for.
+    persisted: bool,
+}
+
 /// Everything the state file holds.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct StateData {
@@ -152,6 +163,10 @@ struct Inner {
     data: Mutex<StateData>,
     /// Bumped on every mutation.
     version: watch::Sender<u64>,
+    /// What the state file holds, as the persister last wrote it.
+    durable: watch::Sender<Durable>,
+    /// Someone waits for durability: the persister writes without its coalescing window.
+    urgent: tokio::sync::Notify,
     /// Cancelled when a change is aborted; runners watch these. Not persisted.
     abort_tokens: Mutex<BTreeMap<u64, CancellationToken>>,
 }
@@ -161,10 +176,18 @@ impl StateStore {
     pub fn new(mut data: StateData) -> StateStore {
         close_unfinished(&mut data);
         let (version, _) = watch::channel(0);
+        let durable = Durable {
+            version: 0,
+            last_change_id: data.last_change_id,
+            last_task_id: data.last_task_id,
+            persisted: false,
+        };
         StateStore {
             inner: Arc::new(Inner {
                 data: Mutex::new(data),
                 version,
+                durable: watch::Sender::new(durable),
+                urgent: tokio::sync::Notify::new(),
                 abort_tokens: Mutex::new(BTreeMap::new()),
             }),
         }
@@ -189,6 +212,54 @@ impl StateStore {
     /// Serialises the current data (for the persister).
     pub fn snapshot_json(&self) -> Vec<u8> {
         serde_json::to_vec(&*self.lock()).expect("state serialises")
+    }
+
+    /// Serialises the current data with what it covers: every mutation up to the version
+    /// (read before the data, so the bytes hold at least that much) and the last IDs.
+    fn snapshot(&self) -> (Durable, Vec<u8>) {
+        let version = *self.inner.version.borrow();
+        let data = self.lock();
+        let covers = Durable {
+            version,
+            last_change_id: data.last_change_id,
+            last_task_id: data.last_task_id,
+            persisted: true,
+        };
+        (
+            covers,
+            serde_json::to_vec(&*data).expect("state serialises"),
+        )
+    }
+
+    /// Returns once every mutation made so far is in the state file: the group commit a
+    /// mutating request awaits before it tells the client a change ID. Many waiters share
+    /// one write. Returns at once when no persister runs (`--dry`-like daemons, tests).
+    pub async fn durable(&self) {
+        let version = *self.inner.version.borrow();
+        self.wait_durable(|d| d.version >= version).await;
+    }
+
+    /// Returns once every change and task ID handed out so far is in the state file, so a
+    /// response that shows IDs never shows one a restarted daemon would give out again.
+    /// Writes nothing when they already are (the usual case: IDs are made by mutating
+    /// requests, which waited).
+    pub async fn durable_ids(&self) {
+        let (change, task) = {
+            let d = self.lock();
+            (d.last_change_id, d.last_task_id)
+        };
+        self.wait_durable(|d| d.last_change_id >= change && d.last_task_id >= task)
+            .await;
+    }
+
+    async fn wait_durable(&self, done: impl Fn(&Durable) -> bool) {
+        let mut durable = self.inner.durable.subscribe();
+        if !durable.borrow().persisted || done(&durable.borrow()) {
+            return;
+        }
+        self.inner.urgent.notify_one();
+        // The persister detaches (persisted false) when it stops: nobody waits forever.
+        let _ = durable.wait_for(|d| !d.persisted || done(d)).await;
     }
 
     /// Creates a change with no tasks yet.

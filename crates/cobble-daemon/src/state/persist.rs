@@ -1,7 +1,8 @@
 //! Coalesced, atomic persistence of the state file.
 //!
 //! The persister waits for the store's version to move, lets a short window pass so that a
-//! burst of mutations (a change and its tasks, a check tick) becomes one write, then writes the
+//! burst of mutations (a change and its tasks, a check tick) becomes one write (or no window
+//! when a request waits for durability: group commit), then writes the
 //! whole state through [`crate::atomic`] with machine durability (temporary file in the same
 //! directory, fsync, rename over `.pebble.state`, fsync of the directory). A crash at any
 //! instant leaves either the old file or the new one. Failed writes are retried on the next
@@ -72,20 +73,34 @@ pub fn write_state_file(path: &Path, bytes: &[u8]) -> Result<(), AtomicError> {
     atomic::write_atomic(path, bytes, STATE_FILE_MODE, Durability::Machine)
 }
 
-/// Writes the store to disk whenever it changes, coalescing bursts.
+/// Writes the store to disk whenever it changes: after a short window that coalesces a
+/// burst, or at once when someone waits for durability ([`StateStore::durable`]), batching
+/// whatever arrived meanwhile into the same write (group commit).
 pub struct Persister {
     store: StateStore,
     path: PathBuf,
     /// How many times the file has been written, so that tests can count writes.
     writes: watch::Sender<u64>,
+    _attached: Attached,
+}
+
+/// While it lives, waiters for durability wait for this persister's writes.
+struct Attached(StateStore);
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.0.inner.durable.send_modify(|d| d.persisted = false);
+    }
 }
 
 impl Persister {
     pub fn new(store: StateStore, path: PathBuf) -> Persister {
+        store.inner.durable.send_modify(|d| d.persisted = true);
         Persister {
-            store,
+            store: store.clone(),
             path,
             writes: watch::Sender::new(0),
+            _attached: Attached(store),
         }
     }
 
@@ -94,35 +109,44 @@ impl Persister {
         self.writes.subscribe()
     }
 
-    /// Writes the current state now (used at shutdown).
-    pub async fn flush(&self) -> Result<(), FlushError> {
-        let bytes = self.store.snapshot_json();
+    /// Writes the current state now (at start-up and shutdown); returns the store version
+    /// the file now holds.
+    pub async fn flush(&self) -> Result<u64, FlushError> {
+        let (covers, bytes) = self.store.snapshot();
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || write_state_file(&path, &bytes)).await??;
         self.writes.send_modify(|n| *n += 1);
-        Ok(())
+        self.store.inner.durable.send_modify(|d| {
+            d.version = d.version.max(covers.version);
+            d.last_change_id = d.last_change_id.max(covers.last_change_id);
+            d.last_task_id = d.last_task_id.max(covers.last_task_id);
+        });
+        Ok(covers.version)
     }
 
     /// Runs until `cancel` fires, then writes one last time.
     pub async fn run(self, cancel: CancellationToken) {
         let mut version: watch::Receiver<u64> = self.store.subscribe();
-        let mut written = *version.borrow_and_update();
+        let mut written = self.store.inner.durable.borrow().version;
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 changed = version.changed() => if changed.is_err() { break },
             }
+            // A waiting request cuts the window short; what arrives while this write runs
+            // goes into the next one.
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 _ = tokio::time::sleep(COALESCE_WINDOW) => {}
+                _ = self.store.inner.urgent.notified() => {}
             }
             let current = *version.borrow_and_update();
-            if current == written {
+            if current <= written {
                 continue;
             }
             match self.flush().await {
-                Ok(()) => {
-                    written = current;
+                Ok(covered) => {
+                    written = covered;
                     // A write follows every burst of activity; once it is done, hand the
                     // heap that burst freed back to the kernel.
                     cobble_sys::memory::trim_heap();
@@ -134,7 +158,7 @@ impl Persister {
                 }
             }
         }
-        if *version.borrow() != written
+        if *version.borrow() > written
             && let Err(e) = self.flush().await
         {
             tracing::warn!("Cannot write state file {}: {e}", self.path.display());

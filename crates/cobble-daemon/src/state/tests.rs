@@ -246,3 +246,73 @@ fn task_data_is_shown_and_kept_across_a_reload() {
     assert_eq!(reloaded.tasks[&t].data["exit-code"], 3);
     assert_eq!(s.task_kind(t), Some(("exec".to_owned(), c)));
 }
+
+/// A running persister on a fresh store, and its write count.
+fn persisted(dir: &std::path::Path) -> (StateStore, watch::Receiver<u64>, CancellationToken) {
+    let s = store();
+    let cancel = CancellationToken::new();
+    let persister = Persister::new(s.clone(), dir.join(".pebble.state"));
+    let writes = persister.writes();
+    tokio::spawn(persister.run(cancel.clone()));
+    (s, writes, cancel)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_request_is_released_only_once_its_change_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, writes, _cancel) = persisted(dir.path());
+    tokio::task::yield_now().await;
+    let id = s.new_change("start", "x", vec![]);
+    s.durable().await;
+    let on_disk = persist::load(&dir.path().join(".pebble.state")).unwrap();
+    assert!(on_disk.changes.contains_key(&id));
+    assert_eq!(on_disk.last_change_id, id);
+    assert_eq!(*writes.borrow(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_waiting_requests_share_one_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, writes, _cancel) = persisted(dir.path());
+    tokio::task::yield_now().await;
+    let requests: Vec<_> = (0..50)
+        .map(|_| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let id = s.new_change("start", "x", vec![]);
+                s.durable().await;
+                id
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for request in requests {
+        ids.push(request.await.unwrap());
+    }
+    let on_disk = persist::load(&dir.path().join(".pebble.state")).unwrap();
+    assert!(ids.iter().all(|id| on_disk.changes.contains_key(id)));
+    assert_eq!(*writes.borrow(), 1, "one write for the whole batch");
+}
+
+#[tokio::test(start_paused = true)]
+async fn ids_already_written_need_no_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, writes, _cancel) = persisted(dir.path());
+    tokio::task::yield_now().await;
+    let change = s.new_change("start", "x", vec![]);
+    let task = s.add_task(change, "start", "x", None);
+    s.durable().await;
+    assert_eq!(*writes.borrow(), 1);
+    // Progress that shows no new ID: a reader does not wait, and nothing is written early.
+    s.set_task_status(task, Status::Doing);
+    s.durable_ids().await;
+    assert_eq!(*writes.borrow(), 1);
+}
+
+#[tokio::test]
+async fn without_a_persister_nobody_waits() {
+    let s = store();
+    s.new_change("start", "x", vec![]);
+    s.durable().await;
+    s.durable_ids().await;
+}

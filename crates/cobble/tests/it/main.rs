@@ -10,6 +10,7 @@ mod fixture;
 mod access;
 mod actions;
 mod changes;
+mod chaos;
 mod checks;
 mod daemon_log;
 mod edges;
