@@ -154,27 +154,8 @@ impl Master {
 
     /// The terminal's current window size.
     pub fn size(&self) -> io::Result<WindowSize> {
-        let mut winsize = WindowSize {
-            width: 0,
-            height: 0,
-        }
-        .winsize();
-        // SAFETY: TIOCGWINSZ writes one `struct winsize` through the pointer, which points to
-        // a live value we own for the duration of the call.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.get_ref().as_raw_fd(),
-                libc::TIOCGWINSZ as _,
-                &mut winsize as *mut Winsize,
-            )
-        };
-        if rc == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(WindowSize {
-            width: winsize.ws_col,
-            height: winsize.ws_row,
-        })
+        let (width, height) = crate::terminal::window_size(self.fd.get_ref().as_fd())?;
+        Ok(WindowSize { width, height })
     }
 
     /// The byte that means end of file to the terminal's line discipline (VEOF, normally
