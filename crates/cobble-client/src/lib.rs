@@ -53,6 +53,7 @@ mod config;
 mod error;
 mod exec;
 mod files;
+pub mod identities;
 mod transport;
 pub mod types;
 

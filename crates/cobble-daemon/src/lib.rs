@@ -43,6 +43,7 @@ pub mod daemon;
 pub mod dir_lock;
 pub mod exec;
 pub mod files;
+pub mod identities;
 pub mod layers;
 pub mod logging;
 pub mod metrics;

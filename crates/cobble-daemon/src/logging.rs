@@ -191,6 +191,20 @@ pub enum SecurityEvent<'a> {
     MonitorDisabled { user: User, check: &'a str },
     /// An admin is running a command through the exec API.
     Exec { user: User, command: &'a str },
+    /// An admin added an identity.
+    UserCreated {
+        user: User,
+        name: &'a str,
+        access: &'a str,
+    },
+    /// An admin changed an identity.
+    UserUpdated {
+        user: User,
+        name: &'a str,
+        access: &'a str,
+    },
+    /// An admin removed an identity.
+    UserDeleted { user: User, name: &'a str },
 }
 
 impl SecurityEvent<'_> {
@@ -226,6 +240,18 @@ impl SecurityEvent<'_> {
             SecurityEvent::Exec { user, command } => (
                 format!("authz_admin:{user},exec"),
                 format!("Executing command {command}"),
+            ),
+            SecurityEvent::UserCreated { user, name, access } => (
+                format!("user_created:{user},{name},{access}"),
+                format!("Creating {access} user {name}"),
+            ),
+            SecurityEvent::UserUpdated { user, name, access } => (
+                format!("user_updated:{user},{name},{access}"),
+                format!("Updating {access} user {name}"),
+            ),
+            SecurityEvent::UserDeleted { user, name } => (
+                format!("user_deleted:{user},{name}"),
+                format!("Deleting user {name}"),
             ),
         }
     }

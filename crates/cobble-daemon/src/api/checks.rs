@@ -14,7 +14,7 @@ use cobble_client::types::{
 use cobble_plan::CheckLevel;
 
 use super::query::{first, multi_comma_list};
-use super::{Admin, ApiError, Read, Shared, json_body, sync, sync_with_status};
+use super::{Admin, ApiError, Metrics, Read, Shared, json_body, sync, sync_with_status};
 use crate::checks::{CheckAction, CheckManagerError, CheckView};
 use crate::logging::{self, SecurityEvent};
 
@@ -148,7 +148,7 @@ pub async fn post_checks_refresh(
 }
 
 /// OpenMetrics text, with the content type Go's server sniffs for it.
-pub async fn get_metrics(_: Read, State(api): State<Shared>) -> Response {
+pub async fn get_metrics(_: Metrics, State(api): State<Shared>) -> Response {
     let plan = api.plan.plan();
     let services = api.services.statuses(Vec::new(), false).await;
     let checks = api.checks.checks().await;

@@ -2,15 +2,16 @@
 //!
 //! Transport only: each handler extracts its input, calls one manager and maps the result into
 //! Pebble's envelope (`{"type","status-code","status","change"?,"result"}`). Access is decided
-//! per handler by an extractor ([`Read`], [`Admin`]) from the peer credentials of the unix
-//! socket connection: root and the daemon's own uid are admin, other local users may read, and
-//! TCP clients reach only the open endpoints. Refused requests, and the admin actions Pebble
-//! audits, are logged as security events.
+//! per route by the extractor its handler takes ([`Metrics`], [`Read`], [`Admin`], or none for
+//! open endpoints), from the peer and its credentials: see [`access`]. Refused requests, and
+//! the admin actions Pebble audits, are logged as security events.
 
+mod access;
 mod changes;
 mod checks;
 mod exec;
 mod files;
+mod identities;
 mod query;
 pub mod serve;
 mod services;
@@ -20,8 +21,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, FromRequestParts, Request};
-use axum::http::request::Parts;
+use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -32,7 +32,6 @@ use serde::de::DeserializeOwned;
 use crate::checks::CheckManager;
 use crate::exec::ExecManager;
 use crate::layers::PlanManager;
-use crate::logging::{self, SecurityEvent, User};
 use crate::services::ServiceManager;
 use crate::services::changes::ServiceActions;
 use crate::state::StateStore;
@@ -54,62 +53,7 @@ pub struct ApiState {
 
 pub type Shared = Arc<ApiState>;
 
-/// Who is on the other end of a connection.
-#[derive(Debug, Clone, Copy)]
-pub struct Peer {
-    /// The peer's uid on the unix socket; `None` over TCP.
-    pub uid: Option<u32>,
-}
-
-/// Proof that the caller may use read endpoints (any local user).
-pub struct Read;
-
-/// Proof that the caller may use admin endpoints (root or the daemon's own user).
-pub struct Admin {
-    /// The admin, for the security events their requests log.
-    pub user: User,
-}
-
-fn peer(parts: &Parts) -> Peer {
-    parts
-        .extensions
-        .get::<ConnectInfo<Peer>>()
-        .map_or(Peer { uid: None }, |c| c.0)
-}
-
-/// Logs the refusal of a request for lack of access, and answers it.
-fn refuse(parts: &Parts) -> ApiError {
-    logging::security(SecurityEvent::AuthzFail {
-        user: User(peer(parts).uid),
-        method: parts.method.as_str(),
-        path: parts.uri.path(),
-    });
-    ApiError::unauthorized()
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Read {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        match peer(parts).uid {
-            Some(_) => Ok(Read),
-            None => Err(refuse(parts)),
-        }
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Admin {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        match peer(parts).uid {
-            Some(uid) if uid == 0 || uid == cobble_sys::current_uid() => Ok(Admin {
-                user: User(Some(uid)),
-            }),
-            _ => Err(refuse(parts)),
-        }
-    }
-}
+pub use access::{Admin, Metrics, Peer, Read, Transport};
 
 /// An error response in Pebble's envelope.
 #[derive(Debug)]
@@ -312,6 +256,10 @@ pub fn router(state: Shared) -> Router {
         )
         .route("/v1/changes/{id}/wait", get(changes::wait_change))
         .route("/v1/files", get(files::get_files).post(files::post_files))
+        .route(
+            "/v1/identities",
+            get(identities::get_identities).post(identities::post_identities),
+        )
         .route("/v1/exec", axum::routing::post(exec::post_exec))
         .route(
             "/v1/tasks/{task_id}/websocket/{websocket}",

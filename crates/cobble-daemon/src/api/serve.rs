@@ -20,7 +20,7 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::Peer;
+use super::{Peer, Transport};
 
 /// Who is on the other end of an accepted connection.
 pub trait PeerOf {
@@ -31,13 +31,15 @@ impl PeerOf for UnixStream {
     fn peer(&self) -> Peer {
         Peer {
             uid: self.peer_cred().ok().map(|c| c.uid()),
+            transport: Transport::Unix,
+            cert: None,
         }
     }
 }
 
 impl PeerOf for TcpStream {
     fn peer(&self) -> Peer {
-        Peer { uid: None }
+        Peer::http()
     }
 }
 
@@ -93,7 +95,9 @@ impl hyper::service::Service<hyper::Request<Incoming>> for PeerService {
 
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
         let mut request = request.map(Body::new);
-        request.extensions_mut().insert(ConnectInfo(self.peer));
+        request
+            .extensions_mut()
+            .insert(ConnectInfo(self.peer.clone()));
         let mut router = self.router.clone();
         tower_service::Service::call(&mut router, request)
     }

@@ -11,6 +11,7 @@
 //! Change and task IDs count up across restarts; changes left unfinished by a previous daemon
 //! are closed at load so nothing waits on them forever.
 
+mod identities;
 mod persist;
 mod timefmt;
 
@@ -142,6 +143,9 @@ pub struct StateData {
     pub last_task_id: u64,
     pub changes: BTreeMap<u64, Change>,
     pub tasks: BTreeMap<u64, Task>,
+    /// Named identities and their access, by name (see [`crate::identities`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub identities: BTreeMap<String, crate::identities::Identity>,
 }
 
 /// Errors of store operations, worded as Pebble's API words them.

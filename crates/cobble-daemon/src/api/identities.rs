@@ -1,0 +1,86 @@
+//! `GET /v1/identities` (read) and `POST /v1/identities` (admin).
+
+use std::collections::BTreeMap;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use cobble_client::identities::{IdentitiesRequest, Identity as WireIdentity};
+use serde::Serialize;
+
+use super::{Admin, ApiError, Read, Shared, json_body, sync};
+use crate::identities::{self, Action};
+use crate::logging::{self, SecurityEvent};
+
+pub async fn get_identities(_: Read, State(api): State<Shared>) -> Response {
+    let identities: BTreeMap<String, WireIdentity> = api
+        .state
+        .identities()
+        .iter()
+        .map(|(name, identity)| (name.clone(), identity.to_wire()))
+        .collect();
+    sync(identities)
+}
+
+pub async fn post_identities(
+    admin: Admin,
+    State(api): State<Shared>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let request: IdentitiesRequest = json_body(body, "cannot decode request body").await?;
+    let action = Action::parse(&request.action).map_err(ApiError::bad_request)?;
+    let changes = identities::decode_request(action, &request.identities)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let applied = api
+        .state
+        .change_identities(action, changes)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    for (name, access) in &applied.created {
+        logging::security(SecurityEvent::UserCreated {
+            user: admin.user,
+            name,
+            access: access.as_str(),
+        });
+    }
+    for (name, access) in &applied.updated {
+        logging::security(SecurityEvent::UserUpdated {
+            user: admin.user,
+            name,
+            access: access.as_str(),
+        });
+    }
+    for name in &applied.deleted {
+        logging::security(SecurityEvent::UserDeleted {
+            user: admin.user,
+            name,
+        });
+    }
+    // Who may do what must not silently revert after a crash.
+    api.state.durable().await;
+    Ok(sync_without_result())
+}
+
+/// Pebble answers these requests with a sync envelope that has no `result` at all.
+fn sync_without_result() -> Response {
+    #[derive(Serialize)]
+    struct Empty {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        #[serde(rename = "status-code")]
+        status_code: u16,
+        status: &'static str,
+    }
+    let body = serde_json::to_vec(&Empty {
+        kind: "sync",
+        status_code: 200,
+        status: "OK",
+    })
+    .expect("a fixed envelope serialises");
+    let mut response = (StatusCode::OK, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
