@@ -67,6 +67,8 @@ pub enum DaemonError {
     Plan(#[from] cobble_plan::PlanError),
     #[error("{0}")]
     State(#[from] state::PersistError),
+    #[error("cannot apply identities: {0}")]
+    Identities(crate::identities::RequestError),
     #[error("cannot start reaper: {0}")]
     Reaper(std::io::Error),
     #[error("cannot listen on {address}: {source}")]
@@ -105,6 +107,14 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     cobble_sys::reaper::start().map_err(DaemonError::Reaper)?;
 
     let store = StateStore::new(data);
+    if let Some(identities) = &opts.identities {
+        let action = crate::identities::Action::Replace;
+        let changes = crate::identities::decode_request(action, identities)
+            .map_err(DaemonError::Identities)?;
+        store
+            .change_identities(action, changes)
+            .map_err(DaemonError::Identities)?;
+    }
     let plan = PlanManager::new(plan);
     let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel();
     // A daemon killed with SIGKILL leaves its services running: end them before anything

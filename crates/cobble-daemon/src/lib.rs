@@ -82,6 +82,8 @@ pub struct RunOptions {
     pub copy_once: Option<PathBuf>,
     /// `PEBBLE_DEBUG=1`: debug logging on stderr.
     pub debug: bool,
+    /// `--identities FILE`, as read: applied with `replace` semantics before the API serves.
+    pub identities: Option<BTreeMap<String, Option<cobble_client::identities::Identity>>>,
 }
 
 /// Hooks for running the daemon under another command, as `cobble enter` does: the command

@@ -39,6 +39,17 @@ const CATEGORIES: &[(&str, &str, &[&str])] = &[
         &["checks", "check", "health", "start-checks", "stop-checks"],
     ),
     (
+        "Identities",
+        "manage who may use the API",
+        &[
+            "identities",
+            "identity",
+            "add-identities",
+            "update-identities",
+            "remove-identities",
+        ],
+    ),
+    (
         "Files",
         "work with files and execute commands",
         &["push", "pull", "ls", "mkdir", "rm", "exec"],
@@ -183,7 +194,8 @@ mod tests {
         let mut out = Vec::new();
         print_short(&mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains("\n       Run: run, enter, demo\n"), "{text}");
-        assert!(text.contains("\n  Services: services, start,"), "{text}");
+        assert!(text.contains("\n         Run: run, enter, demo\n"), "{text}");
+        assert!(text.contains("\n    Services: services, start,"), "{text}");
+        assert!(text.contains("\n  Identities: identities, identity,"), "{text}");
     }
 }

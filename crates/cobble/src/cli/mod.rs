@@ -33,6 +33,7 @@ mod exec;
 mod format;
 mod health;
 mod help;
+mod identities;
 mod ls;
 mod mkdir;
 mod plan;
@@ -135,6 +136,16 @@ enum Command {
     Mkdir(mkdir::MkdirArgs),
     /// Remove a file or directory.
     Rm(rm::RmArgs),
+    /// List identities
+    Identities(identities::IdentitiesArgs),
+    /// Show a single identity
+    Identity(identities::IdentityArgs),
+    /// Add new identities
+    AddIdentities(identities::FromArgs),
+    /// Update or replace identities
+    UpdateIdentities(identities::UpdateArgs),
+    /// Remove identities
+    RemoveIdentities(identities::FromArgs),
     /// Run the daemon on an embedded demo layer
     Demo(demo::DemoArgs),
     /// Explain why a service is where it is
@@ -261,6 +272,11 @@ async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow
         Command::Ls(args) => ls::execute(args, client, out).await,
         Command::Mkdir(args) => mkdir::execute(args, client, out).await,
         Command::Rm(args) => rm::execute(args, client, out).await,
+        Command::Identities(args) => identities::list(args, client, out).await,
+        Command::Identity(args) => identities::show(args, client, out).await,
+        Command::AddIdentities(args) => identities::add(args, client, out).await,
+        Command::UpdateIdentities(args) => identities::update(args, client, out).await,
+        Command::RemoveIdentities(args) => identities::remove(args, client, out).await,
         Command::Version(_) => version::print_versions(client, out).await,
         Command::Run(_)
         | Command::Help(_)

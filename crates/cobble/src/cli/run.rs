@@ -34,6 +34,10 @@ pub struct RunArgs {
     /// Log all output from services to stdout.
     #[arg(short, long)]
     verbose: bool,
+    /// Seed identities from this YAML file on startup (replacing identities of the same
+    /// names; a null value removes one).
+    #[arg(long, value_name = "FILE")]
+    identities: Option<PathBuf>,
     /// Provide additional arguments to a service: --args SERVICE ARGS... ; (the ";" may be
     /// left out when nothing follows).
     #[arg(
@@ -146,6 +150,7 @@ fn options(
             .filter(|dir| !dir.is_empty())
             .map(PathBuf::from),
         debug: is_one("PEBBLE_DEBUG"),
+        identities: None,
     }
 }
 
@@ -163,7 +168,22 @@ impl RunArgs {
             eprintln!("cannot run daemon: {message}");
             ExitCode::FAILURE
         })?;
-        Ok(options(self, service_args, |name| std::env::var(name).ok()))
+        let mut options = options(self, service_args, |name| std::env::var(name).ok());
+        if let Some(path) = &self.identities {
+            let bytes = std::fs::read(path).map_err(|e| {
+                eprintln!(
+                    "cannot run daemon: cannot read identities file: {}",
+                    super::go_path_error("open", &path.to_string_lossy(), &e)
+                );
+                ExitCode::FAILURE
+            })?;
+            let identities = super::identities::parse_identities(&bytes).map_err(|e| {
+                eprintln!("cannot run daemon: {e}");
+                ExitCode::FAILURE
+            })?;
+            options.identities = Some(identities);
+        }
+        Ok(options)
     }
 }
 
