@@ -23,8 +23,8 @@ CACHE=${OPS_SDIST_CACHE:-$REPO/target/ops-sdist}
 SDIST="$CACHE/ops-$OPS_VERSION.tar.gz"
 
 # The tests: every storage test of TestPebbleStorageAPIsUsingRealPebble, and the push, pull,
-# list_files, make_dir, remove_path, temp-file, checks-and-health and exec tests of
-# TestRealPebble.
+# list_files, make_dir, remove_path, temp-file, checks-and-health, exec and identities tests
+# of TestRealPebble.
 NODE_IDS=(
     test/test_real_pebble.py::TestPebbleStorageAPIsUsingRealPebble
     test/test_real_pebble.py::TestRealPebble::test_push_pull
@@ -44,6 +44,7 @@ NODE_IDS=(
     test/test_real_pebble.py::TestRealPebble::test_exec_environment
     test/test_real_pebble.py::TestRealPebble::test_exec_streaming
     test/test_real_pebble.py::TestRealPebble::test_exec_streaming_bytes
+    test/test_real_pebble.py::TestRealPebble::test_identities
 )
 
 COBBLE_BIN=${COBBLE_BIN:-$REPO/target/debug/cobble}
@@ -128,8 +129,8 @@ status=0
 # pytest succeeds when tests are skipped; these must all have run.
 if [ "$status" -eq 0 ]; then
     # 22 storage tests, 2 push/pull tests, 3 x 2 parametrised path-type tests, 1 temp-file
-    # test, the checks-and-health test and 10 exec tests.
-    expected=42
+    # test, the checks-and-health test, 10 exec tests and the identities test.
+    expected=43
     [ "$#" -eq 0 ] || expected=1
     "$PYTHON" - "$WORK/report.xml" "$expected" "$#" <<'PY' || status=1
 import sys
