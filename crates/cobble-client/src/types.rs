@@ -59,6 +59,13 @@ pub struct SystemInfo {
         skip_serializing_if = "String::is_empty"
     )]
     pub http_address: String,
+    /// The `--https` address the daemon listens on, if any.
+    #[serde(
+        rename = "https-address",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub https_address: String,
     /// The daemon's version.
     pub version: String,
 }

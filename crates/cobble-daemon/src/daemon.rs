@@ -67,6 +67,10 @@ pub enum DaemonError {
     Plan(#[from] cobble_plan::PlanError),
     #[error("{0}")]
     State(#[from] state::PersistError),
+    #[error("cannot use --https with PEBBLE_PERSIST=never: identity key requires persistent state")]
+    HttpsWithoutPersist,
+    #[error("{0}")]
+    Tls(#[from] crate::tls::TlsError),
     #[error("cannot apply identities: {0}")]
     Identities(crate::identities::RequestError),
     #[error("cannot start reaper: {0}")]
@@ -83,6 +87,10 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     // Catch stop signals from the very start: a SIGTERM that arrives while the daemon is
     // still starting must stop it in order, not kill it with its services left behind.
     let mut stop_signals = StopSignals::new();
+    // Refused before anything is created: a key that dies with the process identifies nobody.
+    if opts.https.is_some() && !opts.persist {
+        return Err(DaemonError::HttpsWithoutPersist);
+    }
     // Held until the daemon returns: it alone may end leftovers, write the state and bind or
     // remove the socket.
     let _lock = prepare_dir(&opts)?;
@@ -173,6 +181,16 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         Some(address) => Some(bind_tcp(address).await?),
         None => None,
     };
+    let https = match &opts.https {
+        Some(address) => {
+            let dir = opts.pebble_dir.clone();
+            let key = tokio::task::spawn_blocking(move || crate::tls::identity_key(&dir))
+                .await
+                .map_err(|e| crate::tls::TlsError::Load(e.to_string()))??;
+            Some((bind_tcp(address).await?, crate::tls::server_config(&key)?))
+        }
+        None => None,
+    };
     let exec = ExecManager::new(store.clone());
     let api_state = Arc::new(ApiState {
         plan,
@@ -183,6 +201,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         state: store.clone(),
         boot_id: boot_id(),
         http_address: opts.http.clone(),
+        https_address: opts.https.clone(),
     });
     let router = api::router(api_state);
     let mut servers = Vec::new();
@@ -191,6 +210,14 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         router.clone(),
         cancel.clone(),
     )));
+    if let Some((tcp, config)) = https {
+        servers.push(tokio::spawn(api::serve::serve_tls(
+            tcp,
+            config,
+            router.clone(),
+            cancel.clone(),
+        )));
+    }
     if let Some(tcp) = tcp {
         servers.push(tokio::spawn(api::serve::serve(tcp, router, cancel.clone())));
     }

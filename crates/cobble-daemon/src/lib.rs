@@ -50,6 +50,7 @@ pub mod metrics;
 pub mod output;
 pub mod services;
 pub mod state;
+pub mod tls;
 pub mod watch;
 pub mod why;
 
@@ -72,6 +73,9 @@ pub struct RunOptions {
     pub hold: bool,
     /// `--http ADDR`: also serve the open endpoints on this TCP address (`:4000`, `127.0.0.1:4000`).
     pub http: Option<String>,
+    /// `--https ADDR`: also serve the API over TLS on this address, to clients that present
+    /// certificates of `cert` identities.
+    pub https: Option<String>,
     /// `-v`/`PEBBLE_VERBOSE=1`: copy service output to stdout.
     pub verbose: bool,
     /// `--args SERVICE ARGS... ;` (repeatable).

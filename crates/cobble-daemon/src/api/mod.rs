@@ -49,6 +49,7 @@ pub struct ApiState {
     pub state: StateStore,
     pub boot_id: String,
     pub http_address: Option<String>,
+    pub https_address: Option<String>,
 }
 
 pub type Shared = Arc<ApiState>;

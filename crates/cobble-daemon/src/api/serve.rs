@@ -60,19 +60,77 @@ where
             router: router.clone(),
             peer: io.peer(),
         };
+        connections.spawn(serve_connection(io, service, cancel.clone()));
+    }
+    drop(listener);
+    connections.close();
+    connections.wait().await;
+}
+
+/// Serves one HTTP/1 connection until it closes, or until `cancel` and the request in
+/// progress is answered.
+async fn serve_connection<I>(io: I, service: PeerService, cancel: CancellationToken)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.half_close(true);
+    let conn = builder
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        () = cancel.cancelled() => conn.as_mut().graceful_shutdown(),
+    }
+    let _ = conn.await;
+}
+
+/// How long a TLS client may take over its handshake before its connection is dropped.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// [`serve`] over TLS (`--https`): each connection's handshake runs in its own task, so a
+/// slow client holds up nobody else; the client certificate, if one a `cert` identity can
+/// vouch for, goes with every request of the connection.
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    config: std::sync::Arc<rustls::ServerConfig>,
+    router: Router,
+    cancel: CancellationToken,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let connections = TaskTracker::new();
+    loop {
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    tracing::debug!("Cannot accept HTTPS connection: {e}");
+                    // Out of descriptors, say: let some close before trying again.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = cancel.cancelled() => break,
+        };
+        let acceptor = acceptor.clone();
+        let router = router.clone();
         let cancel = cancel.clone();
         connections.spawn(async move {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.half_close(true);
-            let conn = builder
-                .serve_connection(TokioIo::new(io), service)
-                .with_upgrades();
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => return,
-                () = cancel.cancelled() => conn.as_mut().graceful_shutdown(),
-            }
-            let _ = conn.await;
+            let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+            else {
+                return;
+            };
+            let cert = crate::tls::trusted_client_cert(tls.get_ref().1.peer_certificates());
+            let service = PeerService {
+                router,
+                peer: Peer {
+                    uid: None,
+                    transport: Transport::Https,
+                    cert,
+                },
+            };
+            serve_connection(tls, service, cancel).await;
         });
     }
     drop(listener);

@@ -11,6 +11,7 @@ pub async fn system_info(State(api): State<Shared>) -> Response {
     sync(SystemInfo {
         boot_id: api.boot_id.clone(),
         http_address: api.http_address.clone().unwrap_or_default(),
+        https_address: api.https_address.clone().unwrap_or_default(),
         version: crate::VERSION.into(),
     })
 }

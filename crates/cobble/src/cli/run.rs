@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// Start the HTTP API listening on this address (e.g., ":4000").
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
+    /// Start the HTTPS API listening on this address (e.g., ":8443"); clients authenticate
+    /// with the certificates of `cert` identities.
+    #[arg(long, value_name = "ADDR")]
+    https: Option<String>,
     /// Log all output from services to stdout.
     #[arg(short, long)]
     verbose: bool,
@@ -143,6 +147,7 @@ fn options(
         create_dirs: args.create_dirs,
         hold: args.hold,
         http: args.http.clone().filter(|addr| !addr.is_empty()),
+        https: args.https.clone().filter(|addr| !addr.is_empty()),
         verbose: args.verbose || is_one("PEBBLE_VERBOSE"),
         service_args,
         persist: env("PEBBLE_PERSIST").as_deref() != Some("never"),
