@@ -176,11 +176,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         });
     }
 
-    let unix = bind_unix(&opts.socket_path)?;
-    let tcp = match &opts.http {
-        Some(address) => Some(bind_tcp(address).await?),
-        None => None,
-    };
+    // Clients take the socket as the sign of a ready daemon: every listener is bound first.
     let https = match &opts.https {
         Some(address) => {
             let dir = opts.pebble_dir.clone();
@@ -189,6 +185,11 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
                 .map_err(|e| crate::tls::TlsError::Load(e.to_string()))??;
             Some((bind_tcp(address).await?, crate::tls::server_config(&key)?))
         }
+        None => None,
+    };
+    let unix = bind_unix(&opts.socket_path)?;
+    let tcp = match &opts.http {
+        Some(address) => Some(bind_tcp(address).await?),
         None => None,
     };
     let exec = ExecManager::new(store.clone());

@@ -194,8 +194,14 @@ mod tests {
         let mut out = Vec::new();
         print_short(&mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains("\n         Run: run, enter, demo\n"), "{text}");
+        assert!(
+            text.contains("\n         Run: run, enter, demo\n"),
+            "{text}"
+        );
         assert!(text.contains("\n    Services: services, start,"), "{text}");
-        assert!(text.contains("\n  Identities: identities, identity,"), "{text}");
+        assert!(
+            text.contains("\n  Identities: identities, identity,"),
+            "{text}"
+        );
     }
 }

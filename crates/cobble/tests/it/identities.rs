@@ -2,11 +2,12 @@
 //! identities API refusing bad input without changing anything.
 //!
 //! Callers are real processes: `curl` run under `setpriv` as the uid under test on the unix
-//! socket, and `curl` with or without basic auth over `--http`. The daemon itself runs as an
-//! unprivileged uid, so that "root" and "the daemon's own user" are two different callers.
+//! socket, `curl` with or without basic auth over `--http`, and `curl` with or without a
+//! client certificate over `--https`. The daemon itself runs as an unprivileged uid, so that
+//! "root" and "the daemon's own user" are two different callers.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::fixture::{COBBLE, Daemon, free_port, raw};
@@ -25,11 +26,38 @@ const WEB_PASSWORD: &str = "test";
 /// `openssl passwd -6 -salt saltsalt test`.
 const WEB_HASH: &str = "$6$saltsalt$JcVDtuB6d1BHhCd5RPBh8g8xX/1CbY8EU2PN0MTaj2/Mypw4P./C6dN4j0HALhzBDTocyW1Jm.gYaTPjFGCV40";
 
-fn identities_yaml() -> String {
+/// A client certificate and its key, as PEM files in `dir` named after `name`; valid from
+/// `not_before` to `not_after` (years).
+fn client_cert(dir: &Path, name: &str, years: (i32, i32)) -> (PathBuf, PathBuf, String) {
+    // ECDSA rather than Ed25519: curl's OpenSSL reads this key's PKCS#8 form.
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    params.not_before = rcgen::date_time_ymd(years.0, 1, 1);
+    params.not_after = rcgen::date_time_ymd(years.1, 1, 1);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let pem = params.self_signed(&key).unwrap().pem();
+    let cert_path = dir.join(format!("{name}.crt"));
+    let key_path = dir.join(format!("{name}.key"));
+    std::fs::write(&cert_path, &pem).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (cert_path, key_path, pem)
+}
+
+/// YAML for one `cert` identity.
+fn cert_identity(name: &str, access: &str, pem: &str) -> String {
+    let pem: String = pem.lines().map(|l| format!("        {l}\n")).collect();
+    format!("  {name}:\n    access: {access}\n    cert:\n      pem: |\n{pem}")
+}
+
+fn identities_yaml(reader_pem: &str) -> String {
     format!(
         "identities:\n  web:\n    access: metrics\n    basic:\n      password: \"{WEB_HASH}\"\n  \
          boss:\n    access: admin\n    local:\n      user-id: {ADMIN_UID}\n  \
-         stranger:\n    access: untrusted\n    local:\n      user-id: {UNTRUSTED_UID}\n"
+         stranger:\n    access: untrusted\n    local:\n      user-id: {UNTRUSTED_UID}\n{}",
+        cert_identity("reader", "read", reader_pem)
     )
 }
 
@@ -50,9 +78,15 @@ enum Caller {
     BasicMetricsHttp,
     /// Nothing at all, over `--http`.
     AnonymousHttp,
+    /// The certificate of a `read` identity, over `--https`.
+    ReaderCertHttps,
+    /// A certificate no identity holds, over `--https`.
+    UnknownCertHttps,
+    /// Basic auth of the `metrics` identity and no certificate, over `--https`.
+    BasicMetricsHttps,
 }
 
-const CALLERS: [Caller; 7] = [
+const CALLERS: [Caller; 10] = [
     Caller::Root,
     Caller::DaemonUser,
     Caller::OtherUser,
@@ -60,6 +94,9 @@ const CALLERS: [Caller; 7] = [
     Caller::UntrustedIdentity,
     Caller::BasicMetricsHttp,
     Caller::AnonymousHttp,
+    Caller::ReaderCertHttps,
+    Caller::UnknownCertHttps,
+    Caller::BasicMetricsHttps,
 ];
 
 /// The level an endpoint needs.
@@ -76,9 +113,13 @@ impl Caller {
     fn level(self) -> Option<Level> {
         match self {
             Caller::Root | Caller::DaemonUser | Caller::AdminIdentity => Some(Level::Admin),
-            Caller::OtherUser => Some(Level::Read),
+            Caller::OtherUser | Caller::ReaderCertHttps => Some(Level::Read),
             Caller::BasicMetricsHttp => Some(Level::Metrics),
-            Caller::UntrustedIdentity | Caller::AnonymousHttp => None,
+            // Over HTTPS the certificate is the credential; a password there is not read.
+            Caller::UntrustedIdentity
+            | Caller::AnonymousHttp
+            | Caller::UnknownCertHttps
+            | Caller::BasicMetricsHttps => None,
         }
     }
 }
@@ -180,18 +221,50 @@ fn unprivileged_cobble(dir: &Path) -> std::path::PathBuf {
     script
 }
 
+/// A daemon to call, and how to reach it.
+struct Target<'a> {
+    daemon: &'a Daemon,
+    http_port: u16,
+    https_port: u16,
+    /// Where the client certificates are.
+    certs: &'a Path,
+}
+
 /// Sends one request as `caller`; returns the status code.
-fn status_as(
-    daemon: &Daemon,
-    port: u16,
-    caller: Caller,
-    method: &str,
-    path: &str,
-    body: &str,
-) -> u16 {
-    let socket = daemon.pebble_dir().join(".pebble.socket");
-    let mut command = match caller {
-        Caller::BasicMetricsHttp | Caller::AnonymousHttp => Command::new("curl"),
+fn status_as(target: &Target, caller: Caller, method: &str, path: &str, body: &str) -> u16 {
+    let socket = target.daemon.pebble_dir().join(".pebble.socket");
+    let cert = |name: &str| {
+        [
+            "--cert".to_owned(),
+            target
+                .certs
+                .join(format!("{name}.crt"))
+                .display()
+                .to_string(),
+            "--key".to_owned(),
+            target
+                .certs
+                .join(format!("{name}.key"))
+                .display()
+                .to_string(),
+        ]
+    };
+    let (mut command, url) = match caller {
+        Caller::BasicMetricsHttp | Caller::AnonymousHttp => (
+            Command::new("curl"),
+            format!("http://127.0.0.1:{}{path}", target.http_port),
+        ),
+        Caller::ReaderCertHttps | Caller::UnknownCertHttps | Caller::BasicMetricsHttps => {
+            let mut c = Command::new("curl");
+            // The server certificate is self-signed: nothing to check it against.
+            c.arg("-k");
+            match caller {
+                Caller::ReaderCertHttps => c.args(cert("reader")),
+                Caller::UnknownCertHttps => c.args(cert("unknown")),
+                _ => &mut c,
+            };
+            (c, format!("https://127.0.0.1:{}{path}", target.https_port))
+        }
         _ => {
             let uid = match caller {
                 Caller::Root => 0,
@@ -209,22 +282,16 @@ fn status_as(
                 "--unix-socket".into(),
                 socket.display().to_string(),
             ]);
-            c
+            (c, format!("http://localhost{path}"))
         }
     };
     command.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method]);
     if !body.is_empty() {
         command.args(["-H", "Content-Type: application/json", "--data", body]);
     }
-    if let Caller::BasicMetricsHttp = caller {
+    if let Caller::BasicMetricsHttp | Caller::BasicMetricsHttps = caller {
         command.args(["-u", &format!("web:{WEB_PASSWORD}")]);
     }
-    let url = match caller {
-        Caller::BasicMetricsHttp | Caller::AnonymousHttp => {
-            format!("http://127.0.0.1:{port}{path}")
-        }
-        _ => format!("http://localhost{path}"),
-    };
     let output = command
         .arg(url)
         .stdin(Stdio::null())
@@ -239,12 +306,15 @@ fn status_as(
 #[test]
 fn every_endpoint_grants_exactly_its_level_to_every_caller() {
     let tmp = tempfile::tempdir().unwrap();
+    let (_, _, reader_pem) = client_cert(tmp.path(), "reader", (2000, 4000));
+    client_cert(tmp.path(), "unknown", (2000, 4000));
     let ids = tmp.path().join("identities.yaml");
-    std::fs::write(&ids, identities_yaml()).unwrap();
+    std::fs::write(&ids, identities_yaml(&reader_pem)).unwrap();
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let port = free_port();
+    let (http_port, https_port) = (free_port(), free_port());
     let program = unprivileged_cobble(tmp.path());
-    let http = format!("127.0.0.1:{port}");
+    let http = format!("127.0.0.1:{http_port}");
+    let https = format!("127.0.0.1:{https_port}");
     let d = Daemon::start_as(
         &program,
         &[(
@@ -255,6 +325,8 @@ fn every_endpoint_grants_exactly_its_level_to_every_caller() {
             "--hold",
             "--http",
             &http,
+            "--https",
+            &https,
             "--identities",
             ids.to_str().unwrap(),
         ],
@@ -265,12 +337,18 @@ fn every_endpoint_grants_exactly_its_level_to_every_caller() {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 
+    let target = Target {
+        daemon: &d,
+        http_port,
+        https_port,
+        certs: tmp.path(),
+    };
     let mut failures = Vec::new();
     for &(method, path, body, needs, allowed) in ENDPOINTS {
         for caller in CALLERS {
             let granted = needs == Level::Open || caller.level().is_some_and(|l| l >= needs);
             let expected = if granted { allowed } else { 401 };
-            let got = status_as(&d, port, caller, method, path, body);
+            let got = status_as(&target, caller, method, path, body);
             if got != expected {
                 failures.push(format!(
                     "{method} {path} as {caller:?}: {got}, expected {expected}"
@@ -402,4 +480,88 @@ fn wrong_passwords_scrape_nothing_and_identities_outlive_the_daemon() {
         String::from_utf8_lossy(&out.stdout),
         "Name  Access   Types\nweb   metrics  basic\n"
     );
+}
+
+#[test]
+fn https_trusts_only_current_certificates_of_identities_with_a_kept_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, _, good) = client_cert(tmp.path(), "good", (2000, 4000));
+    let (_, _, expired) = client_cert(tmp.path(), "expired", (2000, 2001));
+    let (_, _, future) = client_cert(tmp.path(), "future", (3900, 4000));
+    client_cert(tmp.path(), "unknown", (2000, 4000));
+    let ids = tmp.path().join("identities.yaml");
+    std::fs::write(
+        &ids,
+        format!(
+            "identities:\n{}{}{}",
+            cert_identity("good", "admin", &good),
+            cert_identity("expired", "admin", &expired),
+            cert_identity("future", "admin", &future),
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let https = format!("127.0.0.1:{port}");
+    let args = [
+        "--hold",
+        "--https",
+        &https,
+        "--identities",
+        ids.to_str().unwrap(),
+    ];
+    let mut d = Daemon::start(&[], &args);
+    let get = |name: &str| {
+        let mut c = Command::new("curl");
+        c.args(["-sk", "-o", "/dev/null", "-w", "%{http_code}"]);
+        if !name.is_empty() {
+            c.arg("--cert")
+                .arg(tmp.path().join(format!("{name}.crt")))
+                .arg("--key")
+                .arg(tmp.path().join(format!("{name}.key")));
+        }
+        let out = c
+            .arg(format!("https://127.0.0.1:{port}/v1/services"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(get("good"), "200");
+    assert_eq!(get("expired"), "401");
+    assert_eq!(get("future"), "401");
+    assert_eq!(get("unknown"), "401");
+    assert_eq!(get(""), "401");
+
+    let key_path = d.pebble_dir().join("identity/key.pem");
+    let key = std::fs::read_to_string(&key_path).unwrap();
+    assert!(key.starts_with("-----BEGIN PRIVATE KEY-----"), "{key}");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&key_path), 0o600);
+    assert_eq!(mode(&d.pebble_dir().join("identity")), 0o700);
+    // The key is the daemon's identity: a restart keeps it.
+    d.stop();
+    d.restart(&args);
+    assert_eq!(std::fs::read_to_string(&key_path).unwrap(), key);
+    assert_eq!(get("good"), "200");
+}
+
+#[test]
+fn https_without_persistent_state_is_refused_before_anything_is_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pebble = tmp.path().join("pebble");
+    let out = Command::new(COBBLE)
+        .args(["run", "--create-dirs", "--https", "127.0.0.1:0"])
+        .env("PEBBLE", &pebble)
+        .env("PEBBLE_PERSIST", "never")
+        .env_remove("PEBBLE_SOCKET")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "cannot use --https with PEBBLE_PERSIST=never: identity key requires persistent state"
+        ),
+        "{out:?}"
+    );
+    assert!(!pebble.join("identity").exists());
 }
