@@ -22,7 +22,9 @@ fn version_without_daemon_shows_a_dash() {
 #[test]
 fn no_command_prints_the_summary() {
     Test::new()
-        .stdout_contains("Commands can be classified as follows:\n\n       Run: run, enter, demo\n")
+        .stdout_contains(
+            "Commands can be classified as follows:\n\n         Run: run, enter, demo\n",
+        )
         .run();
     Test::new()
         .args(&["--help"])
