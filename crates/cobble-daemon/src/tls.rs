@@ -84,6 +84,7 @@ fn load_key(dir: &Path, path: &Path) -> Result<rcgen::KeyPair, TlsError> {
 
 fn generate_key(dir: &Path, path: &Path) -> Result<rcgen::KeyPair, TlsError> {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(TlsError::Generate)?;
+    let text = pkcs8_v1_pem(&key)?;
     match fs::create_dir(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -96,10 +97,38 @@ fn generate_key(dir: &Path, path: &Path) -> Result<rcgen::KeyPair, TlsError> {
         .mode(0o600)
         .open(path)
         .map_err(TlsError::Save)?;
-    file.write_all(key.serialize_pem().as_bytes())
+    file.write_all(text.as_bytes())
         .and_then(|()| file.sync_all())
         .map_err(TlsError::Save)?;
     Ok(key)
+}
+
+/// The key as `openssl genpkey -algorithm Ed25519` writes it: a version 1 PKCS#8 document
+/// (the seed alone), which OpenSSL and Go both read. ring makes version 2 documents (seed and
+/// public key), which some of them do not.
+fn pkcs8_v1_pem(key: &rcgen::KeyPair) -> Result<String, TlsError> {
+    /// SEQUENCE { INTEGER 0, SEQUENCE { OID 1.3.101.112 }, OCTET STRING { OCTET STRING (32) } }
+    const V1_PREFIX: [u8; 16] = [
+        0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
+        0x20,
+    ];
+    /// Where ring's version 2 document holds the seed: after the same header with version 1.
+    const V2_SEED: std::ops::Range<usize> = 16..48;
+    let v2 = key.serialize_der();
+    let seed = v2
+        .get(V2_SEED)
+        .filter(|_| {
+            v2.first() == Some(&0x30)
+                && v2.get(2..5) == Some(&[0x02, 0x01, 0x01][..])
+                && v2.get(5..16) == Some(&V1_PREFIX[5..16])
+        })
+        .ok_or_else(|| TlsError::Load("unexpected ed25519 key encoding".into()))?;
+    let mut der = V1_PREFIX.to_vec();
+    der.extend_from_slice(seed);
+    Ok(pem::encode_config(
+        &pem::Pem::new("PRIVATE KEY", der),
+        pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+    ))
 }
 
 /// The TLS configuration of the `--https` listener: TLS 1.2 and 1.3 on ring, a fresh
@@ -192,4 +221,37 @@ pub fn trusted_client_cert(chain: Option<&[CertificateDer<'_>]>) -> Option<Arc<[
         return None;
     }
     Some(Arc::from(cert.as_ref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_file_is_a_version_1_document_of_the_same_key() {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+        let text = pkcs8_v1_pem(&key).unwrap();
+        let der = pem::parse(&text).unwrap().into_contents();
+        // Version 0 (that is, PKCS#8 v1), and nothing after the 32-byte seed.
+        assert_eq!(&der[..5], &[0x30, 0x2e, 0x02, 0x01, 0x00]);
+        assert_eq!(der.len(), 48);
+        let loaded = rcgen::KeyPair::from_pem(&text).unwrap();
+        assert_eq!(loaded.public_key_raw(), key.public_key_raw());
+    }
+
+    #[test]
+    fn a_key_is_made_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = identity_key(dir.path()).unwrap();
+        let again = identity_key(dir.path()).unwrap();
+        assert_eq!(first.public_key_raw(), again.public_key_raw());
+        // A key others may read is refused.
+        let path = dir.path().join("identity/key.pem");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let err = identity_key(dir.path()).err().unwrap().to_string();
+        assert!(
+            err.contains("expected permission 0o600 (got 0o644)"),
+            "{err}"
+        );
+    }
 }
