@@ -5,8 +5,9 @@
 //! the state file, becomes the subreaper, starts the managers, writes the state file back
 //! and starts the listeners. Unless `--hold`, it then autostarts the enabled services. It
 //! runs until SIGTERM, SIGINT or SIGQUIT, or until a service action asks for a shutdown;
-//! either way it stops every running service in reverse dependency order, writes the state
-//! one last time and returns the exit code. Start-up and shutdown are logged as security
+//! either way it stops every running service in reverse dependency order, ends whatever
+//! process it started that is still running, writes the state one last time and returns the
+//! exit code. Start-up and shutdown are logged as security
 //! events.
 //!
 //! A daemon whose supervisor, check manager or persister has stopped (a bug: a panic) would
@@ -33,6 +34,7 @@ use crate::layers::PlanManager;
 use crate::logging::{self, SecurityEvent};
 use crate::services::ServiceManager;
 use crate::services::changes::{ActionError, ServiceAction, ServiceActions};
+use crate::services::members;
 use crate::services::process::OsProcesses;
 use crate::services::registry::{self, ProcessRegistry};
 use crate::state::{self, Persister, StateData, StateStore};
@@ -237,6 +239,14 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         if !ended.is_empty() {
             tracing::info!("Stopped {}", ended.join(", "));
         }
+    }
+    // The daemon's exit ends everything it started: orphans that no stop could attribute to
+    // a service are its children still (it is their subreaper, or PID 1).
+    let swept = tokio::task::spawn_blocking(move || members::end_descendants(longest_kill_delay))
+        .await
+        .unwrap_or_default();
+    if swept > 0 {
+        tracing::info!("Stopped {swept} leftover processes");
     }
     cancel.cancel();
     for server in servers {

@@ -25,6 +25,8 @@ struct Record {
     signals: Vec<(u32, GroupSignal)>,
     /// Groups ended after their process was done with.
     ended: Vec<u32>,
+    /// Main processes whose remains were signalled after they exited on their own.
+    remains: Vec<u32>,
     /// How to finish each live process.
     exits: BTreeMap<u32, oneshot::Sender<i32>>,
 }
@@ -132,6 +134,12 @@ impl Processes for Scripted {
     fn end_group(&self, pid: u32, _escaped: &[Escaped]) {
         self.record().ended.push(pid);
         self.changed.notify_waiters();
+    }
+
+    fn signal_remains(&self, pid: u32, _signal: GroupSignal) -> Vec<Escaped> {
+        self.record().remains.push(pid);
+        self.changed.notify_waiters();
+        Vec::new()
     }
 
     fn signal_process(&self, _pid: u32, _signal: &str) -> Result<(), String> {

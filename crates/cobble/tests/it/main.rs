@@ -9,6 +9,7 @@ mod fixture;
 
 mod access;
 mod actions;
+mod background;
 mod changes;
 mod chaos;
 mod checks;
