@@ -26,6 +26,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::serve::{ConnectionCap, Limits};
 use crate::api::{self, ApiState};
 use crate::checks::CheckManager;
 use crate::dir_lock::{self, DirLock, LockError};
@@ -177,14 +178,23 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         http_address: opts.http.clone(),
     });
     let router = api::router(api_state);
+    let limits = Limits::from_env();
     let mut servers = Vec::new();
     servers.push(tokio::spawn(api::serve::serve(
         unix,
         router.clone(),
         cancel.clone(),
+        ConnectionCap::PerUid(limits.per_uid),
+        limits.idle,
     )));
     if let Some(tcp) = tcp {
-        servers.push(tokio::spawn(api::serve::serve(tcp, router, cancel.clone())));
+        servers.push(tokio::spawn(api::serve::serve(
+            tcp,
+            router,
+            cancel.clone(),
+            ConnectionCap::Total(limits.http_total),
+            limits.idle,
+        )));
     }
     logging::security(SecurityEvent::Startup {
         uid: cobble_sys::current_uid(),

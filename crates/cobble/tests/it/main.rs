@@ -21,6 +21,7 @@ mod exec;
 mod exec_cli;
 mod files;
 mod go_client;
+mod limits;
 mod offline;
 mod plan;
 mod robustness;
