@@ -101,7 +101,7 @@ fn a_client_sending_its_headers_slowly_is_cut() {
                 cut = true;
                 break;
             }
-            Ok(_) => {} // a 408 or similar before the close
+            Ok(_) => {} // whatever comes before the close
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
                 cut = true;
                 break;
