@@ -32,9 +32,13 @@ pub const INVOCATION_VARIABLE: &str = "COBBLE_INVOCATION_ID";
 /// process itself, with its `/proc` status. Blocking: it reads `/proc`.
 pub fn members(leader: u32, leader_start: u64, invocation: &str) -> BTreeMap<u32, ProcStat> {
     let mut roots = Vec::new();
-    if sys::process_start_time(leader) == Some(leader_start) {
+    let leader_now = sys::process_start_time(leader);
+    if leader_now == Some(leader_start) {
         roots.extend(sys::descendants(leader));
     }
+    // A main process's pid (and group id) can only be reused once its group is empty: a
+    // process that has it now leads some other group, whose members are not this instance's.
+    let group_is_ours = leader_now.is_none_or(|start| start == leader_start);
     let entry = format!("{INVOCATION_VARIABLE}={invocation}");
     for child in sys::children(std::process::id()) {
         if child == leader {
@@ -43,7 +47,9 @@ pub fn members(leader: u32, leader_start: u64, invocation: &str) -> BTreeMap<u32
         let Some(stat) = sys::proc_stat(child) else {
             continue;
         };
-        if stat.state != 'Z' && (stat.pgrp == leader || sys::environ_has(child, &entry)) {
+        if stat.state != 'Z'
+            && ((group_is_ours && stat.pgrp == leader) || sys::environ_has(child, &entry))
+        {
             roots.push(child);
             roots.extend(sys::descendants(child));
         }

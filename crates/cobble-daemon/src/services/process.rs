@@ -79,6 +79,10 @@ pub struct OsProcesses {
     registry: Mutex<ProcessRegistry>,
     /// The instances whose processes may still run, by main process.
     instances: Mutex<HashMap<u32, Instance>>,
+    /// Instances whose main process exited and whose remains are being ended, taken out of
+    /// `instances` so that a new instance whose main process got the same pid is not taken
+    /// for them.
+    ending: Mutex<HashMap<u32, Instance>>,
     /// Makes invocation IDs unique to this daemon.
     invocation_prefix: String,
     /// Invocations so far.
@@ -106,6 +110,7 @@ impl OsProcesses {
         OsProcesses {
             registry: Mutex::new(registry),
             instances: Mutex::new(HashMap::new()),
+            ending: Mutex::new(HashMap::new()),
             invocation_prefix: format!("{:x}{:08x}", now.as_secs(), std::process::id()),
             invocations: AtomicU64::new(0),
         }
@@ -119,9 +124,17 @@ impl OsProcesses {
         self.instances.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn ending(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Instance>> {
+        self.ending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The live processes of the instance led by `pid` (itself excluded).
     fn members(&self, pid: u32) -> Vec<(u32, sys::ProcStat)> {
-        let instance = self.instances().get(&pid).cloned();
+        self.members_of(pid, self.instances().get(&pid).cloned())
+    }
+
+    /// The live processes of `instance`, led by `pid` (itself excluded).
+    fn members_of(&self, pid: u32, instance: Option<Instance>) -> Vec<(u32, sys::ProcStat)> {
         match instance {
             Some(instance) => members::members(pid, instance.start_time, &instance.invocation)
                 .into_iter()
@@ -238,8 +251,13 @@ impl Processes for OsProcesses {
     }
 
     fn end_group(&self, pid: u32, escaped: &[Escaped]) {
-        let leader_start = self.instances().get(&pid).map(|i| i.start_time);
-        let now = self.members(pid);
+        let ending = self.ending().remove(&pid);
+        let instance = match ending {
+            Some(instance) => Some(instance),
+            None => self.instances().remove(&pid),
+        };
+        let leader_start = instance.as_ref().map(|i| i.start_time);
+        let now = self.members_of(pid, instance);
         // Once its last member is gone a group's id may be reused: signal it only while a
         // member is seen (or for a group this daemon knows nothing more of).
         let group_seen = match leader_start {
@@ -260,7 +278,6 @@ impl Processes for OsProcesses {
         for (child, _) in now {
             let _ = sys::signal_pid(child, Signal::SIGKILL);
         }
-        self.instances().remove(&pid);
     }
 
     fn signal_remains(&self, pid: u32, signal: GroupSignal) -> Vec<Escaped> {
@@ -268,10 +285,13 @@ impl Processes for OsProcesses {
             GroupSignal::Term => Signal::SIGTERM,
             GroupSignal::Kill => Signal::SIGKILL,
         };
-        let remains = self.members(pid);
+        let instance = self.instances().remove(&pid);
+        let remains = self.members_of(pid, instance.clone());
         if remains.is_empty() {
-            self.instances().remove(&pid);
             return Vec::new();
+        }
+        if let Some(instance) = instance {
+            self.ending().insert(pid, instance);
         }
         // A member still in the group keeps its id from being reused, so the group signal
         // reaches this instance only.
