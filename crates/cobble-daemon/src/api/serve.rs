@@ -124,6 +124,15 @@ pub enum ConnectionCap {
     Total(usize),
 }
 
+impl std::fmt::Display for ConnectionCap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectionCap::PerUid(n) => write!(f, "{n} connections per user"),
+            ConnectionCap::Total(n) => write!(f, "{n} connections"),
+        }
+    }
+}
+
 /// Open connections per admission key, shared by a listener's connection tasks.
 #[derive(Debug)]
 struct Admission {
@@ -208,9 +217,11 @@ pub async fn serve<L>(
             // Closed unread. Logged once per power of two so a flood cannot fill the log.
             refused += 1;
             if refused.is_power_of_two() {
+                let from = peer
+                    .uid
+                    .map_or_else(|| "over TCP".to_owned(), |uid| format!("from uid {uid}"));
                 tracing::warn!(
-                    "Refused connection over the limit of {cap:?} (uid {:?}; {refused} refused so far)",
-                    peer.uid
+                    "Refused a connection {from} over the limit of {cap} ({refused} refused so far)"
                 );
             }
             continue;
