@@ -115,3 +115,28 @@ pub fn end_descendants(grace: Duration) -> usize {
     }
     seen.len()
 }
+
+/// Every live process but this one whose environment carries one of `invocations`, with its
+/// start time: what a killed predecessor's services left, wherever it was re-parented.
+/// Blocking: it reads `/proc`.
+pub fn tagged(invocations: &[String]) -> Vec<(u32, u64)> {
+    if invocations.is_empty() {
+        return Vec::new();
+    }
+    let entries: Vec<String> = invocations
+        .iter()
+        .map(|id| format!("{INVOCATION_VARIABLE}={id}"))
+        .collect();
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| entries.iter().any(|entry| sys::environ_has(pid, entry)))
+        .filter_map(|pid| {
+            let stat = sys::proc_stat(pid)?;
+            (stat.state != 'Z').then_some((pid, stat.start_time))
+        })
+        .collect()
+}

@@ -193,7 +193,7 @@ impl Processes for OsProcesses {
         // service process that its successor cannot find.
         let mut recorded = None;
         let spawned = command::spawn_recorded(&launch, Wiring::Merged, |pid| {
-            self.registry().record(name, pid);
+            self.registry().record(name, pid, Some(&invocation));
             recorded = Some(pid);
             if let Some(start_time) = sys::process_start_time(pid) {
                 let mut instances = self.instances();

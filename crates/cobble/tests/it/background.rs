@@ -185,3 +185,30 @@ fn as_pid_one_the_daemon_ends_everything_with_sigterm_first() {
         "ended with SIGTERM first"
     );
 }
+
+#[test]
+fn a_double_forked_daemon_is_ended_by_the_successor_of_a_killed_daemon() {
+    let scripts = tempfile::tempdir().unwrap();
+    let token = "7005.5";
+    let main = script(
+        scripts.path(),
+        "double.sh",
+        &format!("setsid sh -c 'sleep {token} & exit 0'\nexec sleep {token}1\n"),
+    );
+    let layer = format!(
+        "services:\n  db:\n    override: replace\n    command: {}\n",
+        main.display()
+    );
+    let mut d = Daemon::hold(&[("001-base", &layer)]);
+    act(&d, "start", &["db"]);
+    wait_for("the double-forked daemon", Duration::from_secs(10), || {
+        processes_with(token).len() == 1
+    });
+    d.kill();
+    // Nothing ended it: it was re-parented away from the dead daemon.
+    assert_eq!(processes_with(token).len(), 1);
+    d.restart(&["--hold"]);
+    wait_for("nothing of db left", Duration::from_secs(10), || {
+        processes_with(token).is_empty() && processes_with(&format!("{token}1")).is_empty()
+    });
+}
