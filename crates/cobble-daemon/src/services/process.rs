@@ -55,8 +55,8 @@ pub trait Processes: Send + Sync + 'static {
     /// Spawns service `name` unless one of its `requires-paths` is missing, and records its
     /// group so the next daemon can find it.
     fn spawn(&self, name: &str, config: &Service) -> Result<Spawned, SpawnError>;
-    /// Sends `signal` to the group led by `pid` and to the descendants that left the group;
-    /// returns those descendants.
+    /// Sends `signal` to the group led by `pid` and to every other process of its instance
+    /// (descendants that left the group, orphans); returns those processes.
     fn signal_group(&self, pid: u32, signal: GroupSignal) -> Vec<Escaped>;
     /// SIGKILLs whatever is left of the group led by `pid`, the `escaped` descendants that
     /// are still the same processes and every other process still attributed to it, and
@@ -128,23 +128,29 @@ impl OsProcesses {
         self.ending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The live processes of the instance led by `pid` (itself excluded).
+    /// The live processes of the instance whose main process `pid` is alive (itself
+    /// excluded).
     fn members(&self, pid: u32) -> Vec<(u32, sys::ProcStat)> {
-        self.members_of(pid, self.instances().get(&pid).cloned())
-    }
-
-    /// The live processes of `instance`, led by `pid` (itself excluded).
-    fn members_of(&self, pid: u32, instance: Option<Instance>) -> Vec<(u32, sys::ProcStat)> {
+        let instance = self.instances().get(&pid).cloned();
         match instance {
-            Some(instance) => members::members(pid, instance.start_time, &instance.invocation)
-                .into_iter()
-                .collect(),
-            // Not spawned here (or forgotten): its tree is all that is known.
+            Some(instance) => self.members_of(pid, Some(instance)),
+            // Gone before it was recorded: its tree is all that is known.
             None => sys::descendants(pid)
                 .into_iter()
                 .filter_map(|child| Some((child, sys::proc_stat(child)?)))
                 .filter(|(_, stat)| stat.state != 'Z')
                 .collect(),
+        }
+    }
+
+    /// The live processes of `instance`, led by `pid` (itself excluded); none for an
+    /// instance no longer known, whose pid may belong to another process by now.
+    fn members_of(&self, pid: u32, instance: Option<Instance>) -> Vec<(u32, sys::ProcStat)> {
+        match instance {
+            Some(instance) => members::members(pid, instance.start_time, &instance.invocation)
+                .into_iter()
+                .collect(),
+            None => Vec::new(),
         }
     }
 
