@@ -5,8 +5,9 @@
 //! the state file, becomes the subreaper, starts the managers, writes the state file back
 //! and starts the listeners. Unless `--hold`, it then autostarts the enabled services. It
 //! runs until SIGTERM, SIGINT or SIGQUIT, or until a service action asks for a shutdown;
-//! either way it stops every running service in reverse dependency order, writes the state
-//! one last time and returns the exit code. Start-up and shutdown are logged as security
+//! either way it stops every running service in reverse dependency order, ends whatever
+//! process it started that is still running, writes the state one last time and returns the
+//! exit code. Start-up and shutdown are logged as security
 //! events.
 //!
 //! A daemon whose supervisor, check manager or persister has stopped (a bug: a panic) would
@@ -25,6 +26,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::serve::{ConnectionCap, Limits};
 use crate::api::{self, ApiState};
 use crate::checks::CheckManager;
 use crate::dir_lock::{self, DirLock, LockError};
@@ -33,6 +35,7 @@ use crate::layers::PlanManager;
 use crate::logging::{self, SecurityEvent};
 use crate::services::ServiceManager;
 use crate::services::changes::{ActionError, ServiceAction, ServiceActions};
+use crate::services::members;
 use crate::services::process::OsProcesses;
 use crate::services::registry::{self, ProcessRegistry};
 use crate::state::{self, Persister, StateData, StateStore};
@@ -205,11 +208,14 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         https_address: opts.https.clone(),
     });
     let router = api::router(api_state);
+    let limits = Limits::from_env();
     let mut servers = Vec::new();
     servers.push(tokio::spawn(api::serve::serve(
         unix,
         router.clone(),
         cancel.clone(),
+        ConnectionCap::PerUid(limits.per_uid),
+        limits.idle,
     )));
     if let Some((tcp, config)) = https {
         servers.push(tokio::spawn(api::serve::serve_tls(
@@ -217,10 +223,18 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
             config,
             router.clone(),
             cancel.clone(),
+            ConnectionCap::Total(limits.http_total),
+            limits.idle,
         )));
     }
     if let Some(tcp) = tcp {
-        servers.push(tokio::spawn(api::serve::serve(tcp, router, cancel.clone())));
+        servers.push(tokio::spawn(api::serve::serve(
+            tcp,
+            router,
+            cancel.clone(),
+            ConnectionCap::Total(limits.http_total),
+            limits.idle,
+        )));
     }
     logging::security(SecurityEvent::Startup {
         uid: cobble_sys::current_uid(),
@@ -275,6 +289,14 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         if !ended.is_empty() {
             tracing::info!("Stopped {}", ended.join(", "));
         }
+    }
+    // The daemon's exit ends everything it started: orphans that no stop could attribute to
+    // a service are its children still (it is their subreaper, or PID 1).
+    let swept = tokio::task::spawn_blocking(move || members::end_descendants(longest_kill_delay))
+        .await
+        .unwrap_or_default();
+    if swept > 0 {
+        tracing::info!("Stopped {swept} leftover processes");
     }
     cancel.cancel();
     for server in servers {

@@ -109,24 +109,42 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     let mut found = Vec::new();
     let mut queue = vec![pid];
     while let Some(parent) = queue.pop() {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
-            continue;
-        };
-        for task in tasks.flatten() {
-            let children =
-                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            for child in children
-                .split_whitespace()
-                .filter_map(|c| c.parse::<u32>().ok())
-            {
-                if !found.contains(&child) && found.len() < 10_000 {
-                    found.push(child);
-                    queue.push(child);
-                }
+        for child in children(parent) {
+            if !found.contains(&child) && found.len() < 10_000 {
+                found.push(child);
+                queue.push(child);
             }
         }
     }
     found
+}
+
+/// The children of `pid` (of every one of its threads: a child belongs to the thread that
+/// forked it, or to any thread once it was re-parented), zombies included. Empty if `pid`
+/// does not exist.
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for task in tasks.flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        found.extend(
+            text.split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    found
+}
+
+/// Whether the environment `pid` was started with (`/proc/<pid>/environ`) holds exactly the
+/// entry `entry` (`NAME=value`). `false` when it cannot be read: the process is gone, a
+/// zombie, or not ours to inspect (another user's, without `CAP_SYS_PTRACE`).
+pub fn environ_has(pid: u32, entry: &str) -> bool {
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    environ.split(|&b| b == 0).any(|e| e == entry.as_bytes())
 }
 
 /// The process's start time in clock ticks since boot (field 22 of

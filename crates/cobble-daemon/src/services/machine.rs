@@ -259,6 +259,10 @@ pub enum Action {
     /// The process led by `pid` is done with (exited, or given up on): end whatever is left
     /// of its group and its escaped descendants, so nothing of the old instance survives it.
     EndGroup { pid: u32 },
+    /// The main process `pid` exited on its own: end what is left of its instance as a stop
+    /// would (SIGTERM, then SIGKILL after `kill_delay`), like systemd's
+    /// `KillMode=control-group`. Nothing waits for it: the next start is not held back.
+    EndRemains { pid: u32, kill_delay: Duration },
     /// Send a named signal to the main process only (`on-file-change`).
     SignalProcess { pid: u32, signal: String },
     /// Resolve the waiting start requests.
@@ -696,6 +700,11 @@ impl Machine {
                     "Service \"{}\" stopped unexpectedly with code {code}",
                     self.name
                 )));
+                // The service is its main process: what it leaves behind goes with it.
+                actions.push(Action::EndRemains {
+                    pid,
+                    kill_delay: self.policy.kill_delay,
+                });
                 self.apply_exit_action(now, code, action, on_type, actions);
             }
             Phase::Terminating { .. } | Phase::Killing { .. } => {

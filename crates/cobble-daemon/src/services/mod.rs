@@ -25,6 +25,7 @@ pub mod changes;
 pub mod hints;
 pub mod logbuf;
 pub mod machine;
+pub mod members;
 pub mod process;
 pub mod registry;
 pub mod status;
@@ -640,6 +641,9 @@ impl Actor {
                     let escaped = std::mem::take(&mut slot.escaped);
                     end_group(&self.jobs, pid, escaped);
                 }
+                Action::EndRemains { pid, kill_delay } => {
+                    end_remains(&self.jobs, name, pid, kill_delay);
+                }
                 Action::SignalProcess { pid, signal } => {
                     // kill(2) does not block.
                     match self.jobs.processes.signal_process(pid, &signal) {
@@ -733,6 +737,30 @@ pub const PANIC_SIGNAL: &str = "COBBLE-TEST-PANIC";
 /// Ends what is left of a stopped process group, off the actor.
 fn end_group(jobs: &ProcessJobs, pid: u32, escaped: Vec<Escaped>) {
     drop(jobs.run(move |processes| processes.end_group(pid, &escaped)));
+}
+
+/// Ends what the exited main process `pid` left running, off the actor: SIGTERM now, SIGKILL
+/// after `kill_delay` to whatever is left.
+fn end_remains(jobs: &ProcessJobs, name: &str, pid: u32, kill_delay: std::time::Duration) {
+    let jobs = jobs.clone();
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        let remains = jobs
+            .run(move |processes| processes.signal_remains(pid, machine::GroupSignal::Term))
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if remains.is_empty() {
+            return;
+        }
+        tracing::info!(
+            "Service \"{name}\" left {} processes running; stopping them",
+            remains.len()
+        );
+        tokio::time::sleep(kill_delay).await;
+        drop(jobs.run(move |processes| processes.end_group(pid, &remains)));
+    });
 }
 
 /// The lifecycle policy of a service's configuration.

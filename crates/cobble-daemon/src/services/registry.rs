@@ -4,8 +4,10 @@
 //! SIGKILL. Each spawn and exit rewrites `$PEBBLE/.cobble-processes` atomically with
 //! [`Durability::Process`]: a rename and no fsync, because the file only has to survive the
 //! daemon process, not the machine: if the machine goes down, so do the processes. At start-up, before anything is
-//! spawned, the next daemon ends every group its predecessor left running. A pid is trusted
-//! only if its start time still matches the recorded one, so a recycled pid is never killed.
+//! spawned, the next daemon ends every group its predecessor left running, and every process
+//! that carries a recorded instance's invocation ID (see [`super::members`]) wherever it was
+//! re-parented. A pid is trusted only if its start time still matches the recorded one, so a
+//! recycled pid is never killed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,18 +16,22 @@ use std::time::Duration;
 use cobble_sys::process::{self, Signal};
 use serde::{Deserialize, Serialize};
 
+use super::members;
 use crate::atomic::{self, Durability};
 
 /// The file name under `$PEBBLE`.
 pub const FILE_NAME: &str = ".cobble-processes";
 
 /// One recorded process group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     /// The group leader's pid (and so the group id).
     pub pid: u32,
     /// The leader's start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
     pub start_time: u64,
+    /// The instance's invocation ID, in the environment of each of its processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation: Option<String>,
 }
 
 /// The on-disk record of live process groups, keyed by service name.
@@ -44,13 +50,19 @@ impl ProcessRegistry {
         }
     }
 
-    /// Records the group of a freshly spawned service.
-    pub fn record(&mut self, service: &str, pid: u32) {
+    /// Records the group of a freshly spawned service, and its invocation ID.
+    pub fn record(&mut self, service: &str, pid: u32, invocation: Option<&str>) {
         let Some(start_time) = process::process_start_time(pid) else {
             return; // already gone
         };
-        self.records
-            .insert(service.to_owned(), Record { pid, start_time });
+        self.records.insert(
+            service.to_owned(),
+            Record {
+                pid,
+                start_time,
+                invocation: invocation.map(str::to_owned),
+            },
+        );
         self.save();
     }
 
@@ -99,22 +111,47 @@ pub fn end_leftovers(dir: &Path, grace: Duration) -> Vec<String> {
     ended
 }
 
-/// SIGTERM to every recorded group that is still the recorded process, SIGKILL to what is
-/// left after `grace`; returns the services of the groups that were alive.
+/// SIGTERM to every recorded group that is still the recorded process and to every process
+/// carrying a recorded invocation ID, SIGKILL to what is left after `grace`; returns the
+/// services that had anything left.
 fn end_groups(records: BTreeMap<String, Record>, grace: Duration) -> Vec<String> {
+    let invocations: Vec<String> = records
+        .values()
+        .filter_map(|r| r.invocation.clone())
+        .collect();
+    let tagged = members::tagged(&invocations);
     let alive: Vec<(String, Record)> = records
         .into_iter()
-        .filter(|(_, r)| process::process_start_time(r.pid) == Some(r.start_time))
+        .filter(|(_, r)| {
+            process::process_start_time(r.pid) == Some(r.start_time)
+                || r.invocation.as_ref().is_some_and(|id| {
+                    let entry = format!("{}={id}", members::INVOCATION_VARIABLE);
+                    tagged
+                        .iter()
+                        .any(|&(pid, _)| process::environ_has(pid, &entry))
+                })
+        })
         .collect();
     for (service, record) in &alive {
         tracing::info!(
             "Service \"{service}\" still running (pid {}); stopping it",
             record.pid
         );
-        let _ = process::signal_group(record.pid, Signal::SIGTERM);
+        if process::process_start_time(record.pid) == Some(record.start_time) {
+            let _ = process::signal_group(record.pid, Signal::SIGTERM);
+        }
     }
+    for &(pid, _) in &tagged {
+        let _ = process::signal_pid(pid, Signal::SIGTERM);
+    }
+    let tagged_running = || {
+        tagged
+            .iter()
+            .any(|&(pid, start)| process_running(pid, start))
+    };
+    let running = || alive.iter().any(|(_, r)| group_running(r.pid)) || tagged_running();
     let deadline = std::time::Instant::now() + grace;
-    while alive.iter().any(|(_, r)| group_running(r.pid)) && std::time::Instant::now() < deadline {
+    while running() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     for (_, record) in &alive {
@@ -122,12 +159,22 @@ fn end_groups(records: BTreeMap<String, Record>, grace: Duration) -> Vec<String>
             let _ = process::signal_group(record.pid, Signal::SIGKILL);
         }
     }
+    for &(pid, start) in &tagged {
+        if process_running(pid, start) {
+            let _ = process::signal_pid(pid, Signal::SIGKILL);
+        }
+    }
     // SIGKILL takes effect asynchronously: nothing may start before the groups are gone.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while alive.iter().any(|(_, r)| group_running(r.pid)) && std::time::Instant::now() < deadline {
+    while running() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     alive.into_iter().map(|(service, _)| service).collect()
+}
+
+/// Whether `pid` is still the process started at `start_time`, and not a zombie.
+fn process_running(pid: u32, start_time: u64) -> bool {
+    process::proc_stat(pid).is_some_and(|stat| stat.start_time == start_time && stat.state != 'Z')
 }
 
 /// Whether any member of process group `pgid` is still running. The old daemon's children
@@ -161,7 +208,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let leader = spawn_group("sleep 1000 & wait");
         let mut registry = ProcessRegistry::new(Some(dir.path()));
-        registry.record("web", leader);
+        registry.record("web", leader, None);
         assert!(dir.path().join(FILE_NAME).exists());
         // A new daemon (here: the same test) finds and ends the group.
         let ended = end_leftovers(dir.path(), Duration::from_secs(2));
@@ -179,7 +226,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let leader = spawn_group("trap '' TERM; sleep 1000");
         let mut registry = ProcessRegistry::new(Some(dir.path()));
-        registry.record("stubborn", leader);
+        registry.record("stubborn", leader, None);
         end_leftovers(dir.path(), Duration::from_millis(200));
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while process::group_alive(leader) {
@@ -198,6 +245,7 @@ mod tests {
             Record {
                 pid: leader,
                 start_time: start_time + 1,
+                invocation: None,
             },
         )]
         .into();
@@ -216,7 +264,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut registry = ProcessRegistry::new(Some(dir.path()));
         let me = std::process::id();
-        registry.record("a", me);
+        registry.record("a", me, None);
         registry.forget("a", me + 1);
         assert!(registry.records.contains_key("a"));
         registry.forget("a", me);

@@ -25,6 +25,8 @@ struct Record {
     signals: Vec<(u32, GroupSignal)>,
     /// Groups ended after their process was done with.
     ended: Vec<u32>,
+    /// Main processes whose remains were signalled after they exited on their own.
+    remains: Vec<u32>,
     /// How to finish each live process.
     exits: BTreeMap<u32, oneshot::Sender<i32>>,
 }
@@ -132,6 +134,13 @@ impl Processes for Scripted {
     fn end_group(&self, pid: u32, _escaped: &[Escaped]) {
         self.record().ended.push(pid);
         self.changed.notify_waiters();
+    }
+
+    fn signal_remains(&self, pid: u32, _signal: GroupSignal) -> Vec<Escaped> {
+        self.record().remains.push(pid);
+        self.changed.notify_waiters();
+        // Every scripted process leaves one child behind.
+        vec![(pid + 10_000, 0)]
     }
 
     fn signal_process(&self, _pid: u32, _signal: &str) -> Result<(), String> {
@@ -374,4 +383,23 @@ fn plan_signal_names_are_exactly_the_ones_that_can_be_sent() {
             sig.as_str()
         );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_an_exited_process_left_is_terminated_at_once_and_killed_after_the_kill_delay() {
+    let mut web = service("web");
+    web.kill_delay = Some("3s".parse().unwrap());
+    web.on_success = ServiceAction::Ignore;
+    let h = Harness::new(vec![web]);
+    h.start("web").await.unwrap();
+    let pid = h.processes.last_pid();
+    h.processes.exit(pid, 0);
+    h.processes
+        .until("remains signalled", |r| r.remains == [pid])
+        .await;
+    let signalled = Instant::now();
+    assert!(h.processes.record().ended.is_empty());
+    h.processes.until("ended", |r| r.ended == [pid]).await;
+    assert_eq!(Instant::now() - signalled, Duration::from_secs(3));
+    h.wait_status("web", "inactive").await;
 }

@@ -9,6 +9,7 @@ mod fixture;
 
 mod access;
 mod actions;
+mod background;
 mod changes;
 mod chaos;
 mod checks;
@@ -21,6 +22,7 @@ mod exec_cli;
 mod files;
 mod go_client;
 mod identities;
+mod limits;
 mod offline;
 mod plan;
 mod robustness;

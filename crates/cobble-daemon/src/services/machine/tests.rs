@@ -141,6 +141,50 @@ fn quick_exit_fails_the_start_and_backs_off() {
 }
 
 #[test]
+fn an_exit_on_its_own_ends_what_the_process_left_whatever_the_exit_action() {
+    for (action, running) in [
+        (ExitAction::Restart, false),
+        (ExitAction::Ignore, false),
+        (ExitAction::Shutdown, false),
+        (ExitAction::Restart, true),
+    ] {
+        let mut h = Harness::with_policy(Policy {
+            on_failure: action,
+            kill_delay: secs(3.0),
+            ..Policy::default()
+        });
+        h.start(10);
+        if running {
+            h.at(1.0).tick();
+        }
+        let actions = h.at(2.0).step(Event::Exited { pid: 10, code: 1 });
+        assert!(
+            actions.contains(&Action::EndRemains {
+                pid: 10,
+                kill_delay: secs(3.0)
+            }),
+            "{action:?}: {actions:?}"
+        );
+    }
+    // A stop ends the group itself: no second ending once the process is gone.
+    let mut h = Harness::new();
+    h.start(10);
+    h.at(1.0).tick();
+    h.step(Event::Stop);
+    let actions = h.step(Event::Exited { pid: 10, code: 143 });
+    assert!(
+        actions.contains(&Action::EndGroup { pid: 10 }),
+        "{actions:?}"
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::EndRemains { .. })),
+        "{actions:?}"
+    );
+}
+
+#[test]
 fn quick_exit_with_ignore_reports_the_action() {
     let mut h = Harness::with_policy(Policy {
         on_failure: ExitAction::Ignore,
