@@ -202,11 +202,16 @@ pub async fn copy_output(
     log: ServiceLog,
     stdout: Option<&'static Sink>,
 ) {
-    let mut splitter = LineSplitter::default();
+    let mut splitter = LineSplitter::for_service(&name);
     let mut buf = vec![0u8; 16 * 1024];
     let mut line_out = String::new();
-    let mut emit = |line: String| {
-        let now = Timestamp::now();
+    let mut line_time = Timestamp::now();
+    let mut emit = |line: String, continued: bool| {
+        // The pieces of a cut line share its time, as they do in Pebble.
+        if !continued {
+            line_time = Timestamp::now();
+        }
+        let now = line_time;
         if let Some(stdout) = stdout {
             use std::fmt::Write;
             line_out.clear();
