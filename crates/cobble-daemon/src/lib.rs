@@ -21,6 +21,8 @@
 //!   streamed multipart and atomic writes.
 //! - [`checks`]: health checks (http, tcp, exec), their perform/recover changes, the
 //!   snapshot `/v1/health` reads, and the failure actions they trigger.
+//! - [`logs`]: service output read back for `/v1/logs`: recent lines merged in time order,
+//!   and followers that miss nothing still held.
 //! - [`exec`]: one-off commands for clients (`POST /v1/exec`), their websockets and their
 //!   terminals.
 //! - [`command`]: launching services, exec checks and exec commands (path lookup, user,
@@ -45,6 +47,7 @@ pub mod exec;
 pub mod files;
 pub mod layers;
 pub mod logging;
+pub mod logs;
 pub mod metrics;
 pub mod output;
 pub mod services;

@@ -11,6 +11,7 @@ mod changes;
 mod checks;
 mod exec;
 mod files;
+mod logs;
 mod query;
 pub mod serve;
 mod services;
@@ -312,6 +313,7 @@ pub fn router(state: Shared) -> Router {
         )
         .route("/v1/changes/{id}/wait", get(changes::wait_change))
         .route("/v1/files", get(files::get_files).post(files::post_files))
+        .route("/v1/logs", get(logs::get_logs))
         .route("/v1/exec", axum::routing::post(exec::post_exec))
         .route(
             "/v1/tasks/{task_id}/websocket/{websocket}",

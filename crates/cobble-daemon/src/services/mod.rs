@@ -44,7 +44,7 @@ use tokio::time::Instant;
 use crate::checks::Firing;
 use crate::output::Sink;
 use crate::watch::{PathEvent, PathWatcher};
-use logbuf::ServiceLog;
+pub use logbuf::ServiceLog;
 use machine::{Action, Event, ExitAction, FileAction, Machine, Policy, StartOutcome, StopOutcome};
 use process::{Escaped, Processes, SpawnError, Spawned};
 pub use status::{ServiceDetails, ServiceStatus};
@@ -90,6 +90,10 @@ enum Request {
     },
     Active {
         reply: oneshot::Sender<Vec<String>>,
+    },
+    Logs {
+        names: Vec<String>,
+        reply: oneshot::Sender<Vec<(String, ServiceLog)>>,
     },
 }
 
@@ -215,6 +219,14 @@ impl ServiceManager {
     pub async fn outdated(&self) -> Vec<String> {
         let (reply, rx) = oneshot::channel();
         let _ = self.tx.send(Request::Outdated { reply });
+        rx.await.unwrap_or_default()
+    }
+
+    /// The output logs of the services among `names` that this daemon has started, sorted
+    /// by name; names of services never started are left out, as Pebble leaves them out.
+    pub async fn logs(&self, names: Vec<String>) -> Vec<(String, ServiceLog)> {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.send(Request::Logs { names, reply });
         rx.await.unwrap_or_default()
     }
 
@@ -563,6 +575,15 @@ impl Actor {
                     .map(|(name, _)| name.clone())
                     .collect();
                 let _ = reply.send(active);
+            }
+            Request::Logs { names, reply } => {
+                let logs = self
+                    .services
+                    .iter()
+                    .filter(|(name, _)| names.contains(name))
+                    .map(|(name, slot)| (name.clone(), slot.log.clone()))
+                    .collect();
+                let _ = reply.send(logs);
             }
         }
     }
