@@ -20,6 +20,7 @@ const CATEGORIES: &[(&str, &str, &[&str])] = &[
         "manage services",
         &[
             "services",
+            "logs",
             "start",
             "restart",
             "signal",
@@ -184,6 +185,9 @@ mod tests {
         print_short(&mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("\n       Run: run, enter, demo\n"), "{text}");
-        assert!(text.contains("\n  Services: services, start,"), "{text}");
+        assert!(
+            text.contains("\n  Services: services, logs, start,"),
+            "{text}"
+        );
     }
 }
