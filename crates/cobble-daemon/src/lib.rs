@@ -131,6 +131,9 @@ pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
         }
     };
     // What is still queued goes out, unless the stream is stalled for good.
+    if let Some(files) = logs::persist::files() {
+        files.flush(EXIT_FLUSH);
+    }
     output::flush_all(EXIT_FLUSH);
     code
 }

@@ -8,6 +8,8 @@
 //! follower that fell so far behind that its lines were overwritten gets one
 //! [`Line::Lost`] in their place, saying how many.
 
+pub mod persist;
+
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -89,12 +91,19 @@ fn output(service: usize, entries: Vec<LogEntry>) -> impl Iterator<Item = Line> 
     })
 }
 
-/// The last `n` lines (all of them for `None`) of `logs`, merged in time order.
-pub fn recent(logs: &[ServiceLog], n: Option<usize>) -> Vec<Line> {
+/// The last `n` lines (all of them for `None`) of `logs`, merged in time order. `older`
+/// holds, per service, lines older than its ring holds (read back from its files), or is
+/// empty.
+pub fn recent(logs: &[ServiceLog], older: Vec<Vec<LogEntry>>, n: Option<usize>) -> Vec<Line> {
+    let mut older = older.into_iter();
     let runs = logs
         .iter()
         .enumerate()
-        .map(|(i, log)| output(i, log.last_entries(n)).collect())
+        .map(|(i, log)| {
+            let mut entries = older.next().unwrap_or_default();
+            entries.extend(log.last_entries(n));
+            keep_last(output(i, entries).collect(), n)
+        })
         .collect();
     keep_last(merge(runs), n)
 }
@@ -113,18 +122,22 @@ pub struct Tail {
     wake: Arc<Notify>,
     /// The last `n` lines still to be served first, if any.
     initial: Option<Option<usize>>,
+    /// Per service, lines older than its ring holds, served before the ring's.
+    older: Vec<Vec<LogEntry>>,
 }
 
 impl Tail {
     /// Starts following `logs`: first the last `n` lines of all of them together (all that is
-    /// held for `None`), then every line written after.
-    pub fn new(logs: &[ServiceLog], n: Option<usize>) -> Tail {
+    /// held for `None`, counting the `older` lines read back from files), then every line
+    /// written after.
+    pub fn new(logs: &[ServiceLog], older: Vec<Vec<LogEntry>>, n: Option<usize>) -> Tail {
         let wake = Arc::new(Notify::new());
         let followers = logs.iter().map(|log| log.follow(n, wake.clone())).collect();
         Tail {
             followers,
             wake,
             initial: Some(n),
+            older,
         }
     }
 
@@ -153,7 +166,13 @@ impl Tail {
             .enumerate()
             .map(|(i, follower)| {
                 let batch = follower.take(max);
-                let mut run = Vec::with_capacity(batch.entries.len() + 1);
+                let older = self
+                    .older
+                    .get_mut(i)
+                    .map(std::mem::take)
+                    .unwrap_or_default();
+                let mut run = Vec::with_capacity(older.len() + batch.entries.len() + 1);
+                run.extend(output(i, older));
                 if batch.lost > 0 {
                     let time = batch
                         .entries
@@ -200,12 +219,15 @@ mod tests {
         b.push(at(4), "b4".into());
         b.push(at(5), "b5".into());
         let logs = [a, b];
-        assert_eq!(messages(&recent(&logs, Some(3))), ["a3", "b4", "b5"]);
         assert_eq!(
-            messages(&recent(&logs, None)),
+            messages(&recent(&logs, Vec::new(), Some(3))),
+            ["a3", "b4", "b5"]
+        );
+        assert_eq!(
+            messages(&recent(&logs, Vec::new(), None)),
             ["a1", "b2", "a3", "b4", "b5"]
         );
-        assert!(recent(&logs, Some(0)).is_empty());
+        assert!(recent(&logs, Vec::new(), Some(0)).is_empty());
     }
 
     #[tokio::test]
@@ -214,7 +236,7 @@ mod tests {
         a.push(at(1), "a1".into());
         b.push(at(2), "b2".into());
         a.push(at(3), "a3".into());
-        let mut tail = Tail::new(&[a.clone(), b.clone()], Some(2));
+        let mut tail = Tail::new(&[a.clone(), b.clone()], Vec::new(), Some(2));
         assert_eq!(messages(&tail.next().await), ["b2", "a3"]);
         b.push(at(4), "b4".into());
         a.push(at(5), "a5".into());

@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use jiff::Timestamp;
 use tokio::sync::Notify;
 
+use crate::logs::persist::PersistTarget;
+
 /// Bytes of output kept per service.
 pub const MAX_LOG_BYTES: usize = 100 * 1024;
 /// Bytes of output a service keeps while a follower has not read them yet.
@@ -60,6 +62,8 @@ struct LogBuffer {
     /// Followers: their id, the next sequence number each will read, and how to wake it.
     followers: Vec<FollowerSlot>,
     next_follower_id: u64,
+    /// Where lines are also written, for a service with persistent logs.
+    persist: Option<PersistTarget>,
 }
 
 #[derive(Debug)]
@@ -154,6 +158,9 @@ impl ServiceLog {
     /// The one place service output enters the log.
     pub fn push(&self, time: Timestamp, line: String) {
         let mut buf = self.lock();
+        if let Some(persist) = &buf.persist {
+            persist.line(time, &line);
+        }
         let entry = LogEntry { time, line };
         buf.bytes += entry.cost();
         buf.entries.push_back(entry);
@@ -162,6 +169,11 @@ impl ServiceLog {
             // A stored permit when the follower is busy: it looks again before it waits.
             follower.wake.notify_one();
         }
+    }
+
+    /// Also writes the lines pushed from now on to `target` (none: memory only).
+    pub fn set_persist(&self, target: Option<PersistTarget>) {
+        self.lock().persist = target;
     }
 
     /// The last `n` lines, oldest first.

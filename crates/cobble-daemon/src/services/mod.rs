@@ -616,6 +616,11 @@ impl Actor {
             escaped: Vec::new(),
         });
         slot.config = config.clone();
+        let persist = match config.persist_logs {
+            Some(true) => crate::logs::persist::files().map(|files| files.target(&name)),
+            _ => None,
+        };
+        slot.log.set_persist(persist);
         self.perform(&name, Event::Start(policy(&config)), Some(reply));
     }
 

@@ -295,3 +295,75 @@ fn a_follower_that_stops_reading_is_told_exactly_how_many_lines_it_lost() {
     let rest = String::from_utf8_lossy(&rest[..n]);
     assert!(!rest.contains("message"), "more lines: {rest}");
 }
+
+/// A service with persistent logs that prints `<run> <i>` for i in 1..=count.
+fn persisted_layer(run: &str, count: u32) -> String {
+    format!(
+        "services:\n  kept:\n    override: replace\n    startup: enabled\n    persist-logs: true\n    command: sh -c 'for i in $(seq 1 {count}); do echo \"{run} $i\"; done; exec sleep 1000'\n"
+    )
+}
+
+#[test]
+fn persistent_logs_are_rotated_and_read_back_across_daemon_restarts() {
+    let env = [("COBBLE_LOGS_MAX_BYTES", "2000"), ("COBBLE_LOGS_KEEP", "2")];
+    let mut daemon =
+        Daemon::start_with_env(&[("001-kept", &persisted_layer("one", 300))], &[], &env);
+    wait_for("the last line", LONG, || {
+        messages(&logs(&daemon, &["kept"], Some(1))) == ["one 300"]
+    });
+    Test::daemon(&daemon)
+        .args(&["plan"])
+        .stdout_contains("    persist-logs: true\n")
+        .run();
+    assert_eq!(daemon.stop(), Some(0));
+    let dir = daemon.pebble_dir().join("logs");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["kept.log", "kept.log.1", "kept.log.2"]);
+    for file in &files {
+        let len = std::fs::metadata(dir.join(file)).unwrap().len();
+        assert!(len <= 2000, "{file}: {len} bytes");
+    }
+    let last_file = std::fs::read_to_string(dir.join("kept.log")).unwrap();
+    assert!(
+        crate::fixture::glob_matches(
+            "20??-??-??T??:??:??.???Z [kept] one 300",
+            last_file.lines().last().unwrap()
+        ),
+        "{last_file}"
+    );
+
+    // A new daemon that has not started the service reads its last lines from the files.
+    daemon.restart(&["--hold"]);
+    assert_eq!(
+        messages(&logs(&daemon, &["kept"], Some(2))),
+        ["one 299", "one 300"]
+    );
+    let kept = messages(&logs(&daemon, &[], Some(-1)));
+    let first: u32 = kept[0].strip_prefix("one ").unwrap().parse().unwrap();
+    assert!(first > 1, "the oldest file was rotated away");
+    let expected: Vec<String> = (first..=300).map(|i| format!("one {i}")).collect();
+    assert_eq!(kept, expected);
+
+    // Once it runs again, its new lines follow the old ones, none twice.
+    std::fs::write(
+        daemon.pebble_dir().join("layers").join("001-kept.yaml"),
+        persisted_layer("two", 5),
+    )
+    .unwrap();
+    daemon.stop();
+    daemon.restart(&[]);
+    wait_for("the new lines", LONG, || {
+        messages(&logs(&daemon, &["kept"], Some(1))) == ["two 5"]
+    });
+    let all = messages(&logs(&daemon, &["kept"], Some(8)));
+    assert_eq!(
+        all,
+        [
+            "one 298", "one 299", "one 300", "two 1", "two 2", "two 3", "two 4", "two 5"
+        ]
+    );
+}
