@@ -203,28 +203,39 @@ pub async fn copy_output(
     stdout: Option<&'static Sink>,
 ) {
     let mut splitter = LineSplitter::for_service(&name);
-    let mut buf = vec![0u8; 16 * 1024];
+    // A pipe holds 64 KiB: one read takes all a fast writer has written meanwhile.
+    let mut buf = vec![0u8; 64 * 1024];
     let mut line_out = String::new();
+    // The pieces of a cut line share its time, as they do in Pebble.
     let mut line_time = Timestamp::now();
-    let mut emit = |line: String, continued: bool| {
-        // The pieces of a cut line share its time, as they do in Pebble.
-        if !continued {
-            line_time = Timestamp::now();
-        }
-        let now = line_time;
+    let mut deliver = |line: String, time: Timestamp| {
         if let Some(stdout) = stdout {
             use std::fmt::Write;
             line_out.clear();
-            let _ = write!(line_out, "{} [{name}] {line}", format_utc_millis(now));
+            let _ = write!(line_out, "{} [{name}] {line}", format_utc_millis(time));
             stdout.line(line_out.as_bytes());
         }
-        log.push(now, line);
+        log.push(time, line);
     };
     loop {
-        match reader.read(&mut buf).await {
+        let n = match reader.read(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => splitter.feed(&buf[..n], &mut emit),
-        }
+            Ok(n) => n,
+        };
+        // The lines of one read arrived together: one clock reading serves them all.
+        let now = Timestamp::now();
+        splitter.feed(&buf[..n], |line, continued| {
+            if !continued {
+                line_time = now;
+            }
+            deliver(line, line_time);
+        });
     }
-    splitter.finish(&mut emit);
+    let now = Timestamp::now();
+    splitter.finish(|line, continued| {
+        if !continued {
+            line_time = now;
+        }
+        deliver(line, line_time);
+    });
 }
