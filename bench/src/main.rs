@@ -62,6 +62,7 @@ mod checks;
 mod daemon;
 mod durability;
 mod exec;
+mod logs;
 mod report;
 mod stats;
 mod watch;
@@ -230,6 +231,12 @@ struct Args {
     /// The load window of the durability group, in seconds.
     #[arg(long, value_name = "S", default_value_t = 10)]
     durable_secs: u64,
+    /// How long the logs group's producer writes, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 10)]
+    logs_secs: u64,
+    /// Lines in the logs group's burst.
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
+    logs_burst: usize,
 }
 
 /// A group of measurements that can run alone.
@@ -247,6 +254,8 @@ enum Group {
     Exec,
     /// The cost of answering change IDs only once they are durable.
     Durability,
+    /// Service output: capture cost, and a follower during a burst.
+    Logs,
 }
 
 impl Args {
@@ -358,6 +367,16 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
         };
         let section = durability::run(&bench.cobble, &bench.token, &settings).await?;
         println!("### Durability (group commit)\n\n{section}");
+    }
+    if args.runs(Group::Logs) {
+        let settings = logs::Settings {
+            secs: args.logs_secs,
+            burst: args.logs_burst,
+            python: "python3".into(),
+            poll_launch,
+        };
+        let section = logs::run(&bench.cobble, &bench.token, &settings).await?;
+        println!("### Logs\n\n{section}");
     }
     Ok(())
 }

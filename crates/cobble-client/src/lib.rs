@@ -26,6 +26,8 @@
 //!   [`PushOptions`] and [`MakeDirOptions`].
 //! - [`Client::exec`] (module `exec`): runs a command on the daemon's side and hands back an
 //!   [`ExecProcess`] with its input, output, control handle ([`ExecControl`]) and exit code.
+//! - [`Client::logs`] (module `logs`): service output, streamed and optionally followed, with
+//!   [`LogsOptions`].
 //! - [`Error`]: one error type, with messages worded like Pebble's Go client.
 //!
 //! # Example
@@ -54,6 +56,7 @@ mod error;
 mod exec;
 mod files;
 pub mod identities;
+mod logs;
 mod transport;
 pub mod types;
 
@@ -63,4 +66,5 @@ pub use error::Error;
 pub use exec::{ExecControl, ExecOptions, ExecOutput, ExecProcess, ExecStdin};
 pub use files::{MakeDirOptions, PushOptions};
 pub use hyper::Method;
+pub use logs::LogsOptions;
 pub use transport::RawResponse;

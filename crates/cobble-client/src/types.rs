@@ -1047,3 +1047,26 @@ mod tests {
         assert_eq!(serde_json::to_string(&info.borrowed()).unwrap(), json);
     }
 }
+
+/// One line of service output, as `GET /v1/logs` streams it (one JSON object per line).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct LogEntry {
+    /// RFC 3339 time the line was read, in UTC with up to millisecond precision, trailing
+    /// zeros trimmed as Go writes it (`2021-04-23T01:28:52.66Z`).
+    pub time: String,
+    /// The service that wrote it.
+    pub service: String,
+    /// The line, without its newline.
+    pub message: String,
+}
+
+/// A [`LogEntry`] made of borrowed parts, with the same JSON, for the daemon's stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LogEntryRef<'a> {
+    /// See [`LogEntry::time`].
+    pub time: &'a str,
+    /// See [`LogEntry::service`].
+    pub service: &'a str,
+    /// See [`LogEntry::message`].
+    pub message: &'a str,
+}

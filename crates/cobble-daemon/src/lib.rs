@@ -21,6 +21,8 @@
 //!   streamed multipart and atomic writes.
 //! - [`checks`]: health checks (http, tcp, exec), their perform/recover changes, the
 //!   snapshot `/v1/health` reads, and the failure actions they trigger.
+//! - [`logs`]: service output read back for `/v1/logs`: recent lines merged in time order,
+//!   and followers that miss nothing still held.
 //! - [`exec`]: one-off commands for clients (`POST /v1/exec`), their websockets and their
 //!   terminals.
 //! - [`command`]: launching services, exec checks and exec commands (path lookup, user,
@@ -46,6 +48,7 @@ pub mod files;
 pub mod identities;
 pub mod layers;
 pub mod logging;
+pub mod logs;
 pub mod metrics;
 pub mod output;
 pub mod services;
@@ -135,6 +138,9 @@ pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
         }
     };
     // What is still queued goes out, unless the stream is stalled for good.
+    if let Some(files) = logs::persist::files() {
+        files.flush(EXIT_FLUSH);
+    }
     output::flush_all(EXIT_FLUSH);
     code
 }

@@ -79,6 +79,13 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
     // cobble extensions come last, after every field Pebble knows.
     out.list(depth, "requires-paths", &s.requires_paths, false);
     out.map(depth, "on-file-change", &s.on_file_change, |a| a.as_str());
+    if let Some(persist) = s.persist_logs {
+        out.raw(
+            depth,
+            "persist-logs",
+            if persist { "true" } else { "false" },
+        );
+    }
     out.close_if_empty(start);
 }
 

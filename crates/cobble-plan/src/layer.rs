@@ -137,6 +137,8 @@ struct ServiceDoc {
     requires_paths: Vec<String>,
     #[serde(default, deserialize_with = "string_map")]
     on_file_change: BTreeMap<String, String>,
+    #[serde(default)]
+    persist_logs: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -513,6 +515,7 @@ fn service_from_doc(
         kill_delay: doc.kill_delay,
         requires_paths: doc.requires_paths,
         on_file_change,
+        persist_logs: doc.persist_logs,
     })
 }
 

@@ -184,6 +184,9 @@ pub struct Service {
     pub requires_paths: Vec<String>,
     /// cobble extension: what to do when a watched absolute path changes. Merged per key.
     pub on_file_change: BTreeMap<String, FileChangeAction>,
+    /// cobble extension: also write the service's output to files under the daemon's log
+    /// directory, rotated by size, readable across daemon restarts. Set values win on merge.
+    pub persist_logs: Option<bool>,
 }
 
 /// What `on-file-change` does when a watched path changes (cobble extension).
@@ -337,6 +340,7 @@ impl Service {
         self.requires_paths
             .extend(other.requires_paths.iter().cloned());
         merge_map(&mut self.on_file_change, &other.on_file_change);
+        merge_option(&mut self.persist_logs, other.persist_logs);
     }
 }
 

@@ -12,6 +12,7 @@ mod checks;
 mod exec;
 mod files;
 mod identities;
+mod logs;
 mod query;
 pub mod serve;
 mod services;
@@ -261,6 +262,7 @@ pub fn router(state: Shared) -> Router {
             "/v1/identities",
             get(identities::get_identities).post(identities::post_identities),
         )
+        .route("/v1/logs", get(logs::get_logs))
         .route("/v1/exec", axum::routing::post(exec::post_exec))
         .route(
             "/v1/tasks/{task_id}/websocket/{websocket}",

@@ -45,7 +45,7 @@ use tokio::time::Instant;
 use crate::checks::Firing;
 use crate::output::Sink;
 use crate::watch::{PathEvent, PathWatcher};
-use logbuf::ServiceLog;
+pub use logbuf::ServiceLog;
 use machine::{Action, Event, ExitAction, FileAction, Machine, Policy, StartOutcome, StopOutcome};
 use process::{Escaped, Processes, SpawnError, Spawned};
 pub use status::{ServiceDetails, ServiceStatus};
@@ -91,6 +91,10 @@ enum Request {
     },
     Active {
         reply: oneshot::Sender<Vec<String>>,
+    },
+    Logs {
+        names: Vec<String>,
+        reply: oneshot::Sender<Vec<(String, ServiceLog)>>,
     },
 }
 
@@ -216,6 +220,14 @@ impl ServiceManager {
     pub async fn outdated(&self) -> Vec<String> {
         let (reply, rx) = oneshot::channel();
         let _ = self.tx.send(Request::Outdated { reply });
+        rx.await.unwrap_or_default()
+    }
+
+    /// The output logs of the services among `names` that this daemon has started, sorted
+    /// by name; names of services never started are left out, as Pebble leaves them out.
+    pub async fn logs(&self, names: Vec<String>) -> Vec<(String, ServiceLog)> {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.send(Request::Logs { names, reply });
         rx.await.unwrap_or_default()
     }
 
@@ -565,6 +577,15 @@ impl Actor {
                     .collect();
                 let _ = reply.send(active);
             }
+            Request::Logs { names, reply } => {
+                let logs = self
+                    .services
+                    .iter()
+                    .filter(|(name, _)| names.contains(name))
+                    .map(|(name, slot)| (name.clone(), slot.log.clone()))
+                    .collect();
+                let _ = reply.send(logs);
+            }
         }
     }
 
@@ -596,6 +617,11 @@ impl Actor {
             escaped: Vec::new(),
         });
         slot.config = config.clone();
+        let persist = match config.persist_logs {
+            Some(true) => crate::logs::persist::files().map(|files| files.target(&name)),
+            _ => None,
+        };
+        slot.log.set_persist(persist);
         self.perform(&name, Event::Start(policy(&config)), Some(reply));
     }
 

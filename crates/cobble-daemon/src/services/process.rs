@@ -338,24 +338,40 @@ pub async fn copy_output(
     log: ServiceLog,
     stdout: Option<&'static Sink>,
 ) {
-    let mut splitter = LineSplitter::default();
-    let mut buf = vec![0u8; 16 * 1024];
+    let mut splitter = LineSplitter::for_service(&name);
+    // A pipe holds 64 KiB: one read takes all a fast writer has written meanwhile.
+    let mut buf = vec![0u8; 64 * 1024];
     let mut line_out = String::new();
-    let mut emit = |line: String| {
-        let now = Timestamp::now();
+    // The pieces of a cut line share its time, as they do in Pebble.
+    let mut line_time = Timestamp::now();
+    let mut deliver = |line: String, time: Timestamp| {
         if let Some(stdout) = stdout {
             use std::fmt::Write;
             line_out.clear();
-            let _ = write!(line_out, "{} [{name}] {line}", format_utc_millis(now));
+            let _ = write!(line_out, "{} [{name}] {line}", format_utc_millis(time));
             stdout.line(line_out.as_bytes());
         }
-        log.push(now, line);
+        log.push(time, line);
     };
     loop {
-        match reader.read(&mut buf).await {
+        let n = match reader.read(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => splitter.feed(&buf[..n], &mut emit),
-        }
+            Ok(n) => n,
+        };
+        // The lines of one read arrived together: one clock reading serves them all.
+        let now = Timestamp::now();
+        splitter.feed(&buf[..n], |line, continued| {
+            if !continued {
+                line_time = now;
+            }
+            deliver(line, line_time);
+        });
     }
-    splitter.finish(&mut emit);
+    let now = Timestamp::now();
+    splitter.finish(|line, continued| {
+        if !continued {
+            line_time = now;
+        }
+        deliver(line, line_time);
+    });
 }

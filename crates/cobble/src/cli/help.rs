@@ -20,6 +20,7 @@ const CATEGORIES: &[(&str, &str, &[&str])] = &[
         "manage services",
         &[
             "services",
+            "logs",
             "start",
             "restart",
             "signal",
@@ -195,12 +196,25 @@ mod tests {
         print_short(&mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(
-            text.contains("\n         Run: run, enter, demo\n"),
+            text.contains(
+                "
+         Run: run, enter, demo
+"
+            ),
             "{text}"
         );
-        assert!(text.contains("\n    Services: services, start,"), "{text}");
         assert!(
-            text.contains("\n  Identities: identities, identity,"),
+            text.contains(
+                "
+    Services: services, logs, start,"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "
+  Identities: identities, identity,"
+            ),
             "{text}"
         );
     }

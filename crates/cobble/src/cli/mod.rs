@@ -34,6 +34,7 @@ mod format;
 mod health;
 mod help;
 mod identities;
+mod logs;
 mod ls;
 mod mkdir;
 mod plan;
@@ -110,6 +111,8 @@ enum Command {
     Changes(changes::ChangesArgs),
     /// List a change's tasks
     Tasks(tasks::TasksArgs),
+    /// Fetch service logs
+    Logs(logs::LogsArgs),
     /// Send a signal to one or more running services
     Signal(signal::SignalArgs),
     /// Query the status of configured health checks
@@ -261,6 +264,7 @@ async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow
         Command::Changes(args) => changes::execute(args, client, out).await,
         Command::Tasks(args) => tasks::execute(args, client, out).await,
         Command::Signal(args) => signal::execute(args, client, out).await,
+        Command::Logs(args) => logs::execute(args, client, out).await,
         Command::Why(args) => why::execute(args, client, out).await,
         Command::Checks(args) => checks::execute(args, client, out).await,
         Command::Check(args) => check::execute(args, client, out).await,

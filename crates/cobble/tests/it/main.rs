@@ -23,6 +23,7 @@ mod files;
 mod go_client;
 mod identities;
 mod limits;
+mod logs;
 mod offline;
 mod plan;
 mod robustness;

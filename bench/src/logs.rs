@@ -1,0 +1,178 @@
+//! The logs group: what capturing service output costs the service, and what a follower of
+//! `/v1/logs` gets during a burst.
+//!
+//! - Throughput: `bench/logs_produce.py` writes 100-byte lines as fast as it can for
+//!   `secs`, once piped to `cat > /dev/null` (the baseline) and once as a service of a daemon
+//!   (not `--verbose`). The ratio of the two byte rates is how much slower the daemon makes
+//!   the service; the daemon's CPU time over the window and its RSS after are reported too.
+//! - Follower: a service prints `count` short numbered lines (`seq`) at once while
+//!   `bench/logs_follow.py` follows it over the unix socket; the fraction of lines it received
+//!   and the markers it got for the rest.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::daemon::{Daemon, TOKEN_VAR};
+use crate::report::{self, Row, Target, Unit};
+
+/// How long the daemon may take to answer its first request.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the logs group runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long the producer writes.
+    pub secs: u64,
+    /// Lines in the follower's burst.
+    pub burst: usize,
+    /// The Python that runs the producer and the follower.
+    pub python: std::path::PathBuf,
+    /// The pause between attempts to reach a launching daemon.
+    pub poll_launch: Duration,
+}
+
+/// Runs the group and returns its Markdown.
+pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let produce = scripts.join("logs_produce.py");
+    let follow = scripts.join("logs_follow.py");
+    let python = settings.python.display().to_string();
+    let mut rows = Vec::new();
+
+    eprintln!("==> producer piped to cat for {} s", settings.secs);
+    let scratch = tempfile::tempdir()?;
+    let count = scratch.path().join("baseline");
+    let status = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "{python} {} {} {} | cat > /dev/null",
+            produce.display(),
+            settings.secs,
+            count.display()
+        ))
+        .status()?;
+    ensure!(status.success(), "the baseline producer failed");
+    let baseline = read_count(&count)? as f64 / settings.secs as f64;
+
+    eprintln!("==> producer as a service for {} s", settings.secs);
+    let count = scratch.path().join("service");
+    let layer = format!(
+        "services:\n  producer:\n    override: replace\n    command: {python} {} {} {}\n    \
+         environment:\n      {TOKEN_VAR}: {token}\n  burst:\n    override: replace\n    \
+         command: sh -c 'while [ ! -e {go} ]; do sleep 0.01; done; seq 1 {burst}; exec sleep 100000'\n    \
+         environment:\n      {TOKEN_VAR}: {token}\n",
+        produce.display(),
+        settings.secs,
+        count.display(),
+        go = scratch.path().join("go").display(),
+        burst = settings.burst,
+    );
+    let mut daemon = Daemon::spawn(cobble, Some(&layer), token)?;
+    daemon
+        .wait_answer(settings.poll_launch, ANSWER_TIMEOUT)
+        .await?;
+    let client = daemon.client().clone();
+    let cpu_before = daemon.cpu_time()?;
+    let started = Instant::now();
+    // The start change waits for the okay delay; the producer runs meanwhile.
+    let id = client.start(&["producer".to_string()]).await?;
+    client.wait_change(&id, Some(ANSWER_TIMEOUT)).await?;
+    while !count.exists() {
+        if started.elapsed() > Duration::from_secs(settings.secs + 30) {
+            bail!("the producer did not finish");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let window = started.elapsed();
+    let cpu = daemon.cpu_time()? - cpu_before;
+    let rss = daemon.rss()?;
+    let rate = read_count(&count)? as f64 / settings.secs as f64;
+    rows.push(
+        Row::single(
+            &format!(
+                "producer slowdown as a service vs piped to `cat` ({:.0} vs {:.0} MB/s)",
+                rate / 1e6,
+                baseline / 1e6
+            ),
+            Unit::Ratio,
+            baseline / rate,
+        )
+        .pebble(1.39)
+        .target(Target::at_most(1.1)),
+    );
+    rows.push(Row::single(
+        &format!(
+            "daemon CPU while the producer writes ({} of one core)",
+            report::cpu_share(cpu, window)
+        ),
+        Unit::Seconds,
+        cpu.as_secs_f64(),
+    ));
+    rows.push(Row::memory("daemon RSS after the producer", &[rss]));
+
+    eprintln!("==> follower during a burst of {} lines", settings.burst);
+    let id = client.start(&["burst".to_string()]).await?;
+    client.wait_change(&id, Some(ANSWER_TIMEOUT)).await?;
+    let socket = daemon.dir().join(".pebble.socket");
+    let mut follower = Command::new(&settings.python)
+        .arg(&follow)
+        .arg(&socket)
+        .arg("burst")
+        .arg(settings.burst.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot run the follower")?;
+    let mut out = std::io::BufReader::new(follower.stdout.take().context("no stdout")?);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line)?;
+    ensure!(line.trim() == "ready", "the follower said {line:?}");
+    std::fs::write(scratch.path().join("go"), "")?;
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line)?;
+    follower.wait()?;
+    let tally = parse_tally(&line).with_context(|| format!("the follower said {line:?}"))?;
+    let fraction = tally.0 as f64 / settings.burst as f64;
+    rows.push(
+        Row::single(
+            &format!(
+                "follower during a burst of {} lines: fraction received, target at least 0.90 ({} lost, {} markers, {:.2} s)",
+                settings.burst, tally.1, tally.2, tally.3
+            ),
+            Unit::Ratio,
+            fraction,
+        )
+        .pebble(0.14),
+    );
+    ensure!(
+        tally.0 + tally.1 == settings.burst as u64,
+        "lines unaccounted for: {} received, {} lost",
+        tally.0,
+        tally.1
+    );
+    daemon.stop_clean()?;
+    Ok(report::markdown(&rows))
+}
+
+fn read_count(path: &Path) -> Result<u64> {
+    let text = std::fs::read_to_string(path)?;
+    text.trim().parse().context("bad byte count")
+}
+
+/// `(received, lost, markers, secs)` from the follower's JSON.
+fn parse_tally(line: &str) -> Option<(u64, u64, u64, f64)> {
+    let field = |name: &str| -> Option<&str> {
+        let at = line.find(&format!("\"{name}\": "))? + name.len() + 4;
+        let rest = &line[at..];
+        let end = rest.find([',', '}'])?;
+        Some(rest[..end].trim())
+    };
+    Some((
+        field("received")?.parse().ok()?,
+        field("lost")?.parse().ok()?,
+        field("markers")?.parse().ok()?,
+        field("secs")?.parse().ok()?,
+    ))
+}
