@@ -26,6 +26,9 @@
 //!   [`PushOptions`] and [`MakeDirOptions`].
 //! - [`Client::exec`] (module `exec`): runs a command on the daemon's side and hands back an
 //!   [`ExecProcess`] with its input, output, control handle ([`ExecControl`]) and exit code.
+//! - [`Client::notify`], [`Client::notices`], [`Client::wait_notices`] and [`Client::notice`]
+//!   (module `notices`): custom notices and the long-poll watchers use, with
+//!   [`NoticesOptions`] and [`NotifyOptions`].
 //! - [`Error`]: one error type, with messages worded like Pebble's Go client.
 //!
 //! # Example
@@ -53,6 +56,7 @@ mod config;
 mod error;
 mod exec;
 mod files;
+mod notices;
 mod transport;
 pub mod types;
 
@@ -62,4 +66,5 @@ pub use error::Error;
 pub use exec::{ExecControl, ExecOptions, ExecOutput, ExecProcess, ExecStdin};
 pub use files::{MakeDirOptions, PushOptions};
 pub use hyper::Method;
+pub use notices::{NoticesOptions, NotifyOptions};
 pub use transport::RawResponse;

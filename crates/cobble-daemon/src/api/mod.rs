@@ -11,6 +11,7 @@ mod changes;
 mod checks;
 mod exec;
 mod files;
+mod notices;
 mod query;
 pub mod serve;
 mod services;
@@ -312,6 +313,11 @@ pub fn router(state: Shared) -> Router {
         )
         .route("/v1/changes/{id}/wait", get(changes::wait_change))
         .route("/v1/files", get(files::get_files).post(files::post_files))
+        .route(
+            "/v1/notices",
+            get(notices::get_notices).post(notices::post_notices),
+        )
+        .route("/v1/notices/{id}", get(notices::get_notice))
         .route("/v1/exec", axum::routing::post(exec::post_exec))
         .route(
             "/v1/tasks/{task_id}/websocket/{websocket}",
