@@ -20,6 +20,7 @@ mod exec;
 mod exec_cli;
 mod files;
 mod go_client;
+mod notices;
 mod offline;
 mod plan;
 mod robustness;
