@@ -20,8 +20,9 @@ import ops.pebble
 SETTLE = 0.02
 
 
-def long_poll(socket_path: str, after: str, result: list) -> None:
-    query = 'types=custom&timeout=10s' + (f'&after={after}' if after else '')
+def long_poll(socket_path: str, after: str, result: list, timeout: str = '10s') -> None:
+    query = 'types=custom' + (f'&timeout={timeout}' if timeout else '')
+    query += f'&after={after}' if after else ''
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(socket_path)
         s.sendall(
@@ -42,7 +43,11 @@ def long_poll(socket_path: str, after: str, result: list) -> None:
 def main() -> None:
     socket_path, runs, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     client = ops.pebble.Client(socket_path=socket_path)
-    after = ''
+    # Start after the newest custom notice already there, so that every poll waits.
+    existing: list = []
+    long_poll(socket_path, '', existing, timeout='')
+    notices = json.loads(existing[0][1].split(b'\r\n\r\n', 1)[1])['result']
+    after = notices[-1]['last-repeated'] if notices else ''
     for i in range(10 + runs):
         result: list = []
         poller = threading.Thread(target=long_poll, args=(socket_path, after, result))
@@ -58,6 +63,8 @@ def main() -> None:
         if not notices:
             sys.exit(f'run {i}: the poller timed out')
         after = notices[-1]['last-repeated']
+        if first < began:
+            sys.exit(f'run {i}: the poller answered before notify was called')
         if i >= 10:
             print(f'{first - began:.9f}')
 
