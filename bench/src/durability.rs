@@ -143,7 +143,7 @@ pub async fn run(cobble: &std::path::Path, token: &str, settings: &Settings) -> 
 }
 
 /// Renames onto `.pebble.state` reported since the last call.
-fn state_renames(inotify: &Inotify) -> usize {
+pub fn state_renames(inotify: &Inotify) -> usize {
     let mut count = 0;
     while let Ok(events) = inotify.read_events() {
         if events.is_empty() {

@@ -42,6 +42,8 @@
 //!   1000 services waiting on 1000 paths.
 //! - `exec` ([`exec`]): the round trip of `exec true` through `cobble-client`, every step on
 //!   a new connection.
+//! - `notices` ([`notices`]): notify-to-long-poller wake latency through ops, 1000 waiting
+//!   pollers, and the state writes of a check flapping every second.
 //!
 //! Every daemon runs a private copy of the binary, so a rebuild during the run changes
 //! nothing. Daemons are stopped with SIGTERM (once they catch it) and waited for; afterwards
@@ -63,6 +65,7 @@ mod daemon;
 mod durability;
 mod exec;
 mod logs;
+mod notices;
 mod report;
 mod stats;
 mod watch;
@@ -237,6 +240,18 @@ struct Args {
     /// Lines in the logs group's burst.
     #[arg(long, value_name = "N", default_value_t = 200_000)]
     logs_burst: usize,
+    /// Measured notify-to-poller wake-ups per key mode (notices group).
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    notice_runs: usize,
+    /// Concurrent waiting long-pollers (notices group).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    notice_pollers: usize,
+    /// Sequential `GET /v1/health` requests while the pollers wait (notices group).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    notice_health: usize,
+    /// CPU window with the pollers waiting, and the flapping check's window, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 20)]
+    notice_secs: u64,
 }
 
 /// A group of measurements that can run alone.
@@ -256,6 +271,8 @@ enum Group {
     Durability,
     /// Service output: capture cost, and a follower during a burst.
     Logs,
+    /// Notice long-polls: wake latency, many waiting pollers, a flapping check.
+    Notices,
 }
 
 impl Args {
@@ -377,6 +394,18 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
         };
         let section = logs::run(&bench.cobble, &bench.token, &settings).await?;
         println!("### Logs\n\n{section}");
+    }
+    if args.runs(Group::Notices) {
+        let settings = notices::Settings {
+            runs: args.notice_runs,
+            pollers: args.notice_pollers,
+            health_requests: args.notice_health,
+            window: Duration::from_secs(args.notice_secs),
+            python: args.python.clone(),
+            poll_launch,
+        };
+        let section = notices::run(&bench.cobble, &bench.token, &settings).await?;
+        println!("### Notices\n\n{section}");
     }
     Ok(())
 }

@@ -22,11 +22,12 @@ OPS_VERSION=3.9.0
 CACHE=${OPS_SDIST_CACHE:-$REPO/target/ops-sdist}
 SDIST="$CACHE/ops-$OPS_VERSION.tar.gz"
 
-# The tests: every storage test of TestPebbleStorageAPIsUsingRealPebble, and the push, pull,
-# list_files, make_dir, remove_path, temp-file, checks-and-health, exec and identities tests
-# of TestRealPebble.
+# The tests: every storage test of TestPebbleStorageAPIsUsingRealPebble, every notices test
+# of TestNoticesUsingRealPebble, and the push, pull, list_files, make_dir, remove_path,
+# temp-file, checks-and-health, exec and identities tests of TestRealPebble.
 NODE_IDS=(
     test/test_real_pebble.py::TestPebbleStorageAPIsUsingRealPebble
+    test/test_real_pebble.py::TestNoticesUsingRealPebble
     test/test_real_pebble.py::TestRealPebble::test_push_pull
     test/test_real_pebble.py::TestRealPebble::test_push_pull_path
     test/test_real_pebble.py::TestRealPebble::test_list_files_path_type
@@ -128,9 +129,10 @@ status=0
 
 # pytest succeeds when tests are skipped; these must all have run.
 if [ "$status" -eq 0 ]; then
-    # 22 storage tests, 2 push/pull tests, 3 x 2 parametrised path-type tests, 1 temp-file
-    # test, the checks-and-health test, 10 exec tests and the identities test.
-    expected=43
+    # 22 storage tests, 2 notices tests, 2 push/pull tests, 3 x 2 parametrised path-type
+    # tests, 1 temp-file test, the checks-and-health test, 10 exec tests and the identities
+    # test.
+    expected=45
     [ "$#" -eq 0 ] || expected=1
     "$PYTHON" - "$WORK/report.xml" "$expected" "$#" <<'PY' || status=1
 import sys

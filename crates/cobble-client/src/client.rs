@@ -441,7 +441,7 @@ pub(crate) fn with_query(path: &str, query: &[(&str, &str)]) -> String {
 }
 
 /// Percent-encodes a path segment (a change ID).
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     percent_encode(text, b"")
 }
 

@@ -28,6 +28,9 @@
 //!   [`ExecProcess`] with its input, output, control handle ([`ExecControl`]) and exit code.
 //! - [`Client::logs`] (module `logs`): service output, streamed and optionally followed, with
 //!   [`LogsOptions`].
+//! - [`Client::notify`], [`Client::notices`], [`Client::wait_notices`] and [`Client::notice`]
+//!   (module `notices`): custom notices and the long-poll watchers use, with
+//!   [`NoticesOptions`] and [`NotifyOptions`].
 //! - [`Error`]: one error type, with messages worded like Pebble's Go client.
 //!
 //! # Example
@@ -57,6 +60,7 @@ mod exec;
 mod files;
 pub mod identities;
 mod logs;
+mod notices;
 mod transport;
 pub mod types;
 
@@ -67,4 +71,5 @@ pub use exec::{ExecControl, ExecOptions, ExecOutput, ExecProcess, ExecStdin};
 pub use files::{MakeDirOptions, PushOptions};
 pub use hyper::Method;
 pub use logs::LogsOptions;
+pub use notices::{NoticesOptions, NotifyOptions};
 pub use transport::RawResponse;

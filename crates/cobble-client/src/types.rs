@@ -301,6 +301,85 @@ pub struct ChangeInfo {
     pub data: Option<BTreeMap<String, serde_json::Value>>,
 }
 
+/// A notice, as `GET /v1/notices` and `GET /v1/notices/{id}` return it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoticeInfo {
+    /// The notice's ID, a decimal number as a string.
+    pub id: String,
+    /// The uid of the user the notice belongs to; `null` for a public notice.
+    #[serde(rename = "user-id")]
+    pub user_id: Option<u32>,
+    /// `custom`, `change-update` or `warning`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// What the notice is about: a `domain.com/path` key, a change ID or a message.
+    pub key: String,
+    /// RFC 3339 UTC time of the first occurrence.
+    #[serde(rename = "first-occurred")]
+    pub first_occurred: String,
+    /// RFC 3339 UTC time of the last occurrence.
+    #[serde(rename = "last-occurred")]
+    pub last_occurred: String,
+    /// RFC 3339 UTC time the notice was last recorded anew or allowed to repeat.
+    #[serde(rename = "last-repeated")]
+    pub last_repeated: String,
+    /// How many times the notice occurred.
+    pub occurrences: u64,
+    /// The data of the last occurrence.
+    #[serde(
+        rename = "last-data",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub last_data: BTreeMap<String, String>,
+    /// How long after the last repeat an occurrence counts as a repeat again (Go duration).
+    #[serde(
+        rename = "repeat-after",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub repeat_after: Option<String>,
+    /// How long after the last occurrence the notice is dropped (Go duration).
+    #[serde(
+        rename = "expire-after",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub expire_after: Option<String>,
+}
+
+/// Body of `POST /v1/notices`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AddNoticeRequest {
+    /// Always `add`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub action: String,
+    /// Always `custom`: clients may add no other type.
+    #[serde(rename = "type", default, deserialize_with = "null_as_default")]
+    pub kind: String,
+    /// A `domain.com/path` key.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub key: String,
+    /// A Go duration; an occurrence within it of the last repeat does not repeat the notice.
+    #[serde(
+        rename = "repeat-after",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub repeat_after: String,
+    /// The occurrence's data: an object of strings (anything else is refused by the daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+}
+
+/// Result of `POST /v1/notices`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AddedNotice {
+    /// The notice's ID.
+    pub id: String,
+}
+
 /// A task of a change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskInfo {
@@ -818,6 +897,7 @@ mod tests {
         assert_reads_null_as_go_does::<ExecCommand>();
         assert_reads_null_as_go_does::<ExecSignal>();
         assert_reads_null_as_go_does::<ExecResize>();
+        assert_reads_null_as_go_does::<AddNoticeRequest>();
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod exec;
 mod files;
 mod identities;
 mod logs;
+mod notices;
 mod query;
 pub mod serve;
 mod services;
@@ -263,6 +264,11 @@ pub fn router(state: Shared) -> Router {
             get(identities::get_identities).post(identities::post_identities),
         )
         .route("/v1/logs", get(logs::get_logs))
+        .route(
+            "/v1/notices",
+            get(notices::get_notices).post(notices::post_notices),
+        )
+        .route("/v1/notices/{id}", get(notices::get_notice))
         .route("/v1/exec", axum::routing::post(exec::post_exec))
         .route(
             "/v1/tasks/{task_id}/websocket/{websocket}",

@@ -53,7 +53,7 @@ pub fn new_check_change(store: &StateStore, kind: &str, config: &Check) -> (u64,
         checker::type_name(config),
         config.name
     );
-    let change = store.new_change(kind, &summary, Vec::new());
+    let change = store.new_check_change(kind, &summary, &config.name);
     let task = store.add_task(change, kind, &summary, None);
     store.set_task_status(task, Status::Doing);
     (change, task)

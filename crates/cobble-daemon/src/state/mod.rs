@@ -8,15 +8,24 @@
 //! write of `$PEBBLE/.pebble.state` (see [`persist`]), so the file is never rewritten once per
 //! event.
 //!
-//! Change and task IDs count up across restarts; changes left unfinished by a previous daemon
-//! are closed at load so nothing waits on them forever.
+//! Change, task and notice IDs count up across restarts; changes left unfinished by a previous
+//! daemon are closed at load so nothing waits on them forever.
+//!
+//! Notices ([`notices`]) live in the same data: every change's status change records a
+//! `change-update` notice in the same critical section, and a second channel, bumped only
+//! when a notice is new or repeated, wakes the long-pollers of `GET /v1/notices`.
 
 mod identities;
+pub mod notices;
 mod persist;
 mod timefmt;
 
+pub use notices::{Notice, NoticeFilter, NoticeType, Occurrence};
 pub use persist::{COALESCE_WINDOW, FlushError, PersistError, Persister, load, write_state_file};
-pub use timefmt::{format_rfc3339_nano, format_rfc3339_secs, format_utc_millis, format_utc_secs};
+pub use timefmt::{
+    format_rfc3339_nano, format_rfc3339_nano_utc, format_rfc3339_secs, format_utc_millis,
+    format_utc_secs,
+};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -115,6 +124,13 @@ pub struct Change {
     pub service_names: Vec<String>,
     /// The status of a change without tasks.
     pub status_without_tasks: Status,
+    /// The check a `perform-check` or `recover-check` change is about, which its
+    /// change-update notices carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_name: Option<String>,
+    /// The status the last change-update notice was recorded for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_notice_status: Option<Status>,
 }
 
 /// Which changes `GET /v1/changes` lists.
@@ -132,6 +148,7 @@ struct Durable {
     version: u64,
     last_change_id: u64,
     last_task_id: u64,
+    last_notice_id: u64,
     /// Whether a persister is attached; without one nothing is waited for.
     persisted: bool,
 }
@@ -146,6 +163,14 @@ pub struct StateData {
     /// Named identities and their access, by name (see [`crate::identities`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub identities: BTreeMap<String, crate::identities::Identity>,
+    #[serde(default)]
+    pub last_notice_id: u64,
+    /// Notices by ID.
+    #[serde(default)]
+    pub notices: BTreeMap<u64, Notice>,
+    /// How many times a notice was added or repeated; its moves wake notice waiters.
+    #[serde(skip)]
+    pub notice_wakes: u64,
 }
 
 /// Errors of store operations, worded as Pebble's API words them.
@@ -167,6 +192,9 @@ struct Inner {
     data: Mutex<StateData>,
     /// Bumped on every mutation.
     version: watch::Sender<u64>,
+    /// Bumped when a notice is added or repeated (not for an occurrence `repeat-after`
+    /// holds back), so that long-pollers wake only when there may be something for them.
+    notice_wakes: watch::Sender<u64>,
     /// What the state file holds, as the persister last wrote it.
     durable: watch::Sender<Durable>,
     /// Someone waits for durability: the persister writes without its coalescing window.
@@ -179,17 +207,20 @@ impl StateStore {
     /// A store holding `data` (fresh or loaded from disk).
     pub fn new(mut data: StateData) -> StateStore {
         close_unfinished(&mut data);
+        notices::prune(&mut data, Timestamp::now());
         let (version, _) = watch::channel(0);
         let durable = Durable {
             version: 0,
             last_change_id: data.last_change_id,
             last_task_id: data.last_task_id,
+            last_notice_id: data.last_notice_id,
             persisted: false,
         };
         StateStore {
             inner: Arc::new(Inner {
                 data: Mutex::new(data),
                 version,
+                notice_wakes: watch::Sender::new(0),
                 durable: watch::Sender::new(durable),
                 urgent: tokio::sync::Notify::new(),
                 abort_tokens: Mutex::new(BTreeMap::new()),
@@ -208,8 +239,16 @@ impl StateStore {
 
     /// Runs `f` on the data and publishes the mutation.
     fn mutate<R>(&self, f: impl FnOnce(&mut StateData) -> R) -> R {
-        let result = f(&mut self.lock());
+        let (result, wakes) = {
+            let mut d = self.lock();
+            let before = d.notice_wakes;
+            let result = f(&mut d);
+            (result, (d.notice_wakes != before).then_some(d.notice_wakes))
+        };
         self.inner.version.send_modify(|v| *v += 1);
+        if let Some(wakes) = wakes {
+            self.inner.notice_wakes.send_replace(wakes);
+        }
         result
     }
 
@@ -227,6 +266,7 @@ impl StateStore {
             version,
             last_change_id: data.last_change_id,
             last_task_id: data.last_task_id,
+            last_notice_id: data.last_notice_id,
             persisted: true,
         };
         (
@@ -243,17 +283,19 @@ impl StateStore {
         self.wait_durable(|d| d.version >= version).await;
     }
 
-    /// Returns once every change and task ID handed out so far is in the state file, so a
-    /// response that shows IDs never shows one a restarted daemon would give out again.
+    /// Returns once every change, task and notice ID handed out so far is in the state file,
+    /// so a response that shows IDs never shows one a restarted daemon would give out again.
     /// Writes nothing when they already are (the usual case: IDs are made by mutating
     /// requests, which waited).
     pub async fn durable_ids(&self) {
-        let (change, task) = {
+        let (change, task, notice) = {
             let d = self.lock();
-            (d.last_change_id, d.last_task_id)
+            (d.last_change_id, d.last_task_id, d.last_notice_id)
         };
-        self.wait_durable(|d| d.last_change_id >= change && d.last_task_id >= task)
-            .await;
+        self.wait_durable(|d| {
+            d.last_change_id >= change && d.last_task_id >= task && d.last_notice_id >= notice
+        })
+        .await;
     }
 
     async fn wait_durable(&self, done: impl Fn(&Durable) -> bool) {
@@ -268,6 +310,21 @@ impl StateStore {
 
     /// Creates a change with no tasks yet.
     pub fn new_change(&self, kind: &str, summary: &str, service_names: Vec<String>) -> u64 {
+        self.create_change(kind, summary, service_names, None)
+    }
+
+    /// Creates a health check's change, whose notices name the check.
+    pub fn new_check_change(&self, kind: &str, summary: &str, check_name: &str) -> u64 {
+        self.create_change(kind, summary, Vec::new(), Some(check_name.to_owned()))
+    }
+
+    fn create_change(
+        &self,
+        kind: &str,
+        summary: &str,
+        service_names: Vec<String>,
+        check_name: Option<String>,
+    ) -> u64 {
         let id = self.mutate(|d| {
             d.last_change_id += 1;
             let id = d.last_change_id;
@@ -282,8 +339,11 @@ impl StateStore {
                     ready_time: None,
                     service_names,
                     status_without_tasks: Status::Hold,
+                    check_name,
+                    last_notice_status: None,
                 },
             );
+            notices::observe_change(d, id, Timestamp::now());
             id
         });
         self.inner
@@ -302,6 +362,7 @@ impl StateStore {
                 c.status_without_tasks = Status::Done;
                 c.ready_time = Some(c.spawn_time);
             }
+            notices::observe_change(d, id, Timestamp::now());
         });
         id
     }
@@ -335,6 +396,7 @@ impl StateStore {
             if let Some(c) = d.changes.get_mut(&change_id) {
                 c.task_ids.push(id);
             }
+            notices::observe_change(d, change_id, Timestamp::now());
             id
         })
     }
@@ -362,6 +424,7 @@ impl StateStore {
             }
             let change_id = task.change_id;
             refresh_ready_time(d, change_id);
+            notices::observe_change(d, change_id, Timestamp::now());
         });
         self.forget_token_if_ready(task_id);
     }
@@ -506,6 +569,7 @@ impl StateStore {
                 }
             }
             refresh_ready_time(d, change_id);
+            notices::observe_change(d, change_id, Timestamp::now());
             Ok(())
         });
         result?;
@@ -516,6 +580,41 @@ impl StateStore {
     /// Drops old ready changes and aborts ancient unfinished ones.
     pub fn prune(&self, now: Timestamp) {
         self.mutate(|d| prune(d, now));
+    }
+
+    /// Records an occurrence of a notice; returns its ID. The caller that tells a client
+    /// the ID awaits [`StateStore::durable`] first.
+    pub fn add_notice(&self, occurrence: Occurrence) -> u64 {
+        self.mutate(|d| notices::add(d, occurrence, Timestamp::now()).0)
+    }
+
+    /// The live notices matching `filter`, ordered by last-repeated time.
+    pub fn notices(&self, filter: &NoticeFilter) -> Vec<Notice> {
+        notices::list(&self.lock(), filter, Timestamp::now())
+    }
+
+    /// A live notice by ID.
+    pub fn notice(&self, id: u64) -> Option<Notice> {
+        notices::get(&self.lock(), id, Timestamp::now())
+    }
+
+    /// Waits until some notice matches `filter`, then returns the matching ones. Returns at
+    /// once if some already match. Wakes only when a notice is added or repeated; the
+    /// caller bounds the wait with its timeout.
+    pub async fn wait_notices(&self, filter: &NoticeFilter) -> Vec<Notice> {
+        let mut wakes = self.inner.notice_wakes.subscribe();
+        loop {
+            // Marked seen before the check: an addition after it is not missed.
+            wakes.borrow_and_update();
+            let found = self.notices(filter);
+            if !found.is_empty() {
+                return found;
+            }
+            if wakes.changed().await.is_err() {
+                // The store outlives every waiter; a closed channel means nothing changes.
+                std::future::pending::<()>().await;
+            }
+        }
     }
 }
 
@@ -541,6 +640,7 @@ fn close_unfinished(d: &mut StateData) {
     }
     for change_id in touched {
         refresh_ready_time(d, change_id);
+        notices::observe_change(d, change_id, now);
     }
 }
 
@@ -693,7 +793,10 @@ fn prune(d: &mut StateData, now: Timestamp) {
             }
         }
         refresh_ready_time(d, id);
+        notices::observe_change(d, id, now);
     }
+    // Last, so that no change-update notice outlives the change it points at.
+    notices::prune(d, now);
 }
 
 #[cfg(test)]

@@ -120,6 +120,7 @@ impl Persister {
             d.version = d.version.max(covers.version);
             d.last_change_id = d.last_change_id.max(covers.last_change_id);
             d.last_task_id = d.last_task_id.max(covers.last_task_id);
+            d.last_notice_id = d.last_notice_id.max(covers.last_notice_id);
         });
         Ok(covers.version)
     }

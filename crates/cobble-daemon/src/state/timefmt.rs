@@ -15,6 +15,11 @@ pub fn format_rfc3339_nano(t: Timestamp) -> String {
     format_in(t, local_zone(), true)
 }
 
+/// Go's `time.RFC3339Nano` in UTC, the times of notices.
+pub fn format_rfc3339_nano_utc(t: Timestamp) -> String {
+    format_in(t, &TimeZone::UTC, true)
+}
+
 /// Go's `time.RFC3339` (whole seconds) in the local zone.
 pub fn format_rfc3339_secs(t: Timestamp) -> String {
     format_in(t, local_zone(), false)

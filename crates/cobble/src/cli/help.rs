@@ -55,6 +55,11 @@ const CATEGORIES: &[(&str, &str, &[&str])] = &[
         "work with files and execute commands",
         &["push", "pull", "ls", "mkdir", "rm", "exec"],
     ),
+    (
+        "Notices",
+        "manage notices",
+        &["okay", "notices", "notice", "notify"],
+    ),
 ];
 
 /// Arguments of `help`.

@@ -37,6 +37,10 @@ mod identities;
 mod logs;
 mod ls;
 mod mkdir;
+mod notice;
+mod notices;
+mod notify;
+mod okay;
 mod plan;
 mod pull;
 mod push;
@@ -153,6 +157,14 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Explain why a service is where it is
     Why(why::WhyArgs),
+    /// List notices
+    Notices(notices::NoticesArgs),
+    /// Fetch a single notice
+    Notice(notice::NoticeArgs),
+    /// Record a custom notice
+    Notify(notify::NotifyArgs),
+    /// Acknowledge notices
+    Okay(okay::OkayArgs),
     /// Execute a remote command and wait for it to finish
     #[command(long_about = exec::LONG_ABOUT)]
     Exec(exec::ExecArgs),
@@ -209,6 +221,7 @@ pub fn main() -> ExitCode {
         Command::Exec(args) => exec::execute(args),
         Command::Enter(args) => enter::execute(args, service_args),
         Command::Help(args) => finish(help::execute(args)),
+        Command::Okay(args) => finish(okay::execute(args)),
         Command::Version(args) if args.client => finish(version::print_client_only()),
         other => run_client(move |client, out| Box::pin(dispatch(other, client, out))),
     }
@@ -282,7 +295,11 @@ async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow
         Command::UpdateIdentities(args) => identities::update(args, client, out).await,
         Command::RemoveIdentities(args) => identities::remove(args, client, out).await,
         Command::Version(_) => version::print_versions(client, out).await,
+        Command::Notices(args) => notices::execute(args, client, out).await,
+        Command::Notice(args) => notice::execute(args, client, out).await,
+        Command::Notify(args) => notify::execute(args, client, out).await,
         Command::Run(_)
+        | Command::Okay(_)
         | Command::Help(_)
         | Command::Demo(_)
         | Command::Exec(_)

@@ -24,6 +24,7 @@ mod go_client;
 mod identities;
 mod limits;
 mod logs;
+mod notices;
 mod offline;
 mod plan;
 mod robustness;

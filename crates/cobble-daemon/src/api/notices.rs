@@ -1,0 +1,489 @@
+//! Notices: list (and long-poll), fetch one, and record custom ones.
+//!
+//! What a requester sees depends on its uid: its own notices and the public ones, or, for an
+//! admin (root or the daemon's user) asking with `user-id` or `users=all`, another user's or
+//! everyone's. A long-poll returns what already matches at once; otherwise it waits for a
+//! notice to be added or repeated, and answers `[]` when its timeout passes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::Response;
+use cobble_client::types::{AddNoticeRequest, AddedNotice, NoticeInfo};
+use cobble_plan::duration::parse_duration;
+use cobble_plan::go_quote;
+use serde_json::Value;
+
+use super::query::{first, multi_comma_list};
+use super::{ApiError, Peer, Read, Shared, sync};
+use crate::identities::Access;
+use crate::state::{Notice, NoticeFilter, NoticeType, Occurrence};
+
+/// The longest key a custom notice may have, in bytes.
+const MAX_KEY_LENGTH: usize = 256;
+/// The most JSON a custom notice's `data` may take, in bytes.
+const MAX_DATA_SIZE: usize = 4 * 1024;
+
+/// The uid of the requester, which notices are visible to and owned by.
+pub struct Requester {
+    uid: u32,
+    admin: bool,
+}
+
+impl FromRequestParts<Shared> for Requester {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, api: &Shared) -> Result<Self, ApiError> {
+        let uid = parts
+            .extensions
+            .get::<ConnectInfo<Peer>>()
+            .and_then(|c| c.0.uid)
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "cannot determine UID of request, so cannot retrieve notices",
+                )
+            })?;
+        // Admin as the access rules decide it (an identity may grant or withhold it), not
+        // by uid alone.
+        let admin = super::access::access_of(parts, api).await == Some(Access::Admin);
+        Ok(Requester { uid, admin })
+    }
+}
+
+fn forbidden(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::FORBIDDEN, message)
+}
+
+pub async fn get_notices(
+    _: Read,
+    requester: Requester,
+    State(api): State<Shared>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let Some(filter) = notice_filter(&requester, &query)? else {
+        // Every type asked for is unknown: nothing can match, which is not an error (a newer
+        // client may name types this daemon does not know).
+        return Ok(sync(Vec::<NoticeInfo>::new()));
+    };
+    let raw_timeout = first(&query, "timeout");
+    let timeout = if raw_timeout.is_empty() {
+        0
+    } else {
+        parse_duration(raw_timeout)
+            .map_err(|e| ApiError::bad_request(format!("invalid timeout: {e}")))?
+    };
+    let notices = if timeout == 0 {
+        api.state.notices(&filter)
+    } else {
+        // A negative timeout has already passed: what matches now, or nothing.
+        let wait = Duration::from_nanos(timeout.max(0) as u64);
+        tokio::time::timeout(wait, api.state.wait_notices(&filter))
+            .await
+            .unwrap_or_default()
+    };
+    // Change updates recorded in the background show IDs no request waited for.
+    api.state.durable_ids().await;
+    Ok(sync(render(&notices)))
+}
+
+fn render(notices: &[Notice]) -> Vec<NoticeInfo> {
+    notices.iter().map(Notice::render).collect()
+}
+
+/// The filter of a `GET /v1/notices`, or `None` when it can match nothing.
+fn notice_filter(
+    requester: &Requester,
+    query: &[(String, String)],
+) -> Result<Option<NoticeFilter>, ApiError> {
+    let has = |key: &str| query.iter().any(|(k, _)| k == key);
+    let mut user_id = Some(requester.uid);
+    if has("user-id") {
+        if !requester.admin {
+            return Err(forbidden(r#"only admins may use the "user-id" filter"#));
+        }
+        user_id = Some(
+            user_id_filter(query)
+                .map_err(|e| ApiError::bad_request(format!(r#"invalid "user-id" filter: {e}"#)))?,
+        );
+    }
+    if has("users") {
+        if !requester.admin {
+            return Err(forbidden(r#"only admins may use the "users" filter"#));
+        }
+        if has("user-id") {
+            return Err(ApiError::bad_request(
+                r#"cannot use both "users" and "user-id" parameters"#,
+            ));
+        }
+        if first(query, "users") != "all" {
+            return Err(ApiError::bad_request(
+                r#"invalid "users" filter: must be "all""#,
+            ));
+        }
+        user_id = None;
+    }
+    let names = multi_comma_list(query, "types");
+    let types: Vec<NoticeType> = names.iter().filter_map(|n| NoticeType::parse(n)).collect();
+    if types.is_empty() && !names.is_empty() {
+        return Ok(None);
+    }
+    let after = match first(query, "after") {
+        "" => None,
+        raw => Some(raw.parse::<jiff::Timestamp>().map_err(|_| {
+            ApiError::bad_request(format!(
+                r#"invalid "after" timestamp: parsing time {} as "2006-01-02T15:04:05Z07:00": cannot parse {} as "2006""#,
+                go_quote(raw),
+                go_quote(raw)
+            ))
+        })?),
+    };
+    Ok(Some(NoticeFilter {
+        user_id,
+        types,
+        keys: multi_comma_list(query, "keys"),
+        after,
+    }))
+}
+
+/// The one uid of a `user-id` filter.
+fn user_id_filter(query: &[(String, String)]) -> Result<u32, String> {
+    let values = multi_comma_list(query, "user-id");
+    let [value] = values.as_slice() else {
+        return Err(r#"must only include one "user-id""#.into());
+    };
+    let n: i64 = value.parse().map_err(|_| {
+        let reason = if value
+            .trim_start_matches(['-', '+'])
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            "value out of range"
+        } else {
+            "invalid syntax"
+        };
+        format!("strconv.ParseInt: parsing {}: {reason}", go_quote(value))
+    })?;
+    u32::try_from(n).map_err(|_| format!("user ID is not a valid uint32: {n}"))
+}
+
+pub async fn get_notice(
+    _: Read,
+    requester: Requester,
+    State(api): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let notice = id
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| api.state.notice(n))
+        .ok_or_else(|| {
+            ApiError::not_found(format!("cannot find notice with ID {}", go_quote(&id)))
+        })?;
+    if !notice.visible_to(requester.uid, requester.admin) {
+        return Err(forbidden(format!(
+            "not allowed to access notice with id {}",
+            go_quote(&id)
+        )));
+    }
+    api.state.durable_ids().await;
+    Ok(sync(notice.render()))
+}
+
+pub async fn post_notices(
+    _: Read,
+    requester: Requester,
+    State(api): State<Shared>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let raw = super::read_body(body, super::MAX_BODY)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("cannot decode request body: {e}")))?;
+    let request: AddNoticeRequest = serde_json::from_slice(&raw)
+        .map_err(|e| ApiError::bad_request(format!("cannot decode request body: {e}")))?;
+    let occurrence = occurrence(requester.uid, &request, &raw)?;
+    let id = api.state.add_notice(occurrence);
+    // The client is told the ID: it must survive a crash.
+    api.state.durable().await;
+    Ok(sync(AddedNotice { id: id.to_string() }))
+}
+
+/// Validates a request to add a notice, in Pebble's order and words.
+fn occurrence(uid: u32, request: &AddNoticeRequest, raw: &[u8]) -> Result<Occurrence, ApiError> {
+    if request.action != "add" {
+        return Err(ApiError::invalid_action(&request.action));
+    }
+    if request.kind != "custom" {
+        return Err(ApiError::bad_request(format!(
+            r#"invalid type {} (can only add "custom" notices)"#,
+            go_quote(&request.kind)
+        )));
+    }
+    if !valid_custom_key(&request.key) {
+        return Err(ApiError::bad_request(format!(
+            r#"invalid key {} (must be in "domain.com/key" format)"#,
+            go_quote(&request.key)
+        )));
+    }
+    if request.key.len() > MAX_KEY_LENGTH {
+        return Err(ApiError::bad_request(format!(
+            "key must be {MAX_KEY_LENGTH} bytes or less"
+        )));
+    }
+    let repeat_after = if request.repeat_after.is_empty() {
+        0
+    } else {
+        parse_duration(&request.repeat_after)
+            .map_err(|e| ApiError::bad_request(format!("invalid repeat-after: {e}")))?
+    };
+    if raw_data_len(raw) > MAX_DATA_SIZE {
+        return Err(ApiError::bad_request(format!(
+            "total size of data must be {MAX_DATA_SIZE} bytes or less"
+        )));
+    }
+    let data = string_map(request.data.as_ref())
+        .map_err(|e| ApiError::bad_request(format!("cannot decode notice data: {e}")))?;
+    Ok(Occurrence {
+        user_id: Some(uid),
+        kind: NoticeType::Custom,
+        key: request.key.clone(),
+        data,
+        // A negative repeat-after has always elapsed, like zero.
+        repeat_after: Duration::from_nanos(repeat_after.max(0) as u64),
+    })
+}
+
+/// Whether `key` has the `domain.com/path` shape custom keys need: lowercase alphanumeric
+/// words joined by single dashes, at least two dot-separated labels, then one or more
+/// slash-separated path segments.
+fn valid_custom_key(key: &str) -> bool {
+    fn word(s: &str) -> bool {
+        !s.is_empty()
+            && s.split('-').all(|part| {
+                !part.is_empty()
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            })
+    }
+    let mut segments = key.split('/');
+    let domain = segments.next().unwrap_or_default();
+    let path: Vec<&str> = segments.collect();
+    let labels: Vec<&str> = domain.split('.').collect();
+    labels.len() >= 2
+        && labels.iter().all(|l| word(l))
+        && !path.is_empty()
+        && path.iter().all(|s| word(s))
+}
+
+/// Data as Go decodes it into `map[string]string`, with Go's error words.
+fn string_map(data: Option<&Value>) -> Result<BTreeMap<String, String>, String> {
+    let go_type = |v: &Value| match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    match data {
+        None | Some(Value::Null) => Ok(BTreeMap::new()),
+        Some(Value::Object(map)) => map
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                other => Err(format!(
+                    "json: cannot unmarshal {} into Go value of type string",
+                    go_type(other)
+                )),
+            })
+            .collect(),
+        Some(other) => Err(format!(
+            "json: cannot unmarshal {} into Go value of type map[string]string",
+            go_type(other)
+        )),
+    }
+}
+
+/// The length in bytes of the raw JSON text of the body's top-level `data` member (the last
+/// one, as Go keeps), or 0 without one. The body is already known to be valid JSON.
+fn raw_data_len(body: &[u8]) -> usize {
+    let mut scanner = Scanner { s: body, i: 0 };
+    scanner.ws();
+    if !scanner.eat(b'{') {
+        return 0;
+    }
+    let mut found = 0;
+    loop {
+        scanner.ws();
+        if scanner.eat(b'}') || scanner.i >= body.len() {
+            return found;
+        }
+        let key_start = scanner.i;
+        scanner.string();
+        let key: String = serde_json::from_slice(&body[key_start..scanner.i]).unwrap_or_default();
+        scanner.ws();
+        scanner.eat(b':');
+        scanner.ws();
+        let value_start = scanner.i;
+        scanner.value();
+        if key == "data" {
+            found = scanner.i - value_start;
+        }
+        scanner.ws();
+        scanner.eat(b',');
+    }
+}
+
+/// Just enough of a JSON scanner to find where values end.
+struct Scanner<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Scanner<'_> {
+    fn ws(&mut self) {
+        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, b: u8) -> bool {
+        let hit = self.s.get(self.i) == Some(&b);
+        if hit {
+            self.i += 1;
+        }
+        hit
+    }
+
+    /// Skips a string starting at its opening quote.
+    fn string(&mut self) {
+        self.i += 1;
+        while self.i < self.s.len() {
+            match self.s[self.i] {
+                b'\\' => self.i += 2,
+                b'"' => {
+                    self.i += 1;
+                    return;
+                }
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    fn value(&mut self) {
+        match self.s.get(self.i) {
+            Some(b'"') => self.string(),
+            Some(b'{' | b'[') => {
+                let mut depth = 0usize;
+                while self.i < self.s.len() {
+                    match self.s[self.i] {
+                        b'"' => {
+                            self.string();
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.i += 1;
+                                return;
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.i += 1;
+                }
+            }
+            _ => {
+                while self.i < self.s.len()
+                    && !matches!(self.s[self.i], b',' | b'}' | b']')
+                    && !self.s[self.i].is_ascii_whitespace()
+                {
+                    self.i += 1;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn custom_keys_follow_pebbles_pattern() {
+        for good in ["a.com/b", "example.com/a/b-c", "x-1.y.z/p", "a.b/c/d/e"] {
+            assert!(valid_custom_key(good), "{good}");
+        }
+        for bad in [
+            "",
+            "a.com",
+            "acom/b",
+            "A.com/b",
+            "a.com/",
+            "a..com/b",
+            "-a.com/b",
+            "a.com/b-",
+            "a.com//b",
+            "a.com/b_c",
+            "a.com/b--c",
+            ".a.com/b",
+            "a.com/b/",
+        ] {
+            assert!(!valid_custom_key(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn raw_data_length_is_the_text_as_sent() {
+        let body = br#"{"action": "add", "data": {"k": "v, \"}"}, "key": "a.com/b"}"#;
+        assert_eq!(raw_data_len(body), r#"{"k": "v, \"}"}"#.len());
+        assert_eq!(raw_data_len(br#"{"data":null}"#), 4);
+        assert_eq!(raw_data_len(br#"{"data":[1,[2]],"x":1}"#), 7);
+        assert_eq!(raw_data_len(br#"{"key":"a.com/b"}"#), 0);
+        assert_eq!(
+            raw_data_len(br#"{"data":"x","data":"long"}"#),
+            6,
+            "the last wins"
+        );
+    }
+
+    #[test]
+    fn data_decodes_as_go_decodes_a_string_map() {
+        let ok = serde_json::json!({"a": "1", "b": null});
+        assert_eq!(string_map(Some(&ok)).unwrap().len(), 1);
+        let number = serde_json::json!({"a": 1});
+        assert_eq!(
+            string_map(Some(&number)).unwrap_err(),
+            "json: cannot unmarshal number into Go value of type string"
+        );
+        assert_eq!(
+            string_map(Some(&serde_json::json!([1]))).unwrap_err(),
+            "json: cannot unmarshal array into Go value of type map[string]string"
+        );
+    }
+
+    #[test]
+    fn user_id_filters() {
+        let q = |v: &str| vec![("user-id".to_string(), v.to_string())];
+        assert_eq!(user_id_filter(&q("1000")), Ok(1000));
+        assert_eq!(
+            user_id_filter(&q("1,2")).unwrap_err(),
+            r#"must only include one "user-id""#
+        );
+        assert_eq!(
+            user_id_filter(&q("-1")).unwrap_err(),
+            "user ID is not a valid uint32: -1"
+        );
+        assert_eq!(
+            user_id_filter(&q("x")).unwrap_err(),
+            r#"strconv.ParseInt: parsing "x": invalid syntax"#
+        );
+    }
+}
