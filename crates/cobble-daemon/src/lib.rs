@@ -28,6 +28,8 @@
 //! - [`metrics`]: the OpenMetrics text of `/v1/metrics`.
 //! - [`watch`]: path watching for `requires-paths`, `on-file-change` and failure hints.
 //! - [`why`]: the reason a service is where it is, services and checks joined.
+//! - [`logfwd`]: log forwarding to the plan's `log-targets` (Loki, OpenTelemetry, syslog),
+//!   fed line by line by the output readers, never waiting on a receiver.
 //! - [`logging`]: the daemon log in Pebble's layout, `<time> [pebble] message`, and security
 //!   events.
 //! - [`output`]: stdout and stderr written by dedicated threads from bounded queues, so a
@@ -44,6 +46,7 @@ pub mod dir_lock;
 pub mod exec;
 pub mod files;
 pub mod layers;
+pub mod logfwd;
 pub mod logging;
 pub mod metrics;
 pub mod output;

@@ -20,6 +20,7 @@ use super::logbuf::{LineSplitter, ServiceLog};
 use super::machine::GroupSignal;
 use super::registry::ProcessRegistry;
 use crate::command::{self, Launch, LaunchError, Wiring};
+use crate::logfwd::ServiceTap;
 use crate::output::Sink;
 use crate::state::format_utc_millis;
 use cobble_sys::process::{self as sys, Signal};
@@ -194,13 +195,15 @@ fn escaped_descendants(leader: u32) -> Vec<Escaped> {
         .collect()
 }
 
-/// Copies a service's output into its log, and to the daemon's stdout with `--verbose`,
-/// until end of file. Neither blocks: the log is memory, stdout a bounded queue.
+/// Copies a service's output into its log, to the daemon's stdout with `--verbose`, and to
+/// the log targets that want it, until end of file. None of them blocks: the log is memory,
+/// stdout and the targets bounded queues.
 pub async fn copy_output(
     mut reader: pipe::Receiver,
     name: String,
     log: ServiceLog,
     stdout: Option<&'static Sink>,
+    mut forward: ServiceTap,
 ) {
     let mut splitter = LineSplitter::default();
     let mut buf = vec![0u8; 16 * 1024];
@@ -213,6 +216,7 @@ pub async fn copy_output(
             let _ = write!(line_out, "{} [{name}] {line}", format_utc_millis(now));
             stdout.line(line_out.as_bytes());
         }
+        forward.line(now, &line);
         log.push(now, line);
     };
     loop {
