@@ -19,6 +19,7 @@ mod entrypoint;
 mod exec;
 mod exec_cli;
 mod files;
+mod forward;
 mod go_client;
 mod offline;
 mod plan;
