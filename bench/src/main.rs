@@ -55,6 +55,7 @@
 //! - [`stats`]: median and p99 of repeated measurements.
 //! - [`report`]: the table, with Pebble's figures and the targets.
 //! - [`checks`], [`watch`], [`exec`]: the checks, path-watching and exec groups.
+//! - [`forward`]: the log-forwarding group.
 #![forbid(unsafe_code)]
 
 mod cgroup;
@@ -62,6 +63,7 @@ mod checks;
 mod daemon;
 mod durability;
 mod exec;
+mod forward;
 mod report;
 mod stats;
 mod watch;
@@ -230,6 +232,12 @@ struct Args {
     /// The load window of the durability group, in seconds.
     #[arg(long, value_name = "S", default_value_t = 10)]
     durable_secs: u64,
+    /// Lines per second the forward group's service writes.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    forward_rate: usize,
+    /// How long the forward group's service writes, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 10)]
+    forward_secs: u64,
 }
 
 /// A group of measurements that can run alone.
@@ -247,6 +255,8 @@ enum Group {
     Exec,
     /// The cost of answering change IDs only once they are durable.
     Durability,
+    /// Service output forwarded to a Loki receiver.
+    Forward,
 }
 
 impl Args {
@@ -358,6 +368,15 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
         };
         let section = durability::run(&bench.cobble, &bench.token, &settings).await?;
         println!("### Durability (group commit)\n\n{section}");
+    }
+    if args.runs(Group::Forward) {
+        let settings = forward::Settings {
+            rate: args.forward_rate,
+            window: Duration::from_secs(args.forward_secs),
+            poll_launch,
+        };
+        let section = forward::run(&bench.cobble, &bench.token, &settings).await?;
+        println!("### Log forwarding\n\n{section}");
     }
     Ok(())
 }
