@@ -6,7 +6,8 @@
 //! for every line, the delay from that instant to the request's arrival: the end-to-end
 //! delay through the daemon's output reader, its queue, the batching (1 s or 100 lines) and
 //! the request. Reported: the delay's median and p99, the lines received against those
-//! written, the daemon's drop count, and the daemon's CPU over the window.
+//! written, the daemon's drop count, and the daemon's CPU over the window; then the daemon's
+//! CPU with the same service and no log target, for what the forwarding itself costs.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -116,6 +117,36 @@ pub async fn run(cobble: &std::path::Path, token: &str, settings: &Settings) -> 
     daemon.stop_clean()?;
     receiver.abort();
 
+    // The same service with no target: what reading the output costs without forwarding.
+    let plain = layer
+        .split("log-targets:")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let mut baseline = Daemon::spawn(cobble, Some(&plain), token)?;
+    baseline
+        .wait_answer(settings.poll_launch, ANSWER_TIMEOUT)
+        .await?;
+    eprintln!("==> the same service with no log target");
+    let baseline_before = baseline.cpu_time()?;
+    let baseline_started = Instant::now();
+    let id = baseline
+        .client()
+        .start(&["producer".to_owned()])
+        .await
+        .context("cannot start the producer")?;
+    baseline
+        .client()
+        .wait_change(&id, Some(ANSWER_TIMEOUT))
+        .await?;
+    tokio::time::sleep_until(
+        (baseline_started + settings.window + Duration::from_millis(500)).into(),
+    )
+    .await;
+    let baseline_window = baseline_started.elapsed();
+    let baseline_cpu = baseline.cpu_time()? - baseline_before;
+    baseline.stop_clean()?;
+
     let received = std::mem::take(&mut *received.lock().unwrap());
     let rows = vec![
         Row::distribution(
@@ -135,6 +166,16 @@ pub async fn run(cobble: &std::path::Path, token: &str, settings: &Settings) -> 
             ),
             Unit::Seconds,
             cpu.as_secs_f64(),
+        ),
+        Row::single(
+            &format!(
+                "{} lines/s, no log target: daemon CPU over {:.1} s, {}",
+                settings.rate,
+                baseline_window.as_secs_f64(),
+                report::cpu_share(baseline_cpu, baseline_window)
+            ),
+            Unit::Seconds,
+            baseline_cpu.as_secs_f64(),
         ),
     ];
     Ok(report::markdown(&rows))
