@@ -57,6 +57,7 @@
 //! - [`stats`]: median and p99 of repeated measurements.
 //! - [`report`]: the table, with Pebble's figures and the targets.
 //! - [`checks`], [`watch`], [`exec`]: the checks, path-watching and exec groups.
+//! - [`forward`]: the log-forwarding group.
 #![forbid(unsafe_code)]
 
 mod cgroup;
@@ -64,6 +65,7 @@ mod checks;
 mod daemon;
 mod durability;
 mod exec;
+mod forward;
 mod logs;
 mod notices;
 mod report;
@@ -252,6 +254,12 @@ struct Args {
     /// CPU window with the pollers waiting, and the flapping check's window, in seconds.
     #[arg(long, value_name = "S", default_value_t = 20)]
     notice_secs: u64,
+    /// Lines per second the forward group's service writes.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    forward_rate: usize,
+    /// How long the forward group's service writes, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 10)]
+    forward_secs: u64,
 }
 
 /// A group of measurements that can run alone.
@@ -273,6 +281,8 @@ enum Group {
     Logs,
     /// Notice long-polls: wake latency, many waiting pollers, a flapping check.
     Notices,
+    /// Service output forwarded to a Loki receiver.
+    Forward,
 }
 
 impl Args {
@@ -406,6 +416,15 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
         };
         let section = notices::run(&bench.cobble, &bench.token, &settings).await?;
         println!("### Notices\n\n{section}");
+    }
+    if args.runs(Group::Forward) {
+        let settings = forward::Settings {
+            rate: args.forward_rate,
+            window: Duration::from_secs(args.forward_secs),
+            poll_launch,
+        };
+        let section = forward::run(&bench.cobble, &bench.token, &settings).await?;
+        println!("### Log forwarding\n\n{section}");
     }
     Ok(())
 }

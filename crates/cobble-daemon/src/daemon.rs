@@ -32,6 +32,7 @@ use crate::checks::CheckManager;
 use crate::dir_lock::{self, DirLock, LockError};
 use crate::exec::ExecManager;
 use crate::layers::PlanManager;
+use crate::logfwd::LogForwarder;
 use crate::logging::{self, SecurityEvent};
 use crate::services::ServiceManager;
 use crate::services::changes::{ActionError, ServiceAction, ServiceActions};
@@ -148,11 +149,13 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     let processes = Arc::new(OsProcesses::new(ProcessRegistry::new(state_dir.as_deref())));
     // Checks run from the plan whatever the services do, even under --hold.
     let (checks, checks_task) = CheckManager::spawn(plan.subscribe(), store.clone());
+    let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe());
     let (services, services_task) = ServiceManager::spawn(
         plan.subscribe(),
         checks.firing(),
         processes.clone(),
         opts.verbose.then(crate::output::stdout),
+        forward_tap,
         shutdown_tx,
     );
     let actions = ServiceActions::new(plan.subscribe(), store.clone(), services.clone());
@@ -207,6 +210,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         actions: actions.clone(),
         checks,
         exec: exec.clone(),
+        forward: forwarder.clone(),
         state: store.clone(),
         boot_id: boot_id(),
         http_address: opts.http.clone(),
@@ -303,6 +307,8 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     if swept > 0 {
         tracing::info!("Stopped {swept} leftover processes");
     }
+    // The services' last words go out too, within the forwarder's final-flush bound.
+    forwarder.shutdown().await;
     cancel.cancel();
     for server in servers {
         let _ = tokio::time::timeout(Duration::from_secs(1), server).await;

@@ -30,6 +30,8 @@
 //! - [`metrics`]: the OpenMetrics text of `/v1/metrics`.
 //! - [`watch`]: path watching for `requires-paths`, `on-file-change` and failure hints.
 //! - [`why`]: the reason a service is where it is, services and checks joined.
+//! - [`logfwd`]: log forwarding to the plan's `log-targets` (Loki, OpenTelemetry, syslog),
+//!   fed line by line by the output readers, never waiting on a receiver.
 //! - [`logging`]: the daemon log in Pebble's layout, `<time> [pebble] message`, and security
 //!   events.
 //! - [`output`]: stdout and stderr written by dedicated threads from bounded queues, so a
@@ -47,6 +49,7 @@ pub mod exec;
 pub mod files;
 pub mod identities;
 pub mod layers;
+pub mod logfwd;
 pub mod logging;
 pub mod logs;
 pub mod metrics;

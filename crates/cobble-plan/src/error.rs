@@ -293,6 +293,39 @@ pub enum PlanError {
         /// The log target.
         target: String,
     },
+    /// An HTTP log target (`loki`, `opentelemetry`) whose location is not an http(s) URL
+    /// with a host.
+    #[error("invalid location URL for target {}: {reason}", go_quote(.target))]
+    InvalidLogTargetLocation {
+        /// The log target.
+        target: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A syslog target whose location is not `tcp://host:port` or `udp://host:port`.
+    #[error(
+        "invalid syslog server location {}, must be in form \"tcp://host:port\" or \"udp://host:port\"",
+        go_quote(.location)
+    )]
+    InvalidSyslogLocation {
+        /// The location.
+        location: String,
+    },
+    /// A label name the target's receiver would refuse.
+    #[error(
+        "log target {}: invalid label name {} for type {}",
+        go_quote(.target),
+        go_quote(.label),
+        go_quote(.kind)
+    )]
+    InvalidLogLabel {
+        /// The log target.
+        target: String,
+        /// The label name.
+        label: String,
+        /// The target's type.
+        kind: String,
+    },
     /// A log target listing a service the plan does not have.
     #[error("log target {} specifies unknown service {}", go_quote(.target), go_quote(.service))]
     UnknownLogTargetService {

@@ -51,6 +51,7 @@ mod emit;
 mod error;
 mod layer;
 mod layers_dir;
+mod log_target;
 mod order;
 mod plan;
 mod service;
@@ -65,6 +66,7 @@ pub use duration::{DurationError, GoDuration, format_duration, go_quote, parse_d
 pub use error::{CommandError, PlanError};
 pub use layer::Layer;
 pub use layers_dir::read_layers;
+pub use log_target::{SyslogTransport, syslog_address};
 pub use plan::{Plan, SERVICE_ARGS_LABEL, service_args_layer};
 pub use service::{
     DEFAULT_BACKOFF_DELAY, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_LIMIT, DEFAULT_KILL_DELAY,

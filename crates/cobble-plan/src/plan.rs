@@ -272,6 +272,7 @@ impl Plan {
                     target: name.clone(),
                 });
             }
+            crate::log_target::validate(name, target)?;
         }
         // Unknown `requires` and before/after cycles both surface from ordering everything.
         let all: Vec<String> = self.services.keys().cloned().collect();

@@ -152,7 +152,8 @@ pub async fn get_metrics(_: Metrics, State(api): State<Shared>) -> Response {
     let plan = api.plan.plan();
     let services = api.services.statuses(Vec::new(), false).await;
     let checks = api.checks.checks().await;
-    let body = crate::metrics::render(&plan, &services, &checks);
+    let mut body = crate::metrics::render(&plan, &services, &checks);
+    crate::logfwd::write_metrics(&mut body, &api.forward.stats());
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

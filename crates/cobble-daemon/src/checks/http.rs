@@ -22,7 +22,7 @@ pub struct HttpChecker {
 }
 
 /// Whether a URL's host is this machine, which Go's proxy rules never send through a proxy.
-fn is_loopback(url: &reqwest::Url) -> bool {
+pub(crate) fn is_loopback(url: &reqwest::Url) -> bool {
     let Some(host) = url.host_str() else {
         return false;
     };
@@ -99,7 +99,7 @@ impl Checker for HttpChecker {
 
 /// A client with Go's defaults: 10 redirects, system roots, and proxies from the
 /// environment unless the URL is on this machine (`direct`).
-fn build_client(direct: bool) -> Result<reqwest::Client, String> {
+pub(crate) fn build_client(direct: bool) -> Result<reqwest::Client, String> {
     static PROVIDER: Once = Once::new();
     PROVIDER.call_once(|| {
         // Fails only if a provider is already installed, which is just as good.
@@ -114,7 +114,7 @@ fn build_client(direct: bool) -> Result<reqwest::Client, String> {
 
 /// The innermost cause of an error, which is where the useful words are
 /// (`connection refused` rather than `error sending request`).
-fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
     let mut current = error;
     while let Some(source) = current.source() {
         current = source;

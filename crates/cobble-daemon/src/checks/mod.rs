@@ -42,7 +42,7 @@
 
 mod checker;
 mod exec;
-mod http;
+pub(crate) mod http;
 pub mod machine;
 mod manager;
 mod runner;

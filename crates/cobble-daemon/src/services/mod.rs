@@ -43,6 +43,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::checks::Firing;
+use crate::logfwd::Tap;
 use crate::output::Sink;
 use crate::watch::{PathEvent, PathWatcher};
 pub use logbuf::ServiceLog;
@@ -133,13 +134,14 @@ const GONE: &str = "service manager is not running";
 impl ServiceManager {
     /// Starts the actor. `shutdown` receives the exit code when a service's action asks the
     /// daemon to stop; `firing` is the check manager's map of checks that are down; `stdout`
-    /// receives service output under `--verbose`. The handle to the actor's task lets the
-    /// daemon notice if it ever ends.
+    /// receives service output under `--verbose` and `forward` every line for the log
+    /// targets. The handle to the actor's task lets the daemon notice if it ever ends.
     pub fn spawn(
         plan: watch::Receiver<Arc<Plan>>,
         firing: watch::Receiver<Arc<Firing>>,
         processes: Arc<dyn Processes>,
         stdout: Option<&'static Sink>,
+        forward: Tap,
         shutdown: mpsc::UnboundedSender<i32>,
     ) -> (ServiceManager, JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -148,6 +150,7 @@ impl ServiceManager {
         let actor = Actor {
             plan,
             stdout,
+            forward,
             shutdown,
             services: BTreeMap::new(),
             done_tx,
@@ -265,6 +268,8 @@ struct Actor {
     plan: watch::Receiver<Arc<Plan>>,
     /// Where service output goes under `--verbose`.
     stdout: Option<&'static Sink>,
+    /// Where service output goes for the log targets.
+    forward: Tap,
     shutdown: mpsc::UnboundedSender<i32>,
     services: BTreeMap<String, Slot>,
     /// Where the tasks the actor starts report back.
@@ -472,6 +477,7 @@ impl Actor {
                 name.to_owned(),
                 slot.log.clone(),
                 self.stdout,
+                self.forward.service(name),
             ))
         });
         let log = slot.log.clone();

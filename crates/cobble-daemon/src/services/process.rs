@@ -23,6 +23,7 @@ use super::machine::GroupSignal;
 use super::members::{self, INVOCATION_VARIABLE};
 use super::registry::ProcessRegistry;
 use crate::command::{self, Launch, LaunchError, Wiring};
+use crate::logfwd::ServiceTap;
 use crate::output::Sink;
 use crate::state::format_utc_millis;
 use cobble_sys::process::{self as sys, Signal};
@@ -330,13 +331,15 @@ impl Processes for OsProcesses {
     }
 }
 
-/// Copies a service's output into its log, and to the daemon's stdout with `--verbose`,
-/// until end of file. Neither blocks: the log is memory, stdout a bounded queue.
+/// Copies a service's output into its log, to the daemon's stdout with `--verbose`, and to
+/// the log targets that want it, until end of file. None of them blocks: the log is memory,
+/// stdout and the targets bounded queues.
 pub async fn copy_output(
     mut reader: pipe::Receiver,
     name: String,
     log: ServiceLog,
     stdout: Option<&'static Sink>,
+    mut forward: ServiceTap,
 ) {
     let mut splitter = LineSplitter::for_service(&name);
     // A pipe holds 64 KiB: one read takes all a fast writer has written meanwhile.
@@ -351,6 +354,7 @@ pub async fn copy_output(
             let _ = write!(line_out, "{} [{name}] {line}", format_utc_millis(time));
             stdout.line(line_out.as_bytes());
         }
+        forward.line(time, &line);
         log.push(time, line);
     };
     loop {

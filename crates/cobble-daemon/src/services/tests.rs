@@ -183,8 +183,14 @@ impl Harness {
         let (firing, firing_rx) = watch::channel(Arc::<Firing>::default());
         let (shutdown_tx, shutdown_rx) = mpsc::unbounded_channel();
         let processes = Scripted::new();
-        let (manager, _task) =
-            ServiceManager::spawn(plan_rx, firing_rx, processes.clone(), None, shutdown_tx);
+        let (manager, _task) = ServiceManager::spawn(
+            plan_rx,
+            firing_rx,
+            processes.clone(),
+            None,
+            crate::logfwd::Tap::default(),
+            shutdown_tx,
+        );
         Harness {
             manager,
             processes,

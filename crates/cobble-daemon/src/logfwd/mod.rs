@@ -1,0 +1,464 @@
+//! Log forwarding: service output sent to the plan's `log-targets` (Loki, OpenTelemetry,
+//! syslog) as it is written.
+//!
+//! # Theory of operation
+//!
+//! Each output reader holds a [`ServiceTap`] and hands it every line as it produces it. The
+//! tap looks up (once per plan change, through a generation counter) which targets want
+//! this service, and pushes the line, with the service's labels for that target, onto each
+//! target's bounded [`queue::TargetQueue`]. Pushing never waits: a full queue drops its
+//! oldest entries and counts them. So however a receiver behaves, a service's output, the
+//! API and the other targets go on.
+//!
+//! One sender task per target ([`send::run`]) drains its queue in batches and delivers them
+//! with retries and backoff. The [`LogForwarder`] task follows the plan's `watch` channel:
+//! a target added, removed or changed in the plan takes effect at once, without a replan,
+//! for services already running too. Labels are expanded (`$VAR`, `${VAR}`) from each
+//! service's `environment` in the plan when the plan changes; lines already queued keep the
+//! labels they were written under.
+//!
+//! What is lost is visible: `/v1/metrics` shows `cobble_log_forward_dropped_total` and
+//! `cobble_log_forward_sent_total` per target, and the daemon log says when a target starts
+//! failing and when it works again.
+
+pub mod encode;
+pub mod queue;
+pub mod send;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cobble_plan::{LogTarget, Plan};
+use jiff::Timestamp;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use queue::{Entry, Labels, TargetQueue};
+use send::Destination;
+
+/// One target a service's lines go to.
+struct Route {
+    queue: Arc<TargetQueue>,
+    labels: Arc<Labels>,
+}
+
+/// The routes of every service, replaced as a whole when the plan changes.
+#[derive(Default)]
+struct Routes {
+    /// Bumped after every replacement of `by_service`.
+    generation: AtomicU64,
+    by_service: Mutex<HashMap<String, Arc<[Route]>>>,
+}
+
+/// Where output readers hand their lines. Cheap to clone; one per daemon.
+#[derive(Clone, Default)]
+pub struct Tap {
+    routes: Arc<Routes>,
+}
+
+impl Tap {
+    /// The tap for one reader of `service`'s output.
+    pub fn service(&self, service: &str) -> ServiceTap {
+        let mut tap = ServiceTap {
+            routes: self.routes.clone(),
+            service: service.into(),
+            generation: 0,
+            current: Arc::from([]),
+        };
+        tap.refresh();
+        tap
+    }
+}
+
+/// One output reader's handle on the forwarding routes.
+pub struct ServiceTap {
+    routes: Arc<Routes>,
+    service: Arc<str>,
+    /// The generation `current` was read at.
+    generation: u64,
+    current: Arc<[Route]>,
+}
+
+impl ServiceTap {
+    fn refresh(&mut self) {
+        let by_service = self
+            .routes
+            .by_service
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // Read under the lock that replacements hold, so a bump seen later is a later map.
+        self.generation = self.routes.generation.load(Ordering::Acquire);
+        self.current = by_service
+            .get(&*self.service)
+            .cloned()
+            .unwrap_or_else(|| Arc::from([]));
+    }
+
+    /// Forwards one line of output to every target that wants this service. Never waits.
+    pub fn line(&mut self, time: Timestamp, line: &str) {
+        if self.routes.generation.load(Ordering::Acquire) != self.generation {
+            self.refresh();
+        }
+        for route in self.current.iter() {
+            route.queue.push(Entry {
+                time,
+                service: self.service.clone(),
+                message: line.to_owned(),
+                labels: route.labels.clone(),
+            });
+        }
+    }
+}
+
+/// Delivery counts of one target, for `/v1/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetStats {
+    pub name: String,
+    pub sent: u64,
+    pub dropped: u64,
+    pub queued: u64,
+}
+
+/// One running target.
+struct Target {
+    queue: Arc<TargetQueue>,
+    destination: watch::Sender<Destination>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// Handle to the log forwarder. Cheap to clone.
+#[derive(Clone)]
+pub struct LogForwarder {
+    targets: Arc<Mutex<BTreeMap<String, Arc<TargetQueue>>>>,
+    stop: CancellationToken,
+    task: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl LogForwarder {
+    /// Starts following `plan`; lines handed to the returned [`Tap`] reach the targets.
+    pub fn spawn(plan: watch::Receiver<Arc<Plan>>) -> (LogForwarder, Tap) {
+        let tap = Tap::default();
+        let forwarder = LogForwarder {
+            targets: Arc::default(),
+            stop: CancellationToken::new(),
+            task: Arc::default(),
+        };
+        let task = tokio::spawn(follow_plan(
+            plan,
+            tap.clone(),
+            forwarder.targets.clone(),
+            forwarder.stop.clone(),
+        ));
+        *forwarder.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        (forwarder, tap)
+    }
+
+    /// Counts per target in the plan, sorted by name.
+    pub fn stats(&self) -> Vec<TargetStats> {
+        let targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        targets
+            .iter()
+            .map(|(name, queue)| TargetStats {
+                name: name.clone(),
+                sent: queue.sent(),
+                dropped: queue.dropped(),
+                queued: queue.len() as u64,
+            })
+            .collect()
+    }
+
+    /// Sends what is queued (each target gets [`send::FINAL_FLUSH`]) and stops.
+    pub async fn shutdown(&self) {
+        self.stop.cancel();
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Appends the forwarding counters of every target in the plan to `/v1/metrics`.
+pub fn write_metrics(out: &mut String, stats: &[TargetStats]) {
+    use crate::metrics::{MetricType, write_metric};
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    for target in stats {
+        let labels = [("target", target.name.as_str())];
+        write_metric(
+            out,
+            "cobble_log_forward_sent_total",
+            MetricType::Counter,
+            "Number of log lines the target's receiver accepted",
+            &labels,
+            count(target.sent),
+        );
+        write_metric(
+            out,
+            "cobble_log_forward_dropped_total",
+            MetricType::Counter,
+            "Number of log lines that will never reach the target (queue full, refused, or unsent at removal)",
+            &labels,
+            count(target.dropped),
+        );
+        write_metric(
+            out,
+            "cobble_log_forward_queued",
+            MetricType::Gauge,
+            "Number of log lines waiting to be sent to the target",
+            &labels,
+            count(target.queued),
+        );
+    }
+}
+
+/// The forwarder's task: applies each plan to the running targets and the routes.
+async fn follow_plan(
+    mut plan: watch::Receiver<Arc<Plan>>,
+    tap: Tap,
+    stats: Arc<Mutex<BTreeMap<String, Arc<TargetQueue>>>>,
+    stop: CancellationToken,
+) {
+    let hostname: Arc<str> = tokio::task::spawn_blocking(hostname)
+        .await
+        .unwrap_or_else(|_| "-".to_owned())
+        .into();
+    let mut targets: BTreeMap<String, Target> = BTreeMap::new();
+    loop {
+        let current = plan.borrow_and_update().clone();
+        apply(&current, &mut targets, &tap, &hostname);
+        *stats.lock().unwrap_or_else(|e| e.into_inner()) = targets
+            .iter()
+            .map(|(name, target)| (name.clone(), target.queue.clone()))
+            .collect();
+        tokio::select! {
+            changed = plan.changed() => if changed.is_err() { break },
+            () = stop.cancelled() => break,
+        }
+    }
+    // Nothing new is routed; every target sends what it holds, all at once.
+    publish(&tap, HashMap::new());
+    let stopping: Vec<JoinHandle<()>> = std::mem::take(&mut targets)
+        .into_values()
+        .map(|target| {
+            target.stop.cancel();
+            target.task
+        })
+        .collect();
+    for task in stopping {
+        let _ = task.await;
+    }
+}
+
+fn apply(plan: &Plan, targets: &mut BTreeMap<String, Target>, tap: &Tap, hostname: &Arc<str>) {
+    targets.retain(|name, target| {
+        let keep = plan.log_targets.contains_key(name);
+        if !keep {
+            // Its sender gives what is queued a last chance, then ends on its own.
+            target.stop.cancel();
+        }
+        keep
+    });
+    for (name, config) in &plan.log_targets {
+        let destination = Destination {
+            kind: config.type_.clone(),
+            location: config.location.clone(),
+        };
+        match targets.get(name) {
+            Some(target) => {
+                target.destination.send_if_modified(|current| {
+                    let changed = *current != destination;
+                    *current = destination;
+                    changed
+                });
+            }
+            None => {
+                let queue = Arc::new(TargetQueue::default());
+                let (destination_tx, destination_rx) = watch::channel(destination);
+                let stop = CancellationToken::new();
+                let task = tokio::spawn(send::run(
+                    name.clone(),
+                    queue.clone(),
+                    destination_rx,
+                    hostname.clone(),
+                    stop.clone(),
+                ));
+                targets.insert(
+                    name.clone(),
+                    Target {
+                        queue,
+                        destination: destination_tx,
+                        stop,
+                        task,
+                    },
+                );
+            }
+        }
+    }
+    let mut routes: HashMap<String, Vec<Route>> = HashMap::new();
+    for (name, config) in &plan.log_targets {
+        let target = &targets[name];
+        for service in plan.services.values() {
+            if service.logs_to(config) {
+                routes.entry(service.name.clone()).or_default().push(Route {
+                    queue: target.queue.clone(),
+                    labels: Arc::new(labels(config, &service.environment)),
+                });
+            }
+        }
+    }
+    publish(
+        tap,
+        routes
+            .into_iter()
+            .map(|(service, routes)| (service, routes.into()))
+            .collect(),
+    );
+}
+
+fn publish(tap: &Tap, by_service: HashMap<String, Arc<[Route]>>) {
+    let mut current = tap
+        .routes
+        .by_service
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    *current = by_service;
+    tap.routes.generation.fetch_add(1, Ordering::Release);
+}
+
+/// A target's labels for one service, `$VAR` and `${VAR}` expanded from its environment.
+fn labels(target: &LogTarget, environment: &BTreeMap<String, String>) -> Labels {
+    target
+        .labels
+        .iter()
+        .map(|(key, value)| (key.clone(), expand(value, environment)))
+        .collect()
+}
+
+/// Shell-style expansion as Go's `os.Expand` does it: `$NAME` and `${NAME}` become the
+/// variable's value (empty when unset); a `$` that starts no name stays as it is.
+fn expand(text: &str, environment: &BTreeMap<String, String>) -> String {
+    let value = |name: &str| environment.get(name).map(String::as_str).unwrap_or("");
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(braced) = after.strip_prefix('{') {
+            match braced.find('}') {
+                Some(0) | None => rest = braced.strip_prefix('}').unwrap_or(braced),
+                Some(end) => {
+                    out.push_str(value(&braced[..end]));
+                    rest = &braced[end + 1..];
+                }
+            }
+            continue;
+        }
+        let special = after
+            .chars()
+            .next()
+            .filter(|c| "*#$@!?-".contains(*c) || c.is_ascii_digit());
+        if let Some(c) = special {
+            out.push_str(value(&c.to_string()));
+            rest = &after[c.len_utf8()..];
+            continue;
+        }
+        let end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        if end == 0 {
+            out.push('$');
+        } else {
+            out.push_str(value(&after[..end]));
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// This machine's name, for syslog's HOSTNAME field (`-` when unknown, as RFC 5424 says).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "-".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansion_follows_go_os_expand() {
+        let env: BTreeMap<String, String> = [("JUJU_UNIT", "app/0"), ("A", "x"), ("A_1", "y")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let cases = [
+            ("$JUJU_UNIT", "app/0"),
+            ("unit-${JUJU_UNIT}-end", "unit-app/0-end"),
+            ("$A_1.$A", "y.x"),
+            ("$MISSING", ""),
+            ("cost: 5$", "cost: 5$"),
+            ("$ $A", "$ x"),
+            ("${}x", "x"),
+            ("${A", "A"),
+            ("$1$A", "x"),
+            ("plain", "plain"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(expand(text, &env), want, "{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn routes_follow_the_plan_without_a_restart_of_the_reader() {
+        let layer = |label: &str, yaml: &str| cobble_plan::Layer::parse(1, label, yaml).unwrap();
+        let plan = Plan::default()
+            .add_layer(
+                layer(
+                    "base",
+                    "services:\n  a: {override: replace, command: x, environment: {ZONE: z1}}\n  b: {override: replace, command: y}\n",
+                ),
+                false,
+                false,
+            )
+            .unwrap();
+        let (plan_tx, plan_rx) = watch::channel(Arc::new(plan.clone()));
+        let (forwarder, tap) = LogForwarder::spawn(plan_rx);
+        let mut a = tap.service("a");
+        a.line(Timestamp::now(), "before any target");
+        let with_target = plan
+            .add_layer(
+                layer(
+                    "forward",
+                    "log-targets:\n  t:\n    override: replace\n    type: loki\n    location: http://127.0.0.1:9/\n    services: [all, -b]\n    labels: {zone: $ZONE}\n",
+                ),
+                false,
+                false,
+            )
+            .unwrap();
+        plan_tx.send(Arc::new(with_target)).unwrap();
+        // The forwarder applies the plan on its own task.
+        let mut queued = 0;
+        for _ in 0..500 {
+            a.line(Timestamp::now(), "routed");
+            tap.service("b").line(Timestamp::now(), "not routed");
+            queued = forwarder
+                .stats()
+                .first()
+                .map_or(0, |s| s.queued + s.sent + s.dropped);
+            if queued > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(queued > 0);
+        let routes = tap.routes.by_service.lock().unwrap();
+        assert!(!routes.contains_key("b"));
+        assert_eq!(routes["a"][0].labels["zone"], "z1");
+    }
+}
