@@ -47,6 +47,11 @@ pub use setup::SetupError;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the daemon's shutdown waits for killed commands to be reaped.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+/// How many of the execs' blocking jobs (validating a request, launching a command) run at
+/// once. A burst of execs then queues short jobs on two threads of the blocking pool instead
+/// of starting a thread for each, whose forks and lookups would take the cores from the
+/// runtime's workers (and leave the daemon a stack and a malloc arena per thread).
+const BLOCKING_JOBS: usize = 2;
 
 /// One of an execution's websockets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +122,28 @@ struct Inner {
     shutdown: CancellationToken,
     /// The sessions, and the websocket tasks that outlive them until their clients close.
     tasks: TaskTracker,
+    /// Permits for blocking jobs, [`BLOCKING_JOBS`] in all.
+    jobs: Jobs,
+}
+
+/// Runs the execs' blocking jobs, a few at a time, in the order they were asked for.
+#[derive(Clone)]
+pub(crate) struct Jobs(Arc<tokio::sync::Semaphore>);
+
+impl Jobs {
+    fn new() -> Jobs {
+        Jobs(Arc::new(tokio::sync::Semaphore::new(BLOCKING_JOBS)))
+    }
+
+    /// Runs `job` on the blocking pool once a permit is free.
+    pub(crate) async fn run<R: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, tokio::task::JoinError> {
+        // The semaphore is never closed.
+        let _permit = self.0.acquire().await.expect("exec job permits stay open");
+        tokio::task::spawn_blocking(job).await
+    }
 }
 
 type Registry = Arc<Mutex<HashMap<u64, Arc<Slots>>>>;
@@ -133,6 +160,7 @@ impl ExecManager {
                 executions: Registry::default(),
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
+                jobs: Jobs::new(),
             }),
         }
     }
@@ -145,11 +173,12 @@ impl ExecManager {
         plan: Arc<Plan>,
     ) -> Result<Started, SetupError> {
         // Looking up users and stat-ing paths block.
-        let prepared = tokio::task::spawn_blocking(move || {
-            setup::prepare(request, &plan, &setup::Host::current())
-        })
-        .await
-        .map_err(|e| SetupError::CannotCall(format!("internal error: {e}")))??;
+        let prepared = self
+            .inner
+            .jobs
+            .run(move || setup::prepare(request, &plan, &setup::Host::current()))
+            .await
+            .map_err(|e| SetupError::CannotCall(format!("internal error: {e}")))??;
         let state = &self.inner.state;
         let summary = format!("Execute command {}", go_quote(&prepared.argv[0]));
         let change_id = state.new_change("exec", &summary, Vec::new());
@@ -180,6 +209,7 @@ impl ExecManager {
                 task_id,
             },
             shutdown: self.inner.shutdown.clone(),
+            jobs: self.inner.jobs.clone(),
             tasks: self.inner.tasks.clone(),
         };
         self.inner.tasks.spawn(session.run());

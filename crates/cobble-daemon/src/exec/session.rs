@@ -64,6 +64,8 @@ pub(super) struct Session {
     pub shutdown: CancellationToken,
     /// Where relays that outlive the session run.
     pub tasks: TaskTracker,
+    /// Where launching runs.
+    pub jobs: super::Jobs,
 }
 
 /// Why an execution failed: the task's error, and its exit code if it has one.
@@ -328,28 +330,30 @@ impl Session {
         });
         let interactive = prepared.interactive;
         let split_stderr = prepared.split_stderr;
-        let launched = tokio::task::spawn_blocking(move || {
-            let (wiring, master) = match terminal {
-                Some((size, owner)) => {
-                    let pty = pty::open(size, owner).map_err(|e| {
-                        Failure::new(format!("cannot open terminal: {e}"), Some(-1))
-                    })?;
-                    (
-                        Wiring::Terminal {
-                            slave: pty.slave,
-                            interactive,
-                            split_stderr,
-                        },
-                        Some(pty.master),
-                    )
-                }
-                None => (Wiring::Pipes { split_stderr }, None),
-            };
-            let child = command::spawn_wired(&launch, wiring)
-                .map_err(|e| Failure::new(e.to_string(), Some(-1)))?;
-            Ok((child, master))
-        })
-        .await;
+        let launched = self
+            .jobs
+            .run(move || {
+                let (wiring, master) = match terminal {
+                    Some((size, owner)) => {
+                        let pty = pty::open(size, owner).map_err(|e| {
+                            Failure::new(format!("cannot open terminal: {e}"), Some(-1))
+                        })?;
+                        (
+                            Wiring::Terminal {
+                                slave: pty.slave,
+                                interactive,
+                                split_stderr,
+                            },
+                            Some(pty.master),
+                        )
+                    }
+                    None => (Wiring::Pipes { split_stderr }, None),
+                };
+                let child = command::spawn_wired(&launch, wiring)
+                    .map_err(|e| Failure::new(e.to_string(), Some(-1)))?;
+                Ok((child, master))
+            })
+            .await;
         launched
             .unwrap_or_else(|e| Err(Failure::new(format!("cannot start command: {e}"), Some(-1))))
     }
