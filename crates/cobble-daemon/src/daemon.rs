@@ -163,7 +163,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         Some(address) => Some(bind_tcp(address).await?),
         None => None,
     };
-    let exec = ExecManager::new(store.clone());
+    let exec = ExecManager::new(store.clone()).recording(processes.clone());
     let api_state = Arc::new(ApiState {
         plan,
         services: services.clone(),

@@ -40,6 +40,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::services::process::OsProcesses;
 use crate::state::StateStore;
 pub use setup::SetupError;
 
@@ -124,6 +125,9 @@ struct Inner {
     tasks: TaskTracker,
     /// Permits for blocking jobs, [`BLOCKING_JOBS`] in all.
     jobs: Jobs,
+    /// Where commands are recorded before they start, so that the next daemon ends those a
+    /// killed daemon left running; none in daemons that keep no state.
+    processes: Option<Arc<OsProcesses>>,
 }
 
 /// Runs the execs' blocking jobs, a few at a time, in the order they were asked for.
@@ -161,7 +165,18 @@ impl ExecManager {
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
                 jobs: Jobs::new(),
+                processes: None,
             }),
+        }
+    }
+
+    /// The same manager, recording each command's process group in `processes` before it
+    /// runs.
+    pub fn recording(self, processes: Arc<OsProcesses>) -> ExecManager {
+        let mut inner = Arc::into_inner(self.inner).expect("not shared yet");
+        inner.processes = Some(processes);
+        ExecManager {
+            inner: Arc::new(inner),
         }
     }
 
@@ -210,6 +225,7 @@ impl ExecManager {
             },
             shutdown: self.inner.shutdown.clone(),
             jobs: self.inner.jobs.clone(),
+            processes: self.inner.processes.clone(),
             tasks: self.inner.tasks.clone(),
         };
         self.inner.tasks.spawn(session.run());

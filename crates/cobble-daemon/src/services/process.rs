@@ -81,6 +81,19 @@ impl OsProcesses {
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Records the process group of a command that is no service's (an exec's) under `name`,
+    /// so that a daemon killed while it runs leaves nothing its successor cannot end.
+    /// Blocking.
+    pub fn record(&self, name: &str, pid: u32) {
+        self.registry().record(name, pid);
+    }
+
+    /// Forgets a group recorded with [`OsProcesses::record`] once its leader has exited.
+    /// Blocking.
+    pub fn forget_recorded(&self, name: &str, pid: u32) {
+        self.registry().forget(name, pid);
+    }
+
     /// Ends every group still recorded (SIGTERM, then SIGKILL after `grace`), for a daemon
     /// that must exit without its supervisor. Blocking.
     pub fn end_all(&self, grace: std::time::Duration) -> Vec<String> {
