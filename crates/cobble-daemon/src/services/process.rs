@@ -88,10 +88,11 @@ impl OsProcesses {
         self.registry().record(name, pid);
     }
 
-    /// Forgets a group recorded with [`OsProcesses::record`] once its leader has exited.
-    /// Blocking.
+    /// Forgets a group recorded with [`OsProcesses::record`] once its leader has exited,
+    /// leaving the file to the next write (see [`ProcessRegistry::forget_unsaved`]): an exec
+    /// pays one write, not two. Blocks while a write is under way.
     pub fn forget_recorded(&self, name: &str, pid: u32) {
-        self.registry().forget(name, pid);
+        self.registry().forget_unsaved(name, pid);
     }
 
     /// Ends every group still recorded (SIGTERM, then SIGKILL after `grace`), for a daemon
