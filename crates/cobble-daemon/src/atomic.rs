@@ -74,7 +74,7 @@ pub enum AtomicError {
 }
 
 impl AtomicError {
-    fn path(op: &'static str, path: &Path, source: io::Error) -> AtomicError {
+    pub(crate) fn path(op: &'static str, path: &Path, source: io::Error) -> AtomicError {
         AtomicError::Path {
             op,
             path: path.to_owned(),

@@ -21,6 +21,12 @@ use cobble_sys::reaper::{self, ExitStatus};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
+/// The buffer an exec's pipes ask for (Linux's default `pipe-max-size`). With the default
+/// 64 KiB, a stream through a command such as `cat` moves in small steps, each a wake-up of
+/// the command and of the relay; a larger buffer lets each side move more per wake-up. The
+/// kernel allocates the pages only as they fill.
+const EXEC_PIPE_SIZE: usize = 1024 * 1024;
+
 /// What to run, and as whom.
 #[derive(Debug, Clone, Default)]
 pub struct Launch {
@@ -212,6 +218,7 @@ fn wire(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
                 pipes.stderr = Some(stderr_pipe(cmd)?);
             } else {
                 let (output, stdout, stderr) = cobble_sys::output::merged_pipe()?;
+                grow(&output);
                 cmd.stdout(stdout).stderr(stderr);
                 pipes.output = Some(output);
             }
@@ -239,9 +246,16 @@ fn wire(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
     Ok(pipes)
 }
 
-/// A pipe for one output stream: the daemon's read end and the child's write end.
+/// Gives an exec's pipe [`EXEC_PIPE_SIZE`] where the kernel allows; a pipe that keeps the
+/// default size works, only slower.
+fn grow(pipe: &impl std::os::fd::AsFd) {
+    let _ = cobble_sys::output::set_pipe_size(pipe, EXEC_PIPE_SIZE);
+}
+
+/// A pipe for one output stream of an exec: the daemon's read end and the child's write end.
 fn output_pipe() -> std::io::Result<(pipe::Receiver, Stdio)> {
     let (reader, writer) = std::io::pipe()?;
+    grow(&reader);
     Ok((
         pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?,
         Stdio::from(writer),
@@ -256,6 +270,7 @@ fn stderr_pipe(cmd: &mut Command) -> std::io::Result<pipe::Receiver> {
 
 fn stdin_pipe(cmd: &mut Command) -> std::io::Result<pipe::Sender> {
     let (reader, writer) = std::io::pipe()?;
+    grow(&writer);
     cmd.stdin(Stdio::from(reader));
     pipe::Sender::from_owned_fd(OwnedFd::from(writer))
 }

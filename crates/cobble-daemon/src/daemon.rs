@@ -165,7 +165,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
 
     let cancel = CancellationToken::new();
     if opts.persist {
-        let persister = Persister::new(store.clone(), state_path.clone());
+        let mut persister = Persister::new(store.clone(), state_path.clone());
         // Clients and tests take the state file as the sign of a started daemon, so it is
         // there before the socket is, even when nothing has happened yet.
         if let Err(e) = persister.flush().await {
@@ -203,7 +203,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         Some(address) => Some(bind_tcp(address).await?),
         None => None,
     };
-    let exec = ExecManager::new(store.clone());
+    let exec = ExecManager::new(store.clone()).recording(processes.clone());
     let api_state = Arc::new(ApiState {
         plan,
         services: services.clone(),

@@ -34,3 +34,25 @@ pub fn merged_pipe() -> io::Result<(pipe::Receiver, Stdio, Stdio)> {
     let receiver = pipe::Receiver::from_owned_fd(reader.into())?;
     Ok((receiver, Stdio::from(writer), Stdio::from(stderr_writer)))
 }
+
+/// Asks the kernel for a pipe buffer of `bytes` (rounded up to pages) on the pipe `fd`
+/// belongs to; returns the size it now has. Fails where an unprivileged user is over the
+/// limits of `/proc/sys/fs/pipe-max-size` or `pipe-user-pages-soft`; the pipe then keeps
+/// its size.
+pub fn set_pipe_size(fd: impl std::os::fd::AsFd, bytes: usize) -> io::Result<usize> {
+    let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+    nix::fcntl::fcntl(fd.as_fd(), nix::fcntl::FcntlArg::F_SETPIPE_SZ(bytes))
+        .map(|size| size as usize)
+        .map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pipe_grows_to_the_size_asked_for() {
+        let (reader, _writer) = io::pipe().unwrap();
+        assert_eq!(set_pipe_size(&reader, 256 * 1024).unwrap(), 256 * 1024);
+    }
+}

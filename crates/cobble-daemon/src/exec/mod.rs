@@ -40,6 +40,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::services::process::OsProcesses;
 use crate::state::StateStore;
 pub use setup::SetupError;
 
@@ -47,6 +48,11 @@ pub use setup::SetupError;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the daemon's shutdown waits for killed commands to be reaped.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+/// How many of the execs' blocking jobs (validating a request, launching a command) run at
+/// once. A burst of execs then queues short jobs on two threads of the blocking pool instead
+/// of starting a thread for each, whose forks and lookups would take the cores from the
+/// runtime's workers (and leave the daemon a stack and a malloc arena per thread).
+const BLOCKING_JOBS: usize = 2;
 
 /// One of an execution's websockets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +123,31 @@ struct Inner {
     shutdown: CancellationToken,
     /// The sessions, and the websocket tasks that outlive them until their clients close.
     tasks: TaskTracker,
+    /// Permits for blocking jobs, [`BLOCKING_JOBS`] in all.
+    jobs: Jobs,
+    /// Where commands are recorded before they start, so that the next daemon ends those a
+    /// killed daemon left running; none in daemons that keep no state.
+    processes: Option<Arc<OsProcesses>>,
+}
+
+/// Runs the execs' blocking jobs, a few at a time, in the order they were asked for.
+#[derive(Clone)]
+pub(crate) struct Jobs(Arc<tokio::sync::Semaphore>);
+
+impl Jobs {
+    fn new() -> Jobs {
+        Jobs(Arc::new(tokio::sync::Semaphore::new(BLOCKING_JOBS)))
+    }
+
+    /// Runs `job` on the blocking pool once a permit is free.
+    pub(crate) async fn run<R: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, tokio::task::JoinError> {
+        // The semaphore is never closed.
+        let _permit = self.0.acquire().await.expect("exec job permits stay open");
+        tokio::task::spawn_blocking(job).await
+    }
 }
 
 type Registry = Arc<Mutex<HashMap<u64, Arc<Slots>>>>;
@@ -133,7 +164,19 @@ impl ExecManager {
                 executions: Registry::default(),
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
+                jobs: Jobs::new(),
+                processes: None,
             }),
+        }
+    }
+
+    /// The same manager, recording each command's process group in `processes` before it
+    /// runs.
+    pub fn recording(self, processes: Arc<OsProcesses>) -> ExecManager {
+        let mut inner = Arc::into_inner(self.inner).expect("not shared yet");
+        inner.processes = Some(processes);
+        ExecManager {
+            inner: Arc::new(inner),
         }
     }
 
@@ -145,11 +188,12 @@ impl ExecManager {
         plan: Arc<Plan>,
     ) -> Result<Started, SetupError> {
         // Looking up users and stat-ing paths block.
-        let prepared = tokio::task::spawn_blocking(move || {
-            setup::prepare(request, &plan, &setup::Host::current())
-        })
-        .await
-        .map_err(|e| SetupError::CannotCall(format!("internal error: {e}")))??;
+        let prepared = self
+            .inner
+            .jobs
+            .run(move || setup::prepare(request, &plan, &setup::Host::current()))
+            .await
+            .map_err(|e| SetupError::CannotCall(format!("internal error: {e}")))??;
         let state = &self.inner.state;
         let summary = format!("Execute command {}", go_quote(&prepared.argv[0]));
         let change_id = state.new_change("exec", &summary, Vec::new());
@@ -180,6 +224,8 @@ impl ExecManager {
                 task_id,
             },
             shutdown: self.inner.shutdown.clone(),
+            jobs: self.inner.jobs.clone(),
+            processes: self.inner.processes.clone(),
             tasks: self.inner.tasks.clone(),
         };
         self.inner.tasks.spawn(session.run());

@@ -40,6 +40,7 @@ use tokio_util::task::TaskTracker;
 use super::setup::Prepared;
 use super::{CONNECT_TIMEOUT, Channel, Registration};
 use crate::command::{self, Launch, Wiring};
+use crate::services::process::OsProcesses;
 use crate::state::{StateStore, Status};
 
 /// The most bytes of output per websocket frame.
@@ -64,6 +65,10 @@ pub(super) struct Session {
     pub shutdown: CancellationToken,
     /// Where relays that outlive the session run.
     pub tasks: TaskTracker,
+    /// Where launching runs.
+    pub jobs: super::Jobs,
+    /// Where the command is recorded before it starts, if anywhere.
+    pub processes: Option<Arc<OsProcesses>>,
 }
 
 /// Why an execution failed: the task's error, and its exit code if it has one.
@@ -218,6 +223,7 @@ impl Session {
         };
         exited.cancel();
         tracing::debug!("Exec {}: PID {pid} exited", self.task_id);
+        self.forget_recorded(pid);
 
         // Every byte of output reaches the client before the task is ready, unless the
         // change is aborted or the daemon stops first.
@@ -303,6 +309,25 @@ impl Session {
         Ok(sockets)
     }
 
+    /// The command's name in the record of process groups.
+    fn recorded_name(&self) -> String {
+        format!("exec task {}", self.task_id)
+    }
+
+    /// Forgets the command's recorded group once it has exited, in the background: nothing
+    /// waits for it, and a daemon killed before it happens only makes its successor check a
+    /// pid that is gone.
+    fn forget_recorded(&self, pid: u32) {
+        if let Some(processes) = self.processes.clone() {
+            let name = self.recorded_name();
+            let jobs = self.jobs.clone();
+            tokio::spawn(async move {
+                jobs.run(move || processes.forget_recorded(&name, pid))
+                    .await
+            });
+        }
+    }
+
     /// Launches the command (on a new terminal if asked), on the blocking pool.
     async fn launch(&self) -> Result<(command::Child, Option<Master>), Failure> {
         let prepared = &self.prepared;
@@ -328,28 +353,47 @@ impl Session {
         });
         let interactive = prepared.interactive;
         let split_stderr = prepared.split_stderr;
-        let launched = tokio::task::spawn_blocking(move || {
-            let (wiring, master) = match terminal {
-                Some((size, owner)) => {
-                    let pty = pty::open(size, owner).map_err(|e| {
-                        Failure::new(format!("cannot open terminal: {e}"), Some(-1))
-                    })?;
-                    (
-                        Wiring::Terminal {
-                            slave: pty.slave,
-                            interactive,
-                            split_stderr,
-                        },
-                        Some(pty.master),
-                    )
-                }
-                None => (Wiring::Pipes { split_stderr }, None),
-            };
-            let child = command::spawn_wired(&launch, wiring)
-                .map_err(|e| Failure::new(e.to_string(), Some(-1)))?;
-            Ok((child, master))
-        })
-        .await;
+        let processes = self.processes.clone();
+        let name = self.recorded_name();
+        let launched = self
+            .jobs
+            .run(move || {
+                let (wiring, master) = match terminal {
+                    Some((size, owner)) => {
+                        let pty = pty::open(size, owner).map_err(|e| {
+                            Failure::new(format!("cannot open terminal: {e}"), Some(-1))
+                        })?;
+                        (
+                            Wiring::Terminal {
+                                slave: pty.slave,
+                                interactive,
+                                split_stderr,
+                            },
+                            Some(pty.master),
+                        )
+                    }
+                    None => (Wiring::Pipes { split_stderr }, None),
+                };
+                let Some(processes) = processes else {
+                    let child = command::spawn_wired(&launch, wiring)
+                        .map_err(|e| Failure::new(e.to_string(), Some(-1)))?;
+                    return Ok((child, master));
+                };
+                // Recorded before the command may start, like a service's process.
+                let mut recorded = None;
+                let spawned = command::spawn_recorded(&launch, wiring, |pid| {
+                    processes.record(&name, pid);
+                    recorded = Some(pid);
+                });
+                let child = spawned.map_err(|e| {
+                    if let Some(pid) = recorded {
+                        processes.forget_recorded(&name, pid);
+                    }
+                    Failure::new(e.to_string(), Some(-1))
+                })?;
+                Ok((child, master))
+            })
+            .await;
         launched
             .unwrap_or_else(|e| Err(Failure::new(format!("cannot start command: {e}"), Some(-1))))
     }

@@ -155,6 +155,20 @@ impl OsProcesses {
         }
     }
 
+    /// Records the process group of a command that is no service's (an exec's) under `name`,
+    /// so that a daemon killed while it runs leaves nothing its successor cannot end.
+    /// Blocking.
+    pub fn record(&self, name: &str, pid: u32) {
+        self.registry().record(name, pid, None);
+    }
+
+    /// Forgets a group recorded with [`OsProcesses::record`] once its leader has exited,
+    /// leaving the file to the next write (see [`ProcessRegistry::forget_unsaved`]): an exec
+    /// pays one write, not two. Blocks while a write is under way.
+    pub fn forget_recorded(&self, name: &str, pid: u32) {
+        self.registry().forget_unsaved(name, pid);
+    }
+
     /// Ends every group still recorded (SIGTERM, then SIGKILL after `grace`), for a daemon
     /// that must exit without its supervisor. Blocking.
     pub fn end_all(&self, grace: std::time::Duration) -> Vec<String> {

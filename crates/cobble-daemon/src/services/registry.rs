@@ -74,6 +74,15 @@ impl ProcessRegistry {
         }
     }
 
+    /// Forgets a group once its leader has exited, without rewriting the file: the next
+    /// write leaves it out. Until then the file holds a stale record, which is harmless: the
+    /// next daemon ends only a pid whose start time still matches.
+    pub fn forget_unsaved(&mut self, name: &str, pid: u32) {
+        if self.records.get(name).is_some_and(|r| r.pid == pid) {
+            self.records.remove(name);
+        }
+    }
+
     fn save(&self) {
         let Some(path) = &self.path else {
             return;

@@ -23,6 +23,9 @@ impl StateStore {
         let mut current = std::mem::take(&mut data.identities);
         let result = identities::apply(&mut current, action, changes);
         data.identities = current;
+        if result.is_ok() {
+            data.dirty.touch_identities();
+        }
         drop(data);
         if result.is_ok() {
             self.inner.version.send_modify(|v| *v += 1);

@@ -4,9 +4,10 @@
 //! advances changes (the service manager's change runners) and the API (listing, waiting,
 //! aborting). Critical sections are short and never await. Every mutation bumps a version
 //! published on a `watch` channel, which both wakes `/v1/changes/{id}/wait` and tells the
-//! persister there is something to write. The persister coalesces bursts into one atomic
-//! write of `$PEBBLE/.pebble.state` (see [`persist`]), so the file is never rewritten once per
-//! event.
+//! persister there is something to write. The persister coalesces bursts into one write: a
+//! record of the changes touched, appended to a journal, or now and then the whole state
+//! written atomically to `$PEBBLE/.pebble.state` (see [`persist`] and [`journal`]), so the
+//! file is never rewritten once per event.
 //!
 //! Change, task and notice IDs count up across restarts; changes left unfinished by a previous
 //! daemon are closed at load so nothing waits on them forever.
@@ -16,6 +17,7 @@
 //! when a notice is new or repeated, wakes the long-pollers of `GET /v1/notices`.
 
 mod identities;
+mod journal;
 pub mod notices;
 mod persist;
 mod timefmt;
@@ -171,6 +173,12 @@ pub struct StateData {
     /// How many times a notice was added or repeated; its moves wake notice waiters.
     #[serde(skip)]
     pub notice_wakes: u64,
+    /// Which journal continues this state (see [`journal`]).
+    #[serde(default)]
+    pub generation: u64,
+    /// Changes touched since the persister last wrote; never part of the file.
+    #[serde(skip)]
+    dirty: journal::Dirty,
 }
 
 /// Errors of store operations, worded as Pebble's API words them.
@@ -257,22 +265,25 @@ impl StateStore {
         serde_json::to_vec(&*self.lock()).expect("state serialises")
     }
 
-    /// Serialises the current data with what it covers: every mutation up to the version
-    /// (read before the data, so the bytes hold at least that much) and the last IDs.
-    fn snapshot(&self) -> (Durable, Vec<u8>) {
+    /// Serialises the current data under the next journal generation, with what it covers:
+    /// every mutation up to the version (read before the data, so the bytes hold at least
+    /// that much) and the last IDs. The journal starts over from here.
+    fn checkpoint(&self) -> (Durable, u64, Vec<u8>) {
         let version = *self.inner.version.borrow();
-        let data = self.lock();
-        let covers = Durable {
-            version,
-            last_change_id: data.last_change_id,
-            last_task_id: data.last_task_id,
-            last_notice_id: data.last_notice_id,
-            persisted: true,
-        };
-        (
-            covers,
-            serde_json::to_vec(&*data).expect("state serialises"),
-        )
+        let mut data = self.lock();
+        data.generation += 1;
+        data.dirty.clear();
+        let covers = covers(version, &data);
+        let bytes = serde_json::to_vec(&*data).expect("state serialises");
+        (covers, data.generation, bytes)
+    }
+
+    /// The journal record of what changed since the last write (None if nothing did), with
+    /// what the journal covers once it is appended.
+    fn journal_record(&self) -> (Durable, Option<Vec<u8>>) {
+        let version = *self.inner.version.borrow();
+        let mut data = self.lock();
+        (covers(version, &data), journal::take_record(&mut data))
     }
 
     /// Returns once every mutation made so far is in the state file: the group commit a
@@ -344,6 +355,7 @@ impl StateStore {
                 },
             );
             notices::observe_change(d, id, Timestamp::now());
+            d.dirty.touch(id);
             id
         });
         self.inner
@@ -363,6 +375,7 @@ impl StateStore {
                 c.ready_time = Some(c.spawn_time);
             }
             notices::observe_change(d, id, Timestamp::now());
+            d.dirty.touch(id);
         });
         id
     }
@@ -397,6 +410,7 @@ impl StateStore {
                 c.task_ids.push(id);
             }
             notices::observe_change(d, change_id, Timestamp::now());
+            d.dirty.touch(change_id);
             id
         })
     }
@@ -425,6 +439,7 @@ impl StateStore {
             let change_id = task.change_id;
             refresh_ready_time(d, change_id);
             notices::observe_change(d, change_id, Timestamp::now());
+            d.dirty.touch(change_id);
         });
         self.forget_token_if_ready(task_id);
     }
@@ -470,6 +485,8 @@ impl StateStore {
                     let excess = task.log.len() - MAX_TASK_LOG;
                     task.log.drain(..excess);
                 }
+                let change_id = task.change_id;
+                d.dirty.touch(change_id);
             }
         });
     }
@@ -484,6 +501,8 @@ impl StateStore {
         self.mutate(|d| {
             if let Some(task) = d.tasks.get_mut(&task_id) {
                 task.data.insert(key.to_owned(), value);
+                let change_id = task.change_id;
+                d.dirty.touch(change_id);
             }
         });
     }
@@ -570,6 +589,7 @@ impl StateStore {
             }
             refresh_ready_time(d, change_id);
             notices::observe_change(d, change_id, Timestamp::now());
+            d.dirty.touch(change_id);
             Ok(())
         });
         result?;
@@ -615,6 +635,17 @@ impl StateStore {
                 std::future::pending::<()>().await;
             }
         }
+    }
+}
+
+/// What a write of `d`, taken at store version `version`, makes durable.
+fn covers(version: u64, d: &StateData) -> Durable {
+    Durable {
+        version,
+        last_change_id: d.last_change_id,
+        last_task_id: d.last_task_id,
+        last_notice_id: d.last_notice_id,
+        persisted: true,
     }
 }
 
@@ -771,6 +802,7 @@ fn prune(d: &mut StateData, now: Timestamp) {
             for task_id in change.task_ids {
                 d.tasks.remove(&task_id);
             }
+            d.dirty.touch(id);
         }
     }
     // Abort changes that never finished, except health checks' long-lived changes (a
@@ -794,6 +826,7 @@ fn prune(d: &mut StateData, now: Timestamp) {
         }
         refresh_ready_time(d, id);
         notices::observe_change(d, id, now);
+        d.dirty.touch(id);
     }
     // Last, so that no change-update notice outlives the change it points at.
     notices::prune(d, now);

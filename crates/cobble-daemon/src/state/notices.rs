@@ -213,6 +213,7 @@ pub fn add(d: &mut StateData, occurrence: Occurrence, now: Timestamp) -> (u64, b
     notice.last_data = data;
     notice.repeat_after = repeat_after;
     let id = notice.id;
+    d.dirty.touch_notice(id);
     if woke {
         d.notice_wakes += 1;
     }
@@ -240,12 +241,17 @@ pub fn get(d: &StateData, id: u64, now: Timestamp) -> Option<Notice> {
 /// recently repeated beyond [`MAX_NOTICES`].
 pub fn prune(d: &mut StateData, now: Timestamp) {
     let changes = &d.changes;
+    let dirty = &mut d.dirty;
     d.notices.retain(|_, n| {
-        !n.expired(now)
+        let keep = !n.expired(now)
             && (n.kind != NoticeType::ChangeUpdate
                 || n.key
                     .parse::<u64>()
-                    .is_ok_and(|id| changes.contains_key(&id)))
+                    .is_ok_and(|id| changes.contains_key(&id)));
+        if !keep {
+            dirty.touch_notice(n.id);
+        }
+        keep
     });
     let excess = d.notices.len().saturating_sub(MAX_NOTICES);
     if excess > 0 {
@@ -257,6 +263,7 @@ pub fn prune(d: &mut StateData, now: Timestamp) {
         by_age.sort();
         for (_, id) in by_age.into_iter().take(excess) {
             d.notices.remove(&id);
+            d.dirty.touch_notice(id);
         }
     }
 }

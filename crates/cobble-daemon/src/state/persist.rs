@@ -1,21 +1,25 @@
-//! Coalesced, atomic persistence of the state file.
+//! Coalesced, durable persistence of the state file.
 //!
 //! The persister waits for the store's version to move, lets a short window pass so that a
 //! burst of mutations (a change and its tasks, a check tick) becomes one write (or no window
-//! when a request waits for durability: group commit), then writes the
-//! whole state through [`crate::atomic`] with machine durability (temporary file in the same
-//! directory, fsync, rename over `.pebble.state`, fsync of the directory). A crash at any
-//! instant leaves either the old file or the new one. Failed writes are retried on the next
-//! mutation or after a short delay.
+//! when a request waits for durability: group commit), then appends a record of what the
+//! burst touched to the journal and flushes it (`fdatasync`; see [`super::journal`]). Once
+//! the journal has grown past a few times the state's size, the write is a checkpoint
+//! instead: the whole state through [`crate::atomic`] with machine durability (temporary
+//! file in the same directory, fsync, rename over `.pebble.state`, fsync of the directory),
+//! then a fresh journal. A crash at any instant leaves the old file or the new one, and a
+//! journal that continues it or is ignored. Failed writes are retried on the next mutation
+//! or after a short delay; the write after a failure is a checkpoint.
 
-use std::fs;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{StateData, StateStore};
+use super::{StateData, StateStore, journal};
 use crate::atomic::{self, AtomicError, Durability};
 
 /// How long mutations are gathered before one write.
@@ -47,8 +51,31 @@ pub enum FlushError {
     Join(#[from] tokio::task::JoinError),
 }
 
-/// Loads the state file, or empty state if there is none.
+/// The journal is folded into a checkpoint once it is larger than this many times the state
+/// file (and than [`CHECKPOINT_MIN`]): replaying it at start-up stays cheap, and the
+/// checkpoints' cost is spread over many records.
+const CHECKPOINT_RATIO: u64 = 4;
+/// Journals smaller than this are never folded while the daemon runs.
+const CHECKPOINT_MIN: u64 = 1024 * 1024;
+
+/// Loads the state file and replays its journal over it, or empty state if there is none.
 pub fn load(path: &Path) -> Result<StateData, PersistError> {
+    let mut data = load_snapshot(path)?;
+    let journal = journal::path_for(path);
+    match fs::read(&journal) {
+        Ok(bytes) => journal::replay(&mut data, &bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(PersistError::Read {
+                path: journal,
+                source,
+            });
+        }
+    }
+    Ok(data)
+}
+
+fn load_snapshot(path: &Path) -> Result<StateData, PersistError> {
     match fs::read(path) {
         Ok(bytes) if bytes.is_empty() => Ok(StateData::default()),
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| PersistError::Parse {
@@ -79,9 +106,30 @@ pub fn write_state_file(path: &Path, bytes: &[u8]) -> Result<(), AtomicError> {
 pub struct Persister {
     store: StateStore,
     path: PathBuf,
+    /// The journal, open for appending, while the last write left it usable; without one the
+    /// next write is a checkpoint.
+    journal: Option<Journal>,
     /// How many times the file has been written, so that tests can count writes.
     writes: watch::Sender<u64>,
     _attached: Attached,
+}
+
+/// The open journal of the current generation.
+struct Journal {
+    file: File,
+    path: PathBuf,
+    /// Its length.
+    len: u64,
+    /// The length of the header alone: more than that means records since the checkpoint.
+    header_len: u64,
+    /// The length of the state file it continues.
+    state_len: u64,
+}
+
+impl Journal {
+    fn wants_checkpoint(&self) -> bool {
+        self.len > CHECKPOINT_MIN.max(CHECKPOINT_RATIO * self.state_len)
+    }
 }
 
 /// While it lives, waiters for durability wait for this persister's writes.
@@ -99,6 +147,7 @@ impl Persister {
         Persister {
             store: store.clone(),
             path,
+            journal: None,
             writes: watch::Sender::new(0),
             _attached: Attached(store),
         }
@@ -109,26 +158,60 @@ impl Persister {
         self.writes.subscribe()
     }
 
-    /// Writes the current state now (at start-up and shutdown); returns the store version
-    /// the file now holds.
-    pub async fn flush(&self) -> Result<u64, FlushError> {
-        let (covers, bytes) = self.store.snapshot();
+    /// Writes the whole state now and starts a fresh journal (at start-up and shutdown);
+    /// returns the store version the file now holds.
+    pub async fn flush(&mut self) -> Result<u64, FlushError> {
+        self.journal = None;
+        let (covers, generation, bytes) = self.store.checkpoint();
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || write_state_file(&path, &bytes)).await??;
+        let journal =
+            tokio::task::spawn_blocking(move || write_checkpoint(&path, generation, &bytes))
+                .await??;
+        self.journal = Some(journal);
+        Ok(self.written(covers))
+    }
+
+    /// Makes every mutation so far durable: a journal record, or a checkpoint when the
+    /// journal is due for one (or unusable).
+    async fn commit(&mut self) -> Result<u64, FlushError> {
+        let Some(journal) = self.journal.take().filter(|j| !j.wants_checkpoint()) else {
+            return self.flush().await;
+        };
+        let (covers, record) = self.store.journal_record();
+        let Some(record) = record else {
+            // Mutations that touched no change (of a task since removed, say): nothing to
+            // write, and nothing left that is not durable.
+            self.journal = Some(journal);
+            return Ok(self.covered(covers));
+        };
+        let journal = tokio::task::spawn_blocking(move || append(journal, &record)).await??;
+        self.journal = Some(journal);
+        Ok(self.written(covers))
+    }
+
+    /// Counts a completed write and releases who waited for what it covers.
+    fn written(&self, covers: super::Durable) -> u64 {
         self.writes.send_modify(|n| *n += 1);
+        self.covered(covers)
+    }
+
+    /// Releases who waited for what `covers` says is durable.
+    fn covered(&self, covers: super::Durable) -> u64 {
         self.store.inner.durable.send_modify(|d| {
             d.version = d.version.max(covers.version);
             d.last_change_id = d.last_change_id.max(covers.last_change_id);
             d.last_task_id = d.last_task_id.max(covers.last_task_id);
             d.last_notice_id = d.last_notice_id.max(covers.last_notice_id);
         });
-        Ok(covers.version)
+        covers.version
     }
 
     /// Runs until `cancel` fires, then writes one last time.
-    pub async fn run(self, cancel: CancellationToken) {
+    pub async fn run(mut self, cancel: CancellationToken) {
         let mut version: watch::Receiver<u64> = self.store.subscribe();
         let mut written = self.store.inner.durable.borrow().version;
+        // Mutations made before this subscription count too.
+        version.mark_changed();
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
@@ -145,12 +228,16 @@ impl Persister {
             if current <= written {
                 continue;
             }
-            match self.flush().await {
+            let checkpoint = self.journal.as_ref().is_none_or(Journal::wants_checkpoint);
+            match self.commit().await {
                 Ok(covered) => {
                     written = covered;
-                    // A write follows every burst of activity; once it is done, hand the
-                    // heap that burst freed back to the kernel.
-                    cobble_sys::memory::trim_heap();
+                    // After a burst that rewrote the whole state, hand the heap it freed
+                    // back to the kernel. Records are small: trimming after each would
+                    // cost more than it returns.
+                    if checkpoint {
+                        cobble_sys::memory::trim_heap();
+                    }
                 }
                 Err(e) => {
                     tracing::warn!("Cannot write state file {}: {e}", self.path.display());
@@ -159,10 +246,48 @@ impl Persister {
                 }
             }
         }
-        if *version.borrow() > written
+        // A daemon that stops cleanly leaves the whole state in the state file.
+        let journaled = self.journal.as_ref().is_some_and(|j| j.len > j.header_len);
+        if (*version.borrow() > written || journaled)
             && let Err(e) = self.flush().await
         {
             tracing::warn!("Cannot write state file {}: {e}", self.path.display());
         }
     }
+}
+
+/// Writes the whole state, then the header of the journal that continues it, and opens that
+/// journal for appending.
+fn write_checkpoint(path: &Path, generation: u64, bytes: &[u8]) -> Result<Journal, AtomicError> {
+    write_state_file(path, bytes)?;
+    let journal_path = journal::path_for(path);
+    let header = journal::header(generation);
+    // Durable with its directory entry, so records flushed later are found after a crash.
+    atomic::write_atomic(&journal_path, &header, STATE_FILE_MODE, Durability::Machine)?;
+    let file = OpenOptions::new()
+        .append(true)
+        .open(&journal_path)
+        .map_err(|e| AtomicError::path("open", &journal_path, e))?;
+    Ok(Journal {
+        file,
+        path: journal_path,
+        len: header.len() as u64,
+        header_len: header.len() as u64,
+        state_len: bytes.len() as u64,
+    })
+}
+
+/// Appends a record to the journal and flushes it to disk. The data's flush is enough:
+/// the file's length, which an append changes, is flushed with it.
+fn append(mut journal: Journal, record: &[u8]) -> Result<Journal, AtomicError> {
+    journal
+        .file
+        .write_all(record)
+        .map_err(|e| AtomicError::path("write", &journal.path, e))?;
+    journal
+        .file
+        .sync_data()
+        .map_err(|e| AtomicError::path("sync", &journal.path, e))?;
+    journal.len += record.len() as u64;
+    Ok(journal)
 }

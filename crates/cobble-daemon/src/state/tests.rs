@@ -216,11 +216,18 @@ async fn persister_coalesces_bursts_into_one_write() {
     writes_reach(&mut writes, 2).await;
     assert_eq!(persist::load(&path).unwrap().changes.len(), 20);
 
-    // Nothing changed since, so shutdown does not write either. Once the persister has
-    // ended, every write it began is counted: any write beyond one per burst shows here.
+    // Nothing changed since, so shutdown writes only to fold the journal into the state
+    // file. Once the persister has ended, every write it began is counted: any write beyond
+    // one per burst and that one shows here.
     cancel.cancel();
     task.await.unwrap();
-    assert_eq!(*writes.borrow(), 2);
+    assert_eq!(*writes.borrow(), 3);
+    let folded: StateData = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(
+        folded.changes.len(),
+        20,
+        "the state file alone holds everything"
+    );
 }
 
 #[test]
@@ -315,4 +322,185 @@ async fn without_a_persister_nobody_waits() {
     s.new_change("start", "x", vec![]);
     s.durable().await;
     s.durable_ids().await;
+}
+
+/// What the state file alone holds, without its journal.
+fn state_file_alone(path: &std::path::Path) -> StateData {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_durable_change_is_appended_to_the_journal_not_rewritten_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(".pebble.state");
+    let s = store();
+    let before = s.new_change("start", "before", vec![]);
+    let cancel = CancellationToken::new();
+    let mut persister = Persister::new(s.clone(), path.clone());
+    persister.flush().await.unwrap();
+    let writes = persister.writes();
+    tokio::spawn(persister.run(cancel.clone()));
+    tokio::task::yield_now().await;
+
+    let change = s.new_change("exec", "x", vec![]);
+    let task = s.add_task(change, "exec", "x", None);
+    s.durable().await;
+    assert_eq!(*writes.borrow(), 2);
+    let alone = state_file_alone(&path);
+    assert_eq!(alone.changes.keys().collect::<Vec<_>>(), [&before]);
+    let loaded = persist::load(&path).unwrap();
+    assert_eq!(loaded.changes[&change].task_ids, [task]);
+    assert_eq!(loaded.tasks[&task].status, Status::Do);
+    assert_eq!((loaded.last_change_id, loaded.last_task_id), (change, task));
+
+    // Later records replace the whole change, tasks included.
+    s.set_task_status(task, Status::Done);
+    s.set_task_data(task, "exit-code", serde_json::json!(0));
+    s.durable().await;
+    let loaded = persist::load(&path).unwrap();
+    assert_eq!(loaded.tasks[&task].status, Status::Done);
+    assert_eq!(loaded.tasks[&task].data["exit-code"], 0);
+    assert!(loaded.changes[&change].ready_time.is_some());
+    assert_eq!(
+        state_file_alone(&path).changes.len(),
+        1,
+        "still not rewritten"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn pruned_changes_stay_gone_after_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(".pebble.state");
+    let s = store();
+    let mut persister = Persister::new(s.clone(), path.clone());
+    persister.flush().await.unwrap();
+    tokio::spawn(persister.run(CancellationToken::new()));
+    let old = s.new_change("start", "old", vec![]);
+    let t = s.add_task(old, "start", "old", None);
+    s.set_task_status(t, Status::Done);
+    let kept = s.new_change("start", "kept", vec![]);
+    s.add_task(kept, "start", "kept", None);
+    s.durable().await;
+    s.prune(Timestamp::now() + jiff::SignedDuration::from_hours(8 * 24));
+    s.durable().await;
+    let loaded = persist::load(&path).unwrap();
+    assert!(!loaded.changes.contains_key(&old));
+    assert!(!loaded.tasks.contains_key(&t));
+    assert!(loaded.changes.contains_key(&kept));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_large_journal_is_folded_into_the_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(".pebble.state");
+    let s = store();
+    let mut persister = Persister::new(s.clone(), path.clone());
+    persister.flush().await.unwrap();
+    tokio::spawn(persister.run(CancellationToken::new()));
+    let journal = dir.path().join(".pebble.state.journal");
+    let big = "x".repeat(64 * 1024);
+    let mut ids = Vec::new();
+    let mut folded = false;
+    for _ in 0..40 {
+        ids.push(s.new_change("start", &big, vec![]));
+        s.durable().await;
+        if state_file_alone(&path).changes.len() == ids.len() {
+            folded = true;
+            break;
+        }
+    }
+    assert!(folded, "the state file was never rewritten whole");
+    assert!(
+        std::fs::metadata(&journal).unwrap().len() < 100,
+        "a fresh journal"
+    );
+    let loaded = persist::load(&path).unwrap();
+    assert!(ids.iter().all(|id| loaded.changes.contains_key(id)));
+}
+
+#[test]
+fn replay_stops_at_a_torn_record_and_skips_a_stale_journal() {
+    let s = store();
+    let a = s.new_change("start", "a", vec![]);
+    let (_, generation, bytes) = s.checkpoint();
+    let b = s.new_change("start", "b", vec![]);
+    let (_, first) = s.journal_record();
+    let c = s.new_change("start", "c", vec![]);
+    let (_, second) = s.journal_record();
+    let (first, second) = (first.unwrap(), second.unwrap());
+    let base = || serde_json::from_slice::<StateData>(&bytes).unwrap();
+    let mut journal = journal::header(generation);
+    journal.extend_from_slice(&first);
+    journal.extend_from_slice(&second);
+    let ids = |journal: &[u8]| {
+        let mut d = base();
+        journal::replay(&mut d, journal);
+        (
+            d.changes.keys().copied().collect::<Vec<_>>(),
+            d.last_change_id,
+        )
+    };
+    assert_eq!(ids(&journal), (vec![a, b, c], c));
+    // Cut anywhere inside the second record: the first still counts, the second not.
+    for cut in 1..second.len() {
+        let torn = &journal[..journal.len() - cut];
+        assert_eq!(ids(torn), (vec![a, b], b), "cut {cut}");
+    }
+    // A journal of another generation was superseded by the state file.
+    let mut stale = journal::header(generation - 1);
+    stale.extend_from_slice(&first);
+    assert_eq!(ids(&stale), (vec![a], a));
+}
+
+#[tokio::test(start_paused = true)]
+async fn notices_and_identities_reach_the_journal() {
+    use crate::identities::{Access, Action, Identity};
+    use notices::{NoticeType, Occurrence};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(".pebble.state");
+    let s = store();
+    let mut persister = Persister::new(s.clone(), path.clone());
+    persister.flush().await.unwrap();
+    tokio::spawn(persister.run(CancellationToken::new()));
+    tokio::task::yield_now().await;
+
+    let custom = |key: &str| Occurrence {
+        user_id: Some(1000),
+        kind: NoticeType::Custom,
+        key: key.into(),
+        data: BTreeMap::from([("k".to_owned(), "v".to_owned())]),
+        repeat_after: std::time::Duration::ZERO,
+    };
+    let id = s.add_notice(custom("example.com/a"));
+    let identity = Identity {
+        access: Access::Read,
+        local: Some(1000),
+        basic: None,
+        cert: None,
+    };
+    s.change_identities(
+        Action::Add,
+        BTreeMap::from([("bob".to_owned(), Some(identity.clone()))]),
+    )
+    .unwrap();
+    s.durable().await;
+
+    // What a daemon killed now would load: the state file has neither, its journal both.
+    let alone = state_file_alone(&path);
+    assert!(alone.notices.is_empty() && alone.identities.is_empty());
+    let loaded = persist::load(&path).unwrap();
+    assert_eq!(loaded.notices[&id].key, "example.com/a");
+    assert_eq!(loaded.last_notice_id, id);
+    assert_eq!(loaded.identities["bob"], identity);
+
+    // A repeat replaces the notice; removing the identity removes it.
+    s.add_notice(custom("example.com/a"));
+    s.change_identities(Action::Replace, BTreeMap::from([("bob".to_owned(), None)]))
+        .unwrap();
+    s.durable().await;
+    let loaded = persist::load(&path).unwrap();
+    assert_eq!(loaded.notices[&id].occurrences, 2);
+    assert!(loaded.identities.is_empty());
 }

@@ -814,3 +814,50 @@ fn a_terminal_without_interactive_mode_reads_stdin_from_a_pipe() {
         );
     });
 }
+
+#[test]
+fn a_command_left_running_by_a_sigkilled_daemon_is_ended_by_the_next() {
+    let mut daemon = Daemon::hold(&[]);
+    let pid_file = daemon.scratch().join("exec.pid");
+    let script = format!("echo $$ > {}; exec sleep 1000", pid_file.display());
+    rt().block_on(async {
+        let exec = start(&daemon, json!({"command": ["/bin/sh", "-c", script]})).await;
+        // The command starts once its I/O websocket is there.
+        let _stdio = connect(&daemon, &exec.task, "stdio").await.unwrap();
+        wait_for("the command's pid", LONG, || {
+            std::fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n'))
+        });
+    });
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_for("sleep to run", LONG, || {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"))
+    });
+    daemon.kill();
+    assert!(
+        alive(pid),
+        "the command outlives a daemon killed with SIGKILL"
+    );
+    daemon.restart(&["--hold"]);
+    let ended = (0..500).any(|_| {
+        if !alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        false
+    });
+    if !ended {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(
+        ended,
+        "the next daemon ended the command:\n{}",
+        daemon.log()
+    );
+}
