@@ -1,0 +1,45 @@
+//! Short, generator-based runs of the fuzz targets that need no daemon: random inputs for a
+//! fixed budget (`COBBLE_FUZZ_BUDGET_MS`, per target), so the properties are exercised on
+//! every test run. A failure prints its seed; `COBBLE_FUZZ_SEED=0x...` replays exactly that
+//! input. Long coverage-guided runs are `scripts/fuzz`'s.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use common::run;
+
+#[test]
+fn fuzz_duration() {
+    run("duration", 1000);
+}
+
+#[test]
+fn fuzz_layer() {
+    run("layer", 1500);
+}
+
+#[test]
+fn fuzz_layer_structured() {
+    run("layer_structured", 2000);
+}
+
+#[test]
+fn fuzz_plan_merge() {
+    run("plan_merge", 2000);
+}
+
+#[test]
+fn fuzz_multipart() {
+    run("multipart", 2000);
+}
+
+#[test]
+fn every_target_has_a_short_run() {
+    let source = [include_str!("main.rs"), include_str!("../daemon/main.rs")].concat();
+    for (name, _) in cobble_fuzz::TARGETS {
+        assert!(
+            source.contains(&format!("run(\"{name}\"")),
+            "{name} is not run here"
+        );
+    }
+}
