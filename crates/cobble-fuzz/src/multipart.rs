@@ -157,10 +157,16 @@ fn run(u: &mut Unstructured<'_>, dir: &Path) -> arbitrary::Result<()> {
         order.push(order[0]);
     }
     let mut body = head;
+    let mut misnamed = false;
     for &i in &order {
         let p = &planned[i];
         body.extend_from_slice(format!("\r\n--{boundary}\r\n").as_bytes());
-        let name = if u.ratio(1, 30)? { "other" } else { "files" };
+        let name = if u.ratio(1, 30)? {
+            misnamed = true;
+            "other"
+        } else {
+            "files"
+        };
         body.extend_from_slice(
             format!(
                 "Content-Disposition: form-data; name=\"{name}\"; filename=\"{}\"\r\n",
@@ -225,7 +231,7 @@ fn run(u: &mut Unstructured<'_>, dir: &Path) -> arbitrary::Result<()> {
 
     // On an intact body, each file holds exactly its part's content, or is absent with an
     // error that says why.
-    let intact = !damaged && closed && action == "write" && !planned.is_empty();
+    let intact = !damaged && !misnamed && closed && action == "write" && !planned.is_empty();
     let unique = {
         let mut seen = order.clone();
         seen.sort_unstable();
