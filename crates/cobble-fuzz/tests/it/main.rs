@@ -43,3 +43,15 @@ fn every_target_has_a_short_run() {
         );
     }
 }
+
+/// Found by the coverage-guided run: a push whose last file part is empty, followed by a body
+/// that never ends. multer reads a few chunks past the closing boundary before the reader's
+/// own drain starts; what is read in all must stay bounded.
+#[test]
+fn multipart_read_ahead_after_an_empty_last_part_stays_bounded() {
+    let input = [
+        0x00, 0xb7, 0x01, 0x05, 0x00, 0x00, 0x00, 0x01, 0x01, 0xcf, 0x4d, 0xcf, 0xcc, 0x01, 0x01,
+        0xcf, 0x4d, 0xcf, 0xcc, 0xcf,
+    ];
+    cobble_fuzz::run_bytes(cobble_fuzz::target("multipart").unwrap(), &input);
+}
