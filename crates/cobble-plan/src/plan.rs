@@ -109,6 +109,15 @@ pub(crate) fn combine_layers(layers: &[Layer]) -> Result<Layer, PlanError> {
     Ok(combined)
 }
 
+impl Layer {
+    /// Combines layers in the given order into one, without validating the result: what
+    /// `POST /v1/layers` with `combine` does to a label that exists. The result's label and
+    /// order are left empty.
+    pub fn combine(layers: &[Layer]) -> Result<Layer, PlanError> {
+        combine_layers(layers)
+    }
+}
+
 impl Plan {
     /// Combines `layers` (sorted by order first) and validates the result.
     pub fn from_layers(mut layers: Vec<Layer>) -> Result<Plan, PlanError> {

@@ -1,8 +1,10 @@
 //! Chaos: the daemon SIGKILLed at random moments while clients start, stop and restart
-//! services, then restarted on the same `$PEBBLE`. Whatever instant the kill lands on, the
-//! next daemon must find every service process its predecessor started (so none runs
-//! twice), every change whose ID a client received must still exist, and change IDs must
-//! never be given out twice.
+//! services, run commands and push files, then restarted on the same `$PEBBLE`. Whatever
+//! instant the kill lands on, the next daemon must find every service process its
+//! predecessor started (so none runs twice), every change whose ID a client received must
+//! still exist, change IDs must never be given out twice, the state file left by the kill
+//! must be valid, and no temporary file may be left behind (in `$PEBBLE` or beside a
+//! pushed file, which holds one whole push or none).
 //!
 //! The rounds run in the normal suite are few enough to stay within a few tens of seconds;
 //! `chaos_long` (ignored) runs 100 rounds: `cargo nextest run -p cobble --run-ignored only
@@ -105,8 +107,58 @@ fn marked(tag: u64) -> Vec<(u32, String)> {
     found
 }
 
-/// Two clients sending service actions as fast as the daemon answers, until it is gone;
-/// returns the change IDs they were given.
+/// Size of each pushed file; every push writes one byte value throughout.
+const PUSH_SIZE: usize = 256 * 1024;
+
+/// Where the traffic pushes its files.
+fn push_dir(daemon: &Daemon) -> std::path::PathBuf {
+    daemon.scratch().join("pushes")
+}
+
+/// A client alternating pushes of one file and short execs until the daemon is gone;
+/// returns the change IDs of the execs.
+async fn push_and_exec(
+    c: cobble_client::Client,
+    target: String,
+    mut random: Random,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Vec<u64> {
+    let mut ids = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        if random.below(2) == 0 {
+            let fill = b'a' + random.below(26) as u8;
+            let options = cobble_client::PushOptions {
+                path: target.clone(),
+                make_dirs: true,
+                ..Default::default()
+            };
+            let source = std::io::Cursor::new(vec![fill; PUSH_SIZE]);
+            if c.push(&options, source).await.is_err() {
+                break;
+            }
+        } else {
+            let options = cobble_client::ExecOptions::new(["true"]);
+            match c.exec(&options).await {
+                Ok(process) => {
+                    ids.push(
+                        process
+                            .change_id()
+                            .parse::<u64>()
+                            .expect("numeric change ID"),
+                    );
+                    if process.wait().await.is_err() {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    ids
+}
+
+/// Two clients sending service actions as fast as the daemon answers, and one pushing files
+/// and running commands, until it is gone; returns the change IDs they were given.
 fn traffic(daemon: &Daemon, seed: u64, stop: &std::sync::atomic::AtomicBool) -> Vec<u64> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -131,12 +183,69 @@ fn traffic(daemon: &Daemon, seed: u64, stop: &std::sync::atomic::AtomicBool) -> 
                 ids
             }
         });
-        futures_util::future::join_all(tasks)
-            .await
-            .into_iter()
-            .flatten()
-            .collect()
+        let target = push_dir(daemon).join("file").display().to_string();
+        let io = push_and_exec(client(daemon), target, Random(seed | 1), stop);
+        let (services, io) =
+            futures_util::future::join(futures_util::future::join_all(tasks), io).await;
+        services.into_iter().flatten().chain(io).collect()
     })
+}
+
+/// The state file a SIGKILL left: present once a change ID was given out, valid JSON, and
+/// remembering every ID given.
+fn check_state_file(daemon: &Daemon, ids: &[u64]) -> Result<(), String> {
+    let path = daemon.pebble_dir().join(".pebble.state");
+    let text = match std::fs::read(&path) {
+        Ok(text) => text,
+        Err(_) if ids.is_empty() => return Ok(()),
+        Err(e) => {
+            return Err(format!(
+                "no state file after {} acknowledged changes: {e}",
+                ids.len()
+            ));
+        }
+    };
+    let state: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|e| format!("state file is not valid JSON: {e}"))?;
+    let last = state["last_change_id"]
+        .as_u64()
+        .ok_or("state file without last_change_id")?;
+    match ids.iter().max() {
+        Some(&highest) if highest > last => Err(format!(
+            "state file's last change ID {last} is below {highest}, already given out"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// What may be in `$PEBBLE` and beside the pushed file: anything else is a leftover.
+fn leftovers(daemon: &Daemon) -> Vec<String> {
+    let known = [
+        ".pebble.state",
+        ".pebble.socket",
+        ".cobble-processes",
+        ".cobble.lock",
+        "layers",
+    ];
+    let mut found = Vec::new();
+    for (dir, allowed) in [
+        (daemon.pebble_dir(), &known[..]),
+        (push_dir(daemon), &["file"][..]),
+    ] {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !allowed.contains(&name.as_str()) {
+                found.push(dir.join(name).display().to_string());
+            }
+        }
+    }
+    // The pushed file is one whole push or absent.
+    if let Ok(content) = std::fs::read(push_dir(daemon).join("file"))
+        && (content.len() != PUSH_SIZE || content.iter().any(|&b| b != content[0]))
+    {
+        found.push(format!("a torn pushed file of {} bytes", content.len()));
+    }
+    found
 }
 
 /// Runs `rounds` kill-restart rounds; returns the change IDs clients received per round.
@@ -145,7 +254,7 @@ fn chaos(rounds: usize, mut check: impl FnMut(&Daemon, &[u64])) {
     let yaml = layer(tag);
     let mut daemon = Daemon::start(&[("001-chaos", &yaml)], &[]);
     let mut random = Random::seeded();
-    let mut twins = Vec::new();
+    let (mut twins, mut broken_state, mut left_behind) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         let stop = std::sync::atomic::AtomicBool::new(false);
         // The kill lands anywhere from right after the first requests to well into the
@@ -164,6 +273,9 @@ fn chaos(rounds: usize, mut check: impl FnMut(&Daemon, &[u64])) {
             clients.join().unwrap()
         });
         daemon.kill();
+        if let Err(e) = check_state_file(&daemon, &ids) {
+            broken_state.push((round, e));
+        }
         daemon.restart(&[]);
         // A child the killed daemon forked but that has not exec'd yet still holds its
         // listening socket for a moment, which can fool the fixture's connect: wait for
@@ -186,8 +298,27 @@ fn chaos(rounds: usize, mut check: impl FnMut(&Daemon, &[u64])) {
             twins.push((round, left, detail));
             kill_marked(tag);
         }
+        // A write the new daemon makes may show its temporary file for a moment where the
+        // file system cannot keep it nameless: only what stays counts.
+        let mut left = leftovers(&daemon);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !left.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            left = leftovers(&daemon);
+        }
+        if !left.is_empty() {
+            left_behind.push((round, left));
+        }
         check(&daemon, &ids);
     }
+    assert!(
+        broken_state.is_empty(),
+        "state files a SIGKILL left, by round: {broken_state:?}"
+    );
+    assert!(
+        left_behind.is_empty(),
+        "left behind after a restart, by round: {left_behind:?}"
+    );
     assert!(
         twins.is_empty(),
         "service processes the restarted daemon could not find, by round: {twins:?}\n{}",
