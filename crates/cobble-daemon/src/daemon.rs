@@ -96,8 +96,13 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         return Err(DaemonError::HttpsWithoutPersist);
     }
     // Held until the daemon returns: it alone may end leftovers, write the state and bind or
-    // remove the socket.
-    let _lock = prepare_dir(&opts)?;
+    // remove the socket. Taking it may wait (see `dir_lock`), so off the runtime.
+    let _lock = {
+        let opts = opts.clone();
+        tokio::task::spawn_blocking(move || prepare_dir(&opts))
+            .await
+            .expect("preparing the directory does not panic")?
+    };
     // A daemon killed while it replaced the state file, the registry or a pushed file left
     // its temporary file behind (where the file system cannot give it no name).
     let leftovers = crate::atomic::remove_leftovers(&opts.pebble_dir);
@@ -443,7 +448,7 @@ fn prepare_dir(opts: &RunOptions) -> Result<DirLock, DaemonError> {
             let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
         }
     }
-    let lock = dir_lock::lock(dir)?;
+    let lock = dir_lock::lock(dir, dir_lock::GRACE)?;
     if let Some(source) = seed
         && is_empty_but_the_lock(dir)
     {

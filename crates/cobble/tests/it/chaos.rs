@@ -191,28 +191,25 @@ fn traffic(daemon: &Daemon, seed: u64, stop: &std::sync::atomic::AtomicBool) -> 
     })
 }
 
-/// The state file a SIGKILL left: present once a change ID was given out, valid JSON, and
-/// remembering every ID given.
+/// The state a SIGKILL left: the state file present once a change ID was given out, and
+/// with its journal (read as the next daemon reads them) valid and remembering every ID given.
 fn check_state_file(daemon: &Daemon, ids: &[u64]) -> Result<(), String> {
     let path = daemon.pebble_dir().join(".pebble.state");
-    let text = match std::fs::read(&path) {
-        Ok(text) => text,
-        Err(_) if ids.is_empty() => return Ok(()),
-        Err(e) => {
-            return Err(format!(
-                "no state file after {} acknowledged changes: {e}",
-                ids.len()
-            ));
+    if let Err(e) = std::fs::metadata(&path) {
+        if ids.is_empty() {
+            return Ok(());
         }
-    };
-    let state: serde_json::Value =
-        serde_json::from_slice(&text).map_err(|e| format!("state file is not valid JSON: {e}"))?;
-    let last = state["last_change_id"]
-        .as_u64()
-        .ok_or("state file without last_change_id")?;
+        return Err(format!(
+            "no state file after {} acknowledged changes: {e}",
+            ids.len()
+        ));
+    }
+    let state =
+        cobble_daemon::state::load(&path).map_err(|e| format!("state not loadable: {e}"))?;
+    let last = state.last_change_id;
     match ids.iter().max() {
         Some(&highest) if highest > last => Err(format!(
-            "state file's last change ID {last} is below {highest}, already given out"
+            "state's last change ID {last} is below {highest}, already given out"
         )),
         _ => Ok(()),
     }
@@ -222,6 +219,7 @@ fn check_state_file(daemon: &Daemon, ids: &[u64]) -> Result<(), String> {
 fn leftovers(daemon: &Daemon) -> Vec<String> {
     let known = [
         ".pebble.state",
+        ".pebble.state.journal",
         ".pebble.socket",
         ".cobble-processes",
         ".cobble.lock",
