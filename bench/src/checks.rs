@@ -8,10 +8,10 @@
 //!   the CPU time of the children it reaped (exec probes);
 //! - `GET /v1/health` latency: one request every `--health-interval-ms`, sequential, each on a
 //!   new connection;
-//! - how often `$PEBBLE/.pebble.state` was replaced: a second thread stats it every
-//!   [`STATE_POLL`] and counts changes of inode, size, mtime or ctime (the daemon writes a
-//!   temporary file and renames it over the state file, at most once per 100 ms, so a 5 ms
-//!   poll sees every write);
+//! - how often the state was written: a second thread stats `$PEBBLE/.pebble.state` and its
+//!   journal every [`STATE_POLL`] and counts changes of inode, size, mtime or ctime (the
+//!   daemon appends a record to the journal, or now and then renames a new state file into
+//!   place, at most once per 100 ms, so a 5 ms poll sees every write);
 //! - at the end, `VmRSS` and the checks' own counters from `GET /v1/checks`.
 //!
 //! The first case has no checks at all, so the health requests' own share of the daemon's
@@ -311,21 +311,27 @@ fn version(path: &Path) -> Version {
 }
 
 impl WriteCounter {
-    /// Starts counting; the file's first appearance counts as a write.
+    /// Starts counting writes of the state file `path` and of its journal (a group commit
+    /// appends a record there rather than replacing the file); the state file's first
+    /// appearance counts as a write.
     fn start(path: PathBuf) -> WriteCounter {
         let count = Arc::new(AtomicU64::new(0));
         let done = Arc::new(AtomicBool::new(false));
+        let mut journal = path.clone().into_os_string();
+        journal.push(".journal");
+        let journal = PathBuf::from(journal);
         let thread = {
             let (count, done) = (count.clone(), done.clone());
             std::thread::spawn(move || {
-                let mut last = version(&path);
-                if last.is_some() {
+                let both = || (version(&path), version(&journal));
+                let mut last = both();
+                if last.0.is_some() {
                     count.fetch_add(1, Ordering::Relaxed);
                 }
                 while !done.load(Ordering::Relaxed) {
                     std::thread::sleep(STATE_POLL);
-                    let now = version(&path);
-                    if now != last && now.is_some() {
+                    let now = both();
+                    if now != last && now.0.is_some() {
                         count.fetch_add(1, Ordering::Relaxed);
                     }
                     last = now;

@@ -152,7 +152,7 @@ pub async fn run(cobble: &std::path::Path, token: &str, settings: &Settings) -> 
 }
 
 /// Records appended to the state journal, followed by sampling its lines.
-struct JournalRecords {
+pub struct JournalRecords {
     path: std::path::PathBuf,
     /// Records the journal held when counting began.
     baseline: usize,
@@ -163,7 +163,7 @@ struct JournalRecords {
 }
 
 impl JournalRecords {
-    fn new(path: std::path::PathBuf) -> JournalRecords {
+    pub fn new(path: std::path::PathBuf) -> JournalRecords {
         let mut records = JournalRecords {
             path,
             baseline: 0,
@@ -175,7 +175,7 @@ impl JournalRecords {
         records
     }
 
-    fn sample(&mut self) {
+    pub fn sample(&mut self) {
         let lines = std::fs::read(&self.path)
             .map(|bytes| bytes.iter().filter(|&&b| b == b'\n').count())
             .unwrap_or(0);
@@ -188,7 +188,7 @@ impl JournalRecords {
         self.current = now;
     }
 
-    fn total(&self) -> usize {
+    pub fn total(&self) -> usize {
         (self.earlier + self.current).saturating_sub(self.baseline)
     }
 }
