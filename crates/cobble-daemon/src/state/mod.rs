@@ -47,6 +47,9 @@ pub const READY_CHANGE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const ABORT_TTL: Duration = Duration::from_secs(14 * 24 * 3600);
 /// At most this many ready changes are kept.
 pub const MAX_READY_CHANGES: usize = 1000;
+/// How far past [`MAX_READY_CHANGES`] the history may grow before a new change prunes it,
+/// so that pruning (a sort of every change) runs once per this many changes, not each time.
+const PRUNE_SLACK: usize = 100;
 /// Kinds of change that may legitimately stay unfinished for ever; never aborted by age.
 pub const LONG_LIVED_KINDS: [&str; 2] = ["perform-check", "recover-check"];
 
@@ -356,6 +359,12 @@ impl StateStore {
             );
             notices::observe_change(d, id, Timestamp::now());
             d.dirty.touch(id);
+            // The periodic prune alone would let a busy daemon (a charm that execs often)
+            // hold ten minutes of churn; past the cap and some slack, prune now, so the
+            // history, and the memory it takes, stays bounded by count.
+            if d.changes.len() > MAX_READY_CHANGES + PRUNE_SLACK {
+                prune(d, Timestamp::now());
+            }
             id
         });
         self.inner

@@ -504,3 +504,20 @@ async fn notices_and_identities_reach_the_journal() {
     assert_eq!(loaded.notices[&id].occurrences, 2);
     assert!(loaded.identities.is_empty());
 }
+
+#[test]
+fn a_busy_daemon_keeps_its_history_bounded_between_prunes() {
+    let s = store();
+    for _ in 0..(3 * MAX_READY_CHANGES) {
+        let c = s.new_change("exec", "x", vec![]);
+        let t = s.add_task(c, "exec", "x", None);
+        s.set_task_status(t, Status::Done);
+        assert!(s.lock().changes.len() <= MAX_READY_CHANGES + PRUNE_SLACK + 1);
+    }
+    let d = s.lock();
+    assert!(d.notices.len() <= MAX_READY_CHANGES + PRUNE_SLACK + 1);
+    assert!(
+        d.changes.contains_key(&d.last_change_id),
+        "the newest is kept"
+    );
+}
