@@ -12,7 +12,8 @@
 //! or after a short delay; the write after a failure is a checkpoint.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -116,8 +117,12 @@ pub struct Persister {
 
 /// The open journal of the current generation.
 struct Journal {
-    file: File,
+    /// Open for appending once the first record is written; until then the journal on disk
+    /// (if any) is an older generation's, which a load ignores.
+    file: Option<File>,
     path: PathBuf,
+    /// The header naming the generation, written with the first record.
+    header: Vec<u8>,
     /// Its length.
     len: u64,
     /// The length of the header alone: more than that means records since the checkpoint.
@@ -256,38 +261,67 @@ impl Persister {
     }
 }
 
-/// Writes the whole state, then the header of the journal that continues it, and opens that
-/// journal for appending.
+/// Writes the whole state, and prepares the journal that continues it. The journal itself is
+/// written with its first record: a checkpoint that nothing follows (a daemon starting, one
+/// with nothing new) costs one durable write, not two.
 fn write_checkpoint(path: &Path, generation: u64, bytes: &[u8]) -> Result<Journal, AtomicError> {
     write_state_file(path, bytes)?;
+    // The old generation's journal is ignored from now on; removed so it takes no space
+    // (no flush: should it come back after a crash, it is still ignored).
     let journal_path = journal::path_for(path);
+    match fs::remove_file(&journal_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(AtomicError::path("remove", &journal_path, e)),
+    }
     let header = journal::header(generation);
-    // Durable with its directory entry, so records flushed later are found after a crash.
-    atomic::write_atomic(&journal_path, &header, STATE_FILE_MODE, Durability::Machine)?;
-    let file = OpenOptions::new()
-        .append(true)
-        .open(&journal_path)
-        .map_err(|e| AtomicError::path("open", &journal_path, e))?;
     Ok(Journal {
-        file,
+        file: None,
         path: journal_path,
         len: header.len() as u64,
         header_len: header.len() as u64,
+        header,
         state_len: bytes.len() as u64,
     })
 }
 
 /// Appends a record to the journal and flushes it to disk. The data's flush is enough:
-/// the file's length, which an append changes, is flushed with it.
+/// the file's length, which an append changes, is flushed with it. The first record of a
+/// generation replaces the older journal with the header and itself, flushed with the
+/// directory entry, so records flushed later are found after a crash; a crash before that
+/// leaves a journal without this generation's header, which a load ignores.
 fn append(mut journal: Journal, record: &[u8]) -> Result<Journal, AtomicError> {
-    journal
-        .file
-        .write_all(record)
-        .map_err(|e| AtomicError::path("write", &journal.path, e))?;
-    journal
-        .file
-        .sync_data()
-        .map_err(|e| AtomicError::path("sync", &journal.path, e))?;
+    let path = journal.path.clone();
+    let at = |op| {
+        let path = path.clone();
+        move |e| AtomicError::path(op, &path, e)
+    };
+    match &mut journal.file {
+        Some(file) => {
+            file.write_all(record).map_err(at("write"))?;
+            file.sync_data().map_err(at("sync"))?;
+        }
+        None => {
+            let dir_path = journal.path.parent().unwrap_or(Path::new("."));
+            let dir = File::open(dir_path).map_err(|e| AtomicError::path("open", dir_path, e))?;
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(STATE_FILE_MODE)
+                .open(&journal.path)
+                .map_err(at("open"))?;
+            let mut first = Vec::with_capacity(journal.header.len() + record.len());
+            first.extend_from_slice(&journal.header);
+            first.extend_from_slice(record);
+            file.write_all(&first).map_err(at("write"))?;
+            file.sync_all().map_err(at("sync"))?;
+            dir.sync_all()
+                .map_err(|e| AtomicError::path("sync", dir_path, e))?;
+            file.seek(std::io::SeekFrom::End(0)).map_err(at("seek"))?;
+            journal.file = Some(file);
+        }
+    }
     journal.len += record.len() as u64;
     Ok(journal)
 }
