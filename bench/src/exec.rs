@@ -23,13 +23,13 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use cobble_client::{Client, ExecOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::daemon::Daemon;
 use crate::report::{self, Row, Target, Unit};
-use crate::stats::Samples;
+use crate::stats::{Samples, python_samples};
 
 /// The round-trip target through cobble-client, seconds.
 const ROUND_TRIP_TARGET_S: f64 = 3e-3;
@@ -118,25 +118,8 @@ pub async fn run(cobble: &std::path::Path, token: &str, settings: &Settings) -> 
 
 /// Round trips through ops, timed by the Python script.
 fn ops_round_trips(python: &Path, socket: &Path, runs: usize) -> Result<Samples> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ops_exec.py");
-    let output = std::process::Command::new(python)
-        .arg(&script)
-        .arg(socket)
-        .arg(runs.to_string())
-        .output()
-        .with_context(|| format!("cannot run {}", python.display()))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let last = stderr.lines().last().unwrap_or_default();
-        bail!("{} {}: {last}", python.display(), output.status);
-    }
-    let mut samples = Samples::default();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let secs: f64 = line.parse().with_context(|| format!("bad line {line:?}"))?;
-        samples.push(Duration::from_secs_f64(secs));
-    }
-    ensure!(samples.len() == runs, "expected {runs} round trips");
-    Ok(samples)
+    let socket = socket.to_string_lossy();
+    python_samples(python, "ops_exec.py", &[&socket, &runs.to_string()], runs)
 }
 
 /// `mib` MiB through `cat` in the daemon and through a local `cat`, and the daemon's growth.

@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Result, ensure};
 use cobble_client::types::NoticeInfo;
 use cobble_client::{Method, NoticesOptions, NotifyOptions};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
@@ -24,7 +24,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use crate::daemon::Daemon;
 use crate::durability::{JournalRecords, state_renames};
 use crate::report::{self, Row, Target, Unit};
-use crate::stats::Samples;
+use crate::stats::{Samples, python_samples};
 
 /// How long the daemon may take to answer its first request.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -108,26 +108,13 @@ pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<Stri
 
 /// Wake latencies measured by the Python script.
 fn wake_latencies(python: &Path, socket: &Path, runs: usize, mode: &str) -> Result<Samples> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ops_notify.py");
-    let output = std::process::Command::new(python)
-        .arg(&script)
-        .arg(socket)
-        .arg(runs.to_string())
-        .arg(mode)
-        .output()
-        .with_context(|| format!("cannot run {}", python.display()))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let last = stderr.lines().last().unwrap_or_default();
-        bail!("{} {}: {last}", python.display(), output.status);
-    }
-    let mut samples = Samples::default();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let secs: f64 = line.parse().with_context(|| format!("bad line {line:?}"))?;
-        samples.push(Duration::from_secs_f64(secs));
-    }
-    ensure!(samples.len() == runs, "expected {runs} wake-ups");
-    Ok(samples)
+    let socket = socket.to_string_lossy();
+    python_samples(
+        python,
+        "ops_notify.py",
+        &[&socket, &runs.to_string(), mode],
+        runs,
+    )
 }
 
 async fn many_pollers(daemon: &Daemon, settings: &Settings) -> Result<Vec<Row>> {

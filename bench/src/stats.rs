@@ -1,6 +1,9 @@
 //! Summaries of repeated measurements.
 
+use std::path::Path;
 use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
 
 /// The durations of one repeated measurement.
 #[derive(Debug, Clone, Default)]
@@ -51,6 +54,34 @@ impl Samples {
         let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
         sorted[rank.clamp(1, sorted.len()) - 1]
     }
+}
+
+/// Runs the Python timing script `script` (in the bench crate's directory) with `args`, and
+/// reads one duration in seconds per line of its output: `runs` of them, or an error.
+pub fn python_samples(python: &Path, script: &str, args: &[&str], runs: usize) -> Result<Samples> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    let output = std::process::Command::new(python)
+        .arg(&script)
+        .args(args)
+        .output()
+        .with_context(|| format!("cannot run {}", python.display()))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().last().unwrap_or_default();
+        bail!("{} {}: {last}", python.display(), output.status);
+    }
+    let mut samples = Samples::default();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let secs: f64 = line.parse().with_context(|| format!("bad line {line:?}"))?;
+        samples.push(Duration::from_secs_f64(secs));
+    }
+    ensure!(
+        samples.len() == runs,
+        "expected {runs} samples from {}, got {}",
+        script.display(),
+        samples.len()
+    );
+    Ok(samples)
 }
 
 #[cfg(test)]
