@@ -109,17 +109,7 @@ fn text_time(wire: &str) -> String {
     let Ok(time) = wire.parse::<jiff::Timestamp>() else {
         return wire.to_owned();
     };
-    let dt = time.to_zoned_datetime(jiff::tz::TimeZone::UTC).datetime();
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        dt.year(),
-        dt.month(),
-        dt.day(),
-        dt.hour(),
-        dt.minute(),
-        dt.second(),
-        dt.subsec_nanosecond() / 1_000_000
-    )
+    cobble_daemon::state::format_utc_millis(time)
 }
 
 #[cfg(test)]
