@@ -75,6 +75,25 @@ impl Sink {
         self.queue_bytes(text, false);
     }
 
+    /// Queues `lines` lines at once, each ending in a newline (the formatted lines of one read
+    /// of a service's output). When the queue is full, the lines that do not fit are dropped
+    /// and counted, whole.
+    pub fn lines(&self, text: &[u8], lines: u64) {
+        let mut queue = lock(&self.shared.queue);
+        let room = QUEUE_BYTES.saturating_sub(queue.pending.len());
+        let (len, fit) = fitting_lines(text, lines, room);
+        queue.dropped += lines - fit;
+        if len == 0 {
+            return;
+        }
+        let was_empty = queue.pending.is_empty();
+        queue.pending.extend_from_slice(&text[..len]);
+        drop(queue);
+        if was_empty {
+            self.shared.changed.notify_all();
+        }
+    }
+
     fn queue_bytes(&self, bytes: &[u8], add_newline: bool) {
         let len = bytes.len() + usize::from(add_newline);
         let mut queue = lock(&self.shared.queue);
@@ -118,6 +137,16 @@ impl Sink {
     pub fn dropped(&self) -> u64 {
         lock(&self.shared.queue).dropped
     }
+}
+
+/// How much of `text`, `lines` lines each ending in a newline, fits in `room` bytes as whole
+/// lines: its length, and how many lines that is.
+pub fn fitting_lines(text: &[u8], lines: u64, room: usize) -> (usize, u64) {
+    if text.len() <= room {
+        return (text.len(), lines);
+    }
+    let len = memchr::memrchr(b'\n', &text[..room]).map_or(0, |i| i + 1);
+    (len, memchr::memchr_iter(b'\n', &text[..len]).count() as u64)
 }
 
 fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
@@ -215,6 +244,52 @@ mod tests {
         let lines: Vec<&str> = got.lines().collect();
         assert_eq!(lines.len(), 1000);
         assert_eq!(lines[10], "line 10");
+    }
+
+    #[test]
+    fn a_batch_of_lines_is_queued_whole_or_up_to_the_last_line_that_fits() {
+        let text = b"one\ntwo\nthree\n";
+        assert_eq!(fitting_lines(text, 3, 100), (14, 3));
+        assert_eq!(fitting_lines(text, 3, 14), (14, 3));
+        assert_eq!(fitting_lines(text, 3, 13), (8, 2));
+        assert_eq!(fitting_lines(text, 3, 8), (8, 2));
+        assert_eq!(fitting_lines(text, 3, 7), (4, 1));
+        assert_eq!(fitting_lines(text, 3, 3), (0, 0));
+        assert_eq!(fitting_lines(text, 3, 0), (0, 0));
+    }
+
+    #[test]
+    fn batches_on_a_stalled_stream_count_every_line_they_drop() {
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let sink = Sink::spawn("test", writer, notice).unwrap();
+        let mut batch = Vec::new();
+        for _ in 0..100 {
+            batch.extend_from_slice(&[b'x'; 999]);
+            batch.push(b'\n');
+        }
+        for _ in 0..100 {
+            sink.lines(&batch, 100);
+        }
+        assert!(lock(&sink.shared.queue).pending.len() <= QUEUE_BYTES);
+        let (mut delivered, mut dropped) = (0u64, 0u64);
+        let mut text = String::new();
+        let mut buf = vec![0u8; 1 << 16];
+        while delivered + dropped < 10_000 {
+            let n = reader.read(&mut buf).unwrap();
+            text.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+            while let Some(end) = text.find('\n') {
+                let line: String = text.drain(..=end).collect();
+                match line.trim_end().strip_prefix("dropped ") {
+                    Some(n) => dropped += n.parse::<u64>().unwrap(),
+                    None => {
+                        assert_eq!(line.len(), 1000);
+                        delivered += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(delivered + dropped, 10_000);
+        assert!(dropped > 5_000, "dropped {dropped}");
     }
 
     #[test]

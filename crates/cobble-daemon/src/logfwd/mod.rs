@@ -96,6 +96,15 @@ impl ServiceTap {
             .unwrap_or_else(|| Arc::from([]));
     }
 
+    /// Whether any target wants this service's lines now: a reader asks once per read, and
+    /// makes no text for the lines when none does.
+    pub fn wanted(&mut self) -> bool {
+        if self.routes.generation.load(Ordering::Acquire) != self.generation {
+            self.refresh();
+        }
+        !self.current.is_empty()
+    }
+
     /// Forwards one line of output to every target that wants this service. Never waits.
     pub fn line(&mut self, time: Timestamp, line: &str) {
         if self.routes.generation.load(Ordering::Acquire) != self.generation {

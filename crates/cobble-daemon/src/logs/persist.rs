@@ -158,12 +158,26 @@ impl LogFiles {
 }
 
 impl PersistTarget {
+    /// The service whose lines these are.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
     /// Queues one line. Never blocks on the disk: a full queue drops the line and counts it.
     pub fn line(&self, time: Timestamp, line: &str) {
+        let mut text = Vec::new();
+        format_line(&mut text, time, &self.service, line);
+        self.lines(&text, 1);
+    }
+
+    /// Queues `lines` lines already formatted in the file's layout, each ending in a
+    /// newline. Never blocks on the disk: when the queue is full, the lines that do not fit
+    /// are dropped and counted.
+    pub fn lines(&self, text: &[u8], lines: u64) {
         let shared = &self.files.shared;
         let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let len = 24 + 4 + self.service.len() + line.len();
-        let full = queue.bytes + len > QUEUE_BYTES;
+        let room = QUEUE_BYTES.saturating_sub(queue.bytes);
+        let (len, fit) = crate::output::fitting_lines(text, lines, room);
         let was_empty = queue.bytes == 0;
         let index = match queue
             .pending
@@ -176,13 +190,10 @@ impl PersistTarget {
                 queue.pending.len() - 1
             }
         };
-        if full {
-            queue.pending[index].2 += 1;
-        } else {
-            let buf = &mut queue.pending[index].1;
-            format_line(buf, time, &self.service, line);
-            queue.bytes += len;
-        }
+        let pending = &mut queue.pending[index];
+        pending.1.extend_from_slice(&text[..len]);
+        pending.2 += lines - fit;
+        queue.bytes += len;
         drop(queue);
         if was_empty {
             // Both the writer and a flush may wait on it.

@@ -18,14 +18,13 @@ use jiff::Timestamp;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 
-use super::logbuf::{LineSplitter, ServiceLog};
+use super::logbuf::{LineSplitter, READ_BYTES, ServiceLog, Split, format_lines};
 use super::machine::GroupSignal;
 use super::members::{self, INVOCATION_VARIABLE};
 use super::registry::ProcessRegistry;
 use crate::command::{self, Launch, LaunchError, Wiring};
 use crate::logfwd::ServiceTap;
 use crate::output::Sink;
-use crate::state::format_utc_millis;
 use cobble_sys::process::{self as sys, Signal};
 
 /// A process of a service outside its main process's reach by group signal (or, once the
@@ -347,7 +346,9 @@ impl Processes for OsProcesses {
 
 /// Copies a service's output into its log, to the daemon's stdout with `--verbose`, and to
 /// the log targets that want it, until end of file. None of them blocks: the log is memory,
-/// stdout and the targets bounded queues.
+/// stdout and the targets bounded queues. The work is done per read, not per line, wherever
+/// it can be: the log takes a read's lines at once, and stdout gets them formatted in one
+/// piece.
 pub async fn copy_output(
     mut reader: pipe::Receiver,
     name: String,
@@ -356,40 +357,34 @@ pub async fn copy_output(
     mut forward: ServiceTap,
 ) {
     let mut splitter = LineSplitter::for_service(&name);
-    // A pipe holds 64 KiB: one read takes all a fast writer has written meanwhile.
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut line_out = String::new();
-    // The pieces of a cut line share its time, as they do in Pebble.
-    let mut line_time = Timestamp::now();
-    let mut deliver = |line: String, time: Timestamp| {
-        if let Some(stdout) = stdout {
-            use std::fmt::Write;
-            line_out.clear();
-            let _ = write!(line_out, "{} [{name}] {line}", format_utc_millis(time));
-            stdout.line(line_out.as_bytes());
+    let mut formatted = Vec::new();
+    let mut deliver = |split: &Split<'_>| {
+        if split.is_empty() {
+            return;
         }
-        forward.line(time, &line);
-        log.push(time, line);
+        if let Some(stdout) = stdout {
+            formatted.clear();
+            format_lines(split, &name, &mut formatted);
+            stdout.lines(&formatted, split.len() as u64);
+            if formatted.capacity() > 4 * READ_BYTES {
+                // A flood of empty lines formats to many times its size: not kept for good.
+                formatted = Vec::new();
+            }
+        }
+        if forward.wanted() {
+            for (time, text) in split.lines() {
+                forward.line(time, &String::from_utf8_lossy(text));
+            }
+        }
+        log.push_lines(split);
     };
     loop {
-        let n = match reader.read(&mut buf).await {
+        let n = match reader.read(splitter.buffer()).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
         // The lines of one read arrived together: one clock reading serves them all.
-        let now = Timestamp::now();
-        splitter.feed(&buf[..n], |line, continued| {
-            if !continued {
-                line_time = now;
-            }
-            deliver(line, line_time);
-        });
+        deliver(&splitter.feed(n, Timestamp::now()));
     }
-    let now = Timestamp::now();
-    splitter.finish(|line, continued| {
-        if !continued {
-            line_time = now;
-        }
-        deliver(line, line_time);
-    });
+    deliver(&splitter.finish(Timestamp::now()));
 }
