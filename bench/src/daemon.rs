@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -96,6 +96,27 @@ impl Daemon {
         token: &str,
         cgroup: Option<Cgroup>,
     ) -> Result<Daemon> {
+        Ok(Daemon::launch(cobble, layer, token, cgroup, false)?.0)
+    }
+
+    /// Like [`Daemon::spawn`], as Juju runs it: `--verbose`, with its stdout (where service
+    /// output is copied) on a pipe that the caller must drain.
+    pub fn spawn_verbose(
+        cobble: &Path,
+        layer: Option<&str>,
+        token: &str,
+    ) -> Result<(Daemon, ChildStdout)> {
+        let (daemon, stdout) = Daemon::launch(cobble, layer, token, None, true)?;
+        Ok((daemon, stdout.context("no stdout pipe")?))
+    }
+
+    fn launch(
+        cobble: &Path,
+        layer: Option<&str>,
+        token: &str,
+        cgroup: Option<Cgroup>,
+        verbose: bool,
+    ) -> Result<(Daemon, Option<ChildStdout>)> {
         let dir = tempfile::Builder::new()
             .prefix("cobble-bench-")
             .tempdir()
@@ -125,24 +146,32 @@ impl Daemon {
             .env("PEBBLE", dir.path())
             .env("PEBBLE_SOCKET", &socket)
             .env(TOKEN_VAR, token)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().context("cannot share daemon log")?)
-            .stderr(log);
+            .stdin(Stdio::null());
+        if verbose {
+            command.arg("--verbose").stdout(Stdio::piped());
+        } else {
+            command.stdout(log.try_clone().context("cannot share daemon log")?);
+        }
+        command.stderr(log);
         let spawned_at = Instant::now();
-        let child = command
+        let mut child = command
             .spawn()
             .with_context(|| format!("cannot run {}", cobble.display()))?;
+        let stdout = child.stdout.take();
         let pid = Pid::from_raw(i32::try_from(child.id()).context("PID out of range")?);
-        Ok(Daemon {
-            child: Some(child),
-            pid,
-            client: Client::new(ClientConfig::socket(socket))?,
-            spawned_at,
-            log_path,
-            token: token.to_string(),
-            dir,
-            cgroup,
-        })
+        Ok((
+            Daemon {
+                child: Some(child),
+                pid,
+                client: Client::new(ClientConfig::socket(socket))?,
+                spawned_at,
+                log_path,
+                token: token.to_string(),
+                dir,
+                cgroup,
+            },
+            stdout,
+        ))
     }
 
     /// A client for this daemon.

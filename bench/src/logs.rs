@@ -5,6 +5,10 @@
 //!   `secs`, once piped to `cat > /dev/null` (the baseline) and once as a service of a daemon
 //!   (not `--verbose`). The ratio of the two byte rates is how much slower the daemon makes
 //!   the service; the daemon's CPU time over the window and its RSS after are reported too.
+//! - The same with a `--verbose` daemon, as Juju runs it: each line is also copied to the
+//!   daemon's stdout, a pipe the harness drains as a container runtime would. Also reported:
+//!   the share of the producer's lines that reached stdout (the rest were dropped and
+//!   counted because stdout did not keep up).
 //! - Follower: a service prints `count` short numbered lines (`seq`) at once while
 //!   `bench/logs_follow.py` follows it over the unix socket; the fraction of lines it received
 //!   and the markers it got for the rest.
@@ -15,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::daemon::{Daemon, TOKEN_VAR};
+use crate::daemon::{Daemon, Rss, TOKEN_VAR};
 use crate::report::{self, Row, Target, Unit};
 
 /// How long the daemon may take to answer its first request.
@@ -60,7 +64,7 @@ pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<Stri
     eprintln!("==> producer as a service for {} s", settings.secs);
     let count = scratch.path().join("service");
     let layer = format!(
-        "services:\n  producer:\n    override: replace\n    command: {python} {} {} {}\n    \
+        "services:\n  {PRODUCER}:\n    override: replace\n    command: {python} {} {} {}\n    \
          environment:\n      {TOKEN_VAR}: {token}\n  burst:\n    override: replace\n    \
          command: sh -c 'while [ ! -e {go} ]; do sleep 0.01; done; seq 1 {burst}; exec sleep 100000'\n    \
          environment:\n      {TOKEN_VAR}: {token}\n",
@@ -75,21 +79,12 @@ pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<Stri
         .wait_answer(settings.poll_launch, ANSWER_TIMEOUT)
         .await?;
     let client = daemon.client().clone();
-    let cpu_before = daemon.cpu_time()?;
-    let started = Instant::now();
-    // The start change waits for the okay delay; the producer runs meanwhile.
-    let id = client.start(&["producer".to_string()]).await?;
-    client.wait_change(&id, Some(ANSWER_TIMEOUT)).await?;
-    while !count.exists() {
-        if started.elapsed() > Duration::from_secs(settings.secs + 30) {
-            bail!("the producer did not finish");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let window = started.elapsed();
-    let cpu = daemon.cpu_time()? - cpu_before;
-    let rss = daemon.rss()?;
-    let rate = read_count(&count)? as f64 / settings.secs as f64;
+    let ProducerRun {
+        rate,
+        cpu,
+        window,
+        rss,
+    } = run_producer(&daemon, &count, settings.secs).await?;
     rows.push(
         Row::single(
             &format!(
@@ -153,7 +148,122 @@ pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<Stri
         tally.1
     );
     daemon.stop_clean()?;
+
+    eprintln!(
+        "==> producer as a service of a --verbose daemon for {} s",
+        settings.secs
+    );
+    let count = scratch.path().join("verbose");
+    let layer = format!(
+        "services:\n  {PRODUCER}:\n    override: replace\n    command: {python} {} {} {}\n    \
+         environment:\n      {TOKEN_VAR}: {token}\n",
+        produce.display(),
+        settings.secs,
+        count.display(),
+    );
+    let (mut daemon, stdout) = Daemon::spawn_verbose(cobble, Some(&layer), token)?;
+    // Juju's container runtime drains the daemon's stdout; so does this thread.
+    let drain = std::thread::spawn(move || drain(stdout));
+    daemon
+        .wait_answer(settings.poll_launch, ANSWER_TIMEOUT)
+        .await?;
+    let ProducerRun {
+        rate,
+        cpu,
+        window,
+        rss,
+    } = run_producer(&daemon, &count, settings.secs).await?;
+    daemon.stop_clean()?;
+    let carried = drain
+        .join()
+        .map_err(|_| anyhow::anyhow!("the stdout drain panicked"))??;
+    // Each 100-byte line goes out behind its `<time> [producer] ` prefix.
+    let prefix = "2006-01-02T15:04:05.000Z [] ".len() + PRODUCER.len();
+    let expected = rate * settings.secs as f64 * (100 + prefix) as f64 / 100.0;
+    rows.push(Row::single(
+        &format!(
+            "`--verbose` (as Juju runs it): producer slowdown as a service vs piped to `cat` ({:.0} vs {:.0} MB/s)",
+            rate / 1e6,
+            baseline / 1e6
+        ),
+        Unit::Ratio,
+        baseline / rate,
+    ));
+    rows.push(Row::single(
+        &format!(
+            "`--verbose`: daemon CPU while the producer writes ({} of one core)",
+            report::cpu_share(cpu, window)
+        ),
+        Unit::Seconds,
+        cpu.as_secs_f64(),
+    ));
+    rows.push(Row::single(
+        &format!(
+            "`--verbose`: share of the producer's lines on the daemon's stdout ({:.0} MB carried)",
+            carried as f64 / 1e6
+        ),
+        Unit::Ratio,
+        carried as f64 / expected,
+    ));
+    rows.push(Row::memory(
+        "`--verbose`: daemon RSS after the producer",
+        &[rss],
+    ));
     Ok(report::markdown(&rows))
+}
+
+/// The name of the producer's service.
+const PRODUCER: &str = "producer";
+
+/// What one run of the producer as a service gave.
+struct ProducerRun {
+    /// Its byte rate.
+    rate: f64,
+    /// The daemon's CPU time over `window`, from the start request to the producer's end.
+    cpu: Duration,
+    window: Duration,
+    /// The daemon's memory afterwards.
+    rss: Rss,
+}
+
+/// Starts the producer service of `daemon` and waits until it has written its byte count to
+/// `count`.
+async fn run_producer(daemon: &Daemon, count: &Path, secs: u64) -> Result<ProducerRun> {
+    let client = daemon.client();
+    let cpu_before = daemon.cpu_time()?;
+    let started = Instant::now();
+    // The start change waits for the okay delay; the producer runs meanwhile.
+    let id = client.start(&[PRODUCER.to_string()]).await?;
+    client.wait_change(&id, Some(ANSWER_TIMEOUT)).await?;
+    while !count.exists() {
+        if started.elapsed() > Duration::from_secs(secs + 30) {
+            bail!("the producer did not finish");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let window = started.elapsed();
+    let cpu = daemon.cpu_time()? - cpu_before;
+    let rss = daemon.rss()?;
+    Ok(ProducerRun {
+        rate: read_count(count)? as f64 / secs as f64,
+        cpu,
+        window,
+        rss,
+    })
+}
+
+/// Reads `stdout` to its end, as a container runtime reads a daemon's; returns the bytes.
+fn drain(mut stdout: std::process::ChildStdout) -> Result<u64> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        match std::io::Read::read(&mut stdout, &mut buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => total += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 fn read_count(path: &Path) -> Result<u64> {
