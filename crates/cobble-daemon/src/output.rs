@@ -75,21 +75,26 @@ impl Sink {
         self.queue_bytes(text, false);
     }
 
-    /// Queues `lines` lines at once, each ending in a newline (the formatted lines of one read
-    /// of a service's output). When the queue is full, the lines that do not fit are dropped
-    /// and counted, whole.
-    pub fn lines(&self, text: &[u8], lines: u64) {
+    /// Queues `lines` lines at once, which `write` appends to the queue, each ending in a
+    /// newline (the formatted lines of one read of a service's output): they are formatted
+    /// where the writer takes them, not copied there. When the queue is full, the lines that
+    /// do not fit are dropped and counted, whole.
+    pub fn lines_with(&self, lines: u64, write: impl FnOnce(&mut Vec<u8>)) {
         let mut queue = lock(&self.shared.queue);
-        let room = QUEUE_BYTES.saturating_sub(queue.pending.len());
-        let (len, fit) = fitting_lines(text, lines, room);
-        queue.dropped += lines - fit;
-        if len == 0 {
+        let start = queue.pending.len();
+        if start >= QUEUE_BYTES {
+            queue.dropped += lines;
             return;
         }
-        let was_empty = queue.pending.is_empty();
-        queue.pending.extend_from_slice(&text[..len]);
+        write(&mut queue.pending);
+        if queue.pending.len() > QUEUE_BYTES {
+            let (len, fit) = fitting_lines(&queue.pending[start..], lines, QUEUE_BYTES - start);
+            queue.pending.truncate(start + len);
+            queue.dropped += lines - fit;
+        }
+        let queued = queue.pending.len() > start;
         drop(queue);
-        if was_empty {
+        if start == 0 && queued {
             self.shared.changed.notify_all();
         }
     }
@@ -268,7 +273,7 @@ mod tests {
             batch.push(b'\n');
         }
         for _ in 0..100 {
-            sink.lines(&batch, 100);
+            sink.lines_with(100, |queue| queue.extend_from_slice(&batch));
         }
         assert!(lock(&sink.shared.queue).pending.len() <= QUEUE_BYTES);
         let (mut delivered, mut dropped) = (0u64, 0u64);

@@ -486,7 +486,13 @@ pub fn format_lines(split: &Split<'_>, service: &str, out: &mut Vec<u8>) {
     let mut prefix = Vec::with_capacity(PREFIX_LEN + service.len());
     let mut prefix_time = None;
     out.reserve(raw.len() + split.pieces.len() * (PREFIX_LEN + service.len() + 1));
-    for (time, text) in split.lines() {
+    let mut start = 0;
+    for (i, piece) in split.pieces.iter().enumerate() {
+        let time = if i < split.leading {
+            split.leading_time
+        } else {
+            split.time
+        };
         if prefix_time != Some(time) {
             prefix.clear();
             prefix.extend_from_slice(format_utc_millis(time).as_bytes());
@@ -496,12 +502,15 @@ pub fn format_lines(split: &Split<'_>, service: &str, out: &mut Vec<u8>) {
             prefix_time = Some(time);
         }
         out.extend_from_slice(&prefix);
-        if ascii {
-            out.extend_from_slice(text);
+        let after = piece.end + usize::from(piece.newline);
+        if ascii && piece.newline {
+            // The line and its newline, as the service wrote them.
+            out.extend_from_slice(&raw[start..after]);
         } else {
-            out.extend_from_slice(String::from_utf8_lossy(text).as_bytes());
+            out.extend_from_slice(String::from_utf8_lossy(&raw[start..piece.end]).as_bytes());
+            out.push(b'\n');
         }
-        out.push(b'\n');
+        start = after;
     }
 }
 
@@ -865,6 +874,29 @@ mod tests {
         assert!(lines[0].ends_with('\u{FFFD}'));
         assert_eq!(lines[1], "2023-11-14T22:13:20.000Z [svc] \u{FFFD}");
         assert_eq!(log.last_lines(2), [out[0].1.clone(), out[1].1.clone()]);
+    }
+
+    #[test]
+    fn formatted_lines_carry_their_own_times_and_end_in_one_newline_each() {
+        let mut s = LineSplitter::for_service("svc");
+        let first = MAX_LINE - PREFIX_LEN - 3;
+        let mut formatted = Vec::new();
+        // Read 0 cuts a long line; read 1 ends it and holds two more lines.
+        let long = vec![b'a'; first + 5];
+        s.buffer()[..long.len()].copy_from_slice(&long);
+        format_lines(&s.feed(long.len(), at(0)), "svc", &mut formatted);
+        s.buffer()[..7].copy_from_slice(b"bc\nd\n\nx");
+        format_lines(&s.feed(7, at(1)), "svc", &mut formatted);
+        format_lines(&s.finish(at(2)), "svc", &mut formatted);
+        let text = String::from_utf8(formatted).unwrap();
+        let want = [
+            format!("2023-11-14T22:13:20.000Z [svc] {}", "a".repeat(first)),
+            "2023-11-14T22:13:20.000Z [svc] aaaaabc".to_owned(),
+            "2023-11-14T22:13:20.001Z [svc] d".to_owned(),
+            "2023-11-14T22:13:20.001Z [svc] ".to_owned(),
+            "2023-11-14T22:13:20.002Z [svc] x".to_owned(),
+        ];
+        assert_eq!(text, want.join("\n") + "\n");
     }
 
     /// The log against a model holding one `String` per line, evicting by the same rule:

@@ -18,7 +18,7 @@ use jiff::Timestamp;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 
-use super::logbuf::{LineSplitter, READ_BYTES, ServiceLog, Split, format_lines};
+use super::logbuf::{LineSplitter, ServiceLog, Split, format_lines};
 use super::machine::GroupSignal;
 use super::members::{self, INVOCATION_VARIABLE};
 use super::registry::ProcessRegistry;
@@ -347,8 +347,8 @@ impl Processes for OsProcesses {
 /// Copies a service's output into its log, to the daemon's stdout with `--verbose`, and to
 /// the log targets that want it, until end of file. None of them blocks: the log is memory,
 /// stdout and the targets bounded queues. The work is done per read, not per line, wherever
-/// it can be: the log takes a read's lines at once, and stdout gets them formatted in one
-/// piece.
+/// it can be: the log takes a read's lines at once, and they are formatted for stdout
+/// straight into its queue, under one lock.
 pub async fn copy_output(
     mut reader: pipe::Receiver,
     name: String,
@@ -357,19 +357,14 @@ pub async fn copy_output(
     mut forward: ServiceTap,
 ) {
     let mut splitter = LineSplitter::for_service(&name);
-    let mut formatted = Vec::new();
     let mut deliver = |split: &Split<'_>| {
         if split.is_empty() {
             return;
         }
         if let Some(stdout) = stdout {
-            formatted.clear();
-            format_lines(split, &name, &mut formatted);
-            stdout.lines(&formatted, split.len() as u64);
-            if formatted.capacity() > 4 * READ_BYTES {
-                // A flood of empty lines formats to many times its size: not kept for good.
-                formatted = Vec::new();
-            }
+            stdout.lines_with(split.len() as u64, |queue| {
+                format_lines(split, &name, queue);
+            });
         }
         if forward.wanted() {
             for (time, text) in split.lines() {
