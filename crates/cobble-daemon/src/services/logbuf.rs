@@ -169,11 +169,19 @@ impl LogBuffer {
     /// Drops the oldest lines beyond the bound, keeping (up to the larger bound) those a
     /// follower has not read yet.
     fn evict(&mut self) {
+        self.make_room(0);
+    }
+
+    /// Drops the oldest lines that `incoming` more accounted bytes would take beyond the
+    /// bound. Done before a read's lines are appended too, so the arena never holds the lines
+    /// that are about to go beside the new ones: a busy service's arena stays within the
+    /// bound's size, not the bound's plus a read's.
+    fn make_room(&mut self, incoming: usize) {
         let hold = self.followers.iter().map(|f| f.next).min();
         let mut start = self.arena_start;
-        while self.bytes > MAX_LOG_BYTES {
+        while self.bytes + incoming > MAX_LOG_BYTES {
             let needed = hold.is_some_and(|next| next <= self.first_seq);
-            if needed && self.bytes <= FOLLOW_RETAIN_BYTES {
+            if needed && self.bytes + incoming <= FOLLOW_RETAIN_BYTES {
                 break;
             }
             let Some(end) = self.ends.pop_front() else {
@@ -328,6 +336,7 @@ impl ServiceLog {
                 buf.formatted = Vec::new();
             }
         }
+        buf.make_room(split.cost());
         buf.append(split);
         buf.evict();
         for follower in &buf.followers {
@@ -450,6 +459,12 @@ impl Split<'_> {
 
     pub fn is_empty(&self) -> bool {
         self.pieces.is_empty()
+    }
+
+    /// What its lines are accounted in the log.
+    fn cost(&self) -> usize {
+        let newlines = self.pieces.iter().filter(|p| p.newline).count();
+        self.raw().len() - newlines + ENTRY_OVERHEAD * self.pieces.len()
     }
 
     /// The bytes of all the pieces, their newlines included.
@@ -944,6 +959,23 @@ mod tests {
             buf.memory() < 2 * MAX_LOG_BYTES + 64 * 1024,
             "{}",
             buf.memory()
+        );
+    }
+
+    #[test]
+    fn a_busy_services_arena_stays_within_the_bounds_size() {
+        let log = ServiceLog::new();
+        let mut splitter = LineSplitter::default();
+        let line = format!("{}\n", "x".repeat(99));
+        let bytes = line.repeat(100_000);
+        read_into(&mut splitter, &log, bytes.as_bytes(), READ_BYTES, false);
+        let buf = log.lock();
+        assert!(buf.bytes <= MAX_LOG_BYTES);
+        // Lines about to go are dropped before a read's lines come in, not after.
+        assert!(
+            buf.arena.capacity() <= 128 * 1024,
+            "{}",
+            buf.arena.capacity()
         );
     }
 
