@@ -252,7 +252,9 @@ unsafe fn setup_and_exec(args: &ChildArgs) -> libc::c_int {
         if args.new_session && libc::setsid() == -1 {
             return errno();
         }
-        // Handlers are the daemon's code; ignored signals stay ignored, as across exec,
+        // Until exec, a handler of the daemon's would run in the daemon's memory: a SIGTERM
+        // from a daemon ending leftovers, sent while this child waits at its gate, would be
+        // taken for one sent to this daemon. Ignored signals stay ignored, as across exec,
         // except SIGPIPE, which the daemon ignores for itself only.
         for sig in 1..libc::SIGRTMIN() {
             if sig == libc::SIGKILL || sig == libc::SIGSTOP {
@@ -373,7 +375,7 @@ mod tests {
     }
 
     #[test]
-    fn the_daemons_signal_handlers_and_ignored_sigpipe_do_not_reach_the_command() {
+    fn the_command_starts_with_no_signal_blocked_and_sigpipe_not_ignored() {
         // The test harness ignores SIGPIPE, as the daemon does; the command must not.
         let (mut stdout, [out, err]) = output();
         let mut spawn = sh("grep -E '^Sig(Ign|Blk)' /proc/$$/status");
