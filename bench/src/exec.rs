@@ -75,15 +75,23 @@ pub async fn run(cobble: &std::path::Path, token: &str, settings: &Settings) -> 
     ] {
         eprintln!("==> exec true, {what} ({} runs)", settings.runs);
         let mut samples = Samples::default();
+        let mut cpu_before = Duration::ZERO;
         for i in 0..WARMUP + settings.runs {
+            if i == WARMUP {
+                cpu_before = daemon.cpu_time()?;
+            }
             let took = round_trip(daemon.client(), split_stderr).await?;
             if i >= WARMUP {
                 samples.push(took);
             }
         }
+        let cpu = daemon.cpu_time()?.saturating_sub(cpu_before) / settings.runs as u32;
         rows.push(
             Row::distribution(
-                &format!("`exec true` round trip, {what}, new connection each"),
+                &format!(
+                    "`exec true` round trip, {what}, new connection each (daemon CPU {:.3} ms each)",
+                    cpu.as_secs_f64() * 1e3
+                ),
                 Unit::Millis,
                 &samples,
             )
@@ -133,6 +141,7 @@ async fn throughput(daemon: &Daemon, mib: usize) -> Result<Vec<Row>> {
     };
 
     let before = daemon.rss()?.total_kib;
+    let cpu_before = daemon.cpu_time()?;
     let peak = std::sync::atomic::AtomicU64::new(before);
     let done = std::sync::atomic::AtomicBool::new(false);
     let started = Instant::now();
@@ -176,6 +185,7 @@ async fn throughput(daemon: &Daemon, mib: usize) -> Result<Vec<Row>> {
     let got = got?;
     let code = process.wait().await.context("cannot wait for cat")?;
     let relayed = started.elapsed();
+    let cpu = daemon.cpu_time()?.saturating_sub(cpu_before);
     ensure!(
         got == total && code == 0,
         "cat relayed {got} of {total} bytes, exit {code}"
@@ -188,8 +198,9 @@ async fn throughput(daemon: &Daemon, mib: usize) -> Result<Vec<Row>> {
     Ok(vec![
         Row::single(
             &format!(
-                "{mib} MiB through `cat` via the daemon ({:.0} MiB/s; a local pipe: {:.0} MiB/s in {}), time relative to the local pipe",
+                "{mib} MiB through `cat` via the daemon ({:.0} MiB/s, daemon CPU {} ms; a local pipe: {:.0} MiB/s in {}), time relative to the local pipe",
                 mib_per_s(relayed),
+                cpu.as_millis(),
                 mib_per_s(local),
                 report::millis(local)
             ),

@@ -6,7 +6,9 @@
 //! services and exec checks run in a process group of their own (so a stop or a timeout
 //! reaches their children), with stdin from `/dev/null` and one pipe carrying both stdout
 //! and stderr in the order they were written; exec requests run in a session of their own,
-//! with stdin and output on pipes or on a terminal, as Pebble runs them.
+//! with stdin and output on pipes or on a terminal, as Pebble runs them. Those on pipes are
+//! started without a fork of the daemon (`cobble_sys::vspawn`): they come in bursts, and
+//! copying the daemon for each was most of what an `exec true` cost it.
 //!
 //! [`spawn`] blocks (it looks up users, stats `PATH` entries and forks): call it from a
 //! blocking task, never on a runtime worker.
@@ -163,6 +165,21 @@ fn launch_command(
             add_user_environment(&mut environment, uid);
         }
     }
+    if let (Wiring::Pipes { split_stderr }, true) = (&wiring, launch.clear_environment) {
+        // Exec requests without a terminal, the kind that comes in bursts: started without
+        // copying the daemon (see `cobble_sys::vspawn`).
+        let switch = ids.filter(|&(uid, gid)| {
+            uid != cobble_sys::current_uid() || gid != cobble_sys::current_gid()
+        });
+        return spawn_pipes(
+            launch,
+            path,
+            environment,
+            switch,
+            *split_stderr,
+            before_exec,
+        );
+    }
     if launch.clear_environment {
         cmd.env_clear();
     }
@@ -186,6 +203,62 @@ fn launch_command(
         output: pipes.output,
         stderr: pipes.stderr,
         stdin: pipes.stdin,
+    })
+}
+
+/// Launches an exec request's command on pipes (see [`Wiring::Pipes`]) with
+/// `cobble_sys::vspawn`, gated by `before_exec` when given.
+fn spawn_pipes(
+    launch: &Launch,
+    path: PathBuf,
+    environment: BTreeMap<String, String>,
+    ids: Option<(u32, u32)>,
+    split_stderr: bool,
+    before_exec: Option<impl FnOnce(u32) + Send>,
+) -> Result<Child, LaunchError> {
+    let (stdin_read, stdin_write) = std::io::pipe().map_err(LaunchError::Pipe)?;
+    grow(&stdin_write);
+    let (output_read, output_write) = std::io::pipe().map_err(LaunchError::Pipe)?;
+    grow(&output_read);
+    let output_write = OwnedFd::from(output_write);
+    let (stderr_read, stderr_write) = if split_stderr {
+        let (read, write) = std::io::pipe().map_err(LaunchError::Pipe)?;
+        grow(&read);
+        (Some(read), OwnedFd::from(write))
+    } else {
+        (None, output_write.try_clone().map_err(LaunchError::Pipe)?)
+    };
+    let spawn = cobble_sys::vspawn::Spawn {
+        program: path.clone(),
+        argv: launch.argv.iter().map(Into::into).collect(),
+        environment: environment
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect(),
+        working_dir: (!launch.working_dir.is_empty()).then(|| launch.working_dir.clone().into()),
+        stdio: [stdin_read.into(), output_write, stderr_write],
+        ids,
+        new_session: true,
+    };
+    let spawned = cobble_sys::vspawn::spawn_gated(spawn, |pid| {
+        if let Some(before_exec) = before_exec {
+            before_exec(pid);
+        }
+    })
+    .map_err(|error| LaunchError::Fork { path, error })?;
+    // The child's ends were dropped with `spawn`: the readers see end of file once the
+    // command (and whatever it passed them to) is gone.
+    let receiver = |read: std::io::PipeReader| {
+        pipe::Receiver::from_owned_fd(OwnedFd::from(read)).map_err(LaunchError::Pipe)
+    };
+    Ok(Child {
+        pid: spawned.pid,
+        exit: spawned.exit,
+        output: Some(receiver(output_read)?),
+        stderr: stderr_read.map(receiver).transpose()?,
+        stdin: Some(
+            pipe::Sender::from_owned_fd(OwnedFd::from(stdin_write)).map_err(LaunchError::Pipe)?,
+        ),
     })
 }
 

@@ -35,13 +35,15 @@
 //! - [`fs`]: file system calls std lacks (early writeback for long writes).
 //! - [`pty`]: pseudo-terminals and new sessions for exec.
 //! - [`terminal`]: the user's terminal for `cobble exec`: its size, and raw mode.
+//! - [`vspawn`]: starting an exec command without copying the daemon's memory.
 //!
 //! # Unsafe code
 //!
 //! This is the only cobble crate allowed `unsafe`; every block carries a
 //! `// SAFETY:` comment (enforced by `clippy::undocumented_unsafe_blocks`).
-//! The only code that runs between `fork` and `exec` is in [`pty`]: `setsid`
-//! and `ioctl(TIOCSCTTY)`, both async-signal-safe.
+//! The code that runs between `fork` and `exec` is in [`pty`] (`setsid` and
+//! `ioctl(TIOCSCTTY)`), in [`reaper::spawn_gated`]'s gate, and in [`vspawn`], whose child
+//! shares the daemon's memory and so makes plain system calls only.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -55,6 +57,7 @@ pub mod pty;
 pub mod reaper;
 pub mod terminal;
 pub mod user;
+pub mod vspawn;
 
 use std::io;
 use std::path::PathBuf;

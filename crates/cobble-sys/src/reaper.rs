@@ -218,6 +218,23 @@ pub fn spawn(cmd: &mut Command) -> io::Result<Spawned> {
     })
 }
 
+/// Starts a child with `launch` (which returns its pid once it has exec'd or exited) and
+/// registers it, under the registry lock as [`spawn`] does, for spawners other than
+/// `Command` (see [`crate::vspawn`]).
+pub(crate) fn spawn_registered(
+    launch: impl FnOnce() -> io::Result<u32>,
+) -> io::Result<(u32, oneshot::Receiver<ExitStatus>)> {
+    start()?;
+    let (tx, rx) = oneshot::channel();
+    let mut registry = lock(&REGISTRY);
+    let pid = launch()?;
+    let raw_pid = libc::pid_t::try_from(pid).expect("the kernel's pids fit in pid_t");
+    if registry.insert(raw_pid, tx).is_some() {
+        warn!(pid, "new pid observed while still being tracked");
+    }
+    Ok((pid, rx))
+}
+
 /// Like [`spawn`], but the child does not exec until `before_exec` has run with its pid.
 ///
 /// This closes the window between fork and "the daemon has written the pid down": a

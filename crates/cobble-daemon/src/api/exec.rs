@@ -60,6 +60,7 @@ pub async fn get_task_websocket(
         ))
     })?;
     Ok(upgrade
+        .read_buffer_size(claim.read_buffer_size())
         .on_upgrade(move |socket| async move { claim.deliver(socket) })
         .into_response())
 }

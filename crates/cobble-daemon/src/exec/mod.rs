@@ -54,6 +54,12 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 /// runtime's workers (and leave the daemon a stack and a malloc arena per thread).
 const BLOCKING_JOBS: usize = 2;
 
+/// The read buffer of the `stdio` websocket, which carries stdin: tungstenite's default.
+const STDIN_READ_BUFFER: usize = 128 * 1024;
+/// The read buffer of the `control` and `stderr` websockets, which carry small commands at
+/// most (a larger frame takes more reads).
+const COMMAND_READ_BUFFER: usize = 4 * 1024;
+
 /// One of an execution's websockets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Channel {
@@ -308,6 +314,17 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// How many bytes the websocket should read from its connection at a time. The reader
+    /// zeroes that much before every read, even one that finds a few bytes or none, so the
+    /// websockets that only carry the odd command get a small one; `stdio` keeps the
+    /// library's default, which carries stdin in few reads.
+    pub fn read_buffer_size(&self) -> usize {
+        match self.channel {
+            Channel::Stdio => STDIN_READ_BUFFER,
+            Channel::Control | Channel::Stderr => COMMAND_READ_BUFFER,
+        }
+    }
+
     /// Hands the upgraded socket to the execution (which drops it if it has ended since).
     pub fn deliver(mut self, socket: WebSocket) {
         self.delivered = true;

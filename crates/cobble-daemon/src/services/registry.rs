@@ -1,9 +1,12 @@
 //! The record of running process groups, so a daemon never starts a service twice.
 //!
 //! Services run in their own process groups and survive the daemon if it is killed with
-//! SIGKILL. Each spawn and exit rewrites `$PEBBLE/.cobble-processes` atomically with
-//! [`Durability::Process`]: a rename and no fsync, because the file only has to survive the
-//! daemon process, not the machine: if the machine goes down, so do the processes. At start-up, before anything is
+//! SIGKILL. Each spawn and exit rewrites `$PEBBLE/.cobble-processes` so that the daemon's
+//! death at any instant leaves the old records or the new, with [`Durability::Process`]: no
+//! fsync, because the file only has to survive the daemon process, not the machine: if the
+//! machine goes down, so do the processes. Records that fit in a page are rewritten in place
+//! with one write (see [`ProcessRegistry::save`]), larger ones renamed over the old file. At
+//! start-up, before anything is
 //! spawned, the next daemon ends every group its predecessor left running, and every process
 //! that carries a recorded instance's invocation ID (see [`super::members`]) wherever it was
 //! re-parented. A pid is trusted only if its start time still matches the recorded one, so a
@@ -39,7 +42,13 @@ pub struct Record {
 pub struct ProcessRegistry {
     path: Option<PathBuf>,
     records: BTreeMap<String, Record>,
+    /// The file as last written, open for rewriting in place, and its length.
+    file: Option<(std::fs::File, usize)>,
 }
+
+/// The most bytes rewritten in place: one page, which a write copies into the page cache
+/// whole or not at all, even when the daemon is killed in the middle of it.
+const IN_PLACE_MAX: usize = 4096;
 
 impl ProcessRegistry {
     /// A registry kept in `dir`, or only in memory when `dir` is `None`.
@@ -47,6 +56,7 @@ impl ProcessRegistry {
         ProcessRegistry {
             path: dir.map(|d| d.join(FILE_NAME)),
             records: BTreeMap::new(),
+            file: None,
         }
     }
 
@@ -83,15 +93,39 @@ impl ProcessRegistry {
         }
     }
 
-    fn save(&self) {
+    /// Writes the records out. While they fit in a page, the file is rewritten in place with
+    /// one write at its start, padded with spaces to its previous length: a write of one
+    /// page is never torn by the daemon's death, and it costs a fraction of a new file
+    /// renamed over the old one (which every exec request paid before its command ran).
+    /// Larger records, and a write that fails, take the atomic rename.
+    fn save(&mut self) {
         let Some(path) = &self.path else {
             return;
         };
-        let bytes = serde_json::to_vec(&self.records).expect("records serialise");
+        let mut bytes = serde_json::to_vec(&self.records).expect("records serialise");
+        if let Some((file, len)) = &mut self.file {
+            use std::os::unix::fs::FileExt;
+            let padded = bytes.len().max(*len);
+            if padded <= IN_PLACE_MAX {
+                bytes.resize(padded, b' ');
+                if matches!(file.write_at(&bytes, 0), Ok(n) if n == padded) {
+                    *len = padded;
+                    return;
+                }
+                bytes.truncate(bytes.trim_ascii_end().len());
+            }
+        }
+        self.file = None;
         // Process durability: see the module documentation.
         if let Err(e) = atomic::write_atomic(path, &bytes, 0o600, Durability::Process) {
             tracing::warn!("Cannot record service processes in {}: {e}", path.display());
+            return;
         }
+        self.file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .ok()
+            .map(|file| (file, bytes.len()));
     }
 }
 
@@ -281,5 +315,49 @@ mod tests {
         let on_disk: BTreeMap<String, Record> =
             serde_json::from_slice(&std::fs::read(dir.path().join(FILE_NAME)).unwrap()).unwrap();
         assert!(on_disk.is_empty());
+    }
+
+    fn record_set(registry: &ProcessRegistry) -> BTreeMap<String, Record> {
+        let path = registry.path.as_ref().unwrap();
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn small_records_are_rewritten_in_place_and_large_ones_renamed() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let me = std::process::id();
+        let mut registry = ProcessRegistry::new(Some(dir.path()));
+        registry.record("a-service-with-a-long-name", me, Some("invocation"));
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        registry.record("exec task 1", me, None);
+        registry.forget("a-service-with-a-long-name", me);
+        // Shorter than before: padded, still exactly the records.
+        assert_eq!(
+            record_set(&registry).keys().collect::<Vec<_>>(),
+            ["exec task 1"]
+        );
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().ino(),
+            inode,
+            "rewritten in place"
+        );
+
+        for i in 0..100 {
+            registry.record(&format!("service-{i}"), me, Some("an-invocation-id"));
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() > IN_PLACE_MAX as u64);
+        assert_ne!(
+            std::fs::metadata(&path).unwrap().ino(),
+            inode,
+            "renamed over"
+        );
+        assert_eq!(record_set(&registry).len(), 101);
+        for i in 0..100 {
+            registry.forget(&format!("service-{i}"), me);
+        }
+        assert_eq!(record_set(&registry).len(), 1);
+        assert!(std::fs::metadata(&path).unwrap().len() < IN_PLACE_MAX as u64);
     }
 }
