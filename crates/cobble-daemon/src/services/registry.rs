@@ -331,6 +331,8 @@ mod tests {
         let mut registry = ProcessRegistry::new(Some(dir.path()));
         registry.record("a-service-with-a-long-name", me, Some("invocation"));
         let inode = std::fs::metadata(&path).unwrap().ino();
+        // Held open, so that no later file of the test can be given the same inode number.
+        let _original = std::fs::File::open(&path).unwrap();
         registry.record("exec task 1", me, None);
         registry.forget("a-service-with-a-long-name", me);
         // Shorter than before: padded, still exactly the records.
