@@ -20,10 +20,12 @@ mod identities;
 mod journal;
 pub mod notices;
 mod persist;
+mod smallmap;
 mod timefmt;
 
 pub use notices::{Notice, NoticeFilter, NoticeType, Occurrence};
 pub use persist::{COALESCE_WINDOW, FlushError, PersistError, Persister, load, write_state_file};
+pub use smallmap::SmallMap;
 pub use timefmt::{
     format_rfc3339_nano, format_rfc3339_nano_utc, format_rfc3339_secs, format_utc_millis,
     format_utc_secs,
@@ -112,8 +114,8 @@ pub struct Task {
     pub service: Option<String>,
     /// What the API shows as the task's `data` (Pebble's `api-data`), such as an exec's
     /// `exit-code`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub data: BTreeMap<String, serde_json::Value>,
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub data: SmallMap<serde_json::Value>,
 }
 
 /// A change: a client request and the tasks carrying it out.
@@ -412,7 +414,7 @@ impl StateStore {
                     spawn_time: Timestamp::now(),
                     ready_time: None,
                     service: service.map(str::to_owned),
-                    data: BTreeMap::new(),
+                    data: SmallMap::new(),
                 },
             );
             if let Some(c) = d.changes.get_mut(&change_id) {
@@ -785,7 +787,7 @@ fn render_task(t: &Task) -> TaskInfo {
         },
         spawn_time: format_rfc3339_nano(t.spawn_time),
         ready_time: t.ready_time.map(format_rfc3339_nano),
-        data: (!t.data.is_empty()).then(|| t.data.clone()),
+        data: (!t.data.is_empty()).then(|| t.data.to_btree()),
     }
 }
 
