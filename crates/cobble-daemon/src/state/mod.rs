@@ -543,19 +543,22 @@ impl StateStore {
     /// Lists changes, newest last.
     pub fn changes(&self, select: Select, for_service: Option<&str>) -> Vec<ChangeInfo> {
         let d = self.lock();
-        d.changes
-            .values()
-            .filter(|c| {
-                let ready = change_status(&d, c).is_ready();
-                match select {
-                    Select::All => true,
-                    Select::Ready => ready,
-                    Select::InProgress => !ready,
-                }
-            })
-            .filter(|c| for_service.is_none_or(|s| c.service_names.iter().any(|n| n == s)))
+        listed(&d, select, for_service)
             .map(|c| render_change(&d, c))
             .collect()
+    }
+
+    /// The same list, rendered one change at a time as it is serialised. Rendered whole, a
+    /// history of a thousand changes takes a couple of megabytes of small blocks for each
+    /// listing, which the allocator then keeps for reuse; one at a time, the blocks of one
+    /// change are reused by the next. The store stays locked until the listing is dropped:
+    /// serialise it at once, and hold it across no await.
+    pub fn changes_listing(&self, select: Select, for_service: Option<&str>) -> ChangesListing<'_> {
+        ChangesListing {
+            data: self.lock(),
+            select,
+            for_service: for_service.map(str::to_owned),
+        }
     }
 
     /// Whether a change is ready (None if unknown).
@@ -646,6 +649,42 @@ impl StateStore {
                 std::future::pending::<()>().await;
             }
         }
+    }
+}
+
+/// The changes `select` and `for_service` pick, newest last.
+fn listed<'a>(
+    d: &'a StateData,
+    select: Select,
+    for_service: Option<&'a str>,
+) -> impl Iterator<Item = &'a Change> {
+    d.changes
+        .values()
+        .filter(move |c| {
+            let ready = change_status(d, c).is_ready();
+            match select {
+                Select::All => true,
+                Select::Ready => ready,
+                Select::InProgress => !ready,
+            }
+        })
+        .filter(move |c| for_service.is_none_or(|s| c.service_names.iter().any(|n| n == s)))
+}
+
+/// A list of changes that serialises as `GET /v1/changes` answers, from the store itself
+/// (see [`StateStore::changes_listing`]).
+pub struct ChangesListing<'a> {
+    data: MutexGuard<'a, StateData>,
+    select: Select,
+    for_service: Option<String>,
+}
+
+impl Serialize for ChangesListing<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let d = &*self.data;
+        serializer.collect_seq(
+            listed(d, self.select, self.for_service.as_deref()).map(|c| render_change(d, c)),
+        )
     }
 }
 
