@@ -118,6 +118,8 @@ pub fn run(opts: RunOptions) -> i32 {
 
 /// [`run`], with the hooks of a command that runs the daemon for its own use.
 pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
+    // Before any thread starts: the arena limit applies to arenas made from then on.
+    cobble_sys::memory::tune_allocator();
     logging::init(opts.debug, embedding.silent);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -31,7 +31,7 @@ pub async fn get_changes(
     let for_service = Some(first(&query, "for")).filter(|s| !s.is_empty());
     // Changes a check made in the background show IDs no request waited for.
     api.state.durable_ids().await;
-    Ok(sync(api.state.changes(select, for_service)))
+    Ok(sync(api.state.changes_listing(select, for_service)))
 }
 
 fn not_found(e: StateError) -> ApiError {

@@ -20,10 +20,12 @@ mod identities;
 mod journal;
 pub mod notices;
 mod persist;
+mod smallmap;
 mod timefmt;
 
 pub use notices::{Notice, NoticeFilter, NoticeType, Occurrence};
 pub use persist::{COALESCE_WINDOW, FlushError, PersistError, Persister, load, write_state_file};
+pub use smallmap::SmallMap;
 pub use timefmt::{
     format_rfc3339_nano, format_rfc3339_nano_utc, format_rfc3339_secs, format_utc_millis,
     format_utc_secs,
@@ -112,8 +114,8 @@ pub struct Task {
     pub service: Option<String>,
     /// What the API shows as the task's `data` (Pebble's `api-data`), such as an exec's
     /// `exit-code`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub data: BTreeMap<String, serde_json::Value>,
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub data: SmallMap<serde_json::Value>,
 }
 
 /// A change: a client request and the tasks carrying it out.
@@ -412,7 +414,7 @@ impl StateStore {
                     spawn_time: Timestamp::now(),
                     ready_time: None,
                     service: service.map(str::to_owned),
-                    data: BTreeMap::new(),
+                    data: SmallMap::new(),
                 },
             );
             if let Some(c) = d.changes.get_mut(&change_id) {
@@ -541,19 +543,22 @@ impl StateStore {
     /// Lists changes, newest last.
     pub fn changes(&self, select: Select, for_service: Option<&str>) -> Vec<ChangeInfo> {
         let d = self.lock();
-        d.changes
-            .values()
-            .filter(|c| {
-                let ready = change_status(&d, c).is_ready();
-                match select {
-                    Select::All => true,
-                    Select::Ready => ready,
-                    Select::InProgress => !ready,
-                }
-            })
-            .filter(|c| for_service.is_none_or(|s| c.service_names.iter().any(|n| n == s)))
+        listed(&d, select, for_service)
             .map(|c| render_change(&d, c))
             .collect()
+    }
+
+    /// The same list, rendered one change at a time as it is serialised. Rendered whole, a
+    /// history of a thousand changes takes a couple of megabytes of small blocks for each
+    /// listing, which the allocator then keeps for reuse; one at a time, the blocks of one
+    /// change are reused by the next. The store stays locked until the listing is dropped:
+    /// serialise it at once, and hold it across no await.
+    pub fn changes_listing(&self, select: Select, for_service: Option<&str>) -> ChangesListing<'_> {
+        ChangesListing {
+            data: self.lock(),
+            select,
+            for_service: for_service.map(str::to_owned),
+        }
     }
 
     /// Whether a change is ready (None if unknown).
@@ -644,6 +649,42 @@ impl StateStore {
                 std::future::pending::<()>().await;
             }
         }
+    }
+}
+
+/// The changes `select` and `for_service` pick, newest last.
+fn listed<'a>(
+    d: &'a StateData,
+    select: Select,
+    for_service: Option<&'a str>,
+) -> impl Iterator<Item = &'a Change> {
+    d.changes
+        .values()
+        .filter(move |c| {
+            let ready = change_status(d, c).is_ready();
+            match select {
+                Select::All => true,
+                Select::Ready => ready,
+                Select::InProgress => !ready,
+            }
+        })
+        .filter(move |c| for_service.is_none_or(|s| c.service_names.iter().any(|n| n == s)))
+}
+
+/// A list of changes that serialises as `GET /v1/changes` answers, from the store itself
+/// (see [`StateStore::changes_listing`]).
+pub struct ChangesListing<'a> {
+    data: MutexGuard<'a, StateData>,
+    select: Select,
+    for_service: Option<String>,
+}
+
+impl Serialize for ChangesListing<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let d = &*self.data;
+        serializer.collect_seq(
+            listed(d, self.select, self.for_service.as_deref()).map(|c| render_change(d, c)),
+        )
     }
 }
 
@@ -785,7 +826,7 @@ fn render_task(t: &Task) -> TaskInfo {
         },
         spawn_time: format_rfc3339_nano(t.spawn_time),
         ready_time: t.ready_time.map(format_rfc3339_nano),
-        data: (!t.data.is_empty()).then(|| t.data.clone()),
+        data: (!t.data.is_empty()).then(|| t.data.to_btree()),
     }
 }
 

@@ -19,7 +19,7 @@ use cobble_plan::duration::format_duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::{Change, StateData, Status, change_status, format_rfc3339_nano_utc};
+use super::{Change, SmallMap, StateData, Status, change_status, format_rfc3339_nano_utc};
 
 /// How long after its last occurrence a notice is dropped.
 pub const NOTICE_EXPIRE_AFTER: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -76,8 +76,8 @@ pub struct Notice {
     pub last_repeated: Timestamp,
     pub occurrences: u64,
     /// The data of the last occurrence (replaced, never merged).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub last_data: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub last_data: SmallMap<String>,
     /// The `repeat-after` of the last occurrence; zero repeats every time.
     #[serde(default)]
     pub repeat_after: Duration,
@@ -111,7 +111,7 @@ impl Notice {
             last_occurred: format_rfc3339_nano_utc(self.last_occurred),
             last_repeated: format_rfc3339_nano_utc(self.last_repeated),
             occurrences: self.occurrences,
-            last_data: self.last_data.clone(),
+            last_data: self.last_data.to_btree(),
             repeat_after: go_duration(self.repeat_after),
             expire_after: go_duration(self.expire_after),
         }
@@ -202,7 +202,7 @@ pub fn add(d: &mut StateData, occurrence: Occurrence, now: Timestamp) -> (u64, b
                 last_occurred: now,
                 last_repeated: now,
                 occurrences: 1,
-                last_data: BTreeMap::new(),
+                last_data: SmallMap::new(),
                 repeat_after: Duration::ZERO,
                 expire_after: NOTICE_EXPIRE_AFTER,
             });
@@ -210,7 +210,7 @@ pub fn add(d: &mut StateData, occurrence: Occurrence, now: Timestamp) -> (u64, b
         }
     };
     notice.last_occurred = now;
-    notice.last_data = data;
+    notice.last_data = data.into();
     notice.repeat_after = repeat_after;
     let id = notice.id;
     d.dirty.touch_notice(id);

@@ -85,6 +85,32 @@ fn select_and_for_filters() {
 }
 
 #[test]
+fn a_listing_serialises_as_the_rendered_changes() {
+    let s = store();
+    let a = s.new_change("exec", "Execute command \"echo\"", vec![]);
+    let ta = s.add_task(a, "exec", "Execute command \"echo\"", None);
+    s.set_task_data(ta, "exit-code", 0.into());
+    s.task_error(ta, "boom");
+    s.set_task_status(ta, Status::Error);
+    let b = s.new_change("start", "b", vec!["b".into()]);
+    s.add_task(b, "start", "b", Some("b"));
+    s.new_done_change("replan", "nothing");
+    for (select, service) in [
+        (Select::All, None),
+        (Select::Ready, None),
+        (Select::InProgress, None),
+        (Select::All, Some("b")),
+        (Select::All, Some("zzz")),
+    ] {
+        let rendered = serde_json::to_string(&s.changes(select, service)).unwrap();
+        let listed = serde_json::to_string(&s.changes_listing(select, service)).unwrap();
+        assert_eq!(listed, rendered, "{select:?} {service:?}");
+    }
+    let all = serde_json::to_value(s.changes_listing(Select::All, None)).unwrap();
+    assert_eq!(all.as_array().map(Vec::len), Some(3));
+}
+
+#[test]
 fn abort_holds_pending_tasks_and_cancels_runners() {
     let s = store();
     let c = s.new_change("start", "x", vec![]);
