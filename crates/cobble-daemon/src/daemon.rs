@@ -109,11 +109,9 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     if !leftovers.is_empty() {
         tracing::info!("Removed leftover temporary files {}", leftovers.join(", "));
     }
-    if let Err(e) = crate::logs::persist::init(crate::logs::persist::PersistConfig::from_env(
+    crate::logs::persist::init(crate::logs::persist::PersistConfig::from_env(
         &opts.pebble_dir,
-    )) {
-        tracing::info!("Cannot start the service log file writer: {e}");
-    }
+    ));
     let layers_dir = opts.pebble_dir.join("layers");
     let mut plan = Plan::load_dir(&layers_dir)?;
     if !opts.service_args.is_empty() {
