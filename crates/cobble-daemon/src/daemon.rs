@@ -305,6 +305,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         }
     } else {
         // Nobody supervises the services any more: end every recorded process group.
+        let processes = processes.clone();
         let ended = tokio::task::spawn_blocking(move || processes.end_all(longest_kill_delay))
             .await
             .unwrap_or_default();
@@ -320,6 +321,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     if swept > 0 {
         tracing::info!("Stopped {swept} leftover processes");
     }
+    let _ = tokio::task::spawn_blocking(move || processes.save_registry()).await;
     // The services' last words go out too, within the forwarder's final-flush bound.
     forwarder.shutdown().await;
     cancel.cancel();

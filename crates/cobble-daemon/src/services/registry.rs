@@ -1,9 +1,11 @@
 //! The record of running process groups, so a daemon never starts a service twice.
 //!
 //! Services run in their own process groups and survive the daemon if it is killed with
-//! SIGKILL. Each spawn and exit rewrites `$PEBBLE/.cobble-processes` atomically with
+//! SIGKILL. Each spawn rewrites `$PEBBLE/.cobble-processes` atomically with
 //! [`Durability::Process`]: a rename and no fsync, because the file only has to survive the
-//! daemon process, not the machine: if the machine goes down, so do the processes. At start-up, before anything is
+//! daemon process, not the machine: if the machine goes down, so do the processes. An exit
+//! only forgets its group in memory ([`ProcessRegistry::forget_unsaved`]); the next spawn, or
+//! the daemon's exit, writes the file without it. At start-up, before anything is
 //! spawned, the next daemon ends every group its predecessor left running, and every process
 //! that carries a recorded instance's invocation ID (see [`super::members`]) wherever it was
 //! re-parented. A pid is trusted only if its start time still matches the recorded one, so a
@@ -83,7 +85,9 @@ impl ProcessRegistry {
         }
     }
 
-    fn save(&self) {
+    /// Writes the records as they are now, leaving out the groups forgotten since the last
+    /// write. Blocking.
+    pub fn save(&self) {
         let Some(path) = &self.path else {
             return;
         };
