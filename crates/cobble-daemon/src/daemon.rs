@@ -2,8 +2,9 @@
 //!
 //! Start-up prepares `$PEBBLE` (creating it with `--create-dirs`, locking it so that one
 //! daemon alone serves it, seeding it from `PEBBLE_COPY_ONCE`), loads the layers once, loads
-//! the state file, becomes the subreaper, starts the managers, writes the state file back
-//! and starts the listeners. Unless `--hold`, it then autostarts the enabled services. It
+//! the state file, writes it back (durably, while it becomes the subreaper and starts the
+//! managers) and, once it is written, starts the listeners. Unless `--hold`, it then
+//! autostarts the enabled services. It
 //! runs until SIGTERM, SIGINT or SIGQUIT, or until a service action asks for a shutdown;
 //! either way it stops every running service in reverse dependency order, ends whatever
 //! process it started that is still running, writes the state one last time and returns the
@@ -109,11 +110,9 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     if !leftovers.is_empty() {
         tracing::info!("Removed leftover temporary files {}", leftovers.join(", "));
     }
-    if let Err(e) = crate::logs::persist::init(crate::logs::persist::PersistConfig::from_env(
+    crate::logs::persist::init(crate::logs::persist::PersistConfig::from_env(
         &opts.pebble_dir,
-    )) {
-        tracing::info!("Cannot start the service log file writer: {e}");
-    }
+    ));
     let layers_dir = opts.pebble_dir.join("layers");
     let mut plan = Plan::load_dir(&layers_dir)?;
     if !opts.service_args.is_empty() {
@@ -126,8 +125,6 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     } else {
         StateData::default()
     };
-    cobble_sys::reaper::start().map_err(DaemonError::Reaper)?;
-
     let store = StateStore::new(data);
     if let Some(identities) = &opts.identities {
         let action = crate::identities::Action::Replace;
@@ -137,6 +134,17 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
             .change_identities(action, changes)
             .map_err(DaemonError::Identities)?;
     }
+    // Clients and tests take the state file as the sign of a started daemon, so it is there
+    // before the socket is, even when nothing has happened yet. Its fsyncs wait on the disk,
+    // not the CPU: they run while the rest of start-up does, and the socket waits for them.
+    let first_write = opts.persist.then(|| {
+        let mut persister = Persister::new(store.clone(), state_path.clone());
+        tokio::spawn(async move {
+            let written = persister.flush().await;
+            (persister, written)
+        })
+    });
+    cobble_sys::reaper::start().map_err(DaemonError::Reaper)?;
     let plan = PlanManager::new(plan);
     let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel();
     // A daemon killed with SIGKILL leaves its services running: end them before anything
@@ -169,18 +177,6 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     managers.watch(Manager::Checks, checks_task);
 
     let cancel = CancellationToken::new();
-    if opts.persist {
-        let mut persister = Persister::new(store.clone(), state_path.clone());
-        // Clients and tests take the state file as the sign of a started daemon, so it is
-        // there before the socket is, even when nothing has happened yet.
-        if let Err(e) = persister.flush().await {
-            tracing::warn!("Cannot write state file {}: {e}", state_path.display());
-        }
-        managers.watch(
-            Manager::Persister,
-            tokio::spawn(persister.run(cancel.clone())),
-        );
-    }
     {
         let store = store.clone();
         tokio::spawn(async move {
@@ -203,6 +199,18 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         }
         None => None,
     };
+    if let Some(first_write) = first_write {
+        let (persister, written) = first_write
+            .await
+            .expect("the first state write does not panic");
+        if let Err(e) = written {
+            tracing::warn!("Cannot write state file {}: {e}", state_path.display());
+        }
+        managers.watch(
+            Manager::Persister,
+            tokio::spawn(persister.run(cancel.clone())),
+        );
+    }
     let unix = bind_unix(&opts.socket_path)?;
     let tcp = match &opts.http {
         Some(address) => Some(bind_tcp(address).await?),
@@ -297,6 +305,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         }
     } else {
         // Nobody supervises the services any more: end every recorded process group.
+        let processes = processes.clone();
         let ended = tokio::task::spawn_blocking(move || processes.end_all(longest_kill_delay))
             .await
             .unwrap_or_default();
@@ -312,6 +321,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     if swept > 0 {
         tracing::info!("Stopped {swept} leftover processes");
     }
+    let _ = tokio::task::spawn_blocking(move || processes.save_registry()).await;
     // The services' last words go out too, within the forwarder's final-flush bound.
     forwarder.shutdown().await;
     cancel.cancel();

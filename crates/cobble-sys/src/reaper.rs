@@ -325,6 +325,19 @@ where
     })
 }
 
+/// Leaves out of `pids` every child started with [`spawn`] that has not been reaped yet.
+///
+/// Such a pid still names the process [`spawn`] started: the kernel gives a pid to no other
+/// process until its owner has been waited for, and only the reaper waits. So a caller that
+/// looks for orphans among its children can skip these without reading `/proc`. List the
+/// children first and call this after, so that a pid left out was this process's own child
+/// all along (or died and was reused for a newer one).
+pub fn without_awaited(mut pids: Vec<u32>) -> Vec<u32> {
+    let registry = lock(&REGISTRY);
+    pids.retain(|&pid| libc::pid_t::try_from(pid).map_or(true, |raw| !registry.contains_key(&raw)));
+    pids
+}
+
 /// How many exited processes the reaper has collected that [`spawn`] had not
 /// registered (orphans re-parented to us, or children started by other means).
 pub fn orphans_reaped() -> u64 {
@@ -434,6 +447,23 @@ mod tests {
         let status = spawned.exit.blocking_recv().unwrap();
         assert!(status.success());
         assert!(marker.exists());
+    }
+
+    #[test]
+    fn a_child_is_awaited_until_reaped() {
+        let mut cmd = Command::new("cat");
+        cmd.stdin(std::process::Stdio::piped());
+        let mut spawned = spawn(&mut cmd).unwrap();
+        let other = spawned.pid + 1_000_000;
+        assert_eq!(without_awaited(vec![spawned.pid, other]), vec![other]);
+        // End of input: cat exits, and its pid is no longer vouched for once reaped.
+        drop(spawned.stdin.take());
+        let status = spawned.exit.blocking_recv().unwrap();
+        assert!(status.success());
+        assert_eq!(
+            without_awaited(vec![spawned.pid, other]),
+            vec![spawned.pid, other]
+        );
     }
 
     #[test]

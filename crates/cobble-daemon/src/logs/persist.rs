@@ -2,7 +2,8 @@
 //! true` also goes to `<dir>/<service>.log`, rotated by size, so it outlives the daemon.
 //!
 //! Lines are written in Pebble's service log layout (`<time> [<service>] <line>`) by one
-//! dedicated thread from a bounded queue: the service's output reader only appends to
+//! dedicated thread, started with the first service that persists its logs (most daemons
+//! have none, and pay nothing for it), from a bounded queue: the service's output reader only appends to
 //! memory. When the disk does not keep up and the queue is full, lines are dropped and
 //! counted, and the file gets one `(... output truncated: N lines lost ...)` line in their
 //! place. A file that would grow past its size limit is rotated first (`svc.log` becomes
@@ -15,7 +16,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, Once, OnceLock};
 
 use jiff::Timestamp;
 
@@ -72,6 +73,8 @@ struct Shared {
     config: PersistConfig,
     queue: Mutex<Queue>,
     changed: Condvar,
+    /// Starts the writer thread, once.
+    writer: Once,
 }
 
 /// The writer of every persisted service log. Cheap to clone.
@@ -95,14 +98,10 @@ impl std::fmt::Debug for PersistTarget {
 
 static FILES: OnceLock<LogFiles> = OnceLock::new();
 
-/// Starts the writer thread for this daemon's persisted logs (once).
-pub fn init(config: PersistConfig) -> std::io::Result<()> {
-    if FILES.get().is_some() {
-        return Ok(());
-    }
-    let files = LogFiles::spawn(config)?;
-    let _ = FILES.set(files);
-    Ok(())
+/// Sets where this daemon's persisted logs go (once); the writer starts with the first
+/// [`LogFiles::target`].
+pub fn init(config: PersistConfig) {
+    let _ = FILES.set(LogFiles::new(config));
 }
 
 /// The daemon's log files, once [`init`] has run.
@@ -111,17 +110,27 @@ pub fn files() -> Option<&'static LogFiles> {
 }
 
 impl LogFiles {
-    fn spawn(config: PersistConfig) -> std::io::Result<LogFiles> {
-        let shared = Arc::new(Shared {
-            config,
-            queue: Mutex::new(Queue::default()),
-            changed: Condvar::new(),
+    fn new(config: PersistConfig) -> LogFiles {
+        LogFiles {
+            shared: Arc::new(Shared {
+                config,
+                queue: Mutex::new(Queue::default()),
+                changed: Condvar::new(),
+                writer: Once::new(),
+            }),
+        }
+    }
+
+    fn start_writer(&self) {
+        self.shared.writer.call_once(|| {
+            let writer = self.shared.clone();
+            if let Err(e) = std::thread::Builder::new()
+                .name("cobble-logfiles".into())
+                .spawn(move || write_out(&writer))
+            {
+                tracing::info!("Cannot start the service log file writer: {e}");
+            }
         });
-        let writer = shared.clone();
-        std::thread::Builder::new()
-            .name("cobble-logfiles".into())
-            .spawn(move || write_out(&writer))?;
-        Ok(LogFiles { shared })
     }
 
     /// Waits until every line queued so far is written, for at most `timeout` (a daemon
@@ -150,6 +159,7 @@ impl LogFiles {
 
     /// Where `service`'s lines go.
     pub fn target(&self, service: &str) -> PersistTarget {
+        self.start_writer();
         PersistTarget {
             service: service.into(),
             files: self.clone(),
@@ -398,7 +408,7 @@ mod tests {
     fn lines_are_written_rotated_by_size_and_read_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let config = config(dir.path(), 1000, 2);
-        let files = LogFiles::spawn(config.clone()).unwrap();
+        let files = LogFiles::new(config.clone());
         let target = files.target("svc");
         let t0 = Timestamp::from_second(1_700_000_000).unwrap();
         for i in 0..100 {

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cobble_sys::process::{self as sys, ProcStat, Signal};
+use cobble_sys::reaper;
 
 /// The environment variable that names a service instance in its processes.
 pub const INVOCATION_VARIABLE: &str = "COBBLE_INVOCATION_ID";
@@ -40,7 +41,12 @@ pub fn members(leader: u32, leader_start: u64, invocation: &str) -> BTreeMap<u32
     // process that has it now leads some other group, whose members are not this instance's.
     let group_is_ours = leader_now.is_none_or(|start| start == leader_start);
     let entry = format!("{INVOCATION_VARIABLE}={invocation}");
-    for child in sys::children(std::process::id()) {
+    // Only orphans are looked at: a child the daemon started itself and has not reaped (the
+    // main process of this or another service, a command run for a client) is no orphan.
+    // Leaving them out without a look at `/proc` keeps stopping every service at once from
+    // reading every other service's status and environment.
+    let children = reaper::without_awaited(sys::children(std::process::id()));
+    for child in children {
         if child == leader {
             continue;
         }

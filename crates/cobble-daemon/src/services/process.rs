@@ -168,6 +168,12 @@ impl OsProcesses {
         self.registry().forget_unsaved(name, pid);
     }
 
+    /// Writes the registry without the groups forgotten since the last write, for a daemon
+    /// on its way out: its successor then has no stale record to check. Blocking.
+    pub fn save_registry(&self) {
+        self.registry().save();
+    }
+
     /// Ends every group still recorded (SIGTERM, then SIGKILL after `grace`), for a daemon
     /// that must exit without its supervisor. Blocking.
     pub fn end_all(&self, grace: std::time::Duration) -> Vec<String> {
@@ -333,7 +339,9 @@ impl Processes for OsProcesses {
     }
 
     fn forget(&self, name: &str, pid: u32) {
-        self.registry().forget(name, pid);
+        // A stale record is harmless (see `forget_unsaved`), and rewriting the file at every
+        // exit made stopping many services at once wait on as many renames.
+        self.registry().forget_unsaved(name, pid);
     }
 
     fn missing(&self, paths: Vec<String>) -> Vec<String> {

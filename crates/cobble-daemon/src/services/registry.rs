@@ -1,12 +1,13 @@
 //! The record of running process groups, so a daemon never starts a service twice.
 //!
 //! Services run in their own process groups and survive the daemon if it is killed with
-//! SIGKILL. Each spawn and exit rewrites `$PEBBLE/.cobble-processes` so that the daemon's
-//! death at any instant leaves the old records or the new, with [`Durability::Process`]: no
-//! fsync, because the file only has to survive the daemon process, not the machine: if the
-//! machine goes down, so do the processes. Records that fit in a page are rewritten in place
-//! with one write (see [`ProcessRegistry::save`]), larger ones renamed over the old file. At
-//! start-up, before anything is
+//! SIGKILL. Each spawn rewrites `$PEBBLE/.cobble-processes` so that the daemon's death at any
+//! instant leaves the old records or the new, with [`Durability::Process`]: no fsync, because
+//! the file only has to survive the daemon process, not the machine: if the machine goes down,
+//! so do the processes. Records that fit in a page are rewritten in place with one write (see
+//! [`ProcessRegistry::save`]), larger ones renamed over the old file. An exit only forgets its
+//! group in memory ([`ProcessRegistry::forget_unsaved`]); the next spawn, or the daemon's exit,
+//! writes the file without it. At start-up, before anything is
 //! spawned, the next daemon ends every group its predecessor left running, and every process
 //! that carries a recorded instance's invocation ID (see [`super::members`]) wherever it was
 //! re-parented. A pid is trusted only if its start time still matches the recorded one, so a
@@ -93,12 +94,13 @@ impl ProcessRegistry {
         }
     }
 
-    /// Writes the records out. While they fit in a page, the file is rewritten in place with
-    /// one write at its start, padded with spaces to its previous length: a write of one
-    /// page is never torn by the daemon's death, and it costs a fraction of a new file
-    /// renamed over the old one (which every exec request paid before its command ran).
-    /// Larger records, and a write that fails, take the atomic rename.
-    fn save(&mut self) {
+    /// Writes the records as they are now, leaving out the groups forgotten since the last
+    /// write. Blocking. While they fit in a page, the file is rewritten in place with one
+    /// write at its start, padded with spaces to its previous length: a write of one page is
+    /// never torn by the daemon's death, and it costs a fraction of a new file renamed over
+    /// the old one (which every exec request paid before its command ran). Larger records,
+    /// and a write that fails, take the atomic rename.
+    pub fn save(&mut self) {
         let Some(path) = &self.path else {
             return;
         };

@@ -212,3 +212,17 @@ fn a_double_forked_daemon_is_ended_by_the_successor_of_a_killed_daemon() {
         processes_with(token).is_empty() && processes_with(&format!("{token}1")).is_empty()
     });
 }
+
+/// A service's exit forgets its group in memory only; the daemon's exit writes the record of
+/// process groups without it, so that the next daemon has nothing stale to look for.
+#[test]
+fn a_clean_exit_leaves_no_process_group_recorded() {
+    let layer = "services:\n  sleeper:\n    override: replace\n    command: sleep 1000\n";
+    let mut d = Daemon::hold(&[("001-base", layer)]);
+    act(&d, "start", &["sleeper"]);
+    let record = d.pebble_dir().join(".cobble-processes");
+    let text = fs::read_to_string(&record).unwrap();
+    assert!(text.contains("\"sleeper\""), "{text}");
+    assert_eq!(d.stop(), Some(0));
+    assert_eq!(fs::read_to_string(&record).unwrap(), "{}");
+}
