@@ -42,9 +42,13 @@ pub const MAX_LINE: usize = 4096;
 /// Bookkeeping cost charged per line on top of its length, so many tiny lines are bounded
 /// too. About what Pebble's ring spends on the prefix it stores before each line.
 const ENTRY_OVERHEAD: usize = 32;
-/// Bytes read from a service's output at once: a pipe holds 64 KiB, so one read takes all
-/// a fast writer has written meanwhile.
+/// The most bytes read from a service's output at once: a pipe holds 64 KiB, so one read
+/// takes all a fast writer has written meanwhile.
 pub const READ_BYTES: usize = 64 * 1024;
+/// The room a service's first read gets. It doubles each time a read fills it, up to
+/// [`READ_BYTES`], so only a service that writes fast holds the full read buffer: a daemon
+/// with a hundred quiet services would otherwise keep 6 MiB of buffers it never fills.
+const FIRST_READ_BYTES: usize = 4 * 1024;
 /// Arena capacity above which a mostly empty arena gives memory back (a follower that held
 /// lines back has read them or gone).
 const SHRINK_ABOVE: usize = 1024 * 1024;
@@ -542,6 +546,9 @@ pub struct LineSplitter {
     work: Vec<u8>,
     line_start: usize,
     filled: usize,
+    /// The room the next read gets, and the room the last one got.
+    room: usize,
+    offered: usize,
     pieces: Pieces,
 }
 
@@ -578,6 +585,8 @@ impl LineSplitter {
             work: Vec::new(),
             line_start: 0,
             filled: 0,
+            room: FIRST_READ_BYTES,
+            offered: 0,
             pieces: Pieces {
                 first_cap: MAX_LINE.saturating_sub(PREFIX_LEN + name.len()).max(1),
                 continuing: false,
@@ -591,23 +600,28 @@ impl LineSplitter {
         }
     }
 
-    /// Where the next read goes: [`READ_BYTES`] of room after the unfinished line.
+    /// Where the next read goes: room after the unfinished line, from
+    /// [`FIRST_READ_BYTES`] up to [`READ_BYTES`] as the service's reads fill it.
     pub fn buffer(&mut self) -> &mut [u8] {
         if self.line_start > 0 {
             self.work.copy_within(self.line_start..self.filled, 0);
             self.filled -= self.line_start;
             self.line_start = 0;
         }
-        let want = self.filled + READ_BYTES;
+        let want = self.filled + self.room;
         if self.work.len() < want {
             self.work.resize(want, 0);
         }
+        self.offered = self.work.len() - self.filled;
         &mut self.work[self.filled..]
     }
 
     /// Takes `n` more bytes read into [`LineSplitter::buffer`] at time `now`, and returns the
     /// pieces they complete.
     pub fn feed(&mut self, n: usize, now: Timestamp) -> Split<'_> {
+        if n == self.offered && self.room < READ_BYTES {
+            self.room = (self.room * 2).min(READ_BYTES);
+        }
         let from = self.line_start;
         let scan = self.filled;
         self.filled += n;
@@ -714,11 +728,16 @@ mod tests {
             }
             log.push_lines(split);
         };
-        for (k, piece) in bytes.chunks(chunk.clamp(1, READ_BYTES)).enumerate() {
-            let room = splitter.buffer();
-            room[..piece.len()].copy_from_slice(piece);
-            let split = splitter.feed(piece.len(), at(k as i64));
-            collect(&split, &mut out);
+        for (k, mut piece) in bytes.chunks(chunk.clamp(1, READ_BYTES)).enumerate() {
+            // A read gets no more than the splitter's room, as a pipe read would.
+            while !piece.is_empty() {
+                let room = splitter.buffer();
+                let n = piece.len().min(room.len());
+                room[..n].copy_from_slice(&piece[..n]);
+                piece = &piece[n..];
+                let split = splitter.feed(n, at(k as i64));
+                collect(&split, &mut out);
+            }
         }
         if finish {
             let split = splitter.finish(at(1_000_000));
@@ -867,6 +886,35 @@ mod tests {
             prop_assert_eq!(texts(&out), want.iter().map(String::as_str).collect::<Vec<_>>());
             prop_assert_eq!(log.last_lines(usize::MAX), want);
         });
+    }
+
+    #[test]
+    fn the_read_room_grows_only_for_a_service_whose_reads_fill_it() {
+        let mut s = LineSplitter::default();
+        for k in 0..100 {
+            let room = s.buffer();
+            room[..6].copy_from_slice(b"quiet\n");
+            let _ = s.feed(6, at(k));
+        }
+        assert_eq!(
+            s.buffer().len(),
+            FIRST_READ_BYTES,
+            "a quiet service keeps its first room"
+        );
+        let mut rooms = Vec::new();
+        for k in 0..8 {
+            let room = s.buffer();
+            let n = room.len();
+            rooms.push(n);
+            room.fill(b'x');
+            room[n - 1] = b'\n';
+            let _ = s.feed(n, at(k));
+        }
+        assert_eq!(
+            rooms,
+            [4, 8, 16, 32, 64, 64, 64, 64].map(|kib| kib * 1024),
+            "each read that fills its room doubles it, up to READ_BYTES"
+        );
     }
 
     #[test]
