@@ -276,10 +276,19 @@ mod tests {
             sink.lines_with(100, |queue| queue.extend_from_slice(&batch));
         }
         assert!(lock(&sink.shared.queue).pending.len() <= QUEUE_BYTES);
+        let (delivered, dropped) = drain_counting(&mut reader, 10_000, 1000);
+        assert_eq!(delivered + dropped, 10_000);
+        assert!(dropped > 5_000, "dropped {dropped}");
+    }
+
+    /// Reads `reader` until `total` lines are accounted for, each either delivered (and
+    /// `line_len` bytes long with its newline) or counted in a `dropped N` notice; returns
+    /// both counts.
+    fn drain_counting(reader: &mut std::io::PipeReader, total: u64, line_len: usize) -> (u64, u64) {
         let (mut delivered, mut dropped) = (0u64, 0u64);
         let mut text = String::new();
         let mut buf = vec![0u8; 1 << 16];
-        while delivered + dropped < 10_000 {
+        while delivered + dropped < total {
             let n = reader.read(&mut buf).unwrap();
             text.push_str(std::str::from_utf8(&buf[..n]).unwrap());
             while let Some(end) = text.find('\n') {
@@ -287,14 +296,13 @@ mod tests {
                 match line.trim_end().strip_prefix("dropped ") {
                     Some(n) => dropped += n.parse::<u64>().unwrap(),
                     None => {
-                        assert_eq!(line.len(), 1000);
+                        assert_eq!(line.len(), line_len);
                         delivered += 1;
                     }
                 }
             }
         }
-        assert_eq!(delivered + dropped, 10_000);
-        assert!(dropped > 5_000, "dropped {dropped}");
+        (delivered, dropped)
     }
 
     #[test]
@@ -312,23 +320,7 @@ mod tests {
 
         // Drain the pipe: every line either arrives or is counted in a notice where it was
         // lost.
-        let (mut delivered, mut dropped) = (0u64, 0u64);
-        let mut text = String::new();
-        let mut buf = vec![0u8; 1 << 16];
-        while delivered + dropped < 10_000 {
-            let n = reader.read(&mut buf).unwrap();
-            text.push_str(std::str::from_utf8(&buf[..n]).unwrap());
-            while let Some(end) = text.find('\n') {
-                let line: String = text.drain(..=end).collect();
-                match line.trim_end().strip_prefix("dropped ") {
-                    Some(n) => dropped += n.parse::<u64>().unwrap(),
-                    None => {
-                        assert_eq!(line.len(), 1001);
-                        delivered += 1;
-                    }
-                }
-            }
-        }
+        let (delivered, dropped) = drain_counting(&mut reader, 10_000, 1001);
         assert_eq!(delivered + dropped, 10_000);
         assert!(dropped > 5_000, "dropped {dropped}");
         assert!(sink.flush(Duration::from_secs(10)));
