@@ -546,9 +546,8 @@ pub struct LineSplitter {
     work: Vec<u8>,
     line_start: usize,
     filled: usize,
-    /// The room the next read gets, and the room the last one got.
+    /// The room the next read gets.
     room: usize,
-    offered: usize,
     pieces: Pieces,
 }
 
@@ -586,7 +585,6 @@ impl LineSplitter {
             line_start: 0,
             filled: 0,
             room: FIRST_READ_BYTES,
-            offered: 0,
             pieces: Pieces {
                 first_cap: MAX_LINE.saturating_sub(PREFIX_LEN + name.len()).max(1),
                 continuing: false,
@@ -612,14 +610,14 @@ impl LineSplitter {
         if self.work.len() < want {
             self.work.resize(want, 0);
         }
-        self.offered = self.work.len() - self.filled;
         &mut self.work[self.filled..]
     }
 
     /// Takes `n` more bytes read into [`LineSplitter::buffer`] at time `now`, and returns the
     /// pieces they complete.
     pub fn feed(&mut self, n: usize, now: Timestamp) -> Split<'_> {
-        if n == self.offered && self.room < READ_BYTES {
+        // `buffer` offered everything after `filled`: a read that took it all filled its room.
+        if n == self.work.len() - self.filled && self.room < READ_BYTES {
             self.room = (self.room * 2).min(READ_BYTES);
         }
         let from = self.line_start;
