@@ -46,6 +46,13 @@ pub fn set_pipe_size(fd: impl std::os::fd::AsFd, bytes: usize) -> io::Result<usi
         .map_err(io::Error::from)
 }
 
+/// The size of the buffer of the pipe `fd` belongs to.
+pub fn pipe_size(fd: impl std::os::fd::AsFd) -> io::Result<usize> {
+    nix::fcntl::fcntl(fd.as_fd(), nix::fcntl::FcntlArg::F_GETPIPE_SZ)
+        .map(|size| size as usize)
+        .map_err(io::Error::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,5 +61,6 @@ mod tests {
     fn a_pipe_grows_to_the_size_asked_for() {
         let (reader, _writer) = io::pipe().unwrap();
         assert_eq!(set_pipe_size(&reader, 256 * 1024).unwrap(), 256 * 1024);
+        assert_eq!(pipe_size(&_writer).unwrap(), 256 * 1024);
     }
 }

@@ -613,6 +613,12 @@ impl LineSplitter {
         &mut self.work[self.filled..]
     }
 
+    /// Whether the service's reads have filled every room they were given, up to the largest
+    /// ([`READ_BYTES`]): the service writes fast.
+    pub fn reads_fill_the_largest_room(&self) -> bool {
+        self.room == READ_BYTES
+    }
+
     /// Takes `n` more bytes read into [`LineSplitter::buffer`] at time `now`, and returns the
     /// pieces they complete.
     pub fn feed(&mut self, n: usize, now: Timestamp) -> Split<'_> {
