@@ -18,6 +18,13 @@
 /// heap in 15 arenas totalling 13.3 MiB: two thirds of its anonymous memory was free heap.
 /// Two arenas are enough for a daemon whose runtime has two workers, and a fixed threshold
 /// sends every large buffer to its own mapping, returned to the kernel when freed.
+///
+/// The threshold sits above the exec relay's buffers (a 128 KiB read, copied into the
+/// websocket's frame buffer of the same size). Mapped blocks all start 16 bytes into a page,
+/// so with both mapped the copy's destination sat 10 bytes (the frame header) past its
+/// source modulo 4096: loads then alias the stores just made, and `memcpy` ran at 3.3 GB/s
+/// instead of 57 on this machine's CPU. At a 64 KiB threshold that copy made the relay
+/// cost 40 % more daemon CPU (BENCHMARKS.md, "Exec").
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn tune_allocator() {
     let tuned = std::env::vars_os().any(|(name, _)| {
@@ -49,7 +56,7 @@ const ARENA_MAX: libc::c_int = 2;
 /// Blocks of this size or more get their own mapping. Setting it also pins the trim
 /// threshold at its default (128 KiB), which glibc would otherwise raise alongside.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-const MMAP_THRESHOLD: libc::c_int = 64 * 1024;
+const MMAP_THRESHOLD: libc::c_int = 256 * 1024;
 
 /// Returns freed heap memory to the kernel. After a burst of work (a replan of a thousand
 /// services, say) glibc keeps the freed memory of every thread's arena for reuse, and an idle
