@@ -2,9 +2,10 @@
 //! `/v1/logs` gets during a burst.
 //!
 //! - Throughput: `bench/logs_produce.py` writes 100-byte lines as fast as it can for
-//!   `secs`, once piped to `cat > /dev/null` (the baseline) and once as a service of a daemon
-//!   (not `--verbose`). The ratio of the two byte rates is how much slower the daemon makes
-//!   the service; the daemon's CPU time over the window and its RSS after are reported too.
+//!   `secs`, piped to `cat > /dev/null` (the baseline) and as a service of a daemon (not
+//!   `--verbose`), the two alternating for `rounds` runs each. The ratio of the median byte
+//!   rates is how much slower the daemon makes the service; the daemon's CPU over the window
+//!   (and per GB carried) and its RSS after are reported too.
 //! - The same with a `--verbose` daemon, as Juju runs it: each line is also copied to the
 //!   daemon's stdout, a pipe the harness drains as a container runtime would. Also reported:
 //!   the share of the producer's lines that reached stdout (the rest were dropped and
@@ -30,6 +31,8 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Settings {
     /// How long the producer writes.
     pub secs: u64,
+    /// How many times the producer runs each way (piped, then as a service).
+    pub rounds: usize,
     /// Lines in the follower's burst.
     pub burst: usize,
     /// The Python that runs the producer and the follower.
@@ -46,22 +49,7 @@ pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<Stri
     let python = settings.python.display().to_string();
     let mut rows = Vec::new();
 
-    eprintln!("==> producer piped to cat for {} s", settings.secs);
     let scratch = tempfile::tempdir()?;
-    let count = scratch.path().join("baseline");
-    let status = Command::new("/bin/sh")
-        .arg("-c")
-        .arg(format!(
-            "{python} {} {} {} | cat > /dev/null",
-            produce.display(),
-            settings.secs,
-            count.display()
-        ))
-        .status()?;
-    ensure!(status.success(), "the baseline producer failed");
-    let baseline = read_count(&count)? as f64 / settings.secs as f64;
-
-    eprintln!("==> producer as a service for {} s", settings.secs);
     let count = scratch.path().join("service");
     let layer = format!(
         "services:\n  {PRODUCER}:\n    override: replace\n    command: {python} {} {} {}\n    \
@@ -79,18 +67,56 @@ pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<Stri
         .wait_answer(settings.poll_launch, ANSWER_TIMEOUT)
         .await?;
     let client = daemon.client().clone();
-    let ProducerRun {
-        rate,
-        cpu,
-        window,
-        rss,
-    } = run_producer(&daemon, &count, settings.secs).await?;
+    // The baseline's rate on this machine moves with where the scheduler puts the two
+    // processes, from run to run: the two ways alternate, and the medians are compared.
+    let (mut baselines, mut services) = (Vec::new(), Vec::new());
+    let (mut cpus, mut cpu_per_gb) = (Vec::new(), Vec::new());
+    let mut rss = None;
+    for round in 1..=settings.rounds {
+        eprintln!(
+            "==> round {round} of {}: producer piped to cat for {} s",
+            settings.rounds, settings.secs
+        );
+        let piped = scratch.path().join("baseline");
+        let status = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "{python} {} {} {} | cat > /dev/null",
+                produce.display(),
+                settings.secs,
+                piped.display()
+            ))
+            .status()?;
+        ensure!(status.success(), "the baseline producer failed");
+        baselines.push(read_count(&piped)? as f64 / settings.secs as f64);
+        std::fs::remove_file(&piped)?;
+
+        eprintln!(
+            "==> round {round} of {}: producer as a service for {} s",
+            settings.rounds, settings.secs
+        );
+        let run = run_producer(&daemon, &count, settings.secs).await?;
+        std::fs::remove_file(&count)?;
+        services.push(run.rate);
+        cpus.push(run.cpu.as_secs_f64() / run.window.as_secs_f64());
+        cpu_per_gb.push(run.cpu.as_secs_f64() * 1e3 / (run.rate * settings.secs as f64 / 1e9));
+        rss = Some(run.rss);
+    }
+    let baseline = median(&baselines);
+    let rate = median(&services);
+    let rates = |v: &[f64]| {
+        v.iter()
+            .map(|r| format!("{:.0}", r / 1e6))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     rows.push(
         Row::single(
             &format!(
-                "producer slowdown as a service vs piped to `cat` ({:.0} vs {:.0} MB/s)",
-                rate / 1e6,
-                baseline / 1e6
+                "producer slowdown as a service vs piped to `cat`, medians of {} alternating runs (service {} MB/s; piped {} MB/s)",
+                settings.rounds,
+                rates(&services),
+                rates(&baselines)
             ),
             Unit::Ratio,
             baseline / rate,
@@ -98,14 +124,16 @@ pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<Stri
         .pebble(1.39)
         .target(Target::at_most(1.1)),
     );
+    let cpu = median(&cpus);
     rows.push(Row::single(
         &format!(
-            "daemon CPU while the producer writes ({} of one core)",
-            report::cpu_share(cpu, window)
+            "daemon CPU while the producer writes, share of one core (median; {:.0} ms per GB carried)",
+            median(&cpu_per_gb)
         ),
-        Unit::Seconds,
-        cpu.as_secs_f64(),
+        Unit::Ratio,
+        cpu,
     ));
+    let rss = rss.context("no rounds ran")?;
     rows.push(Row::memory("daemon RSS after the producer", &[rss]));
 
     eprintln!("==> follower during a burst of {} lines", settings.burst);
@@ -250,6 +278,18 @@ async fn run_producer(daemon: &Daemon, count: &Path, secs: u64) -> Result<Produc
         window,
         rss,
     })
+}
+
+/// The median of `values`, which is not empty.
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 0 {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    } else {
+        sorted[mid]
+    }
 }
 
 /// Reads `stdout` to its end, as a container runtime reads a daemon's; returns the bytes.

@@ -224,6 +224,9 @@ struct Args {
     /// MiB pushed through `cat` in the exec throughput row.
     #[arg(long, value_name = "N", default_value_t = 100)]
     exec_mib: usize,
+    /// Runs of the exec throughput each way (a local `cat`, `cat` through the daemon).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    exec_rounds: usize,
     /// `exec true` round trips started at once.
     #[arg(long, value_name = "N", default_value_t = 50)]
     exec_concurrent: usize,
@@ -239,6 +242,9 @@ struct Args {
     /// How long the logs group's producer writes, in seconds.
     #[arg(long, value_name = "S", default_value_t = 10)]
     logs_secs: u64,
+    /// How many times the logs group's producer runs each way, alternating.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    logs_rounds: usize,
     /// Lines in the logs group's burst.
     #[arg(long, value_name = "N", default_value_t = 200_000)]
     logs_burst: usize,
@@ -380,6 +386,7 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
             poll_launch,
             python: args.python.clone(),
             mib: args.exec_mib,
+            rounds: args.exec_rounds,
             concurrent: args.exec_concurrent,
         };
         let section = exec::run(&bench.cobble, &bench.token, &settings).await?;
@@ -398,6 +405,7 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
     if args.runs(Group::Logs) {
         let settings = logs::Settings {
             secs: args.logs_secs,
+            rounds: args.logs_rounds,
             burst: args.logs_burst,
             python: "python3".into(),
             poll_launch,
