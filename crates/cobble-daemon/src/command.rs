@@ -23,11 +23,18 @@ use cobble_sys::reaper::{self, ExitStatus};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
-/// The buffer an exec's pipes ask for (Linux's default `pipe-max-size`). With the default
-/// 64 KiB, a stream through a command such as `cat` moves in small steps, each a wake-up of
-/// the command and of the relay; a larger buffer lets each side move more per wake-up. The
-/// kernel allocates the pages only as they fill.
+/// The buffer an exec's pipe grows to (Linux's default `pipe-max-size`) once a stream fills
+/// the default 64 KiB ([`grow_exec_pipe`]). With the default, a stream through a command
+/// such as `cat` moves in small steps, each a wake-up of the command and of the relay; a
+/// larger buffer lets each side move more per wake-up. Pipes start at the default because
+/// an unprivileged user's pipes share a budget (`pipe-user-pages-soft`, 64 MiB): asked for
+/// up front, 1 MiB per pipe spent it with about twenty concurrent execs, after which every
+/// new pipe of that user, services' included, got 8 KiB. The kernel allocates the pages
+/// only as they fill.
 const EXEC_PIPE_SIZE: usize = 1024 * 1024;
+
+/// What a pipe holds before anything grows it.
+pub const DEFAULT_PIPE_BYTES: usize = 64 * 1024;
 
 /// What to run, and as whom.
 #[derive(Debug, Clone, Default)]
@@ -217,13 +224,10 @@ fn spawn_pipes(
     before_exec: Option<impl FnOnce(u32) + Send>,
 ) -> Result<Child, LaunchError> {
     let (stdin_read, stdin_write) = std::io::pipe().map_err(LaunchError::Pipe)?;
-    grow(&stdin_write);
     let (output_read, output_write) = std::io::pipe().map_err(LaunchError::Pipe)?;
-    grow(&output_read);
     let output_write = OwnedFd::from(output_write);
     let (stderr_read, stderr_write) = if split_stderr {
         let (read, write) = std::io::pipe().map_err(LaunchError::Pipe)?;
-        grow(&read);
         (Some(read), OwnedFd::from(write))
     } else {
         (None, output_write.try_clone().map_err(LaunchError::Pipe)?)
@@ -291,7 +295,6 @@ fn wire(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
                 pipes.stderr = Some(stderr_pipe(cmd)?);
             } else {
                 let (output, stdout, stderr) = cobble_sys::output::merged_pipe()?;
-                grow(&output);
                 cmd.stdout(stdout).stderr(stderr);
                 pipes.output = Some(output);
             }
@@ -319,16 +322,15 @@ fn wire(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
     Ok(pipes)
 }
 
-/// Gives an exec's pipe [`EXEC_PIPE_SIZE`] where the kernel allows; a pipe that keeps the
-/// default size works, only slower.
-fn grow(pipe: &impl std::os::fd::AsFd) {
+/// Gives an exec's pipe [`EXEC_PIPE_SIZE`] where the kernel allows, once a stream has filled
+/// it; a pipe that keeps the default size works, only slower.
+pub fn grow_exec_pipe(pipe: &impl std::os::fd::AsFd) {
     let _ = cobble_sys::output::set_pipe_size(pipe, EXEC_PIPE_SIZE);
 }
 
 /// A pipe for one output stream of an exec: the daemon's read end and the child's write end.
 fn output_pipe() -> std::io::Result<(pipe::Receiver, Stdio)> {
     let (reader, writer) = std::io::pipe()?;
-    grow(&reader);
     Ok((
         pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?,
         Stdio::from(writer),
@@ -343,7 +345,6 @@ fn stderr_pipe(cmd: &mut Command) -> std::io::Result<pipe::Receiver> {
 
 fn stdin_pipe(cmd: &mut Command) -> std::io::Result<pipe::Sender> {
     let (reader, writer) = std::io::pipe()?;
-    grow(&writer);
     cmd.stdin(Stdio::from(reader));
     pipe::Sender::from_owned_fd(OwnedFd::from(writer))
 }

@@ -164,19 +164,19 @@ impl Session {
                 master: master.clone(),
                 exited: exited.clone(),
             },
-            (None, Some(output)) => Output::Pipe(output),
+            (None, Some(output)) => Output::pipe(output),
             (None, None) => unreachable!("a command without a terminal has an output pipe"),
         };
         relays.push(tokio::spawn(relay(output, stdio_sink)));
         if let (Some(stderr), Some(socket)) = (child.stderr, sockets.stderr.take()) {
             let (sink, frames) = socket.split();
-            relays.push(tokio::spawn(relay(Output::Pipe(stderr), sink)));
+            relays.push(tokio::spawn(relay(Output::pipe(stderr), sink)));
             // Nothing comes in on stderr, but the socket lives until the client closes it.
             self.tasks.spawn(drain(frames, self.shutdown.clone()));
         }
         let stdin = match (&master, child.stdin) {
             (Some(master), _) if self.prepared.interactive => Stdin::Terminal(master.clone()),
-            (_, Some(pipe)) => Stdin::Pipe(pipe),
+            (_, Some(pipe)) => Stdin::Pipe { pipe, grown: false },
             _ => Stdin::Closed,
         };
         self.tasks.spawn(relay_stdin(
@@ -501,7 +501,8 @@ fn end_frame() -> Message {
 /// Where a command's output comes from.
 enum Output {
     /// A pipe, read to end of file: output written just before the exit is never lost.
-    Pipe(pipe::Receiver),
+    /// It grows once a read finds it full.
+    Pipe { pipe: pipe::Receiver, grown: bool },
     /// The terminal, read until it ends, or until the command has exited and the terminal
     /// has been quiet for [`TERMINAL_DRAIN_IDLE`].
     Terminal {
@@ -511,10 +512,25 @@ enum Output {
 }
 
 impl Output {
+    fn pipe(pipe: pipe::Receiver) -> Output {
+        Output::Pipe { pipe, grown: false }
+    }
+
     /// Reads the next chunk into `buf`'s spare capacity; 0 at the end of the output.
     async fn read(&mut self, buf: &mut impl BufMut) -> usize {
         let read = match self {
-            Output::Pipe(pipe) => pipe.read_buf(buf).await,
+            Output::Pipe { pipe, grown } => {
+                let read = pipe.read_buf(buf).await;
+                if !*grown
+                    && read
+                        .as_ref()
+                        .is_ok_and(|&n| n >= command::DEFAULT_PIPE_BYTES)
+                {
+                    command::grow_exec_pipe(pipe);
+                    *grown = true;
+                }
+                read
+            }
             Output::Terminal { master, exited } => {
                 let mut reader: &Master = master;
                 loop {
@@ -564,8 +580,8 @@ async fn relay(mut output: Output, mut sink: SplitSink<WebSocket, Message>) {
 
 /// Where the client's input goes.
 enum Stdin {
-    /// A pipe: `end` closes it.
-    Pipe(pipe::Sender),
+    /// A pipe: `end` closes it. It grows once a write finds it full.
+    Pipe { pipe: pipe::Sender, grown: bool },
     /// The terminal, in interactive mode: `end` is typed as its end-of-file character.
     Terminal(Arc<Master>),
     /// Nowhere (ended, or the command stopped reading): input is discarded.
@@ -575,7 +591,21 @@ enum Stdin {
 impl Stdin {
     async fn write(&mut self, bytes: &[u8]) {
         let written = match self {
-            Stdin::Pipe(pipe) => pipe.write_all(bytes).await,
+            Stdin::Pipe { pipe, grown } if !*grown => match pipe.try_write(bytes) {
+                Ok(n) if n == bytes.len() => Ok(()),
+                Ok(n) => {
+                    command::grow_exec_pipe(pipe);
+                    *grown = true;
+                    pipe.write_all(&bytes[n..]).await
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    command::grow_exec_pipe(pipe);
+                    *grown = true;
+                    pipe.write_all(bytes).await
+                }
+                Err(e) => Err(e),
+            },
+            Stdin::Pipe { pipe, .. } => pipe.write_all(bytes).await,
             Stdin::Terminal(master) => {
                 let mut writer: &Master = master;
                 writer.write_all(bytes).await

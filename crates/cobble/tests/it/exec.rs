@@ -861,3 +861,48 @@ fn a_command_left_running_by_a_sigkilled_daemon_is_ended_by_the_next() {
         daemon.log()
     );
 }
+
+/// An exec's pipes start at the kernel's default size and grow once a stream fills them, so
+/// that concurrent execs of an unprivileged daemon do not spend the user's pipe budget
+/// (`pipe-user-pages-soft`) before they carry anything.
+#[test]
+fn pipes_start_at_the_default_size_and_grow_once_a_stream_fills_them() {
+    const SCRIPT: &str = r#"
+import fcntl, sys, time
+F_GETPIPE_SZ = 1032
+def grown(fd):
+    deadline = time.monotonic() + 20
+    while fcntl.fcntl(fd, F_GETPIPE_SZ) < 1 << 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return fcntl.fcntl(fd, F_GETPIPE_SZ)
+first = (fcntl.fcntl(0, F_GETPIPE_SZ), fcntl.fcntl(1, F_GETPIPE_SZ))
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+stdin = grown(0)
+data = sys.stdin.buffer.read()
+sys.stdout.buffer.write(b"x" * (2 << 20))
+sys.stdout.flush()
+sys.stdout.write(f"\n{first[0]} {first[1]} {stdin} {len(data)} {grown(1)}\n")
+"#;
+    let daemon = Daemon::hold(&[]);
+    rt().block_on(async {
+        let exec = start(&daemon, json!({"command": ["python3", "-c", SCRIPT]})).await;
+        let _control = connect(&daemon, &exec.task, "control").await.unwrap();
+        let mut stdio = connect(&daemon, &exec.task, "stdio").await.unwrap();
+        let mut text = String::new();
+        read_until(&mut stdio, &mut text, "ready\n").await;
+        // Eight frames of 64 KiB: the first fills the pipe, the second finds it full.
+        for _ in 0..8 {
+            send_bytes(&mut stdio, &[b'y'; 64 * 1024]).await;
+        }
+        send_end(&mut stdio).await;
+        let output = read_to_end(&mut stdio).await;
+        let summary = String::from_utf8_lossy(&output);
+        let summary = summary.trim_end().rsplit('\n').next().unwrap_or_default();
+        assert_eq!(
+            summary, "65536 65536 1048576 524288 1048576",
+            "stdin and stdout at the start, stdin once written to, the input's length, stdout once written to"
+        );
+        assert_eq!(exit_code(&wait_change(&daemon, &exec.change).await), Some(0));
+    });
+}
