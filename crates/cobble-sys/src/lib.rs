@@ -33,6 +33,7 @@
 //! - [`user`]: the passwd/group parser and Pebble's uid/gid normalisation.
 //! - [`output`]: a merged stdout+stderr pipe with an async read end.
 //! - [`fs`]: file system calls std lacks (early writeback for long writes).
+//! - [`math`]: the one function of the C maths library cobble calls, in Rust.
 //! - [`pty`]: pseudo-terminals and new sessions for exec.
 //! - [`terminal`]: the user's terminal for `cobble exec`: its size, and raw mode.
 //! - [`vspawn`]: starting an exec command without copying the daemon's memory.
@@ -50,6 +51,7 @@
 #![warn(missing_docs)]
 
 pub mod fs;
+pub mod math;
 pub mod memory;
 pub mod output;
 pub mod process;
