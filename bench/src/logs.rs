@@ -53,6 +53,7 @@ pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<Stri
     let count = scratch.path().join("service");
     let layer = format!(
         "services:\n  {PRODUCER}:\n    override: replace\n    command: {python} {} {} {}\n    \
+         on-success: ignore\n    on-failure: ignore\n    \
          environment:\n      {TOKEN_VAR}: {token}\n  burst:\n    override: replace\n    \
          command: sh -c 'while [ ! -e {go} ]; do sleep 0.01; done; seq 1 {burst}; exec sleep 100000'\n    \
          environment:\n      {TOKEN_VAR}: {token}\n",
@@ -67,6 +68,8 @@ pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<Stri
         .wait_answer(settings.poll_launch, ANSWER_TIMEOUT)
         .await?;
     let client = daemon.client().clone();
+    // The producer is not restarted when it ends (`on-success: ignore`): each round starts
+    // it afresh, and it does not run during the next round's baseline.
     // The baseline's rate on this machine moves with where the scheduler puts the two
     // processes, from run to run: the two ways alternate, and the medians are compared.
     let (mut baselines, mut services) = (Vec::new(), Vec::new());
