@@ -20,6 +20,7 @@ mod entrypoint;
 mod exec;
 mod exec_cli;
 mod files;
+mod footprint;
 mod forward;
 mod go_client;
 mod identities;
