@@ -49,6 +49,7 @@ pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<Stri
     let python = settings.python.display().to_string();
     let mut rows = Vec::new();
 
+    ensure!(settings.rounds > 0, "--logs-rounds must be positive");
     let scratch = tempfile::tempdir()?;
     let count = scratch.path().join("service");
     let layer = format!(
@@ -70,6 +71,7 @@ pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<Stri
     let client = daemon.client().clone();
     // The producer is not restarted when it ends (`on-success: ignore`): each round starts
     // it afresh, and it does not run during the next round's baseline.
+    //
     // The baseline's rate on this machine moves with where the scheduler puts the two
     // processes, from run to run: the two ways alternate, and the medians are compared.
     let (mut baselines, mut services) = (Vec::new(), Vec::new());
@@ -136,7 +138,7 @@ pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<Stri
         Unit::Ratio,
         cpu,
     ));
-    let rss = rss.context("no rounds ran")?;
+    let rss = rss.expect("at least one round ran");
     rows.push(Row::memory("daemon RSS after the producer", &[rss]));
 
     eprintln!("==> follower during a burst of {} lines", settings.burst);
