@@ -376,9 +376,11 @@ mod tests {
 
     #[test]
     fn the_command_starts_with_no_signal_blocked_and_sigpipe_not_ignored() {
-        // The test harness ignores SIGPIPE, as the daemon does; the command must not.
+        // The test harness ignores SIGPIPE, as the daemon does; the command must not. The
+        // shell execs grep, which reads its own status: a shell that forked it instead would
+        // block every signal around its wait, and grep would read that.
         let (mut stdout, [out, err]) = output();
-        let mut spawn = sh("grep -E '^Sig(Ign|Blk)' /proc/$$/status");
+        let mut spawn = sh("exec grep -E '^Sig(Ign|Blk)' /proc/self/status");
         spawn.stdio[1] = out;
         spawn.stdio[2] = err;
         let spawned = spawn_gated(spawn, |_| {}).unwrap();
