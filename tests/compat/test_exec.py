@@ -210,11 +210,13 @@ def test_send_signal_reaches_the_command(client: ops.pebble.Client):
         process.wait()
     assert excinfo.value.exit_code == 128 + signal.SIGTERM
 
-    process = client.exec(['/bin/sh', '-c', 'trap "echo got-hup; exit 0" HUP; echo ready; while :; do sleep 0.1; done'])
+    # SIGUSR1 rather than SIGHUP: a shell cannot trap a signal it was started with ignored,
+    # and SIGHUP is ignored all the way down when the suite runs under nohup.
+    process = client.exec(['/bin/sh', '-c', 'trap "echo got-usr1; exit 0" USR1; echo ready; while :; do sleep 0.1; done'])
     assert process.stdout is not None
     assert process.stdout.readline() == 'ready\n'
-    process.send_signal('SIGHUP')
-    assert process.stdout.readline() == 'got-hup\n'
+    process.send_signal('SIGUSR1')
+    assert process.stdout.readline() == 'got-usr1\n'
     process.wait()
 
 
