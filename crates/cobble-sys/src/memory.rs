@@ -24,7 +24,7 @@
 /// so with both mapped the copy's destination sat 10 bytes (the frame header) past its
 /// source modulo 4096: loads then alias the stores just made, and `memcpy` ran at 3.3 GB/s
 /// instead of 57 on this machine's CPU. At a 64 KiB threshold that copy made the relay
-/// cost 40 % more daemon CPU (BENCHMARKS.md, "Exec").
+/// cost 40-65 % more daemon CPU (BENCHMARKS.md, "Exec").
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn tune_allocator() {
     let tuned = std::env::vars_os().any(|(name, _)| {
