@@ -252,12 +252,11 @@ pub fn spawn_gated<F>(cmd: &mut Command, before_exec: F) -> io::Result<Spawned>
 where
     F: FnOnce(u32) + Send,
 {
-    use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
 
     start()?;
-    let (mut pid_read, pid_write) = io::pipe()?;
+    let (pid_read, pid_write) = io::pipe()?;
     let (gate_read, gate_write) = io::pipe()?;
     let pid_fd = pid_write.as_raw_fd();
     let gate_read_fd = gate_read.as_raw_fd();
@@ -307,15 +306,7 @@ where
         });
     }
     std::thread::scope(|scope| {
-        let gate = scope.spawn(move || {
-            let mut pid = [0u8; 4];
-            // End of file: the child died or was never forked.
-            if pid_read.read_exact(&mut pid).is_ok() {
-                before_exec(u32::from_ne_bytes(pid));
-                let _ = (&gate_write).write_all(&[1]);
-            }
-            drop(gate_write);
-        });
+        let gate = scope.spawn(move || keep_gate(pid_read, gate_write, before_exec));
         let spawned = spawn(cmd);
         // Whether or not the child reported: the helper must see end of file now.
         drop(pid_write);
@@ -323,6 +314,23 @@ where
         gate.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         spawned
     })
+}
+
+/// The parent's side of a gated spawn, on a thread of its own while the child starts: waits
+/// for the pid the child writes to `pid_read`, hands it to `before_exec`, then opens the gate
+/// the child waits at. At end of file (the child died, or was never started) the gate closes
+/// unopened, and a child still waiting at it exits without running.
+pub(crate) fn keep_gate(
+    mut pid_read: io::PipeReader,
+    gate_write: io::PipeWriter,
+    before_exec: impl FnOnce(u32),
+) {
+    use std::io::{Read, Write};
+    let mut pid = [0u8; 4];
+    if pid_read.read_exact(&mut pid).is_ok() {
+        before_exec(u32::from_ne_bytes(pid));
+        let _ = (&gate_write).write_all(&[1]);
+    }
 }
 
 /// Leaves out of `pids` every child started with [`spawn`] that has not been reaped yet.

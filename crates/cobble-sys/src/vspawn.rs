@@ -23,7 +23,7 @@
 //! that `execve` would have closed, and exits with 127.
 
 use std::ffi::{CString, OsString};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -124,7 +124,7 @@ where
         .chain(std::iter::once(std::ptr::null()))
         .collect();
 
-    let (mut pid_read, pid_write) = io::pipe()?;
+    let (pid_read, pid_write) = io::pipe()?;
     let (gate_read, gate_write) = io::pipe()?;
     let (mut error_read, error_write) = io::pipe()?;
     let args = ChildArgs {
@@ -151,15 +151,7 @@ where
     };
 
     std::thread::scope(|scope| {
-        let gate = scope.spawn(move || {
-            let mut pid = [0u8; 4];
-            // End of file: the child failed before it could report, or was never started.
-            if pid_read.read_exact(&mut pid).is_ok() {
-                before_exec(u32::from_ne_bytes(pid));
-                let _ = (&gate_write).write_all(&[1]);
-            }
-            drop(gate_write);
-        });
+        let gate = scope.spawn(move || reaper::keep_gate(pid_read, gate_write, before_exec));
         let started = reaper::spawn_registered(|| clone_vfork(&args));
         // Whether or not the child reported: the helper must see end of file now.
         drop(pid_write);
