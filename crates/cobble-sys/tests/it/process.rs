@@ -162,7 +162,9 @@ async fn descendants_include_children_that_left_the_group() {
     }
     assert_eq!(found.len(), 2, "{found:?}");
     assert_eq!(escaped_from(&found).len(), 1, "{found:?}");
-    for pid in found.iter().chain([&leader]) {
+    // The leader first: killed after its children, its `wait` could return and it could
+    // exit on its own before the signal reached it.
+    for pid in [&leader].into_iter().chain(found.iter()) {
         let _ = process::signal_pid(*pid, Signal::SIGKILL);
     }
     assert_eq!(exit_of(spawned).await, ExitStatus::Signaled(9));
