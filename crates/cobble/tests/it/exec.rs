@@ -328,14 +328,7 @@ fn the_connect_window_and_a_late_connect() {
         );
         assert_eq!(refused(&daemon, &exec.task, "stderr").await, 500);
     });
-    assert!(
-        daemon.log().contains(&format!(
-            "Change {} task (Execute command \"true\") failed: exec ",
-            1
-        )),
-        "{}",
-        daemon.log()
-    );
+    daemon.wait_log("Change 1 task (Execute command \"true\") failed: exec ");
 }
 
 #[test]
@@ -384,11 +377,7 @@ fn signals_go_to_the_command_through_control() {
         assert_eq!(change.status, "Done");
         assert_eq!(exit_code(&change), Some(130));
     });
-    assert!(
-        daemon.log().contains("forwarded signal SIGINT to PID"),
-        "{}",
-        daemon.log()
-    );
+    daemon.wait_log("forwarded signal SIGINT to PID");
 }
 
 /// The command's pid, from the first line of its output.
@@ -516,7 +505,7 @@ fn each_exec_is_a_security_event() {
     let wanted = format!(
         r#""level":"WARN","event":"authz_admin:{uid},exec","description":"Executing command true","appid":"pebble"}}"#
     );
-    assert!(daemon.log().contains(&wanted), "{}", daemon.log());
+    daemon.wait_log(&wanted);
 }
 
 #[test]

@@ -392,6 +392,21 @@ impl Daemon {
         fs::read_to_string(self.root.path().join("daemon.log")).unwrap_or_default()
     }
 
+    /// Waits until the daemon's log holds `text`. The daemon writes its log from a thread
+    /// of its own, so a line can land just after the event that caused it is visible
+    /// through the API.
+    pub fn wait_log(&self, text: &str) {
+        let deadline = Instant::now() + DAEMON_DEADLINE;
+        while !self.log().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon log never said {text:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Kills the daemon with SIGKILL, as a crash would, leaving its services running.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
