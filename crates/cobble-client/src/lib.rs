@@ -31,6 +31,7 @@
 //! - [`Client::notify`], [`Client::notices`], [`Client::wait_notices`] and [`Client::notice`]
 //!   (module `notices`): custom notices and the long-poll watchers use, with
 //!   [`NoticesOptions`] and [`NotifyOptions`].
+//! - [`wire`]: websocket frame headers and masking, for the daemon's side of exec.
 //! - [`Error`]: one error type, with messages worded like Pebble's Go client.
 //!
 //! # Example
@@ -63,6 +64,7 @@ mod logs;
 mod notices;
 mod transport;
 pub mod types;
+pub mod wire;
 
 pub use client::{ChangeSelector, Client, Response, decode_envelope};
 pub use config::{ClientConfig, DEFAULT_PEBBLE_DIR, EnvPaths, SOCKET_FILE_NAME};

@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 /// up front, 1 MiB per pipe spent it with about twenty concurrent execs, after which every
 /// new pipe of that user, services' included, got 8 KiB. The kernel allocates the pages
 /// only as they fill.
-const EXEC_PIPE_SIZE: usize = 1024 * 1024;
+pub const EXEC_PIPE_SIZE: usize = 1024 * 1024;
 
 /// What a pipe holds before anything grows it.
 pub const DEFAULT_PIPE_BYTES: usize = 64 * 1024;

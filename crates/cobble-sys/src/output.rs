@@ -18,6 +18,7 @@
 //! spawning, or EOF never comes.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::process::Stdio;
 
 use tokio::net::unix::pipe;
@@ -53,9 +54,76 @@ pub fn pipe_size(fd: impl std::os::fd::AsFd) -> io::Result<usize> {
         .map_err(io::Error::from)
 }
 
+/// How many bytes wait to be read in the pipe `fd` belongs to (`FIONREAD`). Whoever is the
+/// pipe's only reader can then move exactly that many without waiting.
+pub fn pending_bytes(fd: impl std::os::fd::AsFd) -> io::Result<usize> {
+    let mut pending: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer, which points at a live int.
+    let rc = unsafe { libc::ioctl(fd.as_fd().as_raw_fd(), libc::FIONREAD, &raw mut pending) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(pending).unwrap_or(0))
+}
+
+/// Moves up to `len` bytes from the pipe `from` to `to` (a socket, say) inside the kernel,
+/// without waiting on either (`splice` with `SPLICE_F_NONBLOCK`): the pages of a pipe go to
+/// a socket by reference, never through this process. Returns how many bytes moved; 0 only
+/// when the pipe is at its end. `WouldBlock` when the pipe is empty or `to` is full (for a
+/// socket, that takes `O_NONBLOCK` on it too).
+pub fn splice(
+    from: impl std::os::fd::AsFd,
+    to: impl std::os::fd::AsFd,
+    len: usize,
+) -> io::Result<usize> {
+    let flags = libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE | libc::SPLICE_F_MORE;
+    // SAFETY: both descriptors are borrowed for the call, and null offsets are what pipes
+    // and sockets take.
+    let moved = unsafe {
+        libc::splice(
+            from.as_fd().as_raw_fd(),
+            std::ptr::null_mut(),
+            to.as_fd().as_raw_fd(),
+            std::ptr::null_mut(),
+            len,
+            flags,
+        )
+    };
+    usize::try_from(moved).map_err(|_| io::Error::last_os_error())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn pending_bytes_counts_what_waits_in_a_pipe() {
+        let (reader, mut writer) = io::pipe().unwrap();
+        assert_eq!(pending_bytes(&reader).unwrap(), 0);
+        writer.write_all(b"hello").unwrap();
+        assert_eq!(pending_bytes(&reader).unwrap(), 5);
+    }
+
+    #[test]
+    fn splice_moves_a_pipes_bytes_to_a_socket_and_says_when_it_is_at_its_end() {
+        let (reader, mut writer) = io::pipe().unwrap();
+        let (near, mut far) = UnixStream::pair().unwrap();
+        writer.write_all(b"spliced").unwrap();
+        // Only what was asked for moves; the rest stays in the pipe.
+        assert_eq!(splice(&reader, &near, 3).unwrap(), 3);
+        assert_eq!(pending_bytes(&reader).unwrap(), 4);
+        assert_eq!(splice(&reader, &near, 64).unwrap(), 4);
+        let mut got = [0u8; 7];
+        far.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"spliced");
+        // Empty, with a writer: nothing to move yet.
+        let err = splice(&reader, &near, 64).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        drop(writer);
+        assert_eq!(splice(&reader, &near, 64).unwrap(), 0);
+    }
 
     #[test]
     fn a_pipe_grows_to_the_size_asked_for() {

@@ -1,14 +1,13 @@
 //! Exec: starting a command, and its task's websockets.
 
 use axum::body::Body;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::{Path, State, WebSocketUpgrade};
+use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use cobble_client::types::ExecRequest;
 
 use super::{Admin, ApiError, Shared, async_change_with, json_body};
-use crate::exec::{ConnectError, SetupError};
+use crate::exec::{ConnectError, SetupError, ws};
 use crate::logging::{self, SecurityEvent};
 
 pub async fn post_exec(
@@ -38,7 +37,7 @@ pub async fn get_task_websocket(
     _: Admin,
     State(api): State<Shared>,
     Path((task_id, websocket)): Path<(String, String)>,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    mut request: Request,
 ) -> Result<Response, ApiError> {
     let claim = api.exec.connect(&task_id, &websocket).map_err(|e| {
         // A websocket client may show only "bad handshake"; the log says why.
@@ -52,15 +51,21 @@ pub async fn get_task_websocket(
         };
         ApiError::new(status, e.to_string())
     })?;
-    let upgrade = upgrade.map_err(|e| {
+    let (key, upgrade) = ws::handshake(&mut request).map_err(|reason| {
         ApiError::bad_request(format!(
-            "cannot connect to websocket {}: {}",
+            "cannot connect to websocket {}: {reason}",
             cobble_plan::go_quote(&websocket),
-            e.body_text()
         ))
     })?;
-    Ok(upgrade
-        .read_buffer_size(claim.read_buffer_size())
-        .on_upgrade(move |socket| async move { claim.deliver(socket) })
-        .into_response())
+    tokio::spawn(async move {
+        match upgrade.await {
+            Ok(upgraded) => {
+                let chunk = claim.read_buffer_size();
+                claim.deliver(ws::Socket::new(upgraded, chunk));
+            }
+            // The claim, dropped, frees the websocket for another try.
+            Err(e) => tracing::debug!("Websocket {task_id}: upgrade failed: {e}"),
+        }
+    });
+    Ok(ws::switching_protocols(&key))
 }

@@ -28,12 +28,12 @@
 
 mod session;
 pub mod setup;
+pub mod ws;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use axum::extract::ws::WebSocket;
 use cobble_client::types::{ExecRequest, ExecResult};
 use cobble_plan::{Plan, go_quote};
 use tokio::sync::mpsc;
@@ -54,7 +54,7 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 /// runtime's workers (and leave the daemon a stack and a malloc arena per thread).
 const BLOCKING_JOBS: usize = 2;
 
-/// The read buffer of the `stdio` websocket, which carries stdin: tungstenite's default.
+/// The read buffer of the `stdio` websocket, which carries stdin.
 const STDIN_READ_BUFFER: usize = 128 * 1024;
 /// The read buffer of the `control` and `stderr` websockets, which carry small commands at
 /// most (a larger frame takes more reads).
@@ -301,7 +301,7 @@ struct Slots {
     split_stderr: bool,
     /// By [`Channel::index`].
     taken: Mutex<[bool; 3]>,
-    deliver: mpsc::UnboundedSender<(Channel, WebSocket)>,
+    deliver: mpsc::UnboundedSender<(Channel, ws::Socket)>,
 }
 
 /// The right to connect one websocket of an execution. Deliver the upgraded socket through
@@ -314,10 +314,9 @@ pub struct Claim {
 }
 
 impl Claim {
-    /// How many bytes the websocket should read from its connection at a time. The reader
-    /// zeroes that much before every read, even one that finds a few bytes or none, so the
-    /// websockets that only carry the odd command get a small one; `stdio` keeps the
-    /// library's default, which carries stdin in few reads.
+    /// How many bytes the websocket should read from its connection at a time: `stdio`
+    /// carries stdin in few reads, and the websockets that only carry the odd command keep
+    /// a small buffer.
     pub fn read_buffer_size(&self) -> usize {
         match self.channel {
             Channel::Stdio => STDIN_READ_BUFFER,
@@ -326,7 +325,7 @@ impl Claim {
     }
 
     /// Hands the upgraded socket to the execution (which drops it if it has ended since).
-    pub fn deliver(mut self, socket: WebSocket) {
+    pub fn deliver(mut self, socket: ws::Socket) {
         self.delivered = true;
         let _ = self.slots.deliver.send((self.channel, socket));
     }

@@ -23,13 +23,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
 use bytes::{BufMut, BytesMut};
 use cobble_client::types::ExecCommand;
 use cobble_sys::process::{self, Signal};
 use cobble_sys::pty::{self, Master, WindowSize};
-use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
@@ -38,15 +35,22 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::setup::Prepared;
+use super::ws::{Event, Reader, Socket, Writer, close_code};
 use super::{CONNECT_TIMEOUT, Channel, Registration};
 use crate::command::{self, Launch, Wiring};
 use crate::services::process::OsProcesses;
 use crate::state::{StateStore, Status};
 
-/// The most bytes of output per websocket frame.
+/// The most bytes of output per websocket frame read from a terminal (or from a pipe, on a
+/// connection that cannot take spliced bytes).
 const CHUNK: usize = 128 * 1024;
+/// The most bytes of output per websocket frame spliced from a pipe: as much as a grown pipe
+/// holds.
+const SPLICED_CHUNK: usize = command::EXEC_PIPE_SIZE;
 /// Once the command has exited, how long a quiet terminal is read before its relay ends.
 pub const TERMINAL_DRAIN_IDLE: Duration = Duration::from_millis(100);
+/// The most bytes of a control command sent as a binary message.
+const MAX_COMMAND: usize = 64 * 1024;
 /// How long closing the control websocket may take.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
@@ -59,7 +63,7 @@ pub(super) struct Session {
     pub state: StateStore,
     pub prepared: Prepared,
     /// Websockets as the client connects them.
-    pub sockets: mpsc::UnboundedReceiver<(Channel, WebSocket)>,
+    pub sockets: mpsc::UnboundedReceiver<(Channel, Socket)>,
     pub registration: Registration,
     /// The daemon's shutdown.
     pub shutdown: CancellationToken,
@@ -97,9 +101,9 @@ enum Stop {
 /// The websockets connected so far.
 #[derive(Default)]
 struct Sockets {
-    control: Option<WebSocket>,
-    stdio: Option<WebSocket>,
-    stderr: Option<WebSocket>,
+    control: Option<Socket>,
+    stdio: Option<Socket>,
+    stderr: Option<Socket>,
 }
 
 /// What the control websocket's reader reports.
@@ -157,7 +161,6 @@ impl Session {
         let finished = CancellationToken::new();
 
         let stdio = sockets.stdio.take().expect("waited for stdio");
-        let (stdio_sink, stdio_frames) = stdio.split();
         let mut relays: Vec<JoinHandle<()>> = Vec::new();
         let output = match (&master, child.output) {
             (Some(master), _) => Output::Terminal {
@@ -167,12 +170,12 @@ impl Session {
             (None, Some(output)) => Output::pipe(output),
             (None, None) => unreachable!("a command without a terminal has an output pipe"),
         };
-        relays.push(tokio::spawn(relay(output, stdio_sink)));
+        relays.push(tokio::spawn(relay(output, stdio.writer)));
         if let (Some(stderr), Some(socket)) = (child.stderr, sockets.stderr.take()) {
-            let (sink, frames) = socket.split();
-            relays.push(tokio::spawn(relay(Output::pipe(stderr), sink)));
+            relays.push(tokio::spawn(relay(Output::pipe(stderr), socket.writer)));
             // Nothing comes in on stderr, but the socket lives until the client closes it.
-            self.tasks.spawn(drain(frames, self.shutdown.clone()));
+            self.tasks
+                .spawn(drain(socket.reader, self.shutdown.clone()));
         }
         let stdin = match (&master, child.stdin) {
             (Some(master), _) if self.prepared.interactive => Stdin::Terminal(master.clone()),
@@ -180,7 +183,7 @@ impl Session {
             _ => Stdin::Closed,
         };
         self.tasks.spawn(relay_stdin(
-            stdio_frames,
+            stdio.reader,
             stdin,
             finished.clone(),
             self.shutdown.clone(),
@@ -236,12 +239,8 @@ impl Session {
         for relay in &relays {
             relay.abort();
         }
-        if let Some(mut sink) = control {
-            let close = Message::Close(Some(CloseFrame {
-                code: close_code::NORMAL,
-                reason: "".into(),
-            }));
-            let _ = tokio::time::timeout(CLOSE_WAIT, sink.send(close)).await;
+        if let Some(writer) = control {
+            let _ = tokio::time::timeout(CLOSE_WAIT, writer.close(close_code::NORMAL)).await;
         }
         finished.cancel();
 
@@ -401,18 +400,17 @@ impl Session {
     /// Starts reading the control websocket; returns the half the session closes at the end.
     fn watch_control(
         &self,
-        socket: WebSocket,
+        socket: Socket,
         events: &mpsc::UnboundedSender<ControlEvent>,
         finished: &CancellationToken,
-    ) -> SplitSink<WebSocket, Message> {
-        let (sink, frames) = socket.split();
+    ) -> Writer {
         self.tasks.spawn(read_control(
-            frames,
+            socket.reader,
             events.clone(),
             finished.clone(),
             self.shutdown.clone(),
         ));
-        sink
+        socket.writer
     }
 
     /// Acts on a control event while the command runs.
@@ -493,9 +491,8 @@ fn kill(pid: u32) {
     }
 }
 
-fn end_frame() -> Message {
-    let end = serde_json::to_string(&ExecCommand::end()).expect("a command serialises");
-    Message::Text(end.into())
+fn end_message() -> String {
+    serde_json::to_string(&ExecCommand::end()).expect("a command serialises")
 }
 
 /// Where a command's output comes from.
@@ -556,26 +553,68 @@ impl Output {
 /// Sends a command's output to the client in binary frames, then `end`. If the client is
 /// gone, the output is closed: the command's writes then fail, as they would under Pebble.
 ///
-/// Each chunk is read into memory that is neither zeroed first nor copied after: the frame
-/// takes the bytes where they were read, and the buffer's memory is reused once the frame
-/// has been written. Zeroing a whole chunk before each read cost more than the read itself
-/// for the short outputs most commands have, and the copy was a third pass over every byte.
-async fn relay(mut output: Output, mut sink: SplitSink<WebSocket, Message>) {
+/// From a pipe, on a connection that takes them, the bytes are spliced: each frame carries
+/// what waits in the pipe, moved to the socket by the kernel. Otherwise each chunk is read
+/// into memory that is neither zeroed first nor copied after; zeroing a whole chunk before
+/// each read cost more than the read itself for the short outputs most commands have.
+async fn relay(mut output: Output, writer: Writer) {
     let mut buf = BytesMut::new();
     loop {
-        if buf.capacity() < CHUNK {
-            buf.reserve(CHUNK);
-        }
-        let n = output.read(&mut (&mut buf).limit(CHUNK)).await;
-        if n == 0 {
-            break;
-        }
-        let frame = Message::Binary(buf.split().freeze());
-        if sink.send(frame).await.is_err() {
-            return;
+        let sent = match &mut output {
+            Output::Pipe { pipe, grown } if writer.splices() => {
+                splice_pending(pipe, grown, &writer).await
+            }
+            _ => {
+                buf.clear();
+                buf.reserve(CHUNK);
+                match output.read(&mut (&mut buf).limit(CHUNK)).await {
+                    0 => Ok(false),
+                    _ => writer.binary(&buf).await.map(|()| true),
+                }
+            }
+        };
+        match sent {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(_) => return,
         }
     }
-    let _ = sink.send(end_frame()).await;
+    let _ = writer.text(&end_message()).await;
+}
+
+/// Sends what waits in `pipe` as one frame, spliced; `Ok(false)` at the end of the output
+/// (or when the pipe fails), an error when the client is gone.
+async fn splice_pending(
+    pipe: &pipe::Receiver,
+    grown: &mut bool,
+    writer: &Writer,
+) -> std::io::Result<bool> {
+    loop {
+        if pipe.readable().await.is_err() {
+            return Ok(false);
+        }
+        let pending = match cobble_sys::output::pending_bytes(pipe) {
+            Ok(pending) => pending,
+            Err(_) => return Ok(false),
+        };
+        if pending == 0 {
+            // The end of the output, or readiness that is out of date: a read tells which
+            // (and brings anything written since the count).
+            let mut probe = [0u8; 512];
+            return match pipe.try_read(&mut probe) {
+                Ok(0) => Ok(false),
+                Ok(n) => writer.binary(&probe[..n]).await.map(|()| true),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => Ok(false),
+            };
+        }
+        if !*grown && pending >= command::DEFAULT_PIPE_BYTES {
+            command::grow_exec_pipe(pipe);
+            *grown = true;
+        }
+        writer.splice(pipe, pending.min(SPLICED_CHUNK)).await?;
+        return Ok(true);
+    }
 }
 
 /// Where the client's input goes.
@@ -632,62 +671,69 @@ impl Stdin {
 /// Relays the client's `stdio` frames to the command's stdin until the client closes the
 /// websocket (which also ends stdin), and discards input once the session is over.
 async fn relay_stdin(
-    mut frames: SplitStream<WebSocket>,
+    mut frames: Reader,
     mut stdin: Stdin,
     finished: CancellationToken,
     shutdown: CancellationToken,
 ) {
     loop {
-        let frame = tokio::select! {
-            frame = frames.next() => frame,
+        let event = tokio::select! {
+            event = frames.next() => event,
             () = finished.cancelled(), if !matches!(stdin, Stdin::Closed) => {
                 stdin = Stdin::Closed;
                 continue;
             }
             () = shutdown.cancelled() => return,
         };
-        match frame {
-            Some(Ok(Message::Binary(bytes))) => {
+        match event {
+            Event::Data { bytes, .. } => {
                 tokio::select! {
-                    () = stdin.write(&bytes) => {}
+                    () = stdin.write(bytes) => {}
                     // A command that never reads its stdin must not keep this task writing.
                     () = finished.cancelled() => stdin = Stdin::Closed,
                     () = shutdown.cancelled() => return,
                 }
             }
-            Some(Ok(Message::Text(text))) => match serde_json::from_str::<ExecCommand>(&text) {
+            Event::Text(text) => match serde_json::from_str::<ExecCommand>(&text) {
                 Ok(command) if command.command == "end" => stdin.end().await,
                 Ok(command) => tracing::info!("Invalid I/O command {:?}", command.command),
                 Err(e) => tracing::info!("Cannot decode I/O command: {e}"),
             },
-            Some(Ok(Message::Close(_)) | Err(_)) | None => break,
-            Some(Ok(_)) => {}
+            Event::Closed { .. } => break,
         }
     }
     stdin.end().await;
 }
 
-/// Reads the control websocket and reports to the session until it ends.
+/// Reads the control websocket and reports to the session until it ends. A command may come
+/// as a binary message too.
 async fn read_control(
-    mut frames: SplitStream<WebSocket>,
+    mut frames: Reader,
     events: mpsc::UnboundedSender<ControlEvent>,
     finished: CancellationToken,
     shutdown: CancellationToken,
 ) {
+    let mut binary = Vec::new();
     loop {
-        let frame = tokio::select! {
-            frame = frames.next() => frame,
+        let event = tokio::select! {
+            event = frames.next() => event,
             () = finished.cancelled() => return,
             () = shutdown.cancelled() => return,
         };
-        let event = match frame {
-            Some(Ok(Message::Text(text))) => ControlEvent::Command(text.to_string()),
-            Some(Ok(Message::Binary(bytes))) => {
-                ControlEvent::Command(String::from_utf8_lossy(&bytes).into_owned())
+        let event = match event {
+            Event::Text(text) => ControlEvent::Command(text),
+            Event::Data { bytes, last } => {
+                // Commands are short: a longer message is cut, and fails to decode.
+                let room = MAX_COMMAND.saturating_sub(binary.len());
+                binary.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                if !last {
+                    continue;
+                }
+                ControlEvent::Command(
+                    String::from_utf8_lossy(&std::mem::take(&mut binary)).into_owned(),
+                )
             }
-            Some(Ok(Message::Close(_))) => ControlEvent::Closed { abnormal: false },
-            Some(Ok(_)) => continue,
-            Some(Err(_)) | None => ControlEvent::Closed { abnormal: true },
+            Event::Closed { abnormal } => ControlEvent::Closed { abnormal },
         };
         let closed = matches!(event, ControlEvent::Closed { .. });
         // The session may be over; then nobody listens, and that is fine.
@@ -699,12 +745,11 @@ async fn read_control(
 }
 
 /// Reads (and discards) what a client sends on an output-only websocket until it closes.
-async fn drain(mut frames: SplitStream<WebSocket>, shutdown: CancellationToken) {
+async fn drain(mut frames: Reader, shutdown: CancellationToken) {
     loop {
         tokio::select! {
-            frame = frames.next() => match frame {
-                Some(Ok(Message::Close(_)) | Err(_)) | None => return,
-                Some(Ok(_)) => {}
+            event = frames.next() => if let Event::Closed { .. } = event {
+                return;
             },
             () = shutdown.cancelled() => return,
         }
