@@ -17,6 +17,11 @@
 //! - The exit code comes from the change: [`ExecProcess::wait`] follows it to the end (for at
 //!   most the command's timeout plus a second) and reads the task's `exit-code`.
 //!
+//! The data websockets are framed here (with [`crate::wire`]), not by a websocket library:
+//! input is masked as it is copied into the frame that carries it, and output is read
+//! straight from the connection into the caller's buffer. `control` goes through
+//! tokio-tungstenite. The handshakes are [`transport::upgrade`]'s.
+//!
 //! As with pipes, the caller reads `stdout` (and `stderr`) to their end, or the daemon stops
 //! reading the command's output once its buffers are full.
 
@@ -26,20 +31,20 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures_util::stream::SplitSink;
-use futures_util::{SinkExt, Stream, StreamExt};
+use bytes::{Buf, Bytes, BytesMut};
+use futures_util::{SinkExt, StreamExt};
 use hyper::Method;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::{self, Message};
-use tokio_util::sync::PollSender;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::Role;
 
-use crate::client::{Client, decode_envelope};
+use crate::client::Client;
 use crate::error::Error;
 use crate::transport::{self, Connection};
 use crate::types::{ExecCommand, ExecRequest, ExecResize, ExecResult, ExecSignal};
+use crate::wire::{self, Header, MAX_HEADER, Opcode};
 
 /// The text frame that ends a data stream, in either direction.
 const END_MESSAGE: &str = r#"{"command":"end"}"#;
@@ -47,14 +52,23 @@ const END_MESSAGE: &str = r#"{"command":"end"}"#;
 /// How long opening one websocket may take, as in Pebble's Go client.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How many chunks of input may wait to be sent before writers are held back.
-const STDIN_QUEUE: usize = 8;
+/// The most input one frame carries; a larger write is taken in parts.
+const MAX_INPUT_FRAME: usize = 1024 * 1024;
+/// How much the output reader asks of its connection at a time, when it reads for itself
+/// (a frame's payload goes straight into the caller's buffer).
+const OUTPUT_READ_CHUNK: usize = 16 * 1024;
+/// How much [`ExecOutput::next_chunk`] reads at most.
+const CHUNK: usize = 128 * 1024;
+/// The longest text message a data stream takes (its only command is `end`).
+const MAX_TEXT: usize = 64 * 1024;
 
 /// How much longer than the command's own timeout [`ExecProcess::wait`] waits for its change,
 /// so that the daemon's timeout, with its error, comes first.
 const WAIT_MARGIN: Duration = Duration::from_secs(1);
 
 type Websocket = WebSocketStream<Box<dyn Connection>>;
+type ReadSide = Box<dyn AsyncRead + Send + Unpin>;
+type WriteSide = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// What to run, and how.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -218,19 +232,23 @@ impl Client {
             .map_err(|e| Error::Protocol(format!("cannot unmarshal JSON response: {e}")))?;
         let task_id = result.task_id;
 
-        let control = self.task_websocket(&task_id, "control").await?;
-        let stdio = self.task_websocket(&task_id, "stdio").await?;
+        let (control, read_past) = self.task_websocket(&task_id, "control").await?;
+        let control =
+            WebSocketStream::from_partially_read(control, read_past.to_vec(), Role::Client, None)
+                .await;
+        let (stdio, read_past) = self.task_websocket(&task_id, "stdio").await?;
+        let (stdio_read, stdio_write) = tokio::io::split(stdio);
         let stderr = if options.split_stderr {
-            Some(self.task_websocket(&task_id, "stderr").await?)
+            let (stderr, read_past) = self.task_websocket(&task_id, "stderr").await?;
+            Some(ExecOutput::new(Box::new(stderr), read_past))
         } else {
             None
         };
 
-        let (stdio_sink, stdio_stream) = stdio.split();
         Ok(ExecProcess {
-            stdin: Some(ExecStdin::spawn(stdio_sink)),
-            stdout: Some(ExecOutput::new(stdio_stream)),
-            stderr: stderr.map(ExecOutput::new),
+            stdin: Some(ExecStdin::new(Box::new(stdio_write))),
+            stdout: Some(ExecOutput::new(Box::new(stdio_read), read_past)),
+            stderr,
             control: ExecControl::spawn(control),
             client: self.clone(),
             change_id,
@@ -239,44 +257,25 @@ impl Client {
         })
     }
 
-    /// Opens one of a task's websockets.
-    async fn task_websocket(&self, task_id: &str, name: &str) -> Result<Websocket, Error> {
+    /// Opens one of a task's websockets: the connection, and what the daemon sent past its
+    /// answer to the handshake.
+    async fn task_websocket(
+        &self,
+        task_id: &str,
+        name: &str,
+    ) -> Result<(Box<dyn Connection>, BytesMut), Error> {
         let failed = |reason: String| Error::Websocket {
             name: name.to_string(),
             reason,
         };
         let path = format!("/v1/tasks/{task_id}/websocket/{name}");
-        let open = async {
-            let (connection, url) = transport::dial(self.endpoint(), &path)
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            let (websocket, _) = tokio_tungstenite::client_async(url, connection)
-                .await
-                .map_err(|e| failed(handshake_error(e)))?;
-            Ok(websocket)
-        };
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, open)
-            .await
-            .map_err(|_| failed("websocket: handshake timed out".into()))?
-    }
-}
-
-/// Why a handshake failed: the daemon's own message when it answered with an error envelope.
-fn handshake_error(err: tungstenite::Error) -> String {
-    match err {
-        tungstenite::Error::Http(response) => {
-            let status = response.status().as_u16();
-            let message = response
-                .body()
-                .as_deref()
-                .and_then(|body| decode_envelope(status, body).err())
-                .and_then(|e| match e {
-                    Error::Api { message, .. } => Some(message),
-                    _ => None,
-                });
-            message.unwrap_or_else(|| format!("websocket: bad handshake (HTTP {status})"))
-        }
-        other => other.to_string(),
+        tokio::time::timeout(
+            HANDSHAKE_TIMEOUT,
+            transport::upgrade(self.endpoint(), &path),
+        )
+        .await
+        .map_err(|_| failed("websocket: handshake timed out".into()))?
+        .map_err(failed)
     }
 }
 
@@ -392,33 +391,80 @@ async fn run_control(mut websocket: Websocket, mut inbox: mpsc::Receiver<Control
     }
 }
 
-/// The command's input: an [`AsyncWrite`] whose writes are sent as they come.
+/// The command's input: an [`AsyncWrite`] whose writes are sent as they come, each as a
+/// binary frame (masked, as a client's frames are).
 ///
 /// Shutting it down, or dropping it, sends the end of the input; the daemon then closes the
 /// command's stdin (or, in interactive terminal mode, types the end-of-file character).
-#[derive(Debug)]
 pub struct ExecStdin {
-    chunks: PollSender<Bytes>,
+    io: Option<WriteSide>,
+    /// Framed bytes not written yet.
+    out: BytesMut,
+    /// The `end` frame is in `out` (or gone out).
+    ended: bool,
+    masks: MaskKeys,
+}
+
+impl std::fmt::Debug for ExecStdin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecStdin")
+            .field("unsent", &self.out.len())
+            .field("ended", &self.ended)
+            .finish()
+    }
 }
 
 impl ExecStdin {
-    fn spawn(sink: SplitSink<Websocket, Message>) -> Self {
-        let (chunks, queue) = mpsc::channel(STDIN_QUEUE);
-        tokio::spawn(run_stdin(sink, queue));
+    fn new(io: WriteSide) -> Self {
         ExecStdin {
-            chunks: PollSender::new(chunks),
+            io: Some(io),
+            out: BytesMut::new(),
+            ended: false,
+            masks: MaskKeys::new(),
+        }
+    }
+
+    /// Appends a frame to `out`.
+    fn frame(&mut self, opcode: Opcode, payload: &[u8]) {
+        let key = self.masks.next();
+        let mut header = [0u8; MAX_HEADER];
+        let used = Header {
+            fin: true,
+            opcode,
+            mask: Some(key),
+            len: payload.len() as u64,
+        }
+        .encode(&mut header);
+        self.out.reserve(used + payload.len());
+        self.out.extend_from_slice(&header[..used]);
+        let start = self.out.len();
+        self.out.extend_from_slice(payload);
+        wire::apply_mask(&mut self.out[start..], key, 0);
+    }
+
+    /// Writes out what is framed.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let io = self.io.as_mut().ok_or_else(gone)?;
+        while !self.out.is_empty() {
+            let n = ready!(Pin::new(&mut *io).poll_write(cx, &self.out))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.out.advance(n);
+        }
+        Pin::new(io).poll_flush(cx)
+    }
+
+    fn end(&mut self) {
+        if !self.ended {
+            self.ended = true;
+            self.frame(Opcode::Text, END_MESSAGE.as_bytes());
         }
     }
 }
 
-/// Sends queued input as binary frames, then `end` once the writer is gone.
-async fn run_stdin(mut sink: SplitSink<Websocket, Message>, mut queue: mpsc::Receiver<Bytes>) {
-    while let Some(chunk) = queue.recv().await {
-        if sink.send(Message::Binary(chunk)).await.is_err() {
-            return;
-        }
-    }
-    let _ = sink.send(Message::text(END_MESSAGE)).await;
+fn gone() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "exec input is closed")
 }
 
 impl AsyncWrite for ExecStdin {
@@ -430,83 +476,159 @@ impl AsyncWrite for ExecStdin {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let gone = || io::Error::new(io::ErrorKind::BrokenPipe, "exec input is closed");
-        ready!(self.chunks.poll_reserve(cx)).map_err(|_| gone())?;
-        self.chunks
-            .send_item(Bytes::copy_from_slice(buf))
-            .map_err(|_| gone())?;
-        Poll::Ready(Ok(buf.len()))
+        if self.ended {
+            return Poll::Ready(Err(gone()));
+        }
+        // One frame waits at most: a writer is held back while the daemon does not read.
+        ready!(self.poll_send(cx))?;
+        let n = buf.len().min(MAX_INPUT_FRAME);
+        self.frame(Opcode::Binary, &buf[..n]);
+        // Start sending now; what does not go out yet goes with the next call.
+        if let Poll::Ready(Err(e)) = self.poll_send(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(n))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // Every write is handed to the sending task at once; there is no buffer here.
-        Poll::Ready(Ok(()))
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_send(cx)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.chunks.close();
-        Poll::Ready(Ok(()))
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.end();
+        self.poll_send(cx)
+    }
+}
+
+impl Drop for ExecStdin {
+    /// Sends what is left, and the end of the input, from a task of its own.
+    fn drop(&mut self) {
+        self.end();
+        let (Some(mut io), Ok(runtime)) = (self.io.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let out = std::mem::take(&mut self.out);
+        runtime.spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let _ = io.write_all(&out).await;
+            let _ = io.flush().await;
+        });
+    }
+}
+
+/// Masking keys: unpredictable enough for their purpose (RFC 6455, section 10.3), cheap to
+/// make for every frame.
+struct MaskKeys(u64);
+
+impl MaskKeys {
+    fn new() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos(),
+        );
+        MaskKeys(hasher.finish() | 1)
+    }
+
+    /// The next key (xorshift64*).
+    fn next(&mut self) -> [u8; 4] {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let word = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        ((word >> 32) as u32).to_ne_bytes()
     }
 }
 
 /// The command's output (or its stderr): an [`AsyncRead`] that ends at the daemon's `end`.
+///
+/// A frame's payload is read straight into the caller's buffer; only headers, and what a
+/// read brings past them, pass through a buffer of its own.
 pub struct ExecOutput {
-    frames: Pin<Box<dyn Stream<Item = Result<Message, tungstenite::Error>> + Send>>,
-    pending: Bytes,
+    io: ReadSide,
+    /// Read from the connection, not yet taken.
+    buf: BytesMut,
+    /// The frame being read: its opcode (a continuation's is its message's) and the payload
+    /// bytes still to come.
+    frame: Option<(Opcode, u64)>,
+    /// The data message in progress, which continuation frames continue.
+    message: Option<Opcode>,
+    /// A text message being gathered.
+    text: Vec<u8>,
     ended: bool,
 }
 
 impl std::fmt::Debug for ExecOutput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExecOutput")
-            .field("pending", &self.pending.len())
+            .field("buffered", &self.buf.len())
             .field("ended", &self.ended)
             .finish()
     }
 }
 
 impl ExecOutput {
-    fn new<S>(frames: S) -> Self
-    where
-        S: Stream<Item = Result<Message, tungstenite::Error>> + Send + 'static,
-    {
+    fn new(io: ReadSide, read_past: BytesMut) -> Self {
         ExecOutput {
-            frames: Box::pin(frames),
-            pending: Bytes::new(),
+            io,
+            buf: read_past,
+            frame: None,
+            message: None,
+            text: Vec::new(),
             ended: false,
         }
     }
 
-    /// The next chunk of output as the daemon sent it, or `None` at the end.
+    /// The next chunk of output, or `None` at the end.
     pub async fn next_chunk(&mut self) -> io::Result<Option<Bytes>> {
-        std::future::poll_fn(|cx| self.poll_chunk(cx)).await
+        // No larger than the frame at hand: a read into it zeroes it first.
+        let size = match self.frame {
+            Some((Opcode::Binary, left)) => usize::try_from(left).unwrap_or(CHUNK),
+            _ => self.buf.len(),
+        };
+        let mut chunk = BytesMut::with_capacity(size.clamp(4096, CHUNK));
+        match self.read_buf(&mut chunk).await? {
+            0 => Ok(None),
+            _ => Ok(Some(chunk.freeze())),
+        }
     }
 
-    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
-        if !self.pending.is_empty() {
-            return Poll::Ready(Ok(Some(std::mem::take(&mut self.pending))));
+    /// Reads more into `buf`; false at the end of the connection.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        self.buf.reserve(OUTPUT_READ_CHUNK);
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.io),
+            cx,
+            &mut self.buf
+        ))?;
+        Poll::Ready(Ok(n > 0))
+    }
+
+    /// Takes the next frame's header from `buf`; false when it is not all there yet.
+    fn next_header(&mut self) -> io::Result<bool> {
+        let protocol = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
+        let Some((header, used)) =
+            Header::parse(&self.buf).map_err(|e| protocol(&e.to_string()))?
+        else {
+            return Ok(false);
+        };
+        self.buf.advance(used);
+        let opcode = match header.opcode {
+            Opcode::Continuation => self
+                .message
+                .ok_or_else(|| protocol("continuation frame without a message"))?,
+            data @ (Opcode::Text | Opcode::Binary) => data,
+            control => control,
+        };
+        if !opcode.is_control() {
+            self.message = (!header.fin).then_some(opcode);
         }
-        while !self.ended {
-            match ready!(self.frames.as_mut().poll_next(cx)) {
-                Some(Ok(Message::Binary(data))) if !data.is_empty() => {
-                    return Poll::Ready(Ok(Some(data)));
-                }
-                Some(Ok(Message::Text(text))) => {
-                    // Text frames are commands; `end` is the only one a data stream knows.
-                    let command: Result<ExecCommand, _> = serde_json::from_str(&text);
-                    if command.is_ok_and(|c| c.command == "end") {
-                        self.ended = true;
-                    }
-                }
-                Some(Ok(Message::Close(_))) | None => self.ended = true,
-                Some(Ok(_)) => {}
-                Some(Err(e)) => {
-                    self.ended = true;
-                    return Poll::Ready(Err(io::Error::other(e)));
-                }
-            }
-        }
-        Poll::Ready(Ok(None))
+        self.frame = Some((opcode, header.len));
+        Ok(true)
     }
 }
 
@@ -514,16 +636,72 @@ impl AsyncRead for ExecOutput {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
+        out: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        let Some(mut chunk) = ready!(this.poll_chunk(cx))? else {
-            return Poll::Ready(Ok(()));
-        };
-        let n = chunk.len().min(buf.remaining());
-        buf.put_slice(&chunk.split_to(n));
-        this.pending = chunk;
-        Poll::Ready(Ok(()))
+        loop {
+            if this.ended || out.remaining() == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            let Some((opcode, left)) = this.frame else {
+                if !this.next_header()? && !ready!(this.poll_fill(cx))? {
+                    // The connection ended without `end`: so does the output.
+                    this.ended = true;
+                }
+                continue;
+            };
+            if left == 0 {
+                this.frame = None;
+                if opcode == Opcode::Text && this.message.is_none() {
+                    // Text frames are commands; `end` is the only one a data stream knows.
+                    let text = std::mem::take(&mut this.text);
+                    let command: Result<ExecCommand, _> = serde_json::from_slice(&text);
+                    this.ended = command.is_ok_and(|c| c.command == "end");
+                } else if opcode == Opcode::Close {
+                    this.ended = true;
+                }
+                continue;
+            }
+            let left_here = usize::try_from(left).unwrap_or(usize::MAX);
+            if opcode != Opcode::Binary {
+                // Text, or a control frame: gathered (a ping goes unanswered: the daemon
+                // sends none).
+                if this.buf.is_empty() && !ready!(this.poll_fill(cx))? {
+                    this.ended = true;
+                    continue;
+                }
+                let n = left_here.min(this.buf.len());
+                if opcode == Opcode::Text && this.text.len() + n <= MAX_TEXT {
+                    this.text.extend_from_slice(&this.buf[..n]);
+                }
+                this.buf.advance(n);
+                this.frame = Some((opcode, left - n as u64));
+                continue;
+            }
+            let n = if this.buf.is_empty() {
+                // Straight from the connection into the caller's buffer.
+                let want = left_here.min(out.remaining());
+                let unfilled = out.initialize_unfilled_to(want);
+                let mut direct = ReadBuf::new(unfilled);
+                ready!(Pin::new(&mut this.io).poll_read(cx, &mut direct))?;
+                let n = direct.filled().len();
+                if n == 0 {
+                    this.ended = true;
+                    continue;
+                }
+                out.advance(n);
+                n
+            } else {
+                let n = left_here.min(this.buf.len()).min(out.remaining());
+                out.put_slice(&this.buf[..n]);
+                this.buf.advance(n);
+                n
+            };
+            this.frame = Some((opcode, left - n as u64));
+            if n > 0 {
+                return Poll::Ready(Ok(()));
+            }
+        }
     }
 }
 

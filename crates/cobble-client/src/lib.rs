@@ -31,7 +31,7 @@
 //! - [`Client::notify`], [`Client::notices`], [`Client::wait_notices`] and [`Client::notice`]
 //!   (module `notices`): custom notices and the long-poll watchers use, with
 //!   [`NoticesOptions`] and [`NotifyOptions`].
-//! - [`wire`]: websocket frame headers and masking, for the daemon's side of exec.
+//! - [`wire`]: websocket frame headers and masking, for both sides of exec's data streams.
 //! - [`Error`]: one error type, with messages worded like Pebble's Go client.
 //!
 //! # Example

@@ -99,6 +99,82 @@ pub(crate) async fn dial(
     }
 }
 
+/// The most a websocket handshake's answer may take before its body.
+const MAX_HANDSHAKE_HEAD: usize = 64 * 1024;
+
+/// Opens the websocket at `path`: the connection once the daemon has switched protocols, with
+/// whatever it sent past its answer. On a refusal, the reason is the daemon's own message when
+/// it answered with an error envelope.
+pub(crate) async fn upgrade(
+    endpoint: &Endpoint,
+    path: &str,
+) -> Result<(Box<dyn Connection>, bytes::BytesMut), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
+
+    let (mut connection, _) = dial(endpoint, path).await.map_err(|e| e.to_string())?;
+    let (host, target) = match endpoint {
+        Endpoint::Unix(_) => ("localhost", path.to_owned()),
+        Endpoint::Tcp { authority, prefix } => (authority.as_str(), format!("{prefix}{path}")),
+    };
+    let key = generate_key();
+    let request = format!(
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\r\n"
+    );
+    let io = |e: std::io::Error| e.to_string();
+    connection.write_all(request.as_bytes()).await.map_err(io)?;
+    let mut buf = bytes::BytesMut::with_capacity(4096);
+    let head_len = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        if buf.len() > MAX_HANDSHAKE_HEAD {
+            return Err("websocket: bad handshake (answer too long)".into());
+        }
+        if connection.read_buf(&mut buf).await.map_err(io)? == 0 {
+            return Err("websocket: bad handshake (connection closed)".into());
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_len]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| "websocket: bad handshake (malformed answer)".to_owned())?;
+    let header = |name: &str| {
+        head.split("\r\n").skip(1).find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| value.trim().to_owned())
+        })
+    };
+    let _ = buf.split_to(head_len);
+    if status == 101 {
+        if header("Sec-WebSocket-Accept") != Some(derive_accept_key(key.as_bytes())) {
+            return Err("websocket: bad handshake (wrong Sec-WebSocket-Accept)".into());
+        }
+        return Ok((connection, buf));
+    }
+    // An error: read its body for the daemon's message.
+    let length = header("Content-Length").and_then(|len| len.parse::<usize>().ok());
+    while length.is_none_or(|len| buf.len() < len) && buf.len() <= MAX_HANDSHAKE_HEAD {
+        match connection.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    let message = crate::client::decode_envelope(status, &buf)
+        .err()
+        .and_then(|e| match e {
+            Error::Api { message, .. } => Some(message),
+            _ => None,
+        });
+    Err(message.unwrap_or_else(|| format!("websocket: bad handshake (HTTP {status})")))
+}
+
 /// A response whose envelope has not been looked at yet.
 #[derive(Debug, Clone)]
 pub struct RawResponse {

@@ -1,11 +1,12 @@
-//! Websocket framing (RFC 6455, section 5): frame headers and masking, for the daemon's side
-//! of exec's websockets.
+//! Websocket framing (RFC 6455, section 5): frame headers and masking, for both sides of
+//! exec's data websockets.
 //!
-//! The daemon frames exec's streams itself so that its bytes can go where they are going
-//! without passing through a websocket library's buffers: a command's output moves from its
-//! pipe to the socket inside the kernel, after a header from [`Header::encode`], and the
-//! client's input is unmasked in the buffer it was read into. Only the framing lives here;
-//! reading and writing are the daemon's.
+//! The daemon and this client frame exec's streams themselves so that the bytes go where they
+//! are going without passing through a websocket library's buffers: a command's output moves
+//! from its pipe to the socket inside the kernel, after a header from [`Header::encode`], and
+//! is read straight into the caller's buffer; input is masked as it is copied into its frame,
+//! and unmasked in the buffer the daemon read it into. Only the framing lives here; reading
+//! and writing are each side's.
 
 /// The longest header: two bytes, an eight-byte length and a four-byte mask.
 pub const MAX_HEADER: usize = 14;

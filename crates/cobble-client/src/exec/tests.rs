@@ -322,3 +322,92 @@ fn timeouts_are_written_as_go_durations() {
     assert_eq!(go_duration(Duration::from_millis(1)), "0.001s");
     assert_eq!(go_duration(Duration::from_nanos(1)), "0.000000001s");
 }
+
+/// A frame as the daemon sends it: unmasked.
+fn server_frame(fin: bool, opcode: Opcode, payload: &[u8]) -> Vec<u8> {
+    let mut header = [0u8; MAX_HEADER];
+    let used = Header {
+        fin,
+        opcode,
+        mask: None,
+        len: payload.len() as u64,
+    }
+    .encode(&mut header);
+    [&header[..used], payload].concat()
+}
+
+#[tokio::test]
+async fn output_takes_fragments_control_frames_and_bytes_read_past_the_handshake() {
+    let (mut daemon, connection) = tokio::io::duplex(1 << 16);
+    let mut frames = server_frame(false, Opcode::Binary, b"hel");
+    frames.extend(server_frame(true, Opcode::Ping, b"?"));
+    frames.extend(server_frame(true, Opcode::Continuation, b"lo"));
+    frames.extend(server_frame(false, Opcode::Text, br#"{"command":"#));
+    frames.extend(server_frame(true, Opcode::Continuation, br#""end"}"#));
+    frames.extend(server_frame(true, Opcode::Binary, b"after the end"));
+    // The first five bytes came with the handshake's answer.
+    let read_past = BytesMut::from(&frames[..5]);
+    daemon.write_all(&frames[5..]).await.unwrap();
+    let mut output = ExecOutput::new(Box::new(connection), read_past);
+    assert_eq!(read_all(&mut output).await, b"hello");
+}
+
+#[tokio::test]
+async fn a_large_frame_arrives_whole_through_small_reads_and_a_lost_connection_ends_output() {
+    let (mut daemon, connection) = tokio::io::duplex(1 << 16);
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    let frame = server_frame(true, Opcode::Binary, &data);
+    let writer = tokio::spawn(async move {
+        daemon.write_all(&frame).await.unwrap();
+        // Gone without `end`.
+    });
+    let mut output = ExecOutput::new(Box::new(connection), BytesMut::new());
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1000];
+    loop {
+        let n = output.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    writer.await.unwrap();
+    assert_eq!(got, data);
+}
+
+#[tokio::test]
+async fn input_goes_in_masked_binary_frames_and_ends_with_end() {
+    let (mut daemon, connection) = tokio::io::duplex(1 << 16);
+    let data: Vec<u8> = (0..2_500_000u32).map(|i| (i % 239) as u8).collect();
+    let reader = tokio::spawn(async move {
+        let mut all = Vec::new();
+        daemon.read_to_end(&mut all).await.unwrap();
+        all
+    });
+    let mut stdin = ExecStdin::new(Box::new(connection));
+    stdin.write_all(&data).await.unwrap();
+    stdin.shutdown().await.unwrap();
+    drop(stdin);
+    let wire = reader.await.unwrap();
+    let (mut at, mut got, mut keys) = (0, Vec::new(), std::collections::HashSet::new());
+    let mut last = None;
+    while at < wire.len() {
+        let (header, used) = Header::parse(&wire[at..]).unwrap().unwrap();
+        let key = header.mask.expect("a client's frames are masked");
+        keys.insert(key);
+        let start = at + used;
+        let mut payload = wire[start..start + header.len as usize].to_vec();
+        wire::apply_mask(&mut payload, key, 0);
+        assert!(header.fin);
+        assert!(payload.len() <= MAX_INPUT_FRAME);
+        if header.opcode == Opcode::Binary {
+            got.extend(payload);
+        } else {
+            last = Some((header.opcode, payload));
+        }
+        at = start + header.len as usize;
+    }
+    assert_eq!(got, data);
+    assert_eq!(last, Some((Opcode::Text, END_MESSAGE.as_bytes().to_vec())));
+    assert!(keys.len() > 1, "each frame has a key of its own");
+}
