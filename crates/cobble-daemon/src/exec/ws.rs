@@ -33,7 +33,7 @@ use bytes::{Buf, BytesMut};
 use cobble_client::wire::{self, Header, MAX_HEADER, Opcode};
 use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::unix::pipe;
 use tokio::net::{TcpStream, UnixStream, tcp, unix};
 
@@ -134,8 +134,8 @@ impl Socket {
                 Err(upgraded) => {
                     let (read, write) = tokio::io::split(TokioIo::new(upgraded));
                     (
-                        ReadIo::Other(read),
-                        WriteIo::Other(write),
+                        ReadIo::Other(Box::new(read)),
+                        WriteIo::Other(Box::new(write)),
                         bytes::Bytes::new(),
                     )
                 }
@@ -172,16 +172,19 @@ impl Socket {
     }
 }
 
+/// A connection's receiving half: a plain socket's, or any other's (TLS).
 enum ReadIo {
     Unix(unix::OwnedReadHalf),
     Tcp(tcp::OwnedReadHalf),
-    Other(ReadHalf<TokioIo<Upgraded>>),
+    Other(Box<dyn AsyncRead + Send + Unpin>),
 }
 
+/// A connection's sending half: a plain socket's, which can take spliced bytes, or any
+/// other's.
 enum WriteIo {
     Unix(unix::OwnedWriteHalf),
     Tcp(tcp::OwnedWriteHalf),
-    Other(WriteHalf<TokioIo<Upgraded>>),
+    Other(Box<dyn AsyncWrite + Send + Unpin>),
 }
 
 impl WriteIo {
@@ -283,6 +286,12 @@ impl Writer {
     /// socket by the kernel. The caller must be the pipe's only reader and know that `len`
     /// bytes wait in it ([`cobble_sys::output::pending_bytes`]): the header promises them.
     pub async fn splice(&self, pipe: &pipe::Receiver, len: usize) -> io::Result<()> {
+        if !self.splices {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this connection cannot take spliced bytes",
+            ));
+        }
         let mut side = self.side.lock().await;
         if side.closed {
             return Err(closed());
@@ -296,12 +305,7 @@ impl Writer {
             let moved = match &side.io {
                 WriteIo::Unix(io) => splice_some(io.as_ref(), pipe, left).await?,
                 WriteIo::Tcp(io) => splice_some(io.as_ref(), pipe, left).await?,
-                WriteIo::Other(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Unsupported,
-                        "this connection cannot take spliced bytes",
-                    ));
-                }
+                WriteIo::Other(_) => unreachable!("checked above: plain sockets only"),
             };
             if moved == 0 {
                 return Err(io::Error::new(
@@ -815,6 +819,62 @@ mod tests {
         assert_eq!(
             response.headers()[header::SEC_WEBSOCKET_ACCEPT],
             "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+
+    #[tokio::test]
+    async fn connections_that_cannot_splice_carry_frames_both_ways() {
+        let (daemon, mut client) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(daemon);
+        let mut socket = Socket::from_halves(
+            ReadIo::Other(Box::new(read)),
+            WriteIo::Other(Box::new(write)),
+            &[],
+            4096,
+        );
+        assert!(!socket.writer.splices());
+        let (pipe_reader, _pipe_writer) = std::io::pipe().unwrap();
+        let pipe = pipe::Receiver::from_owned_fd(pipe_reader.into()).unwrap();
+        let refused = socket.writer.splice(&pipe, 1).await.unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::Unsupported);
+
+        let output = vec![b'o'; 10_000];
+        socket.writer.binary(&output).await.unwrap();
+        socket.writer.text("end").await.unwrap();
+        let mut frames = client_frame(true, Opcode::Binary, b"input");
+        frames.extend(client_frame(
+            true,
+            Opcode::Close,
+            &close_code::NORMAL.to_be_bytes(),
+        ));
+        client.write_all(&frames).await.unwrap();
+        assert_eq!(
+            socket.reader.next().await,
+            Event::Data {
+                bytes: b"input",
+                last: true
+            }
+        );
+        assert_eq!(
+            socket.reader.next().await,
+            Event::Closed { abnormal: false }
+        );
+        let mut wire = Vec::new();
+        client.read_to_end(&mut wire).await.unwrap();
+        let mut at = 0;
+        let mut seen = Vec::new();
+        while at < wire.len() {
+            let (header, used) = Header::parse(&wire[at..]).unwrap().unwrap();
+            seen.push((header.opcode, header.len));
+            at += used + header.len as usize;
+        }
+        assert_eq!(
+            seen,
+            [
+                (Opcode::Binary, 10_000),
+                (Opcode::Text, 3),
+                (Opcode::Close, 2)
+            ]
         );
     }
 }
