@@ -69,8 +69,10 @@ tar -xzf "$SDIST" -C "$WORK" "ops-$OPS_VERSION/test"
 SUITE="$WORK/ops-$OPS_VERSION"
 
 # test_checks_and_health talks to http://localhost:4000, as ops' tox environment sets it up.
+# The probe binds as the daemon does, with SO_REUSEADDR: connections of a run just before
+# this one, left in TIME-WAIT on the port, do not keep the daemon from listening on it.
 PORT=4000
-if ! "$PYTHON" -c "import socket; s = socket.socket(); s.bind(('', $PORT))" 2>/dev/null; then
+if ! "$PYTHON" -c "import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('', $PORT))" 2>/dev/null; then
     echo "run_ops_real_pebble.sh: port $PORT is busy; ops' health test needs it" >&2
     exit 2
 fi
