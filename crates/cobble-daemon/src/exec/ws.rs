@@ -9,10 +9,10 @@
 //! The framing is RFC 6455's, with [`cobble_client::wire`] for the headers and masks. It
 //! is done here, not by a websocket library, for the bytes' sake:
 //!
-//! - Output goes out without being copied through this process: on a plain connection (the
-//!   unix socket, or `--http`), [`Writer::splice`] writes a frame header and then moves the
-//!   payload from the command's pipe to the socket inside the kernel. Other connections (TLS)
-//!   and terminals take a read and a write.
+//! - Output goes out without being copied through this process: on the unix socket,
+//!   [`Writer::splice`] writes a frame header and then moves the payload from the command's
+//!   pipe to the socket inside the kernel. TLS connections (`--https`) and terminals take a
+//!   read and a write. (Plain `--http` never carries exec: it grants no more than metrics.)
 //! - Input is unmasked where it was read: [`Reader::next`] hands out pieces of a binary
 //!   message as they arrive, in the connection's own read buffer, which is never zeroed.
 //!
@@ -35,7 +35,7 @@ use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::unix::pipe;
-use tokio::net::{TcpStream, UnixStream, tcp, unix};
+use tokio::net::{UnixStream, unix};
 
 /// Close status codes (RFC 6455, section 7.4.1).
 pub mod close_code {
@@ -121,25 +121,21 @@ impl Socket {
     /// Takes over an upgraded connection; `read_chunk` is how much the reader asks of it at
     /// a time.
     pub fn new(upgraded: Upgraded, read_chunk: usize) -> Socket {
+        // Exec is for admins, and plain HTTP grants no more than metrics: the connection is
+        // the unix socket's, or a TLS one.
         let (read, write, pending) = match upgraded.downcast::<TokioIo<UnixStream>>() {
             Ok(parts) => {
                 let (read, write) = parts.io.into_inner().into_split();
                 (ReadIo::Unix(read), WriteIo::Unix(write), parts.read_buf)
             }
-            Err(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
-                Ok(parts) => {
-                    let (read, write) = parts.io.into_inner().into_split();
-                    (ReadIo::Tcp(read), WriteIo::Tcp(write), parts.read_buf)
-                }
-                Err(upgraded) => {
-                    let (read, write) = tokio::io::split(TokioIo::new(upgraded));
-                    (
-                        ReadIo::Other(Box::new(read)),
-                        WriteIo::Other(Box::new(write)),
-                        bytes::Bytes::new(),
-                    )
-                }
-            },
+            Err(upgraded) => {
+                let (read, write) = tokio::io::split(TokioIo::new(upgraded));
+                (
+                    ReadIo::Other(Box::new(read)),
+                    WriteIo::Other(Box::new(write)),
+                    bytes::Bytes::new(),
+                )
+            }
         };
         Socket::from_halves(read, write, &pending, read_chunk)
     }
@@ -172,18 +168,16 @@ impl Socket {
     }
 }
 
-/// A connection's receiving half: a plain socket's, or any other's (TLS).
+/// A connection's receiving half: the unix socket's, or any other's (TLS).
 enum ReadIo {
     Unix(unix::OwnedReadHalf),
-    Tcp(tcp::OwnedReadHalf),
     Other(Box<dyn AsyncRead + Send + Unpin>),
 }
 
-/// A connection's sending half: a plain socket's, which can take spliced bytes, or any
+/// A connection's sending half: the unix socket's, which can take spliced bytes, or any
 /// other's.
 enum WriteIo {
     Unix(unix::OwnedWriteHalf),
-    Tcp(tcp::OwnedWriteHalf),
     Other(Box<dyn AsyncWrite + Send + Unpin>),
 }
 
@@ -191,7 +185,6 @@ impl WriteIo {
     async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         match self {
             WriteIo::Unix(io) => io.write_all(bytes).await,
-            WriteIo::Tcp(io) => io.write_all(bytes).await,
             WriteIo::Other(io) => {
                 io.write_all(bytes).await?;
                 // TLS holds bytes back until flushed.
@@ -203,7 +196,6 @@ impl WriteIo {
     async fn shutdown(&mut self) -> io::Result<()> {
         match self {
             WriteIo::Unix(io) => io.shutdown().await,
-            WriteIo::Tcp(io) => io.shutdown().await,
             WriteIo::Other(io) => io.shutdown().await,
         }
     }
@@ -213,7 +205,7 @@ impl WriteIo {
 #[derive(Clone)]
 pub struct Writer {
     side: Arc<tokio::sync::Mutex<WriteSide>>,
-    /// Whether the connection is a plain socket that [`Writer::splice`] can fill.
+    /// Whether the connection is the unix socket, which [`Writer::splice`] can fill.
     splices: bool,
 }
 
@@ -304,8 +296,7 @@ impl Writer {
         while left > 0 {
             let moved = match &side.io {
                 WriteIo::Unix(io) => splice_some(io.as_ref(), pipe, left).await?,
-                WriteIo::Tcp(io) => splice_some(io.as_ref(), pipe, left).await?,
-                WriteIo::Other(_) => unreachable!("checked above: plain sockets only"),
+                WriteIo::Other(_) => unreachable!("checked above: the unix socket only"),
             };
             if moved == 0 {
                 return Err(io::Error::new(
@@ -331,36 +322,8 @@ fn reply(send: impl Future<Output = io::Result<()>> + Send + 'static) {
     });
 }
 
-/// A socket the kernel can splice into once it is writable.
-trait Spliceable: std::os::fd::AsFd {
-    async fn writable(&self) -> io::Result<()>;
-    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
-}
-
-impl Spliceable for UnixStream {
-    async fn writable(&self) -> io::Result<()> {
-        UnixStream::writable(self).await
-    }
-    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
-        UnixStream::try_io(self, interest, f)
-    }
-}
-
-impl Spliceable for TcpStream {
-    async fn writable(&self) -> io::Result<()> {
-        TcpStream::writable(self).await
-    }
-    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
-        TcpStream::try_io(self, interest, f)
-    }
-}
-
 /// Moves up to `len` bytes from `pipe` to `socket` once the socket takes some.
-async fn splice_some(
-    socket: &impl Spliceable,
-    pipe: &pipe::Receiver,
-    len: usize,
-) -> io::Result<usize> {
+async fn splice_some(socket: &UnixStream, pipe: &pipe::Receiver, len: usize) -> io::Result<usize> {
     loop {
         socket.writable().await?;
         match socket.try_io(Interest::WRITABLE, || {
@@ -561,7 +524,6 @@ impl Reader {
         self.buf.reserve(self.chunk);
         let read = match &mut self.io {
             ReadIo::Unix(io) => io.read_buf(&mut self.buf).await,
-            ReadIo::Tcp(io) => io.read_buf(&mut self.buf).await,
             ReadIo::Other(io) => io.read_buf(&mut self.buf).await,
         };
         matches!(read, Ok(n) if n > 0)
