@@ -565,3 +565,168 @@ fn https_without_persistent_state_is_refused_before_anything_is_made() {
     );
     assert!(!pebble.join("identity").exists());
 }
+
+/// Accepts any server certificate: the daemon's is self-signed, made at its first start.
+#[derive(Debug)]
+struct AnyServer(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &rustls_pki_types::CertificateDer<'_>,
+        _: &[rustls_pki_types::CertificateDer<'_>],
+        _: &rustls_pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Exec's websockets over `--https`, from a client whose certificate an `admin` identity
+/// holds: TLS connections cannot take spliced bytes, so output takes the daemon's read and
+/// write, and input and output must still arrive whole.
+#[test]
+fn exec_runs_over_https_for_an_admin_certificate() {
+    use futures_util::{SinkExt, StreamExt};
+    use rustls_pki_types::pem::PemObject;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert_path, key_path, pem) = client_cert(tmp.path(), "ops", (2000, 4000));
+    let ids = tmp.path().join("identities.yaml");
+    std::fs::write(
+        &ids,
+        format!("identities:\n{}", cert_identity("ops", "admin", &pem)),
+    )
+    .unwrap();
+    let port = free_port();
+    let https = format!("127.0.0.1:{port}");
+    let _daemon = Daemon::start(
+        &[],
+        &[
+            "--hold",
+            "--https",
+            &https,
+            "--identities",
+            ids.to_str().unwrap(),
+        ],
+    );
+    let out = Command::new("curl")
+        .args(["-sk", "--cert"])
+        .arg(&cert_path)
+        .arg("--key")
+        .arg(&key_path)
+        .args(["-d", r#"{"command":["cat"]}"#])
+        .arg(format!("https://127.0.0.1:{port}/v1/exec"))
+        .output()
+        .unwrap();
+    let envelope: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(envelope["status-code"], 202, "{envelope}");
+    let task = envelope["result"]["task-id"].as_str().unwrap().to_owned();
+
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(AnyServer(provider)))
+        .with_client_auth_cert(
+            vec![rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()],
+            rustls_pki_types::PrivateKeyDer::from_pem_file(&key_path).unwrap(),
+        )
+        .unwrap();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let connect = |id: &str| {
+                let request = format!("wss://127.0.0.1:{port}/v1/tasks/{task}/websocket/{id}")
+                    .into_client_request()
+                    .unwrap();
+                let connector = connector.clone();
+                async move {
+                    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                        .await
+                        .unwrap();
+                    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+                    let tls = connector.connect(name, tcp).await.unwrap();
+                    tokio_tungstenite::client_async(request, tls)
+                        .await
+                        .unwrap()
+                        .0
+                }
+            };
+            let mut control = connect("control").await;
+            let mut stdio = connect("stdio").await;
+            let input: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+            for chunk in input.chunks(40_000) {
+                stdio.send(Message::binary(chunk.to_vec())).await.unwrap();
+            }
+            stdio
+                .send(Message::text(r#"{"command":"end"}"#))
+                .await
+                .unwrap();
+            let mut output = Vec::new();
+            loop {
+                match stdio.next().await {
+                    Some(Ok(Message::Binary(bytes))) => output.extend_from_slice(&bytes),
+                    Some(Ok(Message::Text(text))) => {
+                        assert_eq!(text.as_str(), r#"{"command":"end"}"#);
+                        break;
+                    }
+                    other => panic!("stdio ended early: {other:?}"),
+                }
+            }
+            assert!(
+                output == input,
+                "{} of {} bytes came back",
+                output.len(),
+                input.len()
+            );
+            // The daemon closes control once the command is done.
+            loop {
+                match control.next().await {
+                    Some(Ok(Message::Close(_))) => break,
+                    Some(Ok(_)) => {}
+                    other => panic!("control ended without a close: {other:?}"),
+                }
+            }
+        });
+}
