@@ -7,8 +7,10 @@
 //! per direction, so a client that does not read, or a command that does not read its
 //! stdin, never holds up the other direction:
 //!
-//! - output (a pipe, or the terminal) to `stdio` and `stderr`, in binary frames of up to
-//!   128 KiB, then the `end` frame. From pipes the relay goes on to end of file, so output
+//! - output (a pipe, or the terminal) to `stdio` and `stderr`, in binary frames, then the
+//!   `end` frame. On the unix socket a pipe's bytes are spliced, a frame for what waits in
+//!   the pipe (up to 1 MiB); otherwise frames of up to 128 KiB are read and written
+//!   ([`super::ws`]). From pipes the relay goes on to end of file, so output
 //!   written just before the exit is never lost, even when a background process keeps the
 //!   pipe open (as Pebble, the task then waits for it). From a terminal it stops once the
 //!   command has exited and the terminal has been quiet for [`TERMINAL_DRAIN_IDLE`]: a
