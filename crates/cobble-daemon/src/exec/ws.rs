@@ -17,12 +17,12 @@
 //!   message as they arrive, in the connection's own read buffer, which is never zeroed.
 //!
 //! The reader answers pings, and answers a close frame with a close, from tasks of their own
-//! so that a reader can be dropped at any await (it is cancel-safe); every frame the daemon
+//! so that a reader can be dropped at any await (it is cancel-safe). Every frame the daemon
 //! sends goes through the one [`Writer`], a frame at a time, and a frame cut short ends the
-//! websocket. A client's frame must be masked,
-//! and a protocol error closes the websocket with the RFC's status code. The reader reports
-//! how the websocket ended: after a close frame, or *abnormally* (the connection dropped or
-//! broke the protocol), which on `control` kills the command.
+//! websocket. A client's frames must be masked, and a protocol error closes the websocket
+//! with the RFC's status code. The reader reports how the websocket ended: after a close
+//! frame, or *abnormally* (the connection dropped or broke the protocol), which on `control`
+//! kills the command.
 
 use std::io;
 use std::sync::Arc;
@@ -50,7 +50,8 @@ const MAX_TEXT: usize = 64 * 1024;
 /// Payloads up to this size go out in one write with their header.
 const COALESCE: usize = 4 * 1024;
 
-/// Why a request cannot become a websocket: the reason, in gorilla/websocket's words.
+/// Checks that `request` asks for a websocket, and takes its upgrade with the client's
+/// `Sec-WebSocket-Key`; a refusal gives the reason in gorilla/websocket's words.
 pub fn handshake<B>(request: &mut Request<B>) -> Result<(HeaderValue, OnUpgrade), String> {
     const NOT_WEBSOCKET: &str = "websocket: the client is not using the websocket protocol: ";
     let headers = request.headers();
