@@ -76,25 +76,21 @@ pub(crate) trait Connection: AsyncRead + AsyncWrite + Unpin + Send {}
 
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Connection for T {}
 
-/// Opens a connection for something other than one HTTP exchange (a websocket), and returns
-/// it with the `ws://` URL of `path` on it.
-pub(crate) async fn dial(
-    endpoint: &Endpoint,
-    path: &str,
-) -> Result<(Box<dyn Connection>, String), Error> {
+/// Opens a connection for something other than one HTTP exchange (a websocket).
+async fn dial(endpoint: &Endpoint, path: &str) -> Result<Box<dyn Connection>, Error> {
     let label = format!("Get {:?}", endpoint.url(path));
     match endpoint {
         Endpoint::Unix(socket) => {
             let stream = UnixStream::connect(socket)
                 .await
                 .map_err(|e| Error::dial(label, &DialTarget::Unix(socket), e))?;
-            Ok((Box::new(stream), format!("ws://localhost{path}")))
+            Ok(Box::new(stream))
         }
-        Endpoint::Tcp { authority, prefix } => {
+        Endpoint::Tcp { authority, .. } => {
             let stream = TcpStream::connect(authority.as_str())
                 .await
                 .map_err(|e| Error::dial(label, &DialTarget::Tcp(authority), e))?;
-            Ok((Box::new(stream), format!("ws://{authority}{prefix}{path}")))
+            Ok(Box::new(stream))
         }
     }
 }
@@ -112,7 +108,7 @@ pub(crate) async fn upgrade(
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
 
-    let (mut connection, _) = dial(endpoint, path).await.map_err(|e| e.to_string())?;
+    let mut connection = dial(endpoint, path).await.map_err(|e| e.to_string())?;
     let (host, target) = match endpoint {
         Endpoint::Unix(_) => ("localhost", path.to_owned()),
         Endpoint::Tcp { authority, prefix } => (authority.as_str(), format!("{prefix}{path}")),
