@@ -520,13 +520,8 @@ impl Output {
         let read = match self {
             Output::Pipe { pipe, grown } => {
                 let read = pipe.read_buf(buf).await;
-                if !*grown
-                    && read
-                        .as_ref()
-                        .is_ok_and(|&n| n >= command::DEFAULT_PIPE_BYTES)
-                {
-                    command::grow_exec_pipe(pipe);
-                    *grown = true;
+                if let Ok(n) = read {
+                    grow_when_filled(pipe, grown, n);
                 }
                 read
             }
@@ -610,12 +605,17 @@ async fn splice_pending(
                 Err(_) => Ok(false),
             };
         }
-        if !*grown && pending >= command::DEFAULT_PIPE_BYTES {
-            command::grow_exec_pipe(pipe);
-            *grown = true;
-        }
+        grow_when_filled(pipe, grown, pending);
         writer.splice(pipe, pending.min(SPLICED_CHUNK)).await?;
         return Ok(true);
+    }
+}
+
+/// Grows an output pipe, once, when `taken` bytes at a time show the command fills it.
+fn grow_when_filled(pipe: &pipe::Receiver, grown: &mut bool, taken: usize) {
+    if !*grown && taken >= command::DEFAULT_PIPE_BYTES {
+        command::grow_exec_pipe(pipe);
+        *grown = true;
     }
 }
 
