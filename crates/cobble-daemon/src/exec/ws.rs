@@ -258,10 +258,10 @@ impl Writer {
         let mut header = [0u8; MAX_HEADER];
         let used = Header::server(opcode, payload.len()).encode(&mut header);
         if payload.len() <= COALESCE {
-            let mut frame = Vec::with_capacity(used + payload.len());
-            frame.extend_from_slice(&header[..used]);
-            frame.extend_from_slice(payload);
-            side.io.write_all(&frame).await?;
+            let mut frame = [0u8; MAX_HEADER + COALESCE];
+            frame[..used].copy_from_slice(&header[..used]);
+            frame[used..used + payload.len()].copy_from_slice(payload);
+            side.io.write_all(&frame[..used + payload.len()]).await?;
         } else {
             side.io.write_all(&header[..used]).await?;
             side.io.write_all(payload).await?;
