@@ -264,7 +264,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     tracing::info!("Started daemon.");
 
     if !opts.hold {
-        match actions.act(ServiceAction::Autostart, Vec::new()).await {
+        match actions.act_now(ServiceAction::Autostart, Vec::new()).await {
             Ok(change) => {
                 tracing::debug!("Autostart change {change} created");
                 // A command run under `enter --run` expects the services up, not starting.

@@ -61,9 +61,19 @@ pub async fn post_change(
         return Err(ApiError::invalid_action(&request.action));
     }
     let numeric: u64 = change.id.parse().expect("IDs are numeric");
+    // An abort is carried out as it is recorded (its runners are told at once), so while
+    // the disk refuses writes it is refused up front.
+    if let Some(e) = api.state.write_failure() {
+        return Err(ApiError::internal(format!("cannot record change: {e}")));
+    }
     match api.state.abort(numeric) {
         Ok(info) => {
-            api.state.durable().await;
+            // The abort is carried out already (its runners were told); a failed write
+            // leaves it in memory, written once the disk takes it, and says so.
+            api.state
+                .durable()
+                .await
+                .map_err(|e| ApiError::internal(format!("cannot record change: {e}")))?;
             Ok(sync(info))
         }
         Err(StateError::NothingPending(_)) => Err(ApiError::bad_request(format!(

@@ -141,6 +141,12 @@ pub async fn post_checks_refresh(
             CheckManagerError::NoSuchCheck(_) => ApiError::not_found(e.to_string()),
             _ => ApiError::internal(e.to_string()),
         })?;
+    // The run may have moved the check into a new change (a failure that hit the
+    // threshold starts a recover-check change), whose ID the answer shows.
+    api.state
+        .durable()
+        .await
+        .map_err(|e| ApiError::internal(format!("cannot record change: {e}")))?;
     Ok(sync(RefreshCheckResult {
         info: check_info(&view),
         error: error.map(|e| e.log_text()).unwrap_or_default(),

@@ -23,13 +23,14 @@ pub async fn post_exec(
         .await
         .map_err(|e| match e {
             SetupError::BadRequest(_) => ApiError::bad_request(e.to_string()),
-            SetupError::CannotCall(_) => ApiError::internal(e.to_string()),
+            SetupError::CannotCall(_) | SetupError::NotRecorded(_) => {
+                ApiError::internal(e.to_string())
+            }
         })?;
     logging::security(SecurityEvent::Exec {
         user: admin.user,
         command: &program,
     });
-    api.state.durable().await;
     Ok(async_change_with(started.change_id, started.result))
 }
 

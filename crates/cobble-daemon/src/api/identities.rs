@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::{Admin, ApiError, Read, Shared, json_body, sync};
 use crate::identities::{self, Action};
 use crate::logging::{self, SecurityEvent};
+use crate::state::IdentitiesError;
 
 pub async fn get_identities(_: Read, State(api): State<Shared>) -> Response {
     let identities: BTreeMap<String, WireIdentity> = api
@@ -32,10 +33,16 @@ pub async fn post_identities(
     let action = Action::parse(&request.action).map_err(ApiError::bad_request)?;
     let changes = identities::decode_request(action, &request.identities)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    // Who may do what must not silently revert after a crash: on disk before the answer,
+    // and not changed at all when the disk refuses the write.
     let applied = api
         .state
-        .change_identities(action, changes)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        .change_identities_recorded(action, changes)
+        .await
+        .map_err(|e| match e {
+            IdentitiesError::Request(e) => ApiError::bad_request(e.to_string()),
+            e @ IdentitiesError::NotRecorded(_) => ApiError::internal(e.to_string()),
+        })?;
     for (name, access) in &applied.created {
         logging::security(SecurityEvent::UserCreated {
             user: admin.user,
@@ -56,8 +63,6 @@ pub async fn post_identities(
             name,
         });
     }
-    // Who may do what must not silently revert after a crash.
-    api.state.durable().await;
     Ok(sync_without_result())
 }
 

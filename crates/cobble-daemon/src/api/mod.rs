@@ -36,7 +36,7 @@ use crate::exec::ExecManager;
 use crate::layers::PlanManager;
 use crate::services::ServiceManager;
 use crate::services::changes::ServiceActions;
-use crate::state::StateStore;
+use crate::state::{Recorded, StateStore};
 
 /// Largest request body accepted; layers and service lists are small.
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -138,17 +138,19 @@ pub fn sync_with_status<T: Serialize>(status: StatusCode, result: T) -> Response
     envelope("sync", status, None, result, 0)
 }
 
-/// An `async` response for a change (`"result": null`).
-pub fn async_change(change_id: u64) -> Response {
+/// An `async` response for a change (`"result": null`). It takes a [`Recorded`] ID, which
+/// only the store makes once the change is on disk: no handler can answer with a change ID
+/// that a crash could lose.
+pub fn async_change(change_id: Recorded<u64>) -> Response {
     async_change_with(change_id, ())
 }
 
 /// An `async` response for a change that also carries a result (exec's task ID).
-pub fn async_change_with<T: Serialize>(change_id: u64, result: T) -> Response {
+pub fn async_change_with<T: Serialize>(change_id: Recorded<u64>, result: T) -> Response {
     envelope(
         "async",
         StatusCode::ACCEPTED,
-        Some(change_id.to_string()),
+        Some(change_id.get().to_string()),
         result,
         0,
     )

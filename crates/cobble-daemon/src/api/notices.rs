@@ -206,10 +206,15 @@ pub async fn post_notices(
     let request: AddNoticeRequest = serde_json::from_slice(&raw)
         .map_err(|e| ApiError::bad_request(format!("cannot decode request body: {e}")))?;
     let occurrence = occurrence(requester.uid, &request, &raw)?;
-    let id = api.state.add_notice(occurrence);
     // The client is told the ID: it must survive a crash.
-    api.state.durable().await;
-    Ok(sync(AddedNotice { id: id.to_string() }))
+    let id = api
+        .state
+        .add_notice_recorded(occurrence)
+        .await
+        .map_err(|e| ApiError::internal(format!("cannot record notice: {e}")))?;
+    Ok(sync(AddedNotice {
+        id: id.get().to_string(),
+    }))
 }
 
 /// Validates a request to add a notice, in Pebble's order and words.

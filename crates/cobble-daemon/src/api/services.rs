@@ -54,19 +54,19 @@ pub async fn post_services(
             ApiError::invalid_action(&request.action)
         });
     };
+    // The change is on disk before it is carried out or its ID answered.
     match api.actions.act(action, request.services).await {
         Ok(change_id) => {
             if action == ServiceAction::Replan {
                 // Pebble's replan also starts enabled checks that are not running.
                 api.checks.replan().await;
             }
-            // The client may rely on the change ID only once a SIGKILL cannot lose it.
-            api.state.durable().await;
             Ok(async_change(change_id))
         }
         Err(e @ ActionError::NoDefaultServices) => {
             Err(ApiError::bad_request(e.to_string()).with_kind("no-default-services"))
         }
+        Err(e @ ActionError::NotRecorded(_)) => Err(ApiError::internal(e.to_string())),
         Err(e) => Err(ApiError::bad_request(e.to_string())),
     }
 }

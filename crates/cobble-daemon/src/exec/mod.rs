@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::services::process::OsProcesses;
-use crate::state::StateStore;
+use crate::state::{Recorded, StateStore};
 pub use setup::SetupError;
 
 /// How long a command waits for its I/O websockets before its task fails.
@@ -89,8 +89,8 @@ impl Channel {
 /// An accepted exec: its change, and the API's answer.
 #[derive(Debug)]
 pub struct Started {
-    /// The `exec` change.
-    pub change_id: u64,
+    /// The `exec` change, on disk.
+    pub change_id: Recorded<u64>,
     /// What `POST /v1/exec` answers.
     pub result: ExecResult,
 }
@@ -209,6 +209,14 @@ impl ExecManager {
             task_id: task_id.to_string(),
             working_dir: prepared.working_dir.clone(),
         };
+        // Recorded first, run after: a command the state file does not know of never runs.
+        let change = match state.recorded(change_id).await {
+            Ok(change) => change,
+            Err(e) => {
+                state.discard_change(change_id);
+                return Err(SetupError::NotRecorded(e));
+            }
+        };
         let (deliver, sockets) = mpsc::unbounded_channel();
         lock(&self.inner.executions).insert(
             task_id,
@@ -235,7 +243,10 @@ impl ExecManager {
             tasks: self.inner.tasks.clone(),
         };
         self.inner.tasks.spawn(session.run());
-        Ok(Started { change_id, result })
+        Ok(Started {
+            change_id: change,
+            result,
+        })
     }
 
     /// Claims websocket `websocket` of task `task_id`, if the task is an exec that still

@@ -43,6 +43,10 @@ pub enum SetupError {
     /// Answered with 500, as Pebble answers a failure of its `cmdstate.Exec`.
     #[error("cannot call exec: {0}")]
     CannotCall(String),
+    /// The change could not be written to the state file; the command was not run.
+    /// Answered with 500.
+    #[error("cannot record change: {0}")]
+    NotRecorded(crate::state::NotRecorded),
 }
 
 /// The daemon process, as far as building a command's environment goes.

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::machine::{StartOutcome, StopOutcome};
 use super::{ServiceManager, StartReply};
-use crate::state::{StateStore, Status};
+use crate::state::{NotRecorded, Recorded, StateStore, Status};
 
 /// A service action of `POST /v1/services` (and the daemon's own autostart), parsed from its
 /// wire name once at the API's edge.
@@ -95,6 +95,9 @@ pub enum ActionError {
         action: ServiceAction,
         error: cobble_plan::PlanError,
     },
+    /// The change could not be written to the state file, so nothing was done.
+    #[error("cannot record change: {0}")]
+    NotRecorded(NotRecorded),
 }
 
 /// Whether a task starts or stops its service.
@@ -109,6 +112,13 @@ enum Op {
 struct LaneTask {
     task_id: u64,
     service: String,
+}
+
+/// A change recorded for an action, with its tasks by lane, not yet carried out.
+struct Pending {
+    change_id: u64,
+    stop: Vec<Vec<LaneTask>>,
+    start: Vec<Vec<LaneTask>>,
 }
 
 /// Creates changes for service actions and runs them.
@@ -137,9 +147,48 @@ impl ServiceActions {
         self.plan.borrow().clone()
     }
 
-    /// Carries out `action` on `names`; returns the ID of the change once it is recorded
-    /// (the change itself runs in the background).
-    pub async fn act(&self, action: ServiceAction, names: Vec<String>) -> Result<u64, ActionError> {
+    /// Carries out `action` on `names` for a client: records the change, and once the
+    /// state file holds it, starts carrying it out in the background and returns its ID.
+    /// Recorded first, done after: when the state file cannot be written the change is
+    /// taken back before any of it was done, and the client's retry is safe.
+    pub async fn act(
+        &self,
+        action: ServiceAction,
+        names: Vec<String>,
+    ) -> Result<Recorded<u64>, ActionError> {
+        let pending = self.prepare(action, names).await?;
+        let change_id = pending.change_id;
+        match self.state.recorded(change_id).await {
+            Ok(recorded) => {
+                self.spawn_run(pending);
+                Ok(recorded)
+            }
+            Err(e) => {
+                self.state.discard_change(change_id);
+                Err(ActionError::NotRecorded(e))
+            }
+        }
+    }
+
+    /// Carries out `action` on `names` for the daemon itself (its autostart): nobody is told
+    /// the change, so it runs at once and reaches the state file when the disk takes it.
+    pub async fn act_now(
+        &self,
+        action: ServiceAction,
+        names: Vec<String>,
+    ) -> Result<u64, ActionError> {
+        let pending = self.prepare(action, names).await?;
+        let change_id = pending.change_id;
+        self.spawn_run(pending);
+        Ok(change_id)
+    }
+
+    /// Resolves `action` against the plan and records its change and tasks.
+    async fn prepare(
+        &self,
+        action: ServiceAction,
+        names: Vec<String>,
+    ) -> Result<Pending, ActionError> {
         let plan = self.plan.borrow().clone();
         let mut names = names;
         match action {
@@ -197,7 +246,7 @@ impl ServiceActions {
                 (stop, start)
             }
         };
-        Ok(self.record_and_run(action, names, stop_lanes, start_lanes))
+        Ok(self.record(action, names, stop_lanes, start_lanes))
     }
 
     /// Stops every service that is starting, running or backing off, in stop order, as one
@@ -228,18 +277,23 @@ impl ServiceActions {
         self.run(change_id, stop, Vec::new()).await;
     }
 
-    fn record_and_run(
+    fn record(
         &self,
         action: ServiceAction,
         names: Vec<String>,
         stop_lanes: Vec<Vec<String>>,
         start_lanes: Vec<Vec<String>>,
-    ) -> u64 {
+    ) -> Pending {
         let title = action.title();
         if stop_lanes.is_empty() && start_lanes.is_empty() {
-            return self
+            let change_id = self
                 .state
                 .new_done_change(action.as_str(), &format!("{title} - no services"));
+            return Pending {
+                change_id,
+                stop: Vec::new(),
+                start: Vec::new(),
+            };
         }
         // The count is taken from the resolved lanes (dependencies included), the name from
         // the request; a replan counts the services it stops or starts.
@@ -259,9 +313,23 @@ impl ServiceActions {
         let change_id = self.state.new_change(action.as_str(), &summary, names);
         let stop = self.add_tasks(change_id, Op::Stop, stop_lanes);
         let start = self.add_tasks(change_id, Op::Start, start_lanes);
+        Pending {
+            change_id,
+            stop,
+            start,
+        }
+    }
+
+    /// Carries out a recorded change in the background.
+    fn spawn_run(&self, pending: Pending) {
+        if pending.stop.is_empty() && pending.start.is_empty() {
+            return;
+        }
         let this = self.clone();
-        tokio::spawn(async move { this.run(change_id, stop, start).await });
-        change_id
+        tokio::spawn(async move {
+            this.run(pending.change_id, pending.stop, pending.start)
+                .await
+        });
     }
 
     fn add_tasks(&self, change_id: u64, op: Op, lanes: Vec<Vec<String>>) -> Vec<Vec<LaneTask>> {

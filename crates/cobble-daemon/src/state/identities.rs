@@ -1,11 +1,22 @@
 //! The store's share of identities: read under the one lock, changed as one mutation, so a
 //! request that changed them can wait for the state file like any other
-//! ([`StateStore::durable`]).
+//! ([`StateStore::durable`]), and be undone when the file cannot be written.
 
 use std::collections::BTreeMap;
 
-use super::StateStore;
+use super::{NotRecorded, StateStore};
 use crate::identities::{self, Action, Applied, Candidate, Credentials, Identity, RequestError};
+
+/// Why a request's identities were not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentitiesError {
+    /// The request itself is wrong (Pebble's wording).
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// The state file could not be written; nothing was changed.
+    #[error("cannot record identities: {0}")]
+    NotRecorded(NotRecorded),
+}
 
 impl StateStore {
     /// Every identity, by name.
@@ -13,24 +24,59 @@ impl StateStore {
         self.lock().identities.clone()
     }
 
-    /// Applies a request's identities, all or nothing.
+    /// Applies a request's identities, all or nothing, without waiting for the state file
+    /// (the daemon's own `--identities` at start-up).
     pub fn change_identities(
         &self,
         action: Action,
         changes: BTreeMap<String, Option<Identity>>,
     ) -> Result<Applied, RequestError> {
-        let mut data = self.lock();
-        let mut current = std::mem::take(&mut data.identities);
-        let result = identities::apply(&mut current, action, changes);
-        data.identities = current;
-        if result.is_ok() {
+        self.apply_identities(action, changes)
+            .map(|(applied, _)| applied)
+    }
+
+    /// Applies a request's identities and returns once they are on disk. When the state
+    /// file cannot be written, the identities are put back as they were (unless another
+    /// request changed them meanwhile) and the request fails: who may do what never
+    /// changes without a record of it.
+    pub async fn change_identities_recorded(
+        &self,
+        action: Action,
+        changes: BTreeMap<String, Option<Identity>>,
+    ) -> Result<Applied, IdentitiesError> {
+        let (applied, before) = self.apply_identities(action, changes)?;
+        if let Err(e) = self.durable().await {
+            self.mutate(|d| {
+                if d.identities == before.after {
+                    d.identities = before.before;
+                    d.dirty.touch_identities();
+                }
+            });
+            return Err(IdentitiesError::NotRecorded(e));
+        }
+        Ok(applied)
+    }
+
+    fn apply_identities(
+        &self,
+        action: Action,
+        changes: BTreeMap<String, Option<Identity>>,
+    ) -> Result<(Applied, Swap), RequestError> {
+        self.mutate(|data| {
+            let before = data.identities.clone();
+            let mut current = std::mem::take(&mut data.identities);
+            let result = identities::apply(&mut current, action, changes);
+            data.identities = current;
+            let applied = result?;
             data.dirty.touch_identities();
-        }
-        drop(data);
-        if result.is_ok() {
-            self.inner.version.send_modify(|v| *v += 1);
-        }
-        result
+            Ok((
+                applied,
+                Swap {
+                    before,
+                    after: data.identities.clone(),
+                },
+            ))
+        })
     }
 
     /// The identity that credentials name, before any password check.
@@ -41,4 +87,10 @@ impl StateStore {
         }
         identities::candidate(&data.identities, creds)
     }
+}
+
+/// The identities before and after a request, to put back if it is not recorded.
+struct Swap {
+    before: BTreeMap<String, Identity>,
+    after: BTreeMap<String, Identity>,
 }

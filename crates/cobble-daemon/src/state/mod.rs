@@ -23,6 +23,7 @@ mod persist;
 mod smallmap;
 mod timefmt;
 
+pub use identities::IdentitiesError;
 pub use notices::{Notice, NoticeFilter, NoticeType, Occurrence};
 pub use persist::{COALESCE_WINDOW, FlushError, PersistError, Persister, load, write_state_file};
 pub use smallmap::SmallMap;
@@ -149,15 +150,54 @@ pub enum Select {
 }
 
 /// How far the state file reaches.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Durable {
     /// The store version the file holds.
     version: u64,
     last_change_id: u64,
     last_task_id: u64,
     last_notice_id: u64,
+    /// How many notice wakes the file holds: waiters of `GET /v1/notices` are woken only up
+    /// to here, so that none sees a notice before it is on disk.
+    notice_wakes: u64,
     /// Whether a persister is attached; without one nothing is waited for.
     persisted: bool,
+    /// The last write that failed, while no later one succeeded.
+    failure: Option<Failure>,
+}
+
+/// A write that failed: everything up to `through` that was not already durable is not.
+#[derive(Debug, Clone)]
+struct Failure {
+    /// The store version the failed write would have made durable.
+    through: u64,
+    /// Why, as the write's error says it (`write <path>: no space left on device`).
+    cause: Arc<str>,
+}
+
+/// Why a mutation could not be made durable: the state file could not be written. The
+/// text is the write's error; callers say what was not recorded (`cannot record change:
+/// ...`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotRecorded(Arc<str>);
+
+/// A value (a change or notice ID) that a client may be told, because what it names is on
+/// disk: only [`StateStore::recorded`] makes one, after the write. The API answers with IDs
+/// through this type alone, so no handler can answer before the write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a recorded ID is for telling a client"]
+pub struct Recorded<T>(T);
+
+impl<T> Recorded<T> {
+    /// The value vouched for.
+    pub fn get(&self) -> &T {
+        &self.0
+    }
+
+    pub fn into_inner(self) -> T {
+        self.0
+    }
 }
 
 /// Everything the state file holds.
@@ -178,6 +218,10 @@ pub struct StateData {
     /// How many times a notice was added or repeated; its moves wake notice waiters.
     #[serde(skip)]
     pub notice_wakes: u64,
+    /// Bumped by every mutation, under the lock: what a write covers and when a notice last
+    /// changed are told in these numbers.
+    #[serde(skip)]
+    version: u64,
     /// Which journal continues this state (see [`journal`]).
     #[serde(default)]
     pub generation: u64,
@@ -227,7 +271,9 @@ impl StateStore {
             last_change_id: data.last_change_id,
             last_task_id: data.last_task_id,
             last_notice_id: data.last_notice_id,
+            notice_wakes: data.notice_wakes,
             persisted: false,
+            failure: None,
         };
         StateStore {
             inner: Arc::new(Inner {
@@ -252,17 +298,34 @@ impl StateStore {
 
     /// Runs `f` on the data and publishes the mutation.
     fn mutate<R>(&self, f: impl FnOnce(&mut StateData) -> R) -> R {
-        let (result, wakes) = {
+        let (result, version, wakes) = {
             let mut d = self.lock();
+            d.version += 1;
             let before = d.notice_wakes;
             let result = f(&mut d);
-            (result, (d.notice_wakes != before).then_some(d.notice_wakes))
+            (
+                result,
+                d.version,
+                (d.notice_wakes != before).then_some(d.notice_wakes),
+            )
         };
-        self.inner.version.send_modify(|v| *v += 1);
-        if let Some(wakes) = wakes {
+        self.publish(version, wakes);
+        result
+    }
+
+    /// Tells who watches that the data reached `version`, and the notice waiters that
+    /// notices moved (at once without a persister; with one, once the write holds them).
+    fn publish(&self, version: u64, wakes: Option<u64>) {
+        self.inner.version.send_if_modified(|v| {
+            let newer = version > *v;
+            *v = (*v).max(version);
+            newer
+        });
+        if let Some(wakes) = wakes
+            && !self.inner.durable.borrow().persisted
+        {
             self.inner.notice_wakes.send_replace(wakes);
         }
-        result
     }
 
     /// Serialises the current data (for the persister).
@@ -271,14 +334,12 @@ impl StateStore {
     }
 
     /// Serialises the current data under the next journal generation, with what it covers:
-    /// every mutation up to the version (read before the data, so the bytes hold at least
-    /// that much) and the last IDs. The journal starts over from here.
+    /// every mutation up to the version and the last IDs. The journal starts over from here.
     fn checkpoint(&self) -> (Durable, u64, Vec<u8>) {
-        let version = *self.inner.version.borrow();
         let mut data = self.lock();
         data.generation += 1;
         data.dirty.clear();
-        let covers = covers(version, &data);
+        let covers = covers(&data);
         let bytes = serde_json::to_vec(&*data).expect("state serialises");
         (covers, data.generation, bytes)
     }
@@ -286,42 +347,92 @@ impl StateStore {
     /// The journal record of what changed since the last write (None if nothing did), with
     /// what the journal covers once it is appended.
     fn journal_record(&self) -> (Durable, Option<Vec<u8>>) {
-        let version = *self.inner.version.borrow();
         let mut data = self.lock();
-        (covers(version, &data), journal::take_record(&mut data))
+        (covers(&data), journal::take_record(&mut data))
     }
 
     /// Returns once every mutation made so far is in the state file: the group commit a
     /// mutating request awaits before it tells the client a change ID. Many waiters share
     /// one write. Returns at once when no persister runs (`--dry`-like daemons, tests).
-    pub async fn durable(&self) {
-        let version = *self.inner.version.borrow();
-        self.wait_durable(|d| d.version >= version).await;
+    /// Fails when the write that should have held them failed (a full or read-only disk):
+    /// the caller then undoes what it did and tells its client why.
+    pub async fn durable(&self) -> Result<(), NotRecorded> {
+        let version = self.lock().version;
+        self.wait_version(version).await
+    }
+
+    /// Waits for [`StateStore::durable`], then vouches for `value`: the only way to make a
+    /// [`Recorded`].
+    pub async fn recorded<T>(&self, value: T) -> Result<Recorded<T>, NotRecorded> {
+        self.durable().await?;
+        Ok(Recorded(value))
+    }
+
+    /// Returns once the state file holds store version `version`, or fails when a write
+    /// that should have held it failed.
+    async fn wait_version(&self, version: u64) -> Result<(), NotRecorded> {
+        let mut durable = self.inner.durable.subscribe();
+        let outcome = |d: &Durable| {
+            if !d.persisted || d.version >= version {
+                return Some(Ok(()));
+            }
+            match &d.failure {
+                Some(f) if f.through >= version => Some(Err(NotRecorded(f.cause.clone()))),
+                _ => None,
+            }
+        };
+        // A failure already published for this version is the answer: a request made
+        // while the disk refuses writes is refused at once, and the next write attempt
+        // (which it asks for) is what may heal it.
+        if let Some(done) = outcome(&durable.borrow_and_update()) {
+            return done;
+        }
+        self.inner.urgent.notify_one();
+        loop {
+            // The persister detaches (persisted false) when it stops: nobody waits forever.
+            if durable.changed().await.is_err() {
+                return Ok(());
+            }
+            if let Some(done) = outcome(&durable.borrow_and_update()) {
+                return done;
+            }
+        }
     }
 
     /// Returns once every change, task and notice ID handed out so far is in the state file,
     /// so a response that shows IDs never shows one a restarted daemon would give out again.
     /// Writes nothing when they already are (the usual case: IDs are made by mutating
-    /// requests, which waited).
+    /// requests, which waited). While the disk refuses writes it returns at once: reads go
+    /// on answering, and what they show of background work (a check's new change) is on
+    /// disk as soon as the disk takes it.
     pub async fn durable_ids(&self) {
         let (change, task, notice) = {
             let d = self.lock();
             (d.last_change_id, d.last_task_id, d.last_notice_id)
         };
-        self.wait_durable(|d| {
-            d.last_change_id >= change && d.last_task_id >= task && d.last_notice_id >= notice
-        })
-        .await;
-    }
-
-    async fn wait_durable(&self, done: impl Fn(&Durable) -> bool) {
+        let done = |d: &Durable| {
+            !d.persisted
+                || d.failure.is_some()
+                || (d.last_change_id >= change
+                    && d.last_task_id >= task
+                    && d.last_notice_id >= notice)
+        };
         let mut durable = self.inner.durable.subscribe();
-        if !durable.borrow().persisted || done(&durable.borrow()) {
+        if done(&durable.borrow()) {
             return;
         }
         self.inner.urgent.notify_one();
-        // The persister detaches (persisted false) when it stops: nobody waits forever.
-        let _ = durable.wait_for(|d| !d.persisted || done(d)).await;
+        let _ = durable.wait_for(done).await;
+    }
+
+    /// Why the last write of the state file failed, while none succeeded since.
+    pub fn write_failure(&self) -> Option<NotRecorded> {
+        let durable = self.inner.durable.borrow();
+        durable
+            .failure
+            .as_ref()
+            .filter(|_| durable.persisted)
+            .map(|f| NotRecorded(f.cause.clone()))
     }
 
     /// Creates a change with no tasks yet.
@@ -616,10 +727,71 @@ impl StateStore {
         self.mutate(|d| prune(d, now));
     }
 
-    /// Records an occurrence of a notice; returns its ID. The caller that tells a client
-    /// the ID awaits [`StateStore::durable`] first.
+    /// Records an occurrence of a notice; returns its ID. Nobody is told the ID: a caller
+    /// that tells a client uses [`StateStore::add_notice_recorded`].
     pub fn add_notice(&self, occurrence: Occurrence) -> u64 {
         self.mutate(|d| notices::add(d, occurrence, Timestamp::now()).0)
+    }
+
+    /// Records an occurrence of a notice and returns its ID once it is on disk. When the
+    /// state file cannot be written, the occurrence is taken back (the notice is as it was,
+    /// or gone if it was new; its ID is never given again) and the request fails, so that a
+    /// client's retry counts once.
+    pub async fn add_notice_recorded(
+        &self,
+        occurrence: Occurrence,
+    ) -> Result<Recorded<u64>, NotRecorded> {
+        let (id, before, after) = self.mutate(|d| {
+            let before = notices::find(d, &occurrence).cloned();
+            let (id, _) = notices::add(d, occurrence, Timestamp::now());
+            (id, before, d.notices.get(&id).cloned())
+        });
+        match self.durable().await {
+            Ok(()) => Ok(Recorded(id)),
+            Err(e) => {
+                self.mutate(|d| {
+                    // Another occurrence since then is someone else's: it stays.
+                    if d.notices.get(&id) == after.as_ref() {
+                        match before {
+                            Some(notice) => d.notices.insert(id, notice),
+                            None => d.notices.remove(&id),
+                        };
+                        d.dirty.touch_notice(id);
+                    }
+                });
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes back a change that was created but could not be recorded, before anything
+    /// was done for it: it goes with its tasks and its change-update notice. Its ID is
+    /// never given again.
+    pub fn discard_change(&self, change_id: u64) {
+        self.mutate(|d| {
+            if let Some(change) = d.changes.remove(&change_id) {
+                for task in change.task_ids {
+                    d.tasks.remove(&task);
+                }
+                d.dirty.touch(change_id);
+            }
+            let key = change_id.to_string();
+            let updates: Vec<u64> = d
+                .notices
+                .values()
+                .filter(|n| n.kind == NoticeType::ChangeUpdate && n.key == key)
+                .map(|n| n.id)
+                .collect();
+            for id in updates {
+                d.notices.remove(&id);
+                d.dirty.touch_notice(id);
+            }
+        });
+        self.inner
+            .abort_tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&change_id);
     }
 
     /// The live notices matching `filter`, ordered by last-repeated time.
@@ -633,16 +805,41 @@ impl StateStore {
     }
 
     /// Waits until some notice matches `filter`, then returns the matching ones. Returns at
-    /// once if some already match. Wakes only when a notice is added or repeated; the
+    /// once if some already match. Wakes only when a notice is added or repeated, and
+    /// answers only with notices as the state file holds them: an answer tells a client of
+    /// a notice as surely as the answer to its `notify` does, so it never comes first. The
     /// caller bounds the wait with its timeout.
     pub async fn wait_notices(&self, filter: &NoticeFilter) -> Vec<Notice> {
         let mut wakes = self.inner.notice_wakes.subscribe();
+        let mut versions = self.subscribe();
         loop {
             // Marked seen before the check: an addition after it is not missed.
             wakes.borrow_and_update();
-            let found = self.notices(filter);
+            versions.borrow_and_update();
+            let (found, newest) = {
+                let d = self.lock();
+                let found = notices::list(&d, filter, Timestamp::now());
+                let newest = found.iter().map(|n| n.changed_at).max().unwrap_or(0);
+                (found, newest)
+            };
             if !found.is_empty() {
-                return found;
+                if self.wait_version(newest).await.is_ok() {
+                    return found;
+                }
+                // The disk refuses writes: what it holds may still be told; an occurrence
+                // it does not hold is being taken back, or waits for the disk.
+                let on_disk = self.inner.durable.borrow().version;
+                let held: Vec<Notice> = found
+                    .into_iter()
+                    .filter(|n| n.changed_at <= on_disk)
+                    .collect();
+                if !held.is_empty() {
+                    return held;
+                }
+                if versions.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                continue;
             }
             if wakes.changed().await.is_err() {
                 // The store outlives every waiter; a closed channel means nothing changes.
@@ -688,14 +885,16 @@ impl Serialize for ChangesListing<'_> {
     }
 }
 
-/// What a write of `d`, taken at store version `version`, makes durable.
-fn covers(version: u64, d: &StateData) -> Durable {
+/// What a write of `d` makes durable.
+fn covers(d: &StateData) -> Durable {
     Durable {
-        version,
+        version: d.version,
         last_change_id: d.last_change_id,
         last_task_id: d.last_task_id,
         last_notice_id: d.last_notice_id,
+        notice_wakes: d.notice_wakes,
         persisted: true,
+        failure: None,
     }
 }
 

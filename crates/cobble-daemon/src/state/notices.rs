@@ -82,6 +82,10 @@ pub struct Notice {
     #[serde(default)]
     pub repeat_after: Duration,
     pub expire_after: Duration,
+    /// The store version of its last change, which a waiter sees only once the state file
+    /// holds it; zero for a notice loaded from disk. Never written.
+    #[serde(skip)]
+    pub changed_at: u64,
 }
 
 impl Notice {
@@ -173,6 +177,7 @@ pub fn add(d: &mut StateData, occurrence: Occurrence, now: Timestamp) -> (u64, b
         data,
         repeat_after,
     } = occurrence;
+    let version = d.version;
     let existing = d
         .notices
         .values_mut()
@@ -205,6 +210,7 @@ pub fn add(d: &mut StateData, occurrence: Occurrence, now: Timestamp) -> (u64, b
                 last_data: SmallMap::new(),
                 repeat_after: Duration::ZERO,
                 expire_after: NOTICE_EXPIRE_AFTER,
+                changed_at: 0,
             });
             (notice, true)
         }
@@ -212,12 +218,20 @@ pub fn add(d: &mut StateData, occurrence: Occurrence, now: Timestamp) -> (u64, b
     notice.last_occurred = now;
     notice.last_data = data.into();
     notice.repeat_after = repeat_after;
+    notice.changed_at = version;
     let id = notice.id;
     d.dirty.touch_notice(id);
     if woke {
         d.notice_wakes += 1;
     }
     (id, woke)
+}
+
+/// The notice an occurrence would count for, if it exists.
+pub fn find<'a>(d: &'a StateData, occurrence: &Occurrence) -> Option<&'a Notice> {
+    d.notices.values().find(|n| {
+        n.user_id == occurrence.user_id && n.kind == occurrence.kind && n.key == occurrence.key
+    })
 }
 
 /// The live notices matching `filter`, ordered by `last-repeated` (ID breaks ties).
@@ -552,7 +566,8 @@ mod tests {
             });
             let bytes = s.snapshot_json();
             let s2 = StateStore::new(serde_json::from_slice(&bytes).unwrap());
-            assert_eq!(s2.notice(id), s.notice(id));
+            let shown = |s: &StateStore| s.notice(id).map(|n| n.render());
+            assert_eq!(shown(&s2), shown(&s));
             let next = s2.add_notice(Occurrence {
                 user_id: None,
                 kind: NoticeType::Custom,

@@ -200,21 +200,46 @@ impl Persister {
         self.covered(covers)
     }
 
-    /// Releases who waited for what `covers` says is durable.
+    /// Releases who waited for what `covers` says is durable, and wakes the notice waiters
+    /// up to the notices it holds.
     fn covered(&self, covers: super::Durable) -> u64 {
         self.store.inner.durable.send_modify(|d| {
             d.version = d.version.max(covers.version);
             d.last_change_id = d.last_change_id.max(covers.last_change_id);
             d.last_task_id = d.last_task_id.max(covers.last_task_id);
             d.last_notice_id = d.last_notice_id.max(covers.last_notice_id);
+            d.notice_wakes = d.notice_wakes.max(covers.notice_wakes);
+            d.failure = None;
+        });
+        self.store.inner.notice_wakes.send_if_modified(|w| {
+            let newer = covers.notice_wakes > *w;
+            *w = (*w).max(covers.notice_wakes);
+            newer
         });
         covers.version
     }
 
+    /// Tells who waits for what a failed write would have covered that it is not on disk.
+    fn failed(&self, through: u64, cause: &str) {
+        self.store.inner.durable.send_modify(|d| {
+            d.failure = Some(super::Failure {
+                through,
+                cause: cause.into(),
+            });
+        });
+    }
+
     /// Runs until `cancel` fires, then writes one last time.
+    ///
+    /// A write that fails (a full or read-only disk) fails every request waiting on it at
+    /// once; nothing waits for the disk. The next write is tried after [`RETRY_DELAY`], or
+    /// at once when a request waits for one, so that the first request after the disk
+    /// heals succeeds. The log says it once when writes start failing and once when they
+    /// work again, not at every retry.
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut version: watch::Receiver<u64> = self.store.subscribe();
         let mut written = self.store.inner.durable.borrow().version;
+        let mut failing: Option<String> = None;
         // Mutations made before this subscription count too.
         version.mark_changed();
         loop {
@@ -234,9 +259,17 @@ impl Persister {
                 continue;
             }
             let checkpoint = self.journal.as_ref().is_none_or(Journal::wants_checkpoint);
+            let through = self.store.lock().version;
             match self.commit().await {
                 Ok(covered) => {
                     written = covered;
+                    if failing.take().is_some() {
+                        tracing::warn!(
+                            "State file {} written again; requests that change state are \
+                             accepted again",
+                            self.path.display()
+                        );
+                    }
                     // After a burst that rewrote the whole state, hand the heap it freed
                     // back to the kernel. Records are small: trimming after each would
                     // cost more than it returns.
@@ -245,8 +278,21 @@ impl Persister {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!("Cannot write state file {}: {e}", self.path.display());
-                    tokio::time::sleep(RETRY_DELAY).await;
+                    let cause = e.to_string();
+                    self.failed(through, &cause);
+                    if failing.is_none() {
+                        tracing::warn!(
+                            "Cannot write state file {}: {cause}; requests that change state \
+                             are refused until it can be written",
+                            self.path.display()
+                        );
+                    }
+                    failing = Some(cause);
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        _ = tokio::time::sleep(RETRY_DELAY) => {}
+                        _ = self.store.inner.urgent.notified() => {}
+                    }
                     version.mark_changed();
                 }
             }

@@ -296,7 +296,7 @@ async fn a_waiting_request_is_released_only_once_its_change_is_written() {
     let (s, writes, _cancel) = persisted(dir.path());
     tokio::task::yield_now().await;
     let id = s.new_change("start", "x", vec![]);
-    s.durable().await;
+    s.durable().await.expect("durable");
     let on_disk = persist::load(&dir.path().join(".pebble.state")).unwrap();
     assert!(on_disk.changes.contains_key(&id));
     assert_eq!(on_disk.last_change_id, id);
@@ -313,7 +313,7 @@ async fn many_waiting_requests_share_one_write() {
             let s = s.clone();
             tokio::spawn(async move {
                 let id = s.new_change("start", "x", vec![]);
-                s.durable().await;
+                s.durable().await.expect("durable");
                 id
             })
         })
@@ -334,7 +334,7 @@ async fn ids_already_written_need_no_write() {
     tokio::task::yield_now().await;
     let change = s.new_change("start", "x", vec![]);
     let task = s.add_task(change, "start", "x", None);
-    s.durable().await;
+    s.durable().await.expect("durable");
     assert_eq!(*writes.borrow(), 1);
     // Progress that shows no new ID: a reader does not wait, and nothing is written early.
     s.set_task_status(task, Status::Doing);
@@ -346,7 +346,7 @@ async fn ids_already_written_need_no_write() {
 async fn without_a_persister_nobody_waits() {
     let s = store();
     s.new_change("start", "x", vec![]);
-    s.durable().await;
+    s.durable().await.expect("durable");
     s.durable_ids().await;
 }
 
@@ -370,7 +370,7 @@ async fn a_durable_change_is_appended_to_the_journal_not_rewritten_whole() {
 
     let change = s.new_change("exec", "x", vec![]);
     let task = s.add_task(change, "exec", "x", None);
-    s.durable().await;
+    s.durable().await.expect("durable");
     assert_eq!(*writes.borrow(), 2);
     let alone = state_file_alone(&path);
     assert_eq!(alone.changes.keys().collect::<Vec<_>>(), [&before]);
@@ -382,7 +382,7 @@ async fn a_durable_change_is_appended_to_the_journal_not_rewritten_whole() {
     // Later records replace the whole change, tasks included.
     s.set_task_status(task, Status::Done);
     s.set_task_data(task, "exit-code", serde_json::json!(0));
-    s.durable().await;
+    s.durable().await.expect("durable");
     let loaded = persist::load(&path).unwrap();
     assert_eq!(loaded.tasks[&task].status, Status::Done);
     assert_eq!(loaded.tasks[&task].data["exit-code"], 0);
@@ -407,9 +407,9 @@ async fn pruned_changes_stay_gone_after_a_reload() {
     s.set_task_status(t, Status::Done);
     let kept = s.new_change("start", "kept", vec![]);
     s.add_task(kept, "start", "kept", None);
-    s.durable().await;
+    s.durable().await.expect("durable");
     s.prune(Timestamp::now() + jiff::SignedDuration::from_hours(8 * 24));
-    s.durable().await;
+    s.durable().await.expect("durable");
     let loaded = persist::load(&path).unwrap();
     assert!(!loaded.changes.contains_key(&old));
     assert!(!loaded.tasks.contains_key(&t));
@@ -430,7 +430,7 @@ async fn a_large_journal_is_folded_into_the_state_file() {
     let mut folded = false;
     for _ in 0..40 {
         ids.push(s.new_change("start", &big, vec![]));
-        s.durable().await;
+        s.durable().await.expect("durable");
         if state_file_alone(&path).changes.len() == ids.len() {
             folded = true;
             break;
@@ -511,7 +511,7 @@ async fn notices_and_identities_reach_the_journal() {
         BTreeMap::from([("bob".to_owned(), Some(identity.clone()))]),
     )
     .unwrap();
-    s.durable().await;
+    s.durable().await.expect("durable");
 
     // What a daemon killed now would load: the state file has neither, its journal both.
     let alone = state_file_alone(&path);
@@ -525,7 +525,7 @@ async fn notices_and_identities_reach_the_journal() {
     s.add_notice(custom("example.com/a"));
     s.change_identities(Action::Replace, BTreeMap::from([("bob".to_owned(), None)]))
         .unwrap();
-    s.durable().await;
+    s.durable().await.expect("durable");
     let loaded = persist::load(&path).unwrap();
     assert_eq!(loaded.notices[&id].occurrences, 2);
     assert!(loaded.identities.is_empty());
@@ -545,5 +545,114 @@ fn a_busy_daemon_keeps_its_history_bounded_between_prunes() {
     assert!(
         d.changes.contains_key(&d.last_change_id),
         "the newest is kept"
+    );
+}
+
+/// A store with a persister attached whose writes the test performs by hand: what a
+/// write makes durable is published only when the test says so, as after a slow fsync.
+fn store_with_slow_disk() -> StateStore {
+    let s = store();
+    s.inner.durable.send_modify(|d| d.persisted = true);
+    s
+}
+
+/// The write the slow disk finally completes: everything so far is durable.
+fn complete_write(s: &StateStore) {
+    let covers = covers(&s.lock());
+    s.inner.durable.send_modify(|d| {
+        d.version = covers.version;
+        d.notice_wakes = covers.notice_wakes;
+        d.failure = None;
+    });
+    s.inner.notice_wakes.send_replace(covers.notice_wakes);
+}
+
+fn custom(key: &str) -> Occurrence {
+    Occurrence {
+        user_id: None,
+        kind: NoticeType::Custom,
+        key: key.into(),
+        data: std::collections::BTreeMap::new(),
+        repeat_after: Duration::ZERO,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_notice_waiter_never_sees_a_notice_before_its_notify_is_answered() {
+    let s = store_with_slow_disk();
+    // A first occurrence on disk, so that the waiter waits for a repeat of it, the case
+    // where no new ID is involved.
+    s.add_notice(custom("a.com/b"));
+    complete_write(&s);
+    let after = s.notices(&NoticeFilter::default())[0].last_repeated;
+    let filter = NoticeFilter {
+        after: Some(after),
+        ..Default::default()
+    };
+    let waiter = tokio::spawn({
+        let (s, filter) = (s.clone(), filter.clone());
+        async move { s.wait_notices(&filter).await }
+    });
+    while Timestamp::now() <= after {
+        std::hint::spin_loop();
+    }
+    let notify = tokio::spawn({
+        let s = s.clone();
+        async move { s.add_notice_recorded(custom("a.com/b")).await }
+    });
+    // The fsync takes its time: neither the notify nor the waiter may answer meanwhile.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!notify.is_finished(), "notify answered before the write");
+    assert!(!waiter.is_finished(), "a waiter saw a notice not on disk");
+    complete_write(&s);
+    let id = notify.await.unwrap().expect("recorded");
+    let seen = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the durable repeat wakes the waiter")
+        .unwrap();
+    assert_eq!((seen.len(), seen[0].id), (1, *id.get()));
+    assert_eq!(seen[0].occurrences, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_notify_the_disk_refuses_is_taken_back() {
+    let s = store_with_slow_disk();
+    let notify = tokio::spawn({
+        let s = s.clone();
+        async move { s.add_notice_recorded(custom("a.com/b")).await }
+    });
+    tokio::task::yield_now().await;
+    let through = s.lock().version;
+    s.inner.durable.send_modify(|d| {
+        d.failure = Some(Failure {
+            through,
+            cause: "write /x: no space left on device".into(),
+        })
+    });
+    let err = notify.await.unwrap().unwrap_err();
+    assert_eq!(err.to_string(), "write /x: no space left on device");
+    assert!(s.notices(&NoticeFilter::default()).is_empty());
+    // The ID is spent: the next notice gets another.
+    let next = tokio::spawn({
+        let s = s.clone();
+        async move { s.add_notice_recorded(custom("a.com/b")).await }
+    });
+    tokio::task::yield_now().await;
+    complete_write(&s);
+    assert_eq!(*next.await.unwrap().unwrap().get(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_the_disk_refuses_is_discarded_with_its_notice() {
+    let s = store_with_slow_disk();
+    let c = s.new_change("start", "x", vec![]);
+    s.add_task(c, "start", "x", None);
+    s.discard_change(c);
+    assert!(s.change_info(c).is_none());
+    assert!(s.notices(&NoticeFilter::default()).is_empty());
+    assert_eq!(
+        s.new_change("start", "y", vec![]),
+        c + 1,
+        "IDs are never reused"
     );
 }

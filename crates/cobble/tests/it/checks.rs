@@ -670,3 +670,31 @@ checks:
         .stdout("name: good\nlevel: alive\nstartup: enabled\nstatus: inactive\nfailures: 0\nthreshold: 3\n")
         .run();
 }
+
+/// A refresh whose run hit the threshold answers with the new recover-check change's ID:
+/// that change is on disk before the answer, so a SIGKILL right after it loses nothing and
+/// the next daemon never gives the ID out again.
+#[test]
+fn a_refresh_answers_only_with_a_change_on_disk() {
+    let yaml = "checks:\n  bad:\n    override: replace\n    period: 1h\n    threshold: 1\n    exec:\n      command: \"false\"\n";
+    let mut d = Daemon::hold(&[("001-refresh", yaml)]);
+    let c = client(&d);
+    let rt = rt();
+    let before = rt.block_on(c.checks("", &[])).unwrap()[0].change_id.clone();
+    let refreshed = rt.block_on(c.refresh_check("bad")).unwrap();
+    let id = refreshed.info.change_id.clone();
+    assert_ne!(id, before, "the failure started a recover-check change");
+    d.kill();
+    d.restart(&["--hold"]);
+    let c = client(&d);
+    let kinds: Vec<(String, String)> = rt
+        .block_on(c.changes(cobble_client::ChangeSelector::All, None))
+        .unwrap()
+        .into_iter()
+        .map(|ch| (ch.id, ch.kind))
+        .collect();
+    assert!(
+        kinds.contains(&(id.clone(), "recover-check".to_owned())),
+        "change {id} lost: {kinds:?}"
+    );
+}

@@ -234,6 +234,9 @@ impl Test {
 /// A `cobble run` on a temporary `$PEBBLE`, stopped when dropped.
 pub struct Daemon {
     root: TempDir,
+    /// `$PEBBLE`: `pebble` under `root`, or a directory the test chose
+    /// ([`Daemon::start_on`]).
+    pebble: PathBuf,
     /// The executable that runs the daemon (see [`Daemon::start_as`]).
     program: PathBuf,
     child: Option<Child>,
@@ -265,10 +268,22 @@ impl Daemon {
         daemon
     }
 
+    /// Like [`Daemon::start`], with `$PEBBLE` at `pebble_dir` (on a file system the test
+    /// controls, say); the daemon's log stays in a temporary directory of its own.
+    pub fn start_on(pebble_dir: &Path, layers: &[(&str, &str)], args: &[&str]) -> Daemon {
+        let mut daemon = Daemon::prepare_at(layers, Some(pebble_dir.to_path_buf()));
+        daemon.launch(args, &[]);
+        daemon
+    }
+
     /// A temporary `$PEBBLE` with `layers` in it, and no daemon yet.
     fn prepare(layers: &[(&str, &str)]) -> Daemon {
+        Daemon::prepare_at(layers, None)
+    }
+
+    fn prepare_at(layers: &[(&str, &str)], pebble: Option<PathBuf>) -> Daemon {
         let root = tempfile::tempdir().expect("temp dir");
-        let pebble_dir = root.path().join("pebble");
+        let pebble_dir = pebble.unwrap_or_else(|| root.path().join("pebble"));
         fs::create_dir_all(pebble_dir.join("layers")).expect("layers dir");
         for (stem, yaml) in layers {
             fs::write(pebble_dir.join("layers").join(format!("{stem}.yaml")), yaml)
@@ -276,6 +291,7 @@ impl Daemon {
         }
         Daemon {
             root,
+            pebble: pebble_dir,
             program: PathBuf::from(COBBLE),
             child: None,
         }
@@ -379,7 +395,7 @@ impl Daemon {
 
     /// `$PEBBLE` of this daemon.
     pub fn pebble_dir(&self) -> PathBuf {
-        self.root.path().join("pebble")
+        self.pebble.clone()
     }
 
     /// A scratch directory next to `$PEBBLE`, for layer files to `add`.

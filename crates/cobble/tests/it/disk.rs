@@ -1,0 +1,399 @@
+//! A `$PEBBLE` whose disk fails: full (a small tmpfs filled up) or forced read-only (a
+//! loop-mounted ext4 with `errors=remount-ro` after an error). Every mutating request is
+//! answered at once with the cause and not carried out; reads, health and running services
+//! go on; the first request after the disk heals works; nothing acknowledged is lost, also
+//! across a SIGKILL. The file systems need root and mount permission: where the machine
+//! does not allow them, each test says why on stderr and passes without checking.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cobble_client::Method;
+
+use crate::fixture::{Daemon, raw, wait_for};
+
+/// How long a refused request may take to be answered.
+const PROMPT: Duration = Duration::from_secs(1);
+
+const LAYER: &str = "services:\n  s:\n    override: replace\n    command: sleep 1000\n";
+
+/// A small file system mounted on a temporary directory, unmounted when dropped.
+struct Disk {
+    mount: PathBuf,
+    /// The ext4 image behind a loop mount, and its error trigger in sysfs.
+    ext4: Option<(PathBuf, PathBuf)>,
+    _dir: tempfile::TempDir,
+}
+
+fn run(program: &str, args: &[&str]) -> Result<(), String> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+fn skip(test: &str, reason: &str) {
+    eprintln!("skipped {test}: {reason} (needs root and permission to mount file systems)");
+}
+
+impl Disk {
+    /// A tmpfs of `size` (`8m`), or why there cannot be one.
+    fn tmpfs(size: &str) -> Result<Disk, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let mount = dir.path().join("mnt");
+        fs::create_dir(&mount).map_err(|e| e.to_string())?;
+        run(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "tmpfs",
+                mount.to_str().unwrap(),
+            ],
+        )?;
+        Ok(Disk {
+            mount,
+            ext4: None,
+            _dir: dir,
+        })
+    }
+
+    /// A 32 MiB ext4 on a loop device that turns read-only at its first error, or why
+    /// there cannot be one.
+    fn ext4() -> Result<Disk, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let image = dir.path().join("disk.img");
+        let mount = dir.path().join("mnt");
+        fs::create_dir(&mount).map_err(|e| e.to_string())?;
+        fs::File::create(&image)
+            .and_then(|f| f.set_len(32 << 20))
+            .map_err(|e| e.to_string())?;
+        run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()])?;
+        let mut disk = Disk {
+            mount,
+            ext4: Some((image, PathBuf::new())),
+            _dir: dir,
+        };
+        disk.mount_ext4()?;
+        Ok(disk)
+    }
+
+    fn mount_ext4(&mut self) -> Result<(), String> {
+        let (image, trigger) = self.ext4.as_mut().expect("an ext4 disk");
+        run(
+            "mount",
+            &[
+                "-o",
+                "loop,errors=remount-ro",
+                image.to_str().unwrap(),
+                self.mount.to_str().unwrap(),
+            ],
+        )?;
+        // The loop device the mount took names its ext4 directory in sysfs.
+        let mounts = fs::read_to_string("/proc/self/mounts").map_err(|e| e.to_string())?;
+        let device = mounts
+            .lines()
+            .find(|l| l.split(' ').nth(1) == self.mount.to_str())
+            .and_then(|l| l.split(' ').next())
+            .ok_or("the mount is not listed")?;
+        let name = Path::new(device).file_name().unwrap().to_owned();
+        *trigger = Path::new("/sys/fs/ext4")
+            .join(name)
+            .join("trigger_fs_error");
+        if !trigger.exists() {
+            return Err(format!("{} does not exist", trigger.display()));
+        }
+        Ok(())
+    }
+
+    /// Fills the file system to the last byte.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut filler = fs::File::create(self.mount.join("filler")).expect("filler");
+        let block = vec![0u8; 64 * 1024];
+        loop {
+            match filler.write(&block) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        // What is left is smaller than a block: fill it byte by byte.
+        while filler.write(&[0]).is_ok_and(|n| n == 1) {}
+    }
+
+    fn free(&self) {
+        fs::remove_file(self.mount.join("filler")).expect("remove filler");
+    }
+
+    /// Makes the kernel find an error on the ext4, which it then remounts read-only; open
+    /// files stop taking writes too.
+    fn break_read_only(&self) {
+        let (_, trigger) = self.ext4.as_ref().expect("an ext4 disk");
+        fs::write(trigger, "cobble test").expect("trigger an ext4 error");
+        wait_for("the ext4 read-only", Duration::from_secs(10), || {
+            fs::write(self.mount.join("probe"), "x").is_err()
+        });
+    }
+
+    /// Unmounts the broken ext4, repairs it and mounts it again, as an operator would.
+    fn repair(&mut self) {
+        run("umount", &[self.mount.to_str().unwrap()]).expect("umount");
+        let image = self.ext4.as_ref().unwrap().0.clone();
+        // e2fsck exits 1 when it fixed something: not a failure.
+        let _ = Command::new("e2fsck")
+            .args(["-fy", image.to_str().unwrap()])
+            .output();
+        self.mount_ext4().expect("mount again");
+    }
+}
+
+impl Drop for Disk {
+    fn drop(&mut self) {
+        let _ = run("umount", &["-l", self.mount.to_str().unwrap()]);
+    }
+}
+
+/// A request and how long it took.
+fn timed(
+    daemon: &Daemon,
+    method: Method,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, String, Duration) {
+    let started = Instant::now();
+    let (status, body) = raw(daemon, method, path, body);
+    (status, body, started.elapsed())
+}
+
+fn change_id(body: &str) -> String {
+    let value: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    value["change"].as_str().expect("a change ID").to_owned()
+}
+
+fn wait_change(daemon: &Daemon, id: &str) -> serde_json::Value {
+    let (status, body) = raw(
+        daemon,
+        Method::GET,
+        &format!("/v1/changes/{id}/wait?timeout=20s"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str::<serde_json::Value>(&body).unwrap()["result"].clone()
+}
+
+fn service_status(daemon: &Daemon) -> String {
+    let (status, body) = raw(daemon, Method::GET, "/v1/services?names=s", None);
+    assert_eq!(status, 200, "{body}");
+    let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+    value["result"][0]["current"].as_str().unwrap().to_owned()
+}
+
+/// Every change ID a client was given is in the daemon's history.
+fn assert_all_known(daemon: &Daemon, acknowledged: &[String]) {
+    let (status, body) = raw(daemon, Method::GET, "/v1/changes?select=all", None);
+    assert_eq!(status, 200, "{body}");
+    let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let known: Vec<&str> = value["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    for id in acknowledged {
+        assert!(known.contains(&id.as_str()), "change {id} lost: {known:?}");
+    }
+}
+
+/// Sends mutating requests until one is refused, as it is once the disk has no room even
+/// for the journal's next record; returns the IDs acknowledged on the way.
+fn until_refused(daemon: &Daemon, acknowledged: &mut Vec<String>) -> String {
+    for _ in 0..200 {
+        let (status, body, took) = timed(
+            daemon,
+            Method::POST,
+            "/v1/services",
+            Some(r#"{"action":"start","services":["s"]}"#),
+        );
+        if status == 202 {
+            acknowledged.push(change_id(&body));
+            continue;
+        }
+        assert!(took < PROMPT, "refused after {took:?}");
+        return body;
+    }
+    panic!("a full disk never refused a request");
+}
+
+/// What a disk that refuses writes must not change: refused requests are answered at once
+/// and not carried out; reads, health and the running service go on.
+fn check_refusals(daemon: &Daemon, cause: &str, marker: &Path) {
+    let refused = |method: Method, path: &str, body: &str, what: &str| {
+        let (status, answer, took) = timed(daemon, method, path, Some(body));
+        assert_eq!(status, 500, "{path}: {answer}");
+        assert!(took < PROMPT, "{path} answered after {took:?}");
+        assert!(
+            answer.contains(&format!("cannot record {what}: ")) && answer.contains(cause),
+            "{path}: {answer}"
+        );
+    };
+    refused(
+        Method::POST,
+        "/v1/services",
+        r#"{"action":"stop","services":["s"]}"#,
+        "change",
+    );
+    refused(
+        Method::POST,
+        "/v1/notices",
+        r#"{"action":"add","type":"custom","key":"example.com/disk"}"#,
+        "notice",
+    );
+    refused(
+        Method::POST,
+        "/v1/identities",
+        r#"{"action":"add","identities":{"bob":{"access":"read","local":{"user-id":4242}}}}"#,
+        "identities",
+    );
+    let exec = format!(
+        r#"{{"command":["touch","{}"],"timeout":"5s"}}"#,
+        marker.display()
+    );
+    refused(Method::POST, "/v1/exec", &exec, "change");
+    // Reads and health answer as before, and nothing refused was done.
+    for path in [
+        "/v1/health",
+        "/v1/changes?select=all",
+        "/v1/checks",
+        "/v1/notices",
+    ] {
+        let (status, body, took) = timed(daemon, Method::GET, path, None);
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(took < PROMPT, "{path} answered after {took:?}");
+    }
+    let (_, identities) = raw(daemon, Method::GET, "/v1/identities", None);
+    assert!(!identities.contains("bob"), "{identities}");
+    assert_eq!(service_status(daemon), "active", "the stop was carried out");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!marker.exists(), "the refused exec ran");
+}
+
+#[test]
+fn a_full_disk_refuses_changes_at_once_and_heals_without_a_restart() {
+    let disk = match Disk::tmpfs("8m") {
+        Ok(disk) => disk,
+        Err(e) => return skip("a_full_disk_refuses_changes", &e),
+    };
+    let pebble = disk.mount.join("pebble");
+    let mut daemon = Daemon::start_on(&pebble, &[("001-disk", LAYER)], &["--hold"]);
+    let marker = daemon.scratch().join("exec-ran");
+    let mut acknowledged = Vec::new();
+    let (status, body) = raw(
+        &daemon,
+        Method::POST,
+        "/v1/services",
+        Some(r#"{"action":"start","services":["s"]}"#),
+    );
+    assert_eq!(status, 202, "{body}");
+    acknowledged.push(change_id(&body));
+    wait_change(&daemon, &acknowledged[0]);
+
+    disk.fill();
+    let first = until_refused(&daemon, &mut acknowledged);
+    assert!(
+        first.contains("cannot record change: ") && first.contains("no space left on device"),
+        "{first}"
+    );
+    check_refusals(&daemon, "no space left on device", &marker);
+    daemon.wait_log("Cannot write state file");
+
+    // Room again: the very next request works, without a restart.
+    disk.free();
+    let (status, body, _) = timed(
+        &daemon,
+        Method::POST,
+        "/v1/services",
+        Some(r#"{"action":"stop","services":["s"]}"#),
+    );
+    assert_eq!(status, 202, "{body}");
+    let stop = change_id(&body);
+    acknowledged.push(stop.clone());
+    assert_eq!(wait_change(&daemon, &stop)["status"], "Done");
+    assert_eq!(service_status(&daemon), "inactive");
+    let (status, body) = raw(
+        &daemon,
+        Method::POST,
+        "/v1/notices",
+        Some(r#"{"action":"add","type":"custom","key":"example.com/disk"}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (_, notices) = raw(
+        &daemon,
+        Method::GET,
+        "/v1/notices?keys=example.com/disk",
+        None,
+    );
+    assert!(
+        notices.contains(r#""occurrences":1"#),
+        "the refused notify counted: {notices}"
+    );
+    daemon.wait_log("written again");
+    let log = daemon.log();
+    assert_eq!(
+        log.matches("Cannot write state file").count(),
+        1,
+        "once per episode:\n{log}"
+    );
+    assert_eq!(log.matches("written again").count(), 1, "{log}");
+
+    // Nothing acknowledged is lost to a crash.
+    daemon.kill();
+    daemon.restart(&["--hold"]);
+    assert_all_known(&daemon, &acknowledged);
+}
+
+#[test]
+fn a_disk_forced_read_only_refuses_changes_at_once_and_loses_nothing_acknowledged() {
+    let mut disk = match Disk::ext4() {
+        Ok(disk) => disk,
+        Err(e) => return skip("a_disk_forced_read_only", &e),
+    };
+    let pebble = disk.mount.join("pebble");
+    let mut daemon = Daemon::start_on(&pebble, &[("001-disk", LAYER)], &["--hold"]);
+    let marker = daemon.scratch().join("exec-ran");
+    let mut acknowledged = Vec::new();
+    for action in ["start", "restart"] {
+        let (status, body) = raw(
+            &daemon,
+            Method::POST,
+            "/v1/services",
+            Some(&format!(r#"{{"action":"{action}","services":["s"]}}"#)),
+        );
+        assert_eq!(status, 202, "{body}");
+        let id = change_id(&body);
+        wait_change(&daemon, &id);
+        acknowledged.push(id);
+    }
+
+    disk.break_read_only();
+    check_refusals(&daemon, "read-only file system", &marker);
+    daemon.wait_log("Cannot write state file");
+
+    // The operator repairs the disk; a new daemon has every acknowledged change.
+    daemon.kill();
+    disk.repair();
+    daemon.restart(&["--hold"]);
+    assert_all_known(&daemon, &acknowledged);
+}
