@@ -162,7 +162,7 @@ fn parse_cert_pem(text: &str) -> Result<Vec<u8>, String> {
     Ok(der)
 }
 
-fn der_to_pem(der: &[u8]) -> String {
+pub(crate) fn der_to_pem(der: &[u8]) -> String {
     let block = pem::Pem::new("CERTIFICATE", der.to_vec());
     pem::encode_config(
         &block,

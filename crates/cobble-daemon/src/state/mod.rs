@@ -16,6 +16,7 @@
 //! `change-update` notice in the same critical section, and a second channel, bumped only
 //! when a notice is new or repeated, wakes the long-pollers of `GET /v1/notices`.
 
+pub mod format;
 mod identities;
 mod journal;
 pub mod notices;
@@ -117,6 +118,9 @@ pub struct Task {
     /// `exit-code`.
     #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
     pub data: SmallMap<serde_json::Value>,
+    /// What Pebble wrote for the task that cobble does not use, written back unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried: Option<Box<Carried>>,
 }
 
 /// A change: a client request and the tasks carrying it out.
@@ -139,6 +143,40 @@ pub struct Change {
     /// The status the last change-update notice was recorded for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_notice_status: Option<Status>,
+    /// What Pebble wrote for the change that cobble does not use, written back unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried: Option<Box<Carried>>,
+}
+
+/// Fields of a change or a task in Pebble's state file that cobble does not use (`clean`,
+/// `lanes`, `doing-time`, a task's `exec-setup` or `check-details`, ...): kept as they were
+/// read, and written back, so that Pebble finds them again after a rollback.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Carried {
+    /// Top-level fields, by name.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub fields: serde_json::Map<String, serde_json::Value>,
+    /// Entries of its `data`, by key.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub data: serde_json::Map<String, serde_json::Value>,
+}
+
+/// What Pebble's state file holds that cobble does not use, kept from the file cobble read
+/// and written back with every checkpoint (see [`format`]). Nothing here changes while the
+/// daemon runs, so the journal never records it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CarriedState {
+    /// Top-level fields (`last-lane-id`, and any a later Pebble adds).
+    pub fields: serde_json::Map<String, serde_json::Value>,
+    /// Entries of `data` (`patch-level`, `start-of-operation-time`, ...).
+    pub data: serde_json::Map<String, serde_json::Value>,
+    /// Notices of types cobble does not know, as they were.
+    pub notices: Vec<serde_json::Value>,
+    /// Fields of identities that cobble does not know, by identity name.
+    pub identities: BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
+    /// Whether identities are also written where Pebble before v1.28 reads them (the top
+    /// level), because the file came from such a release.
+    pub legacy_identities: bool,
 }
 
 /// Which changes `GET /v1/changes` lists.
@@ -225,6 +263,9 @@ pub struct StateData {
     /// Which journal continues this state (see [`journal`]).
     #[serde(default)]
     pub generation: u64,
+    /// What the state file held that cobble does not use; never part of a journal record.
+    #[serde(skip)]
+    pub carried: CarriedState,
     /// Changes touched since the persister last wrote; never part of the file.
     #[serde(skip)]
     dirty: journal::Dirty,
@@ -328,9 +369,9 @@ impl StateStore {
         }
     }
 
-    /// Serialises the current data (for the persister).
+    /// The current data as the state file holds it.
     pub fn snapshot_json(&self) -> Vec<u8> {
-        serde_json::to_vec(&*self.lock()).expect("state serialises")
+        format::encode(&self.lock())
     }
 
     /// Serialises the current data under the next journal generation, with what it covers:
@@ -340,7 +381,7 @@ impl StateStore {
         data.generation += 1;
         data.dirty.clear();
         let covers = covers(&data);
-        let bytes = serde_json::to_vec(&*data).expect("state serialises");
+        let bytes = format::encode(&data);
         (covers, data.generation, bytes)
     }
 
@@ -468,6 +509,7 @@ impl StateStore {
                     status_without_tasks: Status::Hold,
                     check_name,
                     last_notice_status: None,
+                    carried: None,
                 },
             );
             notices::observe_change(d, id, Timestamp::now());
@@ -526,6 +568,7 @@ impl StateStore {
                     ready_time: None,
                     service: service.map(str::to_owned),
                     data: SmallMap::new(),
+                    carried: None,
                 },
             );
             if let Some(c) = d.changes.get_mut(&change_id) {

@@ -565,7 +565,7 @@ mod tests {
                 repeat_after: Duration::from_secs(60),
             });
             let bytes = s.snapshot_json();
-            let s2 = StateStore::new(serde_json::from_slice(&bytes).unwrap());
+            let s2 = StateStore::new(crate::state::format::decode(&bytes).unwrap());
             let shown = |s: &StateStore| s.notice(id).map(|n| n.render());
             assert_eq!(shown(&s2), shown(&s));
             let next = s2.add_notice(Occurrence {

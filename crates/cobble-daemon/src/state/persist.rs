@@ -38,7 +38,7 @@ pub enum PersistError {
     #[error("cannot parse state file {path}: {source}")]
     Parse {
         path: PathBuf,
-        source: serde_json::Error,
+        source: super::format::DecodeError,
     },
 }
 
@@ -79,7 +79,7 @@ pub fn load(path: &Path) -> Result<StateData, PersistError> {
 fn load_snapshot(path: &Path) -> Result<StateData, PersistError> {
     match fs::read(path) {
         Ok(bytes) if bytes.is_empty() => Ok(StateData::default()),
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| PersistError::Parse {
+        Ok(bytes) => super::format::decode(&bytes).map_err(|source| PersistError::Parse {
             path: path.to_owned(),
             source,
         }),

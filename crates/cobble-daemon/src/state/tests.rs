@@ -147,7 +147,7 @@ fn reload_keeps_ids_and_closes_unfinished_changes() {
     let t2 = s.add_task(c, "start", "b", None);
     s.set_task_status(t1, Status::Doing);
     let bytes = s.snapshot_json();
-    let data: StateData = serde_json::from_slice(&bytes).unwrap();
+    let data: StateData = format::decode(&bytes).unwrap();
     let s2 = StateStore::new(data);
     assert_eq!(s2.task_status(t1), Some(Status::Done));
     assert_eq!(s2.task_status(t2), Some(Status::Hold));
@@ -248,7 +248,7 @@ async fn persister_coalesces_bursts_into_one_write() {
     cancel.cancel();
     task.await.unwrap();
     assert_eq!(*writes.borrow(), 3);
-    let folded: StateData = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let folded: StateData = format::decode(&std::fs::read(&path).unwrap()).unwrap();
     assert_eq!(
         folded.changes.len(),
         20,
@@ -275,7 +275,7 @@ fn task_data_is_shown_and_kept_across_a_reload() {
     s.set_task_data(t, "exit-code", serde_json::json!(3));
     let data = s.change_info(c).unwrap().tasks[0].data.clone().unwrap();
     assert_eq!(data["exit-code"], 3);
-    let reloaded: StateData = serde_json::from_slice(&s.snapshot_json()).unwrap();
+    let reloaded: StateData = format::decode(&s.snapshot_json()).unwrap();
     assert_eq!(reloaded.tasks[&t].data["exit-code"], 3);
     assert_eq!(s.task_kind(t), Some(("exec".to_owned(), c)));
 }
@@ -352,7 +352,7 @@ async fn without_a_persister_nobody_waits() {
 
 /// What the state file alone holds, without its journal.
 fn state_file_alone(path: &std::path::Path) -> StateData {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    format::decode(&std::fs::read(path).unwrap()).unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -455,7 +455,7 @@ fn replay_stops_at_a_torn_record_and_skips_a_stale_journal() {
     let c = s.new_change("start", "c", vec![]);
     let (_, second) = s.journal_record();
     let (first, second) = (first.unwrap(), second.unwrap());
-    let base = || serde_json::from_slice::<StateData>(&bytes).unwrap();
+    let base = || format::decode(&bytes).unwrap();
     let mut journal = journal::header(generation);
     journal.extend_from_slice(&first);
     journal.extend_from_slice(&second);

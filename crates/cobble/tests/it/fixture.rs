@@ -276,6 +276,21 @@ impl Daemon {
         daemon
     }
 
+    /// Like [`Daemon::start`], on a `$PEBBLE` that already holds `files` (name, content),
+    /// as a predecessor left them.
+    pub fn start_with_files(
+        files: &[(&str, &[u8])],
+        layers: &[(&str, &str)],
+        args: &[&str],
+    ) -> Daemon {
+        let mut daemon = Daemon::prepare(layers);
+        for (name, content) in files {
+            fs::write(daemon.pebble_dir().join(name), content).expect("state file");
+        }
+        daemon.launch(args, &[]);
+        daemon
+    }
+
     /// A temporary `$PEBBLE` with `layers` in it, and no daemon yet.
     fn prepare(layers: &[(&str, &str)]) -> Daemon {
         Daemon::prepare_at(layers, None)

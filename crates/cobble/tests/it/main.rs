@@ -29,6 +29,7 @@ mod limits;
 mod logs;
 mod notices;
 mod offline;
+mod pebble_state;
 mod plan;
 mod robustness;
 mod scenarios;
