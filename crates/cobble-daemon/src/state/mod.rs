@@ -376,20 +376,20 @@ impl StateStore {
 
     /// Serialises the current data under the next journal generation, with what it covers:
     /// every mutation up to the version and the last IDs. The journal starts over from here.
-    fn checkpoint(&self) -> (Durable, u64, Vec<u8>) {
+    fn checkpoint(&self) -> (Durable, u64, journal::Base, Vec<u8>) {
         let mut data = self.lock();
         data.generation += 1;
         data.dirty.clear();
         let covers = covers(&data);
         let bytes = format::encode(&data);
-        (covers, data.generation, bytes)
+        (covers, data.generation, journal::Base::of(&data), bytes)
     }
 
     /// The journal record of what changed since the last write (None if nothing did), with
     /// what the journal covers once it is appended.
-    fn journal_record(&self) -> (Durable, Option<Vec<u8>>) {
+    fn journal_record(&self, seq: u64) -> (Durable, Option<Vec<u8>>) {
         let mut data = self.lock();
-        (covers(&data), journal::take_record(&mut data))
+        (covers(&data), journal::take_record(&mut data, seq))
     }
 
     /// Returns once every mutation made so far is in the state file: the group commit a

@@ -12,8 +12,7 @@
 //! or after a short delay; the write after a failure is a checkpoint.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -40,6 +39,10 @@ pub enum PersistError {
         path: PathBuf,
         source: super::format::DecodeError,
     },
+    /// Something acknowledged is gone or cannot be read; the message says what, and how to
+    /// start anyway.
+    #[error("{message}")]
+    Damaged { message: String },
 }
 
 /// Why the state could not be written.
@@ -60,30 +63,186 @@ const CHECKPOINT_RATIO: u64 = 4;
 const CHECKPOINT_MIN: u64 = 1024 * 1024;
 
 /// Loads the state file and replays its journal over it, or empty state if there is none.
+///
+/// What is intact is used; what is not is detected, and never passed over in silence:
+///
+/// - A state file that is empty or cannot be read as one stops the daemon
+///   ([`PersistError::Damaged`]), with what its journal says it held and how to start anyway:
+///   move the file aside. A missing state file with a journal (the file moved aside, or lost)
+///   starts from what the journal holds, with the IDs it knew of, and the log says what the
+///   state file held that is gone.
+/// - A journal line that is complete but damaged stops the daemon, naming the record and how
+///   to start with what comes before it (cut the journal there) or without the journal
+///   (move it aside). A last line cut short by a crash was never acknowledged: it is left
+///   out, and the log says so.
+/// - A journal the state file has outgrown (another program rewrote the file since) is not
+///   used, and the log says how much it held.
 pub fn load(path: &Path) -> Result<StateData, PersistError> {
-    let mut data = load_snapshot(path)?;
-    let journal = journal::path_for(path);
-    match fs::read(&journal) {
-        Ok(bytes) => journal::replay(&mut data, &bytes),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(source) => {
-            return Err(PersistError::Read {
-                path: journal,
-                source,
+    let journal_path = journal::path_for(path);
+    let state = read_optional(path)?;
+    let journal = read_optional(&journal_path)?;
+    let opening = journal.as_deref().map(journal::open);
+    let header = match &opening {
+        Some(journal::Opening::Header(h)) => Some(h),
+        _ => None,
+    };
+    let held = |h: Option<&journal::Header>| match h {
+        Some(h) => format!(
+            "; its journal {} continues a state file of {} bytes that held {}",
+            journal_path.display(),
+            h.base.len,
+            h.base.describe()
+        ),
+        None => String::new(),
+    };
+    let damaged = |problem: String| PersistError::Damaged {
+        message: format!(
+            "cannot load state file {}: {problem}{}. To start anyway, move it aside (mv {0} \
+             {0}.damaged): the daemon then starts with what the journal holds, if anything",
+            path.display(),
+            held(header),
+        ),
+    };
+    let mut data = match state {
+        None => {
+            let Some(h) = header else {
+                if let Some(
+                    journal::Opening::Empty | journal::Opening::Torn | journal::Opening::Damaged,
+                ) = opening
+                {
+                    return Err(PersistError::Damaged {
+                        message: format!(
+                            "cannot load state: state file {} is missing and its journal {} \
+                             is damaged. To start afresh, move the journal aside (mv {1} \
+                             {1}.damaged)",
+                            path.display(),
+                            journal_path.display()
+                        ),
+                    });
+                }
+                if let Some(journal::Opening::Old(_)) = opening {
+                    tracing::warn!(
+                        "State file {} is missing; its journal {} is not used",
+                        path.display(),
+                        journal_path.display()
+                    );
+                }
+                return Ok(StateData::default());
+            };
+            if h.base.holds_something() {
+                tracing::warn!(
+                    "State file {} is missing: lost what it held ({}); starting with what \
+                     its journal {} holds",
+                    path.display(),
+                    h.base.describe(),
+                    journal_path.display()
+                );
+            }
+            // No ID it gave out is given again.
+            StateData {
+                generation: h.generation,
+                last_change_id: h.base.last_change_id,
+                last_task_id: h.base.last_task_id,
+                last_notice_id: h.base.last_notice_id,
+                ..StateData::default()
+            }
+        }
+        Some(bytes) if bytes.is_empty() => return Err(damaged("it is empty".into())),
+        Some(bytes) => {
+            let data = super::format::decode(&bytes).map_err(|source| match source {
+                super::format::DecodeError::Future(_) => PersistError::Parse {
+                    path: path.to_owned(),
+                    source,
+                },
+                source => damaged(format!("it cannot be parsed ({source})")),
+            })?;
+            if let Some(h) = header
+                && h.generation == data.generation
+                && (h.base.len != bytes.len() as u64 || h.base.crc != journal::crc32(&bytes))
+            {
+                // Rewritten since cobble's checkpoint: by Pebble after a rollback, most
+                // likely. The file is the newer state.
+                tracing::warn!(
+                    "State file {} was rewritten by another program after cobble last wrote \
+                     it; what its journal {} recorded after that ({} bytes) is not used",
+                    path.display(),
+                    journal_path.display(),
+                    journal.as_ref().map_or(0, Vec::len)
+                );
+                return Ok(data);
+            }
+            data
+        }
+    };
+    let Some(bytes) = journal else {
+        return Ok(data);
+    };
+    let continues = match opening.expect("read with the journal") {
+        // A journal is created whole (see `append`): one that is empty or whose first line
+        // is cut was damaged afterwards.
+        journal::Opening::Empty | journal::Opening::Torn | journal::Opening::Damaged => {
+            return Err(PersistError::Damaged {
+                message: format!(
+                    "cannot load state journal {}: it is empty or its first line is damaged, \
+                     so what it recorded since the state file was written is unknown. To \
+                     start from the state file alone, move the journal aside (mv {0} \
+                     {0}.damaged)",
+                    journal_path.display()
+                ),
             });
         }
+        journal::Opening::Old(generation) => generation == data.generation,
+        journal::Opening::Header(h) if h.generation > data.generation => {
+            return Err(PersistError::Damaged {
+                message: format!(
+                    "cannot load state file {}: it is older than the state its journal {} \
+                     continues (generation {} of {}, which held {}); was it restored from \
+                     an older copy? To start from this state file, move the journal aside \
+                     (mv {1} {1}.damaged)",
+                    path.display(),
+                    journal_path.display(),
+                    data.generation,
+                    h.generation,
+                    h.base.describe()
+                ),
+            });
+        }
+        journal::Opening::Header(h) => h.generation == data.generation,
+    };
+    if !continues {
+        return Ok(data);
     }
-    Ok(data)
+    match journal::replay(&mut data, &bytes) {
+        Ok(replayed) => {
+            if let Some((offset, len)) = replayed.torn {
+                tracing::warn!(
+                    "State journal {} ends in a record cut short at byte {offset} ({len} \
+                     bytes): a write a crash interrupted before it was acknowledged; left out",
+                    journal_path.display()
+                );
+            }
+            Ok(data)
+        }
+        Err(damage) => Err(PersistError::Damaged {
+            message: format!(
+                "cannot load state journal {}: record {} (at byte {}) is damaged, and the {} \
+                 bytes from there on cannot be used. To start with the state file and the \
+                 records before it, cut the journal there (truncate -s {2} {0}); to start \
+                 from the state file alone, move the journal aside (mv {0} {0}.damaged)",
+                journal_path.display(),
+                damage.record,
+                damage.offset,
+                damage.rest
+            ),
+        }),
+    }
 }
 
-fn load_snapshot(path: &Path) -> Result<StateData, PersistError> {
+/// A file's content, or None when it does not exist.
+fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, PersistError> {
     match fs::read(path) {
-        Ok(bytes) if bytes.is_empty() => Ok(StateData::default()),
-        Ok(bytes) => super::format::decode(&bytes).map_err(|source| PersistError::Parse {
-            path: path.to_owned(),
-            source,
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(StateData::default()),
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(PersistError::Read {
             path: path.to_owned(),
             source,
@@ -129,6 +288,8 @@ struct Journal {
     header_len: u64,
     /// The length of the state file it continues.
     state_len: u64,
+    /// The sequence number of the next record.
+    seq: u64,
 }
 
 impl Journal {
@@ -167,10 +328,10 @@ impl Persister {
     /// returns the store version the file now holds.
     pub async fn flush(&mut self) -> Result<u64, FlushError> {
         self.journal = None;
-        let (covers, generation, bytes) = self.store.checkpoint();
+        let (covers, generation, base, bytes) = self.store.checkpoint();
         let path = self.path.clone();
         let journal =
-            tokio::task::spawn_blocking(move || write_checkpoint(&path, generation, &bytes))
+            tokio::task::spawn_blocking(move || write_checkpoint(&path, generation, base, &bytes))
                 .await??;
         self.journal = Some(journal);
         Ok(self.written(covers))
@@ -182,7 +343,7 @@ impl Persister {
         let Some(journal) = self.journal.take().filter(|j| !j.wants_checkpoint()) else {
             return self.flush().await;
         };
-        let (covers, record) = self.store.journal_record();
+        let (covers, record) = self.store.journal_record(journal.seq);
         let Some(record) = record else {
             // Mutations that touched no change (of a task since removed, say): nothing to
             // write, and nothing left that is not durable.
@@ -310,7 +471,12 @@ impl Persister {
 /// Writes the whole state, and prepares the journal that continues it. The journal itself is
 /// written with its first record: a checkpoint that nothing follows (a daemon starting, one
 /// with nothing new) costs one durable write, not two.
-fn write_checkpoint(path: &Path, generation: u64, bytes: &[u8]) -> Result<Journal, AtomicError> {
+fn write_checkpoint(
+    path: &Path,
+    generation: u64,
+    base: journal::Base,
+    bytes: &[u8],
+) -> Result<Journal, AtomicError> {
     write_state_file(path, bytes)?;
     // The old generation's journal is ignored from now on; removed so it takes no space
     // (no flush: should it come back after a crash, it is still ignored).
@@ -320,7 +486,12 @@ fn write_checkpoint(path: &Path, generation: u64, bytes: &[u8]) -> Result<Journa
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(AtomicError::path("remove", &journal_path, e)),
     }
-    let header = journal::header(generation);
+    let base = journal::Base {
+        len: bytes.len() as u64,
+        crc: journal::crc32(bytes),
+        ..base
+    };
+    let header = journal::header(generation, base);
     Ok(Journal {
         file: None,
         path: journal_path,
@@ -328,14 +499,17 @@ fn write_checkpoint(path: &Path, generation: u64, bytes: &[u8]) -> Result<Journa
         header_len: header.len() as u64,
         header,
         state_len: bytes.len() as u64,
+        seq: 1,
     })
 }
 
 /// Appends a record to the journal and flushes it to disk. The data's flush is enough:
 /// the file's length, which an append changes, is flushed with it. The first record of a
-/// generation replaces the older journal with the header and itself, flushed with the
-/// directory entry, so records flushed later are found after a crash; a crash before that
-/// leaves a journal without this generation's header, which a load ignores.
+/// generation creates the journal, header and record together, atomically and durably (a
+/// temporary file renamed over the older journal, the directory flushed), so that a journal
+/// that exists always begins with a whole header: an empty one, or one whose first line is
+/// cut, is damage, never a crash. A crash before the rename leaves the older journal, which
+/// a load ignores.
 fn append(mut journal: Journal, record: &[u8]) -> Result<Journal, AtomicError> {
     let path = journal.path.clone();
     let at = |op| {
@@ -348,26 +522,18 @@ fn append(mut journal: Journal, record: &[u8]) -> Result<Journal, AtomicError> {
             file.sync_data().map_err(at("sync"))?;
         }
         None => {
-            let dir_path = journal.path.parent().unwrap_or(Path::new("."));
-            let dir = File::open(dir_path).map_err(|e| AtomicError::path("open", dir_path, e))?;
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(STATE_FILE_MODE)
-                .open(&journal.path)
-                .map_err(at("open"))?;
             let mut first = Vec::with_capacity(journal.header.len() + record.len());
             first.extend_from_slice(&journal.header);
             first.extend_from_slice(record);
-            file.write_all(&first).map_err(at("write"))?;
-            file.sync_all().map_err(at("sync"))?;
-            dir.sync_all()
-                .map_err(|e| AtomicError::path("sync", dir_path, e))?;
-            file.seek(std::io::SeekFrom::End(0)).map_err(at("seek"))?;
+            atomic::write_atomic(&journal.path, &first, STATE_FILE_MODE, Durability::Machine)?;
+            let file = OpenOptions::new()
+                .append(true)
+                .open(&journal.path)
+                .map_err(at("open"))?;
             journal.file = Some(file);
         }
     }
     journal.len += record.len() as u64;
+    journal.seq += 1;
     Ok(journal)
 }

@@ -445,38 +445,175 @@ async fn a_large_journal_is_folded_into_the_state_file() {
     assert!(ids.iter().all(|id| loaded.changes.contains_key(id)));
 }
 
-#[test]
-fn replay_stops_at_a_torn_record_and_skips_a_stale_journal() {
+/// The files a daemon killed with SIGKILL leaves: a state file holding one change and an
+/// identity, and a journal of three records after it, one acknowledged change each. Returns
+/// the state file's path, the change in the state file and the three in the journal.
+async fn killed_daemon(dir: &std::path::Path) -> (std::path::PathBuf, u64, [u64; 3]) {
+    use crate::identities::{Access, Action, Identity};
+    let path = dir.join(".pebble.state");
     let s = store();
-    let a = s.new_change("start", "a", vec![]);
-    let (_, generation, bytes) = s.checkpoint();
-    let b = s.new_change("start", "b", vec![]);
-    let (_, first) = s.journal_record();
-    let c = s.new_change("start", "c", vec![]);
-    let (_, second) = s.journal_record();
-    let (first, second) = (first.unwrap(), second.unwrap());
-    let base = || format::decode(&bytes).unwrap();
-    let mut journal = journal::header(generation);
-    journal.extend_from_slice(&first);
-    journal.extend_from_slice(&second);
-    let ids = |journal: &[u8]| {
-        let mut d = base();
-        journal::replay(&mut d, journal);
-        (
-            d.changes.keys().copied().collect::<Vec<_>>(),
-            d.last_change_id,
-        )
-    };
-    assert_eq!(ids(&journal), (vec![a, b, c], c));
-    // Cut anywhere inside the second record: the first still counts, the second not.
-    for cut in 1..second.len() {
-        let torn = &journal[..journal.len() - cut];
-        assert_eq!(ids(torn), (vec![a, b], b), "cut {cut}");
+    let first = s.new_change("start", "in the state file", vec![]);
+    s.change_identities(
+        Action::Add,
+        BTreeMap::from([(
+            "ops".to_owned(),
+            Some(Identity {
+                access: Access::Admin,
+                local: Some(1000),
+                basic: None,
+                cert: None,
+            }),
+        )]),
+    )
+    .unwrap();
+    let mut persister = Persister::new(s.clone(), path.clone());
+    persister.flush().await.unwrap();
+    let run = tokio::spawn(persister.run(CancellationToken::new()));
+    let mut journaled = [0; 3];
+    for id in &mut journaled {
+        *id = s.new_change("start", "in the journal", vec![]);
+        s.durable().await.expect("durable");
     }
-    // A journal of another generation was superseded by the state file.
-    let mut stale = journal::header(generation - 1);
-    stale.extend_from_slice(&first);
-    assert_eq!(ids(&stale), (vec![a], a));
+    // Killed: no last write.
+    run.abort();
+    let _ = run.await;
+    (path, first, journaled)
+}
+
+fn change_ids(d: &StateData) -> Vec<u64> {
+    d.changes.keys().copied().collect()
+}
+
+fn load_error(path: &std::path::Path) -> String {
+    persist::load(path).map(|_| ()).unwrap_err().to_string()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_intact_journal_is_replayed_and_a_superseded_one_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, first, [a, b, c]) = killed_daemon(dir.path()).await;
+    let loaded = persist::load(&path).unwrap();
+    assert_eq!(change_ids(&loaded), [first, a, b, c]);
+    assert!(loaded.identities.contains_key("ops"));
+    // A checkpoint that a crash cut off before it removed the older journal: the state
+    // file names a later generation, and the older journal is ignored.
+    let mut newer = format::decode(&std::fs::read(&path).unwrap()).unwrap();
+    newer.generation += 1;
+    newer.changes.clear();
+    persist::write_state_file(&path, &format::encode(&newer)).unwrap();
+    assert!(persist::load(&path).unwrap().changes.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_emptied_state_file_stops_the_daemon_with_what_was_lost_and_how_to_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _, [a, b, c]) = killed_daemon(dir.path()).await;
+    std::fs::write(&path, b"").unwrap();
+    let err = load_error(&path);
+    assert!(
+        err.contains(&format!(
+            "cannot load state file {}: it is empty",
+            path.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("held 1 change, 1 notice and 1 identity"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("mv {0} {0}.damaged", path.display())),
+        "{err}"
+    );
+    // Garbage in its place is refused the same way.
+    std::fs::write(&path, b"\x00\x17garbage").unwrap();
+    assert!(load_error(&path).contains("it cannot be parsed"));
+    // Moved aside as told: the journal's changes, and no ID given again.
+    std::fs::rename(&path, dir.path().join("aside")).unwrap();
+    let loaded = persist::load(&path).unwrap();
+    assert_eq!(change_ids(&loaded), [a, b, c]);
+    assert_eq!(loaded.last_change_id, c);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_damaged_journal_stops_the_daemon_naming_the_record_and_how_to_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, first, [a, b, _]) = killed_daemon(dir.path()).await;
+    let journal = journal::path_for(&path);
+    let bytes = std::fs::read(&journal).unwrap();
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(
+            bytes
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b == b'\n')
+                .map(|(i, _)| i + 1),
+        )
+        .collect();
+    // [header, record 1, record 2, record 3, end]
+    assert_eq!(starts.len(), 5);
+    let journal_error = |content: &[u8]| {
+        std::fs::write(&journal, content).unwrap();
+        load_error(&path)
+    };
+    // Emptied, or its header cut or garbled: unknown loss.
+    for content in [&b""[..], &bytes[..starts[1] - 5], b"garbage\n"] {
+        let err = journal_error(content);
+        assert!(
+            err.contains("it is empty or its first line is damaged"),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("mv {0} {0}.damaged", journal.display())),
+            "{err}"
+        );
+    }
+    // A byte flipped in the second record.
+    let mut flipped = bytes.clone();
+    flipped[starts[2] + 20] ^= 1;
+    let err = journal_error(&flipped);
+    assert!(
+        err.contains(&format!("record 2 (at byte {})", starts[2])),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("truncate -s {} {}", starts[2], journal.display())),
+        "{err}"
+    );
+    // A record lost from the middle: the sequence tells.
+    let mut gap = bytes[..starts[2]].to_vec();
+    gap.extend_from_slice(&bytes[starts[3]..]);
+    assert!(journal_error(&gap).contains("record 2"));
+    // Cut as told: what comes before the damage.
+    std::fs::write(&journal, &flipped[..starts[2]]).unwrap();
+    assert_eq!(change_ids(&persist::load(&path).unwrap()), [first, a]);
+    // A last record cut short by a crash was never acknowledged: left out.
+    for cut in [1, 10, bytes.len() - starts[3] - 1] {
+        std::fs::write(&journal, &bytes[..bytes.len() - cut]).unwrap();
+        assert_eq!(
+            change_ids(&persist::load(&path).unwrap()),
+            [first, a, b],
+            "cut {cut}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_state_file_rewritten_by_pebble_wins_over_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, first, _) = killed_daemon(dir.path()).await;
+    // Pebble ran on the directory after the kill and wrote its own state: cobble's
+    // generation entry carried, the bytes its own.
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    value["data"]["start-of-operation-time"] = "2026-01-01T00:00:00Z".into();
+    std::fs::write(&path, serde_json::to_vec(&value).unwrap()).unwrap();
+    let loaded = persist::load(&path).unwrap();
+    assert_eq!(change_ids(&loaded), [first]);
+    // An older copy of the state file under a newer journal is refused.
+    value["data"]["cobble-generation"] = 0.into();
+    std::fs::write(&path, serde_json::to_vec(&value).unwrap()).unwrap();
+    assert!(load_error(&path).contains("restored from an older copy"));
 }
 
 #[tokio::test(start_paused = true)]

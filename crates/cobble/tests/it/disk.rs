@@ -397,3 +397,129 @@ fn a_disk_forced_read_only_refuses_changes_at_once_and_loses_nothing_acknowledge
     daemon.restart(&["--hold"]);
     assert_all_known(&daemon, &acknowledged);
 }
+
+/// `cobble run` on `daemon`'s directory as it is: its exit code if it stopped by itself
+/// within a few seconds (None if it started, in which case it is stopped), and its stderr.
+fn run_on(daemon: &Daemon) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cobble"))
+        .args(["run", "--hold"])
+        .env("PEBBLE", daemon.pebble_dir())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+            return (status.code(), stderr);
+        }
+        // The killed daemon's socket file is still there: only a new daemon answers on it.
+        if std::os::unix::net::UnixStream::connect(daemon.pebble_dir().join(".pebble.socket"))
+            .is_ok()
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    (None, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// Three acknowledged changes, then a SIGKILL: returns their IDs.
+fn three_changes_then_killed() -> (Daemon, Vec<String>) {
+    let mut daemon = Daemon::hold(&[("001-disk", LAYER)]);
+    let ids = (0..3)
+        .map(|_| {
+            let (status, body) = raw(
+                &daemon,
+                Method::POST,
+                "/v1/services",
+                Some(r#"{"action":"stop","services":["s"]}"#),
+            );
+            assert_eq!(status, 202, "{body}");
+            change_id(&body)
+        })
+        .collect();
+    daemon.kill();
+    (daemon, ids)
+}
+
+#[test]
+fn an_emptied_state_file_is_never_started_from_silently() {
+    let (mut daemon, ids) = three_changes_then_killed();
+    let state = daemon.pebble_dir().join(".pebble.state");
+    fs::write(&state, "").unwrap();
+    let (code, stderr) = run_on(&daemon);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot load state file {}: it is empty",
+            state.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains(".damaged"), "{stderr}");
+    // Moved aside as the message says: the journal's changes are all there.
+    fs::rename(&state, daemon.scratch().join("state.damaged")).unwrap();
+    daemon.restart(&["--hold"]);
+    assert_all_known(&daemon, &ids);
+}
+
+#[test]
+fn an_emptied_halved_or_garbled_journal_is_never_replayed_silently() {
+    for damage in ["empty", "garbage", "flipped", "halved"] {
+        let (mut daemon, ids) = three_changes_then_killed();
+        let journal = daemon.pebble_dir().join(".pebble.state.journal");
+        let bytes = fs::read(&journal).unwrap();
+        let damaged: Vec<u8> = match damage {
+            "empty" => Vec::new(),
+            "garbage" => b"\x7fELF garbage\n".to_vec(),
+            "flipped" => {
+                let mut b = bytes.clone();
+                let at = b.len() - 10;
+                b[at] ^= 0x20;
+                b
+            }
+            _ => bytes[..bytes.len() / 2].to_vec(),
+        };
+        fs::write(&journal, &damaged).unwrap();
+        let (code, stderr) = run_on(&daemon);
+        if damage == "halved" && code.is_none() {
+            // Cut inside a record: what follows the cut reads as a write a crash
+            // interrupted. It starts, and says so.
+            assert!(stderr.contains("cut short"), "{stderr}");
+            continue;
+        }
+        assert_eq!(code, Some(1), "{damage}: {stderr}");
+        assert!(
+            stderr.contains(&format!("cannot load state journal {}", journal.display())),
+            "{damage}: {stderr}"
+        );
+        if damage == "flipped" {
+            // Cut where the message says: the records before the damaged one are used.
+            let at: u64 = stderr
+                .split("truncate -s ")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .expect(&stderr);
+            fs::OpenOptions::new()
+                .write(true)
+                .open(&journal)
+                .unwrap()
+                .set_len(at)
+                .unwrap();
+            daemon.restart(&["--hold"]);
+            assert_all_known(&daemon, &ids[..2]);
+        } else {
+            // Moved aside as the message says: the daemon starts from the state file.
+            fs::rename(&journal, daemon.scratch().join("journal.damaged")).unwrap();
+            daemon.restart(&["--hold"]);
+            assert_eq!(service_status(&daemon), "inactive");
+        }
+    }
+}

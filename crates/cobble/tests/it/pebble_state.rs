@@ -220,7 +220,7 @@ fn a_state_file_cobble_cannot_read_stops_it_with_the_file_named() {
             &b"{\"data\":{\"patch-level\":9}}"[..],
             "newer Pebble (patch level 9",
         ),
-        (b"{not json", "cannot parse state file"),
+        (b"{not json", "it cannot be parsed"),
     ] {
         let root = tempfile::tempdir().unwrap();
         let pebble = root.path().join("pebble");
