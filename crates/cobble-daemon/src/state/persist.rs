@@ -8,8 +8,9 @@
 //! instead: the whole state through [`crate::atomic`] with machine durability (temporary
 //! file in the same directory, fsync, rename over `.pebble.state`, fsync of the directory),
 //! then a fresh journal. A crash at any instant leaves the old file or the new one, and a
-//! journal that continues it or is ignored. Failed writes are retried on the next mutation
-//! or after a short delay; the write after a failure is a checkpoint.
+//! journal that continues it or is ignored. A failed write fails the requests waiting on it
+//! at once (see [`Persister::run`]); it is retried after a short delay, or at once when a
+//! request waits, and the write after a failure is a checkpoint.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
