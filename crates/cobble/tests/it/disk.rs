@@ -160,8 +160,31 @@ impl Disk {
     }
 }
 
+/// Ends every process whose `PEBBLE` is `pebble`: services a killed daemon left behind
+/// whose record did not survive the disk (the process registry is not flushed to disk, so a
+/// file system that aborts loses it).
+fn end_services_of(pebble: &Path) {
+    let wanted = format!("PEBBLE={}", pebble.display());
+    for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(environ) = fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let ours = environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes());
+        if ours && pid != std::process::id() as i32 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 impl Drop for Disk {
     fn drop(&mut self) {
+        end_services_of(&self.mount.join("pebble"));
         let _ = run("umount", &["-l", self.mount.to_str().unwrap()]);
     }
 }
