@@ -24,6 +24,7 @@ mod footprint;
 mod forward;
 mod go_client;
 mod identities;
+mod inherited;
 mod limits;
 mod logs;
 mod notices;
