@@ -229,33 +229,37 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         http_address: opts.http.clone(),
         https_address: opts.https.clone(),
     });
-    let router = api::router(api_state);
+    let routers = api::serve::Routers {
+        api: api::router(api_state.clone()),
+        reserve: api::reserve_router(api_state),
+    };
     let limits = Limits::from_env();
+    let timeouts = limits.timeouts();
     let mut servers = Vec::new();
     servers.push(tokio::spawn(api::serve::serve(
         unix,
-        router.clone(),
+        routers.clone(),
         cancel.clone(),
         ConnectionCap::PerUid(limits.per_uid),
-        limits.idle,
+        timeouts,
     )));
     if let Some((tcp, config)) = https {
         servers.push(tokio::spawn(api::serve::serve_tls(
             tcp,
             config,
-            router.clone(),
+            routers.clone(),
             cancel.clone(),
             ConnectionCap::Total(limits.http_total),
-            limits.idle,
+            timeouts,
         )));
     }
     if let Some(tcp) = tcp {
         servers.push(tokio::spawn(api::serve::serve(
             tcp,
-            router,
+            routers,
             cancel.clone(),
             ConnectionCap::Total(limits.http_total),
-            limits.idle,
+            timeouts,
         )));
     }
     logging::security(SecurityEvent::Startup {
