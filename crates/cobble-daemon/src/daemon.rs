@@ -510,6 +510,13 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// How many connections the kernel may queue for each listener before the daemon accepts
+/// them. The kernel caps it at `net.core.somaxconn` (4096 on current kernels), which is
+/// what Go's listeners, Pebble's included, ask for; tokio asks for 1024. A burst of a few
+/// thousand connects (slow clients all coming back at once) overflows a short queue, and a
+/// probe whose connect is dropped there waits a second for its retransmission.
+const LISTEN_BACKLOG: u32 = 65535;
+
 /// Binds the API socket with mode 0666, replacing a stale socket file.
 fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
     let err = |source| DaemonError::Listen {
@@ -521,7 +528,9 @@ fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
     {
         let _ = std::fs::remove_file(path);
     }
-    let listener = UnixListener::bind(path).map_err(err)?;
+    let socket = tokio::net::UnixSocket::new_stream().map_err(err)?;
+    socket.bind(path).map_err(err)?;
+    let listener = socket.listen(LISTEN_BACKLOG).map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
     Ok(listener)
 }
@@ -533,16 +542,39 @@ async fn bind_tcp(address: &str) -> Result<TcpListener, DaemonError> {
         source,
     };
     if let Some(port) = address.strip_prefix(':') {
-        match TcpListener::bind(format!("[::]:{port}")).await {
+        match listen_tcp(&format!("[::]:{port}")).await {
             Ok(listener) => return Ok(listener),
-            Err(_) => {
-                return TcpListener::bind(format!("0.0.0.0:{port}"))
-                    .await
-                    .map_err(err);
-            }
+            Err(_) => return listen_tcp(&format!("0.0.0.0:{port}")).await.map_err(err),
         }
     }
-    TcpListener::bind(address).await.map_err(err)
+    listen_tcp(address).await.map_err(err)
+}
+
+/// Listens on the first of `address`'s resolutions that can be bound, as
+/// `TcpListener::bind` does (with `SO_REUSEADDR`), with [`LISTEN_BACKLOG`].
+async fn listen_tcp(address: &str) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host(address).await? {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        let listening = socket
+            .set_reuseaddr(true)
+            .and_then(|()| socket.bind(addr))
+            .and_then(|()| socket.listen(LISTEN_BACKLOG));
+        match listening {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "could not resolve to any addresses",
+        )
+    }))
 }
 
 /// The kernel's boot ID, or a random one when the daemon is PID 1 (a container's boot).
