@@ -9,7 +9,8 @@
 //! either way it stops every running service in reverse dependency order, ends whatever
 //! process it started that is still running, writes the state one last time and returns the
 //! exit code. Start-up and shutdown are logged as security
-//! events.
+//! events. Under systemd it says when it is ready and when it stops, and feeds the watchdog
+//! while the supervisor answers (see [`crate::systemd`]).
 //!
 //! A daemon whose supervisor, check manager or persister has stopped (a bug: a panic) would
 //! go on answering `/v1/health` while nothing is supervised. So the daemon watches those
@@ -41,6 +42,7 @@ use crate::services::members;
 use crate::services::process::OsProcesses;
 use crate::services::registry::{self, ProcessRegistry};
 use crate::state::{self, Persister, StateData, StateStore};
+use crate::systemd;
 use crate::{Embedding, RunOptions};
 
 /// How often old changes are pruned.
@@ -92,6 +94,17 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     // Catch stop signals from the very start: a SIGTERM that arrives while the daemon is
     // still starting must stop it in order, not kill it with its services left behind.
     let mut stop_signals = StopSignals::new();
+    let notifier = systemd::Notifier::from_env();
+    let watchdog_interval = if notifier.is_enabled() {
+        systemd::watchdog_interval(std::env::var("WATCHDOG_USEC").ok().as_deref()).unwrap_or_else(
+            |e| {
+                tracing::warn!("Not pinging the systemd watchdog: {e}");
+                None
+            },
+        )
+    } else {
+        None
+    };
     // Refused before anything is created: a key that dies with the process identifies nobody.
     if opts.https.is_some() && !opts.persist {
         return Err(DaemonError::HttpsWithoutPersist);
@@ -266,6 +279,19 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         uid: cobble_sys::current_uid(),
     });
     tracing::info!("Started daemon.");
+    // Every listener is bound and served: systemd may take the unit as started.
+    notifier.notify("READY=1");
+    let watchdog = watchdog_interval.map(|interval| {
+        let services = services.clone();
+        tokio::spawn(systemd::run_watchdog(
+            notifier.clone(),
+            interval,
+            move || {
+                let services = services.clone();
+                async move { services.ping().await }
+            },
+        ))
+    });
 
     if !opts.hold {
         match actions.act(ServiceAction::Autostart, Vec::new()).await {
@@ -297,6 +323,11 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     logging::security(SecurityEvent::Shutdown {
         uid: cobble_sys::current_uid(),
     });
+    // systemd stops watching over a unit that is stopping.
+    if let Some(watchdog) = watchdog {
+        watchdog.abort();
+    }
+    notifier.notify("STOPPING=1");
     // Commands run for clients end with the daemon; they are not services to stop in order.
     exec.shutdown().await;
     let longest_kill_delay = longest_kill_delay(&actions);

@@ -36,6 +36,8 @@
 //!   events.
 //! - [`output`]: stdout and stderr written by dedicated threads from bounded queues, so a
 //!   stalled log pipe never blocks the daemon.
+//! - [`systemd`]: `sd_notify` (ready, stopping, and a watchdog that only a supervisor that
+//!   answers keeps fed) when the daemon runs as a systemd `Type=notify` unit.
 
 #![forbid(unsafe_code)]
 
@@ -56,6 +58,7 @@ pub mod metrics;
 pub mod output;
 pub mod services;
 pub mod state;
+pub mod systemd;
 pub mod tls;
 pub mod watch;
 pub mod why;
