@@ -21,9 +21,10 @@
 //!
 //! Pebble also has a socket-activation standby, inherited from snapd: with `NOTIFY_SOCKET`
 //! naming an existing file, once 5 s have passed since it started (checked again after 10,
-//! 20, ... up to every 5 minutes), no change is in progress and no HTTP request is in flight,
-//! it stops every running service, sends `STOPPING=1` and exits with code 42, to be started
-//! again by systemd when a client connects to its socket. The daemon never does that: it is
+//! 20, ... up to every 5 minutes), every change is done and cleaned up and no HTTP request is
+//! in flight, it stops every running service, sends `STOPPING=1` and exits with code 42, to
+//! be started again by systemd when a client connects to its socket (or with code 0, when
+//! stopping the services left a change behind). The daemon never does that: it is
 //! not socket-activated (it binds its own socket), so nothing would start it again, and
 //! stopping healthy services because nobody is calling the API is what it exists to avoid.
 //! It never exits 42.
