@@ -96,7 +96,17 @@ impl Daemon {
         token: &str,
         cgroup: Option<Cgroup>,
     ) -> Result<Daemon> {
-        Ok(Daemon::launch(cobble, layer, token, cgroup, false)?.0)
+        Ok(Daemon::launch(cobble, layer, token, cgroup, false, &[])?.0)
+    }
+
+    /// Like [`Daemon::spawn`], with more arguments for `run` (`--http ADDRESS`, say).
+    pub fn spawn_with_args(
+        cobble: &Path,
+        layer: Option<&str>,
+        token: &str,
+        args: &[&str],
+    ) -> Result<Daemon> {
+        Ok(Daemon::launch(cobble, layer, token, None, false, args)?.0)
     }
 
     /// Like [`Daemon::spawn`], as Juju runs it: `--verbose`, with its stdout (where service
@@ -106,7 +116,7 @@ impl Daemon {
         layer: Option<&str>,
         token: &str,
     ) -> Result<(Daemon, ChildStdout)> {
-        let (daemon, stdout) = Daemon::launch(cobble, layer, token, None, true)?;
+        let (daemon, stdout) = Daemon::launch(cobble, layer, token, None, true, &[])?;
         Ok((daemon, stdout.context("no stdout pipe")?))
     }
 
@@ -116,6 +126,7 @@ impl Daemon {
         token: &str,
         cgroup: Option<Cgroup>,
         verbose: bool,
+        args: &[&str],
     ) -> Result<(Daemon, Option<ChildStdout>)> {
         let dir = tempfile::Builder::new()
             .prefix("cobble-bench-")
@@ -143,6 +154,7 @@ impl Daemon {
         };
         command
             .args(["run", "--hold"])
+            .args(args)
             .env("PEBBLE", dir.path())
             .env("PEBBLE_SOCKET", &socket)
             .env(TOKEN_VAR, token)

@@ -44,6 +44,8 @@
 //!   a new connection.
 //! - `notices` ([`notices`]): notify-to-long-poller wake latency through ops, 1000 waiting
 //!   pollers, and the state writes of a check flapping every second.
+//! - `slow` ([`slow`]): `GET /v1/health` over `--http` while 600 and 2000 slow clients send
+//!   their request heads a byte a second.
 //!
 //! Every daemon runs a private copy of the binary, so a rebuild during the run changes
 //! nothing. Daemons are stopped with SIGTERM (once they catch it) and waited for; afterwards
@@ -69,6 +71,7 @@ mod forward;
 mod logs;
 mod notices;
 mod report;
+mod slow;
 mod stats;
 mod watch;
 
@@ -266,6 +269,23 @@ struct Args {
     /// How long the forward group's service writes, in seconds.
     #[arg(long, value_name = "S", default_value_t = 10)]
     forward_secs: u64,
+    /// Numbers of slow clients on `--http`, one daemon each (slow group).
+    #[arg(
+        long,
+        value_name = "N,N",
+        value_delimiter = ',',
+        default_value = "600,2000"
+    )]
+    slow_clients: Vec<usize>,
+    /// `GET /v1/health` probes per slow-clients case.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    slow_probes: usize,
+    /// The pause between probes, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 100)]
+    slow_probe_interval_ms: u64,
+    /// How long the slow clients run before the first probe, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 5)]
+    slow_warmup_secs: u64,
 }
 
 /// A group of measurements that can run alone.
@@ -289,6 +309,8 @@ enum Group {
     Notices,
     /// Service output forwarded to a Loki receiver.
     Forward,
+    /// `/v1/health` over `--http` while many slow clients hold connections.
+    Slow,
 }
 
 impl Args {
@@ -433,6 +455,17 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
         };
         let section = forward::run(&bench.cobble, &bench.token, &settings).await?;
         println!("### Log forwarding\n\n{section}");
+    }
+    if args.runs(Group::Slow) {
+        let settings = slow::Settings {
+            clients: args.slow_clients.clone(),
+            probes: args.slow_probes,
+            probe_interval: Duration::from_millis(args.slow_probe_interval_ms),
+            warmup: Duration::from_secs(args.slow_warmup_secs),
+            poll_launch,
+        };
+        let section = slow::run(&bench.cobble, &bench.token, &settings).await?;
+        println!("### Slow clients on --http\n\n{section}");
     }
     Ok(())
 }

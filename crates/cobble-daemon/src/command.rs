@@ -2,7 +2,8 @@
 //!
 //! All of them get the same treatment: the program found like Go's `exec.LookPath` (clients
 //! match on its error text), the daemon's environment plus their own, their user, group and
-//! working directory. Exits arrive through the reaper. What differs is the [`Wiring`]:
+//! working directory, and every signal at its default with none blocked and the descriptor
+//! limit the daemon was started with, whatever the daemon inherited (`cobble_sys::inherit`). Exits arrive through the reaper. What differs is the [`Wiring`]:
 //! services and exec checks run in a process group of their own (so a stop or a timeout
 //! reaches their children), with stdin from `/dev/null` and one pipe carrying both stdout
 //! and stderr in the order they were written; exec requests run in a session of their own,
@@ -194,8 +195,12 @@ fn launch_command(
 
     let pipes = wire(&mut cmd, wiring).map_err(LaunchError::Pipe)?;
     let spawned = match before_exec {
+        // The gate resets what the command inherits itself, before it waits.
         Some(before_exec) => reaper::spawn_gated(&mut cmd, before_exec),
-        None => reaper::spawn(&mut cmd),
+        None => {
+            cobble_sys::inherit::on_exec(&mut cmd);
+            reaper::spawn(&mut cmd)
+        }
     }
     .map_err(|error| LaunchError::Fork {
         path: path.clone(),

@@ -9,7 +9,8 @@
 //! either way it stops every running service in reverse dependency order, ends whatever
 //! process it started that is still running, writes the state one last time and returns the
 //! exit code. Start-up and shutdown are logged as security
-//! events.
+//! events. Under systemd it says when it is ready and when it stops, and feeds the watchdog
+//! while the supervisor answers (see [`crate::systemd`]).
 //!
 //! A daemon whose supervisor, check manager or persister has stopped (a bug: a panic) would
 //! go on answering `/v1/health` while nothing is supervised. So the daemon watches those
@@ -41,6 +42,7 @@ use crate::services::members;
 use crate::services::process::OsProcesses;
 use crate::services::registry::{self, ProcessRegistry};
 use crate::state::{self, Persister, StateData, StateStore};
+use crate::systemd;
 use crate::{Embedding, RunOptions};
 
 /// How often old changes are pruned.
@@ -92,6 +94,17 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     // Catch stop signals from the very start: a SIGTERM that arrives while the daemon is
     // still starting must stop it in order, not kill it with its services left behind.
     let mut stop_signals = StopSignals::new();
+    let notifier = systemd::Notifier::from_env();
+    let watchdog_interval = if notifier.is_enabled() {
+        systemd::watchdog_interval(std::env::var("WATCHDOG_USEC").ok().as_deref()).unwrap_or_else(
+            |e| {
+                tracing::warn!("Not pinging the systemd watchdog: {e}");
+                None
+            },
+        )
+    } else {
+        None
+    };
     // Refused before anything is created: a key that dies with the process identifies nobody.
     if opts.https.is_some() && !opts.persist {
         return Err(DaemonError::HttpsWithoutPersist);
@@ -229,39 +242,56 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         http_address: opts.http.clone(),
         https_address: opts.https.clone(),
     });
-    let router = api::router(api_state);
+    let routers = api::serve::Routers {
+        api: api::router(api_state.clone()),
+        reserve: api::reserve_router(api_state),
+    };
     let limits = Limits::from_env();
+    let timeouts = limits.timeouts();
     let mut servers = Vec::new();
     servers.push(tokio::spawn(api::serve::serve(
         unix,
-        router.clone(),
+        routers.clone(),
         cancel.clone(),
         ConnectionCap::PerUid(limits.per_uid),
-        limits.idle,
+        timeouts,
     )));
     if let Some((tcp, config)) = https {
         servers.push(tokio::spawn(api::serve::serve_tls(
             tcp,
             config,
-            router.clone(),
+            routers.clone(),
             cancel.clone(),
             ConnectionCap::Total(limits.http_total),
-            limits.idle,
+            timeouts,
         )));
     }
     if let Some(tcp) = tcp {
         servers.push(tokio::spawn(api::serve::serve(
             tcp,
-            router,
+            routers,
             cancel.clone(),
             ConnectionCap::Total(limits.http_total),
-            limits.idle,
+            timeouts,
         )));
     }
     logging::security(SecurityEvent::Startup {
         uid: cobble_sys::current_uid(),
     });
     tracing::info!("Started daemon.");
+    // Every listener is bound and served: systemd may take the unit as started.
+    notifier.notify("READY=1");
+    let watchdog = watchdog_interval.map(|interval| {
+        let services = services.clone();
+        tokio::spawn(systemd::run_watchdog(
+            notifier.clone(),
+            interval,
+            move || {
+                let services = services.clone();
+                async move { services.ping().await }
+            },
+        ))
+    });
 
     if !opts.hold {
         match actions.act_now(ServiceAction::Autostart, Vec::new()).await {
@@ -293,6 +323,11 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     logging::security(SecurityEvent::Shutdown {
         uid: cobble_sys::current_uid(),
     });
+    // systemd stops watching over a unit that is stopping.
+    if let Some(watchdog) = watchdog {
+        watchdog.abort();
+    }
+    notifier.notify("STOPPING=1");
     // Commands run for clients end with the daemon; they are not services to stop in order.
     exec.shutdown().await;
     let longest_kill_delay = longest_kill_delay(&actions);
@@ -506,6 +541,13 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// How many connections the kernel may queue for each listener before the daemon accepts
+/// them. The kernel caps it at `net.core.somaxconn` (4096 on current kernels), which is
+/// what Go's listeners, Pebble's included, ask for; tokio asks for 1024. A burst of a few
+/// thousand connects (slow clients all coming back at once) overflows a short queue, and a
+/// probe whose connect is dropped there waits a second for its retransmission.
+const LISTEN_BACKLOG: u32 = 65535;
+
 /// Binds the API socket with mode 0666, replacing a stale socket file.
 fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
     let err = |source| DaemonError::Listen {
@@ -517,7 +559,9 @@ fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
     {
         let _ = std::fs::remove_file(path);
     }
-    let listener = UnixListener::bind(path).map_err(err)?;
+    let socket = tokio::net::UnixSocket::new_stream().map_err(err)?;
+    socket.bind(path).map_err(err)?;
+    let listener = socket.listen(LISTEN_BACKLOG).map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
     Ok(listener)
 }
@@ -529,16 +573,39 @@ async fn bind_tcp(address: &str) -> Result<TcpListener, DaemonError> {
         source,
     };
     if let Some(port) = address.strip_prefix(':') {
-        match TcpListener::bind(format!("[::]:{port}")).await {
+        match listen_tcp(&format!("[::]:{port}")).await {
             Ok(listener) => return Ok(listener),
-            Err(_) => {
-                return TcpListener::bind(format!("0.0.0.0:{port}"))
-                    .await
-                    .map_err(err);
-            }
+            Err(_) => return listen_tcp(&format!("0.0.0.0:{port}")).await.map_err(err),
         }
     }
-    TcpListener::bind(address).await.map_err(err)
+    listen_tcp(address).await.map_err(err)
+}
+
+/// Listens on the first of `address`'s resolutions that can be bound, as
+/// `TcpListener::bind` does (with `SO_REUSEADDR`), with [`LISTEN_BACKLOG`].
+async fn listen_tcp(address: &str) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host(address).await? {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        let listening = socket
+            .set_reuseaddr(true)
+            .and_then(|()| socket.bind(addr))
+            .and_then(|()| socket.listen(LISTEN_BACKLOG));
+        match listening {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "could not resolve to any addresses",
+        )
+    }))
 }
 
 /// The kernel's boot ID, or a random one when the daemon is PID 1 (a container's boot).

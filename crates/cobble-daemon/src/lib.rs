@@ -36,6 +36,8 @@
 //!   events.
 //! - [`output`]: stdout and stderr written by dedicated threads from bounded queues, so a
 //!   stalled log pipe never blocks the daemon.
+//! - [`systemd`]: `sd_notify` (ready, stopping, and a watchdog that only a supervisor that
+//!   answers keeps fed) when the daemon runs as a systemd `Type=notify` unit.
 
 #![forbid(unsafe_code)]
 
@@ -56,6 +58,7 @@ pub mod metrics;
 pub mod output;
 pub mod services;
 pub mod state;
+pub mod systemd;
 pub mod tls;
 pub mod watch;
 pub mod why;
@@ -118,9 +121,20 @@ pub fn run(opts: RunOptions) -> i32 {
 
 /// [`run`], with the hooks of a command that runs the daemon for its own use.
 pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
-    // Before any thread starts: the arena limit applies to arenas made from then on.
+    // Before any thread starts: the arena limit applies to arenas made from then on, and
+    // threads inherit the signal mask.
     cobble_sys::memory::tune_allocator();
+    let nofile = cobble_sys::inherit::prepare_daemon();
     logging::init(opts.debug, embedding.silent);
+    match nofile {
+        Ok(limit) if limit.current != limit.original => tracing::debug!(
+            "Raised the descriptor limit from {} to {}",
+            limit.original,
+            limit.current
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("Cannot raise the descriptor limit: {e}"),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

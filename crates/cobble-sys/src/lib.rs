@@ -33,6 +33,8 @@
 //! - [`user`]: the passwd/group parser and Pebble's uid/gid normalisation.
 //! - [`output`]: a merged stdout+stderr pipe with an async read end.
 //! - [`fs`]: file system calls std lacks (early writeback for long writes).
+//! - [`inherit`]: what the commands the daemon runs inherit from it: every signal at its
+//!   default, none blocked, the daemon's original descriptor limit.
 //! - [`math`]: the one function of the C maths library cobble calls, in Rust.
 //! - [`pty`]: pseudo-terminals and new sessions for exec.
 //! - [`terminal`]: the user's terminal for `cobble exec`: its size, and raw mode.
@@ -43,14 +45,16 @@
 //! This is the only cobble crate allowed `unsafe`; every block carries a
 //! `// SAFETY:` comment (enforced by `clippy::undocumented_unsafe_blocks`).
 //! The code that runs between `fork` and `exec` is in [`pty`] (`setsid` and
-//! `ioctl(TIOCSCTTY)`), in [`reaper::spawn_gated`]'s gate, and in [`vspawn`], whose child
-//! shares the daemon's memory and so makes plain system calls only.
+//! `ioctl(TIOCSCTTY)`), in [`inherit`] (signal dispositions, the mask, the descriptor
+//! limit), in [`reaper::spawn_gated`]'s gate, and in [`vspawn`], whose child shares the
+//! daemon's memory and so makes plain system calls only.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 pub mod fs;
+pub mod inherit;
 pub mod math;
 pub mod memory;
 pub mod output;

@@ -262,8 +262,9 @@ where
     let gate_read_fd = gate_read.as_raw_fd();
     let gate_write_fd = gate_write.as_raw_fd();
     // SAFETY: the hook runs in the child between fork and exec, where only
-    // async-signal-safe calls are allowed: close(2), getpid(2), sigaction(2), write(2) and
-    // read(2) are (SIGRTMIN reads a constant in glibc and musl);
+    // async-signal-safe calls are allowed: close(2), getpid(2), sigaction(2),
+    // pthread_sigmask(3), setrlimit(2), write(2) and read(2) are (SIGRTMAX reads a constant
+    // in glibc and musl);
     // nothing allocates or takes a lock (an io::Error from a raw code does not allocate).
     // The fds are the child's inherited copies of pipes the parent keeps open until
     // `Command::spawn` returns.
@@ -272,19 +273,10 @@ where
             // The child's own copy of the write end would keep its gate open forever.
             libc::close(gate_write_fd);
             // Until exec the child has the daemon's signal handlers, which would swallow
-            // a SIGTERM from a daemon ending it as a leftover: restore the defaults exec
-            // would give (ignored signals stay ignored, as across exec).
-            for sig in 1..libc::SIGRTMIN() {
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
-                    && old.sa_sigaction != libc::SIG_DFL
-                    && old.sa_sigaction != libc::SIG_IGN
-                {
-                    let mut default: libc::sigaction = std::mem::zeroed();
-                    default.sa_sigaction = libc::SIG_DFL;
-                    libc::sigaction(sig, &default, std::ptr::null_mut());
-                }
-            }
+            // a SIGTERM from a daemon ending it as a leftover; and exec would keep the
+            // signals the daemon inherited as ignored: every signal to its default, none
+            // blocked, the original descriptor limit (see `crate::inherit`).
+            crate::inherit::reset_in_child();
             let pid = libc::getpid().to_ne_bytes();
             if libc::write(pid_fd, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
                 return Err(io::Error::last_os_error());

@@ -13,9 +13,9 @@
 //! # What the child does
 //!
 //! On a stack of its own, with every signal blocked (the daemon's handlers must not run in
-//! it): stdin, stdout and stderr from the given descriptors, a new session if asked, the
-//! daemon's signal handlers back to their defaults (and `SIGPIPE`, which the daemon ignores),
-//! the working directory, the user and group, then the gate (its pid out on one pipe, a byte
+//! it): stdin, stdout and stderr from the given descriptors, a new session if asked, every
+//! signal back to its default disposition and the daemon's original descriptor limit (see
+//! [`crate::inherit`]), the working directory, the user and group, then the gate (its pid out on one pipe, a byte
 //! in on another, as [`crate::reaper::spawn_gated`]), an empty signal mask, and `execve`.
 //! It calls nothing that allocates or takes a lock, and nothing that would act on the
 //! daemon's other threads (glibc's `setuid` would change every thread's credentials, so the
@@ -246,24 +246,10 @@ unsafe fn setup_and_exec(args: &ChildArgs) -> libc::c_int {
         }
         // Until exec, a handler of the daemon's would run in the daemon's memory: a SIGTERM
         // from a daemon ending leftovers, sent while this child waits at its gate, would be
-        // taken for one sent to this daemon. Ignored signals stay ignored, as across exec,
-        // except SIGPIPE, which the daemon ignores for itself only.
-        for sig in 1..libc::SIGRTMIN() {
-            if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-                continue;
-            }
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
-                continue;
-            }
-            if sig == libc::SIGPIPE
-                || (old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN)
-            {
-                let mut default: libc::sigaction = std::mem::zeroed();
-                default.sa_sigaction = libc::SIG_DFL;
-                libc::sigaction(sig, &default, std::ptr::null_mut());
-            }
-        }
+        // taken for one sent to this daemon. Ignored signals are reset too, since exec would
+        // keep them (see `crate::inherit`).
+        crate::inherit::reset_dispositions();
+        crate::inherit::restore_nofile();
         if !args.working_dir.is_null() && libc::chdir(args.working_dir) == -1 {
             return errno();
         }

@@ -283,8 +283,22 @@ pub fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
+/// What a connection admitted beyond a listener's cap is served (see `serve`'s fair
+/// admission): `/v1/health`, so that a probe is answered however busy the daemon is, and a
+/// 503 for everything else.
+pub fn reserve_router(state: Shared) -> Router {
+    Router::new()
+        .route("/v1/health", get(checks::health))
+        .fallback(too_many_connections)
+        .with_state(state)
+}
+
+async fn too_many_connections() -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too many connections")
+}
+
 /// Bodies up to this size are read before routing.
-const SMALL_BODY: u64 = 64 * 1024;
+pub(crate) const SMALL_BODY: u64 = 64 * 1024;
 
 /// Reads a small request body completely before the request is routed.
 ///

@@ -11,29 +11,57 @@
 //! unix socket at most so many per peer uid, root and the daemon's own uid exempt, so that
 //! local users cannot exhaust the daemon's descriptors and lock out its owner; on `--http`
 //! and `--https` (which have no uid to go by, and which Juju exposes on every interface) at
-//! most so many in all, on each. A connection over its cap is closed unread.
+//! most so many in all, on each.
 //!
-//! A connection must deliver a complete request head within the idle timeout of being
-//! accepted or of its last response ([`Limits::idle`]): an idle keep-alive connection and
-//! a client sending its headers a byte at a time are both closed. The timer only runs while
-//! hyper waits for a head: a handler that takes long (a change's `wait`) or a connection
-//! upgraded to a websocket (exec) is not cut by it. Accept errors such as `EMFILE` make the
-//! loop wait a second and go on (axum's listener does that), never end it.
+//! # Fair admission
+//!
+//! A cap alone lets whoever holds the connections keep everyone else out: six hundred
+//! clients sending a header byte a second would hold `--http`'s every slot, and the
+//! kubelet's probe of `/v1/health` would be closed unread, again and again, until the pod
+//! is restarted. So a connection holds its slot only while it is worth more than a newcomer:
+//!
+//! - **Every connection is waiting or busy** ([`Slot`]). It waits from its accept, or from
+//!   the end of its last answer, until its request is complete (the head, and the body when
+//!   it is one read before routing); then it is busy until the answer has gone out.
+//! - **A newcomer over the cap evicts the connection that has waited longest**, which is
+//!   closed unanswered: a slow client has been waiting since it connected, a probe is
+//!   complete a moment after its connect, so the probe gets in and the slowest client goes.
+//!   Busy connections are never evicted.
+//! - **When every slot is busy**, a newcomer gets a slot of a small reserve
+//!   ([`RESERVE_CONNECTIONS`]) that answers `GET /v1/health` and nothing else (503 `too many
+//!   connections`), one request per connection. The reserve is evicted the same way, and its
+//!   requests are answered at once, so `/v1/health` is always answered. Only when the
+//!   reserve is busy too is a connection closed unread.
+//! - **Deadlines** ([`Limits`]): a waiting connection that has sent nothing of its next
+//!   request is closed after the idle timeout (idle keep-alive connections); once the first
+//!   byte of a request has arrived, the request must be complete within the header timeout
+//!   (a client sending its headers a byte at a time, or a small body so). The timers only
+//!   run while a connection waits: a handler that takes long (a change's `wait`) or a
+//!   connection upgraded to a websocket (exec) is not cut by them.
+//!
+//! Accept errors such as `EMFILE` make the loop wait a second and go on (axum's listener
+//! does that), never end it.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::response::Response;
-use axum::routing::future::RouteFuture;
 use axum::serve::Listener;
-use hyper::body::Incoming;
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -63,9 +91,12 @@ impl PeerOf for TcpStream {
 /// The tuning knobs of every listener, from the environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// How long a connection may go without a complete request head
-    /// (`COBBLE_IDLE_TIMEOUT`, a Go duration; `0` for no limit).
+    /// How long a connection may stay without a byte of a new request, after its accept or
+    /// its last answer (`COBBLE_IDLE_TIMEOUT`, a Go duration; `0` for no limit).
     pub idle: Option<Duration>,
+    /// How long a request may take to arrive whole once its first byte has
+    /// (`COBBLE_HEADER_TIMEOUT`, a Go duration; `0` for no limit). Never longer than `idle`.
+    pub header: Option<Duration>,
     /// Connections per peer uid on the unix socket, root and the daemon's uid exempt
     /// (`COBBLE_MAX_CONNECTIONS_PER_UID`).
     pub per_uid: usize,
@@ -79,6 +110,10 @@ impl Default for Limits {
             // Longer than the 90 s a Go client keeps an idle connection, so that the
             // server never closes one a client is about to reuse.
             idle: Some(Duration::from_secs(120)),
+            // A request head is a few hundred bytes, sent in one write by every client;
+            // ten seconds is ages for it, and short enough that a slow client frees its
+            // slot soon even when nobody needs it.
+            header: Some(Duration::from_secs(10)),
             per_uid: 64,
             http_total: 256,
         }
@@ -90,12 +125,17 @@ impl Limits {
     /// logged and ignored.
     pub fn from_env() -> Limits {
         let mut limits = Limits::default();
-        if let Some(text) = env("COBBLE_IDLE_TIMEOUT") {
-            match cobble_plan::parse_duration(&text) {
-                Ok(0) => limits.idle = None,
-                Ok(nanos) if nanos > 0 => limits.idle = Some(Duration::from_nanos(nanos as u64)),
-                Ok(_) => tracing::warn!("Ignoring COBBLE_IDLE_TIMEOUT: negative: {text:?}"),
-                Err(e) => tracing::warn!("Ignoring COBBLE_IDLE_TIMEOUT: {e}"),
+        for (name, value) in [
+            ("COBBLE_IDLE_TIMEOUT", &mut limits.idle),
+            ("COBBLE_HEADER_TIMEOUT", &mut limits.header),
+        ] {
+            if let Some(text) = env(name) {
+                match cobble_plan::parse_duration(&text) {
+                    Ok(0) => *value = None,
+                    Ok(nanos) if nanos > 0 => *value = Some(Duration::from_nanos(nanos as u64)),
+                    Ok(_) => tracing::warn!("Ignoring {name}: negative: {text:?}"),
+                    Err(e) => tracing::warn!("Ignoring {name}: {e}"),
+                }
             }
         }
         for (name, value) in [
@@ -111,10 +151,31 @@ impl Limits {
         }
         limits
     }
+
+    /// The deadlines a connection is held to.
+    pub fn timeouts(&self) -> Timeouts {
+        let header = match (self.header, self.idle) {
+            (Some(header), Some(idle)) => Some(header.min(idle)),
+            (header, _) => header,
+        };
+        Timeouts {
+            idle: self.idle,
+            header,
+        }
+    }
 }
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The deadlines of a waiting connection (see [`Limits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From the accept or the last answer to the first byte of the next request.
+    pub idle: Option<Duration>,
+    /// From a request's first byte to the request complete.
+    pub header: Option<Duration>,
 }
 
 /// How many connections a listener admits.
@@ -135,19 +196,178 @@ impl std::fmt::Display for ConnectionCap {
     }
 }
 
+/// Connections a listener admits beyond its cap when every admitted one is busy: they are
+/// answered `/v1/health` only, and closed after one answer.
+pub const RESERVE_CONNECTIONS: usize = 16;
+
+/// The routers a listener serves: everything, and what its reserve answers.
+#[derive(Clone)]
+pub struct Routers {
+    /// The API.
+    pub api: Router,
+    /// `/v1/health` alone, for connections admitted to the reserve.
+    pub reserve: Router,
+}
+
+/// Where a connection is, packed in one word: the phase in the top two bits, an instant in
+/// milliseconds after the admission's start below.
+const PHASE_SHIFT: u32 = 62;
+const WAITING_IDLE: u64 = 0;
+const WAITING_REQUEST: u64 = 1;
+const BUSY: u64 = 2;
+const TIME_MASK: u64 = (1 << PHASE_SHIFT) - 1;
+
+/// One connection's place in its listener's admission: whether it waits for a request (and
+/// since when) or is busy answering one, and whether it was evicted. Shared by the
+/// connection's task, its I/O (which notices a request's first byte) and its requests
+/// (which are complete, and then answered).
+#[derive(Debug)]
+pub struct Slot {
+    /// The admission's start, which the times are counted from.
+    base: Instant,
+    /// Phase and time, see [`PHASE_SHIFT`].
+    state: AtomicU64,
+    /// Set once another connection took this one's place.
+    evicted: AtomicBool,
+    /// Wakes the connection's task once evicted.
+    evict: Notify,
+}
+
+/// A slot's phase, unpacked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the first byte of a request since this instant.
+    Idle(Instant),
+    /// Waiting for the rest of a request whose first byte came at this instant.
+    Request(Instant),
+    /// Answering a request.
+    Busy,
+}
+
+impl Slot {
+    fn new(base: Instant) -> Arc<Slot> {
+        let slot = Slot {
+            base,
+            state: AtomicU64::new(0),
+            evicted: AtomicBool::new(false),
+            evict: Notify::new(),
+        };
+        slot.set(WAITING_IDLE);
+        Arc::new(slot)
+    }
+
+    fn pack(&self, phase: u64) -> u64 {
+        let millis = Instant::now()
+            .saturating_duration_since(self.base)
+            .as_millis() as u64;
+        (phase << PHASE_SHIFT) | (millis & TIME_MASK)
+    }
+
+    fn set(&self, phase: u64) {
+        self.state.store(self.pack(phase), Ordering::Release);
+    }
+
+    fn phase(&self) -> Phase {
+        let state = self.state.load(Ordering::Acquire);
+        let at = self.base + Duration::from_millis(state & TIME_MASK);
+        match state >> PHASE_SHIFT {
+            WAITING_IDLE => Phase::Idle(at),
+            WAITING_REQUEST => Phase::Request(at),
+            _ => Phase::Busy,
+        }
+    }
+
+    /// Since when the connection has waited (in the admission's milliseconds), or `None`
+    /// when it is busy.
+    fn waiting_since(&self) -> Option<u64> {
+        let state = self.state.load(Ordering::Acquire);
+        (state >> PHASE_SHIFT != BUSY).then_some(state & TIME_MASK)
+    }
+
+    /// Bytes arrived: the first of a request, if the connection was idle.
+    fn on_bytes(&self) {
+        let state = self.state.load(Ordering::Acquire);
+        if state >> PHASE_SHIFT == WAITING_IDLE {
+            let _ = self.state.compare_exchange(
+                state,
+                self.pack(WAITING_REQUEST),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// The request is complete: the connection is busy until its answer is out.
+    fn on_request_complete(&self) {
+        self.set(BUSY);
+    }
+
+    /// The answer is out: the connection waits for its next request.
+    fn on_answered(&self) {
+        self.set(WAITING_IDLE);
+    }
+
+    /// When the connection must be closed unless it makes progress, as it is now.
+    fn deadline(&self, timeouts: Timeouts) -> Option<Instant> {
+        match self.phase() {
+            Phase::Idle(since) => timeouts.idle.map(|t| since + t),
+            Phase::Request(since) => timeouts.header.map(|t| since + t),
+            Phase::Busy => None,
+        }
+    }
+
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::Release);
+        self.evict.notify_one();
+    }
+
+    fn is_evicted(&self) -> bool {
+        self.evicted.load(Ordering::Acquire)
+    }
+}
+
+/// The connections of one admission key (a uid, or everyone).
+type Pool = Vec<Arc<Slot>>;
+
+/// The pools of a listener's connections, by admission key.
+type Pools = Arc<Mutex<HashMap<Option<u32>, Pool>>>;
+
 /// Open connections per admission key, shared by a listener's connection tasks.
 #[derive(Debug)]
 struct Admission {
     cap: ConnectionCap,
     exempt: [u32; 2],
-    open: Arc<Mutex<HashMap<Option<u32>, usize>>>,
+    base: Instant,
+    open: Pools,
+    /// The reserve's connections (under the key `None`).
+    reserve: Pools,
+}
+
+/// Where an accepted connection was admitted.
+#[derive(Debug)]
+enum Admitted {
+    /// Among the listener's connections, served the whole API.
+    Full(Ticket),
+    /// In the reserve, served `/v1/health` once.
+    Reserve(Ticket),
+    /// Nowhere: every slot is busy.
+    Refused,
+}
+
+/// Whether an admission took another connection's place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    Free,
+    Evicted,
 }
 
 /// An admitted connection; the slot is freed when it is dropped.
 #[derive(Debug)]
 struct Ticket {
-    key: Option<u32>,
-    open: Arc<Mutex<HashMap<Option<u32>, usize>>>,
+    slot: Arc<Slot>,
+    /// Where it is counted; `None` for an exempt uid, which nothing counts.
+    pool: Option<(Option<u32>, Pools)>,
+    taken: Taken,
 }
 
 impl Admission {
@@ -155,59 +375,138 @@ impl Admission {
         Admission {
             cap,
             exempt: [0, cobble_sys::current_uid()],
+            base: Instant::now(),
             open: Arc::default(),
+            reserve: Arc::default(),
         }
     }
 
-    /// A ticket for a connection from `peer`, or `None` when its cap is reached.
-    fn admit(&self, uid: Option<u32>) -> Option<Ticket> {
+    /// Admits a connection from `uid`: into its pool, evicting the connection there that has
+    /// waited longest if the pool is full; else into the reserve, the same way; else not.
+    fn admit(&self, uid: Option<u32>) -> Admitted {
         let (key, cap) = match self.cap {
             ConnectionCap::PerUid(_) if uid.is_some_and(|uid| self.exempt.contains(&uid)) => {
-                (uid, usize::MAX)
+                return Admitted::Full(Ticket {
+                    slot: Slot::new(self.base),
+                    pool: None,
+                    taken: Taken::Free,
+                });
             }
             ConnectionCap::PerUid(cap) => (uid, cap),
             ConnectionCap::Total(cap) => (None, cap),
         };
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let count = open.entry(key).or_default();
-        if *count >= cap {
-            return None;
+        if let Some(ticket) = self.admit_into(&self.open, key, cap) {
+            return Admitted::Full(ticket);
         }
-        *count += 1;
+        match self.admit_into(&self.reserve, None, RESERVE_CONNECTIONS) {
+            Some(ticket) => Admitted::Reserve(ticket),
+            None => Admitted::Refused,
+        }
+    }
+
+    fn admit_into(&self, pools: &Pools, key: Option<u32>, cap: usize) -> Option<Ticket> {
+        let slot = Slot::new(self.base);
+        let mut open = pools.lock().unwrap_or_else(|e| e.into_inner());
+        let pool = open.entry(key).or_default();
+        let mut taken = Taken::Free;
+        if pool.len() >= cap {
+            let (index, _) = pool
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| Some((i, s.waiting_since()?)))
+                .min_by_key(|&(_, since)| since)?;
+            pool.swap_remove(index).evict();
+            taken = Taken::Evicted;
+        }
+        pool.push(slot.clone());
         Some(Ticket {
-            key,
-            open: self.open.clone(),
+            slot,
+            pool: Some((key, pools.clone())),
+            taken,
         })
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = open.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.key);
+        let Some((key, pools)) = &self.pool else {
+            return;
+        };
+        let mut open = pools.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pool) = open.get_mut(key) {
+            // An evicted slot is gone already.
+            if let Some(index) = pool.iter().position(|s| Arc::ptr_eq(s, &self.slot)) {
+                pool.swap_remove(index);
+            }
+            if pool.is_empty() {
+                open.remove(key);
             }
         }
     }
 }
 
-/// Serves `router` on `listener` until `cancel`, admitting connections up to `cap` and
-/// closing those idle past `idle`; then lets each connection finish the request in progress,
+/// What a listener counts, for its log lines: once per power of two, so that a flood cannot
+/// fill the log.
+#[derive(Debug, Default)]
+struct Counters {
+    evicted: u64,
+    reserved: u64,
+    refused: u64,
+}
+
+impl Counters {
+    fn count(&mut self, admitted: &Admitted, peer: &Peer, cap: ConnectionCap) {
+        let from = || {
+            peer.uid
+                .map_or_else(|| "over TCP".to_owned(), |uid| format!("from uid {uid}"))
+        };
+        let bump = |n: &mut u64| {
+            *n += 1;
+            n.is_power_of_two()
+        };
+        match admitted {
+            Admitted::Full(ticket) | Admitted::Reserve(ticket)
+                if ticket.taken == Taken::Evicted && bump(&mut self.evicted) =>
+            {
+                tracing::info!(
+                    "Closed the connection that waited longest to admit one {} over the limit of {cap} ({} so far)",
+                    from(),
+                    self.evicted
+                );
+            }
+            _ => {}
+        }
+        match admitted {
+            Admitted::Reserve(_) if bump(&mut self.reserved) => tracing::warn!(
+                "Every connection is busy: admitted one {} to answer /v1/health only ({} so far)",
+                from(),
+                self.reserved
+            ),
+            Admitted::Refused if bump(&mut self.refused) => tracing::warn!(
+                "Refused a connection {} over the limit of {cap} ({} refused so far)",
+                from(),
+                self.refused
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// Serves `routers` on `listener` until `cancel`, admitting connections fairly under `cap`
+/// and holding them to `timeouts`; then lets each connection finish the request in progress,
 /// and returns once all have closed.
 pub async fn serve<L>(
     mut listener: L,
-    router: Router,
+    routers: Routers,
     cancel: CancellationToken,
     cap: ConnectionCap,
-    idle: Option<Duration>,
+    timeouts: Timeouts,
 ) where
     L: Listener,
     L::Io: PeerOf,
 {
     let admission = Admission::new(cap);
-    let mut refused: u64 = 0;
+    let mut counters = Counters::default();
     let connections = TaskTracker::new();
     loop {
         let io = tokio::select! {
@@ -215,27 +514,24 @@ pub async fn serve<L>(
             () = cancel.cancelled() => break,
         };
         let peer = io.peer();
-        let Some(ticket) = admission.admit(peer.uid) else {
-            // Closed unread. Logged once per power of two so a flood cannot fill the log.
-            refused += 1;
-            if refused.is_power_of_two() {
-                let from = peer
-                    .uid
-                    .map_or_else(|| "over TCP".to_owned(), |uid| format!("from uid {uid}"));
-                tracing::warn!(
-                    "Refused a connection {from} over the limit of {cap} ({refused} refused so far)"
-                );
-            }
-            continue;
+        let admitted = admission.admit(peer.uid);
+        counters.count(&admitted, &peer, cap);
+        let (ticket, router, keep_alive) = match admitted {
+            Admitted::Full(ticket) => (ticket, routers.api.clone(), true),
+            Admitted::Reserve(ticket) => (ticket, routers.reserve.clone(), false),
+            // Closed unread.
+            Admitted::Refused => continue,
         };
         let service = PeerService {
-            router: router.clone(),
+            router,
             peer,
+            slot: ticket.slot.clone(),
         };
         let cancel = cancel.clone();
         connections.spawn(async move {
+            let slot = ticket.slot.clone();
             let _ticket = ticket;
-            serve_connection(io, service, cancel, idle).await;
+            serve_connection(io, service, cancel, &slot, timeouts, keep_alive).await;
         });
     }
     drop(listener);
@@ -243,29 +539,74 @@ pub async fn serve<L>(
     connections.wait().await;
 }
 
-/// Serves one HTTP/1 connection until it closes, it stays idle past `idle`, or `cancel` and
-/// the request in progress is answered.
+/// Serves one HTTP/1 connection until it closes, it is evicted, it misses a deadline, or
+/// `cancel` and the request in progress is answered.
 async fn serve_connection<I>(
     io: I,
     service: PeerService,
     cancel: CancellationToken,
-    idle: Option<Duration>,
+    slot: &Arc<Slot>,
+    timeouts: Timeouts,
+    keep_alive: bool,
 ) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .half_close(true)
+        .keep_alive(keep_alive)
         .timer(TokioTimer::new())
-        .header_read_timeout(idle);
+        // The deadlines are the slot's, below.
+        .header_read_timeout(None);
     let conn = builder
-        .serve_connection(TokioIo::new(io), service)
+        .serve_connection(TokioIo::new(Tracked::new(io, slot.clone())), service)
         .with_upgrades();
     let mut conn = std::pin::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => return,
-        () = cancel.cancelled() => conn.as_mut().graceful_shutdown(),
+    let cancelled = cancel.cancelled();
+    let mut cancelled = std::pin::pin!(cancelled);
+    let evicted = slot.evict.notified();
+    let mut evicted = std::pin::pin!(evicted);
+    let sleep = tokio::time::sleep_until(Instant::now());
+    let mut sleep = std::pin::pin!(sleep);
+    let mut armed: Option<Instant> = None;
+    // One poll function rather than a `select!` loop: the deadline is read again after the
+    // connection has made progress in the same poll, so a request's first byte moves it
+    // without a wake-up of its own.
+    let ended = std::future::poll_fn(|cx| {
+        if conn.as_mut().poll(cx).is_ready() || slot.is_evicted() {
+            return Poll::Ready(true);
+        }
+        if evicted.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(true);
+        }
+        if cancelled.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(false);
+        }
+        loop {
+            let deadline = slot.deadline(timeouts);
+            if deadline != armed {
+                armed = deadline;
+                if let Some(at) = deadline {
+                    sleep.as_mut().reset(at);
+                }
+            }
+            let Some(at) = armed else {
+                // Busy, or no limits: the request's completion and answer come through
+                // `conn`, which polls again.
+                return Poll::Pending;
+            };
+            ready!(sleep.as_mut().poll(cx));
+            if slot.deadline(timeouts) == Some(at) {
+                return Poll::Ready(true);
+            }
+            // It made progress meanwhile: arm the new deadline.
+        }
+    })
+    .await;
+    if ended {
+        return;
     }
+    conn.as_mut().graceful_shutdown();
     let _ = conn.await;
 }
 
@@ -275,17 +616,19 @@ const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10
 /// [`serve`] over TLS (`--https`): each connection's handshake runs in its own task, so a
 /// slow client holds up nobody else; the client certificate, if one a `cert` identity can
 /// vouch for, goes with every request of the connection. Connections are admitted under
-/// `cap` before the handshake, and idle ones closed as in [`serve`].
+/// `cap` before the handshake (a connection in its handshake waits, and may be evicted),
+/// and held to `timeouts` as in [`serve`].
 pub async fn serve_tls(
     listener: tokio::net::TcpListener,
     config: std::sync::Arc<rustls::ServerConfig>,
-    router: Router,
+    routers: Routers,
     cancel: CancellationToken,
     cap: ConnectionCap,
-    idle: Option<Duration>,
+    timeouts: Timeouts,
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let admission = Admission::new(cap);
+    let mut counters = Counters::default();
     let connections = TaskTracker::new();
     loop {
         let tcp = tokio::select! {
@@ -300,28 +643,38 @@ pub async fn serve_tls(
             },
             () = cancel.cancelled() => break,
         };
-        let Some(ticket) = admission.admit(None) else {
-            continue;
+        let peer = Peer {
+            uid: None,
+            transport: Transport::Https,
+            cert: None,
+        };
+        let admitted = admission.admit(None);
+        counters.count(&admitted, &peer, cap);
+        let (ticket, router, keep_alive) = match admitted {
+            Admitted::Full(ticket) => (ticket, routers.api.clone(), true),
+            Admitted::Reserve(ticket) => (ticket, routers.reserve.clone(), false),
+            Admitted::Refused => continue,
         };
         let acceptor = acceptor.clone();
-        let router = router.clone();
         let cancel = cancel.clone();
         connections.spawn(async move {
+            let slot = ticket.slot.clone();
             let _ticket = ticket;
-            let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
-            else {
-                return;
+            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+            let tls = tokio::select! {
+                done = handshake => match done {
+                    Ok(Ok(tls)) => tls,
+                    _ => return,
+                },
+                () = slot.evict.notified() => return,
             };
             let cert = crate::tls::trusted_client_cert(tls.get_ref().1.peer_certificates());
             let service = PeerService {
                 router,
-                peer: Peer {
-                    uid: None,
-                    transport: Transport::Https,
-                    cert,
-                },
+                peer: Peer { cert, ..peer },
+                slot: slot.clone(),
             };
-            serve_connection(tls, service, cancel, idle).await;
+            serve_connection(tls, service, cancel, &slot, timeouts, keep_alive).await;
         });
     }
     drop(listener);
@@ -329,26 +682,188 @@ pub async fn serve_tls(
     connections.wait().await;
 }
 
+/// A connection's I/O, telling its [`Slot`] when bytes arrive. What a websocket upgrade
+/// takes over (see `exec::ws`, which unwraps a unix socket's to splice on it).
+#[derive(Debug)]
+pub struct Tracked<I> {
+    io: I,
+    slot: Arc<Slot>,
+}
+
+impl<I> Tracked<I> {
+    fn new(io: I, slot: Arc<Slot>) -> Tracked<I> {
+        Tracked { io, slot }
+    }
+
+    /// The connection itself.
+    pub fn into_inner(self) -> I {
+        self.io
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Tracked<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut self.io).poll_read(cx, buf))?;
+        if buf.filled().len() > before {
+            self.slot.on_bytes();
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Tracked<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
 /// The router, with the connection's [`Peer`] in each request's extensions (where axum's
-/// `ConnectInfo` puts it).
+/// `ConnectInfo` puts it), telling the connection's [`Slot`] when a request is complete and
+/// when its answer is out.
 #[derive(Clone)]
 struct PeerService {
     router: Router,
     peer: Peer,
+    slot: Arc<Slot>,
 }
 
 impl hyper::service::Service<hyper::Request<Incoming>> for PeerService {
     type Response = Response;
     type Error = Infallible;
-    type Future = RouteFuture<Infallible>;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
-        let mut request = request.map(Body::new);
+        // A small body is read before routing (see `read_small_bodies_first`): the request
+        // is complete once it is. Any other is complete with its head.
+        let small_body = request
+            .headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n > 0 && n <= super::SMALL_BODY);
+        let slot = self.slot.clone();
+        let mut request = if small_body {
+            request.map(|body| {
+                Body::new(Completing {
+                    body,
+                    slot: Some(slot.clone()),
+                })
+            })
+        } else {
+            slot.on_request_complete();
+            request.map(Body::new)
+        };
         request
             .extensions_mut()
             .insert(ConnectInfo(self.peer.clone()));
         let mut router = self.router.clone();
-        tower_service::Service::call(&mut router, request)
+        let answer = tower_service::Service::call(&mut router, request);
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(response.map(|body| {
+                Body::new(Answering {
+                    body,
+                    _answered: Answered(slot),
+                })
+            }))
+        })
+    }
+}
+
+/// A request body that completes its request when it ends.
+struct Completing {
+    body: Incoming,
+    slot: Option<Arc<Slot>>,
+}
+
+impl HttpBody for Completing {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
+        if (frame.is_none() || self.body.is_end_stream())
+            && let Some(slot) = self.slot.take()
+        {
+            slot.on_request_complete();
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Marks its connection's answer as out when dropped: hyper drops a response body once it
+/// has written it, or given up on it.
+struct Answered(Arc<Slot>);
+
+impl Drop for Answered {
+    fn drop(&mut self) {
+        self.0.on_answered();
+    }
+}
+
+/// A response body that tells its connection when the answer is out.
+struct Answering {
+    body: Body,
+    _answered: Answered,
+}
+
+impl HttpBody for Answering {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -360,16 +875,26 @@ mod tests {
         Some(uid)
     }
 
-    #[test]
-    fn each_uid_has_its_own_cap_and_root_and_the_daemon_have_none() {
+    fn ticket(admitted: Admitted) -> Option<Ticket> {
+        match admitted {
+            Admitted::Full(ticket) => Some(ticket),
+            _ => None,
+        }
+    }
+
+    fn busy(ticket: Ticket) -> Ticket {
+        ticket.slot.on_request_complete();
+        ticket
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_uid_has_its_own_cap_and_root_and_the_daemon_have_none() {
         let admission = Admission::new(ConnectionCap::PerUid(2));
         let a: Vec<Ticket> = (0..2)
-            .map(|_| admission.admit(from(1000)).unwrap())
+            .map(|_| busy(ticket(admission.admit(from(1000))).unwrap()))
             .collect();
-        assert!(admission.admit(from(1000)).is_none());
-        let b = admission
-            .admit(from(1001))
-            .expect("another uid has its own slots");
+        assert!(ticket(admission.admit(from(1000))).is_none());
+        let b = ticket(admission.admit(from(1001))).expect("another uid has its own slots");
         let exempt: Vec<Ticket> = (0..10)
             .flat_map(|_| {
                 [
@@ -377,26 +902,142 @@ mod tests {
                     admission.admit(from(cobble_sys::current_uid())),
                 ]
             })
-            .map(|t| t.expect("root and the daemon's uid are never refused"))
+            .map(|t| ticket(t).expect("root and the daemon's uid are never refused"))
             .collect();
         drop(a.into_iter().next());
         assert!(
-            admission.admit(from(1000)).is_some(),
+            ticket(admission.admit(from(1000))).is_some(),
             "a closed connection frees its slot"
         );
         drop((b, exempt));
     }
 
-    #[test]
-    fn a_total_cap_counts_every_peer() {
+    #[tokio::test(start_paused = true)]
+    async fn a_total_cap_counts_every_peer() {
         let admission = Admission::new(ConnectionCap::Total(2));
-        let held = [admission.admit(from(0)), admission.admit(None)];
-        assert!(held.iter().all(Option::is_some));
+        let held =
+            [admission.admit(from(0)), admission.admit(None)].map(|a| busy(ticket(a).unwrap()));
         assert!(
-            admission.admit(from(0)).is_none(),
+            ticket(admission.admit(from(0))).is_none(),
             "no exemption without a uid to go by"
         );
         drop(held);
-        assert!(admission.admit(None).is_some());
+        assert!(ticket(admission.admit(None)).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_newcomer_over_the_cap_evicts_the_connection_waiting_longest() {
+        let admission = Admission::new(ConnectionCap::Total(3));
+        let oldest = ticket(admission.admit(None)).unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let answering = busy(ticket(admission.admit(None)).unwrap());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let newer = ticket(admission.admit(None)).unwrap();
+        // The oldest has sent the first byte of a request since: it still waits, since it
+        // connected (a slow client's every byte is no progress that counts).
+        oldest.slot.on_bytes();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let probe = ticket(admission.admit(None)).expect("admitted in place of the oldest");
+        assert_eq!(probe.taken, Taken::Evicted);
+        assert!(oldest.slot.is_evicted());
+        assert!(!answering.slot.is_evicted() && !newer.slot.is_evicted());
+        // Its ticket's drop does not free a second slot.
+        drop(oldest);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let next = ticket(admission.admit(None)).unwrap();
+        assert!(newer.slot.is_evicted(), "the next oldest waiting goes next");
+        assert!(!probe.slot.is_evicted() && !answering.slot.is_evicted());
+        drop((answering, probe, next));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_waits_from_its_last_answer() {
+        let admission = Admission::new(ConnectionCap::Total(2));
+        let kept = ticket(admission.admit(None)).unwrap();
+        let fresh = ticket(admission.admit(None)).unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        kept.slot.on_request_complete();
+        kept.slot.on_answered();
+        let _newcomer = ticket(admission.admit(None)).unwrap();
+        assert!(
+            fresh.slot.is_evicted(),
+            "waiting since its accept, before the answer"
+        );
+        assert!(!kept.slot.is_evicted());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_every_connection_busy_a_newcomer_gets_the_reserve_then_nothing() {
+        let admission = Admission::new(ConnectionCap::Total(1));
+        let _busy = busy(ticket(admission.admit(None)).unwrap());
+        let reserve: Vec<Ticket> = (0..RESERVE_CONNECTIONS)
+            .map(|_| match admission.admit(None) {
+                Admitted::Reserve(ticket) => busy(ticket),
+                other => panic!("not in the reserve: {other:?}"),
+            })
+            .collect();
+        assert!(matches!(admission.admit(None), Admitted::Refused));
+        reserve[0].slot.on_answered();
+        assert!(
+            matches!(admission.admit(None), Admitted::Reserve(_)),
+            "a waiting reserve connection is evicted like any other"
+        );
+        assert!(reserve[0].slot.is_evicted());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadlines_follow_the_phase() {
+        let timeouts = Limits {
+            idle: Some(Duration::from_secs(120)),
+            header: Some(Duration::from_secs(10)),
+            ..Limits::default()
+        }
+        .timeouts();
+        let start = Instant::now();
+        let slot = Slot::new(start);
+        assert_eq!(
+            slot.deadline(timeouts),
+            Some(start + Duration::from_secs(120))
+        );
+        tokio::time::advance(Duration::from_secs(5)).await;
+        slot.on_bytes();
+        let first_byte = start + Duration::from_secs(5);
+        assert_eq!(
+            slot.deadline(timeouts),
+            Some(first_byte + Duration::from_secs(10))
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        slot.on_bytes();
+        assert_eq!(
+            slot.deadline(timeouts),
+            Some(first_byte + Duration::from_secs(10)),
+            "more bytes of the same request do not move it"
+        );
+        slot.on_request_complete();
+        assert_eq!(slot.deadline(timeouts), None);
+        tokio::time::advance(Duration::from_secs(300)).await;
+        slot.on_answered();
+        assert_eq!(
+            slot.deadline(timeouts),
+            Some(Instant::now() + Duration::from_secs(120))
+        );
+    }
+
+    #[test]
+    fn the_header_timeout_is_never_longer_than_the_idle_timeout() {
+        let limits = |idle: Option<u64>, header: Option<u64>| {
+            Limits {
+                idle: idle.map(Duration::from_secs),
+                header: header.map(Duration::from_secs),
+                ..Limits::default()
+            }
+            .timeouts()
+            .header
+            .map(|d| d.as_secs())
+        };
+        assert_eq!(limits(Some(120), Some(10)), Some(10));
+        assert_eq!(limits(Some(1), Some(10)), Some(1));
+        assert_eq!(limits(None, Some(10)), Some(10));
+        assert_eq!(limits(Some(1), None), None);
     }
 }

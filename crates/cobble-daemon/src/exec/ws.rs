@@ -37,6 +37,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::unix::pipe;
 use tokio::net::{UnixStream, unix};
 
+use crate::api::serve::Tracked;
+
 /// Close status codes (RFC 6455, section 7.4.1).
 pub mod close_code {
     pub const NORMAL: u16 = 1000;
@@ -124,9 +126,9 @@ impl Socket {
     pub fn new(upgraded: Upgraded, read_chunk: usize) -> Socket {
         // Exec is for admins, and plain HTTP grants no more than metrics: the connection is
         // the unix socket's, or a TLS one.
-        let (read, write, pending) = match upgraded.downcast::<TokioIo<UnixStream>>() {
+        let (read, write, pending) = match upgraded.downcast::<TokioIo<Tracked<UnixStream>>>() {
             Ok(parts) => {
-                let (read, write) = parts.io.into_inner().into_split();
+                let (read, write) = parts.io.into_inner().into_inner().into_split();
                 (ReadIo::Unix(read), WriteIo::Unix(write), parts.read_buf)
             }
             Err(upgraded) => {

@@ -413,6 +413,16 @@ impl Machine {
         &self.policy
     }
 
+    /// The check whose failure is restarting the service, while its process is being ended.
+    pub fn restarting_for_check(&self) -> Option<&str> {
+        match (&self.phase, &self.after_exit) {
+            (Phase::Terminating { .. } | Phase::Killing { .. }, AfterExit::CheckRestart(check)) => {
+                Some(check)
+            }
+            _ => None,
+        }
+    }
+
     /// The pid of the live process, if there is one.
     pub fn pid(&self) -> Option<u32> {
         match self.phase {
@@ -429,15 +439,22 @@ impl Machine {
         matches!(self.phase, Phase::Starting { .. } | Phase::Running { .. })
     }
 
-    /// The status the API reports.
+    /// The status the API reports. A service that is wanted running is never `inactive`:
+    /// while a check's restart ends its process it is `backoff`, as Pebble lists it once the
+    /// process has exited (Pebble lists the moment before as `inactive`, which tells a client
+    /// that polls the service that it was stopped); while a file change's restart does, it
+    /// is `active`, for it comes back at once.
     pub fn status(&self) -> Status {
         match self.phase {
             Phase::Spawning { .. } | Phase::Starting { .. } | Phase::Running { .. } => {
                 Status::Active
             }
-            Phase::Idle | Phase::Terminating { .. } | Phase::Killing { .. } | Phase::Stopped => {
-                Status::Inactive
-            }
+            Phase::Terminating { .. } | Phase::Killing { .. } => match self.after_exit {
+                AfterExit::Stop => Status::Inactive,
+                AfterExit::CheckRestart(_) => Status::Backoff,
+                AfterExit::Respawn => Status::Active,
+            },
+            Phase::Idle | Phase::Stopped => Status::Inactive,
             Phase::Backoff { .. } => Status::Backoff,
             Phase::Exited => Status::Error,
             Phase::Waiting => Status::Waiting,

@@ -97,6 +97,13 @@ enum Request {
         names: Vec<String>,
         reply: oneshot::Sender<Vec<(String, ServiceLog)>>,
     },
+    /// Answered at once: proof that the actor takes requests.
+    Ping {
+        reply: oneshot::Sender<()>,
+    },
+    /// Stops the actor from taking anything more, as a bug that blocks it would.
+    #[cfg(test)]
+    Wedge,
 }
 
 /// Results of the work the actor hands to other tasks.
@@ -240,6 +247,20 @@ impl ServiceManager {
         let _ = self.tx.send(Request::Active { reply });
         rx.await.unwrap_or_default()
     }
+
+    /// Resolves once the actor has taken a request of its own: `true` while it is alive and
+    /// takes requests, `false` once it has ended. An actor that is blocked never resolves it.
+    pub async fn ping(&self) -> bool {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.send(Request::Ping { reply });
+        rx.await.is_ok()
+    }
+
+    /// Blocks the actor for good, as a bug could (for the tests of what watches it).
+    #[cfg(test)]
+    pub fn wedge(&self) {
+        let _ = self.tx.send(Request::Wedge);
+    }
 }
 
 /// One supervised service.
@@ -344,6 +365,8 @@ impl Actor {
             };
             tokio::select! {
                 request = requests.recv() => match request {
+                    #[cfg(test)]
+                    Some(Request::Wedge) => std::future::pending::<()>().await,
                     Some(request) => self.handle(request),
                     None => break,
                 },
@@ -538,6 +561,11 @@ impl Actor {
                 }
             },
             Request::AbortStart { name } => self.feed(&name, Event::AbortStart),
+            Request::Ping { reply } => {
+                let _ = reply.send(());
+            }
+            #[cfg(test)]
+            Request::Wedge => {}
             Request::Statuses {
                 names,
                 details,

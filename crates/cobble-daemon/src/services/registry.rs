@@ -11,7 +11,8 @@
 //! spawned, the next daemon ends every group its predecessor left running, and every process
 //! that carries a recorded instance's invocation ID (see [`super::members`]) wherever it was
 //! re-parented. A pid is trusted only if its start time still matches the recorded one, so a
-//! recycled pid is never killed.
+//! recycled pid is never killed, and a group counts as running only while something in it is
+//! not a zombie, so an exited leader that nobody reaped is not taken for a live service.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -165,24 +166,27 @@ fn end_groups(records: BTreeMap<String, Record>, grace: Duration) -> Vec<String>
         .filter_map(|r| r.invocation.clone())
         .collect();
     let tagged = members::tagged(&invocations);
-    let alive: Vec<(String, Record)> = records
+    // Each with whether its group is the recorded one: only then is the group signalled
+    // (a service found by its invocation ID alone may have had its leader's pid recycled).
+    let alive: Vec<(String, Record, bool)> = records
         .into_iter()
-        .filter(|(_, r)| {
-            process::process_start_time(r.pid) == Some(r.start_time)
-                || r.invocation.as_ref().is_some_and(|id| {
-                    let entry = format!("{}={id}", members::INVOCATION_VARIABLE);
-                    tagged
-                        .iter()
-                        .any(|&(pid, _)| process::environ_has(pid, &entry))
-                })
+        .filter_map(|(service, r)| {
+            let own_group = recorded_group_running(&r);
+            let tagged_member = r.invocation.as_ref().is_some_and(|id| {
+                let entry = format!("{}={id}", members::INVOCATION_VARIABLE);
+                tagged
+                    .iter()
+                    .any(|&(pid, _)| process::environ_has(pid, &entry))
+            });
+            (own_group || tagged_member).then_some((service, r, own_group))
         })
         .collect();
-    for (service, record) in &alive {
+    for (service, record, own_group) in &alive {
         tracing::info!(
             "Service \"{service}\" still running (pid {}); stopping it",
             record.pid
         );
-        if process::process_start_time(record.pid) == Some(record.start_time) {
+        if *own_group {
             let _ = process::signal_group(record.pid, Signal::SIGTERM);
         }
     }
@@ -194,13 +198,18 @@ fn end_groups(records: BTreeMap<String, Record>, grace: Duration) -> Vec<String>
             .iter()
             .any(|&(pid, start)| process_running(pid, start))
     };
-    let running = || alive.iter().any(|(_, r)| group_running(r.pid)) || tagged_running();
+    let groups_running = || {
+        alive
+            .iter()
+            .any(|(_, r, own_group)| *own_group && group_running(r.pid))
+    };
+    let running = || groups_running() || tagged_running();
     let deadline = std::time::Instant::now() + grace;
     while running() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    for (_, record) in &alive {
-        if group_running(record.pid) {
+    for (_, record, own_group) in &alive {
+        if *own_group && group_running(record.pid) {
             let _ = process::signal_group(record.pid, Signal::SIGKILL);
         }
     }
@@ -214,7 +223,18 @@ fn end_groups(records: BTreeMap<String, Record>, grace: Duration) -> Vec<String>
     while running() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    alive.into_iter().map(|(service, _)| service).collect()
+    alive.into_iter().map(|(service, ..)| service).collect()
+}
+
+/// Whether the group `record` names still runs: its leader is still the recorded process
+/// (the same start time: the pid was not recycled) and something of the group is not a
+/// zombie. A leader that exited without being reaped keeps its pid, and so its group's id,
+/// from being reused, so its group is still the recorded one; but a group of zombies alone
+/// runs nothing, and one whose leader is a zombie runs only if another member does.
+fn recorded_group_running(record: &Record) -> bool {
+    process::proc_stat(record.pid).is_some_and(|stat| {
+        stat.start_time == record.start_time && (stat.state != 'Z' || group_running(record.pid))
+    })
 }
 
 /// Whether `pid` is still the process started at `start_time`, and not a zombie.
@@ -302,6 +322,98 @@ mod tests {
         assert!(end_leftovers(dir.path(), Duration::from_millis(100)).is_empty());
         assert!(process::group_alive(leader));
         process::signal_group(leader, Signal::SIGKILL).unwrap();
+    }
+
+    /// A recorded group leader that has exited but was never reaped (its parent after the
+    /// old daemon's death does not wait for it) is a zombie: nothing of it runs, so nothing
+    /// is reported or signalled as still running.
+    #[test]
+    fn a_zombie_leader_is_not_taken_for_a_running_service() {
+        let dir = tempfile::tempdir().unwrap();
+        // `setsid` makes the background job lead a group of its own and execs the short
+        // command in it; its parent becomes `sleep`, which never reaps it.
+        let parent = spawn_group("setsid sh -c 'exit 3' & exec sleep 1000");
+        let zombie = {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let zombie = process::children(parent).into_iter().find(|&pid| {
+                    process::proc_stat(pid).is_some_and(|s| s.state == 'Z' && s.pgrp == pid)
+                });
+                if let Some(zombie) = zombie {
+                    break zombie;
+                }
+                assert!(std::time::Instant::now() < deadline, "no zombie leader");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        let start_time = process::process_start_time(zombie).unwrap();
+        let records: BTreeMap<String, Record> = [(
+            "s1".to_owned(),
+            Record {
+                pid: zombie,
+                start_time,
+                invocation: None,
+            },
+        )]
+        .into();
+        std::fs::write(
+            dir.path().join(FILE_NAME),
+            serde_json::to_vec(&records).unwrap(),
+        )
+        .unwrap();
+        let ended = end_leftovers(dir.path(), Duration::from_secs(2));
+        process::signal_group(parent, Signal::SIGKILL).unwrap();
+        assert!(ended.is_empty(), "a zombie reported as running: {ended:?}");
+    }
+
+    /// A group whose leader is a zombie but whose other members still run is a running
+    /// service: its members are ended.
+    #[test]
+    fn a_group_with_a_zombie_leader_and_live_members_is_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let parent = spawn_group("setsid sh -c 'sleep 1000 & exit 3' & exec sleep 1000");
+        let (leader, member) = {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let leader = process::children(parent).into_iter().find(|&pid| {
+                    process::proc_stat(pid).is_some_and(|s| s.state == 'Z' && s.pgrp == pid)
+                });
+                let member = leader.and_then(|leader| {
+                    std::fs::read_dir("/proc")
+                        .unwrap()
+                        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                        .find(|&pid| {
+                            pid != leader
+                                && process::proc_stat(pid)
+                                    .is_some_and(|s| s.pgrp == leader && s.state != 'Z')
+                        })
+                });
+                if let (Some(leader), Some(member)) = (leader, member) {
+                    break (leader, member);
+                }
+                assert!(std::time::Instant::now() < deadline, "no zombie leader");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        let records: BTreeMap<String, Record> = [(
+            "s1".to_owned(),
+            Record {
+                pid: leader,
+                start_time: process::process_start_time(leader).unwrap(),
+                invocation: None,
+            },
+        )]
+        .into();
+        std::fs::write(
+            dir.path().join(FILE_NAME),
+            serde_json::to_vec(&records).unwrap(),
+        )
+        .unwrap();
+        let ended = end_leftovers(dir.path(), Duration::from_secs(2));
+        let member_left = process::proc_stat(member).is_some_and(|s| s.state != 'Z');
+        process::signal_group(parent, Signal::SIGKILL).unwrap();
+        assert_eq!(ended, ["s1"]);
+        assert!(!member_left, "the live member was left running");
     }
 
     #[test]

@@ -161,6 +161,10 @@ fn reason(slot: &Slot) -> Option<String> {
             Some(format!("backing off{until}{}{hint}", exit()))
         }
         Phase::Exited => Some(format!("exited{}; its policy does not restart it", exit())),
+        Phase::Terminating { .. } | Phase::Killing { .. } => slot
+            .machine
+            .restarting_for_check()
+            .map(|check| format!("restarting: check \"{check}\" failed")),
         _ => None,
     }
 }

@@ -5,6 +5,7 @@
 //! test here may wait for children by other means, and counters such as
 //! `orphans_reaped` are only compared as "grew by at least".
 
+mod inherit;
 mod output;
 mod process;
 mod pty;

@@ -453,6 +453,65 @@ checks:
     );
 }
 
+/// Between a check's restart and the service's return, the service is wanted running: it is
+/// listed as backing off, never as inactive, also while its old process takes its time to
+/// exit.
+#[test]
+fn a_service_restarted_by_its_check_is_never_listed_inactive() {
+    let scratch = tempfile::tempdir().unwrap();
+    let pids = scratch.path().join("pids");
+    let flag = scratch.path().join("flag");
+    let ending = scratch.path().join("ending");
+    let layer = format!(
+        r#"
+services:
+  svc:
+    override: replace
+    command: /bin/sh -c 'trap "touch {ending}; sleep 1; exit 0" TERM; echo $$ >> {pids}; while :; do sleep 0.1; done'
+    on-check-failure:
+      chk: restart
+checks:
+  chk:
+    override: replace
+    period: 200ms
+    threshold: 1
+    exec:
+      command: /bin/sh -c 'test ! -f {flag}'
+"#,
+        pids = pids.display(),
+        flag = flag.display(),
+        ending = ending.display(),
+    );
+    let d = Daemon::hold(&[("001-layer", &layer)]);
+    Test::daemon(&d).args(&["start", "svc"]).run();
+    let c = client(&d);
+    let runtime = rt();
+    let listed = || runtime.block_on(c.services(&[])).unwrap().remove(0).current;
+    let mut seen = vec![listed()];
+    std::fs::write(&flag, "").unwrap();
+    // The old process is ending (it takes a second over it): the restart is under way.
+    wait_for("the check's restart to end the process", LONG, || {
+        seen.push(listed());
+        ending.exists()
+    });
+    assert_eq!(listed(), "backoff", "while the old process ends");
+    std::fs::remove_file(&flag).unwrap();
+    wait_for("the service to be back", LONG, || {
+        seen.push(listed());
+        std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            == 2
+            && seen.last().is_some_and(|s| s == "active")
+    });
+    assert!(
+        !seen.iter().any(|s| s == "inactive"),
+        "listed inactive on its way back up: {seen:?}"
+    );
+    assert!(seen.iter().any(|s| s == "backoff"), "{seen:?}");
+}
+
 #[test]
 fn on_check_failure_shutdown_exits_with_code_11() {
     let scratch = tempfile::tempdir().unwrap();

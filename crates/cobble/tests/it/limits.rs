@@ -274,3 +274,170 @@ fn out_of_descriptors_the_daemon_keeps_accepting() {
         health_over_unix(&d)
     });
 }
+
+/// One `GET /v1/health` over TCP on a connection of its own: the status line, or why not.
+fn probe_health(address: &str) -> Result<String, String> {
+    let mut s = TcpStream::connect(address).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    answer
+        .lines()
+        .next()
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| "closed unanswered".to_owned())
+}
+
+/// `count` clients that send a request head to `address` one byte every 100 ms and never
+/// finish it, each connecting again as soon as it is closed, until `stop`; `rounds` counts
+/// the rounds of bytes sent. Returns how many times the server closed one of them.
+fn slow_clients(
+    address: String,
+    count: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    rounds: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> std::thread::JoinHandle<usize> {
+    use std::sync::atomic::Ordering;
+    std::thread::spawn(move || {
+        let head = b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\nX-Slow: ";
+        let connect = || {
+            let s = TcpStream::connect(&address).ok()?;
+            s.set_nonblocking(true).ok()?;
+            Some((s, 0usize))
+        };
+        let mut clients: Vec<Option<(TcpStream, usize)>> = (0..count).map(|_| connect()).collect();
+        let mut closed = 0;
+        while !stop.load(Ordering::Relaxed) {
+            for client in &mut clients {
+                let alive = client.as_mut().is_some_and(|(s, sent)| {
+                    let mut buf = [0u8; 64];
+                    let open = match s.read(&mut buf) {
+                        Ok(0) => false,
+                        Ok(_) => true,
+                        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+                    };
+                    let byte = head.get(*sent).copied().unwrap_or(b'x');
+                    *sent += 1;
+                    open && s.write_all(&[byte]).is_ok()
+                });
+                if !alive {
+                    closed += usize::from(client.is_some());
+                    *client = connect();
+                }
+            }
+            rounds.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        closed
+    })
+}
+
+/// Slow clients over the cap do not keep a probe out: the probe takes the place of the one
+/// that has waited longest, and is answered; slow clients come and go.
+#[test]
+fn slow_clients_cannot_keep_a_health_probe_out() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let d = Daemon::start_with_env(
+        &[],
+        &["--hold", "--http", &address],
+        &[("COBBLE_MAX_HTTP_CONNECTIONS", "8")],
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicUsize::new(0));
+    let slow = slow_clients(address.clone(), 40, stop.clone(), rounds.clone());
+    // Five times as many slow clients as slots, each a few bytes into its request.
+    wait_for(
+        "the slow clients to get going",
+        Duration::from_secs(10),
+        || rounds.load(Ordering::Relaxed) >= 5,
+    );
+    let answers: Vec<Result<String, String>> = (0..20).map(|_| probe_health(&address)).collect();
+    stop.store(true, Ordering::Relaxed);
+    let closed = slow.join().unwrap();
+    for answer in &answers {
+        assert_eq!(answer.as_deref(), Ok("HTTP/1.1 200 OK"), "{answers:?}");
+    }
+    assert!(closed > 0, "no slow client was ever closed");
+    d.wait_log("Closed the connection that waited longest");
+}
+
+/// With every connection of a user busy answering, that user's probe is answered from the
+/// reserve, and the reserve answers nothing else.
+#[test]
+fn with_every_connection_busy_health_is_answered_from_the_reserve() {
+    let d = Daemon::start_with_env(&[], &["--hold"], &[("COBBLE_MAX_CONNECTIONS_PER_UID", "2")]);
+    for dir in [d.scratch(), d.pebble_dir().as_path()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // As `nobody`: two long-polls hold both of its connections busy; then, once a request
+    // on a new connection is answered 503, five probes and a request for something else.
+    let program = r#"
+import socket, sys, time
+path = sys.argv[1]
+def ask(request, keep=False):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(path)
+    s.sendall(request)
+    if keep:
+        return s
+    answer = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            return "timeout: " + answer.decode()
+        if not chunk:
+            return answer.decode()
+        answer += chunk
+def closed(s):
+    s.setblocking(False)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    finally:
+        s.setblocking(True)
+poll = b"GET /v1/notices?timeout=30s HTTP/1.1\r\nHost: x\r\n\r\n"
+other = b"GET /v1/system-info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+polls = [ask(poll, keep=True) for _ in range(2)]
+# A newcomer may evict a poll whose request the daemon has not read yet: poll again.
+deadline = time.time() + 10
+while time.time() < deadline and not ask(other).startswith("HTTP/1.1 503"):
+    polls = [ask(poll, keep=True) if closed(p) else p for p in polls]
+for _ in range(5):
+    print(ask(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").splitlines()[0])
+print(ask(other.replace(b"Connection: close\r\n", b"")).replace("\r\n", " "))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", program])
+        .arg(socket(&d))
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .expect("python3 as nobody");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len(),
+        6,
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in &lines[..5] {
+        assert_eq!(*line, "HTTP/1.1 200 OK", "{text}");
+    }
+    assert!(lines[5].starts_with("HTTP/1.1 503"), "{text}");
+    assert!(
+        lines[5].contains(r#""message":"too many connections""#),
+        "{text}"
+    );
+    // Root is not held up by it.
+    assert!(health_over_unix(&d));
+}

@@ -562,12 +562,16 @@ fn check_failure_restart_while_running_terminates_then_backs_off() {
         ]
     );
     assert!(matches!(h.m.phase(), Phase::Terminating { pid: 10, .. }));
+    // On its way back up, so listed as backing off already, never as inactive.
+    assert_eq!(h.m.status(), Status::Backoff);
+    assert_eq!(h.m.restarting_for_check(), Some("chk"));
     // The exit that follows is not a stop: it goes through backoff and restarts.
     let actions = h.at(5.1).step(Event::Exited { pid: 10, code: 143 });
     assert_eq!(stop_done(&actions), None);
     let Phase::Backoff { until } = h.m.phase() else {
         panic!("expected backoff, got {:?}", h.m.phase());
     };
+    assert_eq!(h.m.status(), Status::Backoff);
     assert!(until - h.now >= secs(0.5) && until - h.now <= secs(0.55));
     assert_eq!(h.m.wanted(), Wanted::Running);
     h.now = until;
@@ -1050,6 +1054,7 @@ fn file_changes_in_a_burst_restart_once_and_without_backoff() {
         pid: 1,
         signal: GroupSignal::Term
     }));
+    assert_eq!(h.m.status(), Status::Active, "it comes back at once");
     let actions = h.at(5.6).step(Event::Exited { pid: 1, code: 0 });
     assert!(
         actions.contains(&Action::Spawn),
@@ -1316,6 +1321,12 @@ mod invariant {
                     _ => false,
                 };
                 prop_assert!(ok, "wanted running but {phase:?}");
+                prop_assert_ne!(
+                    self.m.status(),
+                    Status::Inactive,
+                    "wanted running but listed inactive in {:?}",
+                    phase
+                );
             }
             if let (Phase::Backoff { .. }, Some(check)) = (phase, &self.m.backoff_check) {
                 prop_assert!(
