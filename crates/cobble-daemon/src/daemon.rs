@@ -146,6 +146,10 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     });
     cobble_sys::reaper::start().map_err(DaemonError::Reaper)?;
     let plan = PlanManager::new(plan);
+    let loaded = plan.plan();
+    if !loaded.workloads.is_empty() {
+        tokio::task::spawn_blocking(move || crate::layers::log_unresolved_workloads(&loaded));
+    }
     let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel();
     // A daemon killed with SIGKILL leaves its services running: end them before anything
     // starts, so no service ever runs twice.
