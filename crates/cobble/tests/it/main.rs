@@ -23,6 +23,7 @@ mod files;
 mod footprint;
 mod forward;
 mod go_client;
+mod https_identity;
 mod identities;
 mod limits;
 mod logs;
