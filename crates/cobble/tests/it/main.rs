@@ -35,3 +35,4 @@ mod scenarios;
 mod self_healing;
 mod services;
 mod supervision;
+mod workloads;
