@@ -87,7 +87,12 @@ fn reports(daemon: &Daemon) -> Vec<String> {
 }
 
 fn start_count(daemon: &Daemon) -> u64 {
-    let (_, body) = raw(daemon, Method::GET, "/v1/services?names=svc&details=true", None);
+    let (_, body) = raw(
+        daemon,
+        Method::GET,
+        "/v1/services?names=svc&details=true",
+        None,
+    );
     let envelope: serde_json::Value = serde_json::from_str(&body).unwrap();
     envelope["result"][0]["details"]["start-count"]
         .as_u64()
@@ -166,7 +171,10 @@ fn a_replan_restarts_a_service_whose_workload_changes() {
         reports(&daemon).len() == 2
     });
     let (uid, gid) = workload_ids();
-    assert_eq!(reports(&daemon)[1], format!("ids={uid}:{gid} A=other B=svc C=3"));
+    assert_eq!(
+        reports(&daemon)[1],
+        format!("ids={uid}:{gid} A=other B=svc C=3")
+    );
     assert_eq!(start_count(&daemon), 2);
     // A service whose configuration is the same is left running.
     assert_eq!(
@@ -178,7 +186,11 @@ fn a_replan_restarts_a_service_whose_workload_changes() {
 #[test]
 fn the_workloads_loaded_at_start_cannot_change() {
     let daemon = Daemon::hold(&[("001-base", &layer())]);
-    let before = Test::daemon(&daemon).args(&["plan"]).any_stdout().run().stdout;
+    let before = Test::daemon(&daemon)
+        .args(&["plan"])
+        .any_stdout()
+        .run()
+        .stdout;
     let change = daemon.scratch().join("change.yaml");
     for yaml in [
         "workloads:\n  web:\n    override: merge\n    environment:\n      A: changed\n",
@@ -203,7 +215,11 @@ fn the_workloads_loaded_at_start_cannot_change() {
         .any_stdout()
         .run();
     assert_eq!(
-        Test::daemon(&daemon).args(&["plan"]).any_stdout().run().stdout,
+        Test::daemon(&daemon)
+            .args(&["plan"])
+            .any_stdout()
+            .run()
+            .stdout,
         before
     );
 }
@@ -272,7 +288,10 @@ fn pairing_is_a_section_and_an_endpoint_that_always_refuses() {
     }
     let (status, answer) = raw(&daemon, Method::GET, "/v1/pairing", None);
     assert_eq!(status, 405);
-    assert!(answer.contains(r#""message":"method \"GET\" not allowed""#), "{answer}");
+    assert!(
+        answer.contains(r#""message":"method \"GET\" not allowed""#),
+        "{answer}"
+    );
 }
 
 #[test]
@@ -372,4 +391,19 @@ log-targets:
         .args(&["plan"])
         .stdout_contains("    odd:\n        startup: enable\n")
         .run();
+}
+
+/// Pebble refuses to start (`cannot load plan: workload "w": user: unknown user ...`);
+/// cobble starts, says so, and retries the services that run in that workload, so that the
+/// user appearing later (an image that creates it at start, say) is enough.
+#[test]
+fn a_workload_whose_user_is_missing_does_not_stop_the_daemon() {
+    let layer = "services:\n  svc:\n    override: replace\n    command: sleep 1000\n    startup: enabled\n    workload: w\nworkloads:\n  w:\n    override: replace\n    user: no-such-user\n";
+    let daemon = Daemon::start(&[("001-base", layer)], &[]);
+    daemon.wait_log("Workload \"w\" cannot be used yet: user: unknown user no-such-user");
+    daemon
+        .wait_log("Service \"svc\" cannot be started, will retry: user: unknown user no-such-user");
+    wait_for("svc to back off", LONG, || {
+        crate::fixture::service(&daemon, "svc").current == "backoff"
+    });
 }
