@@ -311,8 +311,10 @@ fn certificate_name(key: &rcgen::KeyPair) -> rcgen::DistinguishedName {
     );
     let mut dn = rcgen::DistinguishedName::new();
     // Go writes a name of these characters as a PrintableString; so does this.
-    let value = rcgen::string::PrintableString::try_from(name.clone())
-        .map_or(rcgen::DnValue::Utf8String(name), rcgen::DnValue::PrintableString);
+    let value = rcgen::string::PrintableString::try_from(name.clone()).map_or(
+        rcgen::DnValue::Utf8String(name),
+        rcgen::DnValue::PrintableString,
+    );
     dn.push(rcgen::DnType::CommonName, value);
     dn
 }
@@ -353,8 +355,7 @@ fn new_leaf(
     now: SystemTime,
 ) -> Result<Leaf, TlsError> {
     let cert_err = |e: &dyn std::fmt::Display| TlsError::Certificate(e.to_string());
-    let leaf_key =
-        rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| cert_err(&e))?;
+    let leaf_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(|e| cert_err(&e))?;
     let issuer = rcgen::Issuer::from_ca_cert_der(identity, key).map_err(|e| cert_err(&e))?;
     let mut params = rcgen::CertificateParams::default();
     params.serial_number = Some(serial_number()?);
@@ -476,7 +477,10 @@ impl ServerIdentity {
         let now = std::time::Instant::now();
         {
             let mut last = state.last_attempt.lock().unwrap_or_else(|e| e.into_inner());
-            if last.0.is_some_and(|at| now.duration_since(at) < IDENTITY_RETRY) {
+            if last
+                .0
+                .is_some_and(|at| now.duration_since(at) < IDENTITY_RETRY)
+            {
                 state.retrying.store(false, Ordering::Release);
                 return;
             }
@@ -680,14 +684,20 @@ mod tests {
         // A file others may read is not used.
         let path = dir.path().join("tls/identity.pem");
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-        let err = identity_certificate(dir.path(), &other).unwrap_err().to_string();
+        let err = identity_certificate(dir.path(), &other)
+            .unwrap_err()
+            .to_string();
         assert!(
-            err.starts_with("cannot get identity certificate: expected permission 0o600 (got 0o644)"),
+            err.starts_with(
+                "cannot get identity certificate: expected permission 0o600 (got 0o644)"
+            ),
             "{err}"
         );
         fs::write(&path, "junk").unwrap();
         fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
-        let err = identity_certificate(dir.path(), &other).unwrap_err().to_string();
+        let err = identity_certificate(dir.path(), &other)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("missing 'CERTIFICATE' block"), "{err}");
     }
 

@@ -82,8 +82,10 @@ impl Layer {
             let workload = workload_from_doc(&name, workload)?;
             layer.workloads.insert(name, workload);
         }
-        layer.pairing = PairingMode::parse(&doc.pairing.0)
-            .ok_or(PlanError::InvalidPairingMode { mode: doc.pairing.0 })?;
+        layer.pairing =
+            PairingMode::parse(&doc.pairing.0).ok_or(PlanError::InvalidPairingMode {
+                mode: doc.pairing.0,
+            })?;
         Ok(layer)
     }
 }

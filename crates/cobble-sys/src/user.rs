@@ -166,9 +166,7 @@ impl UserDb {
             gid = Some(found.gid);
         }
         if let (Some(id), None) = (uid, gid) {
-            let found = self
-                .user_by_uid(id)?
-                .ok_or(SysError::UnknownUserId(id))?;
+            let found = self.user_by_uid(id)?.ok_or(SysError::UnknownUserId(id))?;
             gid = Some(found.gid);
         }
         match (uid, gid) {

@@ -210,7 +210,9 @@ fn bad_sections_are_refused_with_pebbles_words() {
             "workload \"w\": has an invalid \"override\" policy: \"bogus\"",
         ),
         (
-            &["services:\n    s:\n        override: replace\n        command: x\n        workload: nope\n"],
+            &[
+                "services:\n    s:\n        override: replace\n        command: x\n        workload: nope\n",
+            ],
             "workload \"nope\": not defined for service \"s\"",
         ),
         (
@@ -295,7 +297,10 @@ fn the_workloads_loaded_at_start_cannot_change() {
             },
             "{yaml}"
         );
-        assert_eq!(err.to_string(), "cannot change immutable section \"workloads\"");
+        assert_eq!(
+            err.to_string(),
+            "cannot change immutable section \"workloads\""
+        );
     }
     // A plan without workloads cannot gain any.
     let err = Plan::default()
@@ -305,7 +310,10 @@ fn the_workloads_loaded_at_start_cannot_change() {
             false,
         )
         .unwrap_err();
-    assert_eq!(err.to_string(), "cannot change immutable section \"workloads\"");
+    assert_eq!(
+        err.to_string(),
+        "cannot change immutable section \"workloads\""
+    );
     // A service may move to another workload: that is a change of the service.
     let moved = base
         .add_layer(
@@ -320,7 +328,10 @@ fn the_workloads_loaded_at_start_cannot_change() {
 #[test]
 fn what_pebble_only_fails_on_later_is_accepted_and_noted() {
     let plan = plan(&[LAYER]).unwrap();
-    assert_eq!(plan.services["odd"].startup, Startup::Other("enable".into()));
+    assert_eq!(
+        plan.services["odd"].startup,
+        Startup::Other("enable".into())
+    );
     assert!(!plan.services["odd"].is_enabled());
     assert_eq!(plan.default_services(), ["svc"]);
     assert_eq!(
@@ -367,6 +378,8 @@ fn what_pebble_only_fails_on_later_is_accepted_and_noted() {
         "logs not forwarded to \"\": invalid label name \"bad-label\" for type \"loki\""
     );
     // Nothing to say about a plan that can work.
-    let fine = crate::plan(&["services:\n    a: {override: replace, command: x, startup: disabled}\n"]).unwrap();
+    let fine =
+        crate::plan(&["services:\n    a: {override: replace, command: x, startup: disabled}\n"])
+            .unwrap();
     assert!(fine.notes.is_empty() && fine.log_target_problems.is_empty());
 }

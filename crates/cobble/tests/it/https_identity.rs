@@ -38,8 +38,9 @@ fn go_client_verify(chain: &[CertificateDer<'_>], trust: &Trust) -> Result<(), S
     }
     match trust {
         Trust::Fingerprint(pinned) => {
-            let key = ed25519_public_key(&chain[1])
-                .ok_or("cannot obtain identity fingerprint: certificate must use Ed25519 public key")?;
+            let key = ed25519_public_key(&chain[1]).ok_or(
+                "cannot obtain identity fingerprint: certificate must use Ed25519 public key",
+            )?;
             if fingerprint(&key) == *pinned {
                 Ok(())
             } else {
@@ -144,7 +145,14 @@ impl rustls::client::danger::ServerCertVerifier for Recorder {
 fn handshake(
     port: u16,
     versions: &[&'static rustls::SupportedProtocolVersion],
-) -> Result<(Vec<CertificateDer<'static>>, rustls::ProtocolVersion, String), String> {
+) -> Result<
+    (
+        Vec<CertificateDer<'static>>,
+        rustls::ProtocolVersion,
+        String,
+    ),
+    String,
+> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let recorder = Arc::new(Recorder {
         provider: provider.clone(),
@@ -248,13 +256,25 @@ fn https_serves_the_identity_chain_pebbles_go_client_requires() {
     let hour = leaf.validity().not_after.timestamp() - leaf.validity().not_before.timestamp();
     assert_eq!(hour, 3600);
     assert!(!leaf.basic_constraints().unwrap().unwrap().value.ca);
-    assert!(leaf.extended_key_usage().unwrap().unwrap().value.server_auth);
+    assert!(
+        leaf.extended_key_usage()
+            .unwrap()
+            .unwrap()
+            .value
+            .server_auth
+    );
     assert!(leaf.key_usage().unwrap().unwrap().value.digital_signature());
     let leaf_key = ed25519_public_key(&chain[0]).expect("an Ed25519 leaf");
-    assert_ne!(leaf_key, key.public_key_raw(), "the leaf has a key of its own");
+    assert_ne!(
+        leaf_key,
+        key.public_key_raw(),
+        "the leaf has a key of its own"
+    );
     let name = id.subject().iter_common_name().next().unwrap();
     assert!(
-        name.as_str().unwrap().ends_with(&format!("-{}", &pinned[..8])),
+        name.as_str()
+            .unwrap()
+            .ends_with(&format!("-{}", &pinned[..8])),
         "{name:?}"
     );
     // The leaf is kept for its hour, not made per handshake.
@@ -304,7 +324,9 @@ fn https_with_a_bad_tls_directory_starts_and_recovers_when_it_is_fixed() {
         .run();
     assert!(handshake(port, &[&rustls::version::TLS13]).is_err());
     std::fs::set_permissions(&tls_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    crate::fixture::wait_for("HTTPS to come up", std::time::Duration::from_secs(10), || {
-        handshake(port, &[&rustls::version::TLS13]).is_ok_and(|(chain, _, _)| chain.len() == 2)
-    });
+    crate::fixture::wait_for(
+        "HTTPS to come up",
+        std::time::Duration::from_secs(10),
+        || handshake(port, &[&rustls::version::TLS13]).is_ok_and(|(chain, _, _)| chain.len() == 2),
+    );
 }
