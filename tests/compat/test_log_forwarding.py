@@ -123,12 +123,23 @@ def test_opentelemetry_target_added_while_running(daemon, client, receiver):
     assert plan.log_targets['otel'].labels == {'juju.unit': '$UNIT', 'static': 'yes'}
 
 
+def test_a_target_without_location_is_400_and_leaves_the_plan(daemon, client):
+    client.add_layer('base', SERVICE_LAYER)
+    before = client.get_plan().to_yaml()
+    layer = {'log-targets': {'bad': {'override': 'replace', 'services': ['all'], 'type': 'loki'}}}
+    with pytest.raises(ops.pebble.APIError) as excinfo:
+        client.add_layer('bad', layer)
+    assert excinfo.value.code == 400
+    assert excinfo.value.message == 'plan must define "location" for log target "bad"'
+    assert client.get_plan().to_yaml() == before
+
+
 @pytest.mark.parametrize(
-    ('target', 'message'),
+    ('target', 'problem'),
     [
         (
             {'type': 'loki', 'location': 'ftp://loki/push'},
-            'invalid location URL for target "bad": unsupported scheme "ftp", must be "http" or "https"',
+            'invalid location URL "ftp://loki/push": unsupported scheme "ftp", must be "http" or "https"',
         ),
         (
             {'type': 'syslog', 'location': 'http://logs:514'},
@@ -136,20 +147,21 @@ def test_opentelemetry_target_added_while_running(daemon, client, receiver):
         ),
         (
             {'type': 'loki', 'location': 'http://loki/push', 'labels': {'juju-unit': 'a'}},
-            'log target "bad": invalid label name "juju-unit" for type "loki"',
-        ),
-        (
-            {'type': 'loki'},
-            'plan must define "location" for log target "bad"',
+            'invalid label name "juju-unit" for type "loki"',
         ),
     ],
 )
-def test_bad_targets_are_400_and_leave_the_plan(daemon, client, target, message):
+def test_targets_that_cannot_work_are_taken_as_pebble_takes_them(daemon, client, target, problem):
+    """Pebble accepts these and fails when it sends; cobble accepts them too,
+    sends them nothing, and says why in the log and in each service's notes."""
     client.add_layer('base', SERVICE_LAYER)
-    before = client.get_plan().to_yaml()
     layer = {'log-targets': {'bad': {'override': 'replace', 'services': ['all'], **target}}}
-    with pytest.raises(ops.pebble.APIError) as excinfo:
-        client.add_layer('bad', layer)
-    assert excinfo.value.code == 400
-    assert excinfo.value.message == message
-    assert client.get_plan().to_yaml() == before
+    client.add_layer('bad', layer)
+    assert client.get_plan().log_targets['bad'].location == target['location']
+    wait_for(
+        lambda: f'Log target "bad" cannot forward logs: {problem}' in daemon.log(),
+        what='the problem in the daemon log',
+    )
+    services = daemon.raw('GET', '/v1/services').json['result']
+    for service in services:
+        assert service['reason'] == f'logs not forwarded to "bad": {problem}'

@@ -159,6 +159,10 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     });
     cobble_sys::reaper::start().map_err(DaemonError::Reaper)?;
     let plan = PlanManager::new(plan);
+    let loaded = plan.plan();
+    if !loaded.workloads.is_empty() {
+        tokio::task::spawn_blocking(move || crate::layers::log_unresolved_workloads(&loaded));
+    }
     let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel();
     // A daemon killed with SIGKILL leaves its services running: end them before anything
     // starts, so no service ever runs twice.
@@ -205,10 +209,17 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     let https = match &opts.https {
         Some(address) => {
             let dir = opts.pebble_dir.clone();
-            let key = tokio::task::spawn_blocking(move || crate::tls::identity_key(&dir))
-                .await
-                .map_err(|e| crate::tls::TlsError::Load(e.to_string()))??;
-            Some((bind_tcp(address).await?, crate::tls::server_config(&key)?))
+            let (key, identity) = tokio::task::spawn_blocking(move || {
+                // Without its key the daemon has no identity to serve, as in Pebble; without
+                // its certificate it starts, and handshakes try again (see `tls`).
+                let key = crate::tls::identity_key(&dir)?;
+                let identity = crate::tls::identity_certificate(&dir, &key);
+                Ok::<_, crate::tls::TlsError>((key, identity))
+            })
+            .await
+            .map_err(|e| crate::tls::TlsError::Load(e.to_string()))??;
+            let config = crate::tls::server_config(&opts.pebble_dir, key, identity)?;
+            Some((bind_tcp(address).await?, config))
         }
         None => None,
     };

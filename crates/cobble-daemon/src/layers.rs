@@ -4,6 +4,11 @@
 //! check and log managers) read it from there, so a layer change reaches every subscriber
 //! without a replan. Adding a layer validates the combined result first: a rejected layer
 //! leaves the plan exactly as it was.
+//!
+//! What Pebble accepts but cannot work (a service `startup` of another value, a log target
+//! that can never deliver) is accepted here too; the plan notes it (see
+//! [`cobble_plan::Plan::notes`]) and this manager says so in the daemon log, once when the
+//! daemon starts and again whenever a layer brings a new such problem.
 
 use std::sync::Arc;
 
@@ -17,6 +22,7 @@ pub struct PlanManager {
 
 impl PlanManager {
     pub fn new(plan: Plan) -> PlanManager {
+        log_problems(None, &plan);
         let (tx, _) = watch::channel(Arc::new(plan));
         PlanManager { tx }
     }
@@ -39,6 +45,7 @@ impl PlanManager {
         self.tx
             .send_if_modified(|plan| match plan.add_layer(layer, combine, inner) {
                 Ok(new) => {
+                    log_problems(Some(plan), &new);
                     *plan = Arc::new(new);
                     true
                 }
@@ -48,5 +55,43 @@ impl PlanManager {
                 }
             });
         result
+    }
+}
+
+/// Logs the problems of `plan` that `old` did not have (all of them without `old`).
+fn log_problems(old: Option<&Plan>, plan: &Plan) {
+    let empty = Plan::default();
+    let old = old.unwrap_or(&empty);
+    for (name, problem) in &plan.log_target_problems {
+        if old.log_target_problems.get(name) != Some(problem) {
+            tracing::warn!("Log target \"{name}\" cannot forward logs: {problem}");
+        }
+    }
+    for (name, service) in &plan.services {
+        if let cobble_plan::Startup::Other(text) = &service.startup {
+            let was = old.services.get(name).map(|s| &s.startup);
+            if was != Some(&service.startup) {
+                tracing::warn!(
+                    "Service \"{name}\" has startup \"{text}\", neither \"enabled\" nor \"disabled\": it is not started automatically"
+                );
+            }
+        }
+    }
+}
+
+/// Logs each workload whose user or group cannot be resolved now. Pebble refuses to start
+/// with such a workload; cobble starts, and the services that run in it fail to start (and
+/// are retried) until the user database has what they need. Blocking: it reads the user
+/// database.
+pub fn log_unresolved_workloads(plan: &Plan) {
+    for (name, workload) in &plan.workloads {
+        if let Err(e) = cobble_sys::user::normalize_uid_gid(
+            workload.user_id,
+            &workload.user,
+            workload.group_id,
+            &workload.group,
+        ) {
+            tracing::warn!("Workload \"{name}\" cannot be used yet: {e}");
+        }
     }
 }

@@ -84,7 +84,8 @@ impl<'a> ServiceListing<'a> {
             .iter()
             .map(|s| 52 + s.reason.as_ref().map_or(0, |r| r.len() + 12))
             .sum();
-        plain + started
+        let notes: usize = self.plan.notes.values().map(|n| n.len() + 12).sum();
+        plain + started + notes
     }
 
     /// The listed services of the plan, sorted by name.
@@ -117,6 +118,10 @@ impl Serialize for ServiceListing<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut seq = serializer.serialize_seq(None)?;
         let mut started = self.started.iter().peekable();
+        // What the configuration says is wrong, for any service, started or not. Nearly
+        // every plan has nothing: then this is one emptiness check for the whole listing.
+        let notes = &self.plan.notes;
+        let note_of = |name: &str| (!notes.is_empty()).then(|| notes.get(name)).flatten();
         for (name, config) in self.entries() {
             match report_of(&mut started, name) {
                 None => seq.serialize_element(&ServiceInfoRef {
@@ -124,12 +129,12 @@ impl Serialize for ServiceListing<'_> {
                     startup: startup(config),
                     current: Status::Inactive.as_str(),
                     current_since: None,
-                    reason: None,
+                    reason: note_of(name).map(String::as_str),
                     details: None,
                 })?,
                 Some(status) => {
                     let failing = self.failing(config);
-                    let reason = reason(status, &failing);
+                    let reason = with_note(reason(status, &failing), note_of(name));
                     let details = self
                         .with_details
                         .then(|| wire_details(status, &failing))
@@ -192,6 +197,15 @@ fn reason<'s>(status: &'s ServiceStatus, failing: &[&CheckView]) -> Option<Cow<'
         Some(reason) => format!("{reason}; {text}"),
         None => text,
     }))
+}
+
+/// The reason with the plan's note on the service, if it has one, after it.
+fn with_note<'s>(reason: Option<Cow<'s, str>>, note: Option<&'s String>) -> Option<Cow<'s, str>> {
+    match (reason, note) {
+        (reason, None) => reason,
+        (None, Some(note)) => Some(Cow::Borrowed(note)),
+        (Some(reason), Some(note)) => Some(Cow::Owned(format!("{reason}; {note}"))),
+    }
 }
 
 /// The facts behind the reason, for `details=true`.

@@ -145,7 +145,7 @@ impl Check {
             self.level = other.level;
         }
         if other.startup != Startup::Unknown {
-            self.startup = other.startup;
+            self.startup = other.startup.clone();
         }
         merge_option(&mut self.period, other.period);
         merge_option(&mut self.timeout, other.timeout);

@@ -1,8 +1,14 @@
 //! Service context: running a command "as" a service, for exec checks and `POST /v1/exec`.
 //!
 //! A command with a service context inherits that service's environment, user, group and
-//! working directory; whatever the command sets itself wins. Both users of the rule go
-//! through [`Plan::merge_service_context`], so they cannot drift apart.
+//! working directory, as the service runs them: with its workload applied
+//! ([`Plan::service_to_run`]). Whatever the command sets itself wins. Both users of the rule
+//! go through [`Plan::merge_service_context`], so they cannot drift apart.
+//!
+//! Pebble v1.32 leaves the workload out here (its service context reads the service's own
+//! fields only), so a command run in the context of a service with a workload runs there as
+//! the daemon's user, without the workload's environment. cobble runs it as the service
+//! runs, which is what a service context is for.
 
 use std::collections::BTreeMap;
 
@@ -40,8 +46,7 @@ impl Plan {
             return Ok(overrides);
         }
         let config = self
-            .services
-            .get(service)
+            .service_to_run(service)
             .ok_or_else(|| PlanError::ContextServiceNotFound(service.to_owned()))?;
         let mut environment = config.environment.clone();
         environment.extend(overrides.environment);

@@ -12,13 +12,14 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::duration::GoDuration;
-use crate::{Check, LogTarget, Plan, Service};
+use crate::{Check, LogTarget, Plan, Service, Workload};
 
 impl Plan {
     /// The combined plan as YAML, as `GET /v1/plan?format=yaml` returns it.
     ///
     /// Backoff and check period/timeout defaults are not printed (they were never set); a
-    /// check's threshold always is. An empty plan is `{}`.
+    /// check's threshold always is. The extension sections come after the built-in ones, in
+    /// the order Pebble registers them (`workloads`, then `pairing`). An empty plan is `{}`.
     pub fn to_yaml(&self) -> String {
         let mut out = Emitter::default();
         if !self.services.is_empty() {
@@ -42,6 +43,17 @@ impl Plan {
                 emit_log_target(&mut out, 2, target);
             }
         }
+        if !self.workloads.is_empty() {
+            out.key(0, "workloads");
+            for (name, workload) in &self.workloads {
+                out.key(1, name);
+                emit_workload(&mut out, 2, workload);
+            }
+        }
+        if !self.pairing.as_str().is_empty() {
+            out.key(0, "pairing");
+            out.string(1, "mode", self.pairing.as_str());
+        }
         if out.text.is_empty() {
             return "{}\n".to_owned();
         }
@@ -59,6 +71,7 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
     out.list(depth, "after", &s.after, false);
     out.list(depth, "before", &s.before, false);
     out.list(depth, "requires", &s.requires, false);
+    out.string(depth, "workload", &s.workload);
     out.map(depth, "environment", &s.environment, |v| v.as_str());
     out.int(depth, "user-id", s.user_id);
     out.string(depth, "user", &s.user);
@@ -124,6 +137,17 @@ fn emit_check(out: &mut Emitter, depth: usize, c: &Check) {
         out.string(depth + 1, "working-dir", &exec.working_dir);
         out.close_if_empty(start);
     }
+}
+
+fn emit_workload(out: &mut Emitter, depth: usize, w: &Workload) {
+    let start = out.text.len();
+    out.string(depth, "override", &w.override_);
+    out.map(depth, "environment", &w.environment, |v| v.as_str());
+    out.int(depth, "user-id", w.user_id);
+    out.string(depth, "user", &w.user);
+    out.int(depth, "group-id", w.group_id);
+    out.string(depth, "group", &w.group);
+    out.close_if_empty(start);
 }
 
 fn emit_log_target(out: &mut Emitter, depth: usize, t: &LogTarget) {

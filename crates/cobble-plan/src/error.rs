@@ -51,6 +51,16 @@ pub enum PlanError {
         /// What is wrong, without location.
         message: String,
     },
+    /// A `workloads:` or `pairing:` section that is not well-formed for its schema.
+    #[error("cannot parse the {section} section: {}{}", line_part(.line), .message)]
+    ParseSection {
+        /// `"workloads"` (quoted, as Pebble writes it) or `pairing`.
+        section: &'static str,
+        /// The 1-based line of the offending YAML, when known.
+        line: Option<u64>,
+        /// What is wrong, without location.
+        message: String,
+    },
     /// A top-level key other than the known sections.
     #[error("cannot parse layer {}: unknown section {}", go_quote(.label), go_quote(.section))]
     UnknownSection {
@@ -127,12 +137,6 @@ pub enum PlanError {
         service: String,
         /// What is wrong with the command.
         error: CommandError,
-    },
-    /// A `startup` value other than `enabled` or `disabled` on a service.
-    #[error("plan service {} startup must be \"enabled\" or \"disabled\"", go_quote(.service))]
-    InvalidServiceStartup {
-        /// The service.
-        service: String,
     },
     /// An action not allowed in this field (`on-success`, `on-failure`, `on-check-failure`).
     #[error("plan service {} {field} action {} invalid", go_quote(.service), go_quote(.value))]
@@ -293,39 +297,6 @@ pub enum PlanError {
         /// The log target.
         target: String,
     },
-    /// An HTTP log target (`loki`, `opentelemetry`) whose location is not an http(s) URL
-    /// with a host.
-    #[error("invalid location URL for target {}: {reason}", go_quote(.target))]
-    InvalidLogTargetLocation {
-        /// The log target.
-        target: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A syslog target whose location is not `tcp://host:port` or `udp://host:port`.
-    #[error(
-        "invalid syslog server location {}, must be in form \"tcp://host:port\" or \"udp://host:port\"",
-        go_quote(.location)
-    )]
-    InvalidSyslogLocation {
-        /// The location.
-        location: String,
-    },
-    /// A label name the target's receiver would refuse.
-    #[error(
-        "log target {}: invalid label name {} for type {}",
-        go_quote(.target),
-        go_quote(.label),
-        go_quote(.kind)
-    )]
-    InvalidLogLabel {
-        /// The log target.
-        target: String,
-        /// The label name.
-        label: String,
-        /// The target's type.
-        kind: String,
-    },
     /// A log target listing a service the plan does not have.
     #[error("log target {} specifies unknown service {}", go_quote(.target), go_quote(.service))]
     UnknownLogTargetService {
@@ -345,6 +316,79 @@ pub enum PlanError {
     OrderLoop {
         /// The services in the cycle.
         names: Vec<String>,
+    },
+    /// `name: ~` under `workloads:`.
+    #[error("workload {}: cannot have a null value", go_quote(.name))]
+    NullWorkload {
+        /// The workload.
+        name: String,
+    },
+    /// A workload named `""`.
+    #[error("workload \"\": cannot have an empty name")]
+    EmptyWorkloadName,
+    /// A workload without `override`, found when its layer is combined.
+    #[error("workload {}: must define an \"override\" policy", go_quote(.name))]
+    WorkloadWithoutOverride {
+        /// The workload.
+        name: String,
+    },
+    /// A workload whose `override` is neither `merge` nor `replace`.
+    #[error("workload {}: has an invalid \"override\" policy: {}", go_quote(.name), go_quote(.value))]
+    WorkloadInvalidOverride {
+        /// The workload.
+        name: String,
+        /// The rejected value.
+        value: String,
+    },
+    /// A service whose `workload` names no entry of the `workloads:` section.
+    #[error("workload {}: not defined for service {}", go_quote(.workload), go_quote(.service))]
+    UndefinedWorkload {
+        /// The missing workload.
+        workload: String,
+        /// The service that names it.
+        service: String,
+    },
+    /// A service with both a workload and a user of its own.
+    #[error(
+        "plan service {} cannot have user information and a workload at the same time",
+        go_quote(.service)
+    )]
+    WorkloadWithUser {
+        /// The service.
+        service: String,
+    },
+    /// A service with both a workload and a group of its own.
+    #[error(
+        "plan service {} cannot have group information and a workload at the same time",
+        go_quote(.service)
+    )]
+    WorkloadWithGroup {
+        /// The service.
+        service: String,
+    },
+    /// A workload whose user and group cannot be resolved, or cannot work together.
+    #[error("workload {}: {reason}", go_quote(.name))]
+    WorkloadUserGroup {
+        /// The workload.
+        name: String,
+        /// Why (`must specify user, not just group`, `user: unknown user bob`, ...).
+        reason: String,
+    },
+    /// A layer that would change a section that is fixed once the daemon has loaded its
+    /// layers (`workloads`).
+    #[error("cannot change immutable section {}", go_quote(.section))]
+    ImmutableSection {
+        /// The section.
+        section: &'static str,
+    },
+    /// A `pairing: mode:` other than `disabled`, `single` or `multiple`.
+    #[error(
+        "invalid pairing mode {}: should be \"disabled\", \"single\" or \"multiple\"",
+        go_quote(.mode)
+    )]
+    InvalidPairingMode {
+        /// The rejected mode.
+        mode: String,
     },
     /// `pebble run --args` naming a service the plan does not have.
     #[error("service {} not found in plan", go_quote(.name))]

@@ -21,6 +21,7 @@ use crate::duration::{GoDuration, go_quote};
 use crate::error::PlanError;
 use crate::service::{FileChangeAction, Override, ServiceAction, Startup, split_command};
 use crate::shell::shell_split;
+use crate::workload::{PairingMode, Workload};
 use crate::{Check, LogTarget, Service};
 
 /// One configuration layer: a file in the layers directory or a document added over the API.
@@ -41,6 +42,10 @@ pub struct Layer {
     pub checks: BTreeMap<String, Check>,
     /// Log targets defined or overridden by this layer.
     pub log_targets: BTreeMap<String, LogTarget>,
+    /// Workloads defined or overridden by this layer.
+    pub workloads: BTreeMap<String, Workload>,
+    /// `pairing: mode:`, if this layer sets it.
+    pub pairing: PairingMode,
 }
 
 impl Layer {
@@ -72,6 +77,15 @@ impl Layer {
             let target = log_target_from_doc(label, &name, target)?;
             layer.log_targets.insert(name, target);
         }
+        // Pebble validates its extension sections after the built-in ones.
+        for (name, workload) in doc.workloads {
+            let workload = workload_from_doc(&name, workload)?;
+            layer.workloads.insert(name, workload);
+        }
+        layer.pairing =
+            PairingMode::parse(&doc.pairing.0).ok_or(PlanError::InvalidPairingMode {
+                mode: doc.pairing.0,
+            })?;
         Ok(layer)
     }
 }
@@ -86,6 +100,8 @@ struct LayerDoc {
     services: BTreeMap<String, Option<ServiceDoc>>,
     checks: BTreeMap<String, Option<CheckDoc>>,
     log_targets: BTreeMap<String, Option<LogTargetDoc>>,
+    workloads: BTreeMap<String, Option<WorkloadDoc>>,
+    pairing: PairingDoc,
 }
 
 #[derive(Deserialize)]
@@ -107,6 +123,8 @@ struct ServiceDoc {
     before: Vec<String>,
     #[serde(default, deserialize_with = "nullable")]
     requires: Vec<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    workload: String,
     #[serde(default, deserialize_with = "string_map")]
     environment: BTreeMap<String, String>,
     #[serde(default)]
@@ -216,6 +234,85 @@ struct LogTargetDoc {
     services: Vec<String>,
     #[serde(default, deserialize_with = "string_map")]
     labels: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct WorkloadDoc {
+    #[serde(default, rename = "override", deserialize_with = "nullable")]
+    override_: String,
+    #[serde(default, deserialize_with = "string_map")]
+    environment: BTreeMap<String, String>,
+    #[serde(default)]
+    user_id: Option<u32>,
+    #[serde(default, deserialize_with = "nullable")]
+    user: String,
+    #[serde(default)]
+    group_id: Option<u32>,
+    #[serde(default, deserialize_with = "nullable")]
+    group: String,
+}
+
+/// `pairing:`, read as Pebble reads it: only a node with content is decoded, so null and
+/// any scalar are an empty section; a mapping may hold `mode` alone; a sequence is an error.
+/// Holds the mode as written (`""` when unset).
+#[derive(Default)]
+struct PairingDoc(String);
+
+impl<'de> Deserialize<'de> for PairingDoc {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Fields {
+            #[serde(default, deserialize_with = "nullable")]
+            mode: String,
+        }
+
+        struct PairingVisitor;
+
+        impl<'de> Visitor<'de> for PairingVisitor {
+            type Value = PairingDoc;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping")
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<PairingDoc, E> {
+                Ok(PairingDoc::default())
+            }
+
+            fn visit_none<E: de::Error>(self) -> Result<PairingDoc, E> {
+                Ok(PairingDoc::default())
+            }
+
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<PairingDoc, E> {
+                Ok(PairingDoc::default())
+            }
+
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<PairingDoc, E> {
+                Ok(PairingDoc::default())
+            }
+
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<PairingDoc, E> {
+                Ok(PairingDoc::default())
+            }
+
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<PairingDoc, E> {
+                Ok(PairingDoc::default())
+            }
+
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<PairingDoc, E> {
+                Ok(PairingDoc::default())
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<PairingDoc, A::Error> {
+                let fields = Fields::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(PairingDoc(fields.mode))
+            }
+        }
+
+        deserializer.deserialize_any(PairingVisitor)
+    }
 }
 
 /// YAML `null` (or an empty value) decodes to the type's empty value, as in Go.
@@ -328,6 +425,8 @@ impl<'de> Visitor<'de> for LayerSeed<'_> {
                 "services" => "services",
                 "checks" => "checks",
                 "log-targets" => "log-targets",
+                "workloads" => "workloads",
+                "pairing" => "pairing",
                 _ => {
                     progress.unknown_section.replace(Some(key));
                     return Err(de::Error::custom("unknown section"));
@@ -339,7 +438,9 @@ impl<'de> Visitor<'de> for LayerSeed<'_> {
                 "description" => doc.description = map.next_value::<Nullable<String>>()?.0,
                 "services" => doc.services = map.next_value::<Nullable<_>>()?.0,
                 "checks" => doc.checks = map.next_value::<Nullable<_>>()?.0,
-                _ => doc.log_targets = map.next_value::<Nullable<_>>()?.0,
+                "log-targets" => doc.log_targets = map.next_value::<Nullable<_>>()?.0,
+                "workloads" => doc.workloads = map.next_value::<Nullable<_>>()?.0,
+                _ => doc.pairing = map.next_value()?,
             }
             progress.section.set(None);
         }
@@ -380,11 +481,26 @@ fn decode(label: &str, yaml: &str) -> Result<LayerDoc, PlanError> {
                 message = stripped.to_owned();
             }
         }
-        PlanError::Parse {
-            label: label.to_owned(),
-            section: progress.section.get().map(str::to_owned),
-            line: location.map(|l| l.line()),
-            message: user_message(message),
+        let line = location.map(|l| l.line());
+        let message = user_message(message);
+        // The extension sections word their errors as Pebble's extensions do.
+        match progress.section.get() {
+            Some("workloads") => PlanError::ParseSection {
+                section: "\"workloads\"",
+                line,
+                message,
+            },
+            Some("pairing") => PlanError::ParseSection {
+                section: "pairing",
+                line,
+                message,
+            },
+            section => PlanError::Parse {
+                label: label.to_owned(),
+                section: section.map(str::to_owned),
+                line,
+                message,
+            },
         }
     })
 }
@@ -462,9 +578,8 @@ fn service_from_doc(
             value,
         });
     }
-    let startup = Startup::parse(&doc.startup).ok_or_else(|| PlanError::InvalidServiceStartup {
-        service: name.into(),
-    })?;
+    // Pebble does not validate a service's startup: any text is kept (see `Startup::Other`).
+    let startup = Startup::parse_lax(&doc.startup);
     let absolute = |field: &'static str, path: &str| {
         if path.starts_with('/') {
             Ok(())
@@ -500,6 +615,7 @@ fn service_from_doc(
         after: doc.after,
         before: doc.before,
         requires: doc.requires,
+        workload: doc.workload,
         environment: doc.environment,
         user_id: doc.user_id,
         user: doc.user,
@@ -584,18 +700,30 @@ fn check_from_doc(layer: &str, name: &str, doc: Option<CheckDoc>) -> Result<Chec
 }
 
 /// The part of Pebble's user/group normalisation that needs no user database: a group
-/// without any user, or a numeric user without any group. Names that do not exist, and ids
-/// that do not match names, are found by the daemon when it looks them up.
+/// without any user. Names and ids that do not exist, and ids that do not match names, are
+/// found by the daemon when it looks them up.
 fn user_group_problem(exec: &ExecCheck) -> Option<&'static str> {
     let has_user = exec.user_id.is_some() || !exec.user.is_empty();
     let has_group = exec.group_id.is_some() || !exec.group.is_empty();
-    if !has_user && has_group {
-        return Some("must specify user, not just group");
+    (!has_user && has_group).then_some("must specify user, not just group")
+}
+
+fn workload_from_doc(name: &str, doc: Option<WorkloadDoc>) -> Result<Workload, PlanError> {
+    let Some(doc) = doc else {
+        return Err(PlanError::NullWorkload { name: name.into() });
+    };
+    if name.is_empty() {
+        return Err(PlanError::EmptyWorkloadName);
     }
-    if exec.user.is_empty() && exec.user_id.is_some() && !has_group {
-        return Some("must specify group, not just UID");
-    }
-    None
+    Ok(Workload {
+        name: name.into(),
+        override_: doc.override_,
+        environment: doc.environment,
+        user_id: doc.user_id,
+        user: doc.user,
+        group_id: doc.group_id,
+        group: doc.group,
+    })
 }
 
 fn log_target_from_doc(

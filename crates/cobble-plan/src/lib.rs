@@ -28,6 +28,11 @@
 //!   present, exactly one check type, referenced services exist, no before/after cycles). A
 //!   plan is an immutable value: [`Plan::add_layer`] returns a new plan, so a rejected layer
 //!   changes nothing. [`service_args_layer`] builds the `pebble run --args` layer.
+//! - `workload` — [`Workload`] and [`PairingMode`], the `workloads:` and `pairing:`
+//!   sections, which Pebble adds as plan extensions and which follow their own rules: a
+//!   workload's `override` is checked when layers are combined, and the workloads cannot
+//!   change once the daemon has loaded its layers ([`Plan::add_layer`] refuses it).
+//!   [`Plan::service_to_run`] is a service with its workload applied.
 //! - `order` — [`Plan::start_order`] and [`Plan::stop_order`] pick the services involved
 //!   through `requires` and sort them by `after`/`before`; [`Plan::lanes`] groups them into
 //!   the chains the daemon runs concurrently (only `requires` shares a lane).
@@ -56,6 +61,7 @@ mod order;
 mod plan;
 mod service;
 mod shell;
+mod workload;
 
 pub use check::{
     Check, CheckLevel, DEFAULT_CHECK_PERIOD, DEFAULT_CHECK_THRESHOLD, DEFAULT_CHECK_TIMEOUT,
@@ -73,3 +79,4 @@ pub use service::{
     FileChangeAction, Override, SIGNAL_NAMES, Service, ServiceAction, Startup, command_string,
 };
 pub use shell::{ShellError, shell_join, shell_quote, shell_split};
+pub use workload::{PairingMode, Workload};

@@ -1,11 +1,13 @@
 //! What a log target's `location` and `labels` must look like for its type.
 //!
 //! Pebble accepts any location and any label name and finds out later, when every request
-//! to the receiver fails or every batch is rejected, and the logs are lost in silence.
-//! cobble checks them when the plan is combined, so a layer that could never deliver is
-//! refused with a 400 and the plan stays as it was.
+//! to the receiver fails or every batch is rejected. cobble accepts them too (a layer Pebble
+//! takes is never refused), but works out when the plan is combined which targets can never
+//! deliver and why: the plan keeps that ([`crate::Plan::log_target_problems`]), the daemon
+//! logs it and sends nothing to such a target, and the services whose logs it would carry
+//! say so in their notes.
 
-use crate::{LogTarget, PlanError};
+use crate::LogTarget;
 
 /// How a syslog target is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,38 +71,42 @@ fn is_syslog_param_name(name: &str) -> bool {
             .all(|b| (33..=126).contains(&b) && !matches!(b, b'=' | b']' | b'"'))
 }
 
-/// Checks a combined target whose type is known and whose location is set.
-pub(crate) fn validate(name: &str, target: &LogTarget) -> Result<(), PlanError> {
-    let location_problem =
-        match target.type_.as_str() {
-            "syslog" => syslog_address(&target.location).is_none().then(|| {
-                PlanError::InvalidSyslogLocation {
-                    location: target.location.clone(),
-                }
-            }),
-            _ => http_location_problem(&target.location).map(|reason| {
-                PlanError::InvalidLogTargetLocation {
-                    target: name.to_owned(),
-                    reason,
-                }
-            }),
-        };
-    if let Some(error) = location_problem {
-        return Err(error);
+/// Why a combined target, whose type is known and whose location is set, can never deliver
+/// anything; `None` when it can.
+pub(crate) fn problem(target: &LogTarget) -> Option<String> {
+    let location = match target.type_.as_str() {
+        "syslog" => syslog_address(&target.location).is_none().then(|| {
+            format!(
+                "invalid syslog server location {}, must be in form \"tcp://host:port\" or \"udp://host:port\"",
+                crate::go_quote(&target.location)
+            )
+        }),
+        _ => http_location_problem(&target.location).map(|reason| {
+            format!(
+                "invalid location URL {}: {reason}",
+                crate::go_quote(&target.location)
+            )
+        }),
+    };
+    if location.is_some() {
+        return location;
     }
     let valid: fn(&str) -> bool = match target.type_.as_str() {
         "loki" => is_loki_label,
         "syslog" => is_syslog_param_name,
         _ => |label: &str| !label.is_empty(),
     };
-    if let Some(label) = target.labels.keys().find(|label| !valid(label)) {
-        return Err(PlanError::InvalidLogLabel {
-            target: name.to_owned(),
-            label: label.clone(),
-            kind: target.type_.clone(),
-        });
-    }
-    Ok(())
+    target
+        .labels
+        .keys()
+        .find(|label| !valid(label))
+        .map(|label| {
+            format!(
+                "invalid label name {} for type {}",
+                crate::go_quote(label),
+                crate::go_quote(&target.type_)
+            )
+        })
 }
 
 #[cfg(test)]
@@ -128,27 +134,23 @@ mod tests {
             ("syslog", "tcp://[::1]:514"),
         ];
         for (kind, location) in ok {
-            assert_eq!(
-                validate("t", &target(kind, location, &[])),
-                Ok(()),
-                "{location}"
-            );
+            assert_eq!(problem(&target(kind, location, &[])), None, "{location}");
         }
         let bad = [
             (
                 "loki",
                 "ftp://loki:3100/push",
-                "invalid location URL for target \"t\": unsupported scheme \"ftp\", must be \"http\" or \"https\"",
+                "invalid location URL \"ftp://loki:3100/push\": unsupported scheme \"ftp\", must be \"http\" or \"https\"",
             ),
             (
                 "loki",
                 "loki:3100/push",
-                "invalid location URL for target \"t\": missing scheme, must be \"http\" or \"https\"",
+                "invalid location URL \"loki:3100/push\": missing scheme, must be \"http\" or \"https\"",
             ),
             (
                 "opentelemetry",
                 "http:///v1",
-                "invalid location URL for target \"t\": missing host",
+                "invalid location URL \"http:///v1\": missing host",
             ),
             (
                 "syslog",
@@ -167,37 +169,34 @@ mod tests {
             ),
         ];
         for (kind, location, message) in bad {
-            let err = validate("t", &target(kind, location, &[])).unwrap_err();
-            assert_eq!(err.to_string(), message);
+            let found = problem(&target(kind, location, &[]));
+            assert_eq!(found.as_deref(), Some(message));
         }
     }
 
     #[test]
     fn label_names_by_type() {
         assert_eq!(
-            validate(
-                "t",
-                &target("loki", "http://l/", &["juju_model", "_x", "A9"])
-            ),
-            Ok(())
+            problem(&target("loki", "http://l/", &["juju_model", "_x", "A9"])),
+            None
         );
         for label in ["juju-model", "9lives", "a.b", ""] {
-            let err = validate("t", &target("loki", "http://l/", &[label])).unwrap_err();
+            let found = problem(&target("loki", "http://l/", &[label]));
             assert_eq!(
-                err.to_string(),
-                format!("log target \"t\": invalid label name \"{label}\" for type \"loki\"")
+                found,
+                Some(format!("invalid label name \"{label}\" for type \"loki\""))
             );
         }
         assert_eq!(
-            validate("t", &target("opentelemetry", "http://c", &["k8s.pod.name"])),
-            Ok(())
+            problem(&target("opentelemetry", "http://c", &["k8s.pod.name"])),
+            None
         );
         assert_eq!(
-            validate("t", &target("syslog", "tcp://h:1", &["juju-model.x"])),
-            Ok(())
+            problem(&target("syslog", "tcp://h:1", &["juju-model.x"])),
+            None
         );
         for label in ["a b", "a=b", "a]", "q\"", &"x".repeat(33)] {
-            assert!(validate("t", &target("syslog", "tcp://h:1", &[label])).is_err());
+            assert!(problem(&target("syslog", "tcp://h:1", &[label])).is_some());
         }
     }
 }

@@ -1,10 +1,12 @@
 //! The plan: layers combined in order, then validated as a whole.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::check::LOG_TARGET_TYPES;
 use crate::error::PlanError;
-use crate::service::{Override, command_string};
+use crate::service::{Override, Startup, command_string};
+use crate::workload::{PairingMode, Workload, combine_workloads};
 use crate::{Check, Layer, LogTarget, Service};
 
 /// The label of the layer that `pebble run --args` adds.
@@ -25,6 +27,18 @@ pub struct Plan {
     pub checks: BTreeMap<String, Check>,
     /// The combined log targets.
     pub log_targets: BTreeMap<String, LogTarget>,
+    /// The combined `workloads:` section. Fixed once the daemon has loaded its layers.
+    pub workloads: BTreeMap<String, Workload>,
+    /// The combined `pairing: mode:`.
+    pub pairing: PairingMode,
+    /// Log targets that can never deliver, and why (see `crate::log_target`): Pebble accepts
+    /// them and fails only when it sends, so cobble accepts them too, but sends them nothing.
+    pub log_target_problems: BTreeMap<String, String>,
+    /// Per service, what in its configuration cannot work as written although Pebble accepts
+    /// it (a `startup` other than `enabled` or `disabled`, logs for a target in
+    /// [`Plan::log_target_problems`]), joined with `; `. Empty for nearly every plan, so the
+    /// services listing pays one emptiness check for it.
+    pub notes: BTreeMap<String, String>,
 }
 
 /// The three kinds of entry share one combine rule; this lets it be written once.
@@ -101,6 +115,13 @@ pub(crate) fn combine_layers(layers: &[Layer]) -> Result<Layer, PlanError> {
         combined.summary.clone_from(&last.summary);
         combined.description.clone_from(&last.description);
     }
+    // Pebble combines its extension sections, over every layer, before the built-in ones.
+    for layer in layers {
+        combine_workloads(&mut combined.workloads, &layer.workloads)?;
+        if layer.pairing != PairingMode::Unset {
+            combined.pairing = layer.pairing;
+        }
+    }
     for layer in layers {
         apply(&layer.label, &mut combined.services, &layer.services)?;
         apply(&layer.label, &mut combined.checks, &layer.checks)?;
@@ -128,6 +149,10 @@ impl Plan {
             services: combined.services,
             checks: combined.checks,
             log_targets: combined.log_targets,
+            workloads: combined.workloads,
+            pairing: combined.pairing,
+            log_target_problems: BTreeMap::new(),
+            notes: BTreeMap::new(),
         };
         for check in plan.checks.values_mut() {
             // A timeout longer than the period is the period in effect; Pebble stores the
@@ -142,7 +167,71 @@ impl Plan {
             }
         }
         plan.validate()?;
+        plan.find_problems();
         Ok(plan)
+    }
+
+    /// Fills in [`Plan::log_target_problems`] and [`Plan::notes`].
+    fn find_problems(&mut self) {
+        self.log_target_problems = self
+            .log_targets
+            .iter()
+            .filter_map(|(name, target)| {
+                crate::log_target::problem(target).map(|problem| (name.clone(), problem))
+            })
+            .collect();
+        let mut notes = BTreeMap::<String, Vec<String>>::new();
+        for (name, service) in &self.services {
+            if let Startup::Other(text) = &service.startup {
+                notes.entry(name.clone()).or_default().push(format!(
+                    "startup {} is neither \"enabled\" nor \"disabled\": not started automatically",
+                    crate::go_quote(text)
+                ));
+            }
+        }
+        for (target, problem) in &self.log_target_problems {
+            let config = &self.log_targets[target];
+            for (name, service) in &self.services {
+                if service.logs_to(config) {
+                    notes.entry(name.clone()).or_default().push(format!(
+                        "logs not forwarded to {}: {problem}",
+                        crate::go_quote(target)
+                    ));
+                }
+            }
+        }
+        self.notes = notes
+            .into_iter()
+            .map(|(name, notes)| (name, notes.join("; ")))
+            .collect();
+    }
+
+    /// Service `name` as it runs: with its workload, if it names one, applied. The process
+    /// gets the workload's user and group and its environment, with the service's own
+    /// environment over it. Commands run in the service's context (exec checks,
+    /// `POST /v1/exec` with `service-context`) inherit the same, and a replan compares this
+    /// form, so a service whose workload changed is restarted. Borrowed, without a copy, for
+    /// a service without a workload.
+    pub fn service_to_run(&self, name: &str) -> Option<Cow<'_, Service>> {
+        let service = self.services.get(name)?;
+        let Some(workload) = self.workloads.get(&service.workload) else {
+            return Some(Cow::Borrowed(service));
+        };
+        let mut environment = workload.environment.clone();
+        environment.extend(
+            service
+                .environment
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        Some(Cow::Owned(Service {
+            environment,
+            user_id: workload.user_id,
+            user: workload.user.clone(),
+            group_id: workload.group_id,
+            group: workload.group.clone(),
+            ..service.clone()
+        }))
     }
 
     /// Returns a new plan with `layer` added, as `POST /v1/layers` does.
@@ -183,7 +272,14 @@ impl Plan {
                 layers.insert(index, layer);
             }
         }
-        Plan::from_layers(layers)
+        let plan = Plan::from_layers(layers)?;
+        // Pebble's workloads section is immutable: the layers loaded at start-up fix it.
+        if plan.workloads != self.workloads {
+            return Err(PlanError::ImmutableSection {
+                section: "workloads",
+            });
+        }
+        Ok(plan)
     }
 
     /// Where a new label goes: after the last layer of its sub-directory if that exists,
@@ -281,11 +377,47 @@ impl Plan {
                     target: name.clone(),
                 });
             }
-            crate::log_target::validate(name, target)?;
         }
         // Unknown `requires` and before/after cycles both surface from ordering everything.
         let all: Vec<String> = self.services.keys().cloned().collect();
         self.start_order(&all)?;
+        self.validate_workloads()
+    }
+
+    /// The workloads extension's checks of the whole plan: each service's workload exists
+    /// and the service has no user or group of its own; each workload's user and group can
+    /// work together. Whether the named users and groups exist is for the daemon to find out
+    /// (this crate reads no user database).
+    fn validate_workloads(&self) -> Result<(), PlanError> {
+        for (name, service) in &self.services {
+            if service.workload.is_empty() {
+                continue;
+            }
+            if !self.workloads.contains_key(&service.workload) {
+                return Err(PlanError::UndefinedWorkload {
+                    workload: service.workload.clone(),
+                    service: name.clone(),
+                });
+            }
+            if service.user_id.is_some() || !service.user.is_empty() {
+                return Err(PlanError::WorkloadWithUser {
+                    service: name.clone(),
+                });
+            }
+            if service.group_id.is_some() || !service.group.is_empty() {
+                return Err(PlanError::WorkloadWithGroup {
+                    service: name.clone(),
+                });
+            }
+        }
+        for (name, workload) in &self.workloads {
+            if workload.has_group() && !workload.has_user() {
+                return Err(PlanError::WorkloadUserGroup {
+                    name: name.clone(),
+                    reason: "must specify user, not just group".into(),
+                });
+            }
+        }
         Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! Services: the processes the daemon supervises.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::duration::GoDuration;
@@ -18,7 +19,7 @@ pub const DEFAULT_KILL_DELAY: Duration = Duration::from_secs(5);
 
 /// `startup:` of a service or check. For services unset means disabled; for checks it means
 /// enabled. The plan keeps the difference so it prints back what the layers said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub enum Startup {
     /// Not given in any layer.
     #[default]
@@ -27,18 +28,25 @@ pub enum Startup {
     Enabled,
     /// `disabled`.
     Disabled,
+    /// Any other text, on a service only. Pebble does not validate a service's `startup`: it
+    /// keeps the text, prints it back in the plan, and treats the service as not enabled.
+    /// So does cobble, and says so in the plan's notes ([`crate::Plan::notes`]). A check's
+    /// `startup` is validated, so checks never have this.
+    Other(Arc<str>),
 }
 
 impl Startup {
     /// The YAML spelling (`""` when unset).
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             Startup::Unknown => "",
             Startup::Enabled => "enabled",
             Startup::Disabled => "disabled",
+            Startup::Other(text) => text,
         }
     }
 
+    /// A check's `startup`: only the two values, or unset.
     pub(crate) fn parse(text: &str) -> Option<Startup> {
         Some(match text {
             "" => Startup::Unknown,
@@ -46,6 +54,11 @@ impl Startup {
             "disabled" => Startup::Disabled,
             _ => return None,
         })
+    }
+
+    /// A service's `startup`: any text.
+    pub(crate) fn parse_lax(text: &str) -> Startup {
+        Startup::parse(text).unwrap_or_else(|| Startup::Other(text.into()))
     }
 }
 
@@ -153,6 +166,10 @@ pub struct Service {
     pub before: Vec<String>,
     /// Services that must be running for this one: started with it, stopped before it.
     pub requires: Vec<String>,
+    /// The entry of the plan's `workloads:` section the service runs in: its user, group and
+    /// environment (the service's own environment on top). Cannot be combined with `user`,
+    /// `user-id`, `group` or `group-id`. See [`crate::Plan::service_to_run`].
+    pub workload: String,
     /// Extra environment for the process.
     pub environment: BTreeMap<String, String>,
     /// Numeric user to run as.
@@ -314,12 +331,13 @@ impl Service {
         merge_string(&mut self.summary, &other.summary);
         merge_string(&mut self.description, &other.description);
         if other.startup != Startup::Unknown {
-            self.startup = other.startup;
+            self.startup = other.startup.clone();
         }
         merge_string(&mut self.command, &other.command);
         self.after.extend(other.after.iter().cloned());
         self.before.extend(other.before.iter().cloned());
         self.requires.extend(other.requires.iter().cloned());
+        merge_string(&mut self.workload, &other.workload);
         merge_map(&mut self.environment, &other.environment);
         merge_option(&mut self.user_id, other.user_id);
         merge_string(&mut self.user, &other.user);

@@ -107,9 +107,6 @@ pub enum SysError {
     /// A group (name or id) was given without any user.
     #[error("must specify user, not just group")]
     GroupWithoutUser,
-    /// A `user-id` was given without a user name or any group.
-    #[error("must specify group, not just UID")]
-    UserIdWithoutGroup,
     /// Not one of the names Pebble's `/v1/signals` accepts.
     #[error("invalid signal name {0:?}")]
     InvalidSignal(String),

@@ -118,8 +118,9 @@ impl UserDb {
     /// - With a user name but no group, the user's primary group is used.
     /// - A `group` name is looked up; if `group_id` is also given it must match.
     /// - A group without any user: `must specify user, not just group`.
-    /// - A bare `user_id` without any group: `must specify group, not just UID`
-    ///   (a `user_id` is not looked up, so its primary group is unknown).
+    /// - A bare `user_id` without any group runs in that user's primary group, so the id is
+    ///   looked up: `user: unknown userid 4242` when no user has it. (Pebble before v1.20
+    ///   refused it with `must specify group, not just UID`.)
     /// - Unknown names: `user: unknown user bob`, `group: unknown group staff`.
     ///
     /// Empty names mean "not given", as in Pebble's plan.
@@ -164,11 +165,14 @@ impl UserDb {
             }
             gid = Some(found.gid);
         }
+        if let (Some(id), None) = (uid, gid) {
+            let found = self.user_by_uid(id)?.ok_or(SysError::UnknownUserId(id))?;
+            gid = Some(found.gid);
+        }
         match (uid, gid) {
             (Some(uid), Some(gid)) => Ok(Some((uid, gid))),
             (None, Some(_)) => Err(SysError::GroupWithoutUser),
-            (Some(_), None) => Err(SysError::UserIdWithoutGroup),
-            (None, None) => unreachable!("an empty request returned early"),
+            (_, None) => unreachable!("an empty request returned early; a uid gets a group"),
         }
     }
 

@@ -119,17 +119,34 @@ pub async fn access_of(parts: &Parts, api: &Shared) -> Option<Access> {
 
 /// Grants the request `need`, or logs and answers the refusal.
 async fn require(parts: &Parts, api: &Shared, need: Access) -> Result<User, ApiError> {
-    let user = User(peer(parts).uid);
     match access_of(parts, api).await {
-        Some(access) if access >= need => Ok(user),
-        _ => {
-            logging::security(SecurityEvent::AuthzFail {
-                user,
-                method: parts.method.as_str(),
-                path: parts.uri.path(),
-            });
-            Err(ApiError::unauthorized())
-        }
+        Some(access) if access >= need => Ok(User(peer(parts).uid)),
+        _ => Err(refuse(parts)),
+    }
+}
+
+/// Logs the refusal of the request in `parts` and makes its answer.
+fn refuse(parts: &Parts) -> ApiError {
+    logging::security(SecurityEvent::AuthzFail {
+        user: User(peer(parts).uid),
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+    });
+    ApiError::unauthorized()
+}
+
+/// Proof that the caller may pair: an HTTPS peer while a pairing window is open. Pebble
+/// opens such a window only when something inside it asks (nothing in Pebble itself does),
+/// so no request is ever let through, from any transport: this type has no values, and
+/// `POST /v1/pairing` always gets the refusal Pebble gives, whatever the plan's
+/// `pairing: mode:`.
+pub enum PairingWindow {}
+
+impl FromRequestParts<Shared> for PairingWindow {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &Shared) -> Result<Self, ApiError> {
+        Err(refuse(parts))
     }
 }
 

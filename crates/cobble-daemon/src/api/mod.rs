@@ -14,6 +14,7 @@ mod files;
 mod identities;
 mod logs;
 mod notices;
+mod pairing;
 mod query;
 pub mod serve;
 mod services;
@@ -272,6 +273,7 @@ pub fn router(state: Shared) -> Router {
             get(notices::get_notices).post(notices::post_notices),
         )
         .route("/v1/notices/{id}", get(notices::get_notice))
+        .route("/v1/pairing", axum::routing::post(pairing::post_pairing))
         .route("/v1/exec", axum::routing::post(exec::post_exec))
         .route(
             "/v1/tasks/{task_id}/websocket/{websocket}",

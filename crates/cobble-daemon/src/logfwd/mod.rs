@@ -261,15 +261,18 @@ async fn follow_plan(
 }
 
 fn apply(plan: &Plan, targets: &mut BTreeMap<String, Target>, tap: &Tap, hostname: &Arc<str>) {
+    // A target that can never deliver (see `Plan::log_target_problems`) gets nothing: the
+    // layer manager has said why, and the services it would serve say so in their notes.
+    let usable = |name: &String| !plan.log_target_problems.contains_key(name);
     targets.retain(|name, target| {
-        let keep = plan.log_targets.contains_key(name);
+        let keep = plan.log_targets.contains_key(name) && usable(name);
         if !keep {
             // Its sender gives what is queued a last chance, then ends on its own.
             target.stop.cancel();
         }
         keep
     });
-    for (name, config) in &plan.log_targets {
+    for (name, config) in plan.log_targets.iter().filter(|(name, _)| usable(name)) {
         let destination = Destination {
             kind: config.type_.clone(),
             location: config.location.clone(),
@@ -306,7 +309,7 @@ fn apply(plan: &Plan, targets: &mut BTreeMap<String, Target>, tap: &Tap, hostnam
         }
     }
     let mut routes: HashMap<String, Vec<Route>> = HashMap::new();
-    for (name, config) in &plan.log_targets {
+    for (name, config) in plan.log_targets.iter().filter(|(name, _)| usable(name)) {
         let target = &targets[name];
         for service in plan.services.values() {
             if service.logs_to(config) {

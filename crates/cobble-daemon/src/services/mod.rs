@@ -583,12 +583,13 @@ impl Actor {
             }
             Request::Outdated { reply } => {
                 let plan = self.plan.borrow().clone();
+                // Compared as they run, workload applied: a service whose workload changed
+                // is outdated too.
                 let outdated = self
                     .services
                     .iter()
                     .filter(|(name, slot)| {
-                        plan.services
-                            .get(*name)
+                        plan.service_to_run(name)
                             .is_some_and(|config| *config != *slot.config)
                     })
                     .map(|(name, _)| name.clone())
@@ -624,7 +625,12 @@ impl Actor {
     }
 
     fn start(&mut self, name: String, reply: oneshot::Sender<StartReply>) {
-        let Some(config) = self.plan.borrow().services.get(&name).cloned() else {
+        let Some(config) = self
+            .plan
+            .borrow()
+            .service_to_run(&name)
+            .map(std::borrow::Cow::into_owned)
+        else {
             let _ = reply.send(StartReply {
                 outcome: StartOutcome::Failed {
                     error: format!("cannot find service \"{name}\" in plan"),

@@ -6,6 +6,7 @@ mod extensions;
 mod layers_dir;
 mod order;
 mod parse;
+mod workloads;
 mod yaml_output;
 
 use cobble_plan::{Layer, Plan, PlanError};

@@ -151,10 +151,9 @@ fn normalize_uid_gid_matches_pebble() {
         err(None, "", Some(50), ""),
         "must specify user, not just group"
     );
-    assert_eq!(
-        err(Some(1000), "", None, ""),
-        "must specify group, not just UID"
-    );
+    // A bare uid runs in its user's primary group (Pebble v1.20 and later).
+    assert_eq!(ok(Some(1000), "", None, ""), Some((1000, 1000)));
+    assert_eq!(err(Some(4242), "", None, ""), "user: unknown userid 4242");
     assert_eq!(
         err(None, "nobody-here", None, ""),
         "user: unknown user nobody-here"
