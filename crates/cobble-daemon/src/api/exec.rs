@@ -26,7 +26,7 @@ pub async fn post_exec(
             SetupError::CannotCall(_) => ApiError::internal(e.to_string()),
         })?;
     logging::security(SecurityEvent::Exec {
-        user: admin.user,
+        user: &admin.user,
         command: &program,
     });
     api.state.durable().await;

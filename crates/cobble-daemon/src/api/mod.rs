@@ -15,6 +15,7 @@ mod identities;
 mod logs;
 mod notices;
 mod query;
+mod request_log;
 pub mod serve;
 mod services;
 mod system;
@@ -167,6 +168,7 @@ fn envelope<T: Serialize>(
         status: status.canonical_reason().unwrap_or("").into(),
         change,
         result,
+        latest_warning: latest_warning(kind),
     };
     // The envelope's own fields take well under 128 bytes.
     let mut bytes = Vec::with_capacity(128 + result_size);
@@ -177,6 +179,15 @@ fn envelope<T: Serialize>(
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// The `latest-warning` of an answer: the time a warning last repeated, on every answer but
+/// an error, once there is a warning.
+pub fn latest_warning(kind: &str) -> Option<String> {
+    if kind == "error" {
+        return None;
+    }
+    crate::state::notices::latest_warning().map(crate::state::format_rfc3339_nano)
 }
 
 /// How much of a body over [`MAX_BODY`] is read and thrown away before the 400 goes out.
@@ -278,6 +289,8 @@ pub fn router(state: Shared) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(read_small_bodies_first))
+        // Outermost, so that a request's time includes reading its body, as in Pebble.
+        .layer(request_log::RequestLogLayer)
         .with_state(state)
 }
 

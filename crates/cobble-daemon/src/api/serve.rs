@@ -46,17 +46,20 @@ pub trait PeerOf {
 
 impl PeerOf for UnixStream {
     fn peer(&self) -> Peer {
+        let cred = self.peer_cred().ok();
         Peer {
-            uid: self.peer_cred().ok().map(|c| c.uid()),
+            uid: cred.map(|c| c.uid()),
+            pid: cred.and_then(|c| c.pid()),
             transport: Transport::Unix,
             cert: None,
+            addr: None,
         }
     }
 }
 
 impl PeerOf for TcpStream {
     fn peer(&self) -> Peer {
-        Peer::http()
+        Peer::http(self.peer_addr().ok())
     }
 }
 
@@ -288,9 +291,9 @@ pub async fn serve_tls(
     let admission = Admission::new(cap);
     let connections = TaskTracker::new();
     loop {
-        let tcp = tokio::select! {
+        let (tcp, addr) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::debug!("Cannot accept HTTPS connection: {e}");
                     // Out of descriptors, say: let some close before trying again.
@@ -312,13 +315,15 @@ pub async fn serve_tls(
             else {
                 return;
             };
-            let cert = crate::tls::trusted_client_cert(tls.get_ref().1.peer_certificates());
+            let cert = crate::tls::client_cert(tls.get_ref().1.peer_certificates());
             let service = PeerService {
                 router,
                 peer: Peer {
                     uid: None,
+                    pid: None,
                     transport: Transport::Https,
                     cert,
+                    addr: Some(addr),
                 },
             };
             serve_connection(tls, service, cancel, idle).await;
