@@ -160,7 +160,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
             // The daemon before this one ended without stopping its services (it was killed,
             // or crashed): something the operator should hear of, in `cobble warnings`.
             store.add_warning(&format!(
-                "stopped leftover processes of {}: the previous daemon ended without stopping them",
+                "stopped leftover processes of {}, left running by the previous daemon",
                 ended.join(", ")
             ));
         }

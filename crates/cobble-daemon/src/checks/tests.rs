@@ -254,7 +254,7 @@ async fn threshold_fires_the_action_and_refires_while_down_and_recovery_starts_a
         failed.err,
         "cannot perform the following tasks:\n\
          - Perform exec check \"chk\" (exit status 3; last line)\n\
-         - Perform exec check \"chk\" (exit status 3)"
+         - Perform exec check \"chk\" (exit status 3; last line)"
     );
     assert_ne!(view.change_id, perform);
     let recover = h.change(view.change_id);

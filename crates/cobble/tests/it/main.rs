@@ -21,6 +21,7 @@ mod exec;
 mod exec_cli;
 mod files;
 mod footprint;
+mod formats;
 mod forward;
 mod go_client;
 mod identities;
