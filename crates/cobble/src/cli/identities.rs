@@ -113,7 +113,11 @@ pub async fn add(args: FromArgs, client: &Client, out: &mut Output) -> anyhow::R
     let identities = read_identities(&args.from).await?;
     let count = identities.len();
     client.post_identities("add", identities).await?;
-    write_all(out, &format!("Added {}.\n", items(count)))
+    let added = match count {
+        1 => "1 new identity".to_owned(),
+        n => format!("{n} new identities"),
+    };
+    write_all(out, &format!("Added {added}.\n"))
 }
 
 /// Runs `update-identities`.

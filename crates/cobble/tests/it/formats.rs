@@ -248,7 +248,7 @@ fn identities_print_the_go_clients_identity() {
     .unwrap();
     Test::daemon(&d)
         .args(&["add-identities", "--from", file.to_str().unwrap()])
-        .any_stdout()
+        .stdout("Added 2 new identities.\n")
         .run();
     Test::daemon(&d)
         .args(&["identity", "bob"])
