@@ -418,55 +418,75 @@ pub fn request(line: RequestLine) {
 
 impl RequestLine {
     /// `METHOD target duration status (transport)`, the message of the line.
-    fn message(&self, out: &mut String) {
-        let _ = write!(
-            out,
-            "{} {} {} {} ({})",
-            self.method,
-            self.target,
-            cobble_plan::format_duration(
-                i64::try_from(self.elapsed.as_nanos()).unwrap_or(i64::MAX)
-            ),
-            self.status,
-            self.transport
-        );
+    fn message(&self, out: &mut Vec<u8>) {
+        let nanos = i64::try_from(self.elapsed.as_nanos()).unwrap_or(i64::MAX);
+        out.extend_from_slice(self.method.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.target.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(cobble_plan::format_duration(nanos).as_bytes());
+        // A status is three digits.
+        let status = self.status.min(999);
+        out.extend_from_slice(&[
+            b' ',
+            b'0' + (status / 100) as u8,
+            b'0' + (status / 10 % 10) as u8,
+            b'0' + (status % 10) as u8,
+            b' ',
+            b'(',
+        ]);
+        out.extend_from_slice(self.transport.as_bytes());
+        out.push(b')');
     }
 
-    /// The log's text for this request: the line itself, after the debug line when that is on.
-    pub fn text(&self, debug: bool) -> String {
-        let mut message = String::with_capacity(64 + self.target.len());
-        let mut out = String::with_capacity(128 + 2 * self.target.len());
+    /// Appends the log's text for this request: the line itself, after the debug line when
+    /// that is on. Built straight into the writer's buffer.
+    fn write_to(&self, out: &mut Vec<u8>, debug: bool) {
+        use std::io::Write as _;
+        let start = |out: &mut Vec<u8>, debug: bool| {
+            crate::state::append_utc_millis(out, self.at);
+            out.extend_from_slice(b" [");
+            out.extend_from_slice(APP_ID.as_bytes());
+            out.extend_from_slice(if debug { b"] DEBUG " } else { b"] " });
+        };
         match self.remote {
             Remote::Unix { pid, uid } => {
                 if debug {
+                    start(out, true);
                     let _ = write!(
-                        message,
+                        out,
                         "pid={};uid={};socket={}; ",
                         pid.unwrap_or(0),
                         uid.unwrap_or(0),
                         SOCKET_PATH.get().map_or("", String::as_str)
                     );
-                    self.message(&mut message);
-                    format_line(&mut out, self.at, true, &message);
-                    message.clear();
+                    self.message(out);
+                    out.push(b'\n');
                 }
+                start(out, false);
             }
             Remote::Tcp(addr) => {
+                start(out, false);
                 if let Some(addr) = addr {
-                    let _ = write!(message, "{addr} ");
+                    let _ = write!(out, "{addr} ");
                 }
             }
         }
-        self.message(&mut message);
-        format_line(&mut out, self.at, false, &message);
-        out
+        self.message(out);
+        out.push(b'\n');
+    }
+
+    /// The log's text for this request (see [`RequestLine::write_to`]).
+    pub fn text(&self, debug: bool) -> String {
+        let mut out = Vec::with_capacity(128 + self.target.len());
+        self.write_to(&mut out, debug);
+        String::from_utf8_lossy(&out).into_owned()
     }
 }
 
 impl crate::output::Record for RequestLine {
     fn write(&self, out: &mut Vec<u8>) {
-        let debug = REQUESTS.load(Ordering::Relaxed) == REQUESTS_DEBUG;
-        out.extend_from_slice(self.text(debug).as_bytes());
+        self.write_to(out, REQUESTS.load(Ordering::Relaxed) == REQUESTS_DEBUG);
     }
 
     fn len_hint(&self) -> usize {

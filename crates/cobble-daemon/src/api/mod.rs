@@ -15,7 +15,7 @@ mod identities;
 mod logs;
 mod notices;
 mod query;
-mod request_log;
+pub mod request_log;
 pub mod serve;
 mod services;
 mod system;
@@ -289,8 +289,6 @@ pub fn router(state: Shared) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(read_small_bodies_first))
-        // Outermost, so that a request's time includes reading its body, as in Pebble.
-        .layer(request_log::RequestLogLayer)
         .with_state(state)
 }
 

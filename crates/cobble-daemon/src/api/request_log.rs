@@ -1,5 +1,6 @@
 //! The daemon log's line per API request ([`crate::logging::RequestLine`]), taken around
-//! every route.
+//! the router for each request a connection serves ([`super::serve`]), so that it costs
+//! no layer of boxing.
 //!
 //! The request's task only reads the clock twice and copies the method, the path and the
 //! peer; the line is formatted and written by the log's writer thread. A request Pebble does
@@ -17,7 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::Response;
 use hyper::body::{Body as _, Frame, SizeHint};
@@ -25,51 +26,16 @@ use hyper::body::{Body as _, Frame, SizeHint};
 use super::{Peer, Transport};
 use crate::logging::{self, Remote, RequestLine};
 
-/// The layer that logs every route's requests.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RequestLogLayer;
-
-impl<S> tower_layer::Layer<S> for RequestLogLayer {
-    type Service = RequestLog<S>;
-
-    fn layer(&self, inner: S) -> RequestLog<S> {
-        RequestLog { inner }
-    }
-}
-
-/// A route, with its requests logged.
-#[derive(Debug, Clone)]
-pub struct RequestLog<S> {
-    inner: S,
-}
-
-impl<S> tower_service::Service<Request> for RequestLog<S>
-where
-    S: tower_service::Service<Request, Response = Response, Error = Infallible>,
-    S::Future: Unpin,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Logged<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        let started = (logging::logs_requests()
-            && logging::request_is_logged(request.method(), request.uri().path()))
-        .then(|| Started::of(&request));
-        Logged {
-            inner: self.inner.call(request),
-            started,
-        }
-    }
+/// The line of `request` from `peer`, begun now: `None` when it is not logged (a polled
+/// `GET`, or a silent log), which then costs nothing more.
+pub fn start(request: &Request, peer: &Peer) -> Option<Started> {
+    (logging::logs_requests() && logging::request_is_logged(request.method(), request.uri().path()))
+        .then(|| Started::of(request, peer))
 }
 
 /// What a request's line needs from the request itself.
 #[derive(Debug)]
-struct Started {
+pub struct Started {
     at: Instant,
     method: axum::http::Method,
     target: String,
@@ -78,27 +44,20 @@ struct Started {
 }
 
 impl Started {
-    fn of(request: &Request) -> Started {
+    fn of(request: &Request, peer: &Peer) -> Started {
         let uri = request.uri();
         let target = uri
             .path_and_query()
             .map_or_else(|| uri.path(), |p| p.as_str())
             .to_owned();
-        let peer = request
-            .extensions()
-            .get::<ConnectInfo<Peer>>()
-            .map(|c| &c.0);
-        let (transport, remote) = match peer {
-            Some(peer) if peer.transport == Transport::Unix => (
-                peer.transport,
-                Remote::Unix {
-                    pid: peer.pid,
-                    uid: peer.uid,
-                },
-            ),
-            Some(peer) => (peer.transport, Remote::Tcp(peer.addr)),
-            None => (Transport::Http, Remote::Tcp(None)),
+        let remote = match peer.transport {
+            Transport::Unix => Remote::Unix {
+                pid: peer.pid,
+                uid: peer.uid,
+            },
+            Transport::Http | Transport::Https => Remote::Tcp(peer.addr),
         };
+        let transport = peer.transport;
         Started {
             at: Instant::now(),
             method: request.method().clone(),
@@ -127,10 +86,17 @@ impl Started {
     }
 }
 
-/// A route's answer, logged when it is ready (or, when streamed, when its body ends).
+/// A request's answer, logged when it is ready (or, when streamed, when its body ends).
 pub struct Logged<F> {
     inner: F,
     started: Option<Started>,
+}
+
+impl<F> Logged<F> {
+    /// `inner`, the answer to a request whose line is `started`.
+    pub fn new(inner: F, started: Option<Started>) -> Logged<F> {
+        Logged { inner, started }
+    }
 }
 
 impl<F> Future for Logged<F>

@@ -37,6 +37,7 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::request_log::{self, Logged};
 use super::{Peer, Transport};
 
 /// Who is on the other end of an accepted connection.
@@ -345,15 +346,17 @@ struct PeerService {
 impl hyper::service::Service<hyper::Request<Incoming>> for PeerService {
     type Response = Response;
     type Error = Infallible;
-    type Future = RouteFuture<Infallible>;
+    type Future = Logged<RouteFuture<Infallible>>;
 
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
         let mut request = request.map(Body::new);
+        // Begun before routing, so that the time logged includes reading the body.
+        let started = request_log::start(&request, &self.peer);
         request
             .extensions_mut()
             .insert(ConnectInfo(self.peer.clone()));
         let mut router = self.router.clone();
-        tower_service::Service::call(&mut router, request)
+        Logged::new(tower_service::Service::call(&mut router, request), started)
     }
 }
 

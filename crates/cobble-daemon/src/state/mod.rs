@@ -27,8 +27,8 @@ pub use notices::{Notice, NoticeFilter, NoticeType, Occurrence};
 pub use persist::{COALESCE_WINDOW, FlushError, PersistError, Persister, load, write_state_file};
 pub use smallmap::SmallMap;
 pub use timefmt::{
-    format_rfc3339_nano, format_rfc3339_nano_utc, format_rfc3339_secs, format_utc_millis,
-    format_utc_secs,
+    append_utc_millis, format_rfc3339_nano, format_rfc3339_nano_utc, format_rfc3339_secs,
+    format_utc_millis, format_utc_secs,
 };
 
 use std::collections::BTreeMap;
