@@ -233,7 +233,7 @@ fn push_with_fraction(out: &mut String, value: u64, precision: u32) {
     let mut fraction = value % divisor;
     if fraction != 0 {
         let mut width = precision;
-        while fraction % 10 == 0 {
+        while fraction.is_multiple_of(10) {
             fraction /= 10;
             width -= 1;
         }

@@ -48,7 +48,7 @@ pub async fn execute(args: CheckArgs, client: &Client, out: &mut Output) -> anyh
             "error",
             (!error.is_empty()).then(|| Value::Str(error.clone())),
         )
-        .some("logs", (!logs.is_empty()).then(|| Value::Str(logs)))
+        .some("logs", (!logs.is_empty()).then_some(Value::Str(logs)))
         .build();
     let format = match args.format {
         Format::Text => Format::Yaml,
