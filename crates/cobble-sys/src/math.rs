@@ -5,9 +5,9 @@
 //! tokio's scheduler calls `f64::powf` (its moving average of task poll times), the only
 //! call into libm in the daemon. Loading libm for it cost every daemon about 0.5 MiB of
 //! resident memory: the library's pages that mapping and fault-around brought in
-//! (BENCHMARKS.md, "Current run"). A symbol defined in the executable is found before any
-//! shared library's, and the linker drops a library nothing needs (`--as-needed`, as rustc
-//! links).
+//! (BENCHMARKS.md, "Memory" under "Decisions these figures back"). A symbol defined in the
+//! executable is found before any shared library's, and the linker drops a library nothing
+//! needs (`--as-needed`, as rustc links).
 
 /// `pow(3)`: `x` raised to the power `y`, as C's maths library defines it.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
