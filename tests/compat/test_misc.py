@@ -37,8 +37,18 @@ def assert_error_envelope(resp, status: int, message: str | None = None) -> dict
 
 
 def test_system_info_version(client: ops.pebble.Client):
+    # The Pebble release cobble implements, so that a charm gating on "at least v1.17"
+    # (Pebble's version format: v<major>.<minor>.<patch>) sees a Pebble new enough.
     info = client.get_system_info()
-    assert isinstance(info.version, str) and info.version
+    assert info.version == 'v1.32.1'
+    major, minor, _ = (int(part) for part in info.version.lstrip('v').split('.'))
+    assert (major, minor) >= (1, 17)
+
+
+def test_system_info_names_cobbles_own_version(daemon):
+    result = daemon.raw('GET', '/v1/system-info').json['result']
+    assert list(result)[-2:] == ['version', 'cobble-version']
+    assert result['cobble-version'] and not result['cobble-version'].startswith('v1.32')
 
 
 def test_system_info_raw_envelope(daemon):

@@ -59,6 +59,8 @@ pub struct Response {
     pub change: Option<String>,
     /// The payload; `Value::Null` when absent.
     pub result: Value,
+    /// When a warning last repeated on the daemon, if it said.
+    pub latest_warning: Option<String>,
 }
 
 /// The envelope as it arrives, tolerant of missing fields so that errors can be reported.
@@ -74,6 +76,8 @@ struct WireEnvelope {
     change: Option<String>,
     #[serde(default)]
     result: Option<Value>,
+    #[serde(rename = "latest-warning", default)]
+    latest_warning: Option<String>,
 }
 
 /// Decodes a JSON envelope, turning an error envelope into [`Error::Api`].
@@ -112,15 +116,18 @@ pub fn decode_envelope(http_status: u16, body: &[u8]) -> Result<Response, Error>
         status_code,
         change: envelope.change,
         result: envelope.result.unwrap_or(Value::Null),
+        latest_warning: envelope.latest_warning,
     })
 }
 
 /// An async client for the Pebble API that cobble serves.
 ///
-/// Cheap to clone; every call opens its own connection.
+/// Cheap to clone; every call opens its own connection. Clones share what the daemon last
+/// said about warnings ([`Client::latest_warning`]).
 #[derive(Debug, Clone)]
 pub struct Client {
     endpoint: Endpoint,
+    latest_warning: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Client {
@@ -128,7 +135,17 @@ impl Client {
     pub fn new(config: ClientConfig) -> Result<Self, Error> {
         Ok(Client {
             endpoint: Endpoint::from_config(&config)?,
+            latest_warning: Default::default(),
         })
+    }
+
+    /// The `latest-warning` of the last answer that carried one: when a warning last
+    /// repeated on the daemon (RFC 3339), for the CLI's hint that there are new warnings.
+    pub fn latest_warning(&self) -> Option<String> {
+        self.latest_warning
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Sends one request and returns the raw response, whatever its status and body.
@@ -163,7 +180,14 @@ impl Client {
         let raw = self
             .raw_request(method, &with_query(path, query), body)
             .await?;
-        decode_envelope(raw.status_code, &raw.body)
+        let response = decode_envelope(raw.status_code, &raw.body)?;
+        if let Some(latest) = &response.latest_warning {
+            *self
+                .latest_warning
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(latest.clone());
+        }
+        Ok(response)
     }
 
     /// `GET` a sync endpoint and decode its `result`.

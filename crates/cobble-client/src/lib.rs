@@ -67,6 +67,16 @@ pub mod types;
 pub mod wire;
 
 pub use client::{ChangeSelector, Client, Response, decode_envelope};
+
+/// The Pebble release whose contract cobble implements. `GET /v1/system-info` reports it as
+/// `version`, and `cobble version` as the client's and server's version, because clients
+/// compare that version with Pebble releases ("at least v1.17" must hold). cobble's own
+/// version is [`COBBLE_VERSION`].
+pub const PEBBLE_VERSION: &str = "v1.32.1";
+
+/// cobble's own version, reported beside [`PEBBLE_VERSION`] (`cobble-version` in
+/// `/v1/system-info`).
+pub const COBBLE_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub use config::{ClientConfig, DEFAULT_PEBBLE_DIR, EnvPaths, SOCKET_FILE_NAME};
 pub use error::Error;
 pub use exec::{ExecControl, ExecOptions, ExecOutput, ExecProcess, ExecStdin};

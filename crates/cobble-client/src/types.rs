@@ -31,6 +31,13 @@ pub struct Envelope<T> {
     pub change: Option<String>,
     /// The payload; for async service actions it is an explicit `null`.
     pub result: T,
+    /// When a warning last repeated, on answers that are not errors, once there is one.
+    #[serde(
+        rename = "latest-warning",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub latest_warning: Option<String>,
 }
 
 /// The `result` of an error response.
@@ -66,8 +73,16 @@ pub struct SystemInfo {
         skip_serializing_if = "String::is_empty"
     )]
     pub https_address: String,
-    /// The daemon's version.
+    /// The Pebble release whose contract the daemon implements (Pebble's own version, for
+    /// Pebble).
     pub version: String,
+    /// cobble's own version; absent from Pebble.
+    #[serde(
+        rename = "cobble-version",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub cobble_version: String,
 }
 
 /// One entry of `GET /v1/services`.
@@ -611,9 +626,10 @@ pub struct CheckInfo {
     pub startup: String,
     /// `up`, `down` or `inactive`.
     pub status: String,
-    /// Successes since the check started or last recovered.
+    /// Successes since the check started or last recovered; `None` from a daemon too old
+    /// to count them (before Pebble v1.23).
     #[serde(default)]
-    pub successes: u64,
+    pub successes: Option<u64>,
     /// Consecutive failures.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub failures: u64,
@@ -626,6 +642,15 @@ pub struct CheckInfo {
         skip_serializing_if = "String::is_empty"
     )]
     pub change_id: String,
+    /// The change that drove the check before the current one: the perform-check that
+    /// failed into the current recover-check, or the recover-check that recovered into the
+    /// current perform-check. Clients read its log when the current change has none yet.
+    #[serde(
+        rename = "prev-change-id",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub prev_change_id: String,
 }
 
 /// Body of `POST /v1/checks`.

@@ -174,6 +174,12 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
             .unwrap_or_default();
         if !ended.is_empty() {
             tracing::info!("Stopped leftover processes of {}", ended.join(", "));
+            // The daemon before this one ended without stopping its services (it was killed,
+            // or crashed): something the operator should hear of, in `cobble warnings`.
+            store.add_warning(&format!(
+                "stopped leftover processes of {}, left running by the previous daemon",
+                ended.join(", ")
+            ));
         }
     }
     let processes = Arc::new(OsProcesses::new(ProcessRegistry::new(state_dir.as_deref())));
@@ -236,6 +242,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         );
     }
     let unix = bind_unix(&opts.socket_path)?;
+    logging::set_socket_path(&opts.socket_path);
     let tcp = match &opts.http {
         Some(address) => Some(bind_tcp(address).await?),
         None => None,

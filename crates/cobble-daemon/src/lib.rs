@@ -66,7 +66,8 @@ pub mod why;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// The version reported by `/v1/system-info` and `cobble version`.
+/// cobble's version, reported as `cobble-version` by `/v1/system-info` (its `version` is the
+/// Pebble release cobble implements, [`cobble_client::PEBBLE_VERSION`]).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Everything `cobble run` needs, already resolved from flags and environment by the CLI.

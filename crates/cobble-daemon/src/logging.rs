@@ -7,13 +7,26 @@
 //!
 //! Security events follow the OWASP logging vocabulary as Pebble applies it: an ordinary log
 //! line whose message is one JSON object with `type`, `datetime`, `level`, `event`,
-//! `description` and `appid`, in that order. [`security`] is the one way to log them.
+//! `description` and `appid`, in that order. [`security`] is the one way to log them. Most
+//! are WARN; a request refused to somebody (`authz_fail` naming a user) is CRITICAL.
+//!
+//! Every API request but the polled `GET`s Pebble leaves out (`/v1/changes/{id}`,
+//! `/v1/system-info`, `/v1/health`) is logged as Pebble's request line:
+//! `POST /v1/services 1.205077ms 202 (http+unix)`, the TCP peer's address first over
+//! `--http` and `--https`, the time taken in Go's duration format. With `PEBBLE_DEBUG=1` a
+//! request over the unix socket is also logged with the peer's pid and uid, at debug level,
+//! as Pebble does. A [`RequestLine`] holds only what the request's task copies cheaply; its
+//! text is built on the writer thread ([`crate::output::Record`]).
 //!
 //! Formatting is kept apart from writing: [`format_line`] builds a line; the tracing layer that
 //! [`init`] installs calls it and hands each line to [`crate::output::stderr`], a bounded queue
 //! written by its own thread, so a stalled stderr never blocks the thread that logs.
 
 use std::fmt::{self, Write as _};
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::Serialize;
@@ -101,9 +114,35 @@ impl Visit for MessageText {
     }
 }
 
+/// Whether request lines are logged: [`REQUESTS_OFF`], [`REQUESTS_ON`], or
+/// [`REQUESTS_DEBUG`] (with the debug line before each).
+static REQUESTS: AtomicU8 = AtomicU8::new(REQUESTS_OFF);
+const REQUESTS_OFF: u8 = 0;
+const REQUESTS_ON: u8 = 1;
+const REQUESTS_DEBUG: u8 = 2;
+
+/// The unix socket's path, which debug request lines name.
+static SOCKET_PATH: OnceLock<String> = OnceLock::new();
+
+/// Records the unix socket's path for the debug request lines.
+pub fn set_socket_path(path: &std::path::Path) {
+    let _ = SOCKET_PATH.set(path.display().to_string());
+}
+
+/// Whether API requests are logged (the logger is installed and not silent).
+pub fn logs_requests() -> bool {
+    REQUESTS.load(Ordering::Relaxed) != REQUESTS_OFF
+}
+
 /// Installs the daemon logger on stderr (once; later calls are no-ops); a silent logger
 /// writes nothing at all.
 pub fn init(debug: bool, silent: bool) {
+    let requests = match (silent, debug) {
+        (true, _) => REQUESTS_OFF,
+        (false, true) => REQUESTS_DEBUG,
+        (false, false) => REQUESTS_ON,
+    };
+    REQUESTS.store(requests, Ordering::Relaxed);
     let level = match (silent, debug) {
         (true, _) => LevelFilter::OFF,
         (false, true) => LevelFilter::DEBUG,
@@ -155,15 +194,35 @@ impl<'a> MakeWriter<'a> for StderrLines {
     }
 }
 
-/// Who made a request: the peer's uid on the unix socket, or nobody known (a TCP client).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct User(pub Option<u32>);
+/// Who made a request, as Pebble names them in security events: the identity's name when
+/// an identity matched, else the peer's uid on the unix socket.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct User {
+    name: Option<String>,
+    uid: Option<u32>,
+}
+
+impl User {
+    /// The user an identity names.
+    pub fn named(name: String) -> User {
+        User {
+            name: Some(name),
+            uid: None,
+        }
+    }
+
+    /// A local user no identity names (or nobody known, over TCP).
+    pub fn uid(uid: Option<u32>) -> User {
+        User { name: None, uid }
+    }
+}
 
 impl fmt::Display for User {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(uid) => write!(f, "{uid}"),
-            None => f.write_str("unknown"),
+        match (&self.name, self.uid) {
+            (Some(name), _) => f.write_str(name),
+            (None, Some(uid)) => write!(f, "{uid}"),
+            (None, None) => f.write_str("<unknown>"),
         }
     }
 }
@@ -176,38 +235,45 @@ pub enum SecurityEvent<'a> {
     /// The daemon, run by `uid`, is shutting down.
     Shutdown { uid: u32 },
     /// An admin is adding a layer through the API.
-    AddLayer { user: User, label: &'a str },
+    AddLayer { user: &'a User, label: &'a str },
     /// An admin is writing a file through the API.
-    PushFile { user: User, path: &'a str },
+    PushFile { user: &'a User, path: &'a str },
     /// An admin is reading a file through the API.
-    PullFile { user: User, path: &'a str },
-    /// A request was refused for lack of access.
-    AuthzFail {
-        user: User,
-        method: &'a str,
-        path: &'a str,
-    },
+    PullFile { user: &'a User, path: &'a str },
+    /// A request by somebody was refused for lack of access.
+    AuthzFail { user: &'a User, path: &'a str },
+    /// A client certificate equal to the `cert` identity `name`'s failed verification as a
+    /// self-signed client certificate.
+    CertificateNotVerified { name: &'a str, error: &'a str },
     /// An admin is stopping a health check.
-    MonitorDisabled { user: User, check: &'a str },
+    MonitorDisabled { user: &'a User, check: &'a str },
     /// An admin is running a command through the exec API.
-    Exec { user: User, command: &'a str },
+    Exec { user: &'a User, command: &'a str },
     /// An admin added an identity.
     UserCreated {
-        user: User,
+        user: &'a User,
         name: &'a str,
         access: &'a str,
     },
     /// An admin changed an identity.
     UserUpdated {
-        user: User,
+        user: &'a User,
         name: &'a str,
         access: &'a str,
     },
     /// An admin removed an identity.
-    UserDeleted { user: User, name: &'a str },
+    UserDeleted { user: &'a User, name: &'a str },
 }
 
 impl SecurityEvent<'_> {
+    /// The event's level: CRITICAL for a refusal, WARN for everything else.
+    fn level(&self) -> &'static str {
+        match self {
+            SecurityEvent::AuthzFail { .. } => "CRITICAL",
+            _ => "WARN",
+        }
+    }
+
     /// The event with its argument (`name:arg`), and the description.
     fn text(&self) -> (String, String) {
         match *self {
@@ -229,9 +295,15 @@ impl SecurityEvent<'_> {
                 format!("authz_admin:{user},pull_file"),
                 format!("Pulling file {path}"),
             ),
-            SecurityEvent::AuthzFail { user, method, path } => (
+            SecurityEvent::AuthzFail { user, path } => (
                 format!("authz_fail:{user},{path}"),
-                format!("Access denied to {method} {path}"),
+                format!("User {user} not authorized to access {path}"),
+            ),
+            SecurityEvent::CertificateNotVerified { name, error } => (
+                format!("authz_fail:{name}"),
+                format!(
+                    "client certificate matched stored identity but failed self-signed verification: {error}"
+                ),
             ),
             SecurityEvent::MonitorDisabled { user, check } => (
                 format!("sys_monitor_disabled:{user},{check}"),
@@ -275,8 +347,7 @@ pub fn security_message(time: Timestamp, event: &SecurityEvent<'_>) -> String {
     let record = SecurityRecord {
         kind: "security",
         datetime: format_utc_secs(time),
-        // Pebble's vocabulary has CRITICAL too, but every event it logs is a WARN.
-        level: "WARN",
+        level: event.level(),
         event: &name,
         description: &description,
         appid: APP_ID,
@@ -296,6 +367,131 @@ pub fn security_message(time: Timestamp, event: &SecurityEvent<'_>) -> String {
 pub fn security(event: SecurityEvent<'_>) {
     let message = security_message(Timestamp::now(), &event);
     tracing::info!("{message}");
+}
+
+/// The peer of a logged request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remote {
+    /// The unix socket, with the peer's credentials.
+    Unix { pid: Option<i32>, uid: Option<u32> },
+    /// TCP, with the peer's address.
+    Tcp(Option<SocketAddr>),
+}
+
+/// One API request, for its line in the daemon log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestLine {
+    /// When it was answered.
+    pub at: Timestamp,
+    /// `GET`, `POST`, ...
+    pub method: axum::http::Method,
+    /// The path and query, as the client sent them.
+    pub target: String,
+    /// From the request's arrival at the router to its answer (for a streamed body, to the
+    /// body's end).
+    pub elapsed: Duration,
+    /// The status answered; a websocket upgrade counts as 200, as in Pebble (which hands
+    /// the connection over without writing a status of its own).
+    pub status: u16,
+    /// `http+unix`, `http` or `https`.
+    pub transport: &'static str,
+    pub remote: Remote,
+}
+
+/// Whether Pebble logs a request: every one but the `GET`s clients poll, so that polling
+/// does not fill the log (`GET /v1/changes/{id}`, `/v1/system-info`, `/v1/health`).
+pub fn request_is_logged(method: &axum::http::Method, path: &str) -> bool {
+    if method != axum::http::Method::GET {
+        return true;
+    }
+    let polled_change =
+        path.starts_with("/v1/changes/") && path.bytes().filter(|&b| b == b'/').count() == 3;
+    !(polled_change || path == "/v1/system-info" || path == "/v1/health")
+}
+
+/// Queues `line` for the daemon log, if requests are logged.
+pub fn request(line: RequestLine) {
+    if logs_requests() {
+        crate::output::stderr().record(line);
+    }
+}
+
+impl RequestLine {
+    /// `METHOD target duration status (transport)`, the message of the line.
+    fn message(&self, out: &mut Vec<u8>) {
+        let nanos = i64::try_from(self.elapsed.as_nanos()).unwrap_or(i64::MAX);
+        out.extend_from_slice(self.method.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.target.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(cobble_plan::format_duration(nanos).as_bytes());
+        // A status is three digits.
+        let status = self.status.min(999);
+        out.extend_from_slice(&[
+            b' ',
+            b'0' + (status / 100) as u8,
+            b'0' + (status / 10 % 10) as u8,
+            b'0' + (status % 10) as u8,
+            b' ',
+            b'(',
+        ]);
+        out.extend_from_slice(self.transport.as_bytes());
+        out.push(b')');
+    }
+
+    /// Appends the log's text for this request: the line itself, after the debug line when
+    /// that is on. Built straight into the writer's buffer.
+    fn write_to(&self, out: &mut Vec<u8>, debug: bool) {
+        use std::io::Write as _;
+        let start = |out: &mut Vec<u8>, debug: bool| {
+            crate::state::append_utc_millis(out, self.at);
+            out.extend_from_slice(b" [");
+            out.extend_from_slice(APP_ID.as_bytes());
+            out.extend_from_slice(if debug { b"] DEBUG " } else { b"] " });
+        };
+        match self.remote {
+            Remote::Unix { pid, uid } => {
+                if debug {
+                    start(out, true);
+                    let _ = write!(
+                        out,
+                        "pid={};uid={};socket={}; ",
+                        pid.unwrap_or(0),
+                        uid.unwrap_or(0),
+                        SOCKET_PATH.get().map_or("", String::as_str)
+                    );
+                    self.message(out);
+                    out.push(b'\n');
+                }
+                start(out, false);
+            }
+            Remote::Tcp(addr) => {
+                start(out, false);
+                if let Some(addr) = addr {
+                    let _ = write!(out, "{addr} ");
+                }
+            }
+        }
+        self.message(out);
+        out.push(b'\n');
+    }
+
+    /// The log's text for this request (see [`RequestLine::write_to`]).
+    pub fn text(&self, debug: bool) -> String {
+        let mut out = Vec::with_capacity(128 + self.target.len());
+        self.write_to(&mut out, debug);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+impl crate::output::Record for RequestLine {
+    fn write(&self, out: &mut Vec<u8>) {
+        self.write_to(out, REQUESTS.load(Ordering::Relaxed) == REQUESTS_DEBUG);
+    }
+
+    fn len_hint(&self) -> usize {
+        80 + self.target.len()
+    }
 }
 
 #[cfg(test)]
@@ -369,7 +565,7 @@ mod tests {
 
     #[test]
     fn events_name_their_argument_and_describe_the_action() {
-        let admin = User(Some(1000));
+        let admin = &User::uid(Some(1000));
         let cases = [
             (
                 SecurityEvent::Shutdown { uid: 42 },
@@ -410,12 +606,19 @@ mod tests {
             ),
             (
                 SecurityEvent::AuthzFail {
-                    user: User(None),
-                    method: "POST",
+                    user: &User::named("alice".into()),
                     path: "/v1/services",
                 },
-                "authz_fail:unknown,/v1/services",
-                "Access denied to POST /v1/services",
+                "authz_fail:alice,/v1/services",
+                "User alice not authorized to access /v1/services",
+            ),
+            (
+                SecurityEvent::CertificateNotVerified {
+                    name: "bob",
+                    error: "x509: certificate specifies an incompatible key usage",
+                },
+                "authz_fail:bob",
+                "client certificate matched stored identity but failed self-signed verification: x509: certificate specifies an incompatible key usage",
             ),
             (
                 SecurityEvent::MonitorDisabled {
@@ -431,7 +634,12 @@ mod tests {
             let value: serde_json::Value = serde_json::from_str(&message).unwrap();
             assert_eq!(value["event"], name, "{message}");
             assert_eq!(value["description"], description, "{message}");
-            assert_eq!(value["level"], "WARN", "{message}");
+            let level = if name.starts_with("authz_fail:alice") {
+                "CRITICAL"
+            } else {
+                "WARN"
+            };
+            assert_eq!(value["level"], level, "{message}");
         }
     }
 
@@ -440,7 +648,7 @@ mod tests {
         let message = security_message(
             Timestamp::UNIX_EPOCH,
             &SecurityEvent::AddLayer {
-                user: User(Some(0)),
+                user: &User::uid(Some(0)),
                 label: "a\u{2028}b<&>",
             },
         );
@@ -448,6 +656,88 @@ mod tests {
             message.contains(r#""description":"Adding layer a\u2028b<&>""#),
             "{message}"
         );
+    }
+
+    fn request(method: &str, target: &str, nanos: u64, remote: Remote) -> RequestLine {
+        RequestLine {
+            at: ts("2026-12-01T20:21:23.395Z"),
+            method: method.parse().unwrap(),
+            target: target.into(),
+            elapsed: Duration::from_nanos(nanos),
+            status: 202,
+            transport: match remote {
+                Remote::Unix { .. } => "http+unix",
+                Remote::Tcp(_) => "http",
+            },
+            remote,
+        }
+    }
+
+    #[test]
+    fn a_request_line_is_pebbles() {
+        let unix = Remote::Unix {
+            pid: Some(2430),
+            uid: Some(0),
+        };
+        assert_eq!(
+            request("POST", "/v1/services", 1_810_531, unix).text(false),
+            "2026-12-01T20:21:23.395Z [pebble] POST /v1/services 1.810531ms 202 (http+unix)\n"
+        );
+        assert_eq!(
+            request(
+                "GET",
+                "/v1/metrics",
+                58_307,
+                Remote::Tcp(Some("127.0.0.1:41128".parse().unwrap()))
+            )
+            .text(false),
+            "2026-12-01T20:21:23.395Z [pebble] 127.0.0.1:41128 GET /v1/metrics 58.307µs 202 (http)\n"
+        );
+        assert_eq!(
+            request("GET", "/v1/changes/2/wait", 1_004_404_658, unix).text(false),
+            "2026-12-01T20:21:23.395Z [pebble] GET /v1/changes/2/wait 1.004404658s 202 (http+unix)\n"
+        );
+    }
+
+    #[test]
+    fn with_debug_a_unix_request_is_also_logged_with_its_peer() {
+        let unix = Remote::Unix {
+            pid: Some(2430),
+            uid: Some(0),
+        };
+        let text = request("POST", "/v1/exec", 35_628_159, unix).text(true);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            glob_like(
+                lines[0],
+                "2026-12-01T20:21:23.395Z [pebble] DEBUG pid=2430;uid=0;socket=",
+                "; POST /v1/exec 35.628159ms 202 (http+unix)"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            lines[1],
+            "2026-12-01T20:21:23.395Z [pebble] POST /v1/exec 35.628159ms 202 (http+unix)"
+        );
+    }
+
+    fn glob_like(line: &str, start: &str, end: &str) -> bool {
+        line.starts_with(start) && line.ends_with(end)
+    }
+
+    #[test]
+    fn polled_gets_are_not_logged() {
+        let get = axum::http::Method::GET;
+        let post = axum::http::Method::POST;
+        assert!(!request_is_logged(&get, "/v1/changes/12"));
+        assert!(!request_is_logged(&get, "/v1/system-info"));
+        assert!(!request_is_logged(&get, "/v1/health"));
+        assert!(request_is_logged(&get, "/v1/changes/12/wait"));
+        assert!(request_is_logged(&get, "/v1/changes"));
+        assert!(request_is_logged(&post, "/v1/changes/12"));
+        assert!(request_is_logged(&post, "/v1/health"));
+        assert!(request_is_logged(&get, "/v1/services"));
     }
 
     /// A writer that keeps what the tracing layer writes.

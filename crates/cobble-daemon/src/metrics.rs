@@ -1,8 +1,8 @@
 //! `GET /v1/metrics`: service and check metrics in the OpenMetrics text format Pebble writes.
 //!
 //! Each sample is written as its own family, `# HELP`, `# TYPE`, the sample, then an empty
-//! line, in Pebble's order: every started service (sorted) with its start count and whether
-//! it is active, then every check (sorted) with whether it is up (left out while the check is
+//! line, in Pebble's order: every service this daemon has started (sorted; one never started
+//! is not listed) with whether it is active and its start count, then every check (sorted) with whether it is up (left out while the check is
 //! inactive) and its lifetime success and failure counts, followed by cobble's count of
 //! failure-action firings.
 
@@ -88,19 +88,19 @@ pub fn render(plan: &Plan, services: &[ServiceStatus], checks: &[CheckView]) -> 
         let labels = [("service", service.name.as_str())];
         write_metric(
             &mut out,
-            "pebble_service_start_count",
-            MetricType::Counter,
-            "Number of times the service has started",
-            &labels,
-            i64::try_from(service.start_count).unwrap_or(i64::MAX),
-        );
-        write_metric(
-            &mut out,
             "pebble_service_active",
             MetricType::Gauge,
             "Whether the service is currently active (1) or not (0)",
             &labels,
             i64::from(service.current == Status::Active),
+        );
+        write_metric(
+            &mut out,
+            "pebble_service_start_count",
+            MetricType::Counter,
+            "Number of times the service has started",
+            &labels,
+            i64::try_from(service.start_count).unwrap_or(i64::MAX),
         );
     }
     let mut checks: Vec<&CheckView> = checks.iter().collect();
@@ -180,6 +180,7 @@ mod tests {
             failures: 0,
             threshold: 3,
             change_id: None,
+            prev_change_id: None,
             success_count: ok,
             failure_count: failed,
             action_count: if status == CheckStatus::Down { 2 } else { 0 },
@@ -204,21 +205,21 @@ mod tests {
             ],
         );
         let expected = "\
-# HELP pebble_service_start_count Number of times the service has started
-# TYPE pebble_service_start_count counter
-pebble_service_start_count{service=\"db\"} 2
-
 # HELP pebble_service_active Whether the service is currently active (1) or not (0)
 # TYPE pebble_service_active gauge
 pebble_service_active{service=\"db\"} 0
 
 # HELP pebble_service_start_count Number of times the service has started
 # TYPE pebble_service_start_count counter
-pebble_service_start_count{service=\"web\"} 3
+pebble_service_start_count{service=\"db\"} 2
 
 # HELP pebble_service_active Whether the service is currently active (1) or not (0)
 # TYPE pebble_service_active gauge
 pebble_service_active{service=\"web\"} 1
+
+# HELP pebble_service_start_count Number of times the service has started
+# TYPE pebble_service_start_count counter
+pebble_service_start_count{service=\"web\"} 3
 
 # HELP pebble_check_up Whether the health check is up (1) or not (0)
 # TYPE pebble_check_up gauge

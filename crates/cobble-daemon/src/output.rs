@@ -10,6 +10,14 @@
 //!
 //! The bound is in bytes ([`QUEUE_BYTES`]), so a flood of output costs a fixed amount of memory
 //! however long the stream stays stalled.
+//!
+//! A line that is logged very often and is not urgent (the daemon log's line per API request)
+//! can be queued as a [`Record`]: its few fields are copied into the queue, and the writer
+//! thread turns them into text, so the thread that logs pays neither for the formatting nor
+//! for a write. Records are written in their place among the other lines. When only records
+//! are waiting, the writer lets them gather for [`LINGER`] first, so that a client polling the
+//! daemon costs one write (and one wake-up) per batch rather than per request; any other line,
+//! and a flush, ends the wait.
 
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -18,19 +26,72 @@ use std::time::{Duration, Instant};
 /// Bytes a stream may hold while its reader is not keeping up.
 pub const QUEUE_BYTES: usize = 256 * 1024;
 
+/// How long records alone wait for more to go out with them.
+pub const LINGER: Duration = Duration::from_millis(10);
+
+/// A line whose text the writer thread builds (see the module notes).
+pub trait Record: Send + 'static {
+    /// Appends the record's text, whole lines each ending in a newline.
+    fn write(&self, out: &mut Vec<u8>);
+    /// About how many bytes [`Record::write`] appends, counted against [`QUEUE_BYTES`].
+    fn len_hint(&self) -> usize;
+}
+
+/// The record type of a stream that has none.
+pub enum NoRecord {}
+
+impl Record for NoRecord {
+    fn write(&self, _: &mut Vec<u8>) {
+        match *self {}
+    }
+
+    fn len_hint(&self) -> usize {
+        match *self {}
+    }
+}
+
 /// The queue of one stream.
-#[derive(Default)]
-struct Queue {
+struct Queue<R> {
     /// Whole lines, newline included, waiting to be written.
     pending: Vec<u8>,
+    /// Records waiting to be written, each with the length `pending` had when it was
+    /// queued: it goes out after those bytes and before the ones queued after it.
+    records: Vec<(usize, R)>,
+    /// The bytes the records will take, as their hints say.
+    record_bytes: usize,
     /// Lines dropped since the last report.
     dropped: u64,
     /// The writer is in the middle of a write (so the stream is not flushed yet).
     writing: bool,
+    /// A flush is waiting: records go out without lingering.
+    flushing: bool,
 }
 
-struct Shared {
-    queue: Mutex<Queue>,
+impl<R> Default for Queue<R> {
+    fn default() -> Self {
+        Queue {
+            pending: Vec::new(),
+            records: Vec::new(),
+            record_bytes: 0,
+            dropped: 0,
+            writing: false,
+            flushing: false,
+        }
+    }
+}
+
+impl<R> Queue<R> {
+    fn is_empty(&self) -> bool {
+        self.pending.is_empty() && self.records.is_empty()
+    }
+
+    fn queued_bytes(&self) -> usize {
+        self.pending.len() + self.record_bytes
+    }
+}
+
+struct Shared<R> {
+    queue: Mutex<Queue<R>>,
     /// Signalled when lines are queued (for the writer) and when a batch is written (for
     /// [`Sink::flush`]).
     changed: Condvar,
@@ -40,19 +101,26 @@ struct Shared {
 type DropNotice = fn(u64) -> Vec<u8>;
 
 /// One output stream written by a dedicated thread. Cheap to clone.
-#[derive(Clone)]
-pub struct Sink {
-    shared: Arc<Shared>,
+pub struct Sink<R: Record = NoRecord> {
+    shared: Arc<Shared<R>>,
 }
 
-impl Sink {
+impl<R: Record> Clone for Sink<R> {
+    fn clone(&self) -> Self {
+        Sink {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<R: Record> Sink<R> {
     /// Starts a writer thread for `out`. After a gap, `notice` turns the number of dropped
     /// lines into a line written in the gap's place.
     pub fn spawn(
         name: &str,
         out: impl Write + Send + 'static,
         notice: fn(u64) -> Vec<u8>,
-    ) -> std::io::Result<Sink> {
+    ) -> std::io::Result<Sink<R>> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             changed: Condvar::new(),
@@ -75,6 +143,25 @@ impl Sink {
         self.queue_bytes(text, false);
     }
 
+    /// Queues a record, to be formatted by the writer thread. Never blocks on the stream: if
+    /// the queue is full the record is dropped and counted.
+    pub fn record(&self, record: R) {
+        let len = record.len_hint();
+        let mut queue = lock(&self.shared.queue);
+        if queue.queued_bytes() + len > QUEUE_BYTES {
+            queue.dropped += 1;
+            return;
+        }
+        let was_empty = queue.is_empty();
+        let at = queue.pending.len();
+        queue.records.push((at, record));
+        queue.record_bytes += len;
+        drop(queue);
+        if was_empty {
+            self.shared.changed.notify_all();
+        }
+    }
+
     /// Queues `lines` lines at once, which `write` appends to the queue, each ending in a
     /// newline (the formatted lines of one read of a service's output): they are formatted
     /// where the writer takes them, not copied there. When the queue is full, the lines that
@@ -82,18 +169,20 @@ impl Sink {
     pub fn lines_with(&self, lines: u64, write: impl FnOnce(&mut Vec<u8>)) {
         let mut queue = lock(&self.shared.queue);
         let start = queue.pending.len();
-        if start >= QUEUE_BYTES {
+        let used = queue.queued_bytes();
+        if used >= QUEUE_BYTES {
             queue.dropped += lines;
             return;
         }
         write(&mut queue.pending);
-        if queue.pending.len() > QUEUE_BYTES {
-            let (len, fit) = fitting_lines(&queue.pending[start..], lines, QUEUE_BYTES - start);
+        if queue.pending.len() - start + used > QUEUE_BYTES {
+            let (len, fit) = fitting_lines(&queue.pending[start..], lines, QUEUE_BYTES - used);
             queue.pending.truncate(start + len);
             queue.dropped += lines - fit;
         }
         let queued = queue.pending.len() > start;
         drop(queue);
+        // Text ends a linger over records too.
         if start == 0 && queued {
             self.shared.changed.notify_all();
         }
@@ -102,10 +191,11 @@ impl Sink {
     fn queue_bytes(&self, bytes: &[u8], add_newline: bool) {
         let len = bytes.len() + usize::from(add_newline);
         let mut queue = lock(&self.shared.queue);
-        if queue.pending.len() + len > QUEUE_BYTES {
+        if queue.queued_bytes() + len > QUEUE_BYTES {
             queue.dropped += 1;
             return;
         }
+        // Text ends a linger over records too.
         let was_empty = queue.pending.is_empty();
         queue.pending.extend_from_slice(bytes);
         if add_newline {
@@ -123,7 +213,11 @@ impl Sink {
     pub fn flush(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut queue = lock(&self.shared.queue);
-        while !queue.pending.is_empty() || queue.writing {
+        if !queue.records.is_empty() {
+            queue.flushing = true;
+            self.shared.changed.notify_all();
+        }
+        while !queue.is_empty() || queue.writing {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
@@ -154,26 +248,63 @@ pub fn fitting_lines(text: &[u8], lines: u64, room: usize) -> (usize, u64) {
     (len, memchr::memchr_iter(b'\n', &text[..len]).count() as u64)
 }
 
-fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
+fn lock<R>(queue: &Mutex<Queue<R>>) -> std::sync::MutexGuard<'_, Queue<R>> {
     queue.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The writer thread: takes the whole queue at once, writes it, reports drops, repeats.
-fn write_out(shared: &Shared, mut out: impl Write, notice: DropNotice) {
+fn write_out<R: Record>(shared: &Shared<R>, mut out: impl Write, notice: DropNotice) {
     let mut batch = Vec::new();
+    let mut text = Vec::new();
+    let mut records = Vec::new();
     loop {
         let dropped = {
             let mut queue = lock(&shared.queue);
-            while queue.pending.is_empty() && queue.dropped == 0 {
+            while queue.is_empty() && queue.dropped == 0 {
                 queue = shared
                     .changed
                     .wait(queue)
                     .unwrap_or_else(|e| e.into_inner());
             }
-            std::mem::swap(&mut batch, &mut queue.pending);
+            // Records alone may wait a little for company; text and flushes cut it short.
+            if queue.pending.is_empty() && !queue.records.is_empty() && !queue.flushing {
+                let deadline = Instant::now() + LINGER;
+                while queue.pending.is_empty() && !queue.flushing {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    queue = shared
+                        .changed
+                        .wait_timeout(queue, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+            std::mem::swap(&mut text, &mut queue.pending);
+            std::mem::swap(&mut records, &mut queue.records);
+            queue.record_bytes = 0;
+            queue.flushing = false;
             queue.writing = true;
             std::mem::take(&mut queue.dropped)
         };
+        if records.is_empty() {
+            // Text alone is written as it was queued, without a copy.
+            std::mem::swap(&mut batch, &mut text);
+        } else {
+            // Each record goes where it was queued among the text.
+            let mut written = 0;
+            for (at, record) in records.drain(..) {
+                batch.extend_from_slice(&text[written..at]);
+                written = at;
+                record.write(&mut batch);
+            }
+            batch.extend_from_slice(&text[written..]);
+            text.clear();
+        }
+        if text.capacity() > QUEUE_BYTES {
+            text.shrink_to(QUEUE_BYTES);
+        }
         // The dropped lines came after what is in the batch; say so where they were lost.
         if dropped > 0 {
             batch.extend_from_slice(&notice(dropped));
@@ -203,9 +334,9 @@ pub fn stdout() -> &'static Sink {
     })
 }
 
-/// The daemon's stderr: its own log.
-pub fn stderr() -> &'static Sink {
-    static STDERR: OnceLock<Sink> = OnceLock::new();
+/// The daemon's stderr: its own log, with the request lines as records.
+pub fn stderr() -> &'static Sink<crate::logging::RequestLine> {
+    static STDERR: OnceLock<Sink<crate::logging::RequestLine>> = OnceLock::new();
     STDERR.get_or_init(|| {
         Sink::spawn("stderr", std::io::stderr(), |n| {
             crate::logging::line_now(&format!("Dropped {n} log lines: stderr was not keeping up"))
@@ -234,7 +365,7 @@ mod tests {
     #[test]
     fn lines_go_out_in_order() {
         let (mut reader, writer) = std::io::pipe().unwrap();
-        let sink = Sink::spawn("test", writer, notice).unwrap();
+        let sink: Sink = Sink::spawn("test", writer, notice).unwrap();
         for i in 0..1000 {
             sink.line(format!("line {i}").as_bytes());
         }
@@ -249,6 +380,91 @@ mod tests {
         let lines: Vec<&str> = got.lines().collect();
         assert_eq!(lines.len(), 1000);
         assert_eq!(lines[10], "line 10");
+    }
+
+    /// A record whose text is its number.
+    struct Numbered(u32);
+
+    impl Record for Numbered {
+        fn write(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(format!("record {}\n", self.0).as_bytes());
+        }
+
+        fn len_hint(&self) -> usize {
+            16
+        }
+    }
+
+    /// Reads `reader` until the text read ends with `end`.
+    fn read_until(reader: &mut std::io::PipeReader, end: &str) -> String {
+        let mut got = String::new();
+        let mut buf = vec![0u8; 1 << 16];
+        while !got.ends_with(end) {
+            let n = reader.read(&mut buf).unwrap();
+            assert!(n > 0, "the stream closed after {got:?}");
+            got.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+        }
+        got
+    }
+
+    #[test]
+    fn records_go_out_in_their_place_among_lines() {
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let sink: Sink<Numbered> = Sink::spawn("test", writer, notice).unwrap();
+        sink.line(b"a");
+        sink.record(Numbered(1));
+        sink.record(Numbered(2));
+        sink.text(b"b\n");
+        sink.record(Numbered(3));
+        assert!(sink.flush(Duration::from_secs(10)));
+        assert_eq!(
+            read_until(&mut reader, "record 3\n"),
+            "a\nrecord 1\nrecord 2\nb\nrecord 3\n"
+        );
+    }
+
+    #[test]
+    fn records_alone_go_out_by_themselves_after_the_linger() {
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let sink: Sink<Numbered> = Sink::spawn("test", writer, notice).unwrap();
+        let start = Instant::now();
+        for i in 0..100 {
+            sink.record(Numbered(i));
+        }
+        // Nobody flushes: the writer ends its wait on its own.
+        let got = read_until(&mut reader, "record 99\n");
+        assert!(
+            start.elapsed() >= LINGER,
+            "written before the linger was over"
+        );
+        assert_eq!(got.lines().count(), 100);
+    }
+
+    #[test]
+    fn a_full_queue_drops_records_and_counts_them() {
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let sink: Sink<Numbered> = Sink::spawn("test", writer, notice).unwrap();
+        // Far more than the queue holds (by their hints), faster than the pipe is read.
+        let total = 4 * QUEUE_BYTES as u64 / 16;
+        for i in 0..total {
+            sink.record(Numbered(i as u32));
+        }
+        let (mut delivered, mut dropped) = (0u64, 0u64);
+        let mut text = String::new();
+        let mut buf = vec![0u8; 1 << 16];
+        while delivered + dropped < total {
+            let n = reader.read(&mut buf).unwrap();
+            text.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+            while let Some(end) = text.find('\n') {
+                let line: String = text.drain(..=end).collect();
+                match line.trim_end().strip_prefix("dropped ") {
+                    Some(n) => dropped += n.parse::<u64>().unwrap(),
+                    None => delivered += 1,
+                }
+            }
+        }
+        assert_eq!(delivered + dropped, total);
+        assert!(dropped > 0, "nothing was dropped");
     }
 
     #[test]
@@ -266,7 +482,7 @@ mod tests {
     #[test]
     fn batches_on_a_stalled_stream_count_every_line_they_drop() {
         let (mut reader, writer) = std::io::pipe().unwrap();
-        let sink = Sink::spawn("test", writer, notice).unwrap();
+        let sink: Sink = Sink::spawn("test", writer, notice).unwrap();
         let mut batch = Vec::new();
         for _ in 0..100 {
             batch.extend_from_slice(&[b'x'; 999]);
@@ -309,7 +525,7 @@ mod tests {
     fn a_stalled_stream_never_blocks_the_caller_bounds_memory_and_counts_every_loss() {
         // A pipe nobody reads: the writer thread blocks once the pipe is full.
         let (mut reader, writer) = std::io::pipe().unwrap();
-        let sink = Sink::spawn("test", writer, notice).unwrap();
+        let sink: Sink = Sink::spawn("test", writer, notice).unwrap();
         let line = vec![b'x'; 1000];
         // Far more than the pipe and the queue hold together; returns without blocking.
         for _ in 0..10_000 {

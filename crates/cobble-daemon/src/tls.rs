@@ -27,9 +27,10 @@
 //!
 //! There is no certificate authority for clients: a client certificate is trusted because a
 //! `cert` identity holds that very certificate. So the handshake accepts any client
-//! certificate whose signature proves the client holds its key; [`trusted_client_cert`] then
-//! keeps only one that is currently valid and meant for client authentication, and the
-//! access decision matches it against identities. Anything else is a peer with no
+//! certificate whose signature proves the client holds its key; [`client_cert`] passes it on,
+//! and the access decision matches it against identities and checks that it is a valid
+//! self-signed client certificate (`identities::verify_self_signed`). Anything else is a peer
+//! with no
 //! credentials.
 
 use std::fs;
@@ -603,24 +604,13 @@ impl ClientCertVerifier for AnyClientCert {
     }
 }
 
-/// The client certificate of a handshake, if it is one a `cert` identity can vouch for:
-/// valid now, and usable for client authentication. The handshake proved the client holds
-/// its key; the identity that pins this very certificate (DER for DER) is the trust anchor,
-/// so neither an issuer nor CA constraints matter.
-pub fn trusted_client_cert(chain: Option<&[CertificateDer<'_>]>) -> Option<Arc<[u8]>> {
-    use x509_parser::prelude::{FromDer, X509Certificate};
-    let cert = chain?.first()?;
-    let (_, parsed) = X509Certificate::from_der(cert.as_ref()).ok()?;
-    if !parsed.validity().is_valid() {
-        return None;
+/// The client certificate of a handshake, when the client presented exactly one (Pebble
+/// takes no chains from clients). Whether an identity trusts it is decided per request.
+pub fn client_cert(chain: Option<&[CertificateDer<'_>]>) -> Option<Arc<[u8]>> {
+    match chain? {
+        [cert] => Some(Arc::from(cert.as_ref())),
+        _ => None,
     }
-    // Without the extension a certificate may be used for anything.
-    if let Ok(Some(usage)) = parsed.extended_key_usage()
-        && !(usage.value.client_auth || usage.value.any)
-    {
-        return None;
-    }
-    Some(Arc::from(cert.as_ref()))
 }
 
 #[cfg(test)]

@@ -291,6 +291,7 @@ mod tests {
             failures: 3,
             threshold: 3,
             change_id: None,
+            prev_change_id: None,
             success_count: 0,
             failure_count: 3,
             action_count: 1,

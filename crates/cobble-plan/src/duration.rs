@@ -190,12 +190,11 @@ fn leading_fraction(s: &[u8]) -> (u64, f64, &[u8]) {
 /// is hours, minutes and (fractional) seconds with leading zero parts dropped (`1m0s`,
 /// `1h30m0s`, `1.5s`). Zero is `0s`.
 pub fn format_duration(nanos: i64) -> String {
-    let negative = nanos < 0;
-    let magnitude = nanos.unsigned_abs();
-    let mut out = String::new();
-    if negative {
+    let mut out = String::with_capacity(24);
+    if nanos < 0 {
         out.push('-');
     }
+    let magnitude = nanos.unsigned_abs();
     if magnitude == 0 {
         return "0s".to_owned();
     }
@@ -213,10 +212,12 @@ pub fn format_duration(nanos: i64) -> String {
     let minutes = magnitude % HOUR / MINUTE;
     let seconds_nanos = magnitude % MINUTE;
     if hours > 0 {
-        out.push_str(&format!("{hours}h"));
+        push_digits(&mut out, hours);
+        out.push('h');
     }
     if hours > 0 || minutes > 0 {
-        out.push_str(&format!("{minutes}m"));
+        push_digits(&mut out, minutes);
+        out.push('m');
     }
     push_with_fraction(&mut out, seconds_nanos, 9);
     out.push('s');
@@ -224,15 +225,45 @@ pub fn format_duration(nanos: i64) -> String {
 }
 
 /// Writes `value / 10^precision` with the fraction's trailing zeros (and a bare point) removed.
+/// Called for every request the daemon logs, so it writes digits itself instead of going
+/// through `format!`.
 fn push_with_fraction(out: &mut String, value: u64, precision: u32) {
     let divisor = 10u64.pow(precision);
-    out.push_str(&(value / divisor).to_string());
-    let fraction = value % divisor;
+    push_digits(out, value / divisor);
+    let mut fraction = value % divisor;
     if fraction != 0 {
-        let digits = format!("{fraction:0width$}", width = precision as usize);
+        let mut width = precision;
+        while fraction.is_multiple_of(10) {
+            fraction /= 10;
+            width -= 1;
+        }
         out.push('.');
-        out.push_str(digits.trim_end_matches('0'));
+        let digits = digit_count(fraction);
+        for _ in digits..width {
+            out.push('0');
+        }
+        push_digits(out, fraction);
     }
+}
+
+/// The decimal digits of `value`.
+fn push_digits(out: &mut String, value: u64) {
+    let mut buffer = [0u8; 20];
+    let mut at = buffer.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&buffer[at..]).expect("ASCII digits"));
+}
+
+fn digit_count(value: u64) -> u32 {
+    value.checked_ilog10().map_or(1, |log| log + 1)
 }
 
 /// Go's `time` package quoting for error messages: ASCII is kept (with `"` and `\` escaped);
@@ -512,6 +543,12 @@ mod tests {
             (-1, "-1ns"),
             (i64::MAX, "2562047h47m16.854775807s"),
             (i64::MIN, "-2562047h47m16.854775808s"),
+            // Request times in the daemon log, as Pebble printed them.
+            (1_810_531, "1.810531ms"),
+            (58_307, "58.307µs"),
+            (1_004_404_658, "1.004404658s"),
+            (1_005_000, "1.005ms"),
+            (10_000_020, "10.00002ms"),
         ];
         for &(nanos, want) in cases {
             assert_eq!(format_duration(nanos), want, "nanos {nanos}");

@@ -279,8 +279,9 @@ fn indent_block(block: &str, depth: usize) -> String {
     out
 }
 
-/// Renders a string scalar in the style yaml.v3 would pick.
-pub(crate) fn scalar(s: &str) -> String {
+/// Renders a string scalar in the style yaml.v3 would pick: plain, quoted, or a literal
+/// block (`|` or `|-`, then one line per line of text, unindented).
+pub fn scalar(s: &str) -> String {
     if reads_as_other_type(s) {
         return double_quoted(s);
     }

@@ -69,6 +69,7 @@ pub use check::{
 };
 pub use context::ContextOptions;
 pub use duration::{DurationError, GoDuration, format_duration, go_quote, parse_duration};
+pub use emit::scalar as yaml_scalar;
 pub use error::{CommandError, PlanError};
 pub use layer::Layer;
 pub use layers_dir::read_layers;

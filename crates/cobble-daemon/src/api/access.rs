@@ -1,15 +1,22 @@
 //! Who may call what: one decision per request, from the peer and its credentials.
 //!
 //! Each route states the level it needs by the extractor its handler takes: none for open
-//! endpoints, [`Metrics`], [`Read`] or [`Admin`]. The level a request has comes from, in
-//! order: a client certificate (HTTPS), HTTP basic auth (not read over HTTPS), the peer's uid
-//! (unix socket) matched against `local` identities; and when none of those names an
-//! identity, the defaults: root and the daemon's own user are admin, other local users read,
-//! anyone else only reaches open endpoints. Over plain HTTP nothing above `metrics` is
-//! granted, whoever asks: the connection is not private enough for more.
+//! endpoints, [`Metrics`], [`Read`] or [`Admin`]. Who the caller is comes from, in order: a
+//! client certificate (HTTPS), HTTP basic auth (not read over HTTPS), the peer's uid (unix
+//! socket) matched against `local` identities; and when none of those names an identity, the
+//! defaults: root and the daemon's own user are admin, other local users read, anyone else
+//! nobody. Then Pebble's rules decide, by transport: the unix socket and HTTPS grant what the
+//! caller's access allows; plain HTTP grants `/v1/metrics` to an identity whose access is
+//! exactly `metrics` and nothing else to anyone, so that credentials worth more are never
+//! accepted over cleartext.
 //!
-//! A refusal is answered 401 `login-required` and logged as an `authz_fail` security event.
+//! A refusal is answered 401 `login-required`. When the caller is somebody (an identity, or a
+//! local user), it is logged as a CRITICAL `authz_fail` security event naming them; an
+//! anonymous TCP client's refusal is not logged, as in Pebble. A client certificate that
+//! equals a `cert` identity's but does not verify as a self-signed client certificate names
+//! nobody, and is logged as a WARN `authz_fail` event.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, FromRequestParts};
@@ -32,23 +39,46 @@ pub enum Transport {
     Https,
 }
 
+impl Transport {
+    /// The name Pebble's request log gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Unix => "http+unix",
+            Transport::Http => "http",
+            Transport::Https => "https",
+        }
+    }
+
+    /// Whether the transport is private enough for read and admin access: local, or
+    /// encrypted.
+    fn is_concealed(self) -> bool {
+        matches!(self, Transport::Unix | Transport::Https)
+    }
+}
+
 /// Who is on the other end of a connection.
 #[derive(Debug, Clone)]
 pub struct Peer {
     /// The peer's uid on the unix socket; `None` over TCP.
     pub uid: Option<u32>,
+    /// The peer's pid on the unix socket, for the debug log.
+    pub pid: Option<i32>,
     pub transport: Transport,
-    /// The DER of the client certificate an HTTPS peer presented, if any.
+    /// The DER of the client certificate an HTTPS peer presented, if it presented one alone.
     pub cert: Option<Arc<[u8]>>,
+    /// The peer's address over TCP.
+    pub addr: Option<SocketAddr>,
 }
 
 impl Peer {
     /// A TCP peer over plain HTTP.
-    pub fn http() -> Peer {
+    pub fn http(addr: Option<SocketAddr>) -> Peer {
         Peer {
             uid: None,
+            pid: None,
             transport: Transport::Http,
             cert: None,
+            addr,
         }
     }
 }
@@ -69,7 +99,7 @@ pub(super) fn peer(parts: &Parts) -> Peer {
     parts
         .extensions
         .get::<ConnectInfo<Peer>>()
-        .map_or_else(Peer::http, |c| c.0.clone())
+        .map_or_else(|| Peer::http(None), |c| c.0.clone())
 }
 
 /// `Authorization: Basic <base64(user:password)>`, if the request carries one.
@@ -87,8 +117,16 @@ fn basic_auth(parts: &Parts) -> Option<(String, String)> {
     Some((user.to_owned(), password.to_owned()))
 }
 
-/// The access level of the request in `parts`.
-pub async fn access_of(parts: &Parts, api: &Shared) -> Option<Access> {
+/// The caller of a request, when it is somebody: who, and with which access.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub user: User,
+    pub access: Access,
+}
+
+/// The caller of the request in `parts`: the identity its credentials name, else the local
+/// user's default access; `None` for an anonymous TCP client.
+pub async fn caller_of(parts: &Parts, api: &Shared) -> Option<Caller> {
     let peer = peer(parts);
     let creds = Credentials {
         uid: peer.uid,
@@ -100,38 +138,74 @@ pub async fn access_of(parts: &Parts, api: &Shared) -> Option<Access> {
     };
     let named = match api.state.identity_candidate(&creds) {
         Candidate::None => None,
-        Candidate::Matched { access, .. } => Some(access),
-        Candidate::Password { access, hash, .. } => {
+        Candidate::Matched { name, access } => match &creds.cert {
+            // Certificate identities can be added by hand: the one presented must also be a
+            // self-signed client certificate in its own right.
+            Some(cert) => match identities::verify_self_signed(cert, jiff::ZonedDateTime::now()) {
+                Ok(()) => Some((name, access)),
+                Err(error) => {
+                    logging::security(SecurityEvent::CertificateNotVerified {
+                        name: &name,
+                        error: &error,
+                    });
+                    None
+                }
+            },
+            None => Some((name, access)),
+        },
+        Candidate::Password { name, access, hash } => {
             let password = creds.basic.map(|(_, p)| p).unwrap_or_default();
             let verified =
                 tokio::task::spawn_blocking(move || identities::verify_password(&password, &hash))
                     .await
                     .unwrap_or(false);
-            verified.then_some(access)
+            verified.then_some((name, access))
         }
     };
-    let access = named.or_else(|| identities::default_access(peer.uid, cobble_sys::current_uid()));
-    match peer.transport {
-        Transport::Http => access.map(|a| a.min(Access::Metrics)),
-        Transport::Unix | Transport::Https => access,
+    if let Some((name, access)) = named {
+        return Some(Caller {
+            user: User::named(name),
+            access,
+        });
+    }
+    let access = identities::default_access(peer.uid, cobble_sys::current_uid())?;
+    Some(Caller {
+        user: User::uid(peer.uid),
+        access,
+    })
+}
+
+/// Whether `access` over `transport` may use an endpoint that needs `need` (Pebble's
+/// `MetricsAccess`, `UserAccess` and `AdminAccess`).
+pub fn allowed(need: Access, transport: Transport, access: Access) -> bool {
+    match need {
+        Access::Untrusted => true,
+        Access::Metrics if transport == Transport::Http => access == Access::Metrics,
+        _ if !transport.is_concealed() => false,
+        Access::Metrics => access >= Access::Metrics,
+        Access::Read => access >= Access::Read,
+        Access::Admin => access == Access::Admin,
     }
 }
 
 /// Grants the request `need`, or logs and answers the refusal.
 async fn require(parts: &Parts, api: &Shared, need: Access) -> Result<User, ApiError> {
-    match access_of(parts, api).await {
-        Some(access) if access >= need => Ok(User(peer(parts).uid)),
-        _ => Err(refuse(parts)),
+    let transport = peer(parts).transport;
+    match caller_of(parts, api).await {
+        Some(caller) if allowed(need, transport, caller.access) => Ok(caller.user),
+        caller => Err(refuse(parts, caller.as_ref())),
     }
 }
 
-/// Logs the refusal of the request in `parts` and makes its answer.
-fn refuse(parts: &Parts) -> ApiError {
-    logging::security(SecurityEvent::AuthzFail {
-        user: User(peer(parts).uid),
-        method: parts.method.as_str(),
-        path: parts.uri.path(),
-    });
+/// Logs the refusal of the request in `parts`, when somebody known made it (as Pebble logs
+/// `authz_fail` only for a known user), and makes its answer.
+fn refuse(parts: &Parts, caller: Option<&Caller>) -> ApiError {
+    if let Some(caller) = caller {
+        logging::security(SecurityEvent::AuthzFail {
+            user: &caller.user,
+            path: parts.uri.path(),
+        });
+    }
     ApiError::unauthorized()
 }
 
@@ -145,8 +219,9 @@ pub enum PairingWindow {}
 impl FromRequestParts<Shared> for PairingWindow {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, _: &Shared) -> Result<Self, ApiError> {
-        Err(refuse(parts))
+    async fn from_request_parts(parts: &mut Parts, api: &Shared) -> Result<Self, ApiError> {
+        let caller = caller_of(parts, api).await;
+        Err(refuse(parts, caller.as_ref()))
     }
 }
 
@@ -173,5 +248,43 @@ impl FromRequestParts<Shared> for Admin {
         require(parts, api, Access::Admin)
             .await
             .map(|user| Admin { user })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transport_decides_as_pebble_does() {
+        use Access::*;
+        use Transport::*;
+        // (need, transport, access) -> allowed
+        let table = [
+            (Metrics, Http, Metrics, true),
+            (Metrics, Http, Read, false),
+            (Metrics, Http, Admin, false),
+            (Metrics, Http, Untrusted, false),
+            (Read, Http, Admin, false),
+            (Admin, Http, Admin, false),
+            (Untrusted, Http, Untrusted, true),
+            (Metrics, Unix, Metrics, true),
+            (Metrics, Unix, Read, true),
+            (Metrics, Https, Admin, true),
+            (Metrics, Unix, Untrusted, false),
+            (Read, Unix, Metrics, false),
+            (Read, Unix, Read, true),
+            (Read, Https, Admin, true),
+            (Admin, Unix, Read, false),
+            (Admin, Https, Admin, true),
+            (Admin, Unix, Untrusted, false),
+        ];
+        for (need, transport, access, expected) in table {
+            assert_eq!(
+                allowed(need, transport, access),
+                expected,
+                "{need:?} over {transport:?} with {access:?}"
+            );
+        }
     }
 }

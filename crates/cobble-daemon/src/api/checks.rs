@@ -40,10 +40,14 @@ fn check_info(view: &CheckView) -> CheckInfo {
         }
         .into(),
         status: view.status.as_str().into(),
-        successes: view.successes,
+        successes: Some(view.successes),
         failures: u64::from(view.failures),
         threshold: u64::from(view.threshold),
         change_id: view.change_id.map(|id| id.to_string()).unwrap_or_default(),
+        prev_change_id: view
+            .prev_change_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
     }
 }
 
@@ -102,7 +106,7 @@ pub async fn post_checks(
         // Every named check is audited, whether or not it exists or is running.
         for check in &request.checks {
             logging::security(SecurityEvent::MonitorDisabled {
-                user: admin.user,
+                user: &admin.user,
                 check,
             });
         }

@@ -28,7 +28,7 @@ pub async fn post_exec(
             }
         })?;
     logging::security(SecurityEvent::Exec {
-        user: admin.user,
+        user: &admin.user,
         command: &program,
     });
     Ok(async_change_with(started.change_id, started.result))

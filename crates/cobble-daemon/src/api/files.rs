@@ -35,7 +35,7 @@ pub async fn get_files(
             }
             for path in &paths {
                 logging::security(SecurityEvent::PullFile {
-                    user: admin.user,
+                    user: &admin.user,
                     path,
                 });
             }
@@ -120,7 +120,7 @@ pub async fn post_files(
             let audit = |files: &[WriteFilesItem]| {
                 for file in files {
                     logging::security(SecurityEvent::PushFile {
-                        user: admin.user,
+                        user: &admin.user,
                         path: &file.path,
                     });
                 }

@@ -45,21 +45,21 @@ pub async fn post_identities(
         })?;
     for (name, access) in &applied.created {
         logging::security(SecurityEvent::UserCreated {
-            user: admin.user,
+            user: &admin.user,
             name,
             access: access.as_str(),
         });
     }
     for (name, access) in &applied.updated {
         logging::security(SecurityEvent::UserUpdated {
-            user: admin.user,
+            user: &admin.user,
             name,
             access: access.as_str(),
         });
     }
     for name in &applied.deleted {
         logging::security(SecurityEvent::UserDeleted {
-            user: admin.user,
+            user: &admin.user,
             name,
         });
     }
@@ -75,11 +75,14 @@ fn sync_without_result() -> Response {
         #[serde(rename = "status-code")]
         status_code: u16,
         status: &'static str,
+        #[serde(rename = "latest-warning", skip_serializing_if = "Option::is_none")]
+        latest_warning: Option<String>,
     }
     let body = serde_json::to_vec(&Empty {
         kind: "sync",
         status_code: 200,
         status: "OK",
+        latest_warning: super::latest_warning("sync"),
     })
     .expect("a fixed envelope serialises");
     let mut response = (StatusCode::OK, body).into_response();

@@ -16,6 +16,7 @@ mod logs;
 mod notices;
 mod pairing;
 mod query;
+pub mod request_log;
 pub mod serve;
 mod services;
 mod system;
@@ -170,6 +171,7 @@ fn envelope<T: Serialize>(
         status: status.canonical_reason().unwrap_or("").into(),
         change,
         result,
+        latest_warning: latest_warning(kind),
     };
     // The envelope's own fields take well under 128 bytes.
     let mut bytes = Vec::with_capacity(128 + result_size);
@@ -180,6 +182,15 @@ fn envelope<T: Serialize>(
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// The `latest-warning` of an answer: the time a warning last repeated, on every answer but
+/// an error, once there is a warning.
+pub fn latest_warning(kind: &str) -> Option<String> {
+    if kind == "error" {
+        return None;
+    }
+    crate::state::notices::latest_warning().map(crate::state::format_rfc3339_nano)
 }
 
 /// How much of a body over [`MAX_BODY`] is read and thrown away before the 400 goes out.

@@ -50,7 +50,9 @@ impl FromRequestParts<Shared> for Requester {
             })?;
         // Admin as the access rules decide it (an identity may grant or withhold it), not
         // by uid alone.
-        let admin = super::access::access_of(parts, api).await == Some(Access::Admin);
+        let admin = super::access::caller_of(parts, api)
+            .await
+            .is_some_and(|caller| caller.access == Access::Admin);
         Ok(Requester { uid, admin })
     }
 }

@@ -65,6 +65,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::request_log::{self, Logged};
 use super::{Peer, Transport};
 
 /// Who is on the other end of an accepted connection.
@@ -74,17 +75,20 @@ pub trait PeerOf {
 
 impl PeerOf for UnixStream {
     fn peer(&self) -> Peer {
+        let cred = self.peer_cred().ok();
         Peer {
-            uid: self.peer_cred().ok().map(|c| c.uid()),
+            uid: cred.map(|c| c.uid()),
+            pid: cred.and_then(|c| c.pid()),
             transport: Transport::Unix,
             cert: None,
+            addr: None,
         }
     }
 }
 
 impl PeerOf for TcpStream {
     fn peer(&self) -> Peer {
-        Peer::http()
+        Peer::http(self.peer_addr().ok())
     }
 }
 
@@ -631,9 +635,9 @@ pub async fn serve_tls(
     let mut counters = Counters::default();
     let connections = TaskTracker::new();
     loop {
-        let tcp = tokio::select! {
+        let (tcp, addr) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::debug!("Cannot accept HTTPS connection: {e}");
                     // Out of descriptors, say: let some close before trying again.
@@ -645,8 +649,10 @@ pub async fn serve_tls(
         };
         let peer = Peer {
             uid: None,
+            pid: None,
             transport: Transport::Https,
             cert: None,
+            addr: Some(addr),
         };
         let admitted = admission.admit(None);
         counters.count(&admitted, &peer, cap);
@@ -668,7 +674,7 @@ pub async fn serve_tls(
                 },
                 () = slot.evict.notified() => return,
             };
-            let cert = crate::tls::trusted_client_cert(tls.get_ref().1.peer_certificates());
+            let cert = crate::tls::client_cert(tls.get_ref().1.peer_certificates());
             let service = PeerService {
                 router,
                 peer: Peer { cert, ..peer },
@@ -759,7 +765,7 @@ struct PeerService {
 impl hyper::service::Service<hyper::Request<Incoming>> for PeerService {
     type Response = Response;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+    type Future = Logged<Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>>;
 
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
         // A small body is read before routing (see `read_small_bodies_first`): the request
@@ -782,12 +788,14 @@ impl hyper::service::Service<hyper::Request<Incoming>> for PeerService {
             slot.on_request_complete();
             request.map(Body::new)
         };
+        // Begun before routing, so that the time logged includes reading the body.
+        let started = request_log::start(&request, &self.peer);
         request
             .extensions_mut()
             .insert(ConnectInfo(self.peer.clone()));
         let mut router = self.router.clone();
         let answer = tower_service::Service::call(&mut router, request);
-        Box::pin(async move {
+        let answer = Box::pin(async move {
             let response = answer.await?;
             Ok(response.map(|body| {
                 Body::new(Answering {
@@ -795,7 +803,8 @@ impl hyper::service::Service<hyper::Request<Incoming>> for PeerService {
                     _answered: Answered(slot),
                 })
             }))
-        })
+        });
+        Logged::new(answer, started)
     }
 }
 

@@ -115,7 +115,7 @@ pub async fn post_layers(
     let layer = Layer::parse(0, &request.label, &request.layer)
         .map_err(|e| ApiError::bad_request(format!("cannot parse layer YAML: {e}")))?;
     logging::security(SecurityEvent::AddLayer {
-        user: admin.user,
+        user: &admin.user,
         label: &request.label,
     });
     api.plan

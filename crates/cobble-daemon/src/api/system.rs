@@ -12,6 +12,7 @@ pub async fn system_info(State(api): State<Shared>) -> Response {
         boot_id: api.boot_id.clone(),
         http_address: api.http_address.clone().unwrap_or_default(),
         https_address: api.https_address.clone().unwrap_or_default(),
-        version: crate::VERSION.into(),
+        version: cobble_client::PEBBLE_VERSION.into(),
+        cobble_version: crate::VERSION.into(),
     })
 }

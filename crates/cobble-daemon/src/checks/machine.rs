@@ -90,10 +90,10 @@ impl CheckRun {
                 self.failures += 1;
                 if self.failures >= self.threshold {
                     self.phase = Phase::Recover;
-                    // The failing task's last entry is the bare error, as Pebble's task
-                    // runner logs a handler's returned error.
+                    // The failing task's last entry is the error with its details, as
+                    // Pebble (since v1.29) returns it for its task runner to log.
                     vec![Effect::ThresholdHit {
-                        error: error.message.clone(),
+                        error: error.log_text(),
                     }]
                 } else {
                     vec![Effect::LogError(error.log_text())]
@@ -175,7 +175,7 @@ mod tests {
         assert_eq!(
             run.record(Err(&fail("exit status 2", "last line"))),
             vec![Effect::ThresholdHit {
-                error: "exit status 2".into()
+                error: "exit status 2; last line".into()
             }]
         );
         assert!(run.is_down());

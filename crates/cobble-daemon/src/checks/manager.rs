@@ -502,6 +502,7 @@ impl Actor {
                     failures: 0,
                     threshold: run.threshold,
                     change_id: Some(change_id),
+                    prev_change_id: None,
                     success_count,
                     failure_count,
                     action_count,
@@ -518,6 +519,7 @@ impl Actor {
             generation,
             run,
             change_id,
+            prev_change_id: None,
             task_id,
             shared: self.shared.clone(),
         };
@@ -573,6 +575,7 @@ impl Actor {
                     failures: 0,
                     threshold: config.threshold(),
                     change_id: None,
+                    prev_change_id: None,
                     success_count,
                     failure_count,
                     action_count,

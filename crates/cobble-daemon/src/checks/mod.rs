@@ -99,6 +99,10 @@ pub struct CheckView {
     pub threshold: u32,
     /// The perform-check or recover-check change driving the check; `None` when inactive.
     pub change_id: Option<u64>,
+    /// The change that drove the check before `change_id`: the perform-check that failed
+    /// into the current recover-check, or the recover-check that recovered into the current
+    /// perform-check. Kept when the check stops; `None` for a fresh start.
+    pub prev_change_id: Option<u64>,
     /// Successful runs since the daemon started (for metrics).
     pub success_count: u64,
     /// Failed runs since the daemon started (for metrics).

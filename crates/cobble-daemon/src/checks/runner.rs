@@ -73,6 +73,8 @@ pub struct Runner {
     pub run: CheckRun,
     /// The change currently driving the check.
     pub change_id: u64,
+    /// The change that drove it before, once the check has failed or recovered.
+    pub prev_change_id: Option<u64>,
     /// That change's one task.
     pub task_id: u64,
     /// Store and snapshot.
@@ -151,6 +153,7 @@ impl Runner {
                         self.run.threshold
                     );
                     actions_fired += 1;
+                    self.prev_change_id = Some(self.change_id);
                     (self.change_id, self.task_id) =
                         new_check_change(store, RECOVER_CHECK, &self.config);
                 }
@@ -167,6 +170,7 @@ impl Runner {
                 }
                 Effect::Recovered => {
                     store.set_task_status(self.task_id, Status::Done);
+                    self.prev_change_id = Some(self.change_id);
                     (self.change_id, self.task_id) =
                         new_check_change(store, PERFORM_CHECK, &self.config);
                 }
@@ -207,6 +211,7 @@ impl Runner {
                 failures: 0,
                 threshold: self.run.threshold,
                 change_id: None,
+                prev_change_id: None,
                 success_count: 0,
                 failure_count: 0,
                 action_count: 0,
@@ -222,6 +227,7 @@ impl Runner {
         view.successes = self.run.successes;
         view.failures = self.run.failures;
         view.change_id = Some(self.change_id);
+        view.prev_change_id = self.prev_change_id;
         view
     }
 
@@ -249,6 +255,7 @@ impl Runner {
             view.successes = self.run.successes;
             view.failures = self.run.failures;
             view.change_id = Some(self.change_id);
+            view.prev_change_id = self.prev_change_id;
             extra(view);
             true
         });

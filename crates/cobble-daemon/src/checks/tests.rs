@@ -254,7 +254,7 @@ async fn threshold_fires_the_action_and_refires_while_down_and_recovery_starts_a
         failed.err,
         "cannot perform the following tasks:\n\
          - Perform exec check \"chk\" (exit status 3; last line)\n\
-         - Perform exec check \"chk\" (exit status 3)"
+         - Perform exec check \"chk\" (exit status 3; last line)"
     );
     assert_ne!(view.change_id, perform);
     let recover = h.change(view.change_id);
@@ -306,6 +306,47 @@ async fn threshold_fires_the_action_and_refires_while_down_and_recovery_starts_a
     h.set("chk", Outcome::Fail("exit status 3", ""));
     pass(20.0).await;
     assert_eq!(h.firing(), Firing::from([("chk".into(), 3)]));
+}
+
+/// Pebble's `prev-change-id`: the change before the current one, through a failure, a
+/// recovery and a stop; a fresh start has none.
+#[tokio::test(start_paused = true)]
+async fn the_previous_change_is_the_one_the_check_failed_or_recovered_from() {
+    let mut config = check("chk");
+    config.threshold = 1;
+    let h = Harness::new(vec![config]);
+    h.set("chk", Outcome::Pass);
+    pass(10.5).await;
+    let first = h.view("chk").await;
+    assert_eq!(first.prev_change_id, None);
+
+    h.set("chk", Outcome::Fail("exit status 1", ""));
+    pass(10.0).await;
+    let down = h.view("chk").await;
+    assert_eq!(down.status, CheckStatus::Down);
+    assert_eq!(down.prev_change_id, first.change_id);
+
+    h.set("chk", Outcome::Pass);
+    pass(10.0).await;
+    let up = h.view("chk").await;
+    assert_eq!(up.status, CheckStatus::Up);
+    assert_eq!(up.prev_change_id, down.change_id);
+
+    h.manager
+        .act(CheckAction::Stop, vec!["chk".into()])
+        .await
+        .unwrap();
+    let stopped = h.view("chk").await;
+    assert_eq!(
+        (stopped.change_id, stopped.prev_change_id),
+        (None, down.change_id)
+    );
+
+    h.manager
+        .act(CheckAction::Start, vec!["chk".into()])
+        .await
+        .unwrap();
+    assert_eq!(h.view("chk").await.prev_change_id, None);
 }
 
 fn recover_id(change: &ChangeInfo) -> Option<u64> {

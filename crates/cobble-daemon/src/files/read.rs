@@ -127,6 +127,8 @@ fn finish(
         status: "OK".into(),
         change: None,
         result: results,
+        // A file read's answer is Pebble's own multipart writer, which carries no warnings.
+        latest_warning: None,
     };
     let mut json = serde_json::to_vec(&envelope).expect("results serialise");
     json.push(b'\n');

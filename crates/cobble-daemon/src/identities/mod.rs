@@ -453,6 +453,86 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
             .is_ok()
 }
 
+/// Checks a client certificate the way Pebble does once it equals a `cert` identity's: as
+/// a self-signed root of its own (so neither an issuer nor CA constraints matter) that is
+/// valid at `now` and usable for client authentication. The error is Go's `x509` wording,
+/// which Pebble puts in its security event.
+pub fn verify_self_signed(der: &[u8], now: jiff::ZonedDateTime) -> Result<(), String> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    /// Extensions Go's parser understands; any other marked critical fails verification.
+    const HANDLED: &[&str] = &[
+        "2.5.29.14",
+        "2.5.29.15",
+        "2.5.29.17",
+        "2.5.29.19",
+        "2.5.29.30",
+        "2.5.29.31",
+        "2.5.29.32",
+        "2.5.29.33",
+        "2.5.29.35",
+        "2.5.29.36",
+        "2.5.29.37",
+        "2.5.29.54",
+        "1.3.6.1.5.5.7.1.1",
+    ];
+    let (_, cert) =
+        X509Certificate::from_der(der).map_err(|_| "x509: malformed certificate".to_owned())?;
+    if cert
+        .extensions()
+        .iter()
+        .any(|ext| ext.critical && !HANDLED.contains(&ext.oid.to_id_string().as_str()))
+    {
+        return Err("x509: unhandled critical extension".into());
+    }
+    let validity = cert.validity();
+    let utc = |seconds: i64| {
+        jiff::Timestamp::from_second(seconds)
+            .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .unwrap_or_default()
+    };
+    let local = || {
+        if now.offset() == jiff::tz::Offset::UTC {
+            now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+        } else {
+            now.strftime("%Y-%m-%dT%H:%M:%S%:z").to_string()
+        }
+    };
+    let at = |seconds: i64| jiff::Timestamp::from_second(seconds).unwrap_or(jiff::Timestamp::MAX);
+    let (not_before, not_after) = (
+        validity.not_before.timestamp(),
+        validity.not_after.timestamp(),
+    );
+    if now.timestamp() < at(not_before) {
+        return Err(format!(
+            "x509: certificate has expired or is not yet valid: current time {} is before {}",
+            local(),
+            utc(not_before)
+        ));
+    }
+    if now.timestamp() > at(not_after) {
+        return Err(format!(
+            "x509: certificate has expired or is not yet valid: current time {} is after {}",
+            local(),
+            utc(not_after)
+        ));
+    }
+    if let Ok(Some(usage)) = cert.extended_key_usage() {
+        let usage = usage.value;
+        let listed = usage.any
+            || usage.server_auth
+            || usage.client_auth
+            || usage.code_signing
+            || usage.email_protection
+            || usage.time_stamping
+            || usage.ocsp_signing
+            || !usage.other.is_empty();
+        if listed && !usage.any && !usage.client_auth {
+            return Err("x509: certificate specifies an incompatible key usage".into());
+        }
+    }
+    Ok(())
+}
+
 /// The access of a peer no identity names: root and the daemon's own user administer,
 /// other local users read, and a peer without a uid (TCP) gets nothing.
 pub fn default_access(uid: Option<u32>, daemon_uid: u32) -> Option<Access> {

@@ -236,3 +236,61 @@ fn defaults_without_an_identity() {
     assert_eq!(default_access(Some(1001), 1000), Some(Access::Read));
     assert_eq!(default_access(None, 1000), None);
 }
+
+/// A self-signed certificate with these key usages, valid from `not_before` to `not_after`
+/// (seconds since the epoch).
+fn self_signed(
+    usages: Vec<rcgen::ExtendedKeyUsagePurpose>,
+    not_before: i64,
+    not_after: i64,
+) -> Vec<u8> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let mut params = rcgen::CertificateParams::new(vec![]).unwrap();
+    params.extended_key_usages = usages;
+    params.not_before =
+        rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(not_before as u64);
+    params.not_after =
+        rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(not_after as u64);
+    params.self_signed(&key).unwrap().der().to_vec()
+}
+
+fn utc(text: &str) -> jiff::ZonedDateTime {
+    text.parse::<jiff::Timestamp>()
+        .unwrap()
+        .to_zoned_datetime(jiff::tz::TimeZone::UTC)
+}
+
+#[test]
+fn a_stored_certificate_verifies_as_go_verifies_a_self_signed_client_root() {
+    use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+    // 2026-01-01T00:00:00Z to 2027-01-01T00:00:00Z.
+    let (from, to) = (1_767_225_600, 1_798_761_600);
+    let now = utc("2026-06-01T12:00:00Z");
+    assert_eq!(
+        verify_self_signed(&self_signed(vec![ClientAuth], from, to), now.clone()),
+        Ok(())
+    );
+    assert_eq!(
+        verify_self_signed(&self_signed(vec![], from, to), now.clone()),
+        Ok(())
+    );
+    assert_eq!(
+        verify_self_signed(&self_signed(vec![ServerAuth], from, to), now.clone()),
+        Err("x509: certificate specifies an incompatible key usage".into())
+    );
+    assert_eq!(
+        verify_self_signed(&self_signed(vec![ClientAuth], from, to), utc("2027-01-01T00:00:01Z")),
+        Err("x509: certificate has expired or is not yet valid: current time 2027-01-01T00:00:01Z is after 2027-01-01T00:00:00Z".into())
+    );
+    assert_eq!(
+        verify_self_signed(&self_signed(vec![ClientAuth], from, to), utc("2025-12-31T23:59:59Z")),
+        Err("x509: certificate has expired or is not yet valid: current time 2025-12-31T23:59:59Z is before 2026-01-01T00:00:00Z".into())
+    );
+    let zoned = "2027-01-01T02:00:01+02:00[Europe/Athens]"
+        .parse::<jiff::ZonedDateTime>()
+        .unwrap();
+    assert_eq!(
+        verify_self_signed(&self_signed(vec![ClientAuth], from, to), zoned),
+        Err("x509: certificate has expired or is not yet valid: current time 2027-01-01T02:00:01+02:00 is after 2027-01-01T00:00:00Z".into())
+    );
+}

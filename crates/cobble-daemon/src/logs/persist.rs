@@ -21,7 +21,7 @@ use std::sync::{Arc, Condvar, Mutex, Once, OnceLock};
 use jiff::Timestamp;
 
 use crate::services::logbuf::LogEntry;
-use crate::state::format_utc_millis;
+use crate::state::append_utc_millis;
 
 /// Bytes of formatted lines waiting for the writer, across all services.
 const QUEUE_BYTES: usize = 4 * 1024 * 1024;
@@ -213,7 +213,7 @@ impl PersistTarget {
 }
 
 fn format_line(buf: &mut Vec<u8>, time: Timestamp, service: &str, line: &str) {
-    buf.extend_from_slice(format_utc_millis(time).as_bytes());
+    append_utc_millis(buf, time);
     buf.extend_from_slice(b" [");
     buf.extend_from_slice(service.as_bytes());
     buf.extend_from_slice(b"] ");

@@ -30,7 +30,7 @@ use jiff::Timestamp;
 use tokio::sync::Notify;
 
 use crate::logs::persist::PersistTarget;
-use crate::state::format_utc_millis;
+use crate::state::append_utc_millis;
 
 /// Bytes of output kept per service.
 pub const MAX_LOG_BYTES: usize = 100 * 1024;
@@ -514,7 +514,7 @@ pub fn format_lines(split: &Split<'_>, service: &str, out: &mut Vec<u8>) {
         };
         if prefix_time != Some(time) {
             prefix.clear();
-            prefix.extend_from_slice(format_utc_millis(time).as_bytes());
+            append_utc_millis(&mut prefix, time);
             prefix.extend_from_slice(b" [");
             prefix.extend_from_slice(service.as_bytes());
             prefix.extend_from_slice(b"] ");

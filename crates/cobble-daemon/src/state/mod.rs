@@ -69,8 +69,8 @@ pub use notices::{Notice, NoticeFilter, NoticeType, Occurrence};
 pub use persist::{COALESCE_WINDOW, FlushError, PersistError, Persister, load, write_state_file};
 pub use smallmap::SmallMap;
 pub use timefmt::{
-    format_rfc3339_nano, format_rfc3339_nano_utc, format_rfc3339_secs, format_utc_millis,
-    format_utc_secs,
+    append_utc_millis, format_rfc3339_nano, format_rfc3339_nano_utc, format_rfc3339_secs,
+    format_utc_millis, format_utc_secs,
 };
 
 use std::collections::BTreeMap;
@@ -346,6 +346,13 @@ impl StateStore {
     pub fn new(mut data: StateData) -> StateStore {
         close_unfinished(&mut data);
         notices::prune(&mut data, Timestamp::now());
+        for warning in data
+            .notices
+            .values()
+            .filter(|n| n.kind == NoticeType::Warning)
+        {
+            notices::note_warning(warning.last_repeated);
+        }
         let (version, _) = watch::channel(0);
         let durable = Durable {
             version: 0,
@@ -813,7 +820,26 @@ impl StateStore {
     /// Records an occurrence of a notice; returns its ID. Nobody is told the ID: a caller
     /// that tells a client uses [`StateStore::add_notice_recorded`].
     pub fn add_notice(&self, occurrence: Occurrence) -> u64 {
-        self.mutate(|d| notices::add(d, occurrence, Timestamp::now()).0)
+        let warning = occurrence.kind == NoticeType::Warning;
+        self.mutate(|d| {
+            let (id, _) = notices::add(d, occurrence, Timestamp::now());
+            if warning && let Some(notice) = d.notices.get(&id) {
+                notices::note_warning(notice.last_repeated);
+            }
+            id
+        })
+    }
+
+    /// Records a warning for the user (Pebble's `Warnf`): a public `warning` notice whose key
+    /// is the message, repeating at most once a day. `cobble warnings` lists it.
+    pub fn add_warning(&self, message: &str) -> u64 {
+        self.add_notice(Occurrence {
+            user_id: None,
+            kind: NoticeType::Warning,
+            key: message.to_owned(),
+            data: BTreeMap::new(),
+            repeat_after: notices::WARNING_REPEAT_AFTER,
+        })
     }
 
     /// Records an occurrence of a notice and returns its ID once it is on disk. When the
@@ -1101,9 +1127,10 @@ fn render_task(t: &Task) -> TaskInfo {
         summary: t.summary.clone(),
         status: t.status.as_str().into(),
         log: t.log.clone(),
+        // Pebble's progress of a task that sets none: 0/1 until it starts, 1/1 from then on.
         progress: TaskProgress {
             label: String::new(),
-            done: u64::from(t.status.is_ready()),
+            done: u64::from(t.status != Status::Do),
             total: 1,
         },
         spawn_time: format_rfc3339_nano(t.spawn_time),

@@ -12,6 +12,7 @@
 //! current time under its lock.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use cobble_client::types::NoticeInfo;
@@ -27,6 +28,25 @@ pub const NOTICE_EXPIRE_AFTER: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const MAX_NOTICES: usize = 1000;
 /// How often one warning may repeat.
 pub const WARNING_REPEAT_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// The latest `last-repeated` of any warning, in nanoseconds since the epoch (0: none),
+/// which every answer of the API carries as `latest-warning`. Process-wide, as the daemon is
+/// one per process: reading it costs an atomic load, not the store's lock.
+static LATEST_WARNING: AtomicI64 = AtomicI64::new(0);
+
+/// Records that a warning repeated at `at`.
+pub fn note_warning(at: Timestamp) {
+    let nanos = i64::try_from(at.as_nanosecond()).unwrap_or(i64::MAX);
+    LATEST_WARNING.fetch_max(nanos, Ordering::Relaxed);
+}
+
+/// When a warning last repeated, if one ever did.
+pub fn latest_warning() -> Option<Timestamp> {
+    match LATEST_WARNING.load(Ordering::Relaxed) {
+        0 => None,
+        nanos => Timestamp::from_nanosecond(i128::from(nanos)).ok(),
+    }
+}
 
 /// What a notice is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

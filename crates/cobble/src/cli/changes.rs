@@ -5,6 +5,7 @@ use cobble_client::types::ChangeInfo;
 use cobble_client::{ChangeSelector, Client};
 
 use super::format::tabulate;
+use super::structured::{self, Fields, Format, Value};
 use super::times::TimeFormatter;
 use super::{Output, program_name, write_all};
 
@@ -15,6 +16,9 @@ pub struct ChangesArgs {
     /// 60 days, then YYYY-MM-DD.
     #[arg(long)]
     abs_time: bool,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     /// Only changes that concern this service.
     #[arg(value_name = "service")]
     service: Option<String>,
@@ -32,11 +36,22 @@ pub async fn execute(args: ChangesArgs, client: &Client, out: &mut Output) -> an
     if service == "everything" {
         return write_all(out, "Yes, yes it does.\n");
     }
-    let changes = client
+    let mut changes = client
         .changes(ChangeSelector::All, args.service.as_deref())
         .await?;
+    sort_by_spawn_time(&mut changes);
+    if !args.format.is_text() {
+        let list = changes
+            .iter()
+            .map(|c| structured::change(c, args.format))
+            .collect();
+        let value = Fields::new().field("changes", Value::Seq(list)).build();
+        return args.format.write(out, &value);
+    }
     if changes.is_empty() {
-        anyhow::bail!("no changes found");
+        // Not an error: Pebble says so on stderr and exits 0.
+        eprintln!("no changes found");
+        return Ok(());
     }
     write_all(out, &table(changes, &TimeFormatter::new(args.abs_time)))
 }

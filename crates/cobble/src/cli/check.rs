@@ -1,38 +1,25 @@
-//! `check [--refresh] <check>`: one check's details as YAML.
+//! `check [--refresh] [--format=text|json|yaml] <check>`: one check's details, and while it
+//! fails the log of the change that runs it (or, when that has none yet, of the change before).
+//! The text format is the YAML.
 
 use clap::Args;
 use cobble_client::Client;
-use serde::Serialize;
 
-use super::{Output, write_all};
+use super::Output;
+use super::structured::{self, Fields, Format, Value};
 
 /// Arguments of `check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// Run the check immediately.
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Run the check immediately
     #[arg(long)]
     refresh: bool,
     /// The check to show.
     #[arg(required = true, value_name = "check")]
     check: String,
-}
-
-/// The fields Pebble's `check` prints, in its order.
-#[derive(Debug, Serialize)]
-struct CheckDetails {
-    name: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    level: String,
-    startup: String,
-    status: String,
-    failures: u64,
-    threshold: u64,
-    #[serde(rename = "change-id", skip_serializing_if = "String::is_empty")]
-    change_id: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    error: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    logs: String,
 }
 
 /// Runs `check`.
@@ -43,30 +30,45 @@ pub async fn execute(args: CheckArgs, client: &Client, out: &mut Output) -> anyh
     } else {
         let checks = client.checks("", std::slice::from_ref(&args.check)).await?;
         let Some(info) = checks.into_iter().next() else {
-            anyhow::bail!("cannot find check \"{}\"", args.check);
+            anyhow::bail!("cannot find check {}", cobble_plan::go_quote(&args.check));
         };
         (info, String::new())
     };
     let mut logs = String::new();
-    if !error.is_empty() && !info.change_id.is_empty() {
-        let change = client.change(&info.change_id).await?;
-        if let Some(task) = change.tasks.first() {
-            for entry in &task.log {
-                logs.push_str(entry);
-                logs.push('\n');
-            }
+    if (info.failures > 0 || !error.is_empty()) && !info.change_id.is_empty() {
+        logs = task_logs(client, &info.change_id).await?;
+        if logs.is_empty() && !info.prev_change_id.is_empty() {
+            logs = task_logs(client, &info.prev_change_id).await?;
         }
     }
-    let details = CheckDetails {
-        name: info.name,
-        level: info.level,
-        startup: info.startup,
-        status: info.status,
-        failures: info.failures,
-        threshold: info.threshold,
-        change_id: info.change_id,
-        error,
-        logs,
+    // Pebble's `checkInfo`: the client's `CheckInfo` inlined, then `error` and `logs`.
+    let value = Fields::new()
+        .inline(structured::check(&info))
+        .some(
+            "error",
+            (!error.is_empty()).then(|| Value::Str(error.clone())),
+        )
+        .some("logs", (!logs.is_empty()).then_some(Value::Str(logs)))
+        .build();
+    let format = match args.format {
+        Format::Text => Format::Yaml,
+        other => other,
     };
-    write_all(out, &serde_saphyr::to_string(&details)?)
+    format.write(out, &value)
+}
+
+/// Every log line of a change's first task, each ending in a newline.
+async fn task_logs(client: &Client, change_id: &str) -> anyhow::Result<String> {
+    let change = client
+        .change(change_id)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot get task logs for change {change_id}: {e}"))?;
+    let mut logs = String::new();
+    if let Some(task) = change.tasks.first() {
+        for entry in &task.log {
+            logs.push_str(entry);
+            logs.push('\n');
+        }
+    }
+    Ok(logs)
 }

@@ -195,7 +195,9 @@ pub fn execute(args: EnterArgs, groups: Vec<Vec<String>>) -> ExitCode {
 fn run_subcommand(command: Command, client: &Client) -> anyhow::Result<Option<i32>> {
     match command {
         Command::Exec(args) => exec::run(args, client).map(Some),
-        Command::Version(args) if args.client => version::print_client_only().map(|()| None),
+        Command::Version(args) if args.client => {
+            version::print_client_only(args.format).map(|()| None)
+        }
         other => run_command(client, move |client, out| {
             Box::pin(dispatch(other, client, out))
         })

@@ -57,8 +57,8 @@ const CATEGORIES: &[(&str, &str, &[&str])] = &[
     ),
     (
         "Notices",
-        "manage notices",
-        &["okay", "notices", "notice", "notify"],
+        "manage notices and warnings",
+        &["warnings", "okay", "notices", "notice", "notify"],
     ),
 ];
 
@@ -186,7 +186,7 @@ mod tests {
                 "{name} is not a command"
             );
         }
-        for sub in command.get_subcommands() {
+        for sub in command.get_subcommands().filter(|c| !c.is_hide_set()) {
             assert!(
                 listed.contains(&sub.get_name()),
                 "{} is not listed",

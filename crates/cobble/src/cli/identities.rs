@@ -11,19 +11,23 @@ use cobble_client::Client;
 use cobble_client::identities::{IdentitiesFile, Identity};
 
 use super::format::tabulate;
+use super::structured::{self, Fields, Format, Value};
 use super::{Output, write_all};
 
 /// Arguments of `identities`.
 #[derive(Debug, Args)]
 pub struct IdentitiesArgs {
-    /// Output format: "text" (default), "json", or "yaml".
-    #[arg(long, default_value = "")]
-    format: String,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
 }
 
 /// Arguments of `identity`.
 #[derive(Debug, Args)]
 pub struct IdentityArgs {
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     /// The identity to show.
     #[arg(value_name = "<name>")]
     name: String,
@@ -50,33 +54,26 @@ pub struct UpdateArgs {
 
 /// Runs `identities`.
 pub async fn list(args: IdentitiesArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
-    if !matches!(args.format.as_str(), "" | "text" | "json" | "yaml") {
-        bail!(
-            "invalid output format (expected \"text\", \"json\", or \"yaml\", not {:?})",
-            args.format
-        );
-    }
     let identities = client.identities().await?;
+    if !args.format.is_text() {
+        let by_name = identities
+            .iter()
+            .map(|(name, identity)| (name.clone(), structured::identity(identity)))
+            .collect();
+        let value = Fields::new()
+            .field("identities", Value::Map(by_name))
+            .build();
+        return args.format.write(out, &value);
+    }
     if identities.is_empty() {
         eprintln!("No identities.");
         return Ok(());
     }
-    let file = IdentitiesFile {
-        identities: identities.into_iter().map(|(n, i)| (n, Some(i))).collect(),
-    };
-    let text = match args.format.as_str() {
-        "json" => serde_json::to_string(&file)? + "\n",
-        "yaml" => serde_saphyr::to_string(&file)?,
-        _ => {
-            let mut rows = vec![vec!["Name".to_owned(), "Access".into(), "Types".into()]];
-            for (name, identity) in &file.identities {
-                let identity = identity.as_ref().expect("listed identities are present");
-                rows.push(vec![name.clone(), identity.access.clone(), types(identity)]);
-            }
-            tabulate(&rows)
-        }
-    };
-    write_all(out, &text)
+    let mut rows = vec![vec!["Name".to_owned(), "Access".into(), "Types".into()]];
+    for (name, identity) in &identities {
+        rows.push(vec![name.clone(), identity.access.clone(), types(identity)]);
+    }
+    write_all(out, &tabulate(&rows))
 }
 
 /// The authentication types of an identity, sorted, as the table shows them.
@@ -101,9 +98,14 @@ fn types(identity: &Identity) -> String {
 pub async fn show(args: IdentityArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
     let mut identities = client.identities().await?;
     let Some(identity) = identities.remove(&args.name) else {
-        bail!("cannot find identity {:?}", args.name);
+        bail!("cannot find identity {}", cobble_plan::go_quote(&args.name));
     };
-    write_all(out, &serde_saphyr::to_string(&identity)?)
+    // The text format is the YAML.
+    let format = match args.format {
+        Format::Text => Format::Yaml,
+        other => other,
+    };
+    format.write(out, &structured::identity(&identity))
 }
 
 /// Runs `add-identities`.
@@ -111,7 +113,11 @@ pub async fn add(args: FromArgs, client: &Client, out: &mut Output) -> anyhow::R
     let identities = read_identities(&args.from).await?;
     let count = identities.len();
     client.post_identities("add", identities).await?;
-    write_all(out, &format!("Added {}.\n", items(count)))
+    let added = match count {
+        1 => "1 new identity".to_owned(),
+        n => format!("{n} new identities"),
+    };
+    write_all(out, &format!("Added {added}.\n"))
 }
 
 /// Runs `update-identities`.

@@ -6,7 +6,8 @@ use cobble_client::Client;
 use cobble_client::types::FileInfo;
 
 use super::format::tabulate;
-use super::times::TimeFormatter;
+use super::structured::{self, Fields, Format, Value};
+use super::times::{TimeFormatter, rfc3339_seconds};
 use super::{Output, write_all};
 
 /// Arguments of `ls`.
@@ -16,6 +17,9 @@ pub struct LsArgs {
     /// 60 days, then YYYY-MM-DD.
     #[arg(long)]
     abs_time: bool,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     /// List matching entries themselves, not directory contents
     #[arg(short = 'd')]
     directory: bool,
@@ -33,6 +37,11 @@ pub async fn execute(args: LsArgs, client: &Client, out: &mut Output) -> anyhow:
     let files = client
         .list_files(&path, Some(&pattern), args.directory)
         .await?;
+    if !args.format.is_text() {
+        let list = files.iter().map(entry).collect();
+        let value = Fields::new().field("files", Value::Seq(list)).build();
+        return args.format.write(out, &value);
+    }
     let text = if args.long_format {
         let times = TimeFormatter::new(args.abs_time);
         let rows: Vec<Vec<String>> = files.iter().map(|f| long_row(f, &times)).collect();
@@ -41,6 +50,43 @@ pub async fn execute(args: LsArgs, client: &Client, out: &mut Output) -> anyhow:
         files.iter().map(|f| format!("{}\n", f.name)).collect()
     };
     write_all(out, &text)
+}
+
+/// Pebble's `fileEntry`, made from what its client rebuilds of the daemon's answer: a type
+/// it does not know is `unknown`, the size is there for regular files only, the time is
+/// RFC 3339 at second precision in the offset the daemon used.
+fn entry(file: &FileInfo) -> Value {
+    let file_type = match file.file_type.as_str() {
+        known @ ("file" | "directory" | "symlink" | "socket" | "named-pipe" | "device") => known,
+        _ => "unknown",
+    };
+    let permissions = u32::from_str_radix(&file.permissions, 8).unwrap_or(0) & 0o777;
+    Fields::new()
+        .str("path", &file.path)
+        .str("name", &file.name)
+        .str("type", file_type)
+        .some(
+            "size",
+            file.size
+                .filter(|_| file_type == "file")
+                .map(structured::int),
+        )
+        .str("permissions", &format!("{permissions:03o}"))
+        .str(
+            "last-modified",
+            &rfc3339_seconds(&file.last_modified).unwrap_or_else(|| file.last_modified.clone()),
+        )
+        .some(
+            "user-id",
+            file.user_id.map(|u| structured::int(u64::from(u))),
+        )
+        .str_omitempty("user", &file.user)
+        .some(
+            "group-id",
+            file.group_id.map(|g| structured::int(u64::from(g))),
+        )
+        .str_omitempty("group", &file.group)
+        .build()
 }
 
 /// Pebble's `parseGlob`: a pattern is allowed in the last element only, and then the rest is

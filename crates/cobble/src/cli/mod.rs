@@ -27,6 +27,7 @@ mod changes;
 mod check;
 mod check_actions;
 mod checks;
+mod debug;
 mod demo;
 mod enter;
 mod exec;
@@ -52,10 +53,12 @@ mod services;
 mod signal;
 mod start;
 mod stop;
+mod structured;
 mod tasks;
 mod times;
 mod version;
 mod wait;
+mod warnings;
 mod why;
 
 use std::io::Write;
@@ -65,9 +68,6 @@ use std::sync::OnceLock;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use cobble_client::{Client, ClientConfig};
-
-/// The version of this client, printed by `version` and `--version`.
-pub const CLIENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The length of `error: `, which continuation lines of wrapped errors are indented by.
 const ERROR_PREFIX: &str = "error: ";
@@ -163,8 +163,14 @@ enum Command {
     Notice(notice::NoticeArgs),
     /// Record a custom notice
     Notify(notify::NotifyArgs),
-    /// Acknowledge notices
+    /// Acknowledge notices and warnings
     Okay(okay::OkayArgs),
+    /// List warnings
+    #[command(long_about = warnings::LONG_ABOUT)]
+    Warnings(warnings::WarningsArgs),
+    /// Run debug commands
+    #[command(hide = true, long_about = debug::LONG_ABOUT)]
+    Debug(debug::DebugArgs),
     /// Execute a remote command and wait for it to finish
     #[command(long_about = exec::LONG_ABOUT)]
     Exec(exec::ExecArgs),
@@ -210,7 +216,8 @@ pub fn main() -> ExitCode {
     };
 
     if cli.version {
-        return run_client(|client, out| Box::pin(version::print_versions(client, out)));
+        // Pebble's `--version` is the client's version alone.
+        return finish(version::print_client_only(structured::Format::Text));
     }
     let Some(command) = cli.command else {
         return finish(help::print_short(&mut std::io::stdout()));
@@ -222,7 +229,8 @@ pub fn main() -> ExitCode {
         Command::Enter(args) => enter::execute(args, service_args),
         Command::Help(args) => finish(help::execute(args)),
         Command::Okay(args) => finish(okay::execute(args)),
-        Command::Version(args) if args.client => finish(version::print_client_only()),
+        Command::Debug(args) => finish(debug::execute(args)),
+        Command::Version(args) if args.client => finish(version::print_client_only(args.format)),
         other => run_client(move |client, out| Box::pin(dispatch(other, client, out))),
     }
 }
@@ -243,7 +251,12 @@ where
 {
     let outcome = Client::new(ClientConfig::from_env())
         .map_err(anyhow::Error::from)
-        .and_then(|client| run_command(&client, body));
+        .and_then(|client| {
+            run_command(&client, body)?;
+            // After a command that worked, as in Pebble.
+            warnings::hint_new_warnings(&client);
+            Ok(())
+        });
     finish(outcome)
 }
 
@@ -294,12 +307,14 @@ async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow
         Command::AddIdentities(args) => identities::add(args, client, out).await,
         Command::UpdateIdentities(args) => identities::update(args, client, out).await,
         Command::RemoveIdentities(args) => identities::remove(args, client, out).await,
-        Command::Version(_) => version::print_versions(client, out).await,
+        Command::Version(args) => version::execute(args, client, out).await,
         Command::Notices(args) => notices::execute(args, client, out).await,
         Command::Notice(args) => notice::execute(args, client, out).await,
         Command::Notify(args) => notify::execute(args, client, out).await,
+        Command::Warnings(args) => warnings::execute(args, client, out).await,
         Command::Run(_)
         | Command::Okay(_)
+        | Command::Debug(_)
         | Command::Help(_)
         | Command::Demo(_)
         | Command::Exec(_)
@@ -383,6 +398,20 @@ fn parse_error_message(err: &clap::Error) -> String {
                 "too many arguments for command".to_string()
             }
         }
+        ErrorKind::InvalidValue if err.get(ContextKind::ValidValue).is_some() => {
+            let value = context(ContextKind::InvalidValue).unwrap_or_default();
+            let arg = context(ContextKind::InvalidArg).unwrap_or_default();
+            let flag = arg.split(' ').next().unwrap_or_default();
+            let allowed = match err.get(ContextKind::ValidValue) {
+                Some(ContextValue::Strings(values)) => match values.split_last() {
+                    Some((last, [])) => last.clone(),
+                    Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                    None => String::new(),
+                },
+                _ => String::new(),
+            };
+            format!("Invalid value `{value}' for option `{flag}'. Allowed values are: {allowed}")
+        }
         ErrorKind::MissingRequiredArgument => {
             let arg = context(ContextKind::InvalidArg).unwrap_or_default();
             let arg = match arg.strip_suffix("...") {
@@ -436,6 +465,20 @@ mod tests {
     fn unknown_flag_is_worded_like_go_flags() {
         let err = parse(&["cobble", "services", "--frob"]).unwrap_err();
         assert_eq!(parse_error_message(&err), "unknown flag `frob'");
+    }
+
+    #[test]
+    fn a_value_outside_the_choices_is_worded_like_go_flags() {
+        let err = parse(&["cobble", "changes", "--format", "xml"]).unwrap_err();
+        assert_eq!(
+            parse_error_message(&err),
+            "Invalid value `xml' for option `--format'. Allowed values are: text, json or yaml"
+        );
+        let err = parse(&["cobble", "checks", "--level=x"]).unwrap_err();
+        assert_eq!(
+            parse_error_message(&err),
+            "Invalid value `x' for option `--level'. Allowed values are: alive or ready"
+        );
     }
 
     #[test]

@@ -1,14 +1,18 @@
-//! `notice <id>` or `notice <type> <key>`: one notice as YAML.
+//! `notice <id>` or `notice <type> <key>`: one notice as YAML (or JSON).
 
 use clap::Args;
 use cobble_client::types::NoticeInfo;
 use cobble_client::{Client, NoticesOptions};
 
-use super::{Output, write_all};
+use super::Output;
+use super::structured::{self, Format};
 
 /// Arguments of `notice`.
 #[derive(Debug, Args)]
 pub struct NoticeArgs {
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     /// Look up notice from user with this UID (admin only; 2-arg variant only)
     #[arg(long)]
     uid: Option<u32>,
@@ -46,7 +50,12 @@ pub async fn execute(args: NoticeArgs, client: &Client, out: &mut Output) -> any
             client.notice(&args.id_or_type).await?
         }
     };
-    write_all(out, &yaml(&notice)?)
+    // The text format is the YAML.
+    let format = match args.format {
+        Format::Text => Format::Yaml,
+        other => other,
+    };
+    format.write(out, &structured::notice(&notice))
 }
 
 /// Of the notices with one type and key (a user's and a public one), the user's.
@@ -59,44 +68,13 @@ fn pick(notices: Vec<NoticeInfo>) -> Option<NoticeInfo> {
     }
 }
 
-/// The notice as YAML, field for field as Pebble prints it: times and durations plain (Go's
-/// YAML writes them unquoted), other strings quoted only where YAML needs it.
-fn yaml(n: &NoticeInfo) -> anyhow::Result<String> {
-    let scalar = |text: &str| -> anyhow::Result<String> {
-        Ok(serde_saphyr::to_string(&text)?.trim_end().to_string())
-    };
-    let mut out = format!("id: {}\n", scalar(&n.id)?);
-    match n.user_id {
-        Some(uid) => out.push_str(&format!("user-id: {uid}\n")),
-        None => out.push_str("user-id: null\n"),
-    }
-    out.push_str(&format!("type: {}\n", scalar(&n.kind)?));
-    out.push_str(&format!("key: {}\n", scalar(&n.key)?));
-    out.push_str(&format!("first-occurred: {}\n", n.first_occurred));
-    out.push_str(&format!("last-occurred: {}\n", n.last_occurred));
-    out.push_str(&format!("last-repeated: {}\n", n.last_repeated));
-    out.push_str(&format!("occurrences: {}\n", n.occurrences));
-    if !n.last_data.is_empty() {
-        out.push_str("last-data:\n");
-        for (name, value) in &n.last_data {
-            out.push_str(&format!("    {}: {}\n", scalar(name)?, scalar(value)?));
-        }
-    }
-    if let Some(d) = &n.repeat_after {
-        out.push_str(&format!("repeat-after: {d}\n"));
-    }
-    if let Some(d) = &n.expire_after {
-        out.push_str(&format!("expire-after: {d}\n"));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
 
+    /// The YAML of `pebble notice`, as Pebble v1.32.1 prints it.
     #[test]
     fn yaml_reads_like_pebbles() {
         let notice = NoticeInfo {
@@ -113,7 +91,7 @@ mod tests {
             expire_after: Some("168h0m0s".into()),
         };
         assert_eq!(
-            yaml(&notice).unwrap(),
+            structured::notice(&notice).to_yaml(),
             "id: \"1\"\nuser-id: null\ntype: custom\nkey: a.b/c\n\
              first-occurred: 2023-09-05T17:18:00Z\nlast-occurred: 2023-09-05T19:18:00.5Z\n\
              last-repeated: 2023-09-05T18:18:00Z\noccurrences: 3\nlast-data:\n    name: value\n\

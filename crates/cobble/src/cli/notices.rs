@@ -14,11 +14,19 @@ use cobble_plan::duration::{format_duration, parse_duration};
 use serde_json::{Map, Value};
 
 use super::format::tabulate;
+use super::structured::{self, Fields, Format};
 use super::times::TimeFormatter;
 use super::{Output, write_all};
 
 /// Go's zero `time.Time`, as it is written to `cli.json` for "never".
 const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// The `cli.json` fields: when the newest notice or warning listed last repeated, and the
+/// time `okay` acknowledged for each.
+pub const NOTICES_LAST_LISTED: &str = "notices-last-listed";
+pub const NOTICES_LAST_OKAYED: &str = "notices-last-okayed";
+pub const WARNINGS_LAST_LISTED: &str = "warnings-last-listed";
+pub const WARNINGS_LAST_OKAYED: &str = "warnings-last-okayed";
 
 /// Arguments of `notices`.
 #[derive(Debug, Args)]
@@ -27,6 +35,9 @@ pub struct NoticesArgs {
     /// 60 days, then YYYY-MM-DD.
     #[arg(long)]
     abs_time: bool,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     /// The only valid value is 'all', which lists notices with any user ID (admin only;
     /// cannot be used with --uid)
     #[arg(long)]
@@ -63,7 +74,7 @@ pub async fn execute(args: NoticesArgs, client: &Client, out: &mut Output) -> an
         user_id: args.uid,
         types: args.types,
         keys: args.keys,
-        after: state.last_okayed(),
+        after: state.time(NOTICES_LAST_OKAYED),
     };
     let timeout = args.timeout.unwrap_or(0);
     let notices = if timeout != 0 {
@@ -72,7 +83,20 @@ pub async fn execute(args: NoticesArgs, client: &Client, out: &mut Output) -> an
     } else {
         client.notices(&options).await?
     };
-    let Some(last) = notices.last() else {
+    if let Some(last) = notices.last() {
+        state.set(NOTICES_LAST_LISTED, &last.last_repeated);
+        state
+            .save()
+            .map_err(|e| anyhow::anyhow!("cannot save CLI state: {e}"))?;
+    }
+    if !args.format.is_text() {
+        let list = notices.iter().map(structured::notice).collect();
+        let value = Fields::new()
+            .field("notices", structured::Value::Seq(list))
+            .build();
+        return args.format.write(out, &value);
+    }
+    if notices.is_empty() {
         if timeout != 0 {
             eprintln!(
                 "No matching notices after waiting {}.",
@@ -82,12 +106,8 @@ pub async fn execute(args: NoticesArgs, client: &Client, out: &mut Output) -> an
             eprintln!("No matching notices.");
         }
         return Ok(());
-    };
-    state.set("notices-last-listed", &last.last_repeated);
-    write_all(out, &table(&notices, &TimeFormatter::new(args.abs_time)))?;
-    state
-        .save()
-        .map_err(|e| anyhow::anyhow!("cannot save CLI state: {e}"))
+    }
+    write_all(out, &table(&notices, &TimeFormatter::new(args.abs_time)))
 }
 
 /// `ID  User  Type  Key  First  Repeated  Occurrences`.
@@ -188,7 +208,12 @@ impl CliState {
             .entry(self.socket.clone())
             .or_insert_with(|| {
                 let mut fresh = Map::new();
-                for key in ["notices-last-listed", "notices-last-okayed"] {
+                for key in [
+                    NOTICES_LAST_LISTED,
+                    NOTICES_LAST_OKAYED,
+                    WARNINGS_LAST_LISTED,
+                    WARNINGS_LAST_OKAYED,
+                ] {
                     fresh.insert(key.into(), Value::String(GO_ZERO_TIME.into()));
                 }
                 Value::Object(fresh)
@@ -199,7 +224,8 @@ impl CliState {
         entry.as_object_mut().expect("an object")
     }
 
-    fn get(&self, key: &str) -> Option<String> {
+    /// The time stored under `key`, unless it is Go's zero time ("never").
+    pub fn time(&self, key: &str) -> Option<String> {
         self.whole
             .get("pebble")?
             .get(&self.socket)?
@@ -209,14 +235,9 @@ impl CliState {
             .map(str::to_owned)
     }
 
-    /// When the user last acknowledged the notices, if ever.
-    pub fn last_okayed(&self) -> Option<String> {
-        self.get("notices-last-okayed")
-    }
-
-    /// When the newest notice listed last repeated, if any was listed.
-    pub fn last_listed(&self) -> Option<String> {
-        self.get("notices-last-listed")
+    /// Makes sure this socket has an entry, as Pebble's save always writes one.
+    pub fn touch(&mut self) {
+        self.entry();
     }
 
     pub fn set(&mut self, key: &str, time: &str) {

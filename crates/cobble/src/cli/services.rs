@@ -1,24 +1,13 @@
 //! `services [service...]`: the status table of the plan's services.
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use cobble_client::Client;
 use cobble_client::types::ServiceInfo;
 
 use super::format::tabulate;
+use super::structured::{Fields, Format, Value, go_time};
 use super::times::TimeFormatter;
 use super::{Output, write_all};
-
-/// How `services` prints its result.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// The aligned table.
-    #[default]
-    Text,
-    /// The service list as JSON, in the API's field names.
-    Json,
-    /// The service list as YAML, in the API's field names.
-    Yaml,
-}
 
 /// Arguments of `services`.
 #[derive(Debug, Args)]
@@ -27,7 +16,7 @@ pub struct ServicesArgs {
     /// 60 days, then YYYY-MM-DD.
     #[arg(long)]
     abs_time: bool,
-    /// Output format.
+    /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Only these services (all when none are given).
@@ -38,15 +27,8 @@ pub struct ServicesArgs {
 /// Runs `services`.
 pub async fn execute(args: ServicesArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
     let services = client.services(&args.services).await?;
-    match args.format {
-        Format::Json => {
-            return write_all(
-                out,
-                &format!("{}\n", serde_json::to_string_pretty(&services)?),
-            );
-        }
-        Format::Yaml => return write_all(out, &serde_saphyr::to_string(&services)?),
-        Format::Text => {}
+    if !args.format.is_text() {
+        return args.format.write(out, &structured(&services));
     }
     if services.is_empty() {
         // Not an error, and nothing on stdout: Pebble says it on stderr and exits 0.
@@ -58,6 +40,35 @@ pub async fn execute(args: ServicesArgs, client: &Client, out: &mut Output) -> a
         return Ok(());
     }
     write_all(out, &table(&services, &TimeFormatter::new(args.abs_time)))
+}
+
+/// `{"services": {name: service}}`, each as the Go client's `ServiceInfo`, with cobble's
+/// `reason` after Pebble's fields when there is one.
+fn structured(services: &[ServiceInfo]) -> Value {
+    let mut by_name: Vec<(String, Value)> = services
+        .iter()
+        .map(|service| {
+            let value = Fields::new()
+                .str("name", &service.name)
+                .str("startup", &service.startup)
+                .str("current", &service.current)
+                .some(
+                    "current-since",
+                    service
+                        .current_since
+                        .as_deref()
+                        .map(|t| Value::Time(go_time(t))),
+                )
+                .some(
+                    "reason",
+                    service.reason.as_deref().map(|r| Value::Str(r.to_owned())),
+                )
+                .build();
+            (service.name.clone(), value)
+        })
+        .collect();
+    by_name.sort_by(|a, b| a.0.cmp(&b.0));
+    Fields::new().field("services", Value::Map(by_name)).build()
 }
 
 /// The text table: `Service  Startup  Current  Since`, `-` for a service never started.

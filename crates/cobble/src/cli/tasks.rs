@@ -5,6 +5,7 @@ use cobble_client::types::ChangeInfo;
 use cobble_client::{ChangeSelector, Client};
 
 use super::format::{quote, tabulate};
+use super::structured::{self, Format};
 use super::times::TimeFormatter;
 use super::{Output, write_all};
 
@@ -18,6 +19,9 @@ pub struct TasksArgs {
     /// 60 days, then YYYY-MM-DD.
     #[arg(long)]
     abs_time: bool,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     /// Select the last change of the given kind (start, stop, replan, ...). A question mark
     /// at the end of the kind means to do nothing (instead of returning an error) if no
     /// change of that kind is found.
@@ -34,6 +38,11 @@ pub async fn execute(args: TasksArgs, client: &Client, out: &mut Output) -> anyh
         return Ok(());
     };
     let change = client.change(&id).await?;
+    if !args.format.is_text() {
+        return args
+            .format
+            .write(out, &structured::change(&change, args.format));
+    }
     write_all(out, &render(&change, &TimeFormatter::new(args.abs_time)))
 }
 

@@ -48,6 +48,10 @@ impl TimeFormatter {
 
 /// RFC 3339 at second precision, keeping the offset the time was written with (`Z` for UTC),
 /// like Go's `t.Format(time.RFC3339)` on a parsed time.
+pub fn rfc3339_seconds(rfc3339: &str) -> Option<String> {
+    absolute(rfc3339)
+}
+
 fn absolute(rfc3339: &str) -> Option<String> {
     let timestamp: Timestamp = rfc3339.parse().ok()?;
     let pieces = DateTimeParser::new().parse_pieces(rfc3339).ok()?;

@@ -1,35 +1,75 @@
-//! `version [--client]` (and the global `--version`): client and server versions.
+//! `version [--client] [--format=text|json|yaml]` (and the global `--version`): the client's
+//! and the server's versions.
+//!
+//! The versions Pebble's lines give are the Pebble release cobble implements
+//! ([`PEBBLE_VERSION`]), so that scripts comparing them with Pebble releases keep working;
+//! cobble's own version follows on a line of its own, after Pebble's two (and in fields of
+//! its own after Pebble's in JSON and YAML).
 
 use clap::Args;
-use cobble_client::Client;
+use cobble_client::{COBBLE_VERSION, Client, PEBBLE_VERSION};
 
 use super::format::tabulate;
-use super::{CLIENT_VERSION, Output, write_all};
+use super::structured::{Fields, Format};
+use super::{Output, write_all};
 
 /// Arguments of `version`.
 #[derive(Debug, Args)]
 pub struct VersionArgs {
-    /// Only display the client version.
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Only display the client version
     #[arg(long)]
     pub client: bool,
 }
 
-/// Prints `client  <version>` and `server  <version>`; the server is `-` when the daemon
-/// cannot be asked, which is not an error.
-pub async fn print_versions(client: &Client, out: &mut Output) -> anyhow::Result<()> {
-    let server = client
-        .system_info()
-        .await
-        .map_or_else(|_| "-".to_string(), |info| info.version);
-    let rows = [
-        vec!["client".to_string(), CLIENT_VERSION.to_string()],
-        vec!["server".to_string(), server],
-    ];
-    write_all(out, &tabulate(&rows))
+/// Runs `version`. In text, the server is `-` when the daemon cannot be asked, which is not
+/// an error; in JSON and YAML it is left out, and the error follows the output, as in Pebble.
+pub async fn execute(args: VersionArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+    let info = client.system_info().await;
+    let (server, server_cobble) = match &info {
+        Ok(info) => (
+            Some(info.version.as_str()),
+            Some(info.cobble_version.as_str()),
+        ),
+        Err(_) => (None, None),
+    };
+    if args.format.is_text() {
+        let mut cobble = COBBLE_VERSION.to_owned();
+        if let Some(theirs) = server_cobble.filter(|v| !v.is_empty() && *v != COBBLE_VERSION) {
+            cobble.push_str(&format!(" (server {theirs})"));
+        }
+        let rows = [
+            vec!["client".to_string(), PEBBLE_VERSION.to_string()],
+            vec!["server".to_string(), server.unwrap_or("-").to_string()],
+            vec!["cobble".to_string(), cobble],
+        ];
+        return write_all(out, &tabulate(&rows));
+    }
+    let value = Fields::new()
+        .str("client", PEBBLE_VERSION)
+        .str_omitempty("server", server.unwrap_or_default())
+        .str("cobble-client", COBBLE_VERSION)
+        .str_omitempty("cobble-server", server_cobble.unwrap_or_default())
+        .build();
+    args.format.write(out, &value)?;
+    info.map(drop).map_err(Into::into)
 }
 
-/// `version --client`: the client version alone, without contacting the daemon.
-pub fn print_client_only() -> anyhow::Result<()> {
-    let mut out = std::io::stdout();
-    write_all(&mut out, &format!("{CLIENT_VERSION}\n"))
+/// `version --client` and the global `--version`: the client's version alone, without
+/// contacting the daemon (`{"client": ..., "cobble-client": ...}` in JSON and YAML).
+pub fn print_client_only(format: Format) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout());
+    if format.is_text() {
+        write_all(&mut out, &format!("{PEBBLE_VERSION}\n"))?;
+    } else {
+        let value = Fields::new()
+            .str("client", PEBBLE_VERSION)
+            .str("cobble-client", COBBLE_VERSION)
+            .build();
+        format.write(&mut out, &value)?;
+    }
+    std::io::Write::flush(&mut out)?;
+    Ok(())
 }

@@ -148,7 +148,7 @@ checks:
         "Perform HTTP check \"web\""
     );
     wait_for("every check to succeed", LONG, || {
-        checks(&d).iter().all(|c| c.successes >= 2)
+        checks(&d).iter().all(|c| c.successes >= Some(2))
     });
     assert_eq!(
         rt().block_on(client(&d).services(&[])).unwrap()[0].current,
@@ -237,7 +237,7 @@ fn layer_changes_apply_without_a_replan_and_start_stop_refresh_work() {
         "checks:\n  a:\n    override: replace\n    period: 10s\n    exec:\n      command: \"true\"\n",
     )]);
     let a = check(&d, "a");
-    assert_eq!((a.status.as_str(), a.successes), ("up", 0));
+    assert_eq!((a.status.as_str(), a.successes), ("up", Some(0)));
 
     let c = client(&d);
     let rt = rt();
@@ -284,7 +284,7 @@ fn layer_changes_apply_without_a_replan_and_start_stop_refresh_work() {
     let refreshed = rt.block_on(c.refresh_check("a")).unwrap();
     assert_eq!(
         (refreshed.info.successes, refreshed.error.as_str()),
-        (1, "")
+        (Some(1), "")
     );
     let refreshed = rt.block_on(c.refresh_check("b")).unwrap();
     assert_eq!(refreshed.info.failures, 1);
@@ -666,17 +666,17 @@ checks:
     Test::daemon(&d)
         .args(&["checks"])
         .stdout_glob(&format!(
-            "Check  Level  Startup   Status    Failures  Change\n\
-             bad    ready  enabled   down      */1       {} (exit status 2; nope)\n\
-             good   alive  enabled   up        0/3       {}\n\
-             idle   -      disabled  inactive  -         -\n",
+            "Check  Level  Startup   Status    Successes  Failures  Change\n\
+             bad    ready  enabled   down      0          */1       {} (exit status 2; nope)\n\
+             good   alive  enabled   up        *0/3       {}\n\
+             idle   -      disabled  inactive  -          -         -\n",
             bad.change_id,
             check(&d, "good").change_id
         ))
         .run();
     Test::daemon(&d)
         .args(&["checks", "--level", "alive"])
-        .stdout_glob("Check  Level  Startup  Status  Failures  Change\ngood   alive  enabled  up      0/3       *\n")
+        .stdout_glob("Check  Level  Startup  Status  Successes  Failures  Change\ngood   alive  enabled  up      *0/3       *\n")
         .run();
     Test::daemon(&d)
         .args(&["checks", "nothing"])
@@ -698,7 +698,7 @@ checks:
         .run();
     Test::daemon(&d)
         .args(&["check", "idle"])
-        .stdout("name: idle\nstartup: disabled\nstatus: inactive\nfailures: 0\nthreshold: 3\n")
+        .stdout("name: idle\nstartup: disabled\nstatus: inactive\nsuccesses: 0\nfailures: 0\nthreshold: 3\n")
         .run();
     Test::daemon(&d)
         .args(&["check", "missing"])
@@ -726,7 +726,7 @@ checks:
         .run();
     Test::daemon(&d)
         .args(&["check", "--refresh", "good"])
-        .stdout("name: good\nlevel: alive\nstartup: enabled\nstatus: inactive\nfailures: 0\nthreshold: 3\n")
+        .stdout_glob("name: good\nlevel: alive\nstartup: enabled\nstatus: inactive\nsuccesses: *\nfailures: 0\nthreshold: 3\n")
         .run();
 }
 
@@ -755,5 +755,69 @@ fn a_refresh_answers_only_with_a_change_on_disk() {
     assert!(
         kinds.contains(&(id.clone(), "recover-check".to_owned())),
         "change {id} lost: {kinds:?}"
+    );
+}
+
+/// `/v1/metrics` as Pebble writes it: only services this daemon has started, each with
+/// whether it is active before its start count; over `--http`, only to an identity whose
+/// access is exactly `metrics` (an admin's password over cleartext gets a 401).
+#[test]
+fn metrics_list_started_services_active_first_and_only_metrics_identities_over_http() {
+    let port = free_port();
+    let layer = "services:\n  a:\n    override: replace\n    command: sleep 1000\n  \
+                 b:\n    override: replace\n    command: sleep 1000\n";
+    let d = Daemon::start(
+        &[("001-base", layer)],
+        &["--hold", "--http", &format!("127.0.0.1:{port}")],
+    );
+    crate::fixture::act(&d, "start", &["a"]);
+    let (status, metrics) = raw(&d, Method::GET, "/v1/metrics", None);
+    assert_eq!(status, 200, "{metrics}");
+    assert_eq!(
+        metrics,
+        "# HELP pebble_service_active Whether the service is currently active (1) or not (0)\n\
+         # TYPE pebble_service_active gauge\n\
+         pebble_service_active{service=\"a\"} 1\n\
+         \n\
+         # HELP pebble_service_start_count Number of times the service has started\n\
+         # TYPE pebble_service_start_count counter\n\
+         pebble_service_start_count{service=\"a\"} 1\n\
+         \n"
+    );
+
+    // The hash of "test" (`openssl passwd -6 -salt saltsalt test`).
+    let hash = "$6$saltsalt$JcVDtuB6d1BHhCd5RPBh8g8xX/1CbY8EU2PN0MTaj2/Mypw4P./C6dN4j0HALhzBDTocyW1Jm.gYaTPjFGCV40";
+    let ids = d.scratch().join("ids.yaml");
+    std::fs::write(
+        &ids,
+        format!(
+            "identities:\n  scraper:\n    access: metrics\n    basic:\n      password: \"{hash}\"\n  \
+             boss:\n    access: admin\n    basic:\n      password: \"{hash}\"\n  \
+             viewer:\n    access: read\n    basic:\n      password: \"{hash}\"\n"
+        ),
+    )
+    .unwrap();
+    Test::daemon(&d)
+        .args(&["add-identities", "--from", ids.to_str().unwrap()])
+        .any_stdout()
+        .run();
+    let scrape = |user: &str| {
+        let output = std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-u"])
+            .arg(format!("{user}:test"))
+            .arg(format!("http://127.0.0.1:{port}/v1/metrics"))
+            .output()
+            .expect("run curl");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    assert_eq!(scrape("scraper"), "200");
+    assert_eq!(scrape("boss"), "401");
+    assert_eq!(scrape("viewer"), "401");
+    d.wait_log(r#""event":"authz_fail:viewer,/v1/metrics""#);
+    assert!(
+        d.log()
+            .contains(r#""level":"CRITICAL","event":"authz_fail:boss,/v1/metrics","description":"User boss not authorized to access /v1/metrics""#),
+        "{}",
+        d.log()
     );
 }

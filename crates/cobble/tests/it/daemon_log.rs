@@ -77,7 +77,8 @@ fn security_events_are_logged_as_pebble_logs_them() {
         .args(&["stop-checks", "c"])
         .any_stdout()
         .run();
-    // A TCP client has no credentials: the socket-only endpoints refuse it.
+    // A TCP client has no credentials: the socket-only endpoints refuse it, and as nobody
+    // asked, nobody is named in an event (Pebble logs refusals of somebody only).
     let http = Client::new(ClientConfig {
         socket: d.pebble_dir().join(".pebble.socket"),
         base_url: Some(format!("http://127.0.0.1:{port}")),
@@ -102,10 +103,6 @@ fn security_events_are_logged_as_pebble_logs_them() {
             &format!("Pulling file {remote}"),
         ),
         event(&format!("sys_monitor_disabled:{uid},c"), "Stopping check c"),
-        event(
-            "authz_fail:unknown,/v1/services",
-            "Access denied to GET /v1/services",
-        ),
         event(&format!("sys_shutdown:{uid}"), "Shutting down daemon"),
     ]
     .join("\n");
@@ -121,6 +118,138 @@ fn security_events_are_logged_as_pebble_logs_them() {
     // Start-up is audited before the daemon announces itself.
     let startup = log.find("sys_startup").unwrap();
     assert!(startup < log.find("Started daemon.").unwrap(), "{log}");
+}
+
+/// The request lines of `log`, without their time and name.
+fn request_lines(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter_map(|line| line.split_once(" [pebble] "))
+        .map(|(_, message)| message)
+        .filter(|message| message.ends_with(" (http+unix)") || message.ends_with(" (http)"))
+        .collect()
+}
+
+/// Splits a request line into its address (TCP only), method, target, duration, status and
+/// transport, checking that the duration is written as Go writes durations.
+fn request_line(message: &str) -> (Option<&str>, &str, &str, &str, &str, &str) {
+    let words: Vec<&str> = message.split(' ').collect();
+    let (addr, words) = match words.len() {
+        6 => (Some(words[0]), &words[1..]),
+        _ => (None, &words[..]),
+    };
+    let [method, target, duration, status, transport] = words else {
+        panic!("not a request line: {message:?}");
+    };
+    let nanos = cobble_plan::parse_duration(duration).expect(duration);
+    assert!(nanos > 0, "{message}");
+    assert_eq!(
+        cobble_plan::format_duration(nanos),
+        *duration,
+        "not Go's duration format: {message}"
+    );
+    (addr, method, target, duration, status, transport)
+}
+
+#[test]
+fn every_request_but_the_polled_gets_is_logged_as_pebble_logs_it() {
+    let port = free_port();
+    let layer = "services:\n  s:\n    override: replace\n    command: sleep 1000\n";
+    let d = Daemon::start(
+        &[("001-base", layer)],
+        &["--hold", "--http", &format!("127.0.0.1:{port}")],
+    );
+    Test::daemon(&d).args(&["services"]).any_stdout().run();
+    Test::daemon(&d).args(&["start", "s"]).run();
+    // The polled GETs Pebble leaves out of its log.
+    Test::daemon(&d).args(&["version"]).any_stdout().run();
+    let client = Client::new(ClientConfig::socket(d.pebble_dir().join(".pebble.socket"))).unwrap();
+    let change = rt()
+        .block_on(client.raw_request(Method::GET, "/v1/changes/1", None))
+        .unwrap();
+    assert_eq!(change.status_code, 200);
+    let http = Client::new(ClientConfig {
+        socket: d.pebble_dir().join(".pebble.socket"),
+        base_url: Some(format!("http://127.0.0.1:{port}")),
+    })
+    .unwrap();
+    for path in [
+        "/v1/health",
+        "/v1/system-info",
+        "/v1/metrics",
+        "/v1/nowhere?x=1",
+    ] {
+        rt().block_on(http.raw_request(Method::GET, path, None))
+            .unwrap();
+    }
+    d.wait_log(" GET /v1/nowhere?x=1 ");
+
+    let log = d.log();
+    let lines: Vec<_> = request_lines(&log).into_iter().map(request_line).collect();
+    let seen: Vec<(Option<&str>, &str, &str, &str, &str)> = lines
+        .iter()
+        .map(|&(addr, method, target, _, status, transport)| {
+            (addr, method, target, status, transport)
+        })
+        .collect();
+    let unix = |method, target, status| (None, method, target, status, "(http+unix)");
+    let expected_unix = [
+        unix("GET", "/v1/services?names=", "200"),
+        unix("POST", "/v1/services", "202"),
+    ];
+    assert_eq!(&seen[..2], &expected_unix, "{log}");
+    assert_eq!(seen[2].1, "GET", "{log}");
+    assert!(seen[2].2.starts_with("/v1/changes/"), "{log}");
+    assert!(
+        seen[2].2.contains("/wait"),
+        "the wait for the change is logged: {log}"
+    );
+    let tcp: Vec<_> = seen[3..].to_vec();
+    assert_eq!(tcp.len(), 2, "{log}");
+    for (entry, (target, status)) in tcp
+        .iter()
+        .zip([("/v1/metrics", "401"), ("/v1/nowhere?x=1", "404")])
+    {
+        let addr = entry.0.expect("a TCP request names its peer");
+        assert!(addr.starts_with("127.0.0.1:"), "{log}");
+        assert_eq!(
+            (entry.1, entry.2, entry.3, entry.4),
+            ("GET", target, status, "(http)"),
+            "{log}"
+        );
+    }
+    for skipped in ["/v1/system-info", "/v1/health", "/v1/changes/1 "] {
+        assert!(
+            !log.contains(&format!(" GET {skipped}")),
+            "{skipped} is logged: {log}"
+        );
+    }
+}
+
+#[test]
+fn with_debug_a_request_is_also_logged_with_its_peer() {
+    let d = Daemon::start_with_env(&[], &["--hold"], &[("PEBBLE_DEBUG", "1")]);
+    Test::daemon(&d)
+        .args(&["changes"])
+        .stderr("no changes found\n")
+        .run();
+    d.wait_log(" GET /v1/changes?select=all ");
+    let socket = d.pebble_dir().join(".pebble.socket");
+    let log = d.log();
+    let debug = log
+        .lines()
+        .find(|l| l.contains(" DEBUG pid=") && l.contains(" GET /v1/changes?select=all "))
+        .unwrap_or_else(|| panic!("no debug request line:\n{log}"));
+    let uid = nix::unistd::getuid().as_raw();
+    assert!(
+        glob_matches(
+            &format!(
+                "{LINE_START}DEBUG pid=*;uid={uid};socket={}; GET /v1/changes?select=all * 200 (http+unix)",
+                socket.display()
+            ),
+            debug
+        ),
+        "{debug}"
+    );
 }
 
 #[test]

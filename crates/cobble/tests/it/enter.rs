@@ -73,6 +73,67 @@ fn verbose_shows_the_daemon_log() {
         .run();
 }
 
+/// `PEBBLE_VERBOSE=1 enter exec`: the daemon's log on stderr, with Pebble's line for each
+/// request the command makes; without the variable, nothing.
+#[test]
+fn exec_with_pebble_verbose_logs_its_requests() {
+    let (test, _dir) = enter();
+    let output = test
+        .env("PEBBLE_VERBOSE", "1")
+        .args(&["exec", "echo", "hi"])
+        .stdout("hi\n")
+        .stderr_contains("[pebble] Started daemon.\n")
+        .run();
+    let requests: Vec<&str> = output
+        .stderr
+        .lines()
+        .filter_map(|line| line.split_once(" [pebble] ").map(|(_, m)| m))
+        .filter(|m| m.ends_with(" (http+unix)"))
+        .collect();
+    let shape: Vec<String> = requests
+        .iter()
+        .map(|m| {
+            let words: Vec<&str> = m.split(' ').collect();
+            let duration = words[2];
+            let nanos = cobble_plan::parse_duration(duration).expect(duration);
+            assert_eq!(cobble_plan::format_duration(nanos), duration, "{m}");
+            // The task and change IDs vary; the rest is Pebble's.
+            let target = words[1]
+                .split('/')
+                .map(|part| {
+                    if part.bytes().all(|b| b.is_ascii_digit()) && !part.is_empty() {
+                        "N"
+                    } else {
+                        part
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("/");
+            format!(
+                "{} {} {}",
+                words[0],
+                target.split('?').next().unwrap(),
+                words[3]
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            "POST /v1/exec 202",
+            "GET /v1/tasks/N/websocket/control 200",
+            "GET /v1/tasks/N/websocket/stdio 200",
+            "GET /v1/tasks/N/websocket/stderr 200",
+            "GET /v1/changes/N/wait 200",
+        ],
+        "{}",
+        output.stderr
+    );
+
+    let (test, _dir) = enter();
+    test.args(&["exec", "echo", "hi"]).stdout("hi\n").run();
+}
+
 #[test]
 fn persist_never_leaves_no_state_file() {
     for subcommand in [&["services"][..], &["exec", "echo", "hello world"]] {

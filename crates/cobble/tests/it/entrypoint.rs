@@ -37,7 +37,7 @@ fn runs_and_answers_when_invoked_as_pebble() {
         .run();
     as_pebble()
         .args(&["version"])
-        .stdout_glob("client  *\nserver  *\n")
+        .stdout_glob("client  v1.32.1\nserver  v1.32.1\ncobble  *\n")
         .run();
 
     // Where Pebble's messages name the program, they name it as it was invoked.

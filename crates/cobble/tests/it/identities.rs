@@ -52,12 +52,14 @@ fn cert_identity(name: &str, access: &str, pem: &str) -> String {
     format!("  {name}:\n    access: {access}\n    cert:\n      pem: |\n{pem}")
 }
 
-fn identities_yaml(reader_pem: &str) -> String {
+fn identities_yaml(reader_pem: &str, expired_pem: &str) -> String {
     format!(
         "identities:\n  web:\n    access: metrics\n    basic:\n      password: \"{WEB_HASH}\"\n  \
+         ops:\n    access: admin\n    basic:\n      password: \"{WEB_HASH}\"\n  \
          boss:\n    access: admin\n    local:\n      user-id: {ADMIN_UID}\n  \
-         stranger:\n    access: untrusted\n    local:\n      user-id: {UNTRUSTED_UID}\n{}",
-        cert_identity("reader", "read", reader_pem)
+         stranger:\n    access: untrusted\n    local:\n      user-id: {UNTRUSTED_UID}\n{}{}",
+        cert_identity("reader", "read", reader_pem),
+        cert_identity("old", "admin", expired_pem)
     )
 }
 
@@ -76,26 +78,32 @@ enum Caller {
     UntrustedIdentity,
     /// Basic auth of the `metrics` identity, over `--http`.
     BasicMetricsHttp,
+    /// Basic auth of an `admin` identity, over `--http`: cleartext gets it nothing.
+    BasicAdminHttp,
     /// Nothing at all, over `--http`.
     AnonymousHttp,
     /// The certificate of a `read` identity, over `--https`.
     ReaderCertHttps,
     /// A certificate no identity holds, over `--https`.
     UnknownCertHttps,
+    /// The certificate of an `admin` identity, expired, over `--https`.
+    ExpiredCertHttps,
     /// Basic auth of the `metrics` identity and no certificate, over `--https`.
     BasicMetricsHttps,
 }
 
-const CALLERS: [Caller; 10] = [
+const CALLERS: [Caller; 12] = [
     Caller::Root,
     Caller::DaemonUser,
     Caller::OtherUser,
     Caller::AdminIdentity,
     Caller::UntrustedIdentity,
     Caller::BasicMetricsHttp,
+    Caller::BasicAdminHttp,
     Caller::AnonymousHttp,
     Caller::ReaderCertHttps,
     Caller::UnknownCertHttps,
+    Caller::ExpiredCertHttps,
     Caller::BasicMetricsHttps,
 ];
 
@@ -116,9 +124,12 @@ impl Caller {
             Caller::OtherUser | Caller::ReaderCertHttps => Some(Level::Read),
             Caller::BasicMetricsHttp => Some(Level::Metrics),
             // Over HTTPS the certificate is the credential; a password there is not read.
+            // Over HTTP only an identity whose access is exactly `metrics` gets anything.
             Caller::UntrustedIdentity
+            | Caller::BasicAdminHttp
             | Caller::AnonymousHttp
             | Caller::UnknownCertHttps
+            | Caller::ExpiredCertHttps
             | Caller::BasicMetricsHttps => None,
         }
     }
@@ -250,17 +261,21 @@ fn status_as(target: &Target, caller: Caller, method: &str, path: &str, body: &s
         ]
     };
     let (mut command, url) = match caller {
-        Caller::BasicMetricsHttp | Caller::AnonymousHttp => (
+        Caller::BasicMetricsHttp | Caller::BasicAdminHttp | Caller::AnonymousHttp => (
             Command::new("curl"),
             format!("http://127.0.0.1:{}{path}", target.http_port),
         ),
-        Caller::ReaderCertHttps | Caller::UnknownCertHttps | Caller::BasicMetricsHttps => {
+        Caller::ReaderCertHttps
+        | Caller::UnknownCertHttps
+        | Caller::ExpiredCertHttps
+        | Caller::BasicMetricsHttps => {
             let mut c = Command::new("curl");
             // The server certificate is self-signed: nothing to check it against.
             c.arg("-k");
             match caller {
                 Caller::ReaderCertHttps => c.args(cert("reader")),
                 Caller::UnknownCertHttps => c.args(cert("unknown")),
+                Caller::ExpiredCertHttps => c.args(cert("old")),
                 _ => &mut c,
             };
             (c, format!("https://127.0.0.1:{}{path}", target.https_port))
@@ -289,8 +304,14 @@ fn status_as(target: &Target, caller: Caller, method: &str, path: &str, body: &s
     if !body.is_empty() {
         command.args(["-H", "Content-Type: application/json", "--data", body]);
     }
-    if let Caller::BasicMetricsHttp | Caller::BasicMetricsHttps = caller {
-        command.args(["-u", &format!("web:{WEB_PASSWORD}")]);
+    match caller {
+        Caller::BasicMetricsHttp | Caller::BasicMetricsHttps => {
+            command.args(["-u", &format!("web:{WEB_PASSWORD}")]);
+        }
+        Caller::BasicAdminHttp => {
+            command.args(["-u", &format!("ops:{WEB_PASSWORD}")]);
+        }
+        _ => {}
     }
     let output = command
         .arg(url)
@@ -308,8 +329,9 @@ fn every_endpoint_grants_exactly_its_level_to_every_caller() {
     let tmp = tempfile::tempdir().unwrap();
     let (_, _, reader_pem) = client_cert(tmp.path(), "reader", (2000, 4000));
     client_cert(tmp.path(), "unknown", (2000, 4000));
+    let (_, _, expired_pem) = client_cert(tmp.path(), "old", (2000, 2001));
     let ids = tmp.path().join("identities.yaml");
-    std::fs::write(&ids, identities_yaml(&reader_pem)).unwrap();
+    std::fs::write(&ids, identities_yaml(&reader_pem, &expired_pem)).unwrap();
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let (http_port, https_port) = (free_port(), free_port());
     let program = unprivileged_cobble(tmp.path());
@@ -357,13 +379,28 @@ fn every_endpoint_grants_exactly_its_level_to_every_caller() {
         }
     }
     assert!(failures.is_empty(), "{}\n{}", failures.join("\n"), d.log());
-    // Refusals are audited.
+    // Refusals of somebody are audited as CRITICAL, naming the identity when one matched
+    // and the uid otherwise; those of an anonymous TCP client are not, as in Pebble.
+    let log = d.log();
+    for (user, path) in [
+        ("stranger", "/v1/services"),
+        ("ops", "/v1/metrics"),
+        ("reader", "/v1/plan"),
+        (&OTHER_UID.to_string(), "/v1/plan"),
+    ] {
+        let expected = format!(
+            r#""level":"CRITICAL","event":"authz_fail:{user},{path}","description":"User {user} not authorized to access {path}""#
+        );
+        assert!(log.contains(&expected), "no {expected}\n{log}");
+    }
+    assert!(!log.contains("authz_fail:<unknown>"), "{log}");
+    assert!(!log.contains("authz_fail:unknown"), "{log}");
+    // A stored certificate that fails verification names nobody, and says why.
+    let expired = r#""level":"WARN","event":"authz_fail:old","description":"client certificate matched stored identity but failed self-signed verification: x509: certificate has expired or is not yet valid: current time "#;
+    assert!(log.contains(expired), "no {expired}\n{log}");
     assert!(
-        d.log().contains(&format!(
-            r#""event":"authz_fail:{UNTRUSTED_UID},/v1/services","description":"Access denied to GET /v1/services""#
-        )),
-        "{}",
-        d.log()
+        log.contains(r#" is after 2001-01-01T00:00:00Z","appid":"pebble"}"#),
+        "{log}"
     );
 }
 

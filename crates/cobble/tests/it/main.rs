@@ -22,6 +22,7 @@ mod exec;
 mod exec_cli;
 mod files;
 mod footprint;
+mod formats;
 mod forward;
 mod go_client;
 mod https_identity;

@@ -4,19 +4,45 @@ use std::process::{Command, Stdio};
 
 use crate::fixture::{COBBLE, Test};
 
+/// The client's version is the Pebble release cobble implements, alone, as Pebble prints
+/// its own; the formats add cobble's after Pebble's fields.
 #[test]
 fn version_client_needs_no_daemon() {
+    let cobble = env!("CARGO_PKG_VERSION");
     Test::new()
         .args(&["version", "--client"])
-        .stdout(&format!("{}\n", env!("CARGO_PKG_VERSION")))
+        .stdout("v1.32.1\n")
+        .run();
+    Test::new().args(&["--version"]).stdout("v1.32.1\n").run();
+    Test::new()
+        .args(&["version", "--client", "--format", "json"])
+        .stdout(&format!(
+            "{{\"client\":\"v1.32.1\",\"cobble-client\":\"{cobble}\"}}\n"
+        ))
+        .run();
+    Test::new()
+        .args(&["version", "--client", "--format=yaml"])
+        .stdout(&format!("client: v1.32.1\ncobble-client: \"{cobble}\"\n"))
         .run();
 }
 
+/// In text, a daemon that cannot be asked is `-`, and that is no error; in JSON the server
+/// is left out and the error follows, as in Pebble.
 #[test]
 fn version_without_daemon_shows_a_dash() {
-    let expected = format!("client  {}\nserver  -\n", env!("CARGO_PKG_VERSION"));
-    Test::new().args(&["version"]).stdout(&expected).run();
-    Test::new().args(&["--version"]).stdout(&expected).run();
+    let cobble = env!("CARGO_PKG_VERSION");
+    Test::new()
+        .args(&["version"])
+        .stdout(&format!("client  v1.32.1\nserver  -\ncobble  {cobble}\n"))
+        .run();
+    Test::new()
+        .args(&["version", "--format", "json"])
+        .stdout(&format!(
+            "{{\"client\":\"v1.32.1\",\"cobble-client\":\"{cobble}\"}}\n"
+        ))
+        .stderr_glob("error: cannot communicate with server: *\n")
+        .status(1)
+        .run();
 }
 
 #[test]

@@ -52,7 +52,15 @@ fn version_shows_the_server() {
     let version = env!("CARGO_PKG_VERSION");
     Test::daemon(&daemon)
         .args(&["version"])
-        .stdout(&format!("client  {version}\nserver  {version}\n"))
+        .stdout(&format!(
+            "client  v1.32.1\nserver  v1.32.1\ncobble  {version}\n"
+        ))
+        .run();
+    Test::daemon(&daemon)
+        .args(&["version", "--format", "json"])
+        .stdout(&format!(
+            "{{\"client\":\"v1.32.1\",\"server\":\"v1.32.1\",\"cobble-client\":\"{version}\",\"cobble-server\":\"{version}\"}}\n"
+        ))
         .run();
 }
 

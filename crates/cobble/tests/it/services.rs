@@ -75,7 +75,7 @@ fn services_as_json() {
     Test::daemon(&daemon)
         .args(&["services", "--format", "json", "srv2"])
         .stdout(
-            "[\n  {\n    \"name\": \"srv2\",\n    \"startup\": \"disabled\",\n    \"current\": \"inactive\"\n  }\n]\n",
+            "{\"services\":{\"srv2\":{\"name\":\"srv2\",\"startup\":\"disabled\",\"current\":\"inactive\"}}}\n",
         )
         .run();
 }
