@@ -88,11 +88,15 @@ pub fn execute(args: HelpArgs) -> anyhow::Result<()> {
     let mut command = Cli::command().name(program_name());
     command.build();
     let Some(sub) = command.find_subcommand_mut(name) else {
-        anyhow::bail!(
+        let mut message = format!(
             "unknown command {}, see '{} help'.",
             super::format::quote(name),
             program_name()
         );
+        if let Some(hint) = super::command_hint(name) {
+            message = format!("{message}\n{hint}");
+        }
+        anyhow::bail!(message);
     };
     let help = sub.render_long_help().to_string();
     write_all(&mut out, &help)

@@ -355,7 +355,34 @@ fn report_parse_error(err: clap::Error) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     eprintln!("{ERROR_PREFIX}{}", parse_error_message(&err));
+    if let Some(hint) = did_you_mean(&err) {
+        eprintln!("{hint}");
+    }
     ExitCode::FAILURE
+}
+
+/// For a mistyped command, the line cobble adds after Pebble's error: the commands clap
+/// finds close to it (`did you mean "services"?`). Pebble's first line and exit status stay
+/// as they are, so scripts that match on them see no difference.
+fn did_you_mean(err: &clap::Error) -> Option<String> {
+    if err.kind() != ErrorKind::InvalidSubcommand {
+        return None;
+    }
+    let suggested = match err.get(ContextKind::SuggestedSubcommand)? {
+        ContextValue::String(one) => vec![one.clone()],
+        ContextValue::Strings(many) => many.clone(),
+        _ => return None,
+    };
+    let quoted: Vec<String> = suggested.iter().map(|s| format::quote(s)).collect();
+    (!quoted.is_empty()).then(|| format!("did you mean {}?", quoted.join(" or ")))
+}
+
+/// The hint [`did_you_mean`] gives for `name` as a command, if any (for `help NAME`).
+pub fn command_hint(name: &str) -> Option<String> {
+    let err = Cli::command()
+        .try_get_matches_from([program_name(), name])
+        .err()?;
+    did_you_mean(&err)
 }
 
 fn parse_error_message(err: &clap::Error) -> String {
@@ -453,6 +480,15 @@ mod tests {
             "{message}"
         );
         assert!(message.ends_with(" help'."), "{message}");
+    }
+
+    #[test]
+    fn a_mistyped_command_gets_a_hint_after_pebbles_error() {
+        let err = parse(&["cobble", "servces"]).unwrap_err();
+        assert!(parse_error_message(&err).starts_with("unknown command \"servces\", see '"));
+        assert_eq!(did_you_mean(&err).as_deref(), Some("did you mean \"services\"?"));
+        let err = parse(&["cobble", "zzzzzzzz"]).unwrap_err();
+        assert_eq!(did_you_mean(&err), None);
     }
 
     #[test]
