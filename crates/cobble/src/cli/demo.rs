@@ -96,15 +96,14 @@ fn prepare(dir: &Path) -> anyhow::Result<bool> {
         );
     }
     // Held for the clean-up only: the daemon takes it again as it starts.
-    let lock = cobble_daemon::dir_lock::lock(dir, std::time::Duration::ZERO).map_err(|e| {
-        match e {
+    let lock =
+        cobble_daemon::dir_lock::lock(dir, std::time::Duration::ZERO).map_err(|e| match e {
             cobble_daemon::dir_lock::LockError::Held(_) => anyhow::anyhow!(
                 "a demo is already running in {}; stop it first, or choose another --dir",
                 dir.display()
             ),
             other => anyhow::anyhow!(other),
-        }
-    })?;
+        })?;
     let mut cleared = false;
     for entry in entries {
         let name = entry.file_name();
@@ -189,7 +188,10 @@ mod tests {
             plan.start_order(&["worker".to_owned()]).unwrap(),
             ["clock", "worker"]
         );
-        assert!(text.contains("DEMO_CONFIG: \"/tmp/somewhere/config\""), "{text}");
+        assert!(
+            text.contains("DEMO_CONFIG: \"/tmp/somewhere/config\""),
+            "{text}"
+        );
     }
 
     #[test]
@@ -207,7 +209,10 @@ mod tests {
     #[test]
     fn a_second_demo_starts_clean_but_keeps_the_process_records() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(!prepare(dir.path()).unwrap(), "a new directory has nothing to clear");
+        assert!(
+            !prepare(dir.path()).unwrap(),
+            "a new directory has nothing to clear"
+        );
         for leftover in [".pebble.state", "config", ".cobble-processes"] {
             std::fs::write(dir.path().join(leftover), "x").unwrap();
         }

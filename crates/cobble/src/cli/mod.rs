@@ -368,13 +368,13 @@ fn did_you_mean(err: &clap::Error) -> Option<String> {
     if err.kind() != ErrorKind::InvalidSubcommand {
         return None;
     }
-    let suggested = match err.get(ContextKind::SuggestedSubcommand)? {
-        ContextValue::String(one) => vec![one.clone()],
-        ContextValue::Strings(many) => many.clone(),
+    // clap lists its candidates from the least to the most alike; only the closest helps.
+    let closest = match err.get(ContextKind::SuggestedSubcommand)? {
+        ContextValue::String(one) => one.clone(),
+        ContextValue::Strings(many) => many.last()?.clone(),
         _ => return None,
     };
-    let quoted: Vec<String> = suggested.iter().map(|s| format::quote(s)).collect();
-    (!quoted.is_empty()).then(|| format!("did you mean {}?", quoted.join(" or ")))
+    Some(format!("did you mean {}?", format::quote(&closest)))
 }
 
 /// The hint [`did_you_mean`] gives for `name` as a command, if any (for `help NAME`).
@@ -486,7 +486,10 @@ mod tests {
     fn a_mistyped_command_gets_a_hint_after_pebbles_error() {
         let err = parse(&["cobble", "servces"]).unwrap_err();
         assert!(parse_error_message(&err).starts_with("unknown command \"servces\", see '"));
-        assert_eq!(did_you_mean(&err).as_deref(), Some("did you mean \"services\"?"));
+        assert_eq!(
+            did_you_mean(&err).as_deref(),
+            Some("did you mean \"services\"?")
+        );
         let err = parse(&["cobble", "zzzzzzzz"]).unwrap_err();
         assert_eq!(did_you_mean(&err), None);
     }

@@ -14,6 +14,7 @@ mod changes;
 mod chaos;
 mod checks;
 mod daemon_log;
+mod demo;
 mod edges;
 mod enter;
 mod entrypoint;
