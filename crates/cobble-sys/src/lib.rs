@@ -34,6 +34,7 @@
 //! - [`output`]: a merged stdout+stderr pipe with an async read end.
 //! - [`fs`]: file system calls std lacks (early writeback for long writes).
 //! - [`math`]: the one function of the C maths library cobble calls, in Rust.
+//! - [`nss`]: name lookups that a static build keeps to glibc's built-in sources.
 //! - [`pty`]: pseudo-terminals and new sessions for exec.
 //! - [`terminal`]: the user's terminal for `cobble exec`: its size, and raw mode.
 //! - [`vspawn`]: starting an exec command without copying the daemon's memory.
@@ -53,6 +54,7 @@
 pub mod fs;
 pub mod math;
 pub mod memory;
+pub mod nss;
 pub mod output;
 pub mod process;
 pub mod pty;
