@@ -27,6 +27,7 @@ mod changes;
 mod check;
 mod check_actions;
 mod checks;
+mod completion;
 mod demo;
 mod enter;
 mod exec;
@@ -44,6 +45,7 @@ mod okay;
 mod plan;
 mod pull;
 mod push;
+mod reference;
 mod replan;
 mod restart;
 mod rm;
@@ -165,6 +167,8 @@ enum Command {
     Notify(notify::NotifyArgs),
     /// Acknowledge notices
     Okay(okay::OkayArgs),
+    /// Print a shell completion script
+    Completion(completion::CompletionArgs),
     /// Execute a remote command and wait for it to finish
     #[command(long_about = exec::LONG_ABOUT)]
     Exec(exec::ExecArgs),
@@ -191,6 +195,7 @@ pub fn program_name() -> &'static str {
 
 /// The whole command line, from arguments to exit code.
 pub fn main() -> ExitCode {
+    cobble_sys::nss::use_builtin_sources_when_static();
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
@@ -221,6 +226,7 @@ pub fn main() -> ExitCode {
         Command::Exec(args) => exec::execute(args),
         Command::Enter(args) => enter::execute(args, service_args),
         Command::Help(args) => finish(help::execute(args)),
+        Command::Completion(args) => finish(completion::execute(args)),
         Command::Okay(args) => finish(okay::execute(args)),
         Command::Version(args) if args.client => finish(version::print_client_only()),
         other => run_client(move |client, out| Box::pin(dispatch(other, client, out))),
@@ -302,6 +308,7 @@ async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow
         | Command::Okay(_)
         | Command::Help(_)
         | Command::Demo(_)
+        | Command::Completion(_)
         | Command::Exec(_)
         | Command::Enter(_) => {
             unreachable!("handled without a client")
