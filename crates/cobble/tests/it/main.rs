@@ -15,6 +15,7 @@ mod chaos;
 mod checks;
 mod daemon_log;
 mod demo;
+mod docs;
 mod edges;
 mod enter;
 mod entrypoint;
