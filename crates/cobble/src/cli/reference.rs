@@ -32,7 +32,7 @@ fn commands(root: &Command) -> Vec<&Command> {
 fn arguments(command: &Command) -> impl Iterator<Item = &Arg> {
     command.get_arguments().filter(|arg| {
         !matches!(arg.get_action(), ArgAction::Help | ArgAction::HelpShort)
-            && !(arg.is_global_set() && !is_root(command))
+            && (!arg.is_global_set() || is_root(command))
     })
 }
 
