@@ -368,20 +368,62 @@ fn report_parse_error(err: clap::Error) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// For a mistyped command, the line cobble adds after Pebble's error: the commands clap
-/// finds close to it (`did you mean "services"?`). Pebble's first line and exit status stay
-/// as they are, so scripts that match on them see no difference.
+/// For a mistyped command, the line cobble adds after Pebble's error: the command closest to
+/// it, when one is close (`did you mean "services"?`). Pebble's first line and exit status
+/// stay as they are, so scripts that match on them see no difference.
 fn did_you_mean(err: &clap::Error) -> Option<String> {
     if err.kind() != ErrorKind::InvalidSubcommand {
         return None;
     }
-    // clap lists its candidates from the least to the most alike; only the closest helps.
-    let closest = match err.get(ContextKind::SuggestedSubcommand)? {
-        ContextValue::String(one) => one.clone(),
-        ContextValue::Strings(many) => many.last()?.clone(),
-        _ => return None,
+    let Some(ContextValue::String(typed)) = err.get(ContextKind::InvalidSubcommand) else {
+        return None;
     };
-    Some(format!("did you mean {}?", format::quote(&closest)))
+    closest_command(typed).map(|name| format!("did you mean {}?", format::quote(&name)))
+}
+
+/// The visible command at the smallest edit distance from `typed` (a swap of two neighbours
+/// counts as one edit), if it is within a distance that still reads as a typo: one edit for
+/// up to three letters, two up to eight, three beyond.
+fn closest_command(typed: &str) -> Option<String> {
+    let allowed = match typed.chars().count() {
+        0..=3 => 1,
+        4..=8 => 2,
+        _ => 3,
+    };
+    Cli::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| (edit_distance(typed, c.get_name()), c.get_name().to_owned()))
+        .filter(|(distance, _)| *distance <= allowed)
+        .min()
+        .map(|(_, name)| name)
+}
+
+/// The optimal string alignment distance: insertions, deletions, substitutions and swaps of
+/// two neighbouring characters, each one edit.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// The hint [`did_you_mean`] gives for `name` as a command, if any (for `help NAME`).
@@ -497,8 +539,11 @@ mod tests {
             did_you_mean(&err).as_deref(),
             Some("did you mean \"services\"?")
         );
-        let err = parse(&["cobble", "zzzzzzzz"]).unwrap_err();
-        assert_eq!(did_you_mean(&err), None);
+        let err = parse(&["cobble", "frobnicate"]).unwrap_err();
+        assert_eq!(did_you_mean(&err), None, "nothing is close to frobnicate");
+        assert_eq!(closest_command("chnages").as_deref(), Some("changes"));
+        assert_eq!(closest_command("lgs").as_deref(), Some("logs"));
+        assert_eq!(closest_command("xyz"), None);
     }
 
     #[test]
