@@ -226,27 +226,35 @@ fn markdown_table(args: &[&Arg]) -> String {
     out
 }
 
-/// Help text as Markdown paragraphs: indented lines become a code block.
+/// Help text as Markdown: indented lines become a code block, and the line breaks of the
+/// text are kept (two trailing spaces), so that lists such as `enter`'s footnotes read as
+/// they do in `help`.
 fn markdown_text(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let is_code = |line: &str| line.starts_with("  ");
     let mut out = String::new();
     let mut in_code = false;
-    for line in text.lines() {
-        let code = line.starts_with("  ");
+    for (i, line) in lines.iter().enumerate() {
+        let code = is_code(line);
         if code && !in_code {
             out.push_str("```\n");
             in_code = true;
         } else if !code && in_code && !line.is_empty() {
-            out.push_str("```\n");
+            out.push_str("```\n\n");
             in_code = false;
         }
         if in_code && line.is_empty() {
             continue;
         }
-        out.push_str(if code {
-            line.strip_prefix("    ").unwrap_or(line)
+        if code {
+            out.push_str(line.strip_prefix("    ").unwrap_or(line));
         } else {
-            line
-        });
+            out.push_str(line);
+            let next = lines.get(i + 1).copied().unwrap_or_default();
+            if !line.is_empty() && !next.is_empty() && !is_code(next) {
+                out.push_str("  ");
+            }
+        }
         out.push('\n');
     }
     if in_code {
