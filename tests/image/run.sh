@@ -35,7 +35,10 @@ fi
 
 SCRATCH=$(mktemp -d /tmp/cobble-image.XXXXXX)
 pids=()
+pid1=""
 cleanup() {
+    # PID 1 of a container first: killing it ends everything in its namespace.
+    [ -n "$pid1" ] && kill -KILL "$pid1" 2>/dev/null || true
     for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
     rm -rf "$SCRATCH"
@@ -71,8 +74,9 @@ SOCKET="$ROOT/var/lib/pebble/default/.pebble.socket"
 # runtime gives an image that sets none (PATH, and HOME=/ for a user /etc/passwd does not
 # name). Then chroot into the image and exec its entrypoint, so that the entrypoint is PID 1
 # of the namespace.
+# Called in a subshell (`$(...)`, `(...)` or `&`), which it replaces with unshare.
 container() {
-    unshare $ns_flags --mount-proc="$ROOT/proc" /bin/sh -c '
+    exec unshare $ns_flags --mount-proc="$ROOT/proc" /bin/sh -c '
         root=$1; shift
         for dev in null zero random urandom; do
             touch "$root/dev/$dev" && mount --bind "/dev/$dev" "$root/dev/$dev" || exit 125
@@ -92,7 +96,7 @@ out=$(container /usr/bin/pebble enter exec /usr/bin/workload echo hello from the
     || fail "enter exec failed: $(cat "$SCRATCH/enter.log")"
 [ "$out" = "hello from the image" ] || fail "enter exec printed: $out"
 set +e
-container /usr/bin/pebble enter exec /usr/bin/workload exit 3 2>>"$SCRATCH/enter.log"
+(container /usr/bin/pebble enter exec /usr/bin/workload exit 3 2>>"$SCRATCH/enter.log")
 status=$?
 set -e
 [ "$status" = 3 ] || fail "enter exec gave status $status, not the command's 3"
@@ -109,7 +113,6 @@ for _ in $(seq 200); do [ -S "$SOCKET" ] && break; sleep 0.05; done
 [ -S "$SOCKET" ] || fail "no socket at $SOCKET"
 # The daemon's pid on the host: the process whose root is the image and which is pid 1 of
 # its namespace (unshare forked it; it exec'd through sh, env and chroot into the entrypoint).
-pid1=""
 for proc in /proc/[0-9]*; do
     [ "$(readlink "$proc/root" 2>/dev/null)" = "$ROOT" ] || continue
     [ "$(awk '/^NSpid:/ {print $NF}' "$proc/status" 2>/dev/null)" = 1 ] || continue
