@@ -9,7 +9,9 @@
 # Needs: cobble and admission-webhook (on PATH, or built in target/release or target/debug),
 # python3 (a fake API server with one PodDefault), openssl and curl.
 #
-# Usage: [PUSH_AFTER=45] examples/admission-webhook/replay.sh
+# Usage: [PUSH_AFTER=45] [SUPERVISOR=/path/to/pebble] examples/admission-webhook/replay.sh
+# SUPERVISOR runs the replay under another daemon with Pebble's CLI (real Pebble, for
+# instance), which then serves as the daemon and the client alike; by default, cobble.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -17,7 +19,8 @@ DIR=/tmp/founding   # the layer's paths point here
 PUSH_AFTER=${PUSH_AFTER:-5}
 PORT=4443
 
-for bin in cobble admission-webhook; do
+SUP=${SUPERVISOR:-cobble}
+for bin in admission-webhook $([ "$SUP" = cobble ] && echo cobble); do
     if ! command -v "$bin" >/dev/null; then
         for dir in "$REPO/target/release" "$REPO/target/debug"; do
             if [ -x "$dir/$bin" ]; then export PATH="$dir:$PATH"; break; fi
@@ -40,19 +43,20 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
     -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
     -keyout "$DIR/key.pem" -out "$DIR/cert.pem" 2>/dev/null
 
-echo "==> 1. cobble run --hold (as Juju starts Pebble); logs in $DIR/cobble.log"
-cobble run --create-dirs --hold --verbose > "$DIR/cobble.log" 2>&1 &
+command -v "$SUP" >/dev/null || { echo "replay: no $SUP" >&2; exit 2; }
+echo "==> 1. $(basename "$SUP") run --hold (as Juju starts Pebble); logs in $DIR/cobble.log"
+"$SUP" run --create-dirs --hold --verbose > "$DIR/cobble.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -S "$PEBBLE/.pebble.socket" ] && [ -f "$DIR/kubeconfig" ] && break; sleep 0.1; done
 
 echo "==> 2. config-changed: add the charm's layer and replan, before the certificates exist"
-cobble add admission-webhook "$HERE/layer.yaml"
-cobble replan
-cobble services
+"$SUP" add admission-webhook "$HERE/layer.yaml"
+"$SUP" replan
+"$SUP" services
 
 echo "==> 3. later hooks re-add the identical layer for ${PUSH_AFTER}s, never replanning"
 end=$((SECONDS + ${PUSH_AFTER%.*}))
-while [ "$SECONDS" -lt "$end" ]; do cobble add --combine admission-webhook "$HERE/layer.yaml" >/dev/null; sleep 1; done
+while [ "$SECONDS" -lt "$end" ]; do "$SUP" add --combine admission-webhook "$HERE/layer.yaml" >/dev/null; sleep 1; done
 if curl -s --max-time 1 --cacert "$DIR/cert.pem" "https://localhost:$PORT/healthz" >/dev/null; then
     echo "replay: something already listens on $PORT" >&2; exit 1
 fi
@@ -60,10 +64,10 @@ echo "    nothing listens on $PORT yet; the webhook says:"
 (grep -m1 "waiting for a valid certificate" "$DIR/cobble.log" || true) | sed 's/^/    /'
 
 echo "==> 4. pebble-ready: push the certificates"
-cobble push -p "$DIR/key.pem" "$DIR/certs/key.pem"
-cobble push -p "$DIR/cert.pem" "$DIR/certs/cert.pem"
+"$SUP" push -p "$DIR/key.pem" "$DIR/certs/key.pem"
+"$SUP" push -p "$DIR/cert.pem" "$DIR/certs/cert.pem"
 pushed=$(date +%s.%N)
-cobble add --combine admission-webhook "$HERE/layer.yaml" >/dev/null
+"$SUP" add --combine admission-webhook "$HERE/layer.yaml" >/dev/null
 
 echo "==> 5. an AdmissionReview for a notebook pod"
 for _ in $(seq 200); do

@@ -36,6 +36,7 @@
 //! - [`inherit`]: what the commands the daemon runs inherit from it: every signal at its
 //!   default, none blocked, the daemon's original descriptor limit.
 //! - [`math`]: the one function of the C maths library cobble calls, in Rust.
+//! - [`nss`]: name lookups that a static build keeps to glibc's built-in sources.
 //! - [`pty`]: pseudo-terminals and new sessions for exec.
 //! - [`terminal`]: the user's terminal for `cobble exec`: its size, and raw mode.
 //! - [`vspawn`]: starting an exec command without copying the daemon's memory.
@@ -57,6 +58,7 @@ pub mod fs;
 pub mod inherit;
 pub mod math;
 pub mod memory;
+pub mod nss;
 pub mod output;
 pub mod process;
 pub mod pty;

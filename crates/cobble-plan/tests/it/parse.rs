@@ -416,3 +416,38 @@ fn user_and_group_combinations_that_need_a_lookup_are_accepted() {
         Layer::parse(0, "l", &yaml).unwrap_or_else(|e| panic!("{exec}: {e}"));
     }
 }
+
+#[test]
+fn an_unclosed_bracket_is_a_syntax_error_with_its_line_not_an_unknown_section() {
+    // Wherever the `[` is left open (a list of a service, a top-level line, a flow list
+    // swallowing the next section), the layer is reported as malformed YAML at a line,
+    // never as a layer with an unknown section.
+    let cases: &[(&str, u64)] = &[
+        (
+            "services:\n  web:\n    override: replace\n    command: foo\n    after: [a, b\n",
+            5,
+        ),
+        (
+            "services:\n  web:\n    override: replace\n    command: foo\n    requires: [db\nchecks:\n  up:\n    override: replace\n    tcp:\n      port: 80\n",
+            6,
+        ),
+        ("[services\n", 1),
+        ("summary: demo\n[services\n", 2),
+        (
+            "log-targets:\n  l:\n    override: replace\n    services: [all\n",
+            4,
+        ),
+    ];
+    for (yaml, line) in cases {
+        let err = Layer::parse(1, "bad", yaml).unwrap_err();
+        match &err {
+            PlanError::Parse { line: got, .. } => {
+                assert_eq!(*got, Some(*line), "{yaml:?}: {err}")
+            }
+            other => panic!("{yaml:?} gave {other:?}, not a YAML syntax error"),
+        }
+        let text = err.to_string();
+        assert!(!text.contains("unknown section"), "{text}");
+        assert!(text.contains(&format!("line {line}: ")), "{text}");
+    }
+}

@@ -7,9 +7,13 @@ use clap::{Args, CommandFactory};
 use super::{Cli, program_name, write_all};
 
 /// Commands by category, in the order the summary lists them.
-const CATEGORIES: &[(&str, &str, &[&str])] = &[
+pub(super) const CATEGORIES: &[(&str, &str, &[&str])] = &[
     ("Run", "run the service manager", &["run", "enter", "demo"]),
-    ("Info", "help and version information", &["help", "version"]),
+    (
+        "Info",
+        "help and version information",
+        &["help", "version", "completion"],
+    ),
     (
         "Plan",
         "view and change configuration",
@@ -68,6 +72,12 @@ pub struct HelpArgs {
     /// Show a short summary of all commands.
     #[arg(long)]
     all: bool,
+    /// Generate the manpage.
+    #[arg(long, hide = true)]
+    man: bool,
+    /// Generate the Markdown command-line reference (docs/reference/cli.md).
+    #[arg(long, hide = true)]
+    markdown: bool,
     /// The command to show help for.
     #[arg(value_name = "command")]
     commands: Vec<String>,
@@ -76,6 +86,9 @@ pub struct HelpArgs {
 /// Runs `help`.
 pub fn execute(args: HelpArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
+    if args.man || args.markdown {
+        return print_reference(&args, &mut out);
+    }
     if args.all {
         if !args.commands.is_empty() {
             anyhow::bail!("help accepts a command, or '--all', but not both.");
@@ -88,14 +101,52 @@ pub fn execute(args: HelpArgs) -> anyhow::Result<()> {
     let mut command = Cli::command().name(program_name());
     command.build();
     let Some(sub) = command.find_subcommand_mut(name) else {
-        anyhow::bail!(
+        let mut message = format!(
             "unknown command {}, see '{} help'.",
             super::format::quote(name),
             program_name()
         );
+        if let Some(hint) = super::command_hint(name) {
+            message = format!("{message}\n{hint}");
+        }
+        anyhow::bail!(message);
     };
     let help = sub.render_long_help().to_string();
     write_all(&mut out, &help)
+}
+
+/// `help --man [command]` and `help --markdown`: the references generated from the clap
+/// definitions (see [`super::reference`]).
+fn print_reference(args: &HelpArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut root = Cli::command().name(program_name());
+    root.build();
+    if args.markdown {
+        return write_all(out, &super::reference::markdown(&root));
+    }
+    let command = match args.commands.as_slice() {
+        [] => None,
+        [name] => Some(root.find_subcommand(name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "unknown command {}, see '{} help'.",
+                super::format::quote(name),
+                program_name()
+            )
+        })?),
+        _ => anyhow::bail!("too many arguments for command"),
+    };
+    let page = super::reference::man_page(&root, program_name(), command, &man_date());
+    write_all(out, &page)
+}
+
+/// The page's date, as go-flags writes it ("1 December 2026"): `SOURCE_DATE_EPOCH` when set,
+/// for reproducible builds, else today.
+fn man_date() -> String {
+    let now = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+        .and_then(|secs| jiff::Timestamp::from_second(secs).ok())
+        .unwrap_or_else(jiff::Timestamp::now);
+    now.strftime("%-d %B %Y").to_string()
 }
 
 fn header() -> String {

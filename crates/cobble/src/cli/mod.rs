@@ -28,6 +28,7 @@ mod check;
 mod check_actions;
 mod checks;
 mod debug;
+mod completion;
 mod demo;
 mod enter;
 mod exec;
@@ -45,6 +46,7 @@ mod okay;
 mod plan;
 mod pull;
 mod push;
+mod reference;
 mod replan;
 mod restart;
 mod rm;
@@ -171,6 +173,8 @@ enum Command {
     /// Run debug commands
     #[command(hide = true, long_about = debug::LONG_ABOUT)]
     Debug(debug::DebugArgs),
+    /// Print a shell completion script
+    Completion(completion::CompletionArgs),
     /// Execute a remote command and wait for it to finish
     #[command(long_about = exec::LONG_ABOUT)]
     Exec(exec::ExecArgs),
@@ -197,6 +201,7 @@ pub fn program_name() -> &'static str {
 
 /// The whole command line, from arguments to exit code.
 pub fn main() -> ExitCode {
+    cobble_sys::nss::use_builtin_sources_when_static();
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
@@ -228,6 +233,7 @@ pub fn main() -> ExitCode {
         Command::Exec(args) => exec::execute(args),
         Command::Enter(args) => enter::execute(args, service_args),
         Command::Help(args) => finish(help::execute(args)),
+        Command::Completion(args) => finish(completion::execute(args)),
         Command::Okay(args) => finish(okay::execute(args)),
         Command::Debug(args) => finish(debug::execute(args)),
         Command::Version(args) if args.client => finish(version::print_client_only(args.format)),
@@ -317,6 +323,7 @@ async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow
         | Command::Debug(_)
         | Command::Help(_)
         | Command::Demo(_)
+        | Command::Completion(_)
         | Command::Exec(_)
         | Command::Enter(_) => {
             unreachable!("handled without a client")
@@ -370,7 +377,76 @@ fn report_parse_error(err: clap::Error) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     eprintln!("{ERROR_PREFIX}{}", parse_error_message(&err));
+    if let Some(hint) = did_you_mean(&err) {
+        eprintln!("{hint}");
+    }
     ExitCode::FAILURE
+}
+
+/// For a mistyped command, the line cobble adds after Pebble's error: the command closest to
+/// it, when one is close (`did you mean "services"?`). Pebble's first line and exit status
+/// stay as they are, so scripts that match on them see no difference.
+fn did_you_mean(err: &clap::Error) -> Option<String> {
+    if err.kind() != ErrorKind::InvalidSubcommand {
+        return None;
+    }
+    let Some(ContextValue::String(typed)) = err.get(ContextKind::InvalidSubcommand) else {
+        return None;
+    };
+    closest_command(typed).map(|name| format!("did you mean {}?", format::quote(&name)))
+}
+
+/// The visible command at the smallest edit distance from `typed` (a swap of two neighbours
+/// counts as one edit), if it is within a distance that still reads as a typo: one edit for
+/// up to three letters, two up to eight, three beyond.
+fn closest_command(typed: &str) -> Option<String> {
+    let allowed = match typed.chars().count() {
+        0..=3 => 1,
+        4..=8 => 2,
+        _ => 3,
+    };
+    Cli::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| (edit_distance(typed, c.get_name()), c.get_name().to_owned()))
+        .filter(|(distance, _)| *distance <= allowed)
+        .min()
+        .map(|(_, name)| name)
+}
+
+/// The optimal string alignment distance: insertions, deletions, substitutions and swaps of
+/// two neighbouring characters, each one edit.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// The hint [`did_you_mean`] gives for `name` as a command, if any (for `help NAME`).
+pub fn command_hint(name: &str) -> Option<String> {
+    let err = Cli::command()
+        .try_get_matches_from([program_name(), name])
+        .err()?;
+    did_you_mean(&err)
 }
 
 fn parse_error_message(err: &clap::Error) -> String {
@@ -496,6 +572,21 @@ mod tests {
             "{message}"
         );
         assert!(message.ends_with(" help'."), "{message}");
+    }
+
+    #[test]
+    fn a_mistyped_command_gets_a_hint_after_pebbles_error() {
+        let err = parse(&["cobble", "servces"]).unwrap_err();
+        assert!(parse_error_message(&err).starts_with("unknown command \"servces\", see '"));
+        assert_eq!(
+            did_you_mean(&err).as_deref(),
+            Some("did you mean \"services\"?")
+        );
+        let err = parse(&["cobble", "frobnicate"]).unwrap_err();
+        assert_eq!(did_you_mean(&err), None, "nothing is close to frobnicate");
+        assert_eq!(closest_command("chnages").as_deref(), Some("changes"));
+        assert_eq!(closest_command("lgs").as_deref(), Some("logs"));
+        assert_eq!(closest_command("xyz"), None);
     }
 
     #[test]

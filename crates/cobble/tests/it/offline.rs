@@ -164,3 +164,21 @@ fn broken_pipe_is_success() {
     assert_eq!(output.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&output.stderr), "");
 }
+
+#[test]
+fn a_mistyped_command_keeps_pebbles_error_and_status_and_adds_a_hint() {
+    Test::new()
+        .args(&["servces"])
+        .stderr(
+            "error: unknown command \"servces\", see 'cobble help'.\ndid you mean \"services\"?\n",
+        )
+        .status(1)
+        .run();
+    Test::new()
+        .args(&["help", "chnages"])
+        .stderr(
+            "error: unknown command \"chnages\", see 'cobble help'.\ndid you mean \"changes\"?\n",
+        )
+        .status(1)
+        .run();
+}
