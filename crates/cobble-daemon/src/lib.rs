@@ -25,8 +25,9 @@
 //!   and followers that miss nothing still held.
 //! - [`exec`]: one-off commands for clients (`POST /v1/exec`), their websockets and their
 //!   terminals.
-//! - [`command`]: launching services, exec checks and exec commands (path lookup, user,
-//!   group, pipes or a terminal).
+//! - [`process`]: spawning and tracking OS processes: launching services, exec checks and
+//!   exec commands (path lookup, user, group, pipes or a terminal), the registry of running
+//!   process groups, and which processes belong to one run of a service.
 //! - [`metrics`]: the OpenMetrics text of `/v1/metrics`.
 //! - [`watch`]: path watching for `requires-paths`, `on-file-change` and failure hints.
 //! - [`why`]: the reason a service is where it is, services and checks joined.
@@ -44,7 +45,6 @@
 pub mod api;
 pub mod atomic;
 pub mod checks;
-pub mod command;
 pub mod daemon;
 pub mod dir_lock;
 pub mod exec;
@@ -56,6 +56,7 @@ pub mod logging;
 pub mod logs;
 pub mod metrics;
 pub mod output;
+pub mod process;
 pub mod services;
 pub mod state;
 pub mod systemd;

@@ -240,8 +240,8 @@ mod tests {
         let (_firing_tx, firing_rx) =
             tokio::sync::watch::channel(std::sync::Arc::<crate::checks::Firing>::default());
         let (shutdown_tx, _shutdown_rx) = tokio::sync::mpsc::unbounded_channel();
-        let processes = std::sync::Arc::new(crate::services::process::OsProcesses::new(
-            crate::services::registry::ProcessRegistry::new(None),
+        let processes = std::sync::Arc::new(crate::process::OsProcesses::new(
+            crate::process::registry::ProcessRegistry::new(None),
         ));
         let (services, _task) = crate::services::ServiceManager::spawn(
             plan_rx,

@@ -15,7 +15,7 @@ use futures_util::future::BoxFuture;
 use tokio::io::AsyncReadExt;
 
 use super::checker::{CheckError, Checker, MAX_ERROR_BYTES, last_lines};
-use crate::command::{self, Launch};
+use crate::process::launch::{self, Launch};
 
 /// How long to wait for the output pipe to close once the command has exited (descendants
 /// may keep it open), as Go's `exec.Cmd.WaitDelay` in Pebble.
@@ -61,7 +61,7 @@ impl ExecChecker {
         // finds nobody to hand the command to and kills it.
         let (handover, spawned) = tokio::sync::oneshot::channel();
         tokio::task::spawn_blocking(move || {
-            if let Err(Ok(orphan)) = handover.send(command::spawn(&launch)) {
+            if let Err(Ok(orphan)) = handover.send(launch::spawn(&launch)) {
                 let _ = cobble_sys::process::signal_group(orphan.pid, Signal::SIGKILL);
             }
         });

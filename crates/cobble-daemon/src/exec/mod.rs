@@ -40,7 +40,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::services::process::OsProcesses;
+use crate::process::OsProcesses;
 use crate::state::{Recorded, StateStore};
 pub use setup::SetupError;
 

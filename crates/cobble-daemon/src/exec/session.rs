@@ -39,8 +39,8 @@ use tokio_util::task::TaskTracker;
 use super::setup::Prepared;
 use super::ws::{Event, Reader, Socket, Writer, close_code};
 use super::{CONNECT_TIMEOUT, Channel, Registration};
-use crate::command::{self, Launch, Wiring};
-use crate::services::process::OsProcesses;
+use crate::process::OsProcesses;
+use crate::process::launch::{self, Launch, Wiring};
 use crate::state::{StateStore, Status};
 
 /// The most bytes of output per websocket frame read from a terminal (or from a pipe, on a
@@ -48,7 +48,7 @@ use crate::state::{StateStore, Status};
 const CHUNK: usize = 128 * 1024;
 /// The most bytes of output per websocket frame spliced from a pipe: as much as a grown pipe
 /// holds.
-const SPLICED_CHUNK: usize = command::EXEC_PIPE_SIZE;
+const SPLICED_CHUNK: usize = launch::EXEC_PIPE_SIZE;
 /// Once the command has exited, how long a quiet terminal is read before its relay ends.
 pub const TERMINAL_DRAIN_IDLE: Duration = Duration::from_millis(100);
 /// The most bytes of a control command sent as a binary message.
@@ -330,7 +330,7 @@ impl Session {
     }
 
     /// Launches the command (on a new terminal if asked), on the blocking pool.
-    async fn launch(&self) -> Result<(command::Child, Option<Master>), Failure> {
+    async fn launch(&self) -> Result<(launch::Child, Option<Master>), Failure> {
         let prepared = &self.prepared;
         let launch = Launch {
             argv: prepared.argv.clone(),
@@ -376,13 +376,13 @@ impl Session {
                     None => (Wiring::Pipes { split_stderr }, None),
                 };
                 let Some(processes) = processes else {
-                    let child = command::spawn_wired(&launch, wiring)
+                    let child = launch::spawn_wired(&launch, wiring)
                         .map_err(|e| Failure::new(e.to_string(), Some(-1)))?;
                     return Ok((child, master));
                 };
                 // Recorded before the command may start, like a service's process.
                 let mut recorded = None;
-                let spawned = command::spawn_recorded(&launch, wiring, |pid| {
+                let spawned = launch::spawn_recorded(&launch, wiring, |pid| {
                     processes.record(&name, pid);
                     recorded = Some(pid);
                 });
@@ -613,8 +613,8 @@ async fn splice_pending(
 
 /// Grows an output pipe, once, when `taken` bytes at a time show the command fills it.
 fn grow_when_filled(pipe: &pipe::Receiver, grown: &mut bool, taken: usize) {
-    if !*grown && taken >= command::DEFAULT_PIPE_BYTES {
-        command::grow_exec_pipe(pipe);
+    if !*grown && taken >= launch::DEFAULT_PIPE_BYTES {
+        launch::grow_exec_pipe(pipe);
         *grown = true;
     }
 }
@@ -635,12 +635,12 @@ impl Stdin {
             Stdin::Pipe { pipe, grown } if !*grown => match pipe.try_write(bytes) {
                 Ok(n) if n == bytes.len() => Ok(()),
                 Ok(n) => {
-                    command::grow_exec_pipe(pipe);
+                    launch::grow_exec_pipe(pipe);
                     *grown = true;
                     pipe.write_all(&bytes[n..]).await
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    command::grow_exec_pipe(pipe);
+                    launch::grow_exec_pipe(pipe);
                     *grown = true;
                     pipe.write_all(bytes).await
                 }

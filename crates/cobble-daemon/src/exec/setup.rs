@@ -21,7 +21,7 @@ use cobble_plan::{ContextOptions, Plan, go_quote, parse_duration};
 use cobble_sys::pty::WindowSize;
 use cobble_sys::user::UserDb;
 
-use crate::command::is_executable_program;
+use crate::process::launch::is_executable_program;
 
 /// `PATH` when the environment has none, as Pebble sets it.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

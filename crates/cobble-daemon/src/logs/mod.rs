@@ -8,6 +8,7 @@
 //! follower that fell so far behind that its lines were overwritten gets one
 //! [`Line::Lost`] in their place, saying how many.
 
+pub mod capture;
 pub mod persist;
 
 use std::sync::Arc;

@@ -106,11 +106,7 @@ impl Default for Policy {
 }
 
 /// Signals the machine sends to the service's process group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupSignal {
-    Term,
-    Kill,
-}
+pub use crate::process::GroupSignal;
 
 /// The status reported by `GET /v1/services`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

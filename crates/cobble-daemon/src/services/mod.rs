@@ -5,7 +5,7 @@
 //! Requests (start, stop, signal, status), process exits, deadlines, path changes and the
 //! checks that are down all become events of the pure machine; the actor only performs the
 //! actions it returns and sleeps until the earliest deadline of any service. It never blocks:
-//! everything that touches processes or files ([`process::Processes`]: spawning, signalling a
+//! everything that touches processes or files ([`crate::process::Processes`]: spawning, signalling a
 //! group and its escaped descendants, the registry) runs on the blocking pool and comes back
 //! as a message, and service output goes to a bounded queue ([`crate::output`]).
 //!
@@ -14,7 +14,7 @@
 //! means ([`Machine::path_events`]). Checks feed them through the firing map the check
 //! manager publishes: the actor hands the map as it stands to every service that acts on
 //! checks, so an action is decided against the present, never against a queued report.
-//! Each spawned process group is recorded in the [`registry`] before the actor hears of it,
+//! Each spawned process group is recorded in the [`crate::process::registry`] before the actor hears of it,
 //! so a daemon restarted after a crash can end its predecessor's processes before starting
 //! anything.
 //!
@@ -25,9 +25,6 @@ pub mod changes;
 pub mod hints;
 pub mod logbuf;
 pub mod machine;
-pub mod members;
-pub mod process;
-pub mod registry;
 pub mod status;
 #[cfg(test)]
 mod tests;
@@ -45,10 +42,10 @@ use tokio::time::Instant;
 use crate::checks::Firing;
 use crate::logfwd::Tap;
 use crate::output::Sink;
+use crate::process::{Escaped, Processes, SpawnError, Spawned};
 use crate::watch::{PathEvent, PathWatcher};
 pub use logbuf::ServiceLog;
 use machine::{Action, Event, ExitAction, FileAction, Machine, Policy, StartOutcome, StopOutcome};
-use process::{Escaped, Processes, SpawnError, Spawned};
 pub use status::{ServiceDetails, ServiceStatus};
 
 /// How long an exit waits for the output reader to reach end of file.
@@ -495,7 +492,7 @@ impl Actor {
         slot.start_count += 1;
         let pid = spawned.pid;
         let output_done = spawned.output.map(|reader| {
-            tokio::spawn(process::copy_output(
+            tokio::spawn(crate::logs::capture::copy_output(
                 reader,
                 name.to_owned(),
                 slot.log.clone(),

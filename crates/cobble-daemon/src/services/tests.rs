@@ -10,9 +10,9 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::machine::{GroupSignal, StartOutcome, StopOutcome};
-use super::process::{Escaped, Processes, SpawnError, Spawned};
 use super::{ServiceManager, StartReply};
 use crate::checks::Firing;
+use crate::process::{Escaped, Processes, SpawnError, Spawned};
 
 /// What the scripted processes did, for the tests to look at.
 #[derive(Default)]

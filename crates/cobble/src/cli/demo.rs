@@ -34,7 +34,7 @@ const CONFIG_FILE: &str = "config";
 /// next daemon ends what a killed one left from them) and `layers/` (rewritten anyway).
 const KEPT: &[&str] = &[
     cobble_daemon::dir_lock::LOCK_FILE,
-    cobble_daemon::services::registry::FILE_NAME,
+    cobble_daemon::process::registry::FILE_NAME,
     "layers",
 ];
 

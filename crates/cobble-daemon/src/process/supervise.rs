@@ -3,7 +3,7 @@
 //!
 //! Every operation may block (forking, user lookups, `/proc` walks, the registry file), so
 //! the actor runs them on the blocking pool and gets their results back as messages. The
-//! real implementation, [`OsProcesses`], spawns a service through [`crate::command`], records
+//! real implementation, [`OsProcesses`], spawns a service through [`super::launch`], records
 //! its group in the [`ProcessRegistry`] between fork and exec (so the command never runs
 //! unrecorded), and stops groups together with every process that left them
 //! ([`super::members`]).
@@ -14,17 +14,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cobble_plan::Service;
 use futures_util::future::BoxFuture;
-use jiff::Timestamp;
 use tokio::net::unix::pipe;
 
-use super::logbuf::{LineSplitter, ServiceLog, Split, format_lines};
-use super::machine::GroupSignal;
+use super::launch::{self, Launch, LaunchError, Wiring};
 use super::members::{self, INVOCATION_VARIABLE};
 use super::registry::ProcessRegistry;
-use crate::command::{self, Launch, LaunchError, Wiring};
-use crate::logfwd::ServiceTap;
-use crate::output::Sink;
 use cobble_sys::process::{self as sys, Signal};
+
+/// Signals the supervisor sends to a service's process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupSignal {
+    Term,
+    Kill,
+}
 
 /// A process of a service outside its main process's reach by group signal (or, once the
 /// main process is gone, any process left of it), with its start time (so a recycled pid is
@@ -217,7 +219,7 @@ impl Processes for OsProcesses {
         // Recorded before the command may start: a daemon killed at any instant leaves no
         // service process that its successor cannot find.
         let mut recorded = None;
-        let spawned = command::spawn_recorded(&launch, Wiring::Merged, |pid| {
+        let spawned = launch::spawn_recorded(&launch, Wiring::Merged, |pid| {
             self.registry().record(name, pid, Some(&invocation));
             recorded = Some(pid);
             if let Some(start_time) = sys::process_start_time(pid) {
@@ -348,145 +350,5 @@ impl Processes for OsProcesses {
             .into_iter()
             .filter(|p| !std::path::Path::new(p).exists())
             .collect()
-    }
-}
-
-/// Copies a service's output into its log, to the daemon's stdout with `--verbose`, and to
-/// the log targets that want it, until end of file. None of them blocks: the log is memory,
-/// stdout and the targets bounded queues. The work is done per read, not per line, wherever
-/// it can be: the log takes a read's lines at once, and they are formatted for stdout
-/// straight into its queue, under one lock.
-pub async fn copy_output(
-    reader: pipe::Receiver,
-    name: String,
-    log: ServiceLog,
-    stdout: Option<&'static Sink>,
-    mut forward: ServiceTap,
-) {
-    let mut splitter = LineSplitter::for_service(&name);
-    let mut grown = false;
-    let mut deliver = |split: &Split<'_>| {
-        if split.is_empty() {
-            return;
-        }
-        if let Some(stdout) = stdout {
-            stdout.lines_with(split.len() as u64, |queue| {
-                format_lines(split, &name, queue);
-            });
-        }
-        if forward.wanted() {
-            for (time, text) in split.lines() {
-                forward.line(time, &String::from_utf8_lossy(text));
-            }
-        }
-        log.push_lines(split);
-    };
-    'service: loop {
-        if reader.readable().await.is_err() {
-            break;
-        }
-        // Read until the pipe is empty, not only until a read comes back short (what
-        // `AsyncRead` does). A service that writes fast is usually in the middle of a write
-        // when a read finds less than it asked for, and its next pages arrive while the lines
-        // just read are stored. A reader that goes on reading is awake when they do, so the
-        // service rarely has to wake it, and waking a reader on another CPU costs the service
-        // more than a read costs the daemon.
-        loop {
-            // Each read counts against the task's budget, as an `AsyncRead` read does, so a
-            // service that never lets its pipe empty still shares the thread.
-            tokio::task::consume_budget().await;
-            let n = match reader.try_read(splitter.buffer()) {
-                Ok(0) => break 'service,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue 'service,
-                Err(_) => break 'service,
-            };
-            // The lines of one read arrived together: one clock reading serves them all.
-            deliver(&splitter.feed(n, Timestamp::now()));
-            if !grown && splitter.reads_fill_the_largest_room() {
-                // A fast service gets a larger pipe, so that it writes on while the daemon
-                // stores what it read instead of waiting for the pipe to empty. Where the
-                // kernel refuses, the default pipe works, only slower.
-                let _ = cobble_sys::output::set_pipe_size(&reader, FAST_PIPE_BYTES);
-                grown = true;
-            }
-        }
-    }
-    deliver(&splitter.finish(Timestamp::now()));
-}
-
-/// The pipe of a service whose reads fill [`LineSplitter`]'s largest room (the default is
-/// 64 KiB).
-const FAST_PIPE_BYTES: usize = 256 * 1024;
-
-#[cfg(test)]
-mod tests {
-    use std::io::Write;
-    use std::sync::Arc;
-
-    use tokio::sync::Notify;
-
-    use super::*;
-    use crate::logfwd::Tap;
-
-    /// Feeds `writes` to [`copy_output`] through a real pipe, each write landing whole in
-    /// an empty pipe (so each is exactly one read), and returns the pipe's size at the end.
-    async fn pipe_size_after(writes: &[usize]) -> usize {
-        let (reader, mut writer) = std::io::pipe().unwrap();
-        let reader = pipe::Receiver::from_owned_fd(reader.into()).unwrap();
-        let log = ServiceLog::new();
-        let wake = Arc::new(Notify::new());
-        let mut follower = log.follow(Some(0), wake.clone());
-        let copy = tokio::spawn(copy_output(
-            reader,
-            "svc".into(),
-            log.clone(),
-            None,
-            Tap::default().service("svc"),
-        ));
-        for &bytes in writes {
-            let line = b"x".repeat(99);
-            let mut chunk: Vec<u8> = line
-                .iter()
-                .copied()
-                .chain([b'\n'])
-                .cycle()
-                .take(bytes)
-                .collect();
-            *chunk.last_mut().unwrap() = b'\n';
-            writer.write_all(&chunk).unwrap();
-            // The next write waits until the reader has taken this one's last line.
-            let mut seen = 0;
-            while seen < chunk.iter().filter(|&&b| b == b'\n').count() {
-                let notified = wake.notified();
-                let batch = follower.take(usize::MAX);
-                if batch.entries.is_empty() {
-                    notified.await;
-                }
-                seen += batch.entries.len();
-            }
-        }
-        let size = cobble_sys::output::pipe_size(&writer).unwrap();
-        drop(writer);
-        copy.await.unwrap();
-        size
-    }
-
-    #[tokio::test]
-    async fn a_service_whose_reads_fill_the_largest_room_gets_a_larger_pipe() {
-        // Each read fills its room: 4 KiB, then 8, 16, 32 and 64.
-        let fast = pipe_size_after(&[4096, 8192, 16384, 32768, 65536]).await;
-        assert_eq!(fast, FAST_PIPE_BYTES);
-    }
-
-    #[tokio::test]
-    async fn a_service_that_writes_little_at_a_time_keeps_the_default_pipe() {
-        let default = {
-            let (reader, _writer) = std::io::pipe().unwrap();
-            cobble_sys::output::pipe_size(&reader).unwrap()
-        };
-        // Every read fills its room but the last, which stops the room growing at 32 KiB.
-        let slow = pipe_size_after(&[4096, 8192, 16384, 30000, 100, 100]).await;
-        assert_eq!(slow, default);
     }
 }

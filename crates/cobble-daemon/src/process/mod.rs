@@ -1,0 +1,24 @@
+//! Spawning and tracking OS processes: the one place that forks, signals and reads `/proc`
+//! for the processes cobble starts for others.
+//!
+//! - [`launch`]: how a command is started (the program looked up like Go's `LookPath`, its
+//!   user, group, environment and working directory, and its [`launch::Wiring`]: pipes, a
+//!   terminal, its own process group or session). Services, exec checks and exec requests
+//!   all start through it.
+//! - [`registry`]: the on-disk record of the process groups running, written before a
+//!   service's command may start, so a daemon killed at any instant leaves nothing its
+//!   successor cannot find and end.
+//! - [`members`]: which processes belong to one run of a service, including the ones that
+//!   left its process group or were orphaned.
+//! - [`supervise`]: what the supervisor does to processes, behind the [`Processes`] trait
+//!   (the real [`OsProcesses`], or scripted ones in tests).
+//!
+//! The managers above (services, exec, checks) depend on this module; it depends on none of
+//! them. Everything here may block: callers run it on the blocking pool.
+
+pub mod launch;
+pub mod members;
+pub mod registry;
+pub mod supervise;
+
+pub use supervise::{Escaped, GroupSignal, OsProcesses, Processes, SpawnError, Spawned};
