@@ -21,8 +21,10 @@
 //!   streamed multipart and atomic writes.
 //! - [`checks`]: health checks (http, tcp, exec), their perform/recover changes, the
 //!   snapshot `/v1/health` reads, and the failure actions they trigger.
-//! - [`logs`]: service output read back for `/v1/logs`: recent lines merged in time order,
-//!   and followers that miss nothing still held.
+//! - [`logs`]: all of a service's output: the reader of its pipe, the bounded ring and its
+//!   followers, the persisted files, forwarding to the plan's `log-targets` (Loki,
+//!   OpenTelemetry, syslog) without ever waiting on a receiver, and reading it back for
+//!   `/v1/logs`.
 //! - [`exec`]: one-off commands for clients (`POST /v1/exec`), their websockets and their
 //!   terminals.
 //! - [`process`]: spawning and tracking OS processes: launching services, exec checks and
@@ -31,8 +33,6 @@
 //! - [`metrics`]: the OpenMetrics text of `/v1/metrics`.
 //! - [`watch`]: path watching for `requires-paths`, `on-file-change` and failure hints.
 //! - [`why`]: the reason a service is where it is, services and checks joined.
-//! - [`logfwd`]: log forwarding to the plan's `log-targets` (Loki, OpenTelemetry, syslog),
-//!   fed line by line by the output readers, never waiting on a receiver.
 //! - [`logging`]: the daemon log in Pebble's layout, `<time> [pebble] message`, and security
 //!   events.
 //! - [`output`]: stdout and stderr written by dedicated threads from bounded queues, so a
@@ -51,7 +51,6 @@ pub mod exec;
 pub mod files;
 pub mod identities;
 pub mod layers;
-pub mod logfwd;
 pub mod logging;
 pub mod logs;
 pub mod metrics;

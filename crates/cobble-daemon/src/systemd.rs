@@ -248,7 +248,7 @@ mod tests {
             firing_rx,
             processes,
             None,
-            crate::logfwd::Tap::default(),
+            crate::logs::forward::Tap::default(),
             shutdown_tx,
         );
         let interval = Duration::from_millis(500);

@@ -163,7 +163,7 @@ pub async fn get_metrics(_: Metrics, State(api): State<Shared>) -> Response {
     let services = api.services.statuses(Vec::new(), false).await;
     let checks = api.checks.checks().await;
     let mut body = crate::metrics::render(&plan, &services, &checks);
-    crate::logfwd::write_metrics(&mut body, &api.forward.stats());
+    crate::logs::forward::write_metrics(&mut body, &api.forward.stats());
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

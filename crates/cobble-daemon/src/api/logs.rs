@@ -17,9 +17,9 @@ use jiff::Timestamp;
 
 use super::query::{first, multi_comma_list};
 use super::{ApiError, Read, Shared};
+use crate::logs::ServiceLog;
+use crate::logs::ring::LogEntry;
 use crate::logs::{self, Line, Tail, persist};
-use crate::services::ServiceLog;
-use crate::services::logbuf::LogEntry;
 use crate::state::format_utc_millis;
 
 /// Lines sent when `n` is not given and the request does not follow.

@@ -50,7 +50,7 @@ pub struct ApiState {
     pub actions: ServiceActions,
     pub checks: CheckManager,
     pub exec: ExecManager,
-    pub forward: crate::logfwd::LogForwarder,
+    pub forward: crate::logs::forward::LogForwarder,
     pub state: StateStore,
     pub boot_id: String,
     pub http_address: Option<String>,

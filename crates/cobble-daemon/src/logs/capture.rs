@@ -4,9 +4,9 @@
 use jiff::Timestamp;
 use tokio::net::unix::pipe;
 
-use crate::logfwd::ServiceTap;
+use crate::logs::forward::ServiceTap;
+use crate::logs::ring::{LineSplitter, ServiceLog, Split, format_lines};
 use crate::output::Sink;
-use crate::services::logbuf::{LineSplitter, ServiceLog, Split, format_lines};
 
 /// Copies a service's output into its log, to the daemon's stdout with `--verbose`, and to
 /// the log targets that want it, until end of file. None of them blocks: the log is memory,
@@ -84,7 +84,7 @@ mod tests {
     use tokio::sync::Notify;
 
     use super::*;
-    use crate::logfwd::Tap;
+    use crate::logs::forward::Tap;
 
     /// Feeds `writes` to [`copy_output`] through a real pipe, each write landing whole in
     /// an empty pipe (so each is exactly one read), and returns the pipe's size at the end.

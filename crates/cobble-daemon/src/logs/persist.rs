@@ -20,7 +20,7 @@ use std::sync::{Arc, Condvar, Mutex, Once, OnceLock};
 
 use jiff::Timestamp;
 
-use crate::services::logbuf::LogEntry;
+use crate::logs::ring::LogEntry;
 use crate::state::append_utc_millis;
 
 /// Bytes of formatted lines waiting for the writer, across all services.

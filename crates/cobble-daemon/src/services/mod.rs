@@ -23,7 +23,6 @@
 
 pub mod changes;
 pub mod hints;
-pub mod logbuf;
 pub mod machine;
 pub mod status;
 #[cfg(test)]
@@ -40,11 +39,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::checks::Firing;
-use crate::logfwd::Tap;
+use crate::logs::ServiceLog;
+use crate::logs::forward::Tap;
 use crate::output::Sink;
 use crate::process::{Escaped, Processes, SpawnError, Spawned};
 use crate::watch::{PathEvent, PathWatcher};
-pub use logbuf::ServiceLog;
 use machine::{Action, Event, ExitAction, FileAction, Machine, Policy, StartOutcome, StopOutcome};
 pub use status::{ServiceDetails, ServiceStatus};
 

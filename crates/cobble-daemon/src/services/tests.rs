@@ -188,7 +188,7 @@ impl Harness {
             firing_rx,
             processes.clone(),
             None,
-            crate::logfwd::Tap::default(),
+            crate::logs::forward::Tap::default(),
             shutdown_tx,
         );
         Harness {
