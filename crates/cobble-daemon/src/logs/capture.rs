@@ -5,7 +5,8 @@ use jiff::Timestamp;
 use tokio::net::unix::pipe;
 
 use crate::logs::forward::ServiceTap;
-use crate::logs::ring::{LineSplitter, ServiceLog, Split, format_lines};
+use crate::logs::lines::{LineSplitter, Split, format_lines};
+use crate::logs::ring::ServiceLog;
 use crate::output::Sink;
 
 /// Copies a service's output into its log, to the daemon's stdout with `--verbose`, and to

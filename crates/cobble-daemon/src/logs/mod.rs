@@ -2,9 +2,10 @@
 //!
 //! - [`capture`]: the reader of a service's output pipe. It splits each read into lines and
 //!   hands them, a read at a time, to every destination; none of them may block it.
+//! - [`lines`]: cutting a stream into lines where Pebble's log parser cuts them, and
+//!   formatting them in Pebble's layout, `<time> [<service>] <line>`.
 //! - [`ring`]: the bounded in-memory log of each service ([`ServiceLog`]), and the followers
-//!   that read it without missing lines; cutting a stream into lines where Pebble's log
-//!   parser cuts them, and formatting them in Pebble's layout, `<time> [<service>] <line>`.
+//!   that read it without missing lines.
 //! - [`persist`]: the files of services with `persist-logs: true`, written by one thread
 //!   from a bounded queue.
 //! - [`forward`]: the plan's `log-targets` (Loki, OpenTelemetry, syslog), one sender task
@@ -19,6 +20,7 @@
 
 pub mod capture;
 pub mod forward;
+pub mod lines;
 pub mod persist;
 pub mod read;
 pub mod ring;
