@@ -36,6 +36,7 @@ use crate::exec::ExecManager;
 use crate::layers::PlanManager;
 use crate::logging::{self, SecurityEvent};
 use crate::logs::forward::LogForwarder;
+use crate::logs::persist::LogFiles;
 use crate::process::OsProcesses;
 use crate::process::members;
 use crate::process::registry::{self, ProcessRegistry};
@@ -89,8 +90,13 @@ pub enum DaemonError {
     },
 }
 
-/// Runs the daemon to completion and returns its exit code.
-pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonError> {
+/// Runs the daemon to completion and returns its exit code. The persisted service logs go to
+/// `log_files`; what is still queued for them when this returns is for the caller to flush.
+pub async fn run(
+    opts: RunOptions,
+    embedding: Embedding,
+    log_files: LogFiles,
+) -> Result<i32, DaemonError> {
     // Catch stop signals from the very start: a SIGTERM that arrives while the daemon is
     // still starting must stop it in order, not kill it with its services left behind.
     let mut stop_signals = StopSignals::new();
@@ -123,9 +129,6 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
     if !leftovers.is_empty() {
         tracing::info!("Removed leftover temporary files {}", leftovers.join(", "));
     }
-    crate::logs::persist::init(crate::logs::persist::PersistConfig::from_env(
-        &opts.pebble_dir,
-    ));
     let layers_dir = opts.pebble_dir.join("layers");
     let mut plan = Plan::load_dir(&layers_dir)?;
     if !opts.service_args.is_empty() {
@@ -190,8 +193,11 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         plan.subscribe(),
         checks.firing(),
         processes.clone(),
-        opts.verbose.then(crate::output::stdout),
-        forward_tap,
+        crate::logs::capture::Destinations {
+            files: Some(log_files.clone()),
+            stdout: opts.verbose.then(crate::output::stdout),
+            forward: forward_tap,
+        },
         shutdown_tx,
     );
     let actions = ServiceActions::new(plan.subscribe(), store.clone(), services.clone());
@@ -255,6 +261,7 @@ pub async fn run(opts: RunOptions, embedding: Embedding) -> Result<i32, DaemonEr
         checks,
         exec: exec.clone(),
         forward: forwarder.clone(),
+        log_files,
         state: store.clone(),
         boot_id: boot_id(),
         http_address: opts.http.clone(),

@@ -147,7 +147,9 @@ pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
             return 1;
         }
     };
-    let code = runtime.block_on(daemon::run(opts, embedding));
+    let log_files =
+        logs::persist::LogFiles::new(logs::persist::PersistConfig::from_env(&opts.pebble_dir));
+    let code = runtime.block_on(daemon::run(opts, embedding, log_files.clone()));
     // Output readers of services that outlived their stop may still be blocked; don't wait.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     let code = match code {
@@ -158,9 +160,7 @@ pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
         }
     };
     // What is still queued goes out, unless the stream is stalled for good.
-    if let Some(files) = logs::persist::files() {
-        files.flush(EXIT_FLUSH);
-    }
+    log_files.flush(EXIT_FLUSH);
     output::flush_all(EXIT_FLUSH);
     code
 }

@@ -247,8 +247,7 @@ mod tests {
             plan_rx,
             firing_rx,
             processes,
-            None,
-            crate::logs::forward::Tap::default(),
+            crate::logs::capture::Destinations::default(),
             shutdown_tx,
         );
         let interval = Duration::from_millis(500);

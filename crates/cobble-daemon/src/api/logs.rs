@@ -17,9 +17,7 @@ use jiff::Timestamp;
 
 use super::query::{first, multi_comma_list};
 use super::{ApiError, Read, Shared};
-use crate::logs::ServiceLog;
-use crate::logs::ring::LogEntry;
-use crate::logs::{self, Line, Tail, persist};
+use crate::logs::{self, Line, ServiceLog, Tail};
 use crate::state::format_utc_millis;
 
 /// Lines sent when `n` is not given and the request does not follow.
@@ -65,16 +63,14 @@ pub async fn get_logs(
         .collect();
     let mut started = api.services.logs(names).await;
     // A service with persistent logs has them even when this daemon never started it.
-    if persist::files().is_some() {
-        for name in &persisted {
-            if !started.iter().any(|(started, _)| started == name) {
-                started.push((name.clone(), ServiceLog::new()));
-            }
+    for name in &persisted {
+        if !started.iter().any(|(started, _)| started == name) {
+            started.push((name.clone(), ServiceLog::new()));
         }
-        started.sort_by(|a, b| a.0.cmp(&b.0));
     }
+    started.sort_by(|a, b| a.0.cmp(&b.0));
     let (names, logs): (Vec<String>, Vec<ServiceLog>) = started.into_iter().unzip();
-    let older = read_back(&names, &logs, &persisted, n).await;
+    let older = logs::older_than_rings(&api.log_files, &names, &logs, &persisted, n).await;
 
     if !follow {
         let lines = logs::recent(&logs, older, n);
@@ -106,46 +102,6 @@ pub async fn get_logs(
         rx.recv().await.map(|item| (item, rx))
     });
     Ok(ndjson(Body::from_stream(stream)))
-}
-
-/// Per service, the lines of its files older than its ring holds: at most `n` of them, for
-/// the services in `persisted` (empty when no service has persistent logs).
-async fn read_back(
-    names: &[String],
-    logs: &[ServiceLog],
-    persisted: &[String],
-    n: Option<usize>,
-) -> Vec<Vec<LogEntry>> {
-    let Some(files) = persist::files() else {
-        return Vec::new();
-    };
-    if persisted.is_empty() || n == Some(0) {
-        return Vec::new();
-    }
-    let wanted: Vec<Option<(String, Option<jiff::Timestamp>)>> = names
-        .iter()
-        .zip(logs)
-        .map(|(name, log)| {
-            // Files hold millisecond times: the ring's own lines are those of its first
-            // line's millisecond or later.
-            let before = log
-                .oldest_time()
-                .and_then(|t| jiff::Timestamp::from_millisecond(t.as_millisecond()).ok());
-            persisted.contains(name).then(|| (name.clone(), before))
-        })
-        .collect();
-    let config = files.config().clone();
-    tokio::task::spawn_blocking(move || {
-        wanted
-            .into_iter()
-            .map(|wanted| match wanted {
-                Some((name, before)) => persist::read_back(&config, &name, before, n),
-                None => Vec::new(),
-            })
-            .collect()
-    })
-    .await
-    .unwrap_or_default()
 }
 
 fn ndjson(body: Body) -> Response {

@@ -51,6 +51,8 @@ pub struct ApiState {
     pub checks: CheckManager,
     pub exec: ExecManager,
     pub forward: crate::logs::forward::LogForwarder,
+    /// The persisted service logs, read back when a ring lacks the older lines.
+    pub log_files: crate::logs::persist::LogFiles,
     pub state: StateStore,
     pub boot_id: String,
     pub http_address: Option<String>,

@@ -1,31 +1,87 @@
-//! Capturing a service's output: the reader of its pipe, which hands every read to the ring,
-//! to the daemon's stdout under `--verbose` and to the log targets that want it.
+//! Capturing a service's output: the reader of its pipe, which hands every read to each of
+//! its destinations ([`Outputs`], made from the daemon's [`Destinations`]): the persisted file, the daemon's stdout under
+//! `--verbose`, the log targets that want it, and the ring.
 
 use jiff::Timestamp;
 use tokio::net::unix::pipe;
 
-use crate::logs::forward::ServiceTap;
+use crate::logs::forward::{ServiceTap, Tap};
 use crate::logs::lines::{LineSplitter, Split, format_lines};
+use crate::logs::persist;
 use crate::logs::ring::ServiceLog;
 use crate::output::Sink;
 
-/// Copies a service's output into its log, to the daemon's stdout with `--verbose`, and to
-/// the log targets that want it, until end of file. None of them blocks: the log is memory,
-/// stdout and the targets bounded queues. The work is done per read, not per line, wherever
-/// it can be: the log takes a read's lines at once, and they are formatted for stdout
-/// straight into its queue, under one lock.
-pub async fn copy_output(
-    reader: pipe::Receiver,
-    name: String,
-    log: ServiceLog,
-    stdout: Option<&'static Sink>,
-    mut forward: ServiceTap,
-) {
+/// Where the output of every service may go: the daemon's own destinations, handed to the
+/// supervisor as values, so two daemons in one process share none of them.
+#[derive(Clone, Default)]
+pub struct Destinations {
+    /// The persisted log files (none: no service's output is written to disk).
+    pub files: Option<persist::LogFiles>,
+    /// The daemon's stdout, under `--verbose`.
+    pub stdout: Option<&'static Sink>,
+    /// The log targets.
+    pub forward: Tap,
+}
+
+impl Destinations {
+    /// The file `service`'s lines go to, for a service with persistent logs.
+    pub fn file(&self, service: &str, persist_logs: bool) -> Option<persist::PersistTarget> {
+        match persist_logs {
+            true => self.files.as_ref().map(|files| files.target(service)),
+            false => None,
+        }
+    }
+
+    /// The outputs of one run of `service`, whose ring is `log` and file `file`.
+    pub fn outputs(&self, service: &str, log: ServiceLog, file: persist::Switch) -> Outputs {
+        Outputs {
+            log,
+            file,
+            stdout: self.stdout,
+            forward: self.forward.service(service),
+        }
+    }
+}
+
+/// Where one service's output goes. Every destination is memory or a bounded queue, so
+/// none of them can block the reader.
+pub struct Outputs {
+    /// Its ring, read by `/v1/logs`, the service status and failed starts.
+    pub log: ServiceLog,
+    /// Its persisted file, for a service with `persist-logs: true`.
+    pub file: persist::Switch,
+    /// The daemon's stdout, under `--verbose`.
+    pub stdout: Option<&'static Sink>,
+    /// The log targets that want this service.
+    pub forward: ServiceTap,
+}
+
+/// Copies a service's output to its [`Outputs`] until end of file. The work is done per
+/// read, not per line, wherever it can be: the ring takes a read's lines at once under one
+/// short lock, and they are formatted for stdout straight into its queue, and for the file
+/// once per read, outside the ring's lock.
+pub async fn copy_output(reader: pipe::Receiver, name: String, outputs: Outputs) {
+    let Outputs {
+        log,
+        file,
+        stdout,
+        mut forward,
+    } = outputs;
     let mut splitter = LineSplitter::for_service(&name);
     let mut grown = false;
+    // Lines formatted for the file, kept for the next read's.
+    let mut formatted = Vec::new();
     let mut deliver = |split: &Split<'_>| {
         if split.is_empty() {
             return;
+        }
+        if let Some(target) = file.target() {
+            formatted.clear();
+            format_lines(split, &name, &mut formatted);
+            target.lines(&formatted, split.len() as u64);
+            if formatted.capacity() > 4 * crate::logs::lines::READ_BYTES {
+                formatted = Vec::new();
+            }
         }
         if let Some(stdout) = stdout {
             stdout.lines_with(split.len() as u64, |queue| {
@@ -85,7 +141,6 @@ mod tests {
     use tokio::sync::Notify;
 
     use super::*;
-    use crate::logs::forward::Tap;
 
     /// Feeds `writes` to [`copy_output`] through a real pipe, each write landing whole in
     /// an empty pipe (so each is exactly one read), and returns the pipe's size at the end.
@@ -98,9 +153,12 @@ mod tests {
         let copy = tokio::spawn(copy_output(
             reader,
             "svc".into(),
-            log.clone(),
-            None,
-            Tap::default().service("svc"),
+            Outputs {
+                log: log.clone(),
+                file: persist::Switch::default(),
+                stdout: None,
+                forward: Tap::default().service("svc"),
+            },
         ));
         for &bytes in writes {
             let line = b"x".repeat(99);

@@ -25,5 +25,5 @@ pub mod persist;
 pub mod read;
 pub mod ring;
 
-pub use read::{Line, Tail, lost_message, recent};
+pub use read::{Line, Tail, lost_message, older_than_rings, recent};
 pub use ring::ServiceLog;

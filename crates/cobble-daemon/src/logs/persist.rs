@@ -16,11 +16,11 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, Once, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, Once};
 
 use jiff::Timestamp;
 
-use crate::logs::ring::LogEntry;
+use super::ring::LogEntry;
 use crate::state::append_utc_millis;
 
 /// Bytes of formatted lines waiting for the writer, across all services.
@@ -96,21 +96,33 @@ impl std::fmt::Debug for PersistTarget {
     }
 }
 
-static FILES: OnceLock<LogFiles> = OnceLock::new();
-
-/// Sets where this daemon's persisted logs go (once); the writer starts with the first
-/// [`LogFiles::target`].
-pub fn init(config: PersistConfig) {
-    let _ = FILES.set(LogFiles::new(config));
+/// Where a service's lines go on disk, if anywhere: set by the supervisor at each start
+/// from the service's `persist-logs`, read by its output reader at each read, so a change
+/// applies to the output of a process already running too. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Switch {
+    target: Arc<Mutex<Option<PersistTarget>>>,
 }
 
-/// The daemon's log files, once [`init`] has run.
-pub fn files() -> Option<&'static LogFiles> {
-    FILES.get()
+impl Switch {
+    /// Writes the lines read from now on to `target` (none: memory only).
+    pub fn set(&self, target: Option<PersistTarget>) {
+        *self.target.lock().unwrap_or_else(|e| e.into_inner()) = target;
+    }
+
+    /// Where the lines of this read go, if anywhere.
+    pub fn target(&self) -> Option<PersistTarget> {
+        self.target
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 impl LogFiles {
-    fn new(config: PersistConfig) -> LogFiles {
+    /// The log files of one daemon, written under `config.dir`; the writer thread starts
+    /// with the first [`LogFiles::target`].
+    pub fn new(config: PersistConfig) -> LogFiles {
         LogFiles {
             shared: Arc::new(Shared {
                 config,

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use tokio::sync::Notify;
 
+use super::persist::{LogFiles, read_back};
 use super::ring::{Follower, LogEntry, ServiceLog};
 
 /// Lines taken from one service per round while following: enough to amortise the
@@ -187,6 +188,45 @@ impl Tail {
             .collect();
         merge(runs)
     }
+}
+
+/// Per service of `names`, whose rings are `logs`, the lines of its files older than its ring
+/// holds: at most `n` of them, for the services in `persisted` (empty when no service has
+/// persistent logs). The files are read on the blocking pool.
+pub async fn older_than_rings(
+    files: &LogFiles,
+    names: &[String],
+    logs: &[ServiceLog],
+    persisted: &[String],
+    n: Option<usize>,
+) -> Vec<Vec<LogEntry>> {
+    if persisted.is_empty() || n == Some(0) {
+        return Vec::new();
+    }
+    let wanted: Vec<Option<(String, Option<jiff::Timestamp>)>> = names
+        .iter()
+        .zip(logs)
+        .map(|(name, log)| {
+            // Files hold millisecond times: the ring's own lines are those of its first
+            // line's millisecond or later.
+            let before = log
+                .oldest_time()
+                .and_then(|t| jiff::Timestamp::from_millisecond(t.as_millisecond()).ok());
+            persisted.contains(name).then(|| (name.clone(), before))
+        })
+        .collect();
+    let config = files.config().clone();
+    tokio::task::spawn_blocking(move || {
+        wanted
+            .into_iter()
+            .map(|wanted| match wanted {
+                Some((name, before)) => read_back(&config, &name, before, n),
+                None => Vec::new(),
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default()
 }
 
 #[cfg(test)]

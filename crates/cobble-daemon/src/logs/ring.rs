@@ -29,8 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use jiff::Timestamp;
 use tokio::sync::Notify;
 
-use super::lines::{Piece, READ_BYTES, Split, format_lines};
-use crate::logs::persist::PersistTarget;
+use super::lines::{Piece, Split};
 
 /// Bytes of output kept per service.
 pub const MAX_LOG_BYTES: usize = 100 * 1024;
@@ -100,10 +99,6 @@ struct LogBuffer {
     /// Followers: their id, the next sequence number each will read, and how to wake it.
     followers: Vec<FollowerSlot>,
     next_follower_id: u64,
-    /// Where lines are also written, for a service with persistent logs.
-    persist: Option<PersistTarget>,
-    /// Lines formatted for the persistent log, kept for the next read's.
-    formatted: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -320,16 +315,7 @@ impl ServiceLog {
         if split.pieces.is_empty() {
             return;
         }
-        let mut guard = self.lock();
-        let buf = &mut *guard;
-        if let Some(persist) = &buf.persist {
-            buf.formatted.clear();
-            format_lines(split, persist.service(), &mut buf.formatted);
-            persist.lines(&buf.formatted, split.pieces.len() as u64);
-            if buf.formatted.capacity() > 4 * READ_BYTES {
-                buf.formatted = Vec::new();
-            }
-        }
+        let mut buf = self.lock();
         buf.make_room(cost(split));
         buf.append(split);
         buf.evict();
@@ -354,11 +340,6 @@ impl ServiceLog {
             leading_time: time,
             time,
         });
-    }
-
-    /// Also writes the lines pushed from now on to `target` (none: memory only).
-    pub fn set_persist(&self, target: Option<PersistTarget>) {
-        self.lock().persist = target;
     }
 
     /// The last `n` lines, oldest first.
@@ -426,8 +407,8 @@ fn cost(split: &Split<'_>) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::logs::lines::LineSplitter;
     use crate::logs::lines::tests::read_into;
+    use crate::logs::lines::{LineSplitter, READ_BYTES};
 
     #[test]
     fn bounded_in_bytes_and_keeps_the_newest() {

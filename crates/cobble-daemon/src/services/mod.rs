@@ -40,8 +40,8 @@ use tokio::time::Instant;
 
 use crate::checks::Firing;
 use crate::logs::ServiceLog;
-use crate::logs::forward::Tap;
-use crate::output::Sink;
+use crate::logs::capture::{self, Destinations};
+use crate::logs::persist;
 use crate::process::{Escaped, Processes, SpawnError, Spawned};
 use crate::watch::{PathEvent, PathWatcher};
 use machine::{Action, Event, ExitAction, FileAction, Machine, Policy, StartOutcome, StopOutcome};
@@ -136,15 +136,15 @@ const GONE: &str = "service manager is not running";
 
 impl ServiceManager {
     /// Starts the actor. `shutdown` receives the exit code when a service's action asks the
-    /// daemon to stop; `firing` is the check manager's map of checks that are down; `stdout`
-    /// receives service output under `--verbose` and `forward` every line for the log
-    /// targets. The handle to the actor's task lets the daemon notice if it ever ends.
+    /// daemon to stop; `firing` is the check manager's map of checks that are down; `output`
+    /// says where service output goes besides each service's ring (the persisted files, the
+    /// daemon's stdout under `--verbose`, the log targets). The handle to the actor's task
+    /// lets the daemon notice if it ever ends.
     pub fn spawn(
         plan: watch::Receiver<Arc<Plan>>,
         firing: watch::Receiver<Arc<Firing>>,
         processes: Arc<dyn Processes>,
-        stdout: Option<&'static Sink>,
-        forward: Tap,
+        output: Destinations,
         shutdown: mpsc::UnboundedSender<i32>,
     ) -> (ServiceManager, JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -152,8 +152,7 @@ impl ServiceManager {
         let (paths_tx, paths_rx) = mpsc::unbounded_channel();
         let actor = Actor {
             plan,
-            stdout,
-            forward,
+            output,
             shutdown,
             services: BTreeMap::new(),
             done_tx,
@@ -267,6 +266,8 @@ struct Slot {
     config: Arc<Service>,
     /// Its recent output.
     log: ServiceLog,
+    /// The file its output also goes to, under `persist-logs: true`.
+    file: persist::Switch,
     /// Requests waiting for the current start to resolve.
     start_waiters: Vec<oneshot::Sender<StartReply>>,
     /// Requests waiting for the current stop to resolve.
@@ -283,10 +284,8 @@ struct Slot {
 
 struct Actor {
     plan: watch::Receiver<Arc<Plan>>,
-    /// Where service output goes under `--verbose`.
-    stdout: Option<&'static Sink>,
-    /// Where service output goes for the log targets.
-    forward: Tap,
+    /// Where service output goes besides each service's ring.
+    output: Destinations,
     shutdown: mpsc::UnboundedSender<i32>,
     services: BTreeMap<String, Slot>,
     /// Where the tasks the actor starts report back.
@@ -491,12 +490,11 @@ impl Actor {
         slot.start_count += 1;
         let pid = spawned.pid;
         let output_done = spawned.output.map(|reader| {
-            tokio::spawn(crate::logs::capture::copy_output(
+            tokio::spawn(capture::copy_output(
                 reader,
                 name.to_owned(),
-                slot.log.clone(),
-                self.stdout,
-                self.forward.service(name),
+                self.output
+                    .outputs(name, slot.log.clone(), slot.file.clone()),
             ))
         });
         let log = slot.log.clone();
@@ -645,6 +643,7 @@ impl Actor {
             machine: Machine::new(name.clone(), seed),
             config: config.clone(),
             log: ServiceLog::new(),
+            file: persist::Switch::default(),
             start_waiters: Vec::new(),
             stop_waiters: Vec::new(),
             since: None,
@@ -653,11 +652,8 @@ impl Actor {
             escaped: Vec::new(),
         });
         slot.config = config.clone();
-        let persist = match config.persist_logs {
-            Some(true) => crate::logs::persist::files().map(|files| files.target(&name)),
-            _ => None,
-        };
-        slot.log.set_persist(persist);
+        slot.file
+            .set(self.output.file(&name, config.persist_logs == Some(true)));
         self.perform(&name, Event::Start(policy(&config)), Some(reply));
     }
 

@@ -187,8 +187,7 @@ impl Harness {
             plan_rx,
             firing_rx,
             processes.clone(),
-            None,
-            crate::logs::forward::Tap::default(),
+            crate::logs::capture::Destinations::default(),
             shutdown_tx,
         );
         Harness {
