@@ -17,8 +17,9 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use tokio::time::Instant;
 
+use super::LAST_LOG_LINES;
+use super::actor::Slot;
 use super::machine::{Phase, Status};
-use super::{LAST_LOG_LINES, Slot};
 use crate::state::{format_rfc3339_nano, format_rfc3339_secs};
 
 /// What the supervisor reports about a service it has started.

@@ -1,0 +1,645 @@
+//! The supervisor's actor: one task owns every service's machine, its process and its
+//! output log. It feeds each machine the events that concern it (requests, process exits,
+//! deadlines, path changes, the checks that are down) and performs the actions the machine
+//! returns, handing everything that may block to the blocking pool ([`ProcessJobs`]), whose
+//! results come back as [`Done`] messages.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cobble_plan::{Plan, Service};
+use jiff::Timestamp;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::handle::{Request, StartReply};
+use super::machine::{self, Action, Event, Machine, StartOutcome, StopOutcome};
+use super::policy::policy;
+use super::{LAST_LOG_LINES, PANIC_SIGNAL, hints, status};
+use crate::checks::Firing;
+use crate::logs::ServiceLog;
+use crate::logs::capture::{self, Destinations};
+use crate::logs::persist;
+use crate::process::{Escaped, Processes, SpawnError, Spawned};
+use crate::watch::{PathEvent, PathWatcher};
+
+/// How long an exit waits for the output reader to reach end of file.
+const OUTPUT_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Results of the work the actor hands to other tasks.
+enum Done {
+    /// A spawn finished.
+    Spawn {
+        name: String,
+        result: Result<Spawned, SpawnError>,
+    },
+    /// A process exited (its output drained); `missing` are the paths its last output named
+    /// that do not exist.
+    Exit {
+        name: String,
+        pid: u32,
+        code: i32,
+        missing: Vec<String>,
+    },
+    /// A group was signalled; these descendants had left it.
+    Signalled {
+        name: String,
+        pid: u32,
+        escaped: Vec<Escaped>,
+    },
+}
+
+/// Starts the actor's task; returns where its requests go and the task.
+pub(super) fn spawn(
+    plan: watch::Receiver<Arc<Plan>>,
+    firing: watch::Receiver<Arc<Firing>>,
+    processes: Arc<dyn Processes>,
+    output: Destinations,
+    shutdown: mpsc::UnboundedSender<i32>,
+) -> (mpsc::UnboundedSender<Request>, JoinHandle<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let (paths_tx, paths_rx) = mpsc::unbounded_channel();
+    let actor = Actor {
+        plan,
+        output,
+        shutdown,
+        services: BTreeMap::new(),
+        done_tx,
+        next_seed: seed(),
+        watcher: PathWatcher::spawn(paths_tx),
+        watched: BTreeSet::new(),
+        watches_stale: false,
+        jobs: ProcessJobs::new(processes),
+    };
+    (tx, tokio::spawn(actor.run(rx, done_rx, paths_rx, firing)))
+}
+
+/// One supervised service.
+pub(super) struct Slot {
+    /// Its lifecycle.
+    pub(super) machine: Machine,
+    /// The configuration stored at the last explicit start; restarts use it.
+    pub(super) config: Arc<Service>,
+    /// Its recent output.
+    pub(super) log: ServiceLog,
+    /// The file its output also goes to, under `persist-logs: true`.
+    pub(super) file: persist::Switch,
+    /// Requests waiting for the current start to resolve.
+    pub(super) start_waiters: Vec<oneshot::Sender<StartReply>>,
+    /// Requests waiting for the current stop to resolve.
+    pub(super) stop_waiters: Vec<oneshot::Sender<StopOutcome>>,
+    /// When the reported status last changed.
+    pub(super) since: Option<Timestamp>,
+    /// `since`, as last rendered for a client.
+    pub(super) rendered_since: status::RenderedSince,
+    /// Processes spawned.
+    pub(super) start_count: u64,
+    /// Descendants of the process being stopped that had left its process group.
+    pub(super) escaped: Vec<Escaped>,
+}
+
+struct Actor {
+    plan: watch::Receiver<Arc<Plan>>,
+    /// Where service output goes besides each service's ring.
+    output: Destinations,
+    shutdown: mpsc::UnboundedSender<i32>,
+    services: BTreeMap<String, Slot>,
+    /// Where the tasks the actor starts report back.
+    done_tx: mpsc::UnboundedSender<Done>,
+    next_seed: u64,
+    /// Watches the paths services wait for, react to, or were missing.
+    watcher: PathWatcher,
+    /// The set last given to the watcher.
+    watched: BTreeSet<PathBuf>,
+    /// A machine stepped since the watched set was last computed.
+    watches_stale: bool,
+    /// Spawning and signalling, run on the blocking pool.
+    jobs: ProcessJobs,
+}
+
+/// How many of the supervisor's process jobs run at once.
+const PROCESS_JOBS: usize = 2;
+
+/// The supervisor's blocking work (spawning, signalling, the registry), run on the blocking
+/// pool at most [`PROCESS_JOBS`] at a time, in the order it was asked for. A replan of a
+/// hundred services queues a hundred short jobs instead of starting a hundred threads, each of
+/// which would leave the daemon a stack and a malloc arena to carry.
+#[derive(Clone)]
+struct ProcessJobs {
+    processes: Arc<dyn Processes>,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl ProcessJobs {
+    fn new(processes: Arc<dyn Processes>) -> ProcessJobs {
+        ProcessJobs {
+            processes,
+            permits: Arc::new(tokio::sync::Semaphore::new(PROCESS_JOBS)),
+        }
+    }
+
+    /// Runs `job` off the actor; the handle resolves with its result (`None` if it panicked).
+    fn run<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&dyn Processes) -> R + Send + 'static,
+    ) -> JoinHandle<Option<R>> {
+        let processes = self.processes.clone();
+        let permits = self.permits.clone();
+        tokio::spawn(async move {
+            let _permit = permits.acquire_owned().await.ok()?;
+            tokio::task::spawn_blocking(move || job(&*processes))
+                .await
+                .ok()
+        })
+    }
+}
+
+impl Actor {
+    async fn run(
+        mut self,
+        mut requests: mpsc::UnboundedReceiver<Request>,
+        mut done: mpsc::UnboundedReceiver<Done>,
+        mut paths: mpsc::UnboundedReceiver<PathEvent>,
+        mut firing: watch::Receiver<Arc<Firing>>,
+    ) {
+        loop {
+            let deadline = self
+                .services
+                .values()
+                .filter_map(|s| s.machine.deadline())
+                .min();
+            let sleep = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                request = requests.recv() => match request {
+                    #[cfg(test)]
+                    Some(Request::Wedge) => std::future::pending::<()>().await,
+                    Some(request) => self.handle(request),
+                    None => break,
+                },
+                Some(result) = done.recv() => self.finished(result),
+                Some(event) = paths.recv() => self.path_changed(event),
+                Ok(()) = firing.changed() => {
+                    let now_firing = firing.borrow_and_update().clone();
+                    self.checks_changed(&now_firing);
+                }
+                () = sleep => {
+                    let now = Instant::now();
+                    let due: Vec<String> = self
+                        .services
+                        .iter()
+                        .filter(|(_, s)| s.machine.deadline().is_some_and(|d| d <= now))
+                        .map(|(n, _)| n.clone())
+                        .collect();
+                    for name in due {
+                        self.feed(&name, Event::Tick);
+                    }
+                }
+            }
+            self.update_watches();
+        }
+    }
+
+    /// Gives the watcher the paths the machines care about now, if they changed. Only a
+    /// machine's step can change them, so reads (statuses, say) cost nothing here.
+    fn update_watches(&mut self) {
+        if !std::mem::take(&mut self.watches_stale) {
+            return;
+        }
+        let wanted: BTreeSet<PathBuf> = self
+            .services
+            .values()
+            .flat_map(|slot| slot.machine.watched_paths())
+            .map(PathBuf::from)
+            .collect();
+        if wanted != self.watched {
+            // Nobody waits for the watches to be armed; the watcher looks once they are.
+            drop(self.watcher.set(wanted.clone()));
+            self.watched = wanted;
+        }
+    }
+
+    /// A watched path changed: each machine says what that means for its service.
+    fn path_changed(&mut self, event: PathEvent) {
+        let path = event.path.to_string_lossy();
+        let events: Vec<(String, Event)> = self
+            .services
+            .iter()
+            .flat_map(|(name, slot)| {
+                slot.machine
+                    .path_events(&path, event.exists, event.initial)
+                    .into_iter()
+                    .map(move |e| (name.clone(), e))
+            })
+            .collect();
+        for (name, event) in events {
+            self.feed(&name, event);
+        }
+    }
+
+    /// The checks that are down changed: every service that acts on checks compares.
+    fn checks_changed(&mut self, firing: &Arc<Firing>) {
+        let names: Vec<String> = self
+            .services
+            .iter()
+            .filter(|(_, slot)| !slot.machine.policy().on_check_failure.is_empty())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in names {
+            self.feed(&name, Event::Checks(firing.clone()));
+        }
+    }
+
+    /// Work handed off earlier has finished.
+    fn finished(&mut self, done: Done) {
+        match done {
+            Done::Spawn { name, result } => self.spawned(&name, result),
+            Done::Exit {
+                name,
+                pid,
+                code,
+                missing,
+            } => {
+                self.feed(&name, Event::Exited { pid, code });
+                if !missing.is_empty() {
+                    self.feed(&name, Event::MissingNamed(missing));
+                }
+            }
+            Done::Signalled { name, pid, escaped } => {
+                let Some(slot) = self.services.get_mut(&name) else {
+                    return;
+                };
+                if slot.machine.pid() == Some(pid) {
+                    // Still being stopped: they go with the rest of the group.
+                    for child in escaped {
+                        if !slot.escaped.contains(&child) {
+                            slot.escaped.push(child);
+                        }
+                    }
+                } else if !escaped.is_empty() {
+                    // The process is gone already and its group was ended without these.
+                    end_group(&self.jobs, pid, escaped);
+                }
+            }
+        }
+    }
+
+    /// A spawn finished: track the process, or tell the machine why there is none.
+    fn spawned(&mut self, name: &str, result: Result<Spawned, SpawnError>) {
+        let Some(slot) = self.services.get_mut(name) else {
+            return;
+        };
+        let spawned = match result {
+            Ok(spawned) => spawned,
+            Err(SpawnError::Missing(missing)) => {
+                return self.feed(name, Event::PathsMissing { missing });
+            }
+            Err(SpawnError::Failed(error)) => {
+                tracing::info!("Service \"{name}\" {error}");
+                return self.feed(name, Event::SpawnFailed { error });
+            }
+        };
+        slot.start_count += 1;
+        let pid = spawned.pid;
+        let output_done = spawned.output.map(|reader| {
+            tokio::spawn(capture::copy_output(
+                reader,
+                name.to_owned(),
+                self.output
+                    .outputs(name, slot.log.clone(), slot.file.clone()),
+            ))
+        });
+        let log = slot.log.clone();
+        self.watch_exit(name, pid, spawned.exit, output_done, log);
+        self.feed(name, Event::Spawned { pid });
+    }
+
+    /// Reports the exit of `pid` once its output is in its log, with the paths that output
+    /// named as missing.
+    fn watch_exit(
+        &self,
+        name: &str,
+        pid: u32,
+        exit: futures_util::future::BoxFuture<'static, i32>,
+        output_done: Option<JoinHandle<()>>,
+        log: ServiceLog,
+    ) {
+        let done = self.done_tx.clone();
+        let jobs = self.jobs.clone();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            let code = exit.await;
+            // Let the reader drain what the process wrote before it exited; a child that
+            // keeps the pipe open only costs a short wait.
+            if let Some(output_done) = output_done {
+                let _ = tokio::time::timeout(OUTPUT_DRAIN, output_done).await;
+            }
+            let named = hints::missing_paths(&log.last_lines(LAST_LOG_LINES));
+            let forget = name.clone();
+            let missing = jobs
+                .run(move |processes| {
+                    processes.forget(&forget, pid);
+                    processes.missing(named)
+                })
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            let _ = done.send(Done::Exit {
+                name,
+                pid,
+                code,
+                missing,
+            });
+        });
+    }
+
+    fn handle(&mut self, request: Request) {
+        match request {
+            Request::Start { name, reply } => self.start(name, reply),
+            Request::Stop { name, reply } => match self.services.get_mut(&name) {
+                None => {
+                    let _ = reply.send(StopOutcome::NeverStarted);
+                }
+                Some(slot) => {
+                    slot.stop_waiters.push(reply);
+                    self.feed(&name, Event::Stop);
+                }
+            },
+            Request::AbortStart { name } => self.feed(&name, Event::AbortStart),
+            Request::Ping { reply } => {
+                let _ = reply.send(());
+            }
+            #[cfg(test)]
+            Request::Wedge => {}
+            Request::Statuses {
+                names,
+                details,
+                reply,
+            } => {
+                let _ = reply.send(status::statuses(&mut self.services, &names, details));
+            }
+            Request::Signal {
+                names,
+                signal,
+                reply,
+            } => {
+                injected_fault(&signal);
+                let _ = reply.send(self.signal(&names, &signal));
+            }
+            Request::Outdated { reply } => {
+                let plan = self.plan.borrow().clone();
+                // Compared as they run, workload applied: a service whose workload changed
+                // is outdated too.
+                let outdated = self
+                    .services
+                    .iter()
+                    .filter(|(name, slot)| {
+                        plan.service_to_run(name)
+                            .is_some_and(|config| *config != *slot.config)
+                    })
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                let _ = reply.send(outdated);
+            }
+            Request::Active { reply } => {
+                let active = self
+                    .services
+                    .iter()
+                    .filter(|(_, s)| {
+                        matches!(
+                            s.machine.status(),
+                            machine::Status::Active
+                                | machine::Status::Backoff
+                                | machine::Status::Waiting
+                        )
+                    })
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                let _ = reply.send(active);
+            }
+            Request::Logs { names, reply } => {
+                let logs = self
+                    .services
+                    .iter()
+                    .filter(|(name, _)| names.contains(name))
+                    .map(|(name, slot)| (name.clone(), slot.log.clone()))
+                    .collect();
+                let _ = reply.send(logs);
+            }
+        }
+    }
+
+    fn start(&mut self, name: String, reply: oneshot::Sender<StartReply>) {
+        let Some(config) = self
+            .plan
+            .borrow()
+            .service_to_run(&name)
+            .map(std::borrow::Cow::into_owned)
+        else {
+            let _ = reply.send(StartReply {
+                outcome: StartOutcome::Failed {
+                    error: format!("cannot find service \"{name}\" in plan"),
+                    with_output: false,
+                },
+                output: Vec::new(),
+            });
+            return;
+        };
+        let config = Arc::new(config);
+        let seed = {
+            self.next_seed = self.next_seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            self.next_seed
+        };
+        let slot = self.services.entry(name.clone()).or_insert_with(|| Slot {
+            machine: Machine::new(name.clone(), seed),
+            config: config.clone(),
+            log: ServiceLog::new(),
+            file: persist::Switch::default(),
+            start_waiters: Vec::new(),
+            stop_waiters: Vec::new(),
+            since: None,
+            rendered_since: status::RenderedSince::default(),
+            start_count: 0,
+            escaped: Vec::new(),
+        });
+        slot.config = config.clone();
+        slot.file
+            .set(self.output.file(&name, config.persist_logs == Some(true)));
+        self.perform(&name, Event::Start(policy(&config)), Some(reply));
+    }
+
+    /// Feeds one event to a service's machine and performs the resulting actions.
+    fn feed(&mut self, name: &str, event: Event) {
+        self.perform(name, event, None);
+    }
+
+    /// Feeds `event` and performs the actions. A start outcome decided by this very step
+    /// (already started, cannot start while stopping) answers `request` only; otherwise the
+    /// request waits with the others for the start to resolve.
+    fn perform(
+        &mut self,
+        name: &str,
+        event: Event,
+        mut request: Option<oneshot::Sender<StartReply>>,
+    ) {
+        let Some(slot) = self.services.get_mut(name) else {
+            return;
+        };
+        self.watches_stale = true;
+        let before = slot.machine.status();
+        for action in slot.machine.step(Instant::now(), event) {
+            match action {
+                Action::Spawn => {
+                    let config = slot.config.clone();
+                    let done = self.done_tx.clone();
+                    let name = name.to_owned();
+                    drop(self.jobs.run(move |processes| {
+                        let result = processes.spawn(&name, &config);
+                        let _ = done.send(Done::Spawn { name, result });
+                    }));
+                }
+                Action::Signal { pid, signal } => {
+                    let done = self.done_tx.clone();
+                    let name = name.to_owned();
+                    drop(self.jobs.run(move |processes| {
+                        let escaped = processes.signal_group(pid, signal);
+                        let _ = done.send(Done::Signalled { name, pid, escaped });
+                    }));
+                }
+                Action::EndGroup { pid } => {
+                    let escaped = std::mem::take(&mut slot.escaped);
+                    end_group(&self.jobs, pid, escaped);
+                }
+                Action::EndRemains { pid, kill_delay } => {
+                    end_remains(&self.jobs, name, pid, kill_delay);
+                }
+                Action::SignalProcess { pid, signal } => {
+                    // kill(2) does not block.
+                    match self.jobs.processes.signal_process(pid, &signal) {
+                        Ok(()) => tracing::info!("Sent {signal} to service \"{name}\""),
+                        Err(e) => tracing::info!("Cannot send {signal} to service \"{name}\": {e}"),
+                    }
+                }
+                Action::StartDone(outcome) => {
+                    let output = match &outcome {
+                        StartOutcome::Failed {
+                            with_output: true, ..
+                        } => slot.log.last_lines(LAST_LOG_LINES),
+                        _ => Vec::new(),
+                    };
+                    let reply = StartReply { outcome, output };
+                    match request.take() {
+                        Some(request) => {
+                            let _ = request.send(reply);
+                        }
+                        None => {
+                            for waiter in slot.start_waiters.drain(..) {
+                                let _ = waiter.send(reply.clone());
+                            }
+                        }
+                    }
+                }
+                Action::StopDone(outcome) => {
+                    for waiter in slot.stop_waiters.drain(..) {
+                        let _ = waiter.send(outcome.clone());
+                    }
+                }
+                Action::Shutdown(code) => {
+                    let _ = self.shutdown.send(code);
+                }
+                Action::Log(message) => tracing::info!("{message}"),
+            }
+        }
+        if let Some(request) = request {
+            slot.start_waiters.push(request);
+        }
+        if slot.machine.status() != before || slot.since.is_none() {
+            slot.since = Some(Timestamp::now());
+        }
+    }
+
+    /// Signals each named service's main process, reporting every failure, as Pebble does.
+    fn signal(&self, names: &[String], signal: &str) -> Result<(), String> {
+        let mut errors = Vec::new();
+        for name in names {
+            let pid = self
+                .services
+                .get(name)
+                .filter(|s| s.machine.is_running())
+                .and_then(|s| s.machine.pid());
+            let result = match pid {
+                None => Err("service is not running".to_owned()),
+                Some(pid) => {
+                    tracing::info!("Sending {signal} to service \"{name}\"");
+                    // kill(2) does not block.
+                    self.jobs.processes.signal_process(pid, signal)
+                }
+            };
+            if let Err(e) = result {
+                errors.push(format!("cannot send signal to \"{name}\": {e}"));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+/// Fault injection for the tests of what happens when the supervisor dies: in debug builds
+/// with `COBBLE_TEST_FAULTS=1` in the daemon's environment, signalling a service with
+/// [`PANIC_SIGNAL`] panics the actor. Release builds have no such path.
+#[cfg(debug_assertions)]
+fn injected_fault(signal: &str) {
+    if signal == PANIC_SIGNAL && std::env::var_os("COBBLE_TEST_FAULTS").is_some() {
+        panic!("injected fault");
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn injected_fault(_signal: &str) {}
+
+/// Ends what is left of a stopped process group, off the actor.
+fn end_group(jobs: &ProcessJobs, pid: u32, escaped: Vec<Escaped>) {
+    drop(jobs.run(move |processes| processes.end_group(pid, &escaped)));
+}
+
+/// Ends what the exited main process `pid` left running, off the actor: SIGTERM now, SIGKILL
+/// after `kill_delay` to whatever is left.
+fn end_remains(jobs: &ProcessJobs, name: &str, pid: u32, kill_delay: std::time::Duration) {
+    let jobs = jobs.clone();
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        let remains = jobs
+            .run(move |processes| processes.signal_remains(pid, machine::GroupSignal::Term))
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if remains.is_empty() {
+            return;
+        }
+        tracing::info!(
+            "Service \"{name}\" left {} processes running; stopping them",
+            remains.len()
+        );
+        tokio::time::sleep(kill_delay).await;
+        drop(jobs.run(move |processes| processes.end_group(pid, &remains)));
+    });
+}
+
+fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}

@@ -1,0 +1,186 @@
+//! The handle to the supervisor: the requests it takes, and [`ServiceManager`], the cheap
+//! handle that sends them and awaits each answer on a oneshot channel (a "ticket" resolved
+//! once the actor has processed the request).
+
+use std::sync::Arc;
+
+use cobble_plan::Plan;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use super::machine::{StartOutcome, StopOutcome};
+use super::{ServiceStatus, actor};
+use crate::checks::Firing;
+use crate::logs::ServiceLog;
+use crate::logs::capture::Destinations;
+use crate::process::Processes;
+
+/// The reply to a start request: the outcome and, for failures that ask for it, the service's
+/// most recent output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartReply {
+    pub outcome: StartOutcome,
+    pub output: Vec<String>,
+}
+
+/// What the handle asks of the actor.
+pub(super) enum Request {
+    Start {
+        name: String,
+        reply: oneshot::Sender<StartReply>,
+    },
+    Stop {
+        name: String,
+        reply: oneshot::Sender<StopOutcome>,
+    },
+    AbortStart {
+        name: String,
+    },
+    Statuses {
+        names: Vec<String>,
+        details: bool,
+        reply: oneshot::Sender<Vec<ServiceStatus>>,
+    },
+    Signal {
+        names: Vec<String>,
+        signal: String,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    Outdated {
+        reply: oneshot::Sender<Vec<String>>,
+    },
+    Active {
+        reply: oneshot::Sender<Vec<String>>,
+    },
+    Logs {
+        names: Vec<String>,
+        reply: oneshot::Sender<Vec<(String, ServiceLog)>>,
+    },
+    /// Answered at once: proof that the actor takes requests.
+    Ping {
+        reply: oneshot::Sender<()>,
+    },
+    /// Stops the actor from taking anything more, as a bug that blocks it would.
+    #[cfg(test)]
+    Wedge,
+}
+
+/// Handle to the service manager actor. Cheap to clone.
+#[derive(Clone)]
+pub struct ServiceManager {
+    tx: mpsc::UnboundedSender<Request>,
+}
+
+/// The manager's error when its task has gone (the daemon is shutting down).
+const GONE: &str = "service manager is not running";
+
+impl ServiceManager {
+    /// Starts the actor. `shutdown` receives the exit code when a service's action asks the
+    /// daemon to stop; `firing` is the check manager's map of checks that are down; `output`
+    /// says where service output goes besides each service's ring (the persisted files, the
+    /// daemon's stdout under `--verbose`, the log targets). The handle to the actor's task
+    /// lets the daemon notice if it ever ends.
+    pub fn spawn(
+        plan: watch::Receiver<Arc<Plan>>,
+        firing: watch::Receiver<Arc<Firing>>,
+        processes: Arc<dyn Processes>,
+        output: Destinations,
+        shutdown: mpsc::UnboundedSender<i32>,
+    ) -> (ServiceManager, JoinHandle<()>) {
+        let (tx, task) = actor::spawn(plan, firing, processes, output, shutdown);
+        (ServiceManager { tx }, task)
+    }
+
+    /// Sends the request `make` builds around a reply channel and waits for the answer;
+    /// `None` once the actor has gone.
+    async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Request) -> Option<T> {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.send(make(reply));
+        rx.await.ok()
+    }
+
+    /// Starts a service and resolves once its start succeeded (the okay delay passed) or failed.
+    pub async fn start(&self, name: &str) -> StartReply {
+        let name = name.to_owned();
+        self.call(|reply| Request::Start { name, reply })
+            .await
+            .unwrap_or(StartReply {
+                outcome: StartOutcome::Failed {
+                    error: GONE.into(),
+                    with_output: false,
+                },
+                output: Vec::new(),
+            })
+    }
+
+    /// Stops a service and resolves once it stopped (or the stop failed).
+    pub async fn stop(&self, name: &str) -> StopOutcome {
+        let name = name.to_owned();
+        self.call(|reply| Request::Stop { name, reply })
+            .await
+            .unwrap_or(StopOutcome::Failed(GONE.into()))
+    }
+
+    /// Kills a service whose start is being aborted.
+    pub fn abort_start(&self, name: &str) {
+        let _ = self.tx.send(Request::AbortStart { name: name.into() });
+    }
+
+    /// Statuses of the services this daemon has started among `names` (all of them when
+    /// `names` is empty), sorted by name; with the details behind `cobble why` if `details`.
+    /// A service of the plan that is not listed was never started: it is `inactive`.
+    pub async fn statuses(&self, names: Vec<String>, details: bool) -> Vec<ServiceStatus> {
+        self.call(|reply| Request::Statuses {
+            names,
+            details,
+            reply,
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// Sends `signal` (a name such as `SIGHUP`) to each service's main process.
+    pub async fn signal(&self, names: Vec<String>, signal: String) -> Result<(), String> {
+        self.call(|reply| Request::Signal {
+            names,
+            signal,
+            reply,
+        })
+        .await
+        .unwrap_or_else(|| Err(GONE.into()))
+    }
+
+    /// Services started by this daemon whose configuration in the plan has changed since.
+    pub async fn outdated(&self) -> Vec<String> {
+        self.call(|reply| Request::Outdated { reply })
+            .await
+            .unwrap_or_default()
+    }
+
+    /// The output logs of the services among `names` that this daemon has started, sorted
+    /// by name; names of services never started are left out, as Pebble leaves them out.
+    pub async fn logs(&self, names: Vec<String>) -> Vec<(String, ServiceLog)> {
+        self.call(|reply| Request::Logs { names, reply })
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Services that are starting, running or backing off.
+    pub async fn active(&self) -> Vec<String> {
+        self.call(|reply| Request::Active { reply })
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Resolves once the actor has taken a request of its own: `true` while it is alive and
+    /// takes requests, `false` once it has ended. An actor that is blocked never resolves it.
+    pub async fn ping(&self) -> bool {
+        self.call(|reply| Request::Ping { reply }).await.is_some()
+    }
+
+    /// Blocks the actor for good, as a bug could (for the tests of what watches it).
+    #[cfg(test)]
+    pub fn wedge(&self) {
+        let _ = self.tx.send(Request::Wedge);
+    }
+}

@@ -1,0 +1,45 @@
+//! The adapter from the plan to the machine: a service's configuration as the lifecycle
+//! [`Policy`] its [`super::machine::Machine`] decides by. The machine knows nothing of layers.
+
+use cobble_plan::{FileChangeAction, Service, ServiceAction};
+
+use super::machine::{ExitAction, FileAction, Policy};
+
+/// The lifecycle policy of a service's configuration.
+pub fn policy(config: &Service) -> Policy {
+    Policy {
+        on_success: exit_action(config.on_success),
+        on_failure: exit_action(config.on_failure),
+        backoff_delay: config.backoff_delay(),
+        backoff_factor: config.backoff_factor(),
+        backoff_limit: config.backoff_limit(),
+        kill_delay: config.kill_delay(),
+        on_check_failure: config
+            .on_check_failure
+            .iter()
+            .map(|(check, action)| (check.clone(), exit_action(*action)))
+            .collect(),
+        on_file_change: config
+            .on_file_change
+            .iter()
+            .filter_map(|(path, action)| {
+                let action = match action {
+                    FileChangeAction::Restart => FileAction::Restart,
+                    FileChangeAction::Signal(signal) => FileAction::Signal(signal.clone()),
+                    FileChangeAction::Ignore => return None,
+                };
+                Some((path.clone(), action))
+            })
+            .collect(),
+    }
+}
+
+fn exit_action(action: ServiceAction) -> ExitAction {
+    match action {
+        ServiceAction::Unset | ServiceAction::Restart => ExitAction::Restart,
+        ServiceAction::Shutdown => ExitAction::Shutdown,
+        ServiceAction::SuccessShutdown => ExitAction::SuccessShutdown,
+        ServiceAction::FailureShutdown => ExitAction::FailureShutdown,
+        ServiceAction::Ignore => ExitAction::Ignore,
+    }
+}
