@@ -32,7 +32,8 @@
 //!   process groups, and which processes belong to one run of a service.
 //! - [`metrics`]: the OpenMetrics text of `/v1/metrics`.
 //! - [`watch`]: path watching for `requires-paths`, `on-file-change` and failure hints.
-//! - [`why`]: the reason a service is where it is, services and checks joined.
+//! - [`listing`]: `GET /v1/services`: the plan, the supervisor's reports and the checks
+//!   joined, with the reason each service is where it is.
 //! - [`logging`]: the daemon log in Pebble's layout, `<time> [pebble] message`, and security
 //!   events.
 //! - [`output`]: stdout and stderr written by dedicated threads from bounded queues, so a
@@ -51,6 +52,7 @@ pub mod exec;
 pub mod files;
 pub mod identities;
 pub mod layers;
+pub mod listing;
 pub mod logging;
 pub mod logs;
 pub mod metrics;
@@ -61,7 +63,6 @@ pub mod state;
 pub mod systemd;
 pub mod tls;
 pub mod watch;
-pub mod why;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -12,7 +12,7 @@ use super::query::{first, multi_comma_list};
 use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync, sync_sized};
 use crate::logging::{self, SecurityEvent};
 use crate::services::changes::{ActionError, ServiceAction};
-use crate::why::ServiceListing;
+use crate::listing::ServiceListing;
 
 pub async fn get_services(
     _: Read,
