@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::serve::{ConnectionCap, Limits};
 use crate::api::{self, ApiState};
 use crate::checks::CheckManager;
-use crate::dir_lock::{self, DirLock, LockError};
+use crate::lock::{self, DirLock, LockError};
 use crate::exec::ExecManager;
 use crate::layers::PlanManager;
 use crate::logging::{self, SecurityEvent};
@@ -116,7 +116,7 @@ pub async fn run(
         return Err(DaemonError::HttpsWithoutPersist);
     }
     // Held until the daemon returns: it alone may end leftovers, write the state and bind or
-    // remove the socket. Taking it may wait (see `dir_lock`), so off the runtime.
+    // remove the socket. Taking it may wait (see `lock`), so off the runtime.
     let _lock = {
         let opts = opts.clone();
         tokio::task::spawn_blocking(move || prepare_dir(&opts))
@@ -518,7 +518,7 @@ fn prepare_dir(opts: &RunOptions) -> Result<DirLock, DaemonError> {
             let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
         }
     }
-    let lock = dir_lock::lock(dir, dir_lock::GRACE)?;
+    let held = lock::lock(dir, lock::GRACE)?;
     if let Some(source) = seed
         && is_empty_but_the_lock(dir)
     {
@@ -537,14 +537,14 @@ fn prepare_dir(opts: &RunOptions) -> Result<DirLock, DaemonError> {
             source,
         })?;
     }
-    Ok(lock)
+    Ok(held)
 }
 
 fn is_empty_but_the_lock(dir: &Path) -> bool {
     match std::fs::read_dir(dir) {
         Ok(entries) => entries
             .filter_map(Result::ok)
-            .all(|entry| entry.file_name() == dir_lock::LOCK_FILE),
+            .all(|entry| entry.file_name() == lock::LOCK_FILE),
         Err(_) => true,
     }
 }

@@ -13,6 +13,7 @@
 //!   [`services::ServiceManager`] is the actor that owns the machines and their processes;
 //!   [`services::changes`] turns API requests into changes and runs their lanes.
 //! - [`state`]: changes and tasks, their JSON rendering, and coalesced atomic persistence.
+//! - [`lock`]: one daemon per `$PEBBLE`, an exclusive lock taken before anything else.
 //! - [`atomic`]: replacing a file through a temporary file and a rename, with the durability
 //!   each caller asks for (state file, process registry, pushed files).
 //! - [`api`]: HTTP transport only; handlers extract, call one manager, and wrap the result in
@@ -47,12 +48,12 @@ pub mod api;
 pub mod atomic;
 pub mod checks;
 pub mod daemon;
-pub mod dir_lock;
 pub mod exec;
 pub mod files;
 pub mod identities;
 pub mod layers;
 pub mod listing;
+pub mod lock;
 pub mod logging;
 pub mod logs;
 pub mod metrics;
