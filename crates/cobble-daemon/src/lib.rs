@@ -6,64 +6,71 @@
 //!
 //! # Layout
 //!
-//! - [`daemon`]: start-up (directories, plan, state), the listeners, autostart, signals and the
-//!   orderly shutdown that stops services in reverse order.
-//! - [`layers`]: the plan manager; the current plan is published on a `watch` channel.
-//! - [`services`]: the supervisor. [`services::machine`] is the pure per-service state machine;
-//!   [`services::ServiceManager`] is the actor that owns the machines and their processes;
-//!   [`services::changes`] turns API requests into changes and runs their lanes.
-//! - [`state`]: changes and tasks, their JSON rendering, and coalesced atomic persistence.
-//! - [`lock`]: one daemon per `$PEBBLE`, an exclusive lock taken before anything else.
+//! The modules stand in tiers, each folder one tier; a module uses only its own tier and the
+//! ones below it, and the module graph has no cycles (a test, `module_graph`, checks both).
+//! Every module is also re-exported at the crate root, so a path names the module, not its
+//! tier. See `docs/architecture.md` for the whole tree and the path of one request.
+//!
+//! **Base** (`base/`): what every manager may use.
+//!
 //! - [`atomic`]: replacing a file through a temporary file and a rename, with the durability
 //!   each caller asks for (state file, process registry, pushed files).
-//! - [`api`]: HTTP transport only; handlers extract, call one manager, and wrap the result in
-//!   Pebble's envelope.
-//! - [`files`]: the files API (pull, push, list, make-dirs, remove): Go-compatible errors,
-//!   streamed multipart and atomic writes.
-//! - [`checks`]: health checks (http, tcp, exec), their perform/recover changes, the
-//!   snapshot `/v1/health` reads, and the failure actions they trigger.
+//! - [`lock`]: one daemon per `$PEBBLE`, an exclusive lock taken before anything else.
+//! - [`output`]: stdout and stderr written by dedicated threads from bounded queues, so a
+//!   stalled log pipe never blocks the daemon.
+//! - [`logging`]: the daemon log in Pebble's layout, `<time> [pebble] message`, request
+//!   lines and security events, written through [`output`].
+//! - [`process`]: spawning and tracking OS processes: launching services, exec checks and
+//!   exec commands (path lookup, user, group, pipes or a terminal), the registry of running
+//!   process groups, and which processes belong to one run of a service.
+//! - [`watch`]: path watching for `requires-paths`, `on-file-change` and failure hints.
+//! - [`tls`]: the daemon's identity key and certificates, and the HTTPS server's
+//!   configuration.
+//!
+//! **Managers** (`managers/`): each owns one part of what the daemon knows or does.
+//!
+//! - [`state`]: changes, tasks, notices, warnings and identities; their JSON rendering; and
+//!   their persistence in Pebble's state format, durable before a client hears of them.
+//! - [`layers`]: the plan manager; the current plan is published on a `watch` channel.
 //! - [`logs`]: all of a service's output: the reader of its pipe, the bounded ring and its
 //!   followers, the persisted files, forwarding to the plan's `log-targets` (Loki,
 //!   OpenTelemetry, syslog) without ever waiting on a receiver, and reading it back for
 //!   `/v1/logs`.
+//! - [`checks`]: health checks (http, tcp, exec), their perform/recover changes, the
+//!   snapshot `/v1/health` reads, and the failure actions they trigger.
+//! - [`services`]: the supervisor. [`services::machine`] is the pure per-service state machine;
+//!   [`services::ServiceManager`] is the handle to the actor that owns the machines and their
+//!   processes; [`services::changes`] turns API requests into changes and runs their lanes.
 //! - [`exec`]: one-off commands for clients (`POST /v1/exec`), their websockets and their
 //!   terminals.
-//! - [`process`]: spawning and tracking OS processes: launching services, exec checks and
-//!   exec commands (path lookup, user, group, pipes or a terminal), the registry of running
-//!   process groups, and which processes belong to one run of a service.
-//! - [`metrics`]: the OpenMetrics text of `/v1/metrics`.
-//! - [`watch`]: path watching for `requires-paths`, `on-file-change` and failure hints.
+//! - [`files`]: the files API (pull, push, list, make-dirs, remove): Go-compatible errors,
+//!   streamed multipart and atomic writes.
+//! - [`identities`]: who a client is (local, basic, TLS certificate) and what it may do.
+//!
+//! **Views** (`views/`): answers that join several managers.
+//!
 //! - [`listing`]: `GET /v1/services`: the plan, the supervisor's reports and the checks
 //!   joined, with the reason each service is where it is.
-//! - [`logging`]: the daemon log in Pebble's layout, `<time> [pebble] message`, and security
-//!   events.
-//! - [`output`]: stdout and stderr written by dedicated threads from bounded queues, so a
-//!   stalled log pipe never blocks the daemon.
-//! - [`systemd`]: `sd_notify` (ready, stopping, and a watchdog that only a supervisor that
-//!   answers keeps fed) when the daemon runs as a systemd `Type=notify` unit.
+//! - [`metrics`]: the OpenMetrics text of `/v1/metrics`.
+//!
+//! **Then** [`api`]: HTTP transport only; handlers extract, call one manager or view, and wrap
+//! the result in Pebble's envelope. **And last** [`daemon`]: start-up (directories, plan,
+//! state), the listeners, autostart, signals and the orderly shutdown that stops services in
+//! reverse order; [`daemon::systemd`] speaks `sd_notify` (ready, stopping, and a watchdog
+//! that only a supervisor that answers keeps fed) under a systemd `Type=notify` unit.
 
 #![forbid(unsafe_code)]
 
+mod base;
+mod managers;
+mod views;
+
 pub mod api;
-pub mod atomic;
-pub mod checks;
 pub mod daemon;
-pub mod exec;
-pub mod files;
-pub mod identities;
-pub mod layers;
-pub mod listing;
-pub mod lock;
-pub mod logging;
-pub mod logs;
-pub mod metrics;
-pub mod output;
-pub mod process;
-pub mod services;
-pub mod state;
-pub mod systemd;
-pub mod tls;
-pub mod watch;
+
+pub use base::{atomic, lock, logging, output, process, tls, watch};
+pub use managers::{checks, exec, files, identities, layers, logs, services, state};
+pub use views::{listing, metrics};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -10,9 +10,9 @@ use cobble_plan::Layer;
 
 use super::query::{first, multi_comma_list};
 use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync, sync_sized};
+use crate::listing::ServiceListing;
 use crate::logging::{self, SecurityEvent};
 use crate::services::changes::{ActionError, ServiceAction};
-use crate::listing::ServiceListing;
 
 pub async fn get_services(
     _: Read,

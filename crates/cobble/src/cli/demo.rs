@@ -96,14 +96,13 @@ fn prepare(dir: &Path) -> anyhow::Result<bool> {
         );
     }
     // Held for the clean-up only: the daemon takes it again as it starts.
-    let lock =
-        cobble_daemon::lock::lock(dir, std::time::Duration::ZERO).map_err(|e| match e {
-            cobble_daemon::lock::LockError::Held(_) => anyhow::anyhow!(
-                "a demo is already running in {}; stop it first, or choose another --dir",
-                dir.display()
-            ),
-            other => anyhow::anyhow!(other),
-        })?;
+    let lock = cobble_daemon::lock::lock(dir, std::time::Duration::ZERO).map_err(|e| match e {
+        cobble_daemon::lock::LockError::Held(_) => anyhow::anyhow!(
+            "a demo is already running in {}; stop it first, or choose another --dir",
+            dir.display()
+        ),
+        other => anyhow::anyhow!(other),
+    })?;
     let mut cleared = false;
     for entry in entries {
         let name = entry.file_name();

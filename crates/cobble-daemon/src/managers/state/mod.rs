@@ -20,7 +20,7 @@
 //! Two files in `$PEBBLE`, one format for both directions of a swap with Pebble:
 //!
 //! - `.pebble.state`, the checkpoint: the whole state in Pebble's own JSON shape
-//!   ([`format`]), so that Pebble (v1.7 on) and cobble can each start on what the other
+//!   ([`format`](mod@format)), so that Pebble (v1.7 on) and cobble can each start on what the other
 //!   wrote. Written atomically and durably (temporary file, fsync, rename, fsync of the
 //!   directory). What Pebble writes that cobble does not use is carried and written back;
 //!   cobble's own fields map onto what Pebble's managers store, and cobble's one piece of
@@ -202,7 +202,7 @@ pub struct Carried {
 }
 
 /// What Pebble's state file holds that cobble does not use, kept from the file cobble read
-/// and written back with every checkpoint (see [`format`]). Nothing here changes while the
+/// and written back with every checkpoint (see [`format`](mod@format)). Nothing here changes while the
 /// daemon runs, so the journal never records it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CarriedState {

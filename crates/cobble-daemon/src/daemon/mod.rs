@@ -10,12 +10,14 @@
 //! process it started that is still running, writes the state one last time and returns the
 //! exit code. Start-up and shutdown are logged as security
 //! events. Under systemd it says when it is ready and when it stops, and feeds the watchdog
-//! while the supervisor answers (see [`crate::systemd`]).
+//! while the supervisor answers (see [`systemd`]).
 //!
 //! A daemon whose supervisor, check manager or persister has stopped (a bug: a panic) would
 //! go on answering `/v1/health` while nothing is supervised. So the daemon watches those
 //! tasks; if one ends, it logs why, stops every service and exits with
 //! [`MANAGER_FAILED_EXIT_CODE`], so that the container is restarted.
+
+pub mod systemd;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -31,9 +33,9 @@ use tokio_util::sync::CancellationToken;
 use crate::api::serve::{ConnectionCap, Limits};
 use crate::api::{self, ApiState};
 use crate::checks::CheckManager;
-use crate::lock::{self, DirLock, LockError};
 use crate::exec::ExecManager;
 use crate::layers::PlanManager;
+use crate::lock::{self, DirLock, LockError};
 use crate::logging::{self, SecurityEvent};
 use crate::logs::forward::LogForwarder;
 use crate::logs::persist::LogFiles;
@@ -43,7 +45,7 @@ use crate::process::registry::{self, ProcessRegistry};
 use crate::services::ServiceManager;
 use crate::services::changes::{ActionError, ServiceAction, ServiceActions};
 use crate::state::{self, Persister, StateData, StateStore};
-use crate::systemd;
+
 use crate::{Embedding, RunOptions};
 
 /// How often old changes are pruned.

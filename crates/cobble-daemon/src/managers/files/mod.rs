@@ -36,7 +36,7 @@
 //! - [`gopath`]: Go's `path` package functions that shape observable paths.
 //! - [`glob`]: Go's `path.Match`.
 //! - [`multipart`]: the multipart writer and the `Content-Type`/`Content-Disposition` parser.
-//! - [`read`], [`list`], [`write`], [`mkdir`], [`remove`]: one operation each.
+//! - [`read`], [`list`], [`write`](mod@write), [`mkdir`], [`remove`]: one operation each.
 
 pub mod error;
 pub mod glob;

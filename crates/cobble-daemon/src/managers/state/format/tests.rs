@@ -4,13 +4,13 @@ use super::*;
 use crate::state::CarriedState;
 
 const STOPPED: &str =
-    include_str!("../../../../cobble/tests/fixtures/state/pebble-v1.32.1-stopped.json");
+    include_str!("../../../../../cobble/tests/fixtures/state/pebble-v1.32.1-stopped.json");
 const KILLED: &str =
-    include_str!("../../../../cobble/tests/fixtures/state/pebble-v1.32.1-killed.json");
+    include_str!("../../../../../cobble/tests/fixtures/state/pebble-v1.32.1-killed.json");
 const V1_12: &str =
-    include_str!("../../../../cobble/tests/fixtures/state/pebble-v1.12.0-stopped.json");
+    include_str!("../../../../../cobble/tests/fixtures/state/pebble-v1.12.0-stopped.json");
 const V1_15_SHAPE: &str =
-    include_str!("../../../../cobble/tests/fixtures/state/pebble-v1.15-shape.json");
+    include_str!("../../../../../cobble/tests/fixtures/state/pebble-v1.15-shape.json");
 
 /// Everything a state holds, comparable: cobble's own fields in their journal shape, and
 /// what is carried.
