@@ -523,15 +523,7 @@ struct MaskKeys(u64);
 
 impl MaskKeys {
     fn new() -> Self {
-        use std::hash::{BuildHasher, Hasher};
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos(),
-        );
-        MaskKeys(hasher.finish() | 1)
+        MaskKeys(crate::random::random_u64() | 1)
     }
 
     /// The next key (xorshift64*).

@@ -5,8 +5,6 @@
 //! [`Error::Api`] carrying the path's `kind` (`not-found`, `permission-denied`,
 //! `generic-file-error`) and message, with status code 200.
 
-use std::hash::{BuildHasher, Hasher};
-
 use bytes::{Bytes, BytesMut};
 use futures_util::{StreamExt, TryStreamExt, stream};
 use http_body_util::{BodyExt, BodyStream, StreamBody};
@@ -303,13 +301,7 @@ fn octal(mode: u32) -> String {
 fn random_boundary() -> String {
     let mut out = String::with_capacity(32);
     for _ in 0..2 {
-        let mut hasher = std::hash::RandomState::new().build_hasher();
-        hasher.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-        );
-        out.push_str(&format!("{:016x}", hasher.finish()));
+        out.push_str(&format!("{:016x}", crate::random::random_u64()));
     }
     out
 }

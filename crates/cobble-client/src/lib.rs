@@ -32,6 +32,10 @@
 //!   (module `notices`): custom notices and the long-poll watchers use, with
 //!   [`NoticesOptions`] and [`NotifyOptions`].
 //! - [`wire`]: websocket frame headers and masking, for both sides of exec's data streams.
+//! - [`time`]: Go's time formats as Pebble's clients see them, for the daemon's answers and
+//!   logs and the CLI's output alike.
+//! - [`random`]: the one source of unpredictable numbers (multipart boundaries, masking
+//!   keys, temporary names).
 //! - [`Error`]: one error type, with messages worded like Pebble's Go client.
 //!
 //! # Example
@@ -62,6 +66,8 @@ mod files;
 pub mod identities;
 mod logs;
 mod notices;
+pub mod random;
+pub mod time;
 mod transport;
 pub mod types;
 pub mod wire;

@@ -18,7 +18,7 @@ use jiff::Timestamp;
 use super::query::{first, multi_comma_list};
 use super::{ApiError, Read, Shared};
 use crate::logs::{self, Line, ServiceLog, Tail};
-use crate::state::format_utc_millis;
+use cobble_client::time::format_utc_millis;
 
 /// Lines sent when `n` is not given and the request does not follow.
 const DEFAULT_LINES: usize = 30;

@@ -192,7 +192,7 @@ pub fn latest_warning(kind: &str) -> Option<String> {
     if kind == "error" {
         return None;
     }
-    crate::state::notices::latest_warning().map(crate::state::format_rfc3339_nano)
+    crate::state::notices::latest_warning().map(cobble_client::time::format_rfc3339_nano)
 }
 
 /// How much of a body over [`MAX_BODY`] is read and thrown away before the 400 goes out.

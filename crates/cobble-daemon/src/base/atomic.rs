@@ -149,7 +149,7 @@ impl AtomicFile {
         prefix.push(".");
         let temp_for = |prefix: &std::ffi::OsStr| {
             let mut temp_name = prefix.to_owned();
-            temp_name.push(format!("{}~", crate::files::random_u64() as u32));
+            temp_name.push(format!("{}~", cobble_client::random::random_u64() as u32));
             target.with_file_name(temp_name)
         };
         let dir = match target.parent() {
@@ -292,7 +292,7 @@ impl AtomicFile {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < NAME_ATTEMPTS => {
                     attempts += 1;
                     let mut temp_name = self.target.file_name().unwrap_or_default().to_owned();
-                    temp_name.push(format!(".{}~", crate::files::random_u64() as u32));
+                    temp_name.push(format!(".{}~", cobble_client::random::random_u64() as u32));
                     self.temp = self.target.with_file_name(temp_name);
                 }
                 Err(e) => return Err(AtomicError::path("link", &self.temp, e)),

@@ -37,7 +37,7 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::state::{format_utc_millis, format_utc_secs};
+use cobble_client::time::{format_utc_millis, format_utc_secs};
 
 /// The name in brackets on every line, and the `appid` of security events.
 const APP_ID: &str = "pebble";
@@ -444,7 +444,7 @@ impl RequestLine {
     fn write_to(&self, out: &mut Vec<u8>, debug: bool) {
         use std::io::Write as _;
         let start = |out: &mut Vec<u8>, debug: bool| {
-            crate::state::append_utc_millis(out, self.at);
+            cobble_client::time::append_utc_millis(out, self.at);
             out.extend_from_slice(b" [");
             out.extend_from_slice(APP_ID.as_bytes());
             out.extend_from_slice(if debug { b"] DEBUG " } else { b"] " });

@@ -22,7 +22,7 @@ use serde::ser::{Serialize, SerializeSeq, Serializer};
 use crate::checks::{CheckStatus, CheckView};
 use crate::services::ServiceStatus;
 use crate::services::machine::Status;
-use crate::state::{format_rfc3339_nano, format_rfc3339_secs};
+use cobble_client::time::{format_rfc3339_nano, format_rfc3339_secs};
 
 /// The `result` of `GET /v1/services`: the plan's services (those named, or all), sorted by
 /// name, each with what the supervisor reports if it started it.

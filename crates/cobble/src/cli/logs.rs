@@ -109,7 +109,7 @@ fn text_time(wire: &str) -> String {
     let Ok(time) = wire.parse::<jiff::Timestamp>() else {
         return wire.to_owned();
     };
-    cobble_daemon::state::format_utc_millis(time)
+    cobble_client::time::format_utc_millis(time)
 }
 
 #[cfg(test)]

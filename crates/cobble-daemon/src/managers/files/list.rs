@@ -7,7 +7,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use cobble_client::types::FileInfo;
 
 use super::{FileError, glob, gopath};
-use crate::state::format_rfc3339_secs;
+use cobble_client::time::format_rfc3339_secs;
 
 /// Lists `path` (absolute, checked by the caller): the entries of a directory, sorted by
 /// name; or, for anything else or with `itself`, the path itself. The path is followed if it

@@ -50,8 +50,6 @@ pub mod write;
 
 pub use error::{ErrorKind, FileError};
 
-use std::hash::{BuildHasher, Hasher};
-
 use cobble_client::types::{ErrorResult, FileResult};
 
 /// The result entry of one path: its error, if any, as `{"message","kind"}`.
@@ -92,19 +90,6 @@ pub fn resolve_owner(
         .map_err(|e| FileError::Generic(format!("cannot look up user and group: {e}")))
 }
 
-/// A random 64-bit number, from the standard library's per-instance random hash keys. Good
-/// enough for temporary names and multipart boundaries, which only need to be unpredictable
-/// enough not to collide.
-pub(crate) fn random_u64() -> u64 {
-    let mut hasher = std::hash::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    hasher.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,10 +116,5 @@ mod tests {
             err.to_string(),
             "cannot look up user and group: must specify user, not just group"
         );
-    }
-
-    #[test]
-    fn random_numbers_differ() {
-        assert_ne!(random_u64(), random_u64());
     }
 }

@@ -21,7 +21,7 @@ impl MultipartWriter {
     pub fn new() -> Self {
         let mut boundary = String::with_capacity(60);
         while boundary.len() < 60 {
-            let _ = write!(boundary, "{:016x}", super::random_u64());
+            let _ = write!(boundary, "{:016x}", cobble_client::random::random_u64());
         }
         boundary.truncate(60);
         Self::with_boundary(boundary)

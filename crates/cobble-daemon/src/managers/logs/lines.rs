@@ -7,7 +7,7 @@
 
 use jiff::Timestamp;
 
-use crate::state::append_utc_millis;
+use cobble_client::time::append_utc_millis;
 
 /// The buffer Pebble's log parser reads with: a line (with its `<time> [<service>] ` prefix
 /// and its newline) longer than this comes out in several entries with the same time.

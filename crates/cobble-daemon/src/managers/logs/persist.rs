@@ -21,7 +21,7 @@ use std::sync::{Arc, Condvar, Mutex, Once};
 use jiff::Timestamp;
 
 use super::ring::LogEntry;
-use crate::state::append_utc_millis;
+use cobble_client::time::append_utc_millis;
 
 /// Bytes of formatted lines waiting for the writer, across all services.
 const QUEUE_BYTES: usize = 4 * 1024 * 1024;

@@ -68,7 +68,7 @@ pub(super) fn spawn(
         shutdown,
         services: BTreeMap::new(),
         done_tx,
-        next_seed: seed(),
+        next_seed: cobble_client::random::random_u64(),
         watcher: PathWatcher::spawn(paths_tx),
         watched: BTreeSet::new(),
         watches_stale: false,
@@ -635,11 +635,4 @@ fn end_remains(jobs: &ProcessJobs, name: &str, pid: u32, kill_delay: std::time::
         tokio::time::sleep(kill_delay).await;
         drop(jobs.run(move |processes| processes.end_group(pid, &remains)));
     });
-}
-
-fn seed() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    nanos ^ (u64::from(std::process::id()) << 32)
 }

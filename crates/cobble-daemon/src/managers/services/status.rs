@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::LAST_LOG_LINES;
 use super::actor::Slot;
 use super::machine::{Phase, Status};
-use crate::state::{format_rfc3339_nano, format_rfc3339_secs};
+use cobble_client::time::{format_rfc3339_nano, format_rfc3339_secs};
 
 /// What the supervisor reports about a service it has started.
 #[derive(Debug, Clone, PartialEq)]

@@ -62,21 +62,17 @@ mod journal;
 pub mod notices;
 mod persist;
 mod smallmap;
-mod timefmt;
 
 pub use identities::IdentitiesError;
 pub use notices::{Notice, NoticeFilter, NoticeType, Occurrence};
 pub use persist::{COALESCE_WINDOW, FlushError, PersistError, Persister, load, write_state_file};
 pub use smallmap::SmallMap;
-pub use timefmt::{
-    append_utc_millis, format_rfc3339_nano, format_rfc3339_nano_utc, format_rfc3339_secs,
-    format_utc_millis, format_utc_secs,
-};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use cobble_client::time::{format_rfc3339_nano, format_rfc3339_secs};
 use cobble_client::types::{ChangeInfo, TaskInfo, TaskProgress};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};

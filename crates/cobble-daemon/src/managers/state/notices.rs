@@ -20,7 +20,8 @@ use cobble_plan::duration::format_duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::{Change, SmallMap, StateData, Status, change_status, format_rfc3339_nano_utc};
+use super::{Change, SmallMap, StateData, Status, change_status};
+use cobble_client::time::format_rfc3339_nano_utc;
 
 /// How long after its last occurrence a notice is dropped.
 pub const NOTICE_EXPIRE_AFTER: Duration = Duration::from_secs(7 * 24 * 3600);

@@ -1,9 +1,10 @@
-//! Go's time formats, as Pebble clients see them.
+//! Go's time formats, as Pebble clients see them: the daemon writes its answers, its log and
+//! service output with them, and the CLI prints times the same way.
 
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
-/// The daemon's local zone, read once: containers rarely change zones while running.
+/// The local zone, read once: containers rarely change zones while running.
 fn local_zone() -> &'static TimeZone {
     static ZONE: std::sync::OnceLock<TimeZone> = std::sync::OnceLock::new();
     ZONE.get_or_init(TimeZone::system)
