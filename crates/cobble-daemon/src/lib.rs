@@ -164,13 +164,13 @@ pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
     let code = match code {
         Ok(code) => code,
         Err(e) => {
-            output::stderr().text(format!("error: cannot run daemon: {e}\n").as_bytes());
+            logging::stderr().text(format!("error: cannot run daemon: {e}\n").as_bytes());
             1
         }
     };
     // What is still queued goes out, unless the stream is stalled for good.
     log_files.flush(EXIT_FLUSH);
-    output::flush_all(EXIT_FLUSH);
+    logging::flush_all(EXIT_FLUSH);
     code
 }
 

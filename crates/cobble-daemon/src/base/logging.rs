@@ -19,8 +19,11 @@
 //! text is built on the writer thread ([`crate::output::Record`]).
 //!
 //! Formatting is kept apart from writing: [`format_line`] builds a line; the tracing layer that
-//! [`init`] installs calls it and hands each line to [`crate::output::stderr`], a bounded queue
-//! written by its own thread, so a stalled stderr never blocks the thread that logs.
+//! [`init`] installs calls it and hands each line to [`stderr`], a bounded queue written by
+//! its own thread ([`crate::output::Sink`]), so a stalled stderr never blocks the thread that
+//! logs. The daemon's two streams are made here, with the line each writes in place of the
+//! lines it had to drop: [`stderr`] for the daemon log, [`stdout`] for service output under
+//! `--verbose`.
 
 use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
@@ -38,6 +41,8 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter}
 use tracing_subscriber::registry::LookupSpan;
 
 use cobble_client::time::{format_utc_millis, format_utc_secs};
+
+use crate::output::Sink;
 
 /// The name in brackets on every line, and the `appid` of security events.
 const APP_ID: &str = "pebble";
@@ -156,7 +161,7 @@ pub fn init(debug: bool, silent: bool) {
     // A panic message goes through the same queue: the default hook writes to stderr
     // directly and would block a panicking worker on a stalled stream.
     std::panic::set_hook(Box::new(|info| {
-        crate::output::stderr().text(line_now(&format!("panic: {info}")).as_bytes());
+        stderr().text(line_now(&format!("panic: {info}")).as_bytes());
     }));
 }
 
@@ -181,7 +186,7 @@ impl std::io::Write for EventText {
 impl Drop for EventText {
     fn drop(&mut self) {
         if !self.0.is_empty() {
-            crate::output::stderr().text(&self.0);
+            stderr().text(&self.0);
         }
     }
 }
@@ -412,7 +417,7 @@ pub fn request_is_logged(method: &axum::http::Method, path: &str) -> bool {
 /// Queues `line` for the daemon log, if requests are logged.
 pub fn request(line: RequestLine) {
     if logs_requests() {
-        crate::output::stderr().record(line);
+        stderr().record(line);
     }
 }
 
@@ -492,6 +497,38 @@ impl crate::output::Record for RequestLine {
     fn len_hint(&self) -> usize {
         80 + self.target.len()
     }
+}
+
+/// The daemon's stdout: service output under `--verbose`.
+pub fn stdout() -> &'static Sink {
+    static STDOUT: OnceLock<Sink> = OnceLock::new();
+    STDOUT.get_or_init(|| {
+        Sink::spawn("stdout", std::io::stdout(), |n| {
+            let message = format!("Dropped {n} lines of service output: stdout was not keeping up");
+            // In the daemon log too, where operators look for the daemon's own troubles.
+            tracing::info!("{message}");
+            line_now(&message).into_bytes()
+        })
+        .expect("cannot start the stdout writer thread")
+    })
+}
+
+/// The daemon's stderr: its own log, with the request lines as records.
+pub fn stderr() -> &'static Sink<RequestLine> {
+    static STDERR: OnceLock<Sink<RequestLine>> = OnceLock::new();
+    STDERR.get_or_init(|| {
+        Sink::spawn("stderr", std::io::stderr(), |n| {
+            line_now(&format!("Dropped {n} log lines: stderr was not keeping up")).into_bytes()
+        })
+        .expect("cannot start the stderr writer thread")
+    })
+}
+
+/// Writes out what is queued on both streams before the daemon exits, giving a stalled
+/// stream at most `timeout` each.
+pub fn flush_all(timeout: Duration) {
+    stdout().flush(timeout);
+    stderr().flush(timeout);
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! The daemon's stdout and stderr, written without ever blocking the daemon.
+//! Output streams written without ever blocking the daemon (its stdout and stderr, made in
+//! [`crate::logging`]).
 //!
 //! Juju starts the daemon with `--verbose` and its stdout going into the container's log pipe.
 //! When nobody drains that pipe (a stalled log collector), a `write` to it blocks until there is
@@ -20,7 +21,7 @@
 //! and a flush, ends the wait.
 
 use std::io::Write;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Bytes a stream may hold while its reader is not keeping up.
@@ -318,39 +319,6 @@ fn write_out<R: Record>(shared: &Shared<R>, mut out: impl Write, notice: DropNot
         lock(&shared.queue).writing = false;
         shared.changed.notify_all();
     }
-}
-
-/// The daemon's stdout: service output under `--verbose`.
-pub fn stdout() -> &'static Sink {
-    static STDOUT: OnceLock<Sink> = OnceLock::new();
-    STDOUT.get_or_init(|| {
-        Sink::spawn("stdout", std::io::stdout(), |n| {
-            let message = format!("Dropped {n} lines of service output: stdout was not keeping up");
-            // In the daemon log too, where operators look for the daemon's own troubles.
-            tracing::info!("{message}");
-            crate::logging::line_now(&message).into_bytes()
-        })
-        .expect("cannot start the stdout writer thread")
-    })
-}
-
-/// The daemon's stderr: its own log, with the request lines as records.
-pub fn stderr() -> &'static Sink<crate::logging::RequestLine> {
-    static STDERR: OnceLock<Sink<crate::logging::RequestLine>> = OnceLock::new();
-    STDERR.get_or_init(|| {
-        Sink::spawn("stderr", std::io::stderr(), |n| {
-            crate::logging::line_now(&format!("Dropped {n} log lines: stderr was not keeping up"))
-                .into_bytes()
-        })
-        .expect("cannot start the stderr writer thread")
-    })
-}
-
-/// Writes out what is queued on both streams before the daemon exits, giving a stalled
-/// stream at most `timeout` each.
-pub fn flush_all(timeout: Duration) {
-    stdout().flush(timeout);
-    stderr().flush(timeout);
 }
 
 #[cfg(test)]

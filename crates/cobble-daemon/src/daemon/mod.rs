@@ -197,7 +197,7 @@ pub async fn run(
         processes.clone(),
         crate::logs::capture::Destinations {
             files: Some(log_files.clone()),
-            stdout: opts.verbose.then(crate::output::stdout),
+            stdout: opts.verbose.then(crate::logging::stdout),
             forward: forward_tap,
         },
         shutdown_tx,
