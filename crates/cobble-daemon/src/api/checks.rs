@@ -159,11 +159,7 @@ pub async fn post_checks_refresh(
 
 /// OpenMetrics text, with the content type Go's server sniffs for it.
 pub async fn get_metrics(_: Metrics, State(api): State<Shared>) -> Response {
-    let plan = api.plan.plan();
-    let services = api.services.statuses(Vec::new(), false).await;
-    let checks = api.checks.checks().await;
-    let mut body = crate::metrics::render(&plan, &services, &checks);
-    crate::logs::forward::write_metrics(&mut body, &api.forward.stats());
+    let body = crate::metrics::current(&api.plan, &api.services, &api.checks, &api.forward).await;
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

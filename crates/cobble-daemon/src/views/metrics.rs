@@ -1,22 +1,39 @@
-//! `GET /v1/metrics`: service and check metrics in the OpenMetrics text format Pebble writes.
+//! `GET /v1/metrics`: service and check metrics in the OpenMetrics text format Pebble writes,
+//! and cobble's log forwarding counters, rendered in one place.
 //!
 //! Each sample is written as its own family, `# HELP`, `# TYPE`, the sample, then an empty
 //! line, in Pebble's order: every service this daemon has started (sorted; one never started
-//! is not listed) with whether it is active and its start count, then every check (sorted) with whether it is up (left out while the check is
-//! inactive) and its lifetime success and failure counts, followed by cobble's count of
-//! failure-action firings.
+//! is not listed) with whether it is active and its start count, then every check (sorted)
+//! with whether it is up (left out while the check is inactive) and its lifetime success and
+//! failure counts, followed by cobble's count of failure-action firings. Last come the
+//! counters of each log target: lines sent, dropped and queued.
 
 use std::fmt::Write;
 
 use cobble_plan::Plan;
 
-use crate::checks::{CheckStatus, CheckView};
-use crate::services::ServiceStatus;
+use crate::checks::{CheckManager, CheckStatus, CheckView};
+use crate::layers::PlanManager;
+use crate::logs::forward::{LogForwarder, TargetStats};
 use crate::services::machine::Status;
+use crate::services::{ServiceManager, ServiceStatus};
+
+/// The `/v1/metrics` body, from what the managers report now.
+pub async fn current(
+    plan: &PlanManager,
+    services: &ServiceManager,
+    checks: &CheckManager,
+    forward: &LogForwarder,
+) -> String {
+    let plan = plan.plan();
+    let started = services.statuses(Vec::new(), false).await;
+    let checks = checks.checks().await;
+    render(&plan, &started, &checks, &forward.stats())
+}
 
 /// The kind of a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetricType {
+enum MetricType {
     /// A monotonic count.
     Counter,
     /// A value that goes up and down.
@@ -33,7 +50,7 @@ impl MetricType {
 }
 
 /// Appends one metric family with a single sample.
-pub fn write_metric(
+fn write_metric(
     out: &mut String,
     name: &str,
     kind: MetricType,
@@ -76,8 +93,13 @@ fn escape_label(value: &str) -> String {
 }
 
 /// The whole `/v1/metrics` body. `services` are the services this daemon has started; those
-/// still in the plan are listed.
-pub fn render(plan: &Plan, services: &[ServiceStatus], checks: &[CheckView]) -> String {
+/// still in the plan are listed. `forwarding` are the counts of the plan's log targets.
+pub fn render(
+    plan: &Plan,
+    services: &[ServiceStatus],
+    checks: &[CheckView],
+    forwarding: &[TargetStats],
+) -> String {
     let mut out = String::new();
     let mut services: Vec<&ServiceStatus> = services
         .iter()
@@ -143,7 +165,40 @@ pub fn render(plan: &Plan, services: &[ServiceStatus], checks: &[CheckView]) -> 
             i64::try_from(check.action_count).unwrap_or(i64::MAX),
         );
     }
+    write_forwarding(&mut out, forwarding);
     out
+}
+
+/// Appends the forwarding counters of every target in the plan (cobble extension).
+fn write_forwarding(out: &mut String, stats: &[TargetStats]) {
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    for target in stats {
+        let labels = [("target", target.name.as_str())];
+        write_metric(
+            out,
+            "cobble_log_forward_sent_total",
+            MetricType::Counter,
+            "Number of log lines the target's receiver accepted",
+            &labels,
+            count(target.sent),
+        );
+        write_metric(
+            out,
+            "cobble_log_forward_dropped_total",
+            MetricType::Counter,
+            "Number of log lines that will never reach the target (queue full, refused, or unsent at removal)",
+            &labels,
+            count(target.dropped),
+        );
+        write_metric(
+            out,
+            "cobble_log_forward_queued",
+            MetricType::Gauge,
+            "Number of log lines waiting to be sent to the target",
+            &labels,
+            count(target.queued),
+        );
+    }
 }
 
 #[cfg(test)]
@@ -203,6 +258,7 @@ mod tests {
                 check("z-off", CheckStatus::Inactive, 0, 0),
                 check("a-down", CheckStatus::Down, 4, 5),
             ],
+            &[],
         );
         let expected = "\
 # HELP pebble_service_active Whether the service is currently active (1) or not (0)
@@ -251,6 +307,38 @@ cobble_check_action_count{check=\"z-off\"} 0
 
 ";
         assert_eq!(body, expected);
+    }
+
+    #[test]
+    fn the_log_targets_counters_come_last() {
+        let body = render(
+            &plan(&["web"]),
+            &[service("web", Status::Active, 1)],
+            &[],
+            &[TargetStats {
+                name: "loki".into(),
+                sent: 7,
+                dropped: 2,
+                queued: 1,
+            }],
+        );
+        let families: Vec<&str> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .collect();
+        assert_eq!(
+            families,
+            [
+                "pebble_service_active gauge",
+                "pebble_service_start_count counter",
+                "cobble_log_forward_sent_total counter",
+                "cobble_log_forward_dropped_total counter",
+                "cobble_log_forward_queued gauge",
+            ]
+        );
+        assert!(body.contains("cobble_log_forward_sent_total{target=\"loki\"} 7\n"));
+        assert!(body.contains("cobble_log_forward_dropped_total{target=\"loki\"} 2\n"));
+        assert!(body.contains("cobble_log_forward_queued{target=\"loki\"} 1\n"));
     }
 
     #[test]

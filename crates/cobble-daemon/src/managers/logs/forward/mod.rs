@@ -189,39 +189,6 @@ impl LogForwarder {
     }
 }
 
-/// Appends the forwarding counters of every target in the plan to `/v1/metrics`.
-pub fn write_metrics(out: &mut String, stats: &[TargetStats]) {
-    use crate::metrics::{MetricType, write_metric};
-    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    for target in stats {
-        let labels = [("target", target.name.as_str())];
-        write_metric(
-            out,
-            "cobble_log_forward_sent_total",
-            MetricType::Counter,
-            "Number of log lines the target's receiver accepted",
-            &labels,
-            count(target.sent),
-        );
-        write_metric(
-            out,
-            "cobble_log_forward_dropped_total",
-            MetricType::Counter,
-            "Number of log lines that will never reach the target (queue full, refused, or unsent at removal)",
-            &labels,
-            count(target.dropped),
-        );
-        write_metric(
-            out,
-            "cobble_log_forward_queued",
-            MetricType::Gauge,
-            "Number of log lines waiting to be sent to the target",
-            &labels,
-            count(target.queued),
-        );
-    }
-}
-
 /// The forwarder's task: applies each plan to the running targets and the routes.
 async fn follow_plan(
     mut plan: watch::Receiver<Arc<Plan>>,
