@@ -62,7 +62,8 @@ pub async fn get_task_websocket(
         match upgrade.await {
             Ok(upgraded) => {
                 let chunk = claim.read_buffer_size();
-                claim.deliver(ws::Socket::new(upgraded, chunk));
+                let connection = super::serve::upgraded_connection(upgraded);
+                claim.deliver(ws::Socket::new(connection, chunk));
             }
             // The claim, dropped, frees the websocket for another try.
             Err(e) => tracing::debug!("Websocket {task_id}: upgrade failed: {e}"),

@@ -57,6 +57,7 @@ use axum::extract::ConnectInfo;
 use axum::response::Response;
 use axum::serve::Listener;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper::upgrade::Upgraded;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
@@ -67,6 +68,7 @@ use tokio_util::task::TaskTracker;
 
 use super::request_log::{self, Logged};
 use super::{Peer, Transport};
+use crate::exec::ws::Connection;
 
 /// Who is on the other end of an accepted connection.
 pub trait PeerOf {
@@ -688,8 +690,21 @@ pub async fn serve_tls(
     connections.wait().await;
 }
 
+/// The connection a websocket upgrade took over, for exec: the unix socket itself when it
+/// is one, so that its relay can splice on it. Exec is for admins, and plain HTTP grants no
+/// more than metrics, so the connection is the unix socket's or a TLS one.
+pub fn upgraded_connection(upgraded: Upgraded) -> Connection {
+    match upgraded.downcast::<TokioIo<Tracked<UnixStream>>>() {
+        Ok(parts) => Connection::Unix {
+            stream: parts.io.into_inner().into_inner(),
+            read_ahead: parts.read_buf,
+        },
+        Err(upgraded) => Connection::Other(upgraded),
+    }
+}
+
 /// A connection's I/O, telling its [`Slot`] when bytes arrive. What a websocket upgrade
-/// takes over (see `exec::ws`, which unwraps a unix socket's to splice on it).
+/// takes over (see [`upgraded_connection`], which unwraps a unix socket's for exec).
 #[derive(Debug)]
 pub struct Tracked<I> {
     io: I,

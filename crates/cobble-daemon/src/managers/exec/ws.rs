@@ -29,15 +29,13 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use cobble_client::wire::{self, Header, MAX_HEADER, Opcode};
 use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::unix::pipe;
 use tokio::net::{UnixStream, unix};
-
-use crate::api::serve::Tracked;
 
 /// Close status codes (RFC 6455, section 7.4.1).
 pub mod close_code {
@@ -120,23 +118,33 @@ pub struct Socket {
     pub writer: Writer,
 }
 
+/// The connection a websocket upgrade took over, as the HTTP server hands it on.
+pub enum Connection {
+    /// The unix socket itself (which the relay splices on), and the bytes the server had
+    /// read ahead of the upgrade.
+    Unix {
+        stream: UnixStream,
+        read_ahead: Bytes,
+    },
+    /// Any other connection (TLS).
+    Other(Upgraded),
+}
+
 impl Socket {
     /// Takes over an upgraded connection; `read_chunk` is how much the reader asks of it at
     /// a time.
-    pub fn new(upgraded: Upgraded, read_chunk: usize) -> Socket {
-        // Exec is for admins, and plain HTTP grants no more than metrics: the connection is
-        // the unix socket's, or a TLS one.
-        let (read, write, pending) = match upgraded.downcast::<TokioIo<Tracked<UnixStream>>>() {
-            Ok(parts) => {
-                let (read, write) = parts.io.into_inner().into_inner().into_split();
-                (ReadIo::Unix(read), WriteIo::Unix(write), parts.read_buf)
+    pub fn new(connection: Connection, read_chunk: usize) -> Socket {
+        let (read, write, pending) = match connection {
+            Connection::Unix { stream, read_ahead } => {
+                let (read, write) = stream.into_split();
+                (ReadIo::Unix(read), WriteIo::Unix(write), read_ahead)
             }
-            Err(upgraded) => {
+            Connection::Other(upgraded) => {
                 let (read, write) = tokio::io::split(TokioIo::new(upgraded));
                 (
                     ReadIo::Other(Box::new(read)),
                     WriteIo::Other(Box::new(write)),
-                    bytes::Bytes::new(),
+                    Bytes::new(),
                 )
             }
         };
