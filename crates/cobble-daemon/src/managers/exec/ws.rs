@@ -100,7 +100,7 @@ fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool
 
 /// The answer that completes a handshake for the client's `Sec-WebSocket-Key`.
 pub fn switching_protocols(key: &HeaderValue) -> Response {
-    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let accept = accept_key(key.as_bytes());
     (
         StatusCode::SWITCHING_PROTOCOLS,
         [
@@ -110,6 +110,18 @@ pub fn switching_protocols(key: &HeaderValue) -> Response {
         ],
     )
         .into_response()
+}
+
+/// The `Sec-WebSocket-Accept` value for a client's key (RFC 6455, section 4.2.2): the
+/// base64 of the SHA-1 of the key and the protocol's GUID. SHA-1 here proves only that the
+/// server speaks websocket, so the legacy digest is what the protocol asks for.
+fn accept_key(key: &[u8]) -> String {
+    use base64::Engine as _;
+    const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+    let mut context = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
+    context.update(key);
+    context.update(GUID);
+    base64::engine::general_purpose::STANDARD.encode(context.finish())
 }
 
 /// An upgraded connection, as its two halves.
@@ -544,6 +556,14 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_accept_key_is_the_one_in_rfc_6455() {
+        assert_eq!(
+            accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
 
     const KEY: [u8; 4] = [0xA1, 0x5E, 0x07, 0x3C];
 
