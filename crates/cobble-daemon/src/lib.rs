@@ -15,6 +15,8 @@
 //!
 //! - [`atomic`]: replacing a file through a temporary file and a rename, with the durability
 //!   each caller asks for (state file, process registry, pushed files).
+//! - [`http_client`]: the outgoing HTTP client of http checks and log forwarding, with Go's
+//!   defaults.
 //! - [`lock`]: one daemon per `$PEBBLE`, an exclusive lock taken before anything else.
 //! - [`output`]: stdout and stderr written by dedicated threads from bounded queues, so a
 //!   stalled log pipe never blocks the daemon.
@@ -68,7 +70,7 @@ mod views;
 pub mod api;
 pub mod daemon;
 
-pub use base::{atomic, lock, logging, output, process, tls, watch};
+pub use base::{atomic, http_client, lock, logging, output, process, tls, watch};
 pub use managers::{checks, exec, files, identities, layers, logs, services, state};
 pub use views::{listing, metrics};
 

@@ -5,12 +5,12 @@
 //! a non-2xx answer the error details are the first lines of the first 512 bytes of the body.
 
 use std::collections::BTreeMap;
-use std::sync::Once;
 
 use cobble_plan::HttpCheck;
 use futures_util::future::BoxFuture;
 
 use super::checker::{CheckError, Checker, MAX_ERROR_BYTES, first_lines};
+use crate::http_client::{build_client, is_loopback, root_cause};
 
 /// GETs a URL with the configured headers.
 pub struct HttpChecker {
@@ -19,18 +19,6 @@ pub struct HttpChecker {
     headers: BTreeMap<String, String>,
     /// Built on first use, then reused (with its connection pool) for every run.
     client: tokio::sync::OnceCell<Result<reqwest::Client, String>>,
-}
-
-/// Whether a URL's host is this machine, which Go's proxy rules never send through a proxy.
-pub(crate) fn is_loopback(url: &reqwest::Url) -> bool {
-    let Some(host) = url.host_str() else {
-        return false;
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 impl HttpChecker {
@@ -94,34 +82,6 @@ impl HttpChecker {
 impl Checker for HttpChecker {
     fn check(&self) -> BoxFuture<'_, Result<(), CheckError>> {
         Box::pin(self.get())
-    }
-}
-
-/// A client with Go's defaults: 10 redirects, system roots, and proxies from the
-/// environment unless the URL is on this machine (`direct`).
-pub(crate) fn build_client(direct: bool) -> Result<reqwest::Client, String> {
-    static PROVIDER: Once = Once::new();
-    PROVIDER.call_once(|| {
-        // Fails only if a provider is already installed, which is just as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-    let mut builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::limited(10));
-    if direct {
-        builder = builder.no_proxy();
-    }
-    builder.build().map_err(|e| root_cause(&e))
-}
-
-/// The innermost cause of an error, which is where the useful words are
-/// (`connection refused` rather than `error sending request`).
-pub(crate) fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut current = error;
-    while let Some(source) = current.source() {
-        current = source;
-    }
-    match current.downcast_ref::<std::io::Error>() {
-        Some(io) => cobble_sys::os_error_text(io),
-        None => current.to_string(),
     }
 }
 

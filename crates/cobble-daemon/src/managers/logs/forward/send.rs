@@ -88,9 +88,9 @@ impl Client {
         } else {
             (destination.location.clone(), encode::loki)
         };
-        let direct = reqwest::Url::parse(&url).is_ok_and(|u| crate::checks::http::is_loopback(&u));
+        let direct = reqwest::Url::parse(&url).is_ok_and(|u| crate::http_client::is_loopback(&u));
         Client::Http {
-            client: crate::checks::http::build_client(direct),
+            client: crate::http_client::build_client(direct),
             url,
             body,
         }
@@ -110,7 +110,7 @@ impl Client {
                     .header("User-Agent", concat!("cobble/", env!("CARGO_PKG_VERSION")))
                     .body(body(batch));
                 match request.send().await {
-                    Err(e) => Outcome::Retry(crate::checks::http::root_cause(&e)),
+                    Err(e) => Outcome::Retry(crate::http_client::root_cause(&e)),
                     Ok(response) => {
                         let status = response.status();
                         // Read the body so the connection can be reused.
