@@ -29,9 +29,7 @@ pub async fn get_changes(
         }
     };
     let for_service = Some(first(&query, "for")).filter(|s| !s.is_empty());
-    // Changes a check made in the background show IDs no request waited for.
-    api.state.durable_ids().await;
-    Ok(sync(api.state.changes_listing(select, for_service)))
+    Ok(sync(api.state.list_changes(select, for_service).await))
 }
 
 fn not_found(e: StateError) -> ApiError {
@@ -43,8 +41,7 @@ pub async fn get_change(
     State(api): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let change = api.state.change_info_str(&id).map_err(not_found)?;
-    api.state.durable_ids().await;
+    let change = api.state.get_change(&id).await.map_err(not_found)?;
     Ok(sync(change))
 }
 
@@ -54,31 +51,19 @@ pub async fn post_change(
     Path(id): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let change = api.state.change_info_str(&id).map_err(not_found)?;
+    let change = api.state.get_change(&id).await.map_err(not_found)?;
     let request: ChangeAction = json_body(body, "cannot decode data from request body").await?;
     // Aborting is the only change action; nothing past this point sees the name.
     if request.action != "abort" {
         return Err(ApiError::invalid_action(&request.action));
     }
     let numeric: u64 = change.id.parse().expect("IDs are numeric");
-    // An abort is carried out as it is recorded (its runners are told at once), so while
-    // the disk refuses writes it is refused up front.
-    if let Some(e) = api.state.write_failure() {
-        return Err(ApiError::internal(format!("cannot record change: {e}")));
-    }
-    match api.state.abort(numeric) {
-        Ok(info) => {
-            // The abort is carried out already (its runners were told); a failed write
-            // leaves it in memory, written once the disk takes it, and says so.
-            api.state
-                .durable()
-                .await
-                .map_err(|e| ApiError::internal(format!("cannot record change: {e}")))?;
-            Ok(sync(info))
-        }
+    match api.state.abort_change(numeric).await {
+        Ok(info) => Ok(sync(info)),
         Err(StateError::NothingPending(_)) => Err(ApiError::bad_request(format!(
             "cannot abort change {id} with nothing pending"
         ))),
+        Err(e @ StateError::NotRecorded(_)) => Err(ApiError::internal(e.to_string())),
         Err(e) => Err(not_found(e)),
     }
 }
@@ -89,7 +74,7 @@ pub async fn wait_change(
     Path(id): Path<String>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    let change = api.state.change_info_str(&id).map_err(not_found)?;
+    let change = api.state.get_change(&id).await.map_err(not_found)?;
     let numeric: u64 = change.id.parse().expect("IDs are numeric");
     let raw_timeout = first(&query, "timeout");
     let timeout_nanos = if raw_timeout.is_empty() {
@@ -120,10 +105,6 @@ pub async fn wait_change(
     } else {
         ready.await;
     }
-    let change = api
-        .state
-        .change_info(numeric)
-        .ok_or_else(|| not_found(StateError::NoSuchChange(id)))?;
-    api.state.durable_ids().await;
+    let change = api.state.get_change(&id).await.map_err(not_found)?;
     Ok(sync(change))
 }

@@ -75,15 +75,13 @@ pub async fn get_checks(
     let names = multi_comma_list(&query, "names");
     let infos: Vec<CheckInfo> = api
         .checks
-        .checks()
+        .checks_shown()
         .await
         .iter()
         .filter(|c| level == CheckLevel::Unset || c.level == level)
         .filter(|c| names.is_empty() || names.contains(&c.name))
         .map(check_info)
         .collect();
-    // Each check shows the ID of its current change, made in the background.
-    api.state.durable_ids().await;
     Ok(sync(infos))
 }
 
@@ -145,12 +143,6 @@ pub async fn post_checks_refresh(
             CheckManagerError::NoSuchCheck(_) => ApiError::not_found(e.to_string()),
             _ => ApiError::internal(e.to_string()),
         })?;
-    // The run may have moved the check into a new change (a failure that hit the
-    // threshold starts a recover-check change), whose ID the answer shows.
-    api.state
-        .durable()
-        .await
-        .map_err(|e| ApiError::internal(format!("cannot record change: {e}")))?;
     Ok(sync(RefreshCheckResult {
         info: check_info(&view),
         error: error.map(|e| e.log_text()).unwrap_or_default(),

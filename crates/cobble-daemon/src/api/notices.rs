@@ -80,7 +80,7 @@ pub async fn get_notices(
             .map_err(|e| ApiError::bad_request(format!("invalid timeout: {e}")))?
     };
     let notices = if timeout == 0 {
-        api.state.notices(&filter)
+        api.state.list_notices(&filter).await
     } else {
         // A negative timeout has already passed: what matches now, or nothing.
         let wait = Duration::from_nanos(timeout.max(0) as u64);
@@ -88,8 +88,6 @@ pub async fn get_notices(
             .await
             .unwrap_or_default()
     };
-    // Change updates recorded in the background show IDs no request waited for.
-    api.state.durable_ids().await;
     Ok(sync(render(&notices)))
 }
 
@@ -179,20 +177,17 @@ pub async fn get_notice(
     State(api): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let notice = id
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| api.state.notice(n))
-        .ok_or_else(|| {
-            ApiError::not_found(format!("cannot find notice with ID {}", go_quote(&id)))
-        })?;
+    let notice = match id.parse::<u64>() {
+        Ok(n) => api.state.get_notice(n).await,
+        Err(_) => None,
+    }
+    .ok_or_else(|| ApiError::not_found(format!("cannot find notice with ID {}", go_quote(&id))))?;
     if !notice.visible_to(requester.uid, requester.admin) {
         return Err(forbidden(format!(
             "not allowed to access notice with id {}",
             go_quote(&id)
         )));
     }
-    api.state.durable_ids().await;
     Ok(sync(notice.render()))
 }
 

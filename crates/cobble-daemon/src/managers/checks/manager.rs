@@ -26,7 +26,7 @@ use super::runner::{
     PERFORM_CHECK, RefreshReply, RefreshRequest, Runner, Shared, new_check_change,
 };
 use super::{CheckLevel, CheckStatus, CheckView, Firing, Publisher, Snapshot};
-use crate::state::StateStore;
+use crate::state::{NotRecorded, StateStore};
 
 /// Builds the probe of a check (service context already merged).
 pub(crate) type CheckerFactory = Arc<dyn Fn(&Check) -> Arc<dyn Checker> + Send + Sync>;
@@ -43,6 +43,9 @@ pub enum CheckManagerError {
     /// The daemon is shutting down.
     #[error("check manager is not running")]
     Gone,
+    /// The state file could not be written.
+    #[error("cannot record change: {0}")]
+    NotRecorded(NotRecorded),
 }
 
 /// An action of `POST /v1/checks`, parsed from its wire name once at the API's edge.
@@ -106,6 +109,8 @@ pub struct CheckManager {
     snapshot: watch::Receiver<Snapshot>,
     firing: watch::Receiver<Arc<Firing>>,
     plan: watch::Receiver<Arc<Plan>>,
+    /// Where the checks' changes are, for answers that show their IDs.
+    store: StateStore,
 }
 
 impl CheckManager {
@@ -130,7 +135,10 @@ impl CheckManager {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut actor = Actor {
             plan_rx: plan.clone(),
-            shared: Arc::new(Shared { store, publisher }),
+            shared: Arc::new(Shared {
+                store: store.clone(),
+                publisher,
+            }),
             entries: BTreeMap::new(),
             next_generation: 0,
             build,
@@ -143,6 +151,7 @@ impl CheckManager {
                 snapshot,
                 firing,
                 plan,
+                store,
             },
             task,
         )
@@ -158,6 +167,13 @@ impl CheckManager {
     pub async fn checks(&self) -> Vec<CheckView> {
         self.catch_up().await;
         self.snapshot.borrow().checks.values().cloned().collect()
+    }
+
+    /// [`CheckManager::checks`], for a client: each shows the ID of its current change,
+    /// made in the background, so this returns once those IDs are in the state file.
+    pub async fn checks_shown(&self) -> Vec<CheckView> {
+        let checks = self.checks().await;
+        self.store.showing_ids(checks).await
     }
 
     /// Whether every check matching `level` and `names` (empty = all) is up or inactive.
@@ -195,7 +211,14 @@ impl CheckManager {
             name: name.to_owned(),
             reply,
         });
-        rx.await.unwrap_or(Err(CheckManagerError::Gone))
+        let refreshed = rx.await.unwrap_or(Err(CheckManagerError::Gone))?;
+        // The run may have moved the check into a new change (a failure that hit the
+        // threshold starts a recover-check change), whose ID the answer shows.
+        self.store
+            .durable()
+            .await
+            .map_err(CheckManagerError::NotRecorded)?;
+        Ok(refreshed)
     }
 
     /// Starts the enabled checks that are not running (a service replan); returns them.

@@ -314,6 +314,8 @@ pub enum StateError {
     NoSuchChange(String),
     #[error("cannot abort change {0} with nothing pending")]
     NothingPending(u64),
+    #[error("cannot record change: {0}")]
+    NotRecorded(NotRecorded),
 }
 
 /// The shared store of changes and tasks. Cheap to clone.
@@ -483,13 +485,67 @@ impl StateStore {
         }
     }
 
+    /// The changes `GET /v1/changes` lists, once the IDs they show are in the state file
+    /// (a check's change made in the background shows IDs no request waited for). Serialise
+    /// the listing at once: it holds the store.
+    pub async fn list_changes(
+        &self,
+        select: Select,
+        for_service: Option<&str>,
+    ) -> ChangesListing<'_> {
+        self.durable_ids().await;
+        self.changes_listing(select, for_service)
+    }
+
+    /// The change with the API's ID `id`, once the IDs it shows are in the state file.
+    pub async fn get_change(&self, id: &str) -> Result<ChangeInfo, StateError> {
+        let change = self.change_info_str(id)?;
+        self.durable_ids().await;
+        Ok(change)
+    }
+
+    /// Aborts the change (see [`StateStore::abort`]) and returns it once the abort is in the
+    /// state file. An abort is carried out as it is recorded (its runners are told at once),
+    /// so while the disk refuses writes it is refused up front; a write that fails after
+    /// leaves it in memory, written once the disk takes it, and says so.
+    pub async fn abort_change(&self, change_id: u64) -> Result<ChangeInfo, StateError> {
+        if let Some(e) = self.write_failure() {
+            return Err(StateError::NotRecorded(e));
+        }
+        let info = self.abort(change_id)?;
+        self.durable().await.map_err(StateError::NotRecorded)?;
+        Ok(info)
+    }
+
+    /// The live notices matching `filter` (see `notices`), once the IDs they show are in
+    /// the state file.
+    pub async fn list_notices(&self, filter: &NoticeFilter) -> Vec<Notice> {
+        let notices = self.notices(filter);
+        self.durable_ids().await;
+        notices
+    }
+
+    /// A live notice by ID, once the IDs it shows are in the state file.
+    pub async fn get_notice(&self, id: u64) -> Option<Notice> {
+        let notice = self.notice(id)?;
+        self.durable_ids().await;
+        Some(notice)
+    }
+
+    /// `value`, once every ID handed out so far is in the state file: for a manager whose
+    /// answers show IDs of changes it made in the background (a check's current change).
+    pub async fn showing_ids<T>(&self, value: T) -> T {
+        self.durable_ids().await;
+        value
+    }
+
     /// Returns once every change, task and notice ID handed out so far is in the state file,
     /// so a response that shows IDs never shows one a restarted daemon would give out again.
     /// Writes nothing when they already are (the usual case: IDs are made by mutating
     /// requests, which waited). While the disk refuses writes it returns at once: reads go
     /// on answering, and what they show of background work (a check's new change) is on
     /// disk as soon as the disk takes it.
-    pub async fn durable_ids(&self) {
+    async fn durable_ids(&self) {
         let (change, task, notice) = {
             let d = self.lock();
             (d.last_change_id, d.last_task_id, d.last_notice_id)
@@ -730,7 +786,7 @@ impl StateStore {
     }
 
     /// Parses an API change ID and returns the change.
-    pub fn change_info_str(&self, id: &str) -> Result<ChangeInfo, StateError> {
+    fn change_info_str(&self, id: &str) -> Result<ChangeInfo, StateError> {
         id.parse::<u64>()
             .ok()
             .and_then(|n| self.change_info(n))
@@ -750,7 +806,7 @@ impl StateStore {
     /// listing, which the allocator then keeps for reuse; one at a time, the blocks of one
     /// change are reused by the next. The store stays locked until the listing is dropped:
     /// serialise it at once, and hold it across no await.
-    pub fn changes_listing(&self, select: Select, for_service: Option<&str>) -> ChangesListing<'_> {
+    fn changes_listing(&self, select: Select, for_service: Option<&str>) -> ChangesListing<'_> {
         ChangesListing {
             data: self.lock(),
             select,
@@ -777,7 +833,8 @@ impl StateStore {
         }
     }
 
-    /// Aborts a change: pending tasks are held, running ones are asked to stop.
+    /// Aborts a change: pending tasks are held, running ones are asked to stop. Nothing
+    /// waits for the write: a client is answered through [`StateStore::abort_change`].
     pub fn abort(&self, change_id: u64) -> Result<ChangeInfo, StateError> {
         let result = self.mutate(|d| {
             let Some(change) = d.changes.get(&change_id) else {
@@ -900,12 +957,12 @@ impl StateStore {
     }
 
     /// The live notices matching `filter`, ordered by last-repeated time.
-    pub fn notices(&self, filter: &NoticeFilter) -> Vec<Notice> {
+    fn notices(&self, filter: &NoticeFilter) -> Vec<Notice> {
         notices::list(&self.lock(), filter, Timestamp::now())
     }
 
     /// A live notice by ID.
-    pub fn notice(&self, id: u64) -> Option<Notice> {
+    fn notice(&self, id: u64) -> Option<Notice> {
         notices::get(&self.lock(), id, Timestamp::now())
     }
 
@@ -913,7 +970,8 @@ impl StateStore {
     /// once if some already match. Wakes only when a notice is added or repeated, and
     /// answers only with notices as the state file holds them: an answer tells a client of
     /// a notice as surely as the answer to its `notify` does, so it never comes first. The
-    /// caller bounds the wait with its timeout.
+    /// caller bounds the wait with its timeout. A notice and what it names (a change's ID)
+    /// are recorded together, so what it returns shows only IDs in the state file.
     pub async fn wait_notices(&self, filter: &NoticeFilter) -> Vec<Notice> {
         let mut wakes = self.inner.notice_wakes.subscribe();
         let mut versions = self.subscribe();
