@@ -1,7 +1,5 @@
 //! Services, layers, plan and signals.
 
-use std::collections::BTreeSet;
-
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::response::Response;
@@ -10,7 +8,6 @@ use cobble_plan::Layer;
 
 use super::query::{first, multi_comma_list};
 use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync, sync_sized};
-use crate::listing::ServiceListing;
 use crate::logging::{self, SecurityEvent};
 use crate::services::changes::{ActionError, ServiceAction};
 
@@ -21,23 +18,18 @@ pub async fn get_services(
 ) -> Response {
     let names = multi_comma_list(&query, "names");
     let details = first(&query, "details") == "true";
-    let plan = api.plan.plan();
-    let started = api.services.statuses(names.clone(), details).await;
-    let selected: BTreeSet<&str> = names.iter().map(String::as_str).collect();
-    let listing = ServiceListing::new(
-        &plan,
-        (!names.is_empty()).then_some(&selected),
-        &started,
+    crate::listing::current(
+        &api.plan,
+        &api.services,
+        &api.checks,
+        names,
         details,
-    );
-    // Skip the check snapshot on this hot path unless a check can explain a listed service.
-    let checks = if listing.acts_on_checks() {
-        api.checks.checks().await
-    } else {
-        Vec::new()
-    };
-    let size = listing.size_hint();
-    sync_sized(listing.with_checks(&checks), size)
+        |listing| {
+            let size = listing.size_hint();
+            sync_sized(listing, size)
+        },
+    )
+    .await
 }
 
 pub async fn post_services(
@@ -56,13 +48,7 @@ pub async fn post_services(
     };
     // The change is on disk before it is carried out or its ID answered.
     match api.actions.act(action, request.services).await {
-        Ok(change_id) => {
-            if action == ServiceAction::Replan {
-                // Pebble's replan also starts enabled checks that are not running.
-                api.checks.replan().await;
-            }
-            Ok(async_change(change_id))
-        }
+        Ok(change_id) => Ok(async_change(change_id)),
         Err(e @ ActionError::NoDefaultServices) => {
             Err(ApiError::bad_request(e.to_string()).with_kind("no-default-services"))
         }

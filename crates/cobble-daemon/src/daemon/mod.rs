@@ -202,7 +202,12 @@ pub async fn run(
         },
         shutdown_tx,
     );
-    let actions = ServiceActions::new(plan.subscribe(), store.clone(), services.clone());
+    let actions = ServiceActions::new(
+        plan.subscribe(),
+        store.clone(),
+        services.clone(),
+        checks.clone(),
+    );
     let mut managers = Managers::default();
     managers.watch(Manager::Services, services_task);
     managers.watch(Manager::Checks, checks_task);

@@ -19,10 +19,41 @@ use cobble_client::types::{FailingCheck, ServiceDetails as WireDetails, ServiceI
 use cobble_plan::{Plan, Service};
 use serde::ser::{Serialize, SerializeSeq, Serializer};
 
-use crate::checks::{CheckStatus, CheckView};
-use crate::services::ServiceStatus;
+use crate::checks::{CheckManager, CheckStatus, CheckView};
+use crate::layers::PlanManager;
 use crate::services::machine::Status;
+use crate::services::{ServiceManager, ServiceStatus};
 use cobble_client::time::{format_rfc3339_nano, format_rfc3339_secs};
+
+/// `GET /v1/services` as the managers report it now: the plan, the supervisor's reports on
+/// the services in `names` (every service when empty) and, only when a listed service can
+/// be explained by a check, the checks. `answer` gets the listing, which borrows what was
+/// gathered, and makes the response of it.
+pub async fn current<R>(
+    plan: &PlanManager,
+    services: &ServiceManager,
+    checks: &CheckManager,
+    names: Vec<String>,
+    details: bool,
+    answer: impl FnOnce(ServiceListing<'_>) -> R,
+) -> R {
+    let plan = plan.plan();
+    let started = services.statuses(names.clone(), details).await;
+    let selected: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+    let listing = ServiceListing::new(
+        &plan,
+        (!names.is_empty()).then_some(&selected),
+        &started,
+        details,
+    );
+    // Skip the check snapshot on this hot path unless a check can explain a listed service.
+    let checks = if listing.acts_on_checks() {
+        checks.checks().await
+    } else {
+        Vec::new()
+    };
+    answer(listing.with_checks(&checks))
+}
 
 /// The `result` of `GET /v1/services`: the plan's services (those named, or all), sorted by
 /// name, each with what the supervisor reports if it started it.

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use super::machine::{StartOutcome, StopOutcome};
 use super::{ServiceManager, StartReply};
+use crate::checks::CheckManager;
 use crate::state::{NotRecorded, Recorded, StateStore, Status};
 
 /// A service action of `POST /v1/services` (and the daemon's own autostart), parsed from its
@@ -127,6 +128,8 @@ pub struct ServiceActions {
     plan: watch::Receiver<Arc<Plan>>,
     state: StateStore,
     manager: ServiceManager,
+    /// A replan also starts the enabled checks that are not running, as Pebble's does.
+    checks: CheckManager,
 }
 
 impl ServiceActions {
@@ -134,11 +137,13 @@ impl ServiceActions {
         plan: watch::Receiver<Arc<Plan>>,
         state: StateStore,
         manager: ServiceManager,
+        checks: CheckManager,
     ) -> ServiceActions {
         ServiceActions {
             plan,
             state,
             manager,
+            checks,
         }
     }
 
@@ -161,6 +166,10 @@ impl ServiceActions {
         match self.state.recorded(change_id).await {
             Ok(recorded) => {
                 self.spawn_run(pending);
+                if action == ServiceAction::Replan {
+                    // Pebble's replan also starts enabled checks that are not running.
+                    self.checks.replan().await;
+                }
                 Ok(recorded)
             }
             Err(e) => {
