@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::checker::{self, CheckError, Checker};
 use super::machine::{CheckRun, Effect};
 use super::{CheckStatus, CheckView, Publisher};
-use crate::state::{StateStore, Status};
+use crate::state::{StateStore, TaskStatus};
 
 /// Change and task kind while the check is healthy.
 pub const PERFORM_CHECK: &str = "perform-check";
@@ -55,7 +55,7 @@ pub fn new_check_change(store: &StateStore, kind: &str, config: &Check) -> (u64,
     );
     let change = store.new_check_change(kind, &summary, &config.name);
     let task = store.add_task(change, kind, &summary, None);
-    store.set_task_status(task, Status::Doing);
+    store.set_task_status(task, TaskStatus::Doing);
     (change, task)
 }
 
@@ -146,7 +146,7 @@ impl Runner {
                 Effect::LogInfo(message) => store.task_info(self.task_id, &message),
                 Effect::ThresholdHit { error } => {
                     store.task_error(self.task_id, &error);
-                    store.set_task_status(self.task_id, Status::Error);
+                    store.set_task_status(self.task_id, TaskStatus::Error);
                     tracing::info!(
                         "Check \"{}\" threshold {} hit, triggering action and recovering",
                         self.name,
@@ -169,7 +169,7 @@ impl Runner {
                     actions_fired += 1;
                 }
                 Effect::Recovered => {
-                    store.set_task_status(self.task_id, Status::Done);
+                    store.set_task_status(self.task_id, TaskStatus::Done);
                     self.prev_change_id = Some(self.change_id);
                     (self.change_id, self.task_id) =
                         new_check_change(store, PERFORM_CHECK, &self.config);
@@ -283,7 +283,7 @@ impl Runner {
             .task_status(self.task_id)
             .is_some_and(|status| !status.is_ready())
         {
-            store.set_task_status(self.task_id, Status::Done);
+            store.set_task_status(self.task_id, TaskStatus::Done);
         }
         tracing::debug!("Check \"{}\" stopped", self.name);
     }

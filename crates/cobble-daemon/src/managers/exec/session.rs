@@ -41,7 +41,7 @@ use super::ws::{Event, Reader, Socket, Writer, close_code};
 use super::{CONNECT_TIMEOUT, Channel, Registration};
 use crate::process::OsProcesses;
 use crate::process::launch::{self, Launch, Wiring};
-use crate::state::{StateStore, Status};
+use crate::state::{StateStore, TaskStatus};
 
 /// The most bytes of output per websocket frame read from a terminal (or from a pipe, on a
 /// connection that cannot take spliced bytes).
@@ -120,10 +120,10 @@ impl Session {
     /// Runs the execution to its end and records the outcome in the task.
     pub async fn run(mut self) {
         // An abort that came first has held the task already.
-        if self.state.task_status(self.task_id) != Some(Status::Do) {
+        if self.state.task_status(self.task_id) != Some(TaskStatus::Do) {
             return;
         }
-        self.state.set_task_status(self.task_id, Status::Doing);
+        self.state.set_task_status(self.task_id, TaskStatus::Doing);
         let abort = self.state.abort_token(self.change_id);
         let outcome = self.execute(&abort).await;
         // From here on a websocket connect is told the execution is over.
@@ -132,7 +132,7 @@ impl Session {
             Ok(code) => {
                 self.state
                     .set_task_data(self.task_id, "exit-code", code.into());
-                self.state.set_task_status(self.task_id, Status::Done);
+                self.state.set_task_status(self.task_id, TaskStatus::Done);
             }
             Err(failure) => {
                 if let Some(code) = failure.exit_code {
@@ -146,7 +146,7 @@ impl Session {
                     failure.message
                 );
                 self.state.task_error(self.task_id, &failure.message);
-                self.state.set_task_status(self.task_id, Status::Error);
+                self.state.set_task_status(self.task_id, TaskStatus::Error);
             }
         }
     }

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use super::machine::{StartOutcome, StopOutcome};
 use super::{ServiceManager, StartReply};
 use crate::checks::CheckManager;
-use crate::state::{NotRecorded, Recorded, StateStore, Status};
+use crate::state::{NotRecorded, Recorded, StateStore, TaskStatus};
 
 /// A service action of `POST /v1/services` (and the daemon's own autostart), parsed from its
 /// wire name once at the API's edge.
@@ -379,7 +379,7 @@ impl ServiceActions {
             .await;
         } else {
             for task in start.iter().flatten() {
-                self.state.set_task_status(task.task_id, Status::Hold);
+                self.state.set_task_status(task.task_id, TaskStatus::Hold);
             }
         }
     }
@@ -388,11 +388,11 @@ impl ServiceActions {
     async fn run_lane(&self, change_id: u64, op: Op, lane: Vec<LaneTask>) -> bool {
         for (i, task) in lane.iter().enumerate() {
             // An abort may have held the task already.
-            if self.state.task_status(task.task_id) != Some(Status::Do) {
+            if self.state.task_status(task.task_id) != Some(TaskStatus::Do) {
                 self.hold(&lane[i..]);
                 return false;
             }
-            self.state.set_task_status(task.task_id, Status::Doing);
+            self.state.set_task_status(task.task_id, TaskStatus::Doing);
             let ok = match op {
                 Op::Start => self.start_task(change_id, task).await,
                 Op::Stop => self.stop_task(task).await,
@@ -407,8 +407,8 @@ impl ServiceActions {
 
     fn hold(&self, tasks: &[LaneTask]) {
         for task in tasks {
-            if self.state.task_status(task.task_id) == Some(Status::Do) {
-                self.state.set_task_status(task.task_id, Status::Hold);
+            if self.state.task_status(task.task_id) == Some(TaskStatus::Do) {
+                self.state.set_task_status(task.task_id, TaskStatus::Hold);
             }
         }
     }
@@ -427,7 +427,7 @@ impl ServiceActions {
         let id = task.task_id;
         match reply.outcome {
             StartOutcome::Started => {
-                self.state.set_task_status(id, Status::Done);
+                self.state.set_task_status(id, TaskStatus::Done);
                 true
             }
             StartOutcome::Waiting { missing } => {
@@ -440,7 +440,7 @@ impl ServiceActions {
                         missing.join(", ")
                     ),
                 );
-                self.state.set_task_status(id, Status::Done);
+                self.state.set_task_status(id, TaskStatus::Done);
                 true
             }
             StartOutcome::AlreadyStarted => {
@@ -448,7 +448,7 @@ impl ServiceActions {
                     id,
                     &format!("Service \"{}\" already started.", task.service),
                 );
-                self.state.set_task_status(id, Status::Done);
+                self.state.set_task_status(id, TaskStatus::Done);
                 true
             }
             StartOutcome::Failed { error, .. } => {
@@ -461,7 +461,7 @@ impl ServiceActions {
                     );
                 }
                 self.state.task_error(id, &error);
-                self.state.set_task_status(id, Status::Error);
+                self.state.set_task_status(id, TaskStatus::Error);
                 false
             }
         }
@@ -481,14 +481,14 @@ impl ServiceActions {
             StopOutcome::Failed(error) => {
                 self.state
                     .task_error(id, &format!("cannot stop service: {error}"));
-                self.state.set_task_status(id, Status::Error);
+                self.state.set_task_status(id, TaskStatus::Error);
                 return false;
             }
         };
         if let Some(note) = note {
             self.state.task_info(id, &note);
         }
-        self.state.set_task_status(id, Status::Done);
+        self.state.set_task_status(id, TaskStatus::Done);
         true
     }
 }

@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::notices::{Notice, NoticeType};
-use super::{Carried, Change, SmallMap, StateData, Status, Task};
+use super::{Carried, Change, SmallMap, StateData, Task, TaskStatus};
 use crate::identities::{Access, Identity};
 
 /// The highest Pebble patch level cobble knows the meaning of (Pebble v1.28 to v1.32 write
@@ -80,35 +80,35 @@ fn malformed(what: impl std::fmt::Display) -> DecodeError {
 }
 
 /// Pebble's number for a status.
-pub fn status_number(status: Status) -> u64 {
+pub fn status_number(status: TaskStatus) -> u64 {
     match status {
-        Status::Default => 0,
-        Status::Hold => 1,
-        Status::Do => 2,
-        Status::Doing => 3,
-        Status::Done => 4,
-        Status::Abort => 5,
-        Status::Undo => 6,
-        Status::Undoing => 7,
-        Status::Undone => 8,
-        Status::Error => 9,
-        Status::Wait => 10,
+        TaskStatus::Default => 0,
+        TaskStatus::Hold => 1,
+        TaskStatus::Do => 2,
+        TaskStatus::Doing => 3,
+        TaskStatus::Done => 4,
+        TaskStatus::Abort => 5,
+        TaskStatus::Undo => 6,
+        TaskStatus::Undoing => 7,
+        TaskStatus::Undone => 8,
+        TaskStatus::Error => 9,
+        TaskStatus::Wait => 10,
     }
 }
 
-fn status_from_number(n: u64) -> Result<Status, DecodeError> {
+fn status_from_number(n: u64) -> Result<TaskStatus, DecodeError> {
     Ok(match n {
-        0 => Status::Default,
-        1 => Status::Hold,
-        2 => Status::Do,
-        3 => Status::Doing,
-        4 => Status::Done,
-        5 => Status::Abort,
-        6 => Status::Undo,
-        7 => Status::Undoing,
-        8 => Status::Undone,
-        9 => Status::Error,
-        10 => Status::Wait,
+        0 => TaskStatus::Default,
+        1 => TaskStatus::Hold,
+        2 => TaskStatus::Do,
+        3 => TaskStatus::Doing,
+        4 => TaskStatus::Done,
+        5 => TaskStatus::Abort,
+        6 => TaskStatus::Undo,
+        7 => TaskStatus::Undoing,
+        8 => TaskStatus::Undone,
+        9 => TaskStatus::Error,
+        10 => TaskStatus::Wait,
         _ => return Err(malformed(format!("unknown status {n}"))),
     })
 }
@@ -260,7 +260,7 @@ impl Serialize for ChangeOut<'_> {
         // says it, Hold being what Default means there.
         let status = match carried.and_then(|k| k.fields.get("status")) {
             Some(status) => status.clone(),
-            None if c.task_ids.is_empty() && c.status_without_tasks != Status::Hold => {
+            None if c.task_ids.is_empty() && c.status_without_tasks != TaskStatus::Hold => {
                 status_number(c.status_without_tasks).into()
             }
             None => 0.into(),
@@ -277,7 +277,7 @@ impl Serialize for ChangeOut<'_> {
         if let Some(ready) = &c.ready_time {
             map.serialize_entry("ready-time", ready)?;
         }
-        if let Some(status) = c.last_notice_status.filter(|s| *s != Status::Default) {
+        if let Some(status) = c.last_notice_status.filter(|s| *s != TaskStatus::Default) {
             map.serialize_entry("last-recorded-notice-status", &status_number(status))?;
         }
         for (key, value) in carried.into_iter().flat_map(|k| &k.fields) {
@@ -702,14 +702,14 @@ fn decode_change(key: &str, value: Value) -> Result<Change, DecodeError> {
     let status = status_from_number(status)?;
     let status_without_tasks = if task_ids.is_empty() {
         match status {
-            Status::Default => Status::Hold,
+            TaskStatus::Default => TaskStatus::Hold,
             other => other,
         }
     } else {
-        if status != Status::Default {
+        if status != TaskStatus::Default {
             fields.insert("status".into(), status_number(status).into());
         }
-        Status::Hold
+        TaskStatus::Hold
     };
     Ok(Change {
         id,

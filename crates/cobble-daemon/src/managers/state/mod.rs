@@ -95,7 +95,7 @@ pub const LONG_LIVED_KINDS: [&str; 2] = ["perform-check", "recover-check"];
 
 /// The status of a task, and the derived status of a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Status {
+pub enum TaskStatus {
     Default,
     Hold,
     Do,
@@ -109,20 +109,20 @@ pub enum Status {
     Wait,
 }
 
-impl Status {
+impl TaskStatus {
     pub fn as_str(self) -> &'static str {
         match self {
-            Status::Default => "Default",
-            Status::Hold => "Hold",
-            Status::Do => "Do",
-            Status::Doing => "Doing",
-            Status::Done => "Done",
-            Status::Abort => "Abort",
-            Status::Undo => "Undo",
-            Status::Undoing => "Undoing",
-            Status::Undone => "Undone",
-            Status::Error => "Error",
-            Status::Wait => "Wait",
+            TaskStatus::Default => "Default",
+            TaskStatus::Hold => "Hold",
+            TaskStatus::Do => "Do",
+            TaskStatus::Doing => "Doing",
+            TaskStatus::Done => "Done",
+            TaskStatus::Abort => "Abort",
+            TaskStatus::Undo => "Undo",
+            TaskStatus::Undoing => "Undoing",
+            TaskStatus::Undone => "Undone",
+            TaskStatus::Error => "Error",
+            TaskStatus::Wait => "Wait",
         }
     }
 
@@ -130,7 +130,7 @@ impl Status {
     pub fn is_ready(self) -> bool {
         matches!(
             self,
-            Status::Done | Status::Undone | Status::Hold | Status::Error
+            TaskStatus::Done | TaskStatus::Undone | TaskStatus::Hold | TaskStatus::Error
         )
     }
 }
@@ -143,7 +143,7 @@ pub struct Task {
     /// `start`, `stop`, ...
     pub kind: String,
     pub summary: String,
-    pub status: Status,
+    pub status: TaskStatus,
     /// Entries already formatted as `<time> INFO|ERROR <message>`.
     pub log: Vec<String>,
     pub spawn_time: Timestamp,
@@ -171,14 +171,14 @@ pub struct Change {
     /// Services the change is about (`for=` filter of `GET /v1/changes`).
     pub service_names: Vec<String>,
     /// The status of a change without tasks.
-    pub status_without_tasks: Status,
+    pub status_without_tasks: TaskStatus,
     /// The check a `perform-check` or `recover-check` change is about, which its
     /// change-update notices carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_name: Option<String>,
     /// The status the last change-update notice was recorded for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_notice_status: Option<Status>,
+    pub last_notice_status: Option<TaskStatus>,
     /// What Pebble wrote for the change that cobble does not use, written back unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub carried: Option<Box<Carried>>,
@@ -605,7 +605,7 @@ impl StateStore {
                     spawn_time: Timestamp::now(),
                     ready_time: None,
                     service_names,
-                    status_without_tasks: Status::Hold,
+                    status_without_tasks: TaskStatus::Hold,
                     check_name,
                     last_notice_status: None,
                     carried: None,
@@ -634,7 +634,7 @@ impl StateStore {
         let id = self.new_change(kind, summary, Vec::new());
         self.mutate(|d| {
             if let Some(c) = d.changes.get_mut(&id) {
-                c.status_without_tasks = Status::Done;
+                c.status_without_tasks = TaskStatus::Done;
                 c.ready_time = Some(c.spawn_time);
             }
             notices::observe_change(d, id, Timestamp::now());
@@ -661,7 +661,7 @@ impl StateStore {
                     change_id,
                     kind: kind.into(),
                     summary: summary.into(),
-                    status: Status::Do,
+                    status: TaskStatus::Do,
                     log: Vec::new(),
                     spawn_time: Timestamp::now(),
                     ready_time: None,
@@ -691,7 +691,7 @@ impl StateStore {
     }
 
     /// Sets a task's status, stamping ready times of the task and, if it became ready, its change.
-    pub fn set_task_status(&self, task_id: u64, status: Status) {
+    pub fn set_task_status(&self, task_id: u64, status: TaskStatus) {
         self.mutate(|d| {
             let Some(task) = d.tasks.get_mut(&task_id) else {
                 return;
@@ -756,7 +756,7 @@ impl StateStore {
     }
 
     /// The status of a task.
-    pub fn task_status(&self, task_id: u64) -> Option<Status> {
+    pub fn task_status(&self, task_id: u64) -> Option<TaskStatus> {
         self.lock().tasks.get(&task_id).map(|t| t.status)
     }
 
@@ -846,11 +846,11 @@ impl StateStore {
             for id in change.task_ids.clone() {
                 if let Some(task) = d.tasks.get_mut(&id) {
                     match task.status {
-                        Status::Do => {
-                            task.status = Status::Hold;
+                        TaskStatus::Do => {
+                            task.status = TaskStatus::Hold;
                             task.ready_time = Some(Timestamp::now());
                         }
-                        Status::Doing => task.status = Status::Abort,
+                        TaskStatus::Doing => task.status = TaskStatus::Abort,
                         _ => {}
                     }
                 }
@@ -1068,14 +1068,16 @@ fn close_unfinished(d: &mut StateData) {
     let mut touched = Vec::new();
     for task in d.tasks.values_mut() {
         match task.status {
-            Status::Doing | Status::Abort => {
-                task.status = Status::Done;
+            TaskStatus::Doing | TaskStatus::Abort => {
+                task.status = TaskStatus::Done;
                 task.log.push(format!(
                     "{} INFO Daemon restarted; task not retried.",
                     format_rfc3339_secs(now)
                 ));
             }
-            Status::Do | Status::Wait | Status::Default => task.status = Status::Hold,
+            TaskStatus::Do | TaskStatus::Wait | TaskStatus::Default => {
+                task.status = TaskStatus::Hold
+            }
             _ => continue,
         }
         task.ready_time.get_or_insert(now);
@@ -1099,23 +1101,23 @@ fn refresh_ready_time(d: &mut StateData, change_id: u64) {
 }
 
 /// A change's status, derived from its tasks' with Pebble's priorities.
-pub fn change_status(d: &StateData, change: &Change) -> Status {
+pub fn change_status(d: &StateData, change: &Change) -> TaskStatus {
     if change.task_ids.is_empty() {
         return change.status_without_tasks;
     }
-    const ORDER: [Status; 10] = [
-        Status::Abort,
-        Status::Undoing,
-        Status::Undo,
-        Status::Doing,
-        Status::Do,
-        Status::Wait,
-        Status::Error,
-        Status::Undone,
-        Status::Done,
-        Status::Hold,
+    const ORDER: [TaskStatus; 10] = [
+        TaskStatus::Abort,
+        TaskStatus::Undoing,
+        TaskStatus::Undo,
+        TaskStatus::Doing,
+        TaskStatus::Do,
+        TaskStatus::Wait,
+        TaskStatus::Error,
+        TaskStatus::Undone,
+        TaskStatus::Done,
+        TaskStatus::Hold,
     ];
-    let statuses: Vec<Status> = change
+    let statuses: Vec<TaskStatus> = change
         .task_ids
         .iter()
         .filter_map(|id| d.tasks.get(id).map(|t| t.status))
@@ -1123,7 +1125,7 @@ pub fn change_status(d: &StateData, change: &Change) -> Status {
     ORDER
         .into_iter()
         .find(|s| statuses.contains(s))
-        .unwrap_or(Status::Hold)
+        .unwrap_or(TaskStatus::Hold)
 }
 
 /// The `err` text of a change: one line per ERROR task-log entry.
@@ -1163,7 +1165,7 @@ fn render_change(d: &StateData, c: &Change) -> ChangeInfo {
             .map(render_task)
             .collect(),
         ready: status.is_ready(),
-        err: if status == Status::Error {
+        err: if status == TaskStatus::Error {
             change_err(d, c)
         } else {
             String::new()
@@ -1184,7 +1186,7 @@ fn render_task(t: &Task) -> TaskInfo {
         // Pebble's progress of a task that sets none: 0/1 until it starts, 1/1 from then on.
         progress: TaskProgress {
             label: String::new(),
-            done: u64::from(t.status != Status::Do),
+            done: u64::from(t.status != TaskStatus::Do),
             total: 1,
         },
         spawn_time: format_rfc3339_nano(t.spawn_time),
@@ -1233,7 +1235,7 @@ fn prune(d: &mut StateData, now: Timestamp) {
             if let Some(task) = d.tasks.get_mut(&task_id)
                 && !task.status.is_ready()
             {
-                task.status = Status::Hold;
+                task.status = TaskStatus::Hold;
                 task.ready_time = Some(now);
             }
         }

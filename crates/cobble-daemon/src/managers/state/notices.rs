@@ -20,7 +20,7 @@ use cobble_plan::duration::format_duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::{Change, SmallMap, StateData, Status, change_status};
+use super::{Change, SmallMap, StateData, TaskStatus, change_status};
 use cobble_client::time::format_rfc3339_nano_utc;
 
 /// How long after its last occurrence a notice is dropped.
@@ -306,13 +306,13 @@ pub fn prune(d: &mut StateData, now: Timestamp) {
 /// Whether going from `old` to `new` is worth a change-update notice: not for the same
 /// status, and not for a task that went back from running to pending (Doing to Do, Undoing
 /// to Undo), which flaps while a change is worked on.
-fn worth_a_notice(old: Option<Status>, new: Status) -> bool {
+fn worth_a_notice(old: Option<TaskStatus>, new: TaskStatus) -> bool {
     match old {
         None => true,
         Some(old) => {
             old != new
-                && !(old == Status::Doing && new == Status::Do)
-                && !(old == Status::Undoing && new == Status::Undo)
+                && !(old == TaskStatus::Doing && new == TaskStatus::Do)
+                && !(old == TaskStatus::Undoing && new == TaskStatus::Undo)
         }
     }
 }
@@ -487,7 +487,7 @@ mod tests {
 
     #[test]
     fn change_updates_skip_same_status_and_running_to_pending() {
-        use Status::*;
+        use TaskStatus::*;
         let table = [
             (None, Hold, true),
             (Some(Hold), Do, true),
@@ -543,16 +543,16 @@ mod tests {
             let s = StateStore::new(StateData::default());
             let c = s.new_check_change("perform-check", "Perform exec check \"c\"", "c");
             let t = s.add_task(c, "perform-check", "x", None);
-            s.set_task_status(t, Status::Doing);
+            s.set_task_status(t, TaskStatus::Doing);
             // Spawned (Hold), Do, Doing.
             let n = change_updates(&s, c).unwrap();
             assert_eq!(n.occurrences, 3);
             assert_eq!(n.user_id, None, "change updates are public");
             assert_eq!(n.last_data["kind"], "perform-check");
             assert_eq!(n.last_data["check-name"], "c");
-            s.set_task_status(t, Status::Doing);
+            s.set_task_status(t, TaskStatus::Doing);
             assert_eq!(change_updates(&s, c).unwrap().occurrences, 3, "same status");
-            s.set_task_status(t, Status::Error);
+            s.set_task_status(t, TaskStatus::Error);
             assert_eq!(change_updates(&s, c).unwrap().occurrences, 4);
         }
 
@@ -562,14 +562,14 @@ mod tests {
             let c = s.new_change("start", "x", vec![]);
             let t1 = s.add_task(c, "start", "a", None);
             let t2 = s.add_task(c, "start", "b", None);
-            s.set_task_status(t1, Status::Doing);
+            s.set_task_status(t1, TaskStatus::Doing);
             let before = change_updates(&s, c).unwrap().occurrences;
             // t1 done while t2 waits: the change goes from Doing back to Do.
-            s.set_task_status(t1, Status::Done);
+            s.set_task_status(t1, TaskStatus::Done);
             assert_eq!(s.change_info(c).unwrap().status, "Do");
             assert_eq!(change_updates(&s, c).unwrap().occurrences, before);
-            s.set_task_status(t2, Status::Doing);
-            s.set_task_status(t2, Status::Done);
+            s.set_task_status(t2, TaskStatus::Doing);
+            s.set_task_status(t2, TaskStatus::Done);
             let n = change_updates(&s, c).unwrap();
             assert_eq!(n.occurrences, before + 1, "Doing again is no news; Done is");
             assert!(!n.last_data.contains_key("check-name"));
@@ -604,7 +604,7 @@ mod tests {
             let s = StateStore::new(StateData::default());
             let c = s.new_change("start", "x", vec![]);
             let t = s.add_task(c, "start", "x", None);
-            s.set_task_status(t, Status::Done);
+            s.set_task_status(t, TaskStatus::Done);
             assert!(change_updates(&s, c).is_some());
             s.prune(Timestamp::now() + jiff::SignedDuration::from_hours(8 * 24));
             assert!(s.change_info(c).is_none());

@@ -21,11 +21,11 @@ fn change_status_follows_task_priorities() {
     let t1 = s.add_task(c, "start", "Start service \"a\"", Some("a"));
     let t2 = s.add_task(c, "start", "Start service \"b\"", Some("b"));
     assert_eq!(s.change_info(c).unwrap().status, "Do");
-    s.set_task_status(t1, Status::Doing);
+    s.set_task_status(t1, TaskStatus::Doing);
     assert_eq!(s.change_info(c).unwrap().status, "Doing");
-    s.set_task_status(t1, Status::Error);
+    s.set_task_status(t1, TaskStatus::Error);
     assert_eq!(s.change_info(c).unwrap().status, "Do", "Do outranks Error");
-    s.set_task_status(t2, Status::Hold);
+    s.set_task_status(t2, TaskStatus::Hold);
     let info = s.change_info(c).unwrap();
     assert_eq!(info.status, "Error");
     assert!(info.ready);
@@ -43,7 +43,7 @@ fn err_lists_every_error_entry_with_its_task_summary() {
         t,
         "service start attempt: exited quickly with code 1, will restart",
     );
-    s.set_task_status(t, Status::Error);
+    s.set_task_status(t, TaskStatus::Error);
     let info = s.change_info(c).unwrap();
     assert_eq!(
         info.err,
@@ -75,7 +75,7 @@ fn select_and_for_filters() {
     let ta = s.add_task(a, "start", "a", Some("a"));
     let b = s.new_change("start", "b", vec!["b".into()]);
     s.add_task(b, "start", "b", Some("b"));
-    s.set_task_status(ta, Status::Done);
+    s.set_task_status(ta, TaskStatus::Done);
     let ids = |v: Vec<ChangeInfo>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
     assert_eq!(ids(s.changes(Select::All, None)), ["1", "2"]);
     assert_eq!(ids(s.changes(Select::Ready, None)), ["1"]);
@@ -91,7 +91,7 @@ fn a_listing_serialises_as_the_rendered_changes() {
     let ta = s.add_task(a, "exec", "Execute command \"echo\"", None);
     s.set_task_data(ta, "exit-code", 0.into());
     s.task_error(ta, "boom");
-    s.set_task_status(ta, Status::Error);
+    s.set_task_status(ta, TaskStatus::Error);
     let b = s.new_change("start", "b", vec!["b".into()]);
     s.add_task(b, "start", "b", Some("b"));
     s.new_done_change("replan", "nothing");
@@ -116,14 +116,14 @@ fn abort_holds_pending_tasks_and_cancels_runners() {
     let c = s.new_change("start", "x", vec![]);
     let t1 = s.add_task(c, "start", "a", None);
     let t2 = s.add_task(c, "start", "b", None);
-    s.set_task_status(t1, Status::Doing);
+    s.set_task_status(t1, TaskStatus::Doing);
     let token = s.abort_token(c);
     let info = s.abort(c).unwrap();
     assert_eq!(info.status, "Abort");
     assert!(token.is_cancelled());
-    assert_eq!(s.task_status(t2), Some(Status::Hold));
+    assert_eq!(s.task_status(t2), Some(TaskStatus::Hold));
     s.task_error(t1, "start aborted, sent SIGKILL to process");
-    s.set_task_status(t1, Status::Error);
+    s.set_task_status(t1, TaskStatus::Error);
     assert!(s.change_info(c).unwrap().ready);
     assert_eq!(s.abort(c), Err(StateError::NothingPending(c)));
     assert_eq!(s.abort(99), Err(StateError::NoSuchChange("99".into())));
@@ -145,12 +145,12 @@ fn reload_keeps_ids_and_closes_unfinished_changes() {
     let c = s.new_change("start", "x", vec![]);
     let t1 = s.add_task(c, "start", "a", None);
     let t2 = s.add_task(c, "start", "b", None);
-    s.set_task_status(t1, Status::Doing);
+    s.set_task_status(t1, TaskStatus::Doing);
     let bytes = s.snapshot_json();
     let data: StateData = format::decode(&bytes).unwrap();
     let s2 = StateStore::new(data);
-    assert_eq!(s2.task_status(t1), Some(Status::Done));
-    assert_eq!(s2.task_status(t2), Some(Status::Hold));
+    assert_eq!(s2.task_status(t1), Some(TaskStatus::Done));
+    assert_eq!(s2.task_status(t2), Some(TaskStatus::Hold));
     assert!(s2.change_info(c).unwrap().ready);
     assert_eq!(s2.new_change("stop", "y", vec![]), c + 1);
 }
@@ -161,7 +161,7 @@ fn prune_drops_old_ready_changes_and_caps_the_count() {
     for _ in 0..(MAX_READY_CHANGES + 5) {
         let c = s.new_change("start", "x", vec![]);
         let t = s.add_task(c, "start", "x", None);
-        s.set_task_status(t, Status::Done);
+        s.set_task_status(t, TaskStatus::Done);
     }
     let pending = s.new_change("start", "pending", vec![]);
     s.add_task(pending, "start", "x", None);
@@ -261,7 +261,7 @@ fn prune_never_aborts_a_long_running_check_change() {
     let s = store();
     let check = s.new_change("perform-check", "Perform exec check \"c\"", vec![]);
     let task = s.add_task(check, "perform-check", "Perform exec check \"c\"", None);
-    s.set_task_status(task, Status::Doing);
+    s.set_task_status(task, TaskStatus::Doing);
     s.prune(Timestamp::now() + jiff::SignedDuration::from_hours(30 * 24));
     assert_eq!(s.change_info(check).unwrap().status, "Doing");
 }
@@ -337,7 +337,7 @@ async fn ids_already_written_need_no_write() {
     s.durable().await.expect("durable");
     assert_eq!(*writes.borrow(), 1);
     // Progress that shows no new ID: a reader does not wait, and nothing is written early.
-    s.set_task_status(task, Status::Doing);
+    s.set_task_status(task, TaskStatus::Doing);
     s.durable_ids().await;
     assert_eq!(*writes.borrow(), 1);
 }
@@ -376,15 +376,15 @@ async fn a_durable_change_is_appended_to_the_journal_not_rewritten_whole() {
     assert_eq!(alone.changes.keys().collect::<Vec<_>>(), [&before]);
     let loaded = persist::load(&path).unwrap();
     assert_eq!(loaded.changes[&change].task_ids, [task]);
-    assert_eq!(loaded.tasks[&task].status, Status::Do);
+    assert_eq!(loaded.tasks[&task].status, TaskStatus::Do);
     assert_eq!((loaded.last_change_id, loaded.last_task_id), (change, task));
 
     // Later records replace the whole change, tasks included.
-    s.set_task_status(task, Status::Done);
+    s.set_task_status(task, TaskStatus::Done);
     s.set_task_data(task, "exit-code", serde_json::json!(0));
     s.durable().await.expect("durable");
     let loaded = persist::load(&path).unwrap();
-    assert_eq!(loaded.tasks[&task].status, Status::Done);
+    assert_eq!(loaded.tasks[&task].status, TaskStatus::Done);
     assert_eq!(loaded.tasks[&task].data["exit-code"], 0);
     assert!(loaded.changes[&change].ready_time.is_some());
     assert_eq!(
@@ -404,7 +404,7 @@ async fn pruned_changes_stay_gone_after_a_reload() {
     tokio::spawn(persister.run(CancellationToken::new()));
     let old = s.new_change("start", "old", vec![]);
     let t = s.add_task(old, "start", "old", None);
-    s.set_task_status(t, Status::Done);
+    s.set_task_status(t, TaskStatus::Done);
     let kept = s.new_change("start", "kept", vec![]);
     s.add_task(kept, "start", "kept", None);
     s.durable().await.expect("durable");
@@ -674,7 +674,7 @@ fn a_busy_daemon_keeps_its_history_bounded_between_prunes() {
     for _ in 0..(3 * MAX_READY_CHANGES) {
         let c = s.new_change("exec", "x", vec![]);
         let t = s.add_task(c, "exec", "x", None);
-        s.set_task_status(t, Status::Done);
+        s.set_task_status(t, TaskStatus::Done);
         assert!(s.lock().changes.len() <= MAX_READY_CHANGES + PRUNE_SLACK + 1);
     }
     let d = s.lock();

@@ -42,9 +42,9 @@ fn reads_what_pebble_v1_32_wrote() {
     );
     let autostart = &d.changes[&2];
     assert_eq!(autostart.service_names, ["svc"]);
-    assert_eq!(autostart.last_notice_status, Some(Status::Done));
+    assert_eq!(autostart.last_notice_status, Some(TaskStatus::Done));
     assert_eq!(d.changes[&1].check_name.as_deref(), Some("chk"));
-    assert_eq!(d.tasks[&1].status, Status::Error);
+    assert_eq!(d.tasks[&1].status, TaskStatus::Error);
     assert_eq!(
         d.tasks[&1].log,
         ["2026-12-01T20:47:46Z ERROR exit status 1"]
@@ -94,7 +94,7 @@ fn reads_a_killed_pebble_with_a_certificate_identity() {
             .as_ref()
             .is_some_and(|der| der.len() > 100)
     );
-    assert_eq!(d.tasks[&3].status, Status::Doing);
+    assert_eq!(d.tasks[&3].status, TaskStatus::Doing);
     let back = round_trip(&d);
     assert_eq!(back.identities, d.identities);
 }
@@ -129,7 +129,7 @@ fn reads_legacy_warnings_and_top_level_identities() {
     // The unknown notice type, the orphan task, the change with an explicit status.
     assert_eq!(d.carried.notices.len(), 1);
     assert!(!d.tasks.contains_key(&10));
-    assert_eq!(d.changes[&8].status_without_tasks, Status::Done);
+    assert_eq!(d.changes[&8].status_without_tasks, TaskStatus::Done);
     assert_eq!(
         d.changes[&7].spawn_time.to_string(),
         "2024-03-01T09:00:01.25Z"
@@ -183,9 +183,9 @@ fn writes_what_pebble_needs_for_cobbles_own_records() {
         } else {
             vec![]
         },
-        status_without_tasks: Status::Hold,
+        status_without_tasks: TaskStatus::Hold,
         check_name: check.map(str::to_owned),
-        last_notice_status: Some(Status::Doing),
+        last_notice_status: Some(TaskStatus::Doing),
         carried: None,
     };
     let task = |id, kind: &str, service: Option<&str>| Task {
@@ -193,7 +193,7 @@ fn writes_what_pebble_needs_for_cobbles_own_records() {
         change_id: id,
         kind: kind.into(),
         summary: "s".into(),
-        status: Status::Doing,
+        status: TaskStatus::Doing,
         log: vec![],
         spawn_time: at,
         ready_time: None,
@@ -273,19 +273,19 @@ fn timestamp() -> impl Strategy<Value = Timestamp> {
     (0i64..4_000_000_000, 0i32..1_000_000_000).prop_map(|(s, n)| Timestamp::new(s, n).unwrap())
 }
 
-fn status() -> impl Strategy<Value = Status> {
+fn status() -> impl Strategy<Value = TaskStatus> {
     prop_oneof![
-        Just(Status::Default),
-        Just(Status::Hold),
-        Just(Status::Do),
-        Just(Status::Doing),
-        Just(Status::Done),
-        Just(Status::Abort),
-        Just(Status::Undo),
-        Just(Status::Undoing),
-        Just(Status::Undone),
-        Just(Status::Error),
-        Just(Status::Wait),
+        Just(TaskStatus::Default),
+        Just(TaskStatus::Hold),
+        Just(TaskStatus::Do),
+        Just(TaskStatus::Doing),
+        Just(TaskStatus::Done),
+        Just(TaskStatus::Abort),
+        Just(TaskStatus::Undo),
+        Just(TaskStatus::Undoing),
+        Just(TaskStatus::Undone),
+        Just(TaskStatus::Error),
+        Just(TaskStatus::Wait),
     ]
 }
 
@@ -319,9 +319,9 @@ prop_compose! {
             service_names: services,
             // Pebble's Default means Hold for a change without tasks; with tasks the
             // status is theirs.
-            status_without_tasks: if task_ids.is_empty() && without != Status::Default { without } else { Status::Hold },
+            status_without_tasks: if task_ids.is_empty() && without != TaskStatus::Default { without } else { TaskStatus::Hold },
             check_name: check,
-            last_notice_status: notice.filter(|s| *s != Status::Default),
+            last_notice_status: notice.filter(|s| *s != TaskStatus::Default),
             carried: None,
         };
         let tasks = tasks.into_iter().zip(task_ids).map(|((kind, status, log, service, exit, spawn), tid)| {
