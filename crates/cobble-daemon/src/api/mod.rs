@@ -37,7 +37,7 @@ use crate::checks::CheckManager;
 use crate::exec::ExecManager;
 use crate::layers::PlanManager;
 use crate::services::ServiceManager;
-use crate::services::changes::ServiceActions;
+use crate::services::changes::ServiceChanges;
 use crate::state::{Recorded, StateStore};
 
 /// Largest request body accepted; layers and service lists are small.
@@ -47,7 +47,7 @@ pub const MAX_BODY: usize = 4 * 1024 * 1024;
 pub struct ApiState {
     pub plan: PlanManager,
     pub services: ServiceManager,
-    pub actions: ServiceActions,
+    pub service_changes: ServiceChanges,
     pub checks: CheckManager,
     pub exec: ExecManager,
     pub forward: crate::logs::forward::LogForwarder,

@@ -9,7 +9,7 @@ use cobble_plan::Layer;
 use super::query::{first, multi_comma_list};
 use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync, sync_sized};
 use crate::logging::{self, SecurityEvent};
-use crate::services::changes::{ActionError, ServiceAction};
+use crate::services::changes::{ActionError, ServiceChange};
 
 pub async fn get_services(
     _: Read,
@@ -38,7 +38,7 @@ pub async fn post_services(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request: ServicesAction = json_body(body, "cannot decode data from request body").await?;
-    let Some(action) = ServiceAction::from_name(&request.action) else {
+    let Some(action) = ServiceChange::from_name(&request.action) else {
         // Pebble asks for names before it looks at the action.
         return Err(if request.services.is_empty() {
             ApiError::bad_request(ActionError::NoServices(request.action).to_string())
@@ -47,7 +47,7 @@ pub async fn post_services(
         });
     };
     // The change is on disk before it is carried out or its ID answered.
-    match api.actions.act(action, request.services).await {
+    match api.service_changes.act(action, request.services).await {
         Ok(change_id) => Ok(async_change(change_id)),
         Err(e @ ActionError::NoDefaultServices) => {
             Err(ApiError::bad_request(e.to_string()).with_kind("no-default-services"))

@@ -43,7 +43,7 @@ use crate::process::OsProcesses;
 use crate::process::members;
 use crate::process::registry::{self, ProcessRegistry};
 use crate::services::ServiceManager;
-use crate::services::changes::{ActionError, ServiceAction, ServiceActions};
+use crate::services::changes::{ActionError, ServiceChange, ServiceChanges};
 use crate::state::{self, Persister, StateData, StateStore};
 
 use crate::{Embedding, RunOptions};
@@ -202,7 +202,7 @@ pub async fn run(
         },
         shutdown_tx,
     );
-    let actions = ServiceActions::new(
+    let actions = ServiceChanges::new(
         plan.subscribe(),
         store.clone(),
         services.clone(),
@@ -264,7 +264,7 @@ pub async fn run(
     let api_state = Arc::new(ApiState {
         plan,
         services: services.clone(),
-        actions: actions.clone(),
+        service_changes: actions.clone(),
         checks,
         exec: exec.clone(),
         forward: forwarder.clone(),
@@ -326,7 +326,7 @@ pub async fn run(
     });
 
     if !opts.hold {
-        match actions.act_now(ServiceAction::Autostart, Vec::new()).await {
+        match actions.act_now(ServiceChange::Autostart, Vec::new()).await {
             Ok(change) => {
                 tracing::debug!("Autostart change {change} created");
                 // A command run under `enter --run` expects the services up, not starting.
@@ -402,7 +402,7 @@ pub async fn run(
 }
 
 /// The longest kill-delay among services (at least the default), to bound the final stop.
-fn longest_kill_delay(actions: &ServiceActions) -> Duration {
+fn longest_kill_delay(actions: &ServiceChanges) -> Duration {
     longest_plan_kill_delay(&actions.plan())
 }
 

@@ -18,10 +18,12 @@ use super::{ServiceManager, StartReply};
 use crate::checks::CheckManager;
 use crate::state::{NotRecorded, Recorded, StateStore, TaskStatus};
 
-/// A service action of `POST /v1/services` (and the daemon's own autostart), parsed from its
-/// wire name once at the API's edge.
+/// The change of services a client asks for with `POST /v1/services` (its `action`), or the
+/// daemon's own autostart; each is also the kind of the change that carries it out. Parsed
+/// from its wire name once at the API's edge. (What a service does when it exits is the
+/// plan's `cobble_plan::ServiceAction`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServiceAction {
+pub enum ServiceChange {
     /// Start the named services and what they require.
     Start,
     /// Stop the named services and what requires them.
@@ -34,15 +36,15 @@ pub enum ServiceAction {
     Replan,
 }
 
-impl ServiceAction {
+impl ServiceChange {
     /// The action of a wire name; `None` for a name Pebble does not know.
-    pub fn from_name(name: &str) -> Option<ServiceAction> {
+    pub fn from_name(name: &str) -> Option<ServiceChange> {
         match name {
-            "start" => Some(ServiceAction::Start),
-            "stop" => Some(ServiceAction::Stop),
-            "restart" => Some(ServiceAction::Restart),
-            "autostart" => Some(ServiceAction::Autostart),
-            "replan" => Some(ServiceAction::Replan),
+            "start" => Some(ServiceChange::Start),
+            "stop" => Some(ServiceChange::Stop),
+            "restart" => Some(ServiceChange::Restart),
+            "autostart" => Some(ServiceChange::Autostart),
+            "replan" => Some(ServiceChange::Replan),
             _ => None,
         }
     }
@@ -50,11 +52,11 @@ impl ServiceAction {
     /// The wire name, which is also the kind of the action's change.
     pub fn as_str(self) -> &'static str {
         match self {
-            ServiceAction::Start => "start",
-            ServiceAction::Stop => "stop",
-            ServiceAction::Restart => "restart",
-            ServiceAction::Autostart => "autostart",
-            ServiceAction::Replan => "replan",
+            ServiceChange::Start => "start",
+            ServiceChange::Stop => "stop",
+            ServiceChange::Restart => "restart",
+            ServiceChange::Autostart => "autostart",
+            ServiceChange::Replan => "replan",
         }
     }
 
@@ -62,16 +64,16 @@ impl ServiceAction {
     /// Go's `strings.Title` does.
     fn title(self) -> &'static str {
         match self {
-            ServiceAction::Start => "Start",
-            ServiceAction::Stop => "Stop",
-            ServiceAction::Restart => "Restart",
-            ServiceAction::Autostart => "Autostart",
-            ServiceAction::Replan => "Replan",
+            ServiceChange::Start => "Start",
+            ServiceChange::Stop => "Stop",
+            ServiceChange::Restart => "Restart",
+            ServiceChange::Autostart => "Autostart",
+            ServiceChange::Replan => "Replan",
         }
     }
 }
 
-impl std::fmt::Display for ServiceAction {
+impl std::fmt::Display for ServiceChange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -86,14 +88,14 @@ pub enum ActionError {
     NoServices(String),
     /// `replan` or `autostart` with names.
     #[error("{0} accepts no service names")]
-    NamesNotAccepted(ServiceAction),
+    NamesNotAccepted(ServiceChange),
     /// `autostart` with no `startup: enabled` service.
     #[error("no default services")]
     NoDefaultServices,
     /// The services could not be ordered (an unknown name, a cycle).
     #[error("cannot {action} services: {error}")]
     Order {
-        action: ServiceAction,
+        action: ServiceChange,
         error: cobble_plan::PlanError,
     },
     /// The change could not be written to the state file, so nothing was done.
@@ -122,9 +124,9 @@ struct Pending {
     start: Vec<Vec<LaneTask>>,
 }
 
-/// Creates changes for service actions and runs them.
+/// Records the changes clients (and autostart) ask for and runs them.
 #[derive(Clone)]
-pub struct ServiceActions {
+pub struct ServiceChanges {
     plan: watch::Receiver<Arc<Plan>>,
     state: StateStore,
     manager: ServiceManager,
@@ -132,14 +134,14 @@ pub struct ServiceActions {
     checks: CheckManager,
 }
 
-impl ServiceActions {
+impl ServiceChanges {
     pub fn new(
         plan: watch::Receiver<Arc<Plan>>,
         state: StateStore,
         manager: ServiceManager,
         checks: CheckManager,
-    ) -> ServiceActions {
-        ServiceActions {
+    ) -> ServiceChanges {
+        ServiceChanges {
             plan,
             state,
             manager,
@@ -158,7 +160,7 @@ impl ServiceActions {
     /// taken back before any of it was done, and the client's retry is safe.
     pub async fn act(
         &self,
-        action: ServiceAction,
+        action: ServiceChange,
         names: Vec<String>,
     ) -> Result<Recorded<u64>, ActionError> {
         let pending = self.prepare(action, names).await?;
@@ -166,7 +168,7 @@ impl ServiceActions {
         match self.state.recorded(change_id).await {
             Ok(recorded) => {
                 self.spawn_run(pending);
-                if action == ServiceAction::Replan {
+                if action == ServiceChange::Replan {
                     // Pebble's replan also starts enabled checks that are not running.
                     self.checks.replan().await;
                 }
@@ -183,7 +185,7 @@ impl ServiceActions {
     /// the change, so it runs at once and reaches the state file when the disk takes it.
     pub async fn act_now(
         &self,
-        action: ServiceAction,
+        action: ServiceChange,
         names: Vec<String>,
     ) -> Result<u64, ActionError> {
         let pending = self.prepare(action, names).await?;
@@ -195,23 +197,23 @@ impl ServiceActions {
     /// Resolves `action` against the plan and records its change and tasks.
     async fn prepare(
         &self,
-        action: ServiceAction,
+        action: ServiceChange,
         names: Vec<String>,
     ) -> Result<Pending, ActionError> {
         let plan = self.plan.borrow().clone();
         let mut names = names;
         match action {
-            ServiceAction::Replan | ServiceAction::Autostart if !names.is_empty() => {
+            ServiceChange::Replan | ServiceChange::Autostart if !names.is_empty() => {
                 return Err(ActionError::NamesNotAccepted(action));
             }
-            ServiceAction::Replan => {}
-            ServiceAction::Autostart => {
+            ServiceChange::Replan => {}
+            ServiceChange::Autostart => {
                 names = plan.default_services();
                 if names.is_empty() {
                     return Err(ActionError::NoDefaultServices);
                 }
             }
-            ServiceAction::Start | ServiceAction::Stop | ServiceAction::Restart => {
+            ServiceChange::Start | ServiceChange::Stop | ServiceChange::Restart => {
                 if names.is_empty() {
                     return Err(ActionError::NoServices(action.as_str().to_owned()));
                 }
@@ -219,15 +221,15 @@ impl ServiceActions {
         }
         let cannot = |error| ActionError::Order { action, error };
         let (stop_lanes, start_lanes) = match action {
-            ServiceAction::Start | ServiceAction::Autostart => (
+            ServiceChange::Start | ServiceChange::Autostart => (
                 Vec::new(),
                 plan.lanes(&plan.start_order(&names).map_err(cannot)?),
             ),
-            ServiceAction::Stop => (
+            ServiceChange::Stop => (
                 plan.lanes(&plan.stop_order(&names).map_err(cannot)?),
                 Vec::new(),
             ),
-            ServiceAction::Restart => {
+            ServiceChange::Restart => {
                 let stop = plan.lanes(&plan.stop_order(&names).map_err(cannot)?);
                 let requested: BTreeSet<&String> = names.iter().collect();
                 let stop = stop
@@ -241,7 +243,7 @@ impl ServiceActions {
                     .collect();
                 (stop, plan.lanes(&plan.start_order(&names).map_err(cannot)?))
             }
-            ServiceAction::Replan => {
+            ServiceChange::Replan => {
                 let outdated = self.manager.outdated().await;
                 let stop = plan.lanes(&plan.stop_order(&outdated).map_err(cannot)?);
                 let mut start: BTreeSet<String> = outdated.into_iter().collect();
@@ -278,7 +280,7 @@ impl ServiceActions {
             .filter(|lane| !lane.is_empty())
             .collect();
         let change_id = self.state.new_change(
-            ServiceAction::Stop.as_str(),
+            ServiceChange::Stop.as_str(),
             "Stop all running services",
             active,
         );
@@ -288,7 +290,7 @@ impl ServiceActions {
 
     fn record(
         &self,
-        action: ServiceAction,
+        action: ServiceChange,
         names: Vec<String>,
         stop_lanes: Vec<Vec<String>>,
         start_lanes: Vec<Vec<String>>,
@@ -306,7 +308,7 @@ impl ServiceActions {
         }
         // The count is taken from the resolved lanes (dependencies included), the name from
         // the request; a replan counts the services it stops or starts.
-        let count = if action == ServiceAction::Replan {
+        let count = if action == ServiceChange::Replan {
             names.len()
         } else if start_lanes.is_empty() {
             stop_lanes.iter().map(Vec::len).sum()
@@ -495,25 +497,25 @@ impl ServiceActions {
 
 #[cfg(test)]
 mod tests {
-    use super::ServiceAction;
+    use super::ServiceChange;
 
     #[test]
     fn action_names_round_trip_and_title_case_as_go_does() {
         let all = [
-            ServiceAction::Start,
-            ServiceAction::Stop,
-            ServiceAction::Restart,
-            ServiceAction::Autostart,
-            ServiceAction::Replan,
+            ServiceChange::Start,
+            ServiceChange::Stop,
+            ServiceChange::Restart,
+            ServiceChange::Autostart,
+            ServiceChange::Replan,
         ];
         for action in all {
             let name = action.as_str();
-            assert_eq!(ServiceAction::from_name(name), Some(action));
+            assert_eq!(ServiceChange::from_name(name), Some(action));
             let mut title = name[..1].to_uppercase();
             title.push_str(&name[1..]);
             assert_eq!(action.title(), title);
         }
-        assert_eq!(ServiceAction::from_name("Start"), None);
-        assert_eq!(ServiceAction::from_name(""), None);
+        assert_eq!(ServiceChange::from_name("Start"), None);
+        assert_eq!(ServiceChange::from_name(""), None);
     }
 }
