@@ -1,3 +1,11 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cobble_client::types::ChangeInfo;
+use jiff::Timestamp;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
 use super::*;
 
 fn store() -> StateStore {
