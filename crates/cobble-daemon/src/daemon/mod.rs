@@ -28,6 +28,7 @@ use cobble_plan::{Plan, service_args_layer};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::serve::{ConnectionCap, Limits};
@@ -94,6 +95,10 @@ pub enum DaemonError {
 
 /// Runs the daemon to completion and returns its exit code. The persisted service logs go to
 /// `log_files`; what is still queued for them when this returns is for the caller to flush.
+///
+/// The phases, in order: `load` the directory, plan and state (the state file's first write
+/// begins); `start_managers`; `listen` on every address once the state file is written;
+/// `serve` the API; `autostart`; wait for a stop; `shut_down`.
 pub async fn run(
     opts: RunOptions,
     embedding: Embedding,
@@ -113,13 +118,85 @@ pub async fn run(
     } else {
         None
     };
+    // Held until the daemon returns: it alone may end leftovers, write the state and bind or
+    // remove the socket.
+    let Loaded {
+        lock: _lock,
+        plan,
+        store,
+        first_write,
+    } = load(&opts).await?;
+    let (mut daemon, plan) = start_managers(&opts, plan, store, log_files).await?;
+    let listeners = listen(&opts, first_write, &mut daemon).await?;
+    let servers = serve(&opts, listeners, &daemon, plan);
+    logging::security(SecurityEvent::Startup {
+        uid: cobble_sys::current_uid(),
+    });
+    tracing::info!("Started daemon.");
+    // Every listener is bound and served: systemd may take the unit as started.
+    notifier.notify("READY=1");
+    let watchdog = watchdog_interval.map(|interval| {
+        let services = daemon.services.clone();
+        tokio::spawn(systemd::run_watchdog(
+            notifier.clone(),
+            interval,
+            move || {
+                let services = services.clone();
+                async move { services.ping().await }
+            },
+        ))
+    });
+    if !opts.hold {
+        autostart(&daemon, embedding.ready.is_some()).await;
+    }
+    if let Some(ready) = embedding.ready {
+        let _ = ready.send(());
+    }
+
+    let (code, supervisor_alive) = tokio::select! {
+        code = stop_signals.wait(&mut daemon.shutdown_requests) => (code, true),
+        () = embedding.stop.cancelled() => (0, true),
+        (manager, why) = daemon.managers.first_to_end() => {
+            tracing::info!("Cannot continue: the {manager} stopped: {why}; stopping services");
+            (MANAGER_FAILED_EXIT_CODE, manager != Manager::Services)
+        }
+    };
+    logging::security(SecurityEvent::Shutdown {
+        uid: cobble_sys::current_uid(),
+    });
+    // systemd stops watching over a unit that is stopping.
+    if let Some(watchdog) = watchdog {
+        watchdog.abort();
+    }
+    notifier.notify("STOPPING=1");
+    shut_down(daemon, servers, supervisor_alive).await;
+    let _ = std::fs::remove_file(&opts.socket_path);
+    tracing::info!("Server exiting!");
+    Ok(code)
+}
+
+/// The state file's first write, and the persister that made it.
+type FirstWrite = JoinHandle<(Persister, Result<u64, state::FlushError>)>;
+
+/// What `load` prepared.
+struct Loaded {
+    /// The directory's lock, held until the daemon returns.
+    lock: DirLock,
+    plan: Plan,
+    store: StateStore,
+    /// The state file's first write, under way (none under `PEBBLE_PERSIST=never`).
+    first_write: Option<FirstWrite>,
+}
+
+/// The first phase: refuses options that cannot work, prepares and locks `$PEBBLE`, loads
+/// the layers and the state (applying `--identities`) and starts writing the state back.
+async fn load(opts: &RunOptions) -> Result<Loaded, DaemonError> {
     // Refused before anything is created: a key that dies with the process identifies nobody.
     if opts.https.is_some() && !opts.persist {
         return Err(DaemonError::HttpsWithoutPersist);
     }
-    // Held until the daemon returns: it alone may end leftovers, write the state and bind or
-    // remove the socket. Taking it may wait (see `lock`), so off the runtime.
-    let _lock = {
+    // Taking the lock may wait (see `lock`), so off the runtime.
+    let lock = {
         let opts = opts.clone();
         tokio::task::spawn_blocking(move || prepare_dir(&opts))
             .await
@@ -156,19 +233,54 @@ pub async fn run(
     // before the socket is, even when nothing has happened yet. Its fsyncs wait on the disk,
     // not the CPU: they run while the rest of start-up does, and the socket waits for them.
     let first_write = opts.persist.then(|| {
-        let mut persister = Persister::new(store.clone(), state_path.clone());
+        let mut persister = Persister::new(store.clone(), state_path);
         tokio::spawn(async move {
             let written = persister.flush().await;
             (persister, written)
         })
     });
+    Ok(Loaded {
+        lock,
+        plan,
+        store,
+        first_write,
+    })
+}
+
+/// The managers, and what the daemon keeps to serve and to stop them (the plan manager is
+/// the API's alone, see `start_managers`).
+struct Daemon {
+    store: StateStore,
+    processes: Arc<OsProcesses>,
+    checks: CheckManager,
+    forwarder: LogForwarder,
+    services: ServiceManager,
+    service_changes: ServiceChanges,
+    log_files: LogFiles,
+    /// The tasks the daemon cannot live without.
+    managers: Managers,
+    /// Exit codes of the shutdowns services' actions ask for.
+    shutdown_requests: mpsc::UnboundedReceiver<i32>,
+    /// Stops the servers and the persister.
+    cancel: CancellationToken,
+}
+
+/// The second phase: becomes the subreaper, ends what a killed predecessor left running, and
+/// starts the managers (checks run from the plan whatever the services do, even under
+/// `--hold`). The plan manager comes back apart: adding layers is the API's.
+async fn start_managers(
+    opts: &RunOptions,
+    plan: Plan,
+    store: StateStore,
+    log_files: LogFiles,
+) -> Result<(Daemon, PlanManager), DaemonError> {
     cobble_sys::reaper::start().map_err(DaemonError::Reaper)?;
     let plan = PlanManager::new(plan);
     let loaded = plan.plan();
     if !loaded.workloads.is_empty() {
         tokio::task::spawn_blocking(move || crate::layers::log_unresolved_workloads(&loaded));
     }
-    let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel();
+    let (shutdown_tx, shutdown_requests) = mpsc::unbounded_channel();
     // A daemon killed with SIGKILL leaves its services running: end them before anything
     // starts, so no service ever runs twice.
     let state_dir = opts.persist.then(|| opts.pebble_dir.clone());
@@ -188,7 +300,6 @@ pub async fn run(
         }
     }
     let processes = Arc::new(OsProcesses::new(ProcessRegistry::new(state_dir.as_deref())));
-    // Checks run from the plan whatever the services do, even under --hold.
     let (checks, checks_task) = CheckManager::spawn(plan.subscribe(), store.clone());
     let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe());
     let (services, services_task) = ServiceManager::spawn(
@@ -202,7 +313,7 @@ pub async fn run(
         },
         shutdown_tx,
     );
-    let actions = ServiceChanges::new(
+    let service_changes = ServiceChanges::new(
         plan.subscribe(),
         store.clone(),
         services.clone(),
@@ -211,8 +322,6 @@ pub async fn run(
     let mut managers = Managers::default();
     managers.watch(Manager::Services, services_task);
     managers.watch(Manager::Checks, checks_task);
-
-    let cancel = CancellationToken::new();
     {
         let store = store.clone();
         tokio::spawn(async move {
@@ -223,8 +332,36 @@ pub async fn run(
             }
         });
     }
+    let daemon = Daemon {
+        store,
+        processes,
+        checks,
+        forwarder,
+        services,
+        service_changes,
+        log_files,
+        managers,
+        shutdown_requests,
+        cancel: CancellationToken::new(),
+    };
+    Ok((daemon, plan))
+}
 
-    // Clients take the socket as the sign of a ready daemon: every listener is bound first.
+/// Every address the daemon serves, bound.
+struct Listeners {
+    unix: UnixListener,
+    http: Option<TcpListener>,
+    https: Option<(TcpListener, Arc<rustls::ServerConfig>)>,
+}
+
+/// The third phase: binds every listener. Clients take the socket as the sign of a ready
+/// daemon, so it comes last, once the state file's first write is done and the persister
+/// runs.
+async fn listen(
+    opts: &RunOptions,
+    first_write: Option<FirstWrite>,
+    daemon: &mut Daemon,
+) -> Result<Listeners, DaemonError> {
     let https = match &opts.https {
         Some(address) => {
             let dir = opts.pebble_dir.clone();
@@ -247,29 +384,35 @@ pub async fn run(
             .await
             .expect("the first state write does not panic");
         if let Err(e) = written {
+            let state_path = opts.pebble_dir.join(".pebble.state");
             tracing::warn!("Cannot write state file {}: {e}", state_path.display());
         }
-        managers.watch(
+        daemon.managers.watch(
             Manager::Persister,
-            tokio::spawn(persister.run(cancel.clone())),
+            tokio::spawn(persister.run(daemon.cancel.clone())),
         );
     }
     let unix = bind_unix(&opts.socket_path)?;
     logging::set_socket_path(&opts.socket_path);
-    let tcp = match &opts.http {
+    let http = match &opts.http {
         Some(address) => Some(bind_tcp(address).await?),
         None => None,
     };
-    let exec = ExecManager::new(store.clone()).recording(processes.clone());
+    Ok(Listeners { unix, http, https })
+}
+
+/// The fourth phase: serves the API on every listener; returns the servers' tasks.
+fn serve(opts: &RunOptions, listeners: Listeners, daemon: &Daemon, plan: PlanManager) -> Servers {
+    let exec = ExecManager::new(daemon.store.clone()).recording(daemon.processes.clone());
     let api_state = Arc::new(ApiState {
         plan,
-        services: services.clone(),
-        service_changes: actions.clone(),
-        checks,
+        services: daemon.services.clone(),
+        service_changes: daemon.service_changes.clone(),
+        checks: daemon.checks.clone(),
         exec: exec.clone(),
-        forward: forwarder.clone(),
-        log_files,
-        state: store.clone(),
+        forward: daemon.forwarder.clone(),
+        log_files: daemon.log_files.clone(),
+        state: daemon.store.clone(),
         boot_id: boot_id(),
         http_address: opts.http.clone(),
         https_address: opts.https.clone(),
@@ -280,16 +423,17 @@ pub async fn run(
     };
     let limits = Limits::from_env();
     let timeouts = limits.timeouts();
-    let mut servers = Vec::new();
-    servers.push(tokio::spawn(api::serve::serve(
-        unix,
+    let cancel = &daemon.cancel;
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn(api::serve::serve(
+        listeners.unix,
         routers.clone(),
         cancel.clone(),
         ConnectionCap::PerUid(limits.per_uid),
         timeouts,
     )));
-    if let Some((tcp, config)) = https {
-        servers.push(tokio::spawn(api::serve::serve_tls(
+    if let Some((tcp, config)) = listeners.https {
+        tasks.push(tokio::spawn(api::serve::serve_tls(
             tcp,
             config,
             routers.clone(),
@@ -298,8 +442,8 @@ pub async fn run(
             timeouts,
         )));
     }
-    if let Some(tcp) = tcp {
-        servers.push(tokio::spawn(api::serve::serve(
+    if let Some(tcp) = listeners.http {
+        tasks.push(tokio::spawn(api::serve::serve(
             tcp,
             routers,
             cancel.clone(),
@@ -307,66 +451,52 @@ pub async fn run(
             timeouts,
         )));
     }
-    logging::security(SecurityEvent::Startup {
-        uid: cobble_sys::current_uid(),
-    });
-    tracing::info!("Started daemon.");
-    // Every listener is bound and served: systemd may take the unit as started.
-    notifier.notify("READY=1");
-    let watchdog = watchdog_interval.map(|interval| {
-        let services = services.clone();
-        tokio::spawn(systemd::run_watchdog(
-            notifier.clone(),
-            interval,
-            move || {
-                let services = services.clone();
-                async move { services.ping().await }
-            },
-        ))
-    });
+    Servers { tasks, exec }
+}
 
-    if !opts.hold {
-        match actions.act_now(ServiceChange::Autostart, Vec::new()).await {
-            Ok(change) => {
-                tracing::debug!("Autostart change {change} created");
-                // A command run under `enter --run` expects the services up, not starting.
-                if embedding.ready.is_some() {
-                    store.wait_ready(change).await;
-                }
-            }
-            Err(ActionError::NoDefaultServices) => {
-                tracing::debug!("Cannot autostart: no default services")
-            }
-            Err(e) => tracing::info!("Cannot autostart: {e}"),
-        }
-    }
-    if let Some(ready) = embedding.ready {
-        let _ = ready.send(());
-    }
+/// The servers' tasks, and the exec manager, whose commands end with the daemon.
+struct Servers {
+    tasks: Vec<JoinHandle<()>>,
+    exec: ExecManager,
+}
 
-    let (code, supervisor_alive) = tokio::select! {
-        code = stop_signals.wait(&mut shutdown_rx) => (code, true),
-        () = embedding.stop.cancelled() => (0, true),
-        (manager, why) = managers.first_to_end() => {
-            tracing::info!("Cannot continue: the {manager} stopped: {why}; stopping services");
-            (MANAGER_FAILED_EXIT_CODE, manager != Manager::Services)
+/// Starts the `startup: enabled` services; with `wait` (a command run under `enter --run`
+/// expects the services up, not starting) returns once their change is ready.
+async fn autostart(daemon: &Daemon, wait: bool) {
+    match daemon
+        .service_changes
+        .act_now(ServiceChange::Autostart, Vec::new())
+        .await
+    {
+        Ok(change) => {
+            tracing::debug!("Autostart change {change} created");
+            if wait {
+                daemon.store.wait_ready(change).await;
+            }
         }
-    };
-    logging::security(SecurityEvent::Shutdown {
-        uid: cobble_sys::current_uid(),
-    });
-    // systemd stops watching over a unit that is stopping.
-    if let Some(watchdog) = watchdog {
-        watchdog.abort();
+        Err(ActionError::NoDefaultServices) => {
+            tracing::debug!("Cannot autostart: no default services")
+        }
+        Err(e) => tracing::info!("Cannot autostart: {e}"),
     }
-    notifier.notify("STOPPING=1");
+}
+
+/// The last phase: ends exec's commands, stops every service in reverse order (or, when
+/// nobody supervises them any more, ends every recorded process group), ends whatever else
+/// the daemon started, flushes forwarding, stops the servers and lets the persister write
+/// the state one last time.
+async fn shut_down(daemon: Daemon, servers: Servers, supervisor_alive: bool) {
     // Commands run for clients end with the daemon; they are not services to stop in order.
-    exec.shutdown().await;
-    let longest_kill_delay = longest_kill_delay(&actions);
+    servers.exec.shutdown().await;
+    let longest_kill_delay = longest_kill_delay(&daemon.service_changes);
+    let processes = daemon.processes;
     if supervisor_alive {
-        if tokio::time::timeout(longest_kill_delay + STOP_GRACE, actions.stop_all())
-            .await
-            .is_err()
+        if tokio::time::timeout(
+            longest_kill_delay + STOP_GRACE,
+            daemon.service_changes.stop_all(),
+        )
+        .await
+        .is_err()
         {
             tracing::info!("Timed out stopping services");
         }
@@ -390,15 +520,12 @@ pub async fn run(
     }
     let _ = tokio::task::spawn_blocking(move || processes.save_registry()).await;
     // The services' last words go out too, within the forwarder's final-flush bound.
-    forwarder.shutdown().await;
-    cancel.cancel();
-    for server in servers {
+    daemon.forwarder.shutdown().await;
+    daemon.cancel.cancel();
+    for server in servers.tasks {
         let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
     }
-    managers.wait_persister().await;
-    let _ = std::fs::remove_file(&opts.socket_path);
-    tracing::info!("Server exiting!");
-    Ok(code)
+    daemon.managers.wait_persister().await;
 }
 
 /// The longest kill-delay among services (at least the default), to bound the final stop.
