@@ -8,8 +8,11 @@
 //!
 //! The modules stand in tiers, each folder one tier; a module uses only its own tier and the
 //! ones below it, and the module graph has no cycles (a test, `module_graph`, checks both).
-//! Every module is also re-exported at the crate root, so a path names the module, not its
-//! tier. See `docs/architecture.md` for the whole tree and the path of one request.
+//! Every module is re-exported at the crate root for the crate's own use, so a path names the
+//! module, not its tier; outside the crate only [`run`], [`run_embedded`], their options and
+//! the few items re-exported below are visible. These docs are for the daemon's maintainers:
+//! read them with `cargo doc -p cobble-daemon --document-private-items`. See
+//! `docs/architecture.md` for the whole tree and the path of one request.
 //!
 //! **Base** (`base/`): what every manager may use.
 //!
@@ -62,17 +65,29 @@
 //! that only a supervisor that answers keeps fed) under a systemd `Type=notify` unit.
 
 #![forbid(unsafe_code)]
+// The docs describe the daemon's insides, which are crate-private: links into them are meant.
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod base;
 mod managers;
 mod views;
 
-pub mod api;
-pub mod daemon;
+mod api;
+mod daemon;
 
-pub use base::{atomic, http_client, lock, logging, output, process, tls, watch};
-pub use managers::{checks, exec, files, identities, layers, logs, services, state};
-pub use views::{listing, metrics};
+pub(crate) use base::{atomic, http_client, lock, logging, output, process, tls, watch};
+pub(crate) use managers::{checks, exec, files, identities, layers, logs, services, state};
+pub(crate) use views::{listing, metrics};
+
+// The few items used outside the daemon: by the CLI (the demo clears a directory only
+// under the daemon's lock, and keeps its process registry), by the tests of the binary and
+// by the fuzzer.
+pub use daemon::MANAGER_FAILED_EXIT_CODE;
+pub use files::write::write_multipart;
+pub use lock::{LOCK_FILE, LockError, lock as lock_dir};
+pub use process::registry::FILE_NAME as PROCESS_REGISTRY_FILE;
+pub use services::PANIC_SIGNAL;
+pub use state::{PersistError, StateData, load as load_state};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

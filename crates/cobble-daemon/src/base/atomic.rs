@@ -207,6 +207,7 @@ impl AtomicFile {
     }
 
     /// The temporary file's path (the name it will have, while it has none).
+    #[cfg(test)]
     pub fn temp_path(&self) -> &Path {
         &self.temp
     }

@@ -482,6 +482,7 @@ impl RequestLine {
     }
 
     /// The log's text for this request (see [`RequestLine::write_to`]).
+    #[cfg(test)]
     pub fn text(&self, debug: bool) -> String {
         let mut out = Vec::with_capacity(128 + self.target.len());
         self.write_to(&mut out, debug);

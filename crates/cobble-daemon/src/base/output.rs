@@ -135,6 +135,7 @@ impl<R: Record> Sink<R> {
 
     /// Queues one line (a newline is added). Never blocks on the stream: if the queue is full
     /// the line is dropped and counted.
+    #[cfg(test)]
     pub fn line(&self, line: &[u8]) {
         self.queue_bytes(line, true);
     }
@@ -234,6 +235,7 @@ impl<R: Record> Sink<R> {
     }
 
     /// Lines dropped and not yet reported (for tests and metrics).
+    #[cfg(test)]
     pub fn dropped(&self) -> u64 {
         lock(&self.shared.queue).dropped
     }

@@ -276,7 +276,7 @@ mod tests {
     use cobble_plan::{Check, CheckLevel, ServiceAction, Startup};
 
     use super::*;
-    use crate::services::ServiceDetails;
+    use crate::services::status::ServiceDetails;
 
     fn plan() -> Plan {
         let mut plan = Plan::default();

@@ -33,8 +33,8 @@ const CONFIG_FILE: &str = "config";
 /// What a clean start keeps: the lock (held by a running demo), the process records (the
 /// next daemon ends what a killed one left from them) and `layers/` (rewritten anyway).
 const KEPT: &[&str] = &[
-    cobble_daemon::lock::LOCK_FILE,
-    cobble_daemon::process::registry::FILE_NAME,
+    cobble_daemon::LOCK_FILE,
+    cobble_daemon::PROCESS_REGISTRY_FILE,
     "layers",
 ];
 
@@ -96,8 +96,8 @@ fn prepare(dir: &Path) -> anyhow::Result<bool> {
         );
     }
     // Held for the clean-up only: the daemon takes it again as it starts.
-    let lock = cobble_daemon::lock::lock(dir, std::time::Duration::ZERO).map_err(|e| match e {
-        cobble_daemon::lock::LockError::Held(_) => anyhow::anyhow!(
+    let lock = cobble_daemon::lock_dir(dir, std::time::Duration::ZERO).map_err(|e| match e {
+        cobble_daemon::LockError::Held(_) => anyhow::anyhow!(
             "a demo is already running in {}; stop it first, or choose another --dir",
             dir.display()
         ),

@@ -204,8 +204,7 @@ fn check_state_file(daemon: &Daemon, ids: &[u64]) -> Result<(), String> {
             ids.len()
         ));
     }
-    let state =
-        cobble_daemon::state::load(&path).map_err(|e| format!("state not loadable: {e}"))?;
+    let state = cobble_daemon::load_state(&path).map_err(|e| format!("state not loadable: {e}"))?;
     let last = state.last_change_id;
     match ids.iter().max() {
         Some(&highest) if highest > last => Err(format!(

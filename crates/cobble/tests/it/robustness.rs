@@ -150,14 +150,13 @@ fn a_dead_supervisor_stops_the_services_and_the_daemon() {
         .unwrap();
 
     // The injected fault panics the service manager's actor.
-    let result = rt().block_on(
-        client(&daemon).send_signal(cobble_daemon::services::PANIC_SIGNAL, &["web".into()]),
-    );
+    let result =
+        rt().block_on(client(&daemon).send_signal(cobble_daemon::PANIC_SIGNAL, &["web".into()]));
     assert!(result.is_err(), "the request cannot succeed: {result:?}");
 
     assert_eq!(
         daemon.wait_exit(Duration::from_secs(30)),
-        Some(cobble_daemon::daemon::MANAGER_FAILED_EXIT_CODE),
+        Some(cobble_daemon::MANAGER_FAILED_EXIT_CODE),
         "{}",
         daemon.log()
     );

@@ -56,7 +56,6 @@ use tokio::sync::watch;
 
 pub use checker::CheckError;
 pub use manager::{CheckAction, CheckManager, CheckManagerError};
-pub use runner::{PERFORM_CHECK, RECOVER_CHECK};
 
 /// The status `GET /v1/checks` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

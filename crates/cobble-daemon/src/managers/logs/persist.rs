@@ -180,12 +180,8 @@ impl LogFiles {
 }
 
 impl PersistTarget {
-    /// The service whose lines these are.
-    pub fn service(&self) -> &str {
-        &self.service
-    }
-
     /// Queues one line. Never blocks on the disk: a full queue drops the line and counts it.
+    #[cfg(test)]
     pub fn line(&self, time: Timestamp, line: &str) {
         let mut text = Vec::new();
         format_line(&mut text, time, &self.service, line);

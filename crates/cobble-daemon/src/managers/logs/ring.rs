@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use jiff::Timestamp;
 use tokio::sync::Notify;
 
-use super::lines::{Piece, Split};
+use super::lines::Split;
 
 /// Bytes of output kept per service.
 pub const MAX_LOG_BYTES: usize = 100 * 1024;
@@ -326,9 +326,10 @@ impl ServiceLog {
     }
 
     /// Appends one line (without its newline) written at `time`.
+    #[cfg(test)]
     pub fn push(&self, time: Timestamp, line: String) {
         let mut raw = line.into_bytes();
-        let pieces = [Piece {
+        let pieces = [super::lines::Piece {
             end: raw.len(),
             newline: true,
         }];
@@ -388,11 +389,13 @@ impl ServiceLog {
     }
 
     /// Number of bytes currently accounted (for tests and metrics).
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.lock().bytes
     }
 
     /// Whether output was dropped to respect the bound.
+    #[cfg(test)]
     pub fn truncated(&self) -> bool {
         self.lock().truncated
     }

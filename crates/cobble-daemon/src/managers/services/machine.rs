@@ -335,6 +335,7 @@ impl Machine {
         self.phase
     }
 
+    #[cfg(test)]
     pub fn wanted(&self) -> Wanted {
         self.wanted
     }
@@ -355,11 +356,6 @@ impl Machine {
     /// Paths the last failure output named as missing (while backing off after it).
     pub fn hints(&self) -> &[String] {
         &self.hints
-    }
-
-    /// The checks of `on-check-failure` that are down, as last told.
-    pub fn checks_down(&self) -> impl Iterator<Item = &str> {
-        self.checks_down.keys().map(String::as_str)
     }
 
     /// Every path the service cares about now: the `requires-paths` it waits for, the paths

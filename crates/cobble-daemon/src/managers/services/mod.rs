@@ -43,8 +43,7 @@ pub mod status;
 mod tests;
 
 pub use handle::{ServiceManager, StartReply};
-pub use policy::policy;
-pub use status::{ServiceDetails, ServiceStatus};
+pub use status::ServiceStatus;
 
 /// Lines of output copied into the task log when a start fails.
 pub const LAST_LOG_LINES: usize = 20;

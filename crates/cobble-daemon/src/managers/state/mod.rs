@@ -80,7 +80,7 @@ mod store;
 pub use identities::IdentitiesError;
 pub use model::*;
 pub use notices::{Notice, NoticeFilter, NoticeType, Occurrence};
-pub use persist::{COALESCE_WINDOW, FlushError, PersistError, Persister, load, write_state_file};
+pub use persist::{FlushError, PersistError, Persister, load};
 pub use render::*;
 pub use smallmap::SmallMap;
 pub use store::*;

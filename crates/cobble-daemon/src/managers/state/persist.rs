@@ -321,6 +321,7 @@ impl Persister {
     }
 
     /// The number of completed writes, updated as each one completes.
+    #[cfg(test)]
     pub fn writes(&self) -> watch::Receiver<u64> {
         self.writes.subscribe()
     }

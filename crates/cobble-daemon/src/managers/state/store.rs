@@ -57,10 +57,6 @@ impl<T> Recorded<T> {
     pub fn get(&self) -> &T {
         &self.0
     }
-
-    pub fn into_inner(self) -> T {
-        self.0
-    }
 }
 
 /// Errors of store operations, worded as Pebble's API words them.
@@ -171,6 +167,7 @@ impl StateStore {
     }
 
     /// The current data as the state file holds it.
+    #[cfg(test)]
     pub fn snapshot_json(&self) -> Vec<u8> {
         format::encode(&self.lock())
     }
@@ -550,6 +547,7 @@ impl StateStore {
     }
 
     /// Lists changes, newest last.
+    #[cfg(test)]
     pub fn changes(&self, select: Select, for_service: Option<&str>) -> Vec<ChangeInfo> {
         let d = self.lock();
         listed(&d, select, for_service)

@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::persist::COALESCE_WINDOW;
 use super::*;
 
 fn store() -> StateStore {
