@@ -267,7 +267,7 @@ impl Daemon {
     /// How many of the daemon's children run the program `comm` (so have got as far as
     /// exec'ing it), from `/proc/*/stat`.
     pub fn children_running(&self, comm: &str) -> usize {
-        let Ok(entries) = std::fs::read_dir("/proc") else {
+        let Ok(entries) = fs::read_dir("/proc") else {
             return 0;
         };
         let parent = self.pid.as_raw();
@@ -275,7 +275,7 @@ impl Daemon {
             .filter_map(|entry| {
                 let name = entry.ok()?.file_name();
                 name.to_str()?.parse::<u32>().ok()?;
-                std::fs::read_to_string(Path::new("/proc").join(&name).join("stat")).ok()
+                fs::read_to_string(Path::new("/proc").join(&name).join("stat")).ok()
             })
             .filter(|stat| {
                 // pid (comm) state ppid ...

@@ -66,7 +66,7 @@ pub struct Settings {
 }
 
 /// Runs the group and returns its Markdown table.
-pub async fn run(cobble: &std::path::Path, token: &str, settings: &Settings) -> Result<String> {
+pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
     ensure!(settings.runs > 0, "--exec-runs must be positive");
     let mut daemon = Daemon::spawn(cobble, None, token)?;
     daemon

@@ -856,7 +856,7 @@ mod tests {
     fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
         struct Probe<'a>(&'a mut &'static [&'static str]);
 
-        impl<'de> de::Deserializer<'de> for Probe<'_> {
+        impl<'de> Deserializer<'de> for Probe<'_> {
             type Error = de::value::Error;
 
             fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {

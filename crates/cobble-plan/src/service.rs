@@ -446,7 +446,7 @@ mod tests {
             &'a [&'a str],
             &'a str,
         );
-        let cases: &[Case] = &[
+        let cases: &[Case<'_>] = &[
             (
                 "cmd --foo bar",
                 &["cmd", "--foo", "bar"],
@@ -570,7 +570,7 @@ mod tests {
     fn logs_to_scans_from_the_end() {
         /// (target services, then each service name with whether it is forwarded)
         type Case<'a> = (&'a [&'a str], &'a [(&'a str, bool)]);
-        let cases: &[Case] = &[
+        let cases: &[Case<'_>] = &[
             (&[], &[("svc1", false)]),
             (&["all"], &[("svc1", true), ("svc2", true)]),
             (&["svc1"], &[("svc1", true), ("svc2", false)]),

@@ -297,7 +297,7 @@ mod tests {
     use super::*;
 
     /// A pipe whose write end a child gets as stdout and stderr, and the read end.
-    fn output() -> (std::io::PipeReader, [OwnedFd; 2]) {
+    fn output() -> (io::PipeReader, [OwnedFd; 2]) {
         let (reader, writer) = io::pipe().unwrap();
         let writer = OwnedFd::from(writer);
         let copy = writer.try_clone().unwrap();

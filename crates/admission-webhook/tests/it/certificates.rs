@@ -140,7 +140,7 @@ async fn a_broken_new_pair_keeps_the_old_one_serving() {
     wait_for_cert(port, &scratch.ca.pem, &scratch.a.der, "first pair").await;
 
     type Breakage<'a> = &'a dyn Fn(&Path);
-    let cases: [(&str, Breakage); 3] = [
+    let cases: [(&str, Breakage<'_>); 3] = [
         ("garbage certificate", &|dir| {
             std::fs::write(dir.join("cert.pem"), "not a certificate").unwrap()
         }),

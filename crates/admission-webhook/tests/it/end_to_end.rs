@@ -168,7 +168,7 @@ async fn kubeconfig_precedence_is_controller_runtimes() {
         Vec<(String, String)>,
         std::path::PathBuf,
     );
-    let cases: Vec<Case> = vec![
+    let cases: Vec<Case<'_>> = vec![
         (
             "the flag beats KUBECONFIG and the service account",
             vec![format!("-kubeconfig={}", right_kubeconfig.display())],

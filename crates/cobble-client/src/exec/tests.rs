@@ -48,7 +48,7 @@ fn envelope_error(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-async fn exec(State(fake): State<Shared>, body: axum::body::Bytes) -> Response {
+async fn exec(State(fake): State<Shared>, body: Bytes) -> Response {
     let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
     if value["command"][0] == "missing" {
         return envelope_error(

@@ -617,7 +617,7 @@ async fn serve_connection<I>(
 }
 
 /// How long a TLS client may take over its handshake before its connection is dropped.
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// [`serve`] over TLS (`--https`): each connection's handshake runs in its own task, so a
 /// slow client holds up nobody else; the client certificate, if one a `cert` identity can
@@ -626,7 +626,7 @@ const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10
 /// and held to `timeouts` as in [`serve`].
 pub async fn serve_tls(
     listener: tokio::net::TcpListener,
-    config: std::sync::Arc<rustls::ServerConfig>,
+    config: Arc<rustls::ServerConfig>,
     routers: Routers,
     cancel: CancellationToken,
     cap: ConnectionCap,
@@ -643,7 +643,7 @@ pub async fn serve_tls(
                 Err(e) => {
                     tracing::debug!("Cannot accept HTTPS connection: {e}");
                     // Out of descriptors, say: let some close before trying again.
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },

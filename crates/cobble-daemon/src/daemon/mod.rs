@@ -308,7 +308,7 @@ async fn start_managers(
         processes.clone(),
         crate::logs::capture::Destinations {
             files: Some(log_files.clone()),
-            stdout: opts.verbose.then(crate::logging::stdout),
+            stdout: opts.verbose.then(logging::stdout),
             forward: forward_tap,
         },
         shutdown_tx,
@@ -563,11 +563,11 @@ impl std::fmt::Display for Manager {
 /// Watches the [`Manager`] tasks.
 #[derive(Default)]
 struct Managers {
-    tasks: Vec<(Manager, tokio::task::JoinHandle<()>)>,
+    tasks: Vec<(Manager, JoinHandle<()>)>,
 }
 
 impl Managers {
-    fn watch(&mut self, name: Manager, task: tokio::task::JoinHandle<()>) {
+    fn watch(&mut self, name: Manager, task: JoinHandle<()>) {
         self.tasks.push((name, task));
     }
 

@@ -218,7 +218,7 @@ const ENDPOINTS: &[(&str, &str, &str, Level, u16)] = &[
 ];
 
 /// A wrapper that hands `$PEBBLE` to [`DAEMON_UID`] and runs the daemon as that user.
-fn unprivileged_cobble(dir: &Path) -> std::path::PathBuf {
+fn unprivileged_cobble(dir: &Path) -> PathBuf {
     let script = dir.join("cobble-as-daemon-user");
     std::fs::write(
         &script,
@@ -242,7 +242,7 @@ struct Target<'a> {
 }
 
 /// Sends one request as `caller`; returns the status code.
-fn status_as(target: &Target, caller: Caller, method: &str, path: &str, body: &str) -> u16 {
+fn status_as(target: &Target<'_>, caller: Caller, method: &str, path: &str, body: &str) -> u16 {
     let socket = target.daemon.pebble_dir().join(".pebble.socket");
     let cert = |name: &str| {
         [

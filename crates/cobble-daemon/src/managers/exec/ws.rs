@@ -740,7 +740,7 @@ mod tests {
     async fn spliced_output_arrives_whole_in_binary_frames() {
         let (socket, mut client) = pair(4096);
         assert!(socket.writer.splices());
-        let (reader, mut writer) = std::io::pipe().unwrap();
+        let (reader, mut writer) = io::pipe().unwrap();
         let output: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
         let feed = output.clone();
         let feeder = std::thread::spawn(move || {
@@ -826,7 +826,7 @@ mod tests {
             4096,
         );
         assert!(!socket.writer.splices());
-        let (pipe_reader, _pipe_writer) = std::io::pipe().unwrap();
+        let (pipe_reader, _pipe_writer) = io::pipe().unwrap();
         let pipe = pipe::Receiver::from_owned_fd(pipe_reader.into()).unwrap();
         let refused = socket.writer.splice(&pipe, 1).await.unwrap_err();
         assert_eq!(refused.kind(), io::ErrorKind::Unsupported);

@@ -316,7 +316,7 @@ mod tests {
         )
     }
 
-    fn leftovers(dir: &std::path::Path) -> Vec<String> {
+    fn leftovers(dir: &Path) -> Vec<String> {
         std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -379,7 +379,7 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err, "no metadata for path \"/other\"");
-        assert!(!std::path::Path::new(&path).exists());
+        assert!(!Path::new(&path).exists());
     }
 
     #[tokio::test]

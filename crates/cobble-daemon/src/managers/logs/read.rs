@@ -203,7 +203,7 @@ pub async fn older_than_rings(
     if persisted.is_empty() || n == Some(0) {
         return Vec::new();
     }
-    let wanted: Vec<Option<(String, Option<jiff::Timestamp>)>> = names
+    let wanted: Vec<Option<(String, Option<Timestamp>)>> = names
         .iter()
         .zip(logs)
         .map(|(name, log)| {
@@ -211,7 +211,7 @@ pub async fn older_than_rings(
             // line's millisecond or later.
             let before = log
                 .oldest_time()
-                .and_then(|t| jiff::Timestamp::from_millisecond(t.as_millisecond()).ok());
+                .and_then(|t| Timestamp::from_millisecond(t.as_millisecond()).ok());
             persisted.contains(name).then(|| (name.clone(), before))
         })
         .collect();

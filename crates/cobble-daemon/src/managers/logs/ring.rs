@@ -242,8 +242,8 @@ impl LogBuffer {
     #[cfg(test)]
     fn memory(&self) -> usize {
         self.arena.capacity()
-            + self.ends.capacity() * std::mem::size_of::<LineEnd>()
-            + self.times.capacity() * std::mem::size_of::<(u64, Timestamp)>()
+            + self.ends.capacity() * size_of::<LineEnd>()
+            + self.times.capacity() * size_of::<(u64, Timestamp)>()
     }
 }
 

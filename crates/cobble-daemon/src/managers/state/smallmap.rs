@@ -104,7 +104,7 @@ impl<'de, V: Deserialize<'de>> Deserialize<'de> for SmallMap<V> {
         impl<'de, V: Deserialize<'de>> Visitor<'de> for Entries<V> {
             type Value = SmallMap<V>;
 
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a map")
             }
 

@@ -197,7 +197,7 @@ fn state_file_is_replaced_whole_and_private() {
     let s = store();
     s.new_change("start", "x", vec![]);
     persist::write_state_file(&path, &s.snapshot_json()).unwrap();
-    let loaded = persist::load(&path).unwrap();
+    let loaded = load(&path).unwrap();
     assert_eq!(loaded.last_change_id, 1);
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -243,13 +243,13 @@ async fn persister_coalesces_bursts_into_one_write() {
     burst(&s).await;
     writes_reach(&mut writes, 1).await;
     assert_eq!(*writes.borrow(), 1, "one write per burst");
-    assert_eq!(persist::load(&path).unwrap().changes.len(), 10);
+    assert_eq!(load(&path).unwrap().changes.len(), 10);
 
     // Quiet for many windows: nothing to write. A second burst: one more write.
     tokio::time::sleep(COALESCE_WINDOW * 20).await;
     burst(&s).await;
     writes_reach(&mut writes, 2).await;
-    assert_eq!(persist::load(&path).unwrap().changes.len(), 20);
+    assert_eq!(load(&path).unwrap().changes.len(), 20);
 
     // Nothing changed since, so shutdown writes only to fold the journal into the state
     // file. Once the persister has ended, every write it began is counted: any write beyond
@@ -306,7 +306,7 @@ async fn a_waiting_request_is_released_only_once_its_change_is_written() {
     tokio::task::yield_now().await;
     let id = s.new_change("start", "x", vec![]);
     s.durable().await.expect("durable");
-    let on_disk = persist::load(&dir.path().join(".pebble.state")).unwrap();
+    let on_disk = load(&dir.path().join(".pebble.state")).unwrap();
     assert!(on_disk.changes.contains_key(&id));
     assert_eq!(on_disk.last_change_id, id);
     assert_eq!(*writes.borrow(), 1);
@@ -331,7 +331,7 @@ async fn many_waiting_requests_share_one_write() {
     for request in requests {
         ids.push(request.await.unwrap());
     }
-    let on_disk = persist::load(&dir.path().join(".pebble.state")).unwrap();
+    let on_disk = load(&dir.path().join(".pebble.state")).unwrap();
     assert!(ids.iter().all(|id| on_disk.changes.contains_key(id)));
     assert_eq!(*writes.borrow(), 1, "one write for the whole batch");
 }
@@ -383,7 +383,7 @@ async fn a_durable_change_is_appended_to_the_journal_not_rewritten_whole() {
     assert_eq!(*writes.borrow(), 2);
     let alone = state_file_alone(&path);
     assert_eq!(alone.changes.keys().collect::<Vec<_>>(), [&before]);
-    let loaded = persist::load(&path).unwrap();
+    let loaded = load(&path).unwrap();
     assert_eq!(loaded.changes[&change].task_ids, [task]);
     assert_eq!(loaded.tasks[&task].status, TaskStatus::Do);
     assert_eq!((loaded.last_change_id, loaded.last_task_id), (change, task));
@@ -392,7 +392,7 @@ async fn a_durable_change_is_appended_to_the_journal_not_rewritten_whole() {
     s.set_task_status(task, TaskStatus::Done);
     s.set_task_data(task, "exit-code", serde_json::json!(0));
     s.durable().await.expect("durable");
-    let loaded = persist::load(&path).unwrap();
+    let loaded = load(&path).unwrap();
     assert_eq!(loaded.tasks[&task].status, TaskStatus::Done);
     assert_eq!(loaded.tasks[&task].data["exit-code"], 0);
     assert!(loaded.changes[&change].ready_time.is_some());
@@ -419,7 +419,7 @@ async fn pruned_changes_stay_gone_after_a_reload() {
     s.durable().await.expect("durable");
     s.prune(Timestamp::now() + jiff::SignedDuration::from_hours(8 * 24));
     s.durable().await.expect("durable");
-    let loaded = persist::load(&path).unwrap();
+    let loaded = load(&path).unwrap();
     assert!(!loaded.changes.contains_key(&old));
     assert!(!loaded.tasks.contains_key(&t));
     assert!(loaded.changes.contains_key(&kept));
@@ -450,7 +450,7 @@ async fn a_large_journal_is_folded_into_the_state_file() {
         std::fs::metadata(&journal).map_or(0, |m| m.len()) < 100,
         "the old journal is gone, a fresh one holds no record yet"
     );
-    let loaded = persist::load(&path).unwrap();
+    let loaded = load(&path).unwrap();
     assert!(ids.iter().all(|id| loaded.changes.contains_key(id)));
 }
 
@@ -494,14 +494,14 @@ fn change_ids(d: &StateData) -> Vec<u64> {
 }
 
 fn load_error(path: &std::path::Path) -> String {
-    persist::load(path).map(|_| ()).unwrap_err().to_string()
+    load(path).map(|_| ()).unwrap_err().to_string()
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_intact_journal_is_replayed_and_a_superseded_one_ignored() {
     let dir = tempfile::tempdir().unwrap();
     let (path, first, [a, b, c]) = killed_daemon(dir.path()).await;
-    let loaded = persist::load(&path).unwrap();
+    let loaded = load(&path).unwrap();
     assert_eq!(change_ids(&loaded), [first, a, b, c]);
     assert!(loaded.identities.contains_key("ops"));
     // A checkpoint that a crash cut off before it removed the older journal: the state
@@ -510,7 +510,7 @@ async fn an_intact_journal_is_replayed_and_a_superseded_one_ignored() {
     newer.generation += 1;
     newer.changes.clear();
     persist::write_state_file(&path, &format::encode(&newer)).unwrap();
-    assert!(persist::load(&path).unwrap().changes.is_empty());
+    assert!(load(&path).unwrap().changes.is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -539,7 +539,7 @@ async fn an_emptied_state_file_stops_the_daemon_with_what_was_lost_and_how_to_go
     assert!(load_error(&path).contains("it cannot be parsed"));
     // Moved aside as told: the journal's changes, and no ID given again.
     std::fs::rename(&path, dir.path().join("aside")).unwrap();
-    let loaded = persist::load(&path).unwrap();
+    let loaded = load(&path).unwrap();
     assert_eq!(change_ids(&loaded), [a, b, c]);
     assert_eq!(loaded.last_change_id, c);
 }
@@ -595,12 +595,12 @@ async fn a_damaged_journal_stops_the_daemon_naming_the_record_and_how_to_go_on()
     assert!(journal_error(&gap).contains("record 2"));
     // Cut as told: what comes before the damage.
     std::fs::write(&journal, &flipped[..starts[2]]).unwrap();
-    assert_eq!(change_ids(&persist::load(&path).unwrap()), [first, a]);
+    assert_eq!(change_ids(&load(&path).unwrap()), [first, a]);
     // A last record cut short by a crash was never acknowledged: left out.
     for cut in [1, 10, bytes.len() - starts[3] - 1] {
         std::fs::write(&journal, &bytes[..bytes.len() - cut]).unwrap();
         assert_eq!(
-            change_ids(&persist::load(&path).unwrap()),
+            change_ids(&load(&path).unwrap()),
             [first, a, b],
             "cut {cut}"
         );
@@ -617,7 +617,7 @@ async fn a_state_file_rewritten_by_pebble_wins_over_the_journal() {
         serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     value["data"]["start-of-operation-time"] = "2026-01-01T00:00:00Z".into();
     std::fs::write(&path, serde_json::to_vec(&value).unwrap()).unwrap();
-    let loaded = persist::load(&path).unwrap();
+    let loaded = load(&path).unwrap();
     assert_eq!(change_ids(&loaded), [first]);
     // An older copy of the state file under a newer journal is refused.
     value["data"]["cobble-generation"] = 0.into();
@@ -643,7 +643,7 @@ async fn notices_and_identities_reach_the_journal() {
         kind: NoticeType::Custom,
         key: key.into(),
         data: BTreeMap::from([("k".to_owned(), "v".to_owned())]),
-        repeat_after: std::time::Duration::ZERO,
+        repeat_after: Duration::ZERO,
     };
     let id = s.add_notice(custom("example.com/a"));
     let identity = Identity {
@@ -662,7 +662,7 @@ async fn notices_and_identities_reach_the_journal() {
     // What a daemon killed now would load: the state file has neither, its journal both.
     let alone = state_file_alone(&path);
     assert!(alone.notices.is_empty() && alone.identities.is_empty());
-    let loaded = persist::load(&path).unwrap();
+    let loaded = load(&path).unwrap();
     assert_eq!(loaded.notices[&id].key, "example.com/a");
     assert_eq!(loaded.last_notice_id, id);
     assert_eq!(loaded.identities["bob"], identity);
@@ -672,7 +672,7 @@ async fn notices_and_identities_reach_the_journal() {
     s.change_identities(Action::Replace, BTreeMap::from([("bob".to_owned(), None)]))
         .unwrap();
     s.durable().await.expect("durable");
-    let loaded = persist::load(&path).unwrap();
+    let loaded = load(&path).unwrap();
     assert_eq!(loaded.notices[&id].occurrences, 2);
     assert!(loaded.identities.is_empty());
 }
@@ -718,7 +718,7 @@ fn custom(key: &str) -> Occurrence {
         user_id: None,
         kind: NoticeType::Custom,
         key: key.into(),
-        data: std::collections::BTreeMap::new(),
+        data: BTreeMap::new(),
         repeat_after: Duration::ZERO,
     }
 }
