@@ -333,12 +333,43 @@ fn a_full_disk_refuses_changes_at_once_and_heals_without_a_restart() {
     acknowledged.push(change_id(&body));
     wait_change(&daemon, &acknowledged[0]);
 
+    // A change still pending when the disk fills: an exec waiting for its websockets.
+    let (status, body) = raw(
+        &daemon,
+        Method::POST,
+        "/v1/exec",
+        Some(r#"{"command":["sleep","100"],"timeout":"60s"}"#),
+    );
+    assert_eq!(status, 202, "{body}");
+    let pending = change_id(&body);
+    acknowledged.push(pending.clone());
+
     disk.fill();
     let first = until_refused(&daemon, &mut acknowledged);
     assert!(
         first.contains("cannot record change: ") && first.contains("no space left on device"),
         "{first}"
     );
+    // An abort is a record too: refused, and not carried out.
+    let (status, answer, took) = timed(
+        &daemon,
+        Method::POST,
+        &format!("/v1/changes/{pending}"),
+        Some(r#"{"action":"abort"}"#),
+    );
+    assert_eq!(status, 500, "{answer}");
+    assert!(took < PROMPT, "the abort answered after {took:?}");
+    assert!(
+        answer.contains("cannot record change: ") && answer.contains("no space left on device"),
+        "{answer}"
+    );
+    let (_, change) = raw(
+        &daemon,
+        Method::GET,
+        &format!("/v1/changes/{pending}"),
+        None,
+    );
+    assert!(!change.contains(r#""status":"Abort""#), "{change}");
     check_refusals(&daemon, "no space left on device", &marker);
     daemon.wait_log("Cannot write state file");
 

@@ -261,13 +261,20 @@ impl StateStore {
     /// state file. An abort is carried out as it is recorded (its runners are told at once),
     /// so while the disk refuses writes it is refused up front; a write that fails after
     /// leaves it in memory, written once the disk takes it, and says so.
+    /// Record first, act after: the runners are told to stop only once the abort is on
+    /// disk. An abort the disk refuses is taken back (its tasks get the statuses they had)
+    /// and the change runs on, so a client's retry is safe.
     pub async fn abort_change(&self, change_id: u64) -> Result<ChangeInfo, StateError> {
         if let Some(e) = self.write_failure() {
             return Err(StateError::NotRecorded(e));
         }
-        let info = self.abort(change_id)?;
-        self.durable().await.map_err(StateError::NotRecorded)?;
-        Ok(info)
+        let marked = self.mark_aborted(change_id)?;
+        if let Err(e) = self.durable().await {
+            self.unmark_aborted(change_id, &marked);
+            return Err(StateError::NotRecorded(e));
+        }
+        self.abort_token(change_id).cancel();
+        Ok(self.change_info(change_id).expect("change exists"))
     }
 
     /// The live notices matching `filter` (see `notices`), once the IDs they show are in
@@ -594,21 +601,55 @@ impl StateStore {
     /// Aborts a change: pending tasks are held, running ones are asked to stop. Nothing
     /// waits for the write: a client is answered through [`StateStore::abort_change`].
     pub fn abort(&self, change_id: u64) -> Result<ChangeInfo, StateError> {
-        let result = self.mutate(|d| {
+        self.mark_aborted(change_id)?;
+        self.abort_token(change_id).cancel();
+        Ok(self.change_info(change_id).expect("change exists"))
+    }
+
+    /// The record of an abort, without telling the runners: pending tasks are held and
+    /// running ones marked aborting. Returns the tasks it changed, with the status each had.
+    fn mark_aborted(&self, change_id: u64) -> Result<Vec<(u64, TaskStatus)>, StateError> {
+        self.mutate(|d| {
             let Some(change) = d.changes.get(&change_id) else {
                 return Err(StateError::NoSuchChange(change_id.to_string()));
             };
             if change_status(d, change).is_ready() {
                 return Err(StateError::NothingPending(change_id));
             }
+            let mut marked = Vec::new();
             for id in change.task_ids.clone() {
                 if let Some(task) = d.tasks.get_mut(&id) {
-                    match task.status {
+                    let was = task.status;
+                    match was {
                         TaskStatus::Do => {
                             task.status = TaskStatus::Hold;
                             task.ready_time = Some(Timestamp::now());
                         }
                         TaskStatus::Doing => task.status = TaskStatus::Abort,
+                        _ => continue,
+                    }
+                    marked.push((id, was));
+                }
+            }
+            refresh_ready_time(d, change_id);
+            notices::observe_change(d, change_id, Timestamp::now());
+            d.dirty.touch(change_id);
+            Ok(marked)
+        })
+    }
+
+    /// Takes back an abort the disk refused: each task [`StateStore::mark_aborted`] changed
+    /// and nothing changed since gets the status it had.
+    fn unmark_aborted(&self, change_id: u64, marked: &[(u64, TaskStatus)]) {
+        self.mutate(|d| {
+            for &(id, was) in marked {
+                if let Some(task) = d.tasks.get_mut(&id) {
+                    match (task.status, was) {
+                        (TaskStatus::Hold, TaskStatus::Do) => {
+                            task.status = TaskStatus::Do;
+                            task.ready_time = None;
+                        }
+                        (TaskStatus::Abort, TaskStatus::Doing) => task.status = TaskStatus::Doing,
                         _ => {}
                     }
                 }
@@ -616,11 +657,7 @@ impl StateStore {
             refresh_ready_time(d, change_id);
             notices::observe_change(d, change_id, Timestamp::now());
             d.dirty.touch(change_id);
-            Ok(())
         });
-        result?;
-        self.abort_token(change_id).cancel();
-        Ok(self.change_info(change_id).expect("change exists"))
     }
 
     /// Drops old ready changes and aborts ancient unfinished ones.

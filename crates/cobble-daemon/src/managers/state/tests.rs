@@ -802,3 +802,55 @@ async fn a_change_the_disk_refuses_is_discarded_with_its_notice() {
         "IDs are never reused"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_abort_tells_the_runners_only_once_it_is_on_disk_and_one_refused_is_taken_back() {
+    let s = store_with_slow_disk();
+    let c = s.new_change("start", "x", vec![]);
+    let t1 = s.add_task(c, "start", "a", None);
+    let t2 = s.add_task(c, "start", "b", None);
+    s.set_task_status(t1, TaskStatus::Doing);
+    complete_write(&s);
+    let token = s.abort_token(c);
+
+    let abort = tokio::spawn({
+        let s = s.clone();
+        async move { s.abort_change(c).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!abort.is_finished(), "answered before the write");
+    assert!(
+        !token.is_cancelled(),
+        "the runners were told before the write"
+    );
+    let through = s.lock().version;
+    s.inner.durable.send_modify(|d| {
+        d.failure = Some(Failure {
+            through,
+            cause: "write /x: no space left on device".into(),
+        })
+    });
+    let err = abort.await.unwrap().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cannot record change: write /x: no space left on device"
+    );
+    assert!(!token.is_cancelled(), "a refused abort is not carried out");
+    assert_eq!(s.task_status(t1), Some(TaskStatus::Doing));
+    assert_eq!(s.task_status(t2), Some(TaskStatus::Do));
+    assert_eq!(s.change_info(c).unwrap().status, "Doing");
+
+    // The disk heals: the same abort goes through, and only then are the runners told.
+    complete_write(&s);
+    let abort = tokio::spawn({
+        let s = s.clone();
+        async move { s.abort_change(c).await }
+    });
+    tokio::task::yield_now().await;
+    assert!(!token.is_cancelled());
+    complete_write(&s);
+    let info = abort.await.unwrap().expect("recorded");
+    assert_eq!(info.status, "Abort");
+    assert!(token.is_cancelled());
+    assert_eq!(s.task_status(t2), Some(TaskStatus::Hold));
+}
