@@ -182,3 +182,21 @@ fn a_mistyped_command_keeps_pebbles_error_and_status_and_adds_a_hint() {
         .status(1)
         .run();
 }
+
+/// `debug` is Pebble's hidden command: it holds no subcommand yet, needs no daemon, takes
+/// whatever follows it, succeeds with no output, and is not listed.
+#[test]
+fn debug_is_hidden_and_does_nothing() {
+    Test::new().args(&["debug"]).run();
+    Test::new().args(&["debug", "state", "--x", "y"]).run();
+    let all = Test::new().args(&["help", "--all"]).any_stdout().run();
+    assert!(
+        all.stdout.lines().all(|l| !l.trim_start().starts_with("debug")),
+        "{}",
+        all.stdout
+    );
+    Test::new()
+        .args(&["help", "debug"])
+        .stdout_contains("Holds commands for debugging the daemon")
+        .run();
+}
