@@ -201,6 +201,55 @@ pub struct ServiceDetails {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub failing_checks: Vec<FailingCheck>,
+    /// `requires-checks` that have not succeeded yet, while the service waits for them.
+    #[serde(
+        rename = "waiting-for-checks",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub waiting_for_checks: Vec<String>,
+    /// Until when `start-grace` holds the actions of failing checks.
+    #[serde(
+        rename = "start-grace-until",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub start_grace_until: Option<String>,
+    /// Check actions held (by the start grace or a check's restart backoff), and until when.
+    #[serde(
+        rename = "held-actions",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub held_actions: Vec<HeldAction>,
+    /// Restarts caused by checks that are still down, and when the next may follow.
+    #[serde(
+        rename = "check-restarts",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub check_restarts: Vec<CheckRestarts>,
+}
+
+/// A check action that waits (cobble extension).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeldAction {
+    /// The check whose action waits.
+    pub check: String,
+    /// Until when.
+    pub until: String,
+}
+
+/// The restarts one check caused while it stayed down (cobble extension).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckRestarts {
+    /// The check.
+    pub check: String,
+    /// Restarts it caused since it went down.
+    pub restarts: u32,
+    /// The earliest time of the next one.
+    #[serde(rename = "next-after")]
+    pub next_after: String,
 }
 
 /// A down check that acts on a service (cobble extension).

@@ -99,6 +99,9 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
             if persist { "true" } else { "false" },
         );
     }
+    out.list(depth, "requires-checks", &s.requires_checks, false);
+    out.duration(depth, "start-grace", s.start_grace);
+    out.string(depth, "readiness", &s.readiness.as_string());
     out.close_if_empty(start);
 }
 

@@ -5,7 +5,7 @@
 //! variants carry the names involved as fields so the daemon can decide on a status code
 //! without parsing text.
 
-use crate::duration::go_quote;
+use crate::duration::{GoDuration, go_quote};
 use crate::shell::ShellError;
 
 /// Why a service's `command` could not be split into a base command and default arguments.
@@ -157,6 +157,38 @@ pub enum PlanError {
         field: &'static str,
         /// The rejected path.
         path: String,
+    },
+    /// A `readiness` value that is neither `notify` nor `fd N` (cobble extension).
+    #[error(
+        "plan service {} readiness {} invalid: must be \"notify\" or \"fd N\" with N 3 or more",
+        go_quote(.service),
+        go_quote(.value)
+    )]
+    InvalidReadiness {
+        /// The service.
+        service: String,
+        /// The rejected value.
+        value: String,
+    },
+    /// A negative `start-grace` (cobble extension).
+    #[error("plan service {} start-grace must not be negative, not {}", go_quote(.service), .value)]
+    NegativeStartGrace {
+        /// The service.
+        service: String,
+        /// The rejected duration.
+        value: GoDuration,
+    },
+    /// A `requires-checks` entry that names no check of the plan (cobble extension).
+    #[error(
+        "plan service {} requires-checks names {}, which is not a check of the plan",
+        go_quote(.service),
+        go_quote(.check)
+    )]
+    UnknownRequiredCheck {
+        /// The service.
+        service: String,
+        /// The missing check.
+        check: String,
     },
     /// An `on-file-change` action that is neither `restart`, `ignore` nor a signal name.
     #[error(

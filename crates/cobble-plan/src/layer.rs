@@ -19,7 +19,9 @@ use serde::{Deserialize, Deserializer};
 use crate::check::{CheckLevel, ExecCheck, HttpCheck, LOG_TARGET_TYPES, TcpCheck};
 use crate::duration::{GoDuration, go_quote};
 use crate::error::PlanError;
-use crate::service::{FileChangeAction, Override, ServiceAction, Startup, split_command};
+use crate::service::{
+    FileChangeAction, Override, Readiness, ServiceAction, Startup, split_command,
+};
 use crate::shell::shell_split;
 use crate::workload::{PairingMode, Workload};
 use crate::{Check, LogTarget, Service};
@@ -157,6 +159,12 @@ struct ServiceDoc {
     on_file_change: BTreeMap<String, String>,
     #[serde(default)]
     persist_logs: Option<bool>,
+    #[serde(default, deserialize_with = "nullable")]
+    requires_checks: Vec<String>,
+    #[serde(default)]
+    start_grace: Option<GoDuration>,
+    #[serde(default, deserialize_with = "nullable")]
+    readiness: String,
 }
 
 #[derive(Deserialize)]
@@ -594,6 +602,17 @@ fn service_from_doc(
     for path in &doc.requires_paths {
         absolute("requires-paths", path)?;
     }
+    let readiness =
+        Readiness::parse(&doc.readiness).ok_or_else(|| PlanError::InvalidReadiness {
+            service: name.into(),
+            value: doc.readiness.clone(),
+        })?;
+    if let Some(grace) = doc.start_grace.filter(|d| d.0 < 0) {
+        return Err(PlanError::NegativeStartGrace {
+            service: name.into(),
+            value: grace,
+        });
+    }
     let mut on_file_change = BTreeMap::new();
     for (path, text) in doc.on_file_change {
         absolute("on-file-change", &path)?;
@@ -632,6 +651,9 @@ fn service_from_doc(
         requires_paths: doc.requires_paths,
         on_file_change,
         persist_logs: doc.persist_logs,
+        requires_checks: doc.requires_checks,
+        start_grace: doc.start_grace,
+        readiness,
     })
 }
 

@@ -320,6 +320,16 @@ impl Plan {
                     service: name.clone(),
                 });
             }
+            if let Some(check) = service
+                .requires_checks
+                .iter()
+                .find(|check| !self.checks.contains_key(*check))
+            {
+                return Err(PlanError::UnknownRequiredCheck {
+                    service: name.clone(),
+                    check: check.clone(),
+                });
+            }
         }
         for (name, check) in &self.checks {
             let missing = |kind, field| PlanError::MissingCheckField {

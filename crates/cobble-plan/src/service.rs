@@ -204,6 +204,51 @@ pub struct Service {
     /// cobble extension: also write the service's output to files under the daemon's log
     /// directory, rotated by size, readable across daemon restarts. Set values win on merge.
     pub persist_logs: Option<bool>,
+    /// cobble extension: checks that must each have succeeded (since the check was last
+    /// started) and not be down before the process is spawned; until then a wanted service
+    /// waits. Every name must be a check of the plan. Appended on merge.
+    pub requires_checks: Vec<String>,
+    /// cobble extension: after each start, failures of the checks in `on-check-failure` do
+    /// not act until that check has succeeded once since the start, or this long has passed.
+    pub start_grace: Option<GoDuration>,
+    /// cobble extension: how the service says it is ready (`notify`, `fd N`); unset, the
+    /// process is ready once it has survived the okay delay.
+    pub readiness: Readiness,
+}
+
+/// How a service tells cobble it has started (cobble extension, `readiness:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Readiness {
+    /// Not set: started once the process has run for the okay delay, as in Pebble.
+    #[default]
+    Unset,
+    /// The sd_notify protocol: the service sends `READY=1` to `$NOTIFY_SOCKET`.
+    Notify,
+    /// s6's protocol: the service writes a newline to this file descriptor.
+    Fd(u32),
+}
+
+impl Readiness {
+    /// Parses `notify` or `fd N` (N at least 3: 0 to 2 are the standard streams).
+    pub fn parse(text: &str) -> Option<Readiness> {
+        match text.trim() {
+            "" => Some(Readiness::Unset),
+            "notify" => Some(Readiness::Notify),
+            other => {
+                let fd = other.strip_prefix("fd")?.trim().parse::<u32>().ok()?;
+                (fd >= 3).then_some(Readiness::Fd(fd))
+            }
+        }
+    }
+
+    /// The value as a layer writes it (`""` when unset).
+    pub fn as_string(&self) -> String {
+        match self {
+            Readiness::Unset => String::new(),
+            Readiness::Notify => "notify".into(),
+            Readiness::Fd(fd) => format!("fd {fd}"),
+        }
+    }
 }
 
 /// What `on-file-change` does when a watched path changes (cobble extension).
@@ -306,6 +351,11 @@ impl Service {
         self.kill_delay.map_or(DEFAULT_KILL_DELAY, |d| d.as_std())
     }
 
+    /// The start grace, if one is set (cobble extension).
+    pub fn start_grace(&self) -> Option<Duration> {
+        self.start_grace.map(|d| d.as_std())
+    }
+
     /// Whether autostart and replan start this service (`startup: enabled`).
     pub fn is_enabled(&self) -> bool {
         self.startup == Startup::Enabled
@@ -359,6 +409,12 @@ impl Service {
             .extend(other.requires_paths.iter().cloned());
         merge_map(&mut self.on_file_change, &other.on_file_change);
         merge_option(&mut self.persist_logs, other.persist_logs);
+        self.requires_checks
+            .extend(other.requires_checks.iter().cloned());
+        merge_option(&mut self.start_grace, other.start_grace);
+        if other.readiness != Readiness::Unset {
+            self.readiness = other.readiness;
+        }
     }
 }
 

@@ -304,7 +304,7 @@ async fn start_managers(
     let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe());
     let (services, services_task) = ServiceManager::spawn(
         plan.subscribe(),
-        checks.firing(),
+        checks.signals(),
         processes.clone(),
         crate::logs::capture::Destinations {
             files: Some(log_files.clone()),

@@ -238,7 +238,7 @@ mod tests {
         let (_plan_tx, plan_rx) =
             tokio::sync::watch::channel(std::sync::Arc::new(cobble_plan::Plan::default()));
         let (_firing_tx, firing_rx) =
-            tokio::sync::watch::channel(std::sync::Arc::<crate::checks::Firing>::default());
+            tokio::sync::watch::channel(std::sync::Arc::<crate::checks::CheckSignals>::default());
         let (shutdown_tx, _shutdown_rx) = tokio::sync::mpsc::unbounded_channel();
         let processes = std::sync::Arc::new(crate::process::OsProcesses::new(
             crate::process::registry::ProcessRegistry::new(None),

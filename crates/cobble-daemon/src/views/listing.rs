@@ -15,7 +15,9 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::iter::Peekable;
 
-use cobble_client::types::{FailingCheck, ServiceDetails as WireDetails, ServiceInfoRef};
+use cobble_client::types::{
+    CheckRestarts, FailingCheck, HeldAction, ServiceDetails as WireDetails, ServiceInfoRef,
+};
 use cobble_plan::{Plan, Service};
 use serde::ser::{Serialize, SerializeSeq, Serializer};
 
@@ -268,6 +270,25 @@ fn wire_details(status: &ServiceStatus, failing: &[&CheckView]) -> Option<WireDe
                 action_count: c.action_count,
             })
             .collect(),
+        waiting_for_checks: d.waiting_checks.clone(),
+        start_grace_until: d.grace_until.map(format_rfc3339_nano),
+        held_actions: d
+            .held
+            .iter()
+            .map(|(check, until)| HeldAction {
+                check: check.clone(),
+                until: format_rfc3339_nano(*until),
+            })
+            .collect(),
+        check_restarts: d
+            .check_restarts
+            .iter()
+            .map(|(check, restarts, next)| CheckRestarts {
+                check: check.clone(),
+                restarts: *restarts,
+                next_after: format_rfc3339_nano(*next),
+            })
+            .collect(),
     })
 }
 
@@ -328,6 +349,7 @@ mod tests {
             action_count: 1,
             last_error: Some("refused".into()),
             down_since: None,
+            last_success: None,
             generation: 0,
         }
     }
@@ -392,6 +414,10 @@ mod tests {
             backoff_until: None,
             waiting_for: Vec::new(),
             hints: Vec::new(),
+            waiting_checks: Vec::new(),
+            grace_until: None,
+            held: Vec::new(),
+            check_restarts: Vec::new(),
         });
         let names: BTreeSet<&str> = ["a", "c"].into_iter().collect();
         let reports = [report];

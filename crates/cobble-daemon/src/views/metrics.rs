@@ -241,6 +241,7 @@ mod tests {
             action_count: if status == CheckStatus::Down { 2 } else { 0 },
             last_error: None,
             down_since: None,
+            last_success: None,
             generation: 0,
         }
     }

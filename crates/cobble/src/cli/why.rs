@@ -109,6 +109,32 @@ fn explain(service: &ServiceInfo, schedule: Option<String>, times: &TimeFormatte
         if !d.waiting_for.is_empty() {
             row("Waiting for", d.waiting_for.join(", "));
         }
+        if !d.waiting_for_checks.is_empty() {
+            row(
+                "Waiting for",
+                format!("{} to succeed", d.waiting_for_checks.join(", ")),
+            );
+        }
+        if let Some(until) = &d.start_grace_until {
+            row("Start grace", format!("until {}", times.format(until)));
+        }
+        for held in &d.held_actions {
+            row(
+                "Held action",
+                format!("check {} until {}", held.check, times.format(&held.until)),
+            );
+        }
+        for streak in &d.check_restarts {
+            row(
+                "Check restarts",
+                format!(
+                    "{} by check {} while it stays down, next not before {}",
+                    streak.restarts,
+                    streak.check,
+                    times.format(&streak.next_after)
+                ),
+            );
+        }
         if !d.missing_paths.is_empty() {
             row(
                 "Retry when",
@@ -153,7 +179,7 @@ fn explain(service: &ServiceInfo, schedule: Option<String>, times: &TimeFormatte
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cobble_client::types::{FailingCheck, ServiceDetails};
+    use cobble_client::types::{CheckRestarts, FailingCheck, HeldAction, ServiceDetails};
 
     #[test]
     fn explains_backoff_checks_and_output() {
@@ -180,6 +206,7 @@ mod tests {
                     last_error: "dial tcp 127.0.0.1:8443: connection refused".into(),
                     action_count: 2,
                 }],
+                ..ServiceDetails::default()
             }),
         };
         let text = explain(
@@ -202,6 +229,66 @@ Failing check:  up down since 2026-01-02T03:03:00Z, 6/3 failures, action fired 2
 Schedule:       500ms, 1s (limit)
 Last output:
     Error: open /certs/cert.pem: no such file or directory
+"
+        );
+    }
+
+    #[test]
+    fn explains_waiting_checks_the_start_grace_and_check_restarts() {
+        let waiting = ServiceInfo {
+            name: "app".into(),
+            startup: "enabled".into(),
+            current: "waiting".into(),
+            current_since: Some("2026-01-02T03:04:05Z".into()),
+            reason: Some("waiting for check db-ready to succeed".into()),
+            details: Some(ServiceDetails {
+                waiting_for_checks: vec!["db-ready".into()],
+                ..ServiceDetails::default()
+            }),
+        };
+        assert_eq!(
+            explain(&waiting, None, &TimeFormatter::new(true)),
+            "\
+Service:      app
+Current:      waiting since 2026-01-02T03:04:05Z
+Startup:      enabled
+Why:          waiting for check db-ready to succeed
+Starts:       0
+Waiting for:  db-ready to succeed
+"
+        );
+        let running = ServiceInfo {
+            name: "slow".into(),
+            startup: "enabled".into(),
+            current: "active".into(),
+            current_since: Some("2026-01-02T03:04:05Z".into()),
+            reason: None,
+            details: Some(ServiceDetails {
+                start_count: 3,
+                start_grace_until: Some("2026-01-02T03:04:35Z".into()),
+                held_actions: vec![HeldAction {
+                    check: "up".into(),
+                    until: "2026-01-02T03:04:35Z".into(),
+                }],
+                check_restarts: vec![CheckRestarts {
+                    check: "up".into(),
+                    restarts: 2,
+                    next_after: "2026-01-02T03:04:09Z".into(),
+                }],
+                ..ServiceDetails::default()
+            }),
+        };
+        assert_eq!(
+            explain(&running, None, &TimeFormatter::new(true)),
+            "\
+Service:         slow
+Current:         active since 2026-01-02T03:04:05Z
+Startup:         enabled
+Why:             running
+Starts:          3
+Start grace:     until 2026-01-02T03:04:35Z
+Held action:     check up until 2026-01-02T03:04:35Z
+Check restarts:  2 by check up while it stays down, next not before 2026-01-02T03:04:09Z
 "
         );
     }

@@ -191,7 +191,9 @@ fn debug_is_hidden_and_does_nothing() {
     Test::new().args(&["debug", "state", "--x", "y"]).run();
     let all = Test::new().args(&["help", "--all"]).any_stdout().run();
     assert!(
-        all.stdout.lines().all(|l| !l.trim_start().starts_with("debug")),
+        all.stdout
+            .lines()
+            .all(|l| !l.trim_start().starts_with("debug")),
         "{}",
         all.stdout
     );

@@ -25,7 +25,7 @@ use super::machine::CheckRun;
 use super::runner::{
     PERFORM_CHECK, RefreshReply, RefreshRequest, Runner, Shared, new_check_change,
 };
-use super::{CheckLevel, CheckStatus, CheckView, Firing, Publisher, Snapshot};
+use super::{CheckLevel, CheckSignals, CheckStatus, CheckView, Publisher, Snapshot};
 use crate::state::{NotRecorded, StateStore};
 
 /// Builds the probe of a check (service context already merged).
@@ -107,7 +107,7 @@ enum Request {
 pub struct CheckManager {
     tx: mpsc::UnboundedSender<Request>,
     snapshot: watch::Receiver<Snapshot>,
-    firing: watch::Receiver<Arc<Firing>>,
+    signals: watch::Receiver<Arc<CheckSignals>>,
     plan: watch::Receiver<Arc<Plan>>,
     /// Where the checks' changes are, for answers that show their IDs.
     store: StateStore,
@@ -131,7 +131,7 @@ impl CheckManager {
     ) -> (CheckManager, JoinHandle<()>) {
         let publisher = Publisher::new();
         let snapshot = publisher.subscribe();
-        let firing = publisher.subscribe_firing();
+        let signals = publisher.subscribe_signals();
         let (tx, rx) = mpsc::unbounded_channel();
         let mut actor = Actor {
             plan_rx: plan.clone(),
@@ -149,7 +149,7 @@ impl CheckManager {
             CheckManager {
                 tx,
                 snapshot,
-                firing,
+                signals,
                 plan,
                 store,
             },
@@ -157,10 +157,10 @@ impl CheckManager {
         )
     }
 
-    /// The checks that are down and how often each has fired its failure action; changes
-    /// only when a check goes down, fires again, or stops being down.
-    pub fn firing(&self) -> watch::Receiver<Arc<Firing>> {
-        self.firing.clone()
+    /// The checks that are down and how often each has fired its failure action, and the
+    /// checks that pass (see [`CheckSignals`]).
+    pub fn signals(&self) -> watch::Receiver<Arc<CheckSignals>> {
+        self.signals.clone()
     }
 
     /// Every check of the current plan, sorted by name.
@@ -531,6 +531,7 @@ impl Actor {
                     action_count,
                     last_error: None,
                     down_since: None,
+                    last_success: None,
                     generation,
                 },
             );
@@ -604,6 +605,7 @@ impl Actor {
                     action_count,
                     last_error: None,
                     down_since: None,
+                    last_success: None,
                     generation,
                 },
             );

@@ -48,11 +48,12 @@ mod manager;
 mod runner;
 mod tcp;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use cobble_plan::{CheckLevel, Plan};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 pub use checker::CheckError;
 pub use manager::{CheckAction, CheckManager, CheckManagerError};
@@ -113,6 +114,8 @@ pub struct CheckView {
     pub last_error: Option<String>,
     /// When the check went down (hit its threshold); `None` while up.
     pub down_since: Option<jiff::Timestamp>,
+    /// When the check last succeeded in this run; `None` before its first success.
+    pub last_success: Option<Instant>,
     /// Which run owns this entry; bumped whenever the manager starts or stops the check.
     pub(crate) generation: u64,
 }
@@ -128,22 +131,92 @@ pub struct Snapshot {
 }
 
 /// The checks that are down, each with how many times its failure action has fired since the
-/// daemon started: a higher number is a new firing. The supervisor watches this map and
-/// decides every `on-check-failure` action against it as it stands when it acts, so an action
-/// is never taken for a check that is up again by then.
+/// daemon started: a higher number is a new firing.
 pub type Firing = BTreeMap<String, u64>;
+
+/// What the supervisor decides by, as it stands: which checks are down and have fired, and
+/// which pass. It watches this and decides every `on-check-failure` action, every
+/// `requires-checks` wait and every `start-grace` against it as it is when it acts, so an
+/// action is never taken for a check that is up again by then. It changes only when a check
+/// goes down, fires again, comes up or passes for the first time, never per successful run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckSignals {
+    /// The checks that are down, with their firing numbers.
+    pub firing: Firing,
+    /// For each check that is down, when it last succeeded before it went down; a check
+    /// that never succeeded in its run has no entry.
+    pub last_success: BTreeMap<String, Instant>,
+    /// The checks that have succeeded since they were (re)started and are not down: what
+    /// `requires-checks` waits for. A check that has never run is up with no successes, and
+    /// does not pass.
+    pub passing: BTreeSet<String>,
+}
+
+/// One check's part of the [`CheckSignals`]: its firing number, its last success before it
+/// went down, and whether it passes.
+type Entry = (Option<u64>, Option<Instant>, bool);
+
+impl CheckSignals {
+    /// What the signals hold for check `name` now.
+    fn entry(&self, name: &str) -> Entry {
+        (
+            self.firing.get(name).copied(),
+            self.last_success.get(name).copied(),
+            self.passing.contains(name),
+        )
+    }
+
+    /// What they should hold for a check with this view (`None`: not in the plan).
+    fn entry_of(view: Option<&CheckView>) -> Entry {
+        match view {
+            Some(view) => (
+                firing_count(view),
+                view.last_success
+                    .filter(|_| view.status == CheckStatus::Down),
+                view.status == CheckStatus::Up && view.successes > 0,
+            ),
+            None => (None, None, false),
+        }
+    }
+
+    /// Sets the entries of check `name`.
+    fn set(&mut self, name: &str, (firing, last_success, passing): Entry) {
+        match firing {
+            Some(n) => self.firing.insert(name.to_owned(), n),
+            None => self.firing.remove(name),
+        };
+        match last_success {
+            Some(at) => self.last_success.insert(name.to_owned(), at),
+            None => self.last_success.remove(name),
+        };
+        if passing {
+            self.passing.insert(name.to_owned());
+        } else {
+            self.passing.remove(name);
+        }
+    }
+
+    /// The signals of a whole snapshot.
+    fn of(snapshot: &Snapshot) -> CheckSignals {
+        let mut signals = CheckSignals::default();
+        for (name, view) in &snapshot.checks {
+            signals.set(name, CheckSignals::entry_of(Some(view)));
+        }
+        signals
+    }
+}
 
 /// The writing end of the snapshot, and of the [`Firing`] map derived from it.
 pub(crate) struct Publisher {
     snapshot: watch::Sender<Snapshot>,
-    firing: watch::Sender<Arc<Firing>>,
+    signals: watch::Sender<Arc<CheckSignals>>,
 }
 
 impl Publisher {
     pub(crate) fn new() -> Publisher {
         Publisher {
             snapshot: watch::Sender::new(Snapshot::default()),
-            firing: watch::Sender::new(Arc::default()),
+            signals: watch::Sender::new(Arc::default()),
         }
     }
 
@@ -151,54 +224,40 @@ impl Publisher {
         self.snapshot.subscribe()
     }
 
-    pub(crate) fn subscribe_firing(&self) -> watch::Receiver<Arc<Firing>> {
-        self.firing.subscribe()
+    pub(crate) fn subscribe_signals(&self) -> watch::Receiver<Arc<CheckSignals>> {
+        self.signals.subscribe()
     }
 
     pub(crate) fn borrow(&self) -> watch::Ref<'_, Snapshot> {
         self.snapshot.borrow()
     }
 
-    /// Changes any part of the snapshot, then brings the whole firing map in step.
+    /// Changes any part of the snapshot, then brings the whole of the signals in step.
     pub(crate) fn send_modify(&self, modify: impl FnOnce(&mut Snapshot)) {
         self.snapshot.send_modify(modify);
-        let snapshot = self.snapshot.borrow();
-        let firing: Firing = snapshot
-            .checks
-            .values()
-            .filter_map(|view| firing_count(view).map(|n| (view.name.clone(), n)))
-            .collect();
-        drop(snapshot);
-        self.firing.send_if_modified(|current| {
-            if **current == firing {
+        let signals = CheckSignals::of(&self.snapshot.borrow());
+        self.signals.send_if_modified(|current| {
+            if **current == signals {
                 return false;
             }
-            *current = Arc::new(firing);
+            *current = Arc::new(signals);
             true
         });
     }
 
     /// Changes the entry of check `name` (if `modify` says it changed anything), then brings
-    /// that check's firing entry in step. The cheap path for the runners' per-probe updates.
+    /// that check's signals in step. The cheap path for the runners' per-probe updates: the
+    /// shared signals are copied only when this check's part of them moved.
     pub(crate) fn update_check(&self, name: &str, modify: impl FnOnce(&mut Snapshot) -> bool) {
         if !self.snapshot.send_if_modified(modify) {
             return;
         }
-        let count = self
-            .snapshot
-            .borrow()
-            .checks
-            .get(name)
-            .and_then(firing_count);
-        self.firing.send_if_modified(|current| {
-            if current.get(name).copied() == count {
+        let entry = CheckSignals::entry_of(self.snapshot.borrow().checks.get(name));
+        self.signals.send_if_modified(|current| {
+            if current.entry(name) == entry {
                 return false;
             }
-            let map = Arc::make_mut(current);
-            match count {
-                Some(n) => map.insert(name.to_owned(), n),
-                None => map.remove(name),
-            };
+            Arc::make_mut(current).set(name, entry);
             true
         });
     }

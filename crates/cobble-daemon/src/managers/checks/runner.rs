@@ -182,6 +182,7 @@ impl Runner {
         self.publish(|view| {
             if succeeded {
                 view.success_count += 1;
+                view.last_success = Some(Instant::now());
             } else {
                 view.failure_count += 1;
                 view.last_error = last_error;
@@ -217,6 +218,7 @@ impl Runner {
                 action_count: 0,
                 last_error: None,
                 down_since: None,
+                last_success: None,
                 generation: self.generation,
             });
         if view.generation == self.generation {

@@ -9,6 +9,7 @@ use cobble_client::types::ChangeInfo;
 use cobble_plan::{Check, CheckLevel, ExecCheck, GoDuration, Plan, Startup};
 use futures_util::future::BoxFuture;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::checker::{CheckError, Checker};
 use super::{CheckAction, CheckManager, CheckManagerError, CheckStatus, CheckView, Firing};
@@ -153,7 +154,18 @@ impl Harness {
 
     /// The checks that are down, with their firing numbers, as the supervisor sees them.
     fn firing(&self) -> Firing {
-        (**self.manager.firing().borrow()).clone()
+        self.manager.signals().borrow().firing.clone()
+    }
+
+    /// The checks that pass, as the supervisor sees them.
+    fn passing(&self) -> Vec<String> {
+        self.manager
+            .signals()
+            .borrow()
+            .passing
+            .iter()
+            .cloned()
+            .collect()
     }
 }
 
@@ -227,6 +239,42 @@ async fn failures_below_threshold_are_logged_and_reset_by_a_success() {
         "INFO succeeded after 2 failures"
     );
     assert!(h.firing().is_empty());
+}
+
+/// What `requires-checks` and `start-grace` decide by: a check passes from its first
+/// success until it is down, and a check that is down carries its last success.
+#[tokio::test(start_paused = true)]
+async fn a_check_passes_from_its_first_success_and_a_down_one_carries_its_last_success() {
+    let mut config = check("chk");
+    config.threshold = 2;
+    let h = Harness::new(vec![config]);
+    h.set("chk", Outcome::Pass);
+    // Never run yet: up with no successes, which does not pass.
+    assert!(h.passing().is_empty());
+    pass(10.5).await;
+    assert_eq!(h.passing(), ["chk"]);
+    let succeeded = h.manager.signals().borrow().clone();
+    assert!(
+        succeeded.last_success.is_empty(),
+        "only down checks carry it"
+    );
+
+    h.set("chk", Outcome::Fail("exit status 3", "last line"));
+    pass(10.0).await;
+    // One failure under the threshold: still passing.
+    assert_eq!(h.passing(), ["chk"]);
+    pass(10.0).await;
+    let signals = h.manager.signals().borrow().clone();
+    assert!(signals.passing.is_empty());
+    assert_eq!(signals.firing, Firing::from([("chk".into(), 1)]));
+    let last = signals.last_success["chk"];
+    assert!(Instant::now() - last >= Duration::from_secs(20), "{last:?}");
+
+    h.set("chk", Outcome::Pass);
+    pass(10.0).await;
+    let signals = h.manager.signals().borrow().clone();
+    assert_eq!(h.passing(), ["chk"]);
+    assert!(signals.firing.is_empty() && signals.last_success.is_empty());
 }
 
 #[tokio::test(start_paused = true)]

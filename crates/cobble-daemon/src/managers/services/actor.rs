@@ -1,6 +1,6 @@
 //! The supervisor's actor: one task owns every service's machine, its process and its
 //! output log. It feeds each machine the events that concern it (requests, process exits,
-//! deadlines, path changes, the checks that are down) and performs the actions the machine
+//! deadlines, path changes, the checks) and performs the actions the machine
 //! returns, handing everything that may block to the blocking pool ([`ProcessJobs`]), whose
 //! results come back as [`Done`] messages.
 
@@ -18,7 +18,7 @@ use super::handle::{Request, StartReply};
 use super::machine::{self, Action, Event, Machine, StartOutcome, StopOutcome};
 use super::policy::policy;
 use super::{LAST_LOG_LINES, PANIC_SIGNAL, hints, status};
-use crate::checks::Firing;
+use crate::checks::CheckSignals;
 use crate::logs::ServiceLog;
 use crate::logs::capture::{self, Destinations};
 use crate::logs::persist;
@@ -54,7 +54,7 @@ enum Done {
 /// Starts the actor's task; returns where its requests go and the task.
 pub(super) fn spawn(
     plan: watch::Receiver<Arc<Plan>>,
-    firing: watch::Receiver<Arc<Firing>>,
+    checks: watch::Receiver<Arc<CheckSignals>>,
     processes: Arc<dyn Processes>,
     output: Destinations,
     shutdown: mpsc::UnboundedSender<i32>,
@@ -73,8 +73,9 @@ pub(super) fn spawn(
         watched: BTreeSet::new(),
         watches_stale: false,
         jobs: ProcessJobs::new(processes),
+        checks: checks.borrow().clone(),
     };
-    (tx, tokio::spawn(actor.run(rx, done_rx, paths_rx, firing)))
+    (tx, tokio::spawn(actor.run(rx, done_rx, paths_rx, checks)))
 }
 
 /// One supervised service.
@@ -118,6 +119,8 @@ struct Actor {
     watches_stale: bool,
     /// Spawning and signalling, run on the blocking pool.
     jobs: ProcessJobs,
+    /// The checks as last published.
+    checks: Arc<CheckSignals>,
 }
 
 /// How many of the supervisor's process jobs run at once.
@@ -163,7 +166,7 @@ impl Actor {
         mut requests: mpsc::UnboundedReceiver<Request>,
         mut done: mpsc::UnboundedReceiver<Done>,
         mut paths: mpsc::UnboundedReceiver<PathEvent>,
-        mut firing: watch::Receiver<Arc<Firing>>,
+        mut checks: watch::Receiver<Arc<CheckSignals>>,
     ) {
         loop {
             let deadline = self
@@ -186,9 +189,9 @@ impl Actor {
                 },
                 Some(result) = done.recv() => self.finished(result),
                 Some(event) = paths.recv() => self.path_changed(event),
-                Ok(()) = firing.changed() => {
-                    let now_firing = firing.borrow_and_update().clone();
-                    self.checks_changed(&now_firing);
+                Ok(()) = checks.changed() => {
+                    self.checks = checks.borrow_and_update().clone();
+                    self.checks_changed();
                 }
                 () = sleep => {
                     let now = Instant::now();
@@ -244,16 +247,16 @@ impl Actor {
         }
     }
 
-    /// The checks that are down changed: every service that acts on checks compares.
-    fn checks_changed(&mut self, firing: &Arc<Firing>) {
+    /// The checks changed: every service whose lifecycle depends on checks compares.
+    fn checks_changed(&mut self) {
         let names: Vec<String> = self
             .services
             .iter()
-            .filter(|(_, slot)| !slot.machine.policy().on_check_failure.is_empty())
+            .filter(|(_, slot)| slot.machine.policy().uses_checks())
             .map(|(name, _)| name.clone())
             .collect();
         for name in names {
-            self.feed(&name, Event::Checks(firing.clone()));
+            self.feed(&name, Event::Checks(self.checks.clone()));
         }
     }
 
@@ -473,7 +476,13 @@ impl Actor {
         slot.config = config.clone();
         slot.file
             .set(self.output.file(&name, config.persist_logs == Some(true)));
-        self.perform(&name, Event::Start(policy(&config)), Some(reply));
+        let policy = policy(&config);
+        // A machine whose old policy did not follow the checks decides the start against
+        // them as they are now.
+        if policy.uses_checks() && !Arc::ptr_eq(slot.machine.checks(), &self.checks) {
+            self.feed(&name, Event::Checks(self.checks.clone()));
+        }
+        self.perform(&name, Event::Start(policy), Some(reply));
     }
 
     /// Feeds one event to a service's machine and performs the resulting actions.

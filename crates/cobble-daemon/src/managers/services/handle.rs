@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 
 use super::machine::{StartOutcome, StopOutcome};
 use super::{ServiceStatus, actor};
-use crate::checks::Firing;
+use crate::checks::CheckSignals;
 use crate::logs::ServiceLog;
 use crate::logs::capture::Destinations;
 use crate::process::Processes;
@@ -76,18 +76,18 @@ const GONE: &str = "service manager is not running";
 
 impl ServiceManager {
     /// Starts the actor. `shutdown` receives the exit code when a service's action asks the
-    /// daemon to stop; `firing` is the check manager's map of checks that are down; `output`
+    /// daemon to stop; `checks` is what the check manager publishes of the checks; `output`
     /// says where service output goes besides each service's ring (the persisted files, the
     /// daemon's stdout under `--verbose`, the log targets). The handle to the actor's task
     /// lets the daemon notice if it ever ends.
     pub fn spawn(
         plan: watch::Receiver<Arc<Plan>>,
-        firing: watch::Receiver<Arc<Firing>>,
+        checks: watch::Receiver<Arc<CheckSignals>>,
         processes: Arc<dyn Processes>,
         output: Destinations,
         shutdown: mpsc::UnboundedSender<i32>,
     ) -> (ServiceManager, JoinHandle<()>) {
-        let (tx, task) = actor::spawn(plan, firing, processes, output, shutdown);
+        let (tx, task) = actor::spawn(plan, checks, processes, output, shutdown);
         (ServiceManager { tx }, task)
     }
 

@@ -25,6 +25,13 @@
 //! failure output, once it appears, ends the backoff early; a check-caused backoff ends when
 //! the check is up again; and `on-file-change` actions are coalesced over
 //! [`FILE_CHANGE_DEBOUNCE`].
+//!
+//! Checks gate and pace the service too, each from the signals the check manager publishes
+//! ([`CheckSignals`]): a service with `requires-checks` is not spawned until each of those
+//! checks passes (it waits, like a missing required path, and spawns the moment the last one
+//! passes); `start-grace` holds a check's action after a start until that check has succeeded
+//! once since the start or the grace has run out; and the restarts one check causes while it
+//! stays down are spaced by the service's backoff schedule, growing until the check is up.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,7 +39,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::checks::Firing;
+use crate::checks::CheckSignals;
 
 /// How long a freshly started process must survive before its start counts as successful.
 pub const OKAY_DELAY: Duration = Duration::from_secs(1);
@@ -88,6 +95,17 @@ pub struct Policy {
     pub on_check_failure: BTreeMap<String, ExitAction>,
     /// `on-file-change`, without its `ignore` entries: what a change of each path does.
     pub on_file_change: BTreeMap<String, FileAction>,
+    /// `requires-checks`: checks that must pass before the process is spawned.
+    pub requires_checks: Vec<String>,
+    /// `start-grace`: how long after a start a check's failures wait for its first success.
+    pub start_grace: Option<Duration>,
+}
+
+impl Policy {
+    /// Whether the service's lifecycle depends on checks at all.
+    pub fn uses_checks(&self) -> bool {
+        !self.on_check_failure.is_empty() || !self.requires_checks.is_empty()
+    }
 }
 
 impl Default for Policy {
@@ -101,6 +119,8 @@ impl Default for Policy {
             kill_delay: Duration::from_secs(5),
             on_check_failure: BTreeMap::new(),
             on_file_change: BTreeMap::new(),
+            requires_checks: Vec::new(),
+            start_grace: None,
         }
     }
 }
@@ -115,8 +135,8 @@ pub enum Status {
     Inactive,
     Backoff,
     Error,
-    /// Wanted running, but a `requires-paths` path is missing (a cobble extension; Pebble
-    /// clients pass unknown statuses through).
+    /// Wanted running, but a `requires-paths` path is missing or a `requires-checks` check
+    /// does not pass yet (a cobble extension; Pebble clients pass unknown statuses through).
     Waiting,
 }
 
@@ -181,7 +201,8 @@ pub enum Phase {
     Killing { pid: u32, give_up_at: Instant },
     /// Waiting to restart at `until`.
     Backoff { until: Instant },
-    /// Wanted running, but some `requires-paths` are missing ([`Machine::waiting_for`]).
+    /// Wanted running, but some `requires-paths` are missing ([`Machine::waiting_for`]) or
+    /// some `requires-checks` do not pass ([`Machine::waiting_checks`]).
     Waiting,
     /// Not running: stopped by request, or ended with nothing more to do.
     Stopped,
@@ -206,9 +227,10 @@ pub enum Event {
     Exited { pid: u32, code: i32 },
     /// Time passed; the machine acts on every deadline at or before `now`.
     Tick,
-    /// The checks that are down now, with their firing numbers. A check of the service's
-    /// `on-check-failure` whose number is new fires its action; one that is gone is up again.
-    Checks(Arc<Firing>),
+    /// The checks as they stand now. A check of the service's `on-check-failure` whose
+    /// firing number is new fires its action; one that is no longer down is up again; a
+    /// waiting service whose `requires-checks` all pass now is spawned.
+    Checks(Arc<CheckSignals>),
     /// The executor did not spawn because these `requires-paths` are missing.
     PathsMissing { missing: Vec<String> },
     /// A `requires-paths` path the service waits for exists now.
@@ -230,7 +252,8 @@ pub enum StartOutcome {
     AlreadyStarted,
     /// The start failed. `with_output` asks for the service's last output lines in the task log.
     Failed { error: String, with_output: bool },
-    /// The service waits for these missing `requires-paths`; it starts once they exist.
+    /// The service waits for these: missing `requires-paths`, or `requires-checks` written
+    /// `check "name"`; it starts once they exist or pass.
     Waiting { missing: Vec<String> },
 }
 
@@ -304,8 +327,31 @@ pub struct Machine {
     client_stopped: bool,
     /// Exit code of the last process, if any.
     last_exit: Option<i32>,
+    /// The checks as last reported.
+    checks: Arc<CheckSignals>,
+    /// The `requires-checks` that do not pass, while waiting for them.
+    waiting_checks: Vec<String>,
+    /// When the live process was spawned: the start `start-grace` counts from.
+    spawned_at: Option<Instant>,
+    /// Per check of `on-check-failure`, the restarts it caused while it stayed down.
+    streaks: BTreeMap<String, Streak>,
+    /// Checks whose action is held (by the start grace or a streak's spacing) until
+    /// [`Machine::hold_until`] has passed; acted on then if still down.
+    held: BTreeMap<String, Instant>,
     /// State of the jitter generator (xorshift64*).
     rng: u64,
+}
+
+/// The check-caused restarts of one failure streak of one check: each waits for the one
+/// before it plus the next delay of the service's backoff schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Streak {
+    /// Restarts the check caused since it went down.
+    pub restarts: u32,
+    /// The delay before the next may follow, before it grows again.
+    pub delay: Duration,
+    /// When the next may happen.
+    pub next_at: Instant,
 }
 
 impl Machine {
@@ -327,6 +373,11 @@ impl Machine {
             file_change: None,
             client_stopped: false,
             last_exit: None,
+            checks: Arc::default(),
+            waiting_checks: Vec::new(),
+            spawned_at: None,
+            streaks: BTreeMap::new(),
+            held: BTreeMap::new(),
             rng: seed | 1,
         }
     }
@@ -356,6 +407,32 @@ impl Machine {
     /// Paths the last failure output named as missing (while backing off after it).
     pub fn hints(&self) -> &[String] {
         &self.hints
+    }
+
+    /// The `requires-checks` a waiting service waits for.
+    pub fn waiting_checks(&self) -> &[String] {
+        &self.waiting_checks
+    }
+
+    /// The checks as the machine last saw them.
+    pub fn checks(&self) -> &Arc<CheckSignals> {
+        &self.checks
+    }
+
+    /// Until when the start grace holds check actions, while it does.
+    pub fn grace_until(&self, now: Instant) -> Option<Instant> {
+        let until = self.spawned_at? + self.policy.start_grace?;
+        (now < until).then_some(until)
+    }
+
+    /// Checks whose action is held, each until when.
+    pub fn held(&self) -> &BTreeMap<String, Instant> {
+        &self.held
+    }
+
+    /// The restart streaks of the checks that are down.
+    pub fn streaks(&self) -> &BTreeMap<String, Streak> {
+        &self.streaks
     }
 
     /// Every path the service cares about now: the `requires-paths` it waits for, the paths
@@ -464,10 +541,8 @@ impl Machine {
             _ => None,
         };
         let file_change = self.file_change.as_ref().map(|(at, _)| *at);
-        match (phase, file_change) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let held = self.held.values().min().copied();
+        [phase, file_change, held].into_iter().flatten().min()
     }
 
     /// Advances the machine by one event.
@@ -484,6 +559,7 @@ impl Machine {
             Event::Tick => {
                 self.on_tick(now, &mut actions);
                 self.on_file_change_due(now, &mut actions);
+                self.release_held(now, &mut actions);
             }
             Event::PathsMissing { missing } => self.on_paths_missing(missing, &mut actions),
             Event::PathAppeared(path) => {
@@ -515,7 +591,7 @@ impl Machine {
                 }
             }
             Event::FileChanged(action) => self.on_file_changed(now, action),
-            Event::Checks(firing) => self.on_checks(now, &firing, &mut actions),
+            Event::Checks(signals) => self.on_checks(now, &signals, &mut actions),
         }
         actions
     }
@@ -528,8 +604,39 @@ impl Machine {
         self.hints.clear();
         self.backoff_check = None;
         self.file_change = None;
-        self.phase = Phase::Spawning { restart: true };
-        actions.push(Action::Spawn);
+        self.spawn_unless_waiting(true, actions);
+    }
+
+    /// Spawns the process, or, while some `requires-checks` do not pass, waits for them
+    /// (answering an explicit start that it waits: the start has not failed).
+    fn spawn_unless_waiting(&mut self, restart: bool, actions: &mut Vec<Action>) {
+        let missing: Vec<String> = self
+            .policy
+            .requires_checks
+            .iter()
+            .filter(|check| !self.checks.passing.contains(*check))
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            self.waiting_checks.clear();
+            self.phase = Phase::Spawning { restart };
+            actions.push(Action::Spawn);
+            return;
+        }
+        if !restart {
+            actions.push(Action::StartDone(StartOutcome::Waiting {
+                missing: missing.iter().map(|c| format!("check \"{c}\"")).collect(),
+            }));
+        }
+        if self.phase != Phase::Waiting || self.waiting_checks != missing {
+            actions.push(Action::Log(format!(
+                "Service \"{}\" waiting for {} to succeed",
+                self.name,
+                quoted_checks(&missing)
+            )));
+        }
+        self.waiting_checks = missing;
+        self.phase = Phase::Waiting;
     }
 
     fn on_start(&mut self, policy: Policy, actions: &mut Vec<Action>) {
@@ -564,8 +671,9 @@ impl Machine {
                 self.backoff_check = None;
                 self.waiting_for.clear();
                 self.file_change = None;
-                self.phase = Phase::Spawning { restart: false };
-                actions.push(Action::Spawn);
+                self.streaks.clear();
+                self.held.clear();
+                self.spawn_unless_waiting(false, actions);
             }
         }
     }
@@ -586,6 +694,7 @@ impl Machine {
             return;
         }
         self.reset_at = Some(now + self.policy.backoff_limit);
+        self.spawned_at = Some(now);
         self.phase = if restart {
             Phase::Running { pid }
         } else {
@@ -628,6 +737,8 @@ impl Machine {
         self.wanted = Wanted::Stopped;
         self.client_stopped = true;
         self.file_change = None;
+        self.streaks.clear();
+        self.held.clear();
         match self.phase {
             Phase::Idle => actions.push(Action::StopDone(StopOutcome::NeverStarted)),
             Phase::Terminating { .. } | Phase::Killing { .. } => {
@@ -653,6 +764,7 @@ impl Machine {
             Phase::Waiting => {
                 self.phase = Phase::Stopped;
                 self.waiting_for.clear();
+                self.waiting_checks.clear();
                 actions.push(Action::StopDone(StopOutcome::Stopped));
             }
             Phase::Spawning { .. } => {
@@ -693,6 +805,7 @@ impl Machine {
         }
         self.last_exit = Some(code);
         self.reset_at = None;
+        self.spawned_at = None;
         match self.phase {
             Phase::Starting { .. } | Phase::Running { .. } => {
                 let (action, on_type) = self.exit_action(code);
@@ -809,8 +922,10 @@ impl Machine {
 
     /// Compares the checks that are down now with the ones last seen: a new firing of a check
     /// in `on-check-failure` performs its action (against the phase as it is now), a check
-    /// that is no longer down ends the backoff it caused.
-    fn on_checks(&mut self, now: Instant, firing: &Firing, actions: &mut Vec<Action>) {
+    /// that is no longer down ends the backoff it caused and its restart streak; a service
+    /// waiting for its `requires-checks` is spawned once they all pass.
+    fn on_checks(&mut self, now: Instant, signals: &Arc<CheckSignals>, actions: &mut Vec<Action>) {
+        self.checks = signals.clone();
         let policy: Vec<(String, ExitAction)> = self
             .policy
             .on_check_failure
@@ -818,7 +933,7 @@ impl Machine {
             .map(|(check, action)| (check.clone(), *action))
             .collect();
         for (check, action) in policy {
-            match firing.get(&check) {
+            match signals.firing.get(&check) {
                 Some(&number) => {
                     if self.checks_down.insert(check.clone(), number) != Some(number) {
                         self.on_check_failed(now, &check, action, actions);
@@ -835,6 +950,47 @@ impl Machine {
         let policy = &self.policy.on_check_failure;
         self.checks_down
             .retain(|check, _| policy.contains_key(check));
+        self.streaks.retain(|check, _| policy.contains_key(check));
+        self.held.retain(|check, _| policy.contains_key(check));
+        if self.phase == Phase::Waiting && !self.waiting_checks.is_empty() {
+            self.respawn(actions);
+        }
+    }
+
+    /// Until when the action of `check`'s firing is held: by the start grace while the check
+    /// has not succeeded since the process started, or by the spacing of its restart streak.
+    fn hold_until(&self, now: Instant, check: &str, action: ExitAction) -> Option<Instant> {
+        if !matches!(self.phase, Phase::Running { .. }) {
+            return None;
+        }
+        let succeeded_since_start = match (self.spawned_at, self.checks.last_success.get(check)) {
+            (Some(start), Some(success)) => *success >= start,
+            _ => false,
+        };
+        let grace = self.grace_until(now).filter(|_| !succeeded_since_start);
+        let spacing = self
+            .streaks
+            .get(check)
+            .map(|streak| streak.next_at)
+            .filter(|at| action == ExitAction::Restart && now < *at);
+        grace.into_iter().chain(spacing).max()
+    }
+
+    /// Acts on the held firings whose hold has ended and whose check is still down.
+    fn release_held(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        let due: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(check, _)| check.clone())
+            .collect();
+        for check in due {
+            self.held.remove(&check);
+            let action = self.policy.on_check_failure.get(&check).copied();
+            if let (Some(action), true) = (action, self.checks_down.contains_key(&check)) {
+                self.on_check_failed(now, &check, action, actions);
+            }
+        }
     }
 
     /// Pebble's `on-check-failure` handling: only a running, backing-off or exited service
@@ -860,6 +1016,24 @@ impl Machine {
         {
             return;
         }
+        if action != ExitAction::Ignore
+            && let Some(until) = self.hold_until(now, check, action)
+        {
+            if self.held.insert(check.to_owned(), until) != Some(until) {
+                let why = if self.grace_until(now) == Some(until) {
+                    "start-grace"
+                } else {
+                    "the check's restart backoff"
+                };
+                actions.push(Action::Log(format!(
+                    "Service \"{}\" on-check-failure action for check \"{check}\" held by {why} for {}",
+                    self.name,
+                    format_secs(until - now)
+                )));
+            }
+            return;
+        }
+        self.held.remove(check);
         let name = &self.name;
         let on_type = "on-check-failure";
         let action_name = action.as_str();
@@ -882,6 +1056,14 @@ impl Machine {
                     actions.push(Action::Log(format!(
                         "Service \"{name}\" {on_type} action is \"{action_name}\", terminating process before restarting"
                     )));
+                    let streak = self.streaks.entry(check.to_owned()).or_insert(Streak {
+                        restarts: 0,
+                        delay: Duration::ZERO,
+                        next_at: now,
+                    });
+                    streak.restarts += 1;
+                    streak.delay = next_backoff(&self.policy, streak.delay);
+                    streak.next_at = now + streak.delay;
                     self.terminate(now, pid, AfterExit::CheckRestart(check.to_owned()), actions);
                 }
                 // Already on its way back: waiting paths or a backoff timer pace the restart.
@@ -898,8 +1080,11 @@ impl Machine {
         }
     }
 
-    /// A check is up again: a backoff that only it caused has nothing left to wait for.
+    /// A check is up again: a backoff that only it caused has nothing left to wait for, and
+    /// its next failure streak starts its restarts from the first delay.
     fn on_check_up(&mut self, check: &str, actions: &mut Vec<Action>) {
+        self.streaks.remove(check);
+        self.held.remove(check);
         if matches!(self.phase, Phase::Backoff { .. })
             && self.backoff_check.as_deref() == Some(check)
         {
@@ -1096,6 +1281,16 @@ pub fn next_backoff(policy: &Policy, current: Duration) -> Duration {
     current
         .mul_f64(policy.backoff_factor)
         .min(policy.backoff_limit)
+}
+
+/// `"a"`, `"a" and "b"`, `"a", "b" and "c"`, with "check" or "checks" before them.
+fn quoted_checks(checks: &[String]) -> String {
+    let quoted: Vec<String> = checks.iter().map(|c| format!("\"{c}\"")).collect();
+    match quoted.as_slice() {
+        [one] => format!("check {one}"),
+        [rest @ .., last] => format!("checks {} and {last}", rest.join(", ")),
+        [] => "no check".into(),
+    }
 }
 
 /// Formats a whole or fractional number of seconds the way Go prints small durations.

@@ -31,6 +31,8 @@ pub fn policy(config: &Service) -> Policy {
                 Some((path.clone(), action))
             })
             .collect(),
+        requires_checks: config.requires_checks.clone(),
+        start_grace: config.start_grace(),
     }
 }
 

@@ -56,6 +56,15 @@ pub struct ServiceDetails {
     pub waiting_for: Vec<String>,
     /// Paths the last failure output named as missing; their appearance ends the backoff.
     pub hints: Vec<String>,
+    /// The `requires-checks` that do not pass, if waiting for them.
+    pub waiting_checks: Vec<String>,
+    /// Until when `start-grace` holds check actions, while it does.
+    pub grace_until: Option<Timestamp>,
+    /// Checks whose action is held, each until when.
+    pub held: Vec<(String, Timestamp)>,
+    /// Checks that are down and have restarted the service in their current streak: how
+    /// many times, and when the next restart may follow.
+    pub check_restarts: Vec<(String, u32, Timestamp)>,
 }
 
 /// A `current-since` rendered for the instant it was rendered from.
@@ -112,6 +121,7 @@ fn status(name: &str, slot: &mut Slot, with_details: bool) -> ServiceStatus {
 /// What the supervisor knows about a started service.
 fn details(slot: &Slot) -> ServiceDetails {
     let machine = &slot.machine;
+    let now = Instant::now();
     ServiceDetails {
         last_exit: machine.last_exit(),
         last_output: slot.log.last_lines(LAST_LOG_LINES),
@@ -120,6 +130,34 @@ fn details(slot: &Slot) -> ServiceDetails {
         backoff_until: backoff_until(slot),
         waiting_for: machine.waiting_for().to_vec(),
         hints: slot.machine.hints().to_vec(),
+        waiting_checks: machine.waiting_checks().to_vec(),
+        grace_until: machine.grace_until(now).map(|at| timestamp(now, at)),
+        held: machine
+            .held()
+            .iter()
+            .map(|(check, at)| (check.clone(), timestamp(now, *at)))
+            .collect(),
+        check_restarts: machine
+            .streaks()
+            .iter()
+            .map(|(check, streak)| {
+                (
+                    check.clone(),
+                    streak.restarts,
+                    timestamp(now, streak.next_at),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The wall-clock time of the monotonic instant `at`, as seen from `now`.
+fn timestamp(now: Instant, at: Instant) -> Timestamp {
+    let wall = Timestamp::now();
+    if at >= now {
+        wall + at.duration_since(now)
+    } else {
+        wall - now.duration_since(at)
     }
 }
 
@@ -143,10 +181,30 @@ fn reason(slot: &Slot) -> Option<String> {
             .map_or(String::new(), |code| format!(" after exit code {code}"))
     };
     match slot.machine.phase() {
+        Phase::Waiting if !slot.machine.waiting_checks().is_empty() => {
+            let checks = slot.machine.waiting_checks();
+            let noun = if checks.len() == 1 { "check" } else { "checks" };
+            Some(format!(
+                "waiting for {noun} {} to succeed",
+                checks.join(", ")
+            ))
+        }
         Phase::Waiting => Some(format!(
             "waiting for {}",
             slot.machine.waiting_for().join(", ")
         )),
+        Phase::Running { .. } if !slot.machine.held().is_empty() => {
+            let now = Instant::now();
+            let held: Vec<String> = slot
+                .machine
+                .held()
+                .iter()
+                .map(|(check, at)| {
+                    format!("{check} until {}", format_rfc3339_secs(timestamp(now, *at)))
+                })
+                .collect();
+            Some(format!("check action held: {}", held.join(", ")))
+        }
         Phase::Backoff { .. } => {
             let until = backoff_until(slot).map_or(String::new(), |t| {
                 format!(" until {}", format_rfc3339_secs(t))

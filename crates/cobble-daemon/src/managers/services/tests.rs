@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::machine::{GroupSignal, StartOutcome, StopOutcome};
 use super::{ServiceManager, StartReply};
-use crate::checks::Firing;
+use crate::checks::{CheckSignals, Firing};
 use crate::process::{Escaped, Processes, SpawnError, Spawned};
 
 /// What the scripted processes did, for the tests to look at.
@@ -160,7 +160,7 @@ impl Processes for Scripted {
 struct Harness {
     manager: ServiceManager,
     processes: Arc<Scripted>,
-    firing: watch::Sender<Arc<Firing>>,
+    checks: watch::Sender<Arc<CheckSignals>>,
     _plan: watch::Sender<Arc<Plan>>,
     _shutdown: mpsc::UnboundedReceiver<i32>,
 }
@@ -180,12 +180,12 @@ impl Harness {
             plan.services.insert(service.name.clone(), service);
         }
         let (plan_tx, plan_rx) = watch::channel(Arc::new(plan));
-        let (firing, firing_rx) = watch::channel(Arc::<Firing>::default());
+        let (checks, checks_rx) = watch::channel(Arc::<CheckSignals>::default());
         let (shutdown_tx, shutdown_rx) = mpsc::unbounded_channel();
         let processes = Scripted::new();
         let (manager, _task) = ServiceManager::spawn(
             plan_rx,
-            firing_rx,
+            checks_rx,
             processes.clone(),
             crate::logs::capture::Destinations::default(),
             shutdown_tx,
@@ -193,7 +193,7 @@ impl Harness {
         Harness {
             manager,
             processes,
-            firing,
+            checks,
             _plan: plan_tx,
             _shutdown: shutdown_rx,
         }
@@ -232,8 +232,18 @@ impl Harness {
     }
 
     fn fire(&self, firing: &[(&str, u64)]) {
-        let map: Firing = firing.iter().map(|(c, n)| (c.to_string(), *n)).collect();
-        self.firing.send_replace(Arc::new(map));
+        let firing: Firing = firing.iter().map(|(c, n)| (c.to_string(), *n)).collect();
+        self.checks
+            .send_modify(|checks| Arc::make_mut(checks).firing = firing);
+    }
+
+    /// Only these checks pass (and none is down).
+    fn pass(&self, passing: &[&str]) {
+        let passing = passing.iter().map(|c| c.to_string()).collect();
+        self.checks.send_replace(Arc::new(CheckSignals {
+            passing,
+            ..CheckSignals::default()
+        }));
     }
 }
 
@@ -304,6 +314,41 @@ async fn a_check_firing_restarts_the_service_and_recovery_ends_the_backoff() {
         .await;
     assert_eq!(h.processes.spawn_times()[1], recovered);
     h.wait_status("web", "active").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_service_requiring_a_check_waits_for_it_and_starts_the_moment_it_passes() {
+    let mut web = service("web");
+    web.requires_checks = vec!["db".into()];
+    let h = Harness::new(vec![web]);
+    let reply = h.start("web").await.unwrap();
+    assert_eq!(
+        reply.outcome,
+        StartOutcome::Waiting {
+            missing: vec!["check \"db\"".into()]
+        }
+    );
+    h.wait_status("web", "waiting").await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(h.processes.record().spawns.is_empty());
+
+    let passed = Instant::now();
+    h.pass(&["db"]);
+    h.processes.until("spawned", |r| r.spawns.len() == 1).await;
+    assert_eq!(h.processes.spawn_times()[0], passed, "not on a poll");
+    h.wait_status("web", "active").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_start_decides_against_the_checks_as_they_are_now() {
+    // The check passed before the service was ever started: the start does not wait.
+    let mut web = service("web");
+    web.requires_checks = vec!["db".into()];
+    let h = Harness::new(vec![web]);
+    h.pass(&["db"]);
+    tokio::task::yield_now().await;
+    let reply = h.start("web").await.unwrap();
+    assert_eq!(reply.outcome, StartOutcome::Started);
 }
 
 #[tokio::test(start_paused = true)]

@@ -600,6 +600,7 @@ impl StateStore {
 
     /// Aborts a change: pending tasks are held, running ones are asked to stop. Nothing
     /// waits for the write: a client is answered through [`StateStore::abort_change`].
+    #[cfg(test)]
     pub fn abort(&self, change_id: u64) -> Result<ChangeInfo, StateError> {
         self.mark_aborted(change_id)?;
         self.abort_token(change_id).cancel();

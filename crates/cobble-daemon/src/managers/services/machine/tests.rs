@@ -1,6 +1,15 @@
 //! Transition tables for the service machine. Time is a plain `Instant` advanced by hand.
 
 use super::*;
+use crate::checks::Firing;
+
+/// The signals of checks of which these are down, and none passes.
+fn signals(firing: Firing) -> Arc<CheckSignals> {
+    Arc::new(CheckSignals {
+        firing,
+        ..CheckSignals::default()
+    })
+}
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
@@ -59,7 +68,7 @@ impl Harness {
         self.m.policy.on_check_failure.insert("chk".into(), action);
         self.firings += 1;
         let firing = Firing::from([("chk".to_owned(), self.firings)]);
-        self.step(Event::Checks(Arc::new(firing)))
+        self.step(Event::Checks(signals(firing)))
     }
 
     /// No check is down any more.
@@ -544,6 +553,329 @@ fn running() -> Harness {
     h
 }
 
+/// Signals in which these checks pass and none is down.
+fn passing(checks: &[&str]) -> Arc<CheckSignals> {
+    Arc::new(CheckSignals {
+        passing: checks.iter().map(|c| c.to_string()).collect(),
+        ..CheckSignals::default()
+    })
+}
+
+fn requiring(checks: &[&str]) -> Harness {
+    Harness::with_policy(Policy {
+        requires_checks: checks.iter().map(|c| c.to_string()).collect(),
+        ..Policy::default()
+    })
+}
+
+fn spawns(actions: &[Action]) -> bool {
+    actions.contains(&Action::Spawn)
+}
+
+#[test]
+fn requires_checks_waits_without_failing_the_start_and_spawns_when_the_last_passes() {
+    let mut h = requiring(&["db", "cache"]);
+    let actions = h.start(10);
+    assert!(!spawns(&actions), "{actions:?}");
+    assert_eq!(
+        start_done(&actions),
+        Some(&StartOutcome::Waiting {
+            missing: vec!["check \"db\"".into(), "check \"cache\"".into()]
+        })
+    );
+    assert!(actions.contains(&Action::Log(
+        "Service \"svc\" waiting for checks \"db\" and \"cache\" to succeed".into()
+    )));
+    assert_eq!(
+        (h.m.phase(), h.m.status()),
+        (Phase::Waiting, Status::Waiting)
+    );
+    assert_eq!(h.m.waiting_checks(), ["db", "cache"]);
+    assert_eq!(h.m.deadline(), None, "no poll: the checks' signals wake it");
+
+    // One passes: still waiting, for the other alone, and it says so once.
+    let actions = h.at(2.0).step(Event::Checks(passing(&["db"])));
+    assert!(!spawns(&actions), "{actions:?}");
+    assert_eq!(h.m.waiting_checks(), ["cache"]);
+    assert_eq!(
+        h.at(2.5).step(Event::Checks(passing(&["db"]))),
+        vec![],
+        "the same signals again change nothing"
+    );
+
+    // The last one passes: spawned at once, straight to running (the start was answered).
+    let actions = h.at(3.0).step(Event::Checks(passing(&["db", "cache"])));
+    assert_eq!(actions, vec![Action::Spawn]);
+    h.step(Event::Spawned { pid: 11 });
+    assert_eq!(h.m.phase(), Phase::Running { pid: 11 });
+    assert!(h.m.waiting_checks().is_empty());
+}
+
+#[test]
+fn requires_checks_that_pass_already_do_not_hold_the_start() {
+    let mut h = requiring(&["db"]);
+    h.step(Event::Checks(passing(&["db"])));
+    let actions = h.start(10);
+    assert!(spawns(&actions), "{actions:?}");
+    h.at(1.0).tick();
+    assert_eq!(h.m.phase(), Phase::Running { pid: 10 });
+}
+
+#[test]
+fn a_stop_ends_the_wait_for_checks_and_a_later_pass_starts_nothing() {
+    let mut h = requiring(&["db"]);
+    h.start(10);
+    let actions = h.at(1.0).step(Event::Stop);
+    assert_eq!(stop_done(&actions), Some(&StopOutcome::Stopped));
+    assert_eq!(h.m.status(), Status::Inactive);
+    assert!(h.m.waiting_checks().is_empty());
+    assert!(!spawns(&h.at(2.0).step(Event::Checks(passing(&["db"])))));
+    assert_eq!(h.m.phase(), Phase::Stopped);
+}
+
+#[test]
+fn required_checks_then_required_paths_are_waited_for_in_turn() {
+    let mut h = requiring(&["db"]);
+    h.start(10);
+    assert!(spawns(&h.at(1.0).step(Event::Checks(passing(&["db"])))));
+    // The spawn finds a required path missing: now it waits for that.
+    h.step(Event::PathsMissing {
+        missing: vec!["/certs/cert.pem".into()],
+    });
+    assert_eq!(h.m.phase(), Phase::Waiting);
+    assert_eq!(h.m.waiting_for(), ["/certs/cert.pem"]);
+    assert!(h.m.waiting_checks().is_empty());
+    assert_eq!(
+        h.at(2.0)
+            .step(Event::PathAppeared("/certs/cert.pem".into())),
+        vec![Action::Spawn]
+    );
+}
+
+#[test]
+fn a_required_check_that_fails_later_does_nothing_unless_on_check_failure_names_it() {
+    let mut h = requiring(&["db"]);
+    h.step(Event::Checks(passing(&["db"])));
+    h.start(10);
+    h.at(1.0).tick();
+    let down = signals(Firing::from([("db".to_owned(), 1)]));
+    assert_eq!(h.at(5.0).step(Event::Checks(down)), vec![]);
+    assert_eq!(h.m.phase(), Phase::Running { pid: 10 });
+}
+
+#[test]
+fn a_restart_for_a_required_check_waits_for_it_to_pass_again() {
+    let mut h = requiring(&["db"]);
+    h.m.policy
+        .on_check_failure
+        .insert("db".into(), ExitAction::Restart);
+    h.step(Event::Checks(passing(&["db"])));
+    h.start(10);
+    h.at(1.0).tick();
+    let down = signals(Firing::from([("db".to_owned(), 1)]));
+    let actions = h.at(5.0).step(Event::Checks(down));
+    assert!(actions.contains(&Action::Signal {
+        pid: 10,
+        signal: GroupSignal::Term
+    }));
+    h.at(5.1).step(Event::Exited { pid: 10, code: 143 });
+    let Phase::Backoff { until } = h.m.phase() else {
+        panic!("{:?}", h.m.phase());
+    };
+    // The backoff runs out while the check is still down: the service waits for it,
+    // instead of starting a process that needs it.
+    h.now = until;
+    assert!(!spawns(&h.tick()));
+    assert_eq!(
+        (h.m.phase(), h.m.waiting_checks()),
+        (Phase::Waiting, &["db".to_owned()][..])
+    );
+    assert_eq!(
+        h.at(9.0).step(Event::Checks(passing(&["db"]))),
+        vec![Action::Spawn]
+    );
+}
+
+fn graced(grace: f64) -> Harness {
+    let mut h = Harness::with_policy(Policy {
+        start_grace: Some(secs(grace)),
+        ..Policy::default()
+    });
+    h.m.policy
+        .on_check_failure
+        .insert("chk".into(), ExitAction::Restart);
+    h.start(10);
+    h.at(1.0).tick();
+    assert_eq!(h.m.phase(), Phase::Running { pid: 10 });
+    h
+}
+
+fn term(actions: &[Action]) -> bool {
+    actions.contains(&Action::Signal {
+        pid: 10,
+        signal: GroupSignal::Term,
+    })
+}
+
+#[test]
+fn start_grace_holds_a_failing_checks_action_until_it_runs_out() {
+    let mut h = graced(10.0);
+    let actions = h.at(3.0).check_failed(ExitAction::Restart);
+    assert!(!term(&actions), "{actions:?}");
+    assert_eq!(
+        actions,
+        vec![Action::Log(
+            "Service \"svc\" on-check-failure action for check \"chk\" held by start-grace for 7s"
+                .into()
+        )]
+    );
+    assert_eq!(h.m.held().get("chk"), Some(&(h.t0 + secs(10.0))));
+    assert_eq!(h.m.grace_until(h.now), Some(h.t0 + secs(10.0)));
+    assert_eq!(h.m.deadline(), Some(h.t0 + secs(10.0)));
+    // The grace runs out with the check still down: the action is taken then.
+    assert!(term(&h.at(10.0).tick()));
+    assert!(h.m.held().is_empty());
+}
+
+#[test]
+fn start_grace_ends_for_a_check_that_succeeded_since_the_start() {
+    let mut h = graced(10.0);
+    // The check succeeded at 2 s, after the start at 0 s, then failed into its threshold.
+    h.m.policy
+        .on_check_failure
+        .insert("chk".into(), ExitAction::Restart);
+    let signals = Arc::new(CheckSignals {
+        firing: Firing::from([("chk".to_owned(), 1)]),
+        last_success: BTreeMap::from([("chk".to_owned(), h.t0 + secs(2.0))]),
+        ..CheckSignals::default()
+    });
+    assert!(term(&h.at(4.0).step(Event::Checks(signals))));
+}
+
+#[test]
+fn a_success_before_the_start_does_not_end_the_grace() {
+    let mut h = Harness::with_policy(Policy {
+        start_grace: Some(secs(10.0)),
+        ..Policy::default()
+    });
+    h.m.policy
+        .on_check_failure
+        .insert("chk".into(), ExitAction::Restart);
+    h.at(5.0).start(10);
+    h.at(6.0).tick();
+    let signals = Arc::new(CheckSignals {
+        firing: Firing::from([("chk".to_owned(), 1)]),
+        last_success: BTreeMap::from([("chk".to_owned(), h.t0 + secs(4.0))]),
+        ..CheckSignals::default()
+    });
+    assert!(!term(&h.at(8.0).step(Event::Checks(signals))));
+    assert_eq!(h.m.held().get("chk"), Some(&(h.t0 + secs(15.0))));
+}
+
+#[test]
+fn a_check_up_during_the_grace_drops_the_held_action() {
+    let mut h = graced(10.0);
+    h.at(3.0).check_failed(ExitAction::Restart);
+    assert!(h.at(8.0).checks_up().is_empty());
+    assert!(h.m.held().is_empty());
+    assert!(!term(&h.at(10.0).tick()));
+    assert_eq!(h.m.phase(), Phase::Running { pid: 10 });
+}
+
+#[test]
+fn without_start_grace_a_slow_starter_is_restarted_at_the_first_firing() {
+    let mut h = running();
+    assert!(term(&h.at(3.0).check_failed(ExitAction::Restart)));
+}
+
+/// Runs the service back up after a check's restart: the exit, the backoff, the spawn.
+fn back_up(h: &mut Harness, pid: u32, next: u32) {
+    h.step(Event::Exited { pid, code: 143 });
+    if let Phase::Backoff { until } = h.m.phase() {
+        h.now = until;
+        assert!(spawns(&h.tick()));
+    }
+    h.step(Event::Spawned { pid: next });
+    assert_eq!(h.m.phase(), Phase::Running { pid: next });
+}
+
+#[test]
+fn restarts_for_a_check_that_stays_down_are_spaced_by_the_backoff_schedule() {
+    let mut h = running();
+    // First firing at 5 s: restarted at once; the next may follow 0.5 s later.
+    assert!(term(&h.at(5.0).check_failed(ExitAction::Restart)));
+    assert_eq!(h.m.streaks()["chk"].restarts, 1);
+    assert_eq!(h.m.streaks()["chk"].next_at, h.t0 + secs(5.5));
+    back_up(&mut h, 10, 11);
+    // Fires again at 6 s: past 5.5 s, so restarted; the spacing doubles to 1 s.
+    let actions = h.at(6.0).check_failed(ExitAction::Restart);
+    assert!(actions.contains(&Action::Signal {
+        pid: 11,
+        signal: GroupSignal::Term
+    }));
+    assert_eq!(h.m.streaks()["chk"].next_at, h.t0 + secs(7.0));
+    back_up(&mut h, 11, 12);
+    // Third firing at 7 s (at the spacing): restarted, next after 2 s more.
+    assert!(
+        h.at(7.0)
+            .check_failed(ExitAction::Restart)
+            .contains(&Action::Signal {
+                pid: 12,
+                signal: GroupSignal::Term
+            })
+    );
+    assert_eq!(h.m.streaks()["chk"].next_at, h.t0 + secs(9.0));
+    back_up(&mut h, 12, 13);
+    // A firing at 8 s is too early: held until 9 s, even though the process runs fine.
+    let actions = h.at(8.0).check_failed(ExitAction::Restart);
+    assert_eq!(
+        actions,
+        vec![Action::Log(
+            "Service \"svc\" on-check-failure action for check \"chk\" held by the check's restart backoff for 1s"
+                .into()
+        )]
+    );
+    assert_eq!(h.m.deadline(), Some(h.t0 + secs(9.0)));
+    let actions = h.at(9.0).tick();
+    assert!(actions.contains(&Action::Signal {
+        pid: 13,
+        signal: GroupSignal::Term
+    }));
+    assert_eq!(h.m.streaks()["chk"].restarts, 4);
+    back_up(&mut h, 13, 14);
+    // Running for the whole backoff limit does not reset the streak: the process was
+    // never the problem.
+    h.at(45.0).tick();
+    assert_eq!(h.m.backoff_num(), 0);
+    assert_eq!(h.m.streaks()["chk"].restarts, 4);
+    // The check comes up: the streak is over, and the next failure acts at once.
+    h.at(46.0).checks_up();
+    assert!(h.m.streaks().is_empty());
+    assert!(
+        h.at(46.5)
+            .check_failed(ExitAction::Restart)
+            .contains(&Action::Signal {
+                pid: 14,
+                signal: GroupSignal::Term
+            })
+    );
+}
+
+#[test]
+fn a_held_restart_is_dropped_when_the_check_comes_up() {
+    let mut h = running();
+    h.at(5.0).check_failed(ExitAction::Restart);
+    back_up(&mut h, 10, 11);
+    h.at(6.0).check_failed(ExitAction::Restart);
+    back_up(&mut h, 11, 12);
+    assert!(!term(&h.at(6.5).check_failed(ExitAction::Restart)));
+    assert!(!h.m.held().is_empty());
+    h.at(6.8).checks_up();
+    assert!(h.m.held().is_empty());
+    assert_eq!(h.at(7.5).tick(), vec![]);
+    assert_eq!(h.m.phase(), Phase::Running { pid: 12 });
+}
+
 #[test]
 fn check_failure_restart_while_running_terminates_then_backs_off() {
     let mut h = running();
@@ -586,7 +918,7 @@ fn the_same_firing_reported_again_does_nothing() {
     let phase = h.m.phase();
     // The firing map changed for another reason (another check); "chk" has not fired again.
     let firing = Firing::from([("chk".to_owned(), h.firings), ("other".to_owned(), 1)]);
-    assert!(h.at(5.2).step(Event::Checks(Arc::new(firing))).is_empty());
+    assert!(h.at(5.2).step(Event::Checks(signals(firing))).is_empty());
     assert_eq!(h.m.phase(), phase);
 }
 
@@ -1144,11 +1476,16 @@ fn a_restart_whose_process_survives_sigkill_backs_off() {
 mod invariant {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::BTreeSet;
 
     #[derive(Debug, Clone)]
     enum Op {
         Start {
             ignore_failures: bool,
+            /// The policy requires the check "ready" to pass before spawning.
+            requires: bool,
+            /// The policy has a start grace.
+            grace: bool,
         },
         Stop,
         AbortStart,
@@ -1175,6 +1512,10 @@ mod invariant {
         CheckUp {
             which: usize,
         },
+        /// Check `which` succeeds (it passes, unless it is down).
+        CheckPasses {
+            which: usize,
+        },
     }
 
     const CHECKS: [&str; 2] = ["alive", "ready"];
@@ -1182,7 +1523,8 @@ mod invariant {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            1 => any::<bool>().prop_map(|ignore_failures| Op::Start { ignore_failures }),
+            1 => (any::<bool>(), any::<bool>(), any::<bool>())
+                .prop_map(|(ignore_failures, requires, grace)| Op::Start { ignore_failures, requires, grace }),
             1 => Just(Op::Stop),
             1 => Just(Op::AbortStart),
             3 => Just(Op::SpawnDone),
@@ -1194,6 +1536,7 @@ mod invariant {
             1 => Just(Op::MissingNamed),
             1 => (0..CHECKS.len()).prop_map(|which| Op::CheckFires { which }),
             1 => (0..CHECKS.len()).prop_map(|which| Op::CheckUp { which }),
+            1 => (0..CHECKS.len()).prop_map(|which| Op::CheckPasses { which }),
         ]
     }
 
@@ -1224,11 +1567,19 @@ mod invariant {
         /// The checks that are really down, with their firing numbers.
         firing: Firing,
         firings: u64,
+        /// The checks that really pass.
+        passing: BTreeSet<String>,
     }
 
     impl Sim {
-        fn policy(ignore_failures: bool) -> Policy {
+        fn policy(ignore_failures: bool, requires: bool, grace: bool) -> Policy {
             Policy {
+                requires_checks: if requires {
+                    vec![CHECKS[1].to_owned()]
+                } else {
+                    Vec::new()
+                },
+                start_grace: grace.then_some(Duration::from_secs(5)),
                 on_failure: if ignore_failures {
                     ExitAction::Ignore
                 } else {
@@ -1268,6 +1619,14 @@ mod invariant {
                 }
             }
             Ok(actions)
+        }
+
+        fn signals(&self) -> Arc<CheckSignals> {
+            Arc::new(CheckSignals {
+                firing: self.firing.clone(),
+                passing: self.passing.clone(),
+                ..CheckSignals::default()
+            })
         }
 
         fn finish_spawn(&mut self) -> Result<Vec<Action>, TestCaseError> {
@@ -1314,7 +1673,16 @@ mod invariant {
                     | Phase::Starting { .. }
                     | Phase::Running { .. }
                     | Phase::Backoff { .. } => true,
-                    Phase::Waiting => !self.m.waiting_for().is_empty(),
+                    // Waiting on a named condition that does not hold.
+                    Phase::Waiting => {
+                        !self.m.waiting_for().is_empty()
+                            || (!self.m.waiting_checks().is_empty()
+                                && self
+                                    .m
+                                    .waiting_checks()
+                                    .iter()
+                                    .all(|c| !self.passing.contains(c)))
+                    }
                     Phase::Terminating { .. } | Phase::Killing { .. } => {
                         self.m.after_exit != AfterExit::Stop
                     }
@@ -1328,6 +1696,10 @@ mod invariant {
                     phase
                 );
             }
+            prop_assert!(
+                self.m.held().is_empty() || self.m.deadline().is_some(),
+                "a held action without a deadline"
+            );
             if let (Phase::Backoff { .. }, Some(check)) = (phase, &self.m.backoff_check) {
                 prop_assert!(
                     self.firing.contains_key(check),
@@ -1355,13 +1727,14 @@ mod invariant {
                 spawn_pending: false,
                 firing: Firing::new(),
                 firings: 0,
+                passing: BTreeSet::new(),
             };
             for op in ops {
                 let stopped_by_client = sim.m.client_stopped;
                 let is_start = matches!(op, Op::Start { .. });
                 let actions = match op {
-                    Op::Start { ignore_failures } => {
-                        sim.feed(Event::Start(Sim::policy(ignore_failures)))?
+                    Op::Start { ignore_failures, requires, grace } => {
+                        sim.feed(Event::Start(Sim::policy(ignore_failures, requires, grace)))?
                     }
                     Op::Stop => sim.feed(Event::Stop)?,
                     Op::AbortStart => sim.feed(Event::AbortStart)?,
@@ -1386,11 +1759,21 @@ mod invariant {
                     Op::CheckFires { which } => {
                         sim.firings += 1;
                         sim.firing.insert(CHECKS[which].into(), sim.firings);
-                        sim.feed(Event::Checks(Arc::new(sim.firing.clone())))?
+                        sim.passing.remove(CHECKS[which]);
+                        sim.feed(Event::Checks(sim.signals()))?
                     }
                     Op::CheckUp { which } => {
-                        sim.firing.remove(CHECKS[which]);
-                        sim.feed(Event::Checks(Arc::new(sim.firing.clone())))?
+                        // A check comes up by succeeding.
+                        if sim.firing.remove(CHECKS[which]).is_some() {
+                            sim.passing.insert(CHECKS[which].into());
+                        }
+                        sim.feed(Event::Checks(sim.signals()))?
+                    }
+                    Op::CheckPasses { which } => {
+                        if !sim.firing.contains_key(CHECKS[which]) {
+                            sim.passing.insert(CHECKS[which].into());
+                        }
+                        sim.feed(Event::Checks(sim.signals()))?
                     }
                 };
                 if stopped_by_client && !is_start {
