@@ -101,7 +101,7 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
     }
     out.list(depth, "requires-checks", &s.requires_checks, false);
     out.duration(depth, "start-grace", s.start_grace);
-    out.string(depth, "readiness", &s.readiness.as_string());
+    out.string(depth, "readiness", s.readiness.as_str());
     out.close_if_empty(start);
 }
 

@@ -158,9 +158,9 @@ pub enum PlanError {
         /// The rejected path.
         path: String,
     },
-    /// A `readiness` value that is neither `notify` nor `fd N` (cobble extension).
+    /// A `readiness` value other than `notify` (cobble extension).
     #[error(
-        "plan service {} readiness {} invalid: must be \"notify\" or \"fd N\" with N 3 or more",
+        "plan service {} readiness {} invalid: must be \"notify\"",
         go_quote(.service),
         go_quote(.value)
     )]

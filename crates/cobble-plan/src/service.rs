@@ -211,8 +211,8 @@ pub struct Service {
     /// cobble extension: after each start, failures of the checks in `on-check-failure` do
     /// not act until that check has succeeded once since the start, or this long has passed.
     pub start_grace: Option<GoDuration>,
-    /// cobble extension: how the service says it is ready (`notify`, `fd N`); unset, the
-    /// process is ready once it has survived the okay delay.
+    /// cobble extension: how the service says it is ready (`notify`); unset, the process is
+    /// ready once it has survived the okay delay.
     pub readiness: Readiness,
 }
 
@@ -224,29 +224,23 @@ pub enum Readiness {
     Unset,
     /// The sd_notify protocol: the service sends `READY=1` to `$NOTIFY_SOCKET`.
     Notify,
-    /// s6's protocol: the service writes a newline to this file descriptor.
-    Fd(u32),
 }
 
 impl Readiness {
-    /// Parses `notify` or `fd N` (N at least 3: 0 to 2 are the standard streams).
+    /// Parses `notify` (or nothing).
     pub fn parse(text: &str) -> Option<Readiness> {
-        match text.trim() {
+        match text {
             "" => Some(Readiness::Unset),
             "notify" => Some(Readiness::Notify),
-            other => {
-                let fd = other.strip_prefix("fd")?.trim().parse::<u32>().ok()?;
-                (fd >= 3).then_some(Readiness::Fd(fd))
-            }
+            _ => None,
         }
     }
 
     /// The value as a layer writes it (`""` when unset).
-    pub fn as_string(&self) -> String {
+    pub fn as_str(&self) -> &'static str {
         match self {
-            Readiness::Unset => String::new(),
-            Readiness::Notify => "notify".into(),
-            Readiness::Fd(fd) => format!("fd {fd}"),
+            Readiness::Unset => "",
+            Readiness::Notify => "notify",
         }
     }
 }

@@ -38,6 +38,7 @@
 //! - [`math`]: the one function of the C maths library cobble calls, in Rust.
 //! - [`nss`]: name lookups that a static build keeps to glibc's built-in sources.
 //! - [`pty`]: pseudo-terminals and new sessions for exec.
+//! - [`notify`]: the sd_notify socket's receiving end, with the kernel's word on the sender.
 //! - [`terminal`]: the user's terminal for `cobble exec`: its size, and raw mode.
 //! - [`vspawn`]: starting an exec command without copying the daemon's memory.
 //!
@@ -58,6 +59,7 @@ pub mod fs;
 pub mod inherit;
 pub mod math;
 pub mod memory;
+pub mod notify;
 pub mod nss;
 pub mod output;
 pub mod process;

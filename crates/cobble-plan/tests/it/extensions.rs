@@ -1,6 +1,7 @@
-//! cobble's service extensions: `requires-paths` and `on-file-change`.
+//! cobble's service extensions: `requires-paths`, `on-file-change`, `requires-checks`, `start-grace`
+//! and `readiness`.
 
-use cobble_plan::{FileChangeAction, Layer, Plan};
+use cobble_plan::{FileChangeAction, Layer, Plan, Readiness};
 
 use crate::{dedent, parse, plan, strings};
 
@@ -122,4 +123,89 @@ fn pebble_layers_without_extensions_print_as_before() {
     assert!(p.services["svc"].requires_paths.is_empty());
     assert!(!p.to_yaml().contains("requires-paths"));
     assert!(!p.to_yaml().contains("on-file-change"));
+}
+
+#[test]
+fn requires_checks_append_and_start_grace_and_readiness_replace() {
+    let p = plan(&[
+        r#"
+        services:
+            app:
+                override: replace
+                command: app
+                requires-checks: [db-ready]
+                start-grace: 30s
+                readiness: notify
+        checks:
+            db-ready:
+                override: replace
+                tcp: {port: 5432}
+            cache-ready:
+                override: replace
+                tcp: {port: 6379}
+        "#,
+        r#"
+        services:
+            app:
+                override: merge
+                requires-checks: [cache-ready]
+                start-grace: 1m
+        "#,
+    ])
+    .unwrap();
+    let app = &p.services["app"];
+    assert_eq!(app.requires_checks, strings(&["db-ready", "cache-ready"]));
+    assert_eq!(app.start_grace(), Some(std::time::Duration::from_secs(60)));
+    assert_eq!(app.readiness, Readiness::Notify);
+    // A merge that leaves them out changes nothing; a replace starts over.
+    let p = plan(&[
+        "services:\n    app:\n        override: replace\n        command: app\n        readiness: notify\n        start-grace: 5s\n",
+        "services:\n    app:\n        override: merge\n        command: app2\n",
+    ])
+    .unwrap();
+    assert_eq!(p.services["app"].readiness, Readiness::Notify);
+    assert_eq!(
+        p.services["app"].start_grace(),
+        Some(std::time::Duration::from_secs(5))
+    );
+    let p = plan(&[
+        "services:\n    app:\n        override: replace\n        command: app\n        readiness: notify\n",
+        "services:\n    app:\n        override: replace\n        command: app2\n",
+    ])
+    .unwrap();
+    assert_eq!(p.services["app"].readiness, Readiness::Unset);
+    assert_eq!(p.services["app"].start_grace(), None);
+}
+
+#[test]
+fn bad_values_of_the_check_and_readiness_fields_are_refused_with_clear_errors() {
+    let cases = [
+        (
+            "readiness: fd 3",
+            r#"plan service "web" readiness "fd 3" invalid: must be "notify""#,
+        ),
+        (
+            "readiness: ready",
+            r#"plan service "web" readiness "ready" invalid: must be "notify""#,
+        ),
+        (
+            "start-grace: -1s",
+            r#"plan service "web" start-grace must not be negative, not -1s"#,
+        ),
+    ];
+    for (field, want) in cases {
+        let yaml = format!(
+            "services:\n    web:\n        override: replace\n        command: webhook\n        {field}\n"
+        );
+        let err = parse(1, &yaml).unwrap_err();
+        assert_eq!(err.to_string(), want, "{field}");
+    }
+    let err = plan(&[
+        "services:\n    web:\n        override: replace\n        command: webhook\n        requires-checks: [up, nope]\nchecks:\n    up:\n        override: replace\n        tcp: {port: 80}\n",
+    ])
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"plan service "web" requires-checks names "nope", which is not a check of the plan"#
+    );
 }

@@ -10,6 +10,7 @@ mod fixture;
 mod access;
 mod actions;
 mod background;
+mod beyond;
 mod changes;
 mod chaos;
 mod checks;

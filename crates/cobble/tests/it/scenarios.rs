@@ -1,6 +1,8 @@
-//! The self-healing scenarios (S2, S5, S6, S7, S10) on real processes, with their bounds.
-//! S1 is the founding case (tests/compat/test_founding_case.py and self_healing.rs), S3 the
-//! on-file-change tests and S4 the crashed-daemon test in self_healing.rs.
+//! The self-healing scenarios (S2, S5 to S10) on real processes, with their bounds. S1 is
+//! the founding case (tests/compat/test_founding_case.py and self_healing.rs), S3 the
+//! on-file-change tests and S4 the crashed-daemon test in self_healing.rs. The times of S8
+//! and S9 are scaled down (a database ready after 3 s rather than 20 s, a slow starter that
+//! binds after 4 s rather than 40 s); their shape is the reference's.
 
 use std::fs;
 use std::path::Path;
@@ -252,4 +254,173 @@ fn s10_log_flood_stays_bounded_and_shutdown_is_orderly() {
         stopping.elapsed()
     );
     assert_eq!(lines(&order), ["app", "flood"]);
+}
+
+/// A server that binds `port` `delay` seconds after it starts, noting each bind in `binds`,
+/// and accepts connections until it is ended.
+fn slow_server(root: &Path, name: &str, port: u16, delay: f64) -> std::path::PathBuf {
+    let path = root.join(format!("{name}.py"));
+    fs::write(
+        &path,
+        format!(
+            "import os, socket, time\n\
+             open('{pid}', 'w').write(str(os.getpid()))\n\
+             time.sleep({delay})\n\
+             s = socket.socket()\n\
+             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             s.bind(('127.0.0.1', {port}))\n\
+             s.listen()\n\
+             open('{binds}', 'a').write(f'bind {{time.time()}}\\n')\n\
+             while True:\n    c, _ = s.accept()\n    c.close()\n",
+            binds = root.join(format!("{name}-binds")).display(),
+            pid = root.join(format!("{name}-pid")).display(),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// S8: a dependency that is not ready yet, then flaps. `app` and `app-restarts` require and
+/// come after `db`, and wait for its ready check: neither is launched before the check
+/// passes, and both within a check period or so after. When `db` crashes later, each
+/// follows the documented policy: `requires-checks` gates starts only, so `app` runs on;
+/// `app-restarts`, whose `on-check-failure` names the check, is restarted and waits for it
+/// again before its next launch.
+#[test]
+fn s8_dependents_start_once_the_dependency_is_ready_and_follow_the_policy_when_it_crashes() {
+    let root = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let db = slow_server(root.path(), "db", port, 3.0);
+    let app = |name: &str, extra: &str| {
+        format!(
+            "  {name}:\n    override: replace\n    \
+             command: /bin/sh -c 'echo start $(date +%s.%N) >> {starts}; exec sleep 1000'\n    \
+             requires: [db]\n    after: [db]\n    requires-checks: [db-ready]\n{extra}",
+            starts = root.path().join(format!("{name}-starts")).display()
+        )
+    };
+    let layer = format!(
+        "services:\n  db:\n    override: replace\n    command: python3 {db}\n    backoff-delay: 100ms\n{}{}\
+         checks:\n  db-ready:\n    override: replace\n    level: ready\n    period: 500ms\n    threshold: 1\n    \
+         tcp:\n      port: {port}\n      host: 127.0.0.1\n",
+        app("app", ""),
+        app(
+            "app-restarts",
+            "    on-check-failure:\n      db-ready: restart\n"
+        ),
+        db = db.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let starts = |name: &str| times(&root.path().join(format!("{name}-starts")));
+    let binds = || times(&root.path().join("db-binds"));
+    // The start returns at once: the dependents wait, which is no failure.
+    let change = act(&d, "start", &["app", "app-restarts"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+    for name in ["app", "app-restarts"] {
+        assert_eq!(service(&d, name).current, "waiting");
+    }
+    wait_for("both dependents", Duration::from_secs(20), || {
+        !starts("app").is_empty() && !starts("app-restarts").is_empty()
+    });
+    let ready = binds()[0];
+    for name in ["app", "app-restarts"] {
+        let first = starts(name)[0];
+        assert!(
+            first >= ready,
+            "{name} started at {first}, before db listened at {ready}"
+        );
+        assert!(
+            first - ready < 2.5,
+            "{name} started {}s after db was ready",
+            first - ready
+        );
+    }
+
+    // db crashes once.
+    let db_pid: i32 = fs::read_to_string(root.path().join("db-pid"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &db_pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_for("db back", Duration::from_secs(20), || binds().len() == 2);
+    wait_for("app-restarts back", Duration::from_secs(20), || {
+        starts("app-restarts").len() == 2
+    });
+    let back = binds()[1];
+    assert!(
+        starts("app-restarts")[1] >= back,
+        "app-restarts launched before db was ready again: {:?} vs {back}",
+        starts("app-restarts")
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(starts("app").len(), 1, "app was restarted");
+    assert_eq!(
+        starts("app-restarts").len(),
+        2,
+        "no failed launch in between"
+    );
+    assert_eq!(service(&d, "app").current, "active");
+}
+
+/// A slow starter under a liveness check: it binds `port` 4 s after it starts, the check
+/// looks every 0.5 s and is down after 2 failures, and restarts the service.
+fn slow_starter(root: &Path, port: u16, grace: &str) -> String {
+    let server = slow_server(root, "slow", port, 4.0);
+    format!(
+        "services:\n  slow:\n    override: replace\n    \
+         command: /bin/sh -c 'echo start $(date +%s.%N) >> {starts}; exec python3 {server}'\n    \
+         on-check-failure:\n      up: restart\n{grace}\
+         checks:\n  up:\n    override: replace\n    level: alive\n    period: 500ms\n    threshold: 2\n    \
+         tcp:\n      port: {port}\n      host: 127.0.0.1\n",
+        starts = root.join("starts").display(),
+        server = server.display(),
+    )
+}
+
+/// S9: a slow starter with a start grace is not restarted before its first success: the
+/// check comes up at about 4 s and the service was launched once.
+#[test]
+fn s9_a_slow_starter_with_a_start_grace_is_not_killed() {
+    let root = tempfile::tempdir().unwrap();
+    let d = Daemon::hold(&[(
+        "001-base",
+        &slow_starter(root.path(), free_port(), "    start-grace: 10s\n"),
+    )]);
+    act(&d, "start", &["slow"]);
+    let c = client(&d);
+    // Down after 1 s, held by the grace, and then up once the port opens.
+    wait_for("the check down", Duration::from_secs(10), || {
+        rt().block_on(c.checks("", &[])).unwrap()[0].status == "down"
+    });
+    wait_for("the action held", Duration::from_secs(5), || {
+        service(&d, "slow")
+            .reason
+            .is_some_and(|r| r.contains("check action held: up until "))
+    });
+    wait_for("the check up", Duration::from_secs(15), || {
+        rt().block_on(c.checks("", &[])).unwrap()[0].status == "up"
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(times(&root.path().join("starts")).len(), 1, "restarted");
+    assert_eq!(times(&root.path().join("slow-binds")).len(), 1);
+}
+
+/// S9's control: without a grace the same starter is restarted before it ever binds, again
+/// and again, which is why the grace exists.
+#[test]
+fn s9_control_without_a_grace_the_slow_starter_is_restarted_before_it_binds() {
+    let root = tempfile::tempdir().unwrap();
+    let d = Daemon::hold(&[("001-base", &slow_starter(root.path(), free_port(), ""))]);
+    act(&d, "start", &["slow"]);
+    wait_for("three launches", Duration::from_secs(20), || {
+        times(&root.path().join("starts")).len() >= 3
+    });
+    assert!(
+        times(&root.path().join("slow-binds")).is_empty(),
+        "it bound once: a restart came late enough"
+    );
 }

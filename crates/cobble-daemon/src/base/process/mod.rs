@@ -12,12 +12,14 @@
 //!   left its process group or were orphaned.
 //! - [`supervise`]: what the supervisor does to processes, behind the [`Processes`] trait
 //!   (the real [`OsProcesses`], or scripted ones in tests).
+//! - [`notify`]: the socket a service with `readiness: notify` says it is ready on.
 //!
 //! The managers above (services, exec, checks) depend on this module; it depends on none of
 //! them. Everything here may block: callers run it on the blocking pool.
 
 pub mod launch;
 pub mod members;
+pub mod notify;
 pub mod registry;
 pub mod supervise;
 

@@ -19,6 +19,7 @@ use tokio::net::unix::pipe;
 use super::launch::{self, Launch, LaunchError, Wiring};
 use super::members::{self, INVOCATION_VARIABLE};
 use super::registry::ProcessRegistry;
+use cobble_sys::notify::Sender;
 use cobble_sys::process::{self as sys, Signal};
 
 /// Signals the supervisor sends to a service's process group.
@@ -73,6 +74,11 @@ pub trait Processes: Send + Sync + 'static {
     fn forget(&self, name: &str, pid: u32);
     /// Which of `paths` do not exist.
     fn missing(&self, paths: Vec<String>) -> Vec<String>;
+    /// Whether `sender` (of a notify message) is one of the processes of the instance whose
+    /// main process is `leader`: the main process, a process of its group or a member of
+    /// its instance. A sender that has exited already (a `systemd-notify` that sent and
+    /// left) can no longer be placed, and counts when it ran as the main process's user.
+    fn belongs(&self, leader: u32, sender: Sender) -> bool;
 }
 
 /// The real processes: spawned through the reaper, recorded in `$PEBBLE/.cobble-processes`.
@@ -350,5 +356,30 @@ impl Processes for OsProcesses {
             .into_iter()
             .filter(|p| !std::path::Path::new(p).exists())
             .collect()
+    }
+
+    fn belongs(&self, leader: u32, sender: Sender) -> bool {
+        if sender.pid == leader {
+            return true;
+        }
+        if sender.pid == 0 {
+            // Not in the daemon's pid namespace: nothing to go by.
+            return false;
+        }
+        match sys::proc_stat(sender.pid) {
+            // A zombie still tells its group.
+            Some(stat) => {
+                stat.pgrp == leader
+                    || self
+                        .members(leader)
+                        .iter()
+                        .any(|(member, _)| *member == sender.pid)
+            }
+            _ => {
+                use std::os::unix::fs::MetadataExt;
+                std::fs::metadata(format!("/proc/{leader}"))
+                    .is_ok_and(|leader| leader.uid() == sender.uid)
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use cobble_plan::{Plan, Service};
 use jiff::Timestamp;
@@ -22,8 +23,67 @@ use crate::checks::CheckSignals;
 use crate::logs::ServiceLog;
 use crate::logs::capture::{self, Destinations};
 use crate::logs::persist;
+use crate::process::notify::{self, NotifyField, NotifySocket};
 use crate::process::{Escaped, Processes, SpawnError, Spawned};
 use crate::watch::{PathEvent, PathWatcher};
+
+/// The address of service `name`'s notify socket: bound, with its reader started, the first
+/// time it is asked for. The reader takes one datagram at a time, placing its sender
+/// among the service's processes before it reads the next, so a flood of datagrams queues
+/// in the socket (whose buffer the kernel bounds), not in the daemon.
+fn notify_socket(
+    name: &str,
+    notify: &mut Notify,
+    done: &mpsc::UnboundedSender<Done>,
+    jobs: &ProcessJobs,
+) -> std::io::Result<String> {
+    if let Some(address) = &notify.address {
+        return Ok(address.clone());
+    }
+    let socket = NotifySocket::bind()?;
+    let address = socket.address().to_owned();
+    notify.address = Some(address.clone());
+    let (name, done, jobs, leader) = (
+        name.to_owned(),
+        done.clone(),
+        jobs.clone(),
+        notify.leader.clone(),
+    );
+    tokio::spawn(async move {
+        loop {
+            let (text, sender) = match socket.recv().await {
+                Ok(message) => message,
+                Err(e) => {
+                    tracing::warn!("Service \"{name}\" notify socket failed: {e}");
+                    return;
+                }
+            };
+            let fields = notify::parse(&text);
+            let leader = leader.load(Ordering::Relaxed);
+            let Some(sender) = sender.filter(|_| !fields.is_empty() && leader != 0) else {
+                continue;
+            };
+            let belongs = sender.pid == leader
+                || jobs
+                    .run(move |processes| processes.belongs(leader, sender))
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or(false);
+            let message = Done::Notify {
+                name: name.clone(),
+                leader,
+                sender: sender.pid,
+                belongs,
+                fields,
+            };
+            if done.send(message).is_err() {
+                return; // the supervisor is gone
+            }
+        }
+    });
+    Ok(address)
+}
 
 /// How long an exit waits for the output reader to reach end of file.
 const OUTPUT_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
@@ -48,6 +108,15 @@ enum Done {
         name: String,
         pid: u32,
         escaped: Vec<Escaped>,
+    },
+    /// A notify message came from `sender`, which is (`belongs`) or is not one of the
+    /// processes of the instance led by `leader`.
+    Notify {
+        name: String,
+        leader: u32,
+        sender: u32,
+        belongs: bool,
+        fields: Vec<NotifyField>,
     },
 }
 
@@ -100,6 +169,25 @@ pub(super) struct Slot {
     pub(super) start_count: u64,
     /// Descendants of the process being stopped that had left its process group.
     pub(super) escaped: Vec<Escaped>,
+    /// What a service with `readiness: notify` has said, and where it says it.
+    pub(super) notify: Notify,
+}
+
+/// A `readiness: notify` service's socket and what it said on it.
+#[derive(Debug, Default)]
+pub(super) struct Notify {
+    /// The socket's address, once it has one (bound at its first spawn).
+    address: Option<String>,
+    /// The main process of the running instance, for the socket's reader (0: none).
+    leader: Arc<AtomicU32>,
+    /// The last `STATUS=` text of the running instance.
+    pub(super) status: Option<String>,
+    /// It said `RELOADING=1` and not `READY=1` since.
+    pub(super) reloading: bool,
+    /// It said `STOPPING=1`.
+    pub(super) stopping: bool,
+    /// A message from a process not its own was logged for this instance.
+    refusal_logged: bool,
 }
 
 struct Actor {
@@ -270,11 +358,26 @@ impl Actor {
                 code,
                 missing,
             } => {
+                if let Some(slot) = self.services.get(&name) {
+                    let _ = slot.notify.leader.compare_exchange(
+                        pid,
+                        0,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                }
                 self.feed(&name, Event::Exited { pid, code });
                 if !missing.is_empty() {
                     self.feed(&name, Event::MissingNamed(missing));
                 }
             }
+            Done::Notify {
+                name,
+                leader,
+                sender,
+                belongs,
+                fields,
+            } => self.notified(&name, leader, sender, belongs, fields),
             Done::Signalled { name, pid, escaped } => {
                 let Some(slot) = self.services.get_mut(&name) else {
                     return;
@@ -311,6 +414,11 @@ impl Actor {
         };
         slot.start_count += 1;
         let pid = spawned.pid;
+        slot.notify.leader.store(pid, Ordering::Relaxed);
+        slot.notify.status = None;
+        slot.notify.reloading = false;
+        slot.notify.stopping = false;
+        slot.notify.refusal_logged = false;
         let output_done = spawned.output.map(|reader| {
             tokio::spawn(capture::copy_output(
                 reader,
@@ -322,6 +430,55 @@ impl Actor {
         let log = slot.log.clone();
         self.watch_exit(name, pid, spawned.exit, output_done, log);
         self.feed(name, Event::Spawned { pid });
+    }
+
+    /// What a service said on its notify socket, if it was the service that said it.
+    fn notified(
+        &mut self,
+        name: &str,
+        leader: u32,
+        sender: u32,
+        belongs: bool,
+        fields: Vec<NotifyField>,
+    ) {
+        let Some(slot) = self.services.get_mut(name) else {
+            return;
+        };
+        if slot.machine.pid() != Some(leader) {
+            return; // about an instance that is gone
+        }
+        if !belongs {
+            if !std::mem::replace(&mut slot.notify.refusal_logged, true) {
+                tracing::info!(
+                    "Service \"{name}\" notify message from pid {sender} ignored: not one of the service's processes"
+                );
+            }
+            return;
+        }
+        let mut ready = false;
+        for field in fields {
+            match field {
+                NotifyField::Ready => {
+                    slot.notify.reloading = false;
+                    ready = true;
+                }
+                NotifyField::Reloading => slot.notify.reloading = true,
+                NotifyField::Stopping => slot.notify.stopping = true,
+                NotifyField::Status(text) => {
+                    slot.notify.status = (!text.is_empty()).then_some(text);
+                }
+                NotifyField::MainPid(pid) => {
+                    if pid != leader.to_string() {
+                        tracing::info!(
+                            "Service \"{name}\" sent MAINPID={pid}, which is ignored: cobble follows the process it started ({leader}) and its process group"
+                        );
+                    }
+                }
+            }
+        }
+        if ready {
+            self.feed(name, Event::Ready { pid: leader });
+        }
     }
 
     /// Reports the exit of `pid` once its output is in its log, with the paths that output
@@ -420,6 +577,7 @@ impl Actor {
                         matches!(
                             s.machine.status(),
                             machine::Status::Active
+                                | machine::Status::Starting
                                 | machine::Status::Backoff
                                 | machine::Status::Waiting
                         )
@@ -472,6 +630,7 @@ impl Actor {
             rendered_since: status::RenderedSince::default(),
             start_count: 0,
             escaped: Vec::new(),
+            notify: Notify::default(),
         });
         slot.config = config.clone();
         slot.file
@@ -507,9 +666,30 @@ impl Actor {
         for action in slot.machine.step(Instant::now(), event) {
             match action {
                 Action::Spawn => {
-                    let config = slot.config.clone();
+                    let mut config = slot.config.clone();
                     let done = self.done_tx.clone();
+                    let notify =
+                        slot.machine.policy().notify.then(|| {
+                            notify_socket(name, &mut slot.notify, &self.done_tx, &self.jobs)
+                        });
                     let name = name.to_owned();
+                    match notify {
+                        Some(Err(e)) => {
+                            let result = Err(SpawnError::Failed(format!(
+                                "cannot start service: cannot create its notify socket: {e}"
+                            )));
+                            let _ = done.send(Done::Spawn { name, result });
+                            continue;
+                        }
+                        Some(Ok(address)) => {
+                            let mut with_socket = (*config).clone();
+                            with_socket
+                                .environment
+                                .insert(notify::NOTIFY_SOCKET.to_owned(), address);
+                            config = Arc::new(with_socket);
+                        }
+                        None => {}
+                    }
                     drop(self.jobs.run(move |processes| {
                         let result = processes.spawn(&name, &config);
                         let _ = done.send(Done::Spawn { name, result });

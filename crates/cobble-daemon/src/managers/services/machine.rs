@@ -44,6 +44,10 @@ use crate::checks::CheckSignals;
 /// How long a freshly started process must survive before its start counts as successful.
 pub const OKAY_DELAY: Duration = Duration::from_secs(1);
 
+/// How long a service with `readiness: notify` has to send `READY=1` after it is spawned;
+/// one that has not by then has failed to start.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
 /// How long to wait after SIGKILL before giving up on a process.
 pub const FAIL_DELAY: Duration = Duration::from_secs(5);
 
@@ -99,6 +103,9 @@ pub struct Policy {
     pub requires_checks: Vec<String>,
     /// `start-grace`: how long after a start a check's failures wait for its first success.
     pub start_grace: Option<Duration>,
+    /// `readiness: notify`: a start succeeds when the service sends `READY=1`, not when it
+    /// has survived the okay delay.
+    pub notify: bool,
 }
 
 impl Policy {
@@ -121,6 +128,7 @@ impl Default for Policy {
             on_file_change: BTreeMap::new(),
             requires_checks: Vec::new(),
             start_grace: None,
+            notify: false,
         }
     }
 }
@@ -135,6 +143,9 @@ pub enum Status {
     Inactive,
     Backoff,
     Error,
+    /// Spawned, and waiting for the service to say it is ready (`readiness: notify`; a cobble
+    /// extension).
+    Starting,
     /// Wanted running, but a `requires-paths` path is missing or a `requires-checks` check
     /// does not pass yet (a cobble extension; Pebble clients pass unknown statuses through).
     Waiting,
@@ -148,6 +159,7 @@ impl Status {
             Status::Backoff => "backoff",
             Status::Error => "error",
             Status::Waiting => "waiting",
+            Status::Starting => "starting",
         }
     }
 }
@@ -170,6 +182,8 @@ enum AfterExit {
     CheckRestart(String),
     /// A file change restarted it: spawn again at once.
     Respawn,
+    /// It failed to start (it never said it was ready): its `on-failure` action follows.
+    Failed,
 }
 
 /// Whether the service is wanted running. Explicit start, restart, replan and autostart want it
@@ -191,8 +205,14 @@ pub enum Phase {
         /// Whether this is a backoff restart rather than an explicit start.
         restart: bool,
     },
-    /// Alive, within the okay delay of an explicit start.
-    Starting { pid: u32, okay_at: Instant },
+    /// Alive, within the okay delay of an explicit start; or, for a service that says when
+    /// it is ready (`ready_signal`), spawned and not ready yet, for at most
+    /// [`READY_TIMEOUT`] (`okay_at`).
+    Starting {
+        pid: u32,
+        okay_at: Instant,
+        ready_signal: bool,
+    },
     /// Alive and past the okay delay (or restarted after backoff).
     Running { pid: u32 },
     /// SIGTERM sent; SIGKILL follows at `kill_at`.
@@ -241,6 +261,8 @@ pub enum Event {
     RetryNow,
     /// A watched `on-file-change` path changed.
     FileChanged(FileAction),
+    /// The process `pid` (or one of its own) said it is ready (`READY=1`).
+    Ready { pid: u32 },
 }
 
 /// How a start request ended.
@@ -515,12 +537,15 @@ impl Machine {
     /// is `active`, for it comes back at once.
     pub fn status(&self) -> Status {
         match self.phase {
+            Phase::Starting {
+                ready_signal: true, ..
+            } => Status::Starting,
             Phase::Spawning { .. } | Phase::Starting { .. } | Phase::Running { .. } => {
                 Status::Active
             }
             Phase::Terminating { .. } | Phase::Killing { .. } => match self.after_exit {
                 AfterExit::Stop => Status::Inactive,
-                AfterExit::CheckRestart(_) => Status::Backoff,
+                AfterExit::CheckRestart(_) | AfterExit::Failed => Status::Backoff,
                 AfterExit::Respawn => Status::Active,
             },
             Phase::Idle | Phase::Stopped => Status::Inactive,
@@ -592,6 +617,7 @@ impl Machine {
             }
             Event::FileChanged(action) => self.on_file_changed(now, action),
             Event::Checks(signals) => self.on_checks(now, &signals, &mut actions),
+            Event::Ready { pid } => self.on_ready(now, pid, &mut actions),
         }
         actions
     }
@@ -695,14 +721,44 @@ impl Machine {
         }
         self.reset_at = Some(now + self.policy.backoff_limit);
         self.spawned_at = Some(now);
-        self.phase = if restart {
+        self.phase = if self.policy.notify {
+            // Every run, a restart's too, starts when the service says it is ready.
+            Phase::Starting {
+                pid,
+                okay_at: now + READY_TIMEOUT,
+                ready_signal: true,
+            }
+        } else if restart {
             Phase::Running { pid }
         } else {
             Phase::Starting {
                 pid,
                 okay_at: now + OKAY_DELAY,
+                ready_signal: false,
             }
         };
+    }
+
+    /// The service said it is ready: a start waiting for that has succeeded.
+    fn on_ready(&mut self, now: Instant, pid: u32, actions: &mut Vec<Action>) {
+        let Phase::Starting {
+            pid: current,
+            ready_signal: true,
+            ..
+        } = self.phase
+        else {
+            return;
+        };
+        if current != pid {
+            return;
+        }
+        actions.push(Action::Log(format!("Service \"{}\" is ready", self.name)));
+        self.phase = Phase::Running { pid };
+        actions.push(Action::StartDone(StartOutcome::Started));
+        // A file change that came while it started is due now that it runs.
+        if let Some((at, _)) = &mut self.file_change {
+            *at = (*at).min(now);
+        }
     }
 
     fn on_spawn_failed(&mut self, now: Instant, error: String, actions: &mut Vec<Action>) {
@@ -772,9 +828,14 @@ impl Machine {
                 // the stop request is answered then.
             }
             Phase::Starting { pid, .. } | Phase::Running { pid } => {
-                if matches!(self.phase, Phase::Starting { .. }) {
+                if let Phase::Starting { ready_signal, .. } = self.phase {
+                    let error = if ready_signal {
+                        "stopped before it said it was ready".to_owned()
+                    } else {
+                        format!("stopped before the {} okay delay", format_secs(OKAY_DELAY))
+                    };
                     actions.push(Action::StartDone(StartOutcome::Failed {
-                        error: format!("stopped before the {} okay delay", format_secs(OKAY_DELAY)),
+                        error,
                         with_output: false,
                     }));
                 }
@@ -845,6 +906,10 @@ impl Machine {
                             self.name
                         )));
                         self.respawn(actions);
+                    }
+                    AfterExit::Failed => {
+                        let action = self.policy.on_failure;
+                        self.apply_exit_action(now, code, action, "on-failure", actions);
                     }
                     AfterExit::Stop => {
                         actions.push(Action::Log(format!("Service \"{}\" stopped", self.name)));
@@ -1102,11 +1167,30 @@ impl Machine {
     /// needs them: an exit at 1.5 s is the exit of a started service even if the 1 s tick
     /// has not been handled yet.
     fn catch_up(&mut self, now: Instant, actions: &mut Vec<Action>) {
-        if let Phase::Starting { pid, okay_at } = self.phase
+        if let Phase::Starting {
+            pid,
+            okay_at,
+            ready_signal,
+        } = self.phase
             && now >= okay_at
         {
-            self.phase = Phase::Running { pid };
-            actions.push(Action::StartDone(StartOutcome::Started));
+            if ready_signal {
+                // Never said it was ready: a failed start, ended like a stop and then
+                // handled as a failure.
+                let error = format!(
+                    "service did not say it was ready (READY=1) within {}",
+                    format_secs(READY_TIMEOUT)
+                );
+                actions.push(Action::Log(format!("Service \"{}\" {error}", self.name)));
+                actions.push(Action::StartDone(StartOutcome::Failed {
+                    error,
+                    with_output: true,
+                }));
+                self.terminate(now, pid, AfterExit::Failed, actions);
+            } else {
+                self.phase = Phase::Running { pid };
+                actions.push(Action::StartDone(StartOutcome::Started));
+            }
         }
         if matches!(self.phase, Phase::Running { .. }) && self.reset_at.is_some_and(|at| now >= at)
         {

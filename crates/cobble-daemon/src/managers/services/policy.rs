@@ -1,7 +1,7 @@
 //! The adapter from the plan to the machine: a service's configuration as the lifecycle
 //! [`Policy`] its [`super::machine::Machine`] decides by. The machine knows nothing of layers.
 
-use cobble_plan::{FileChangeAction, Service, ServiceAction};
+use cobble_plan::{FileChangeAction, Readiness, Service, ServiceAction};
 
 use super::machine::{ExitAction, FileAction, Policy};
 
@@ -33,6 +33,7 @@ pub fn policy(config: &Service) -> Policy {
             .collect(),
         requires_checks: config.requires_checks.clone(),
         start_grace: config.start_grace(),
+        notify: config.readiness == Readiness::Notify,
     }
 }
 

@@ -173,8 +173,32 @@ fn backoff_until(slot: &Slot) -> Option<Timestamp> {
 }
 
 /// One line on why a service is not simply running, for clients that want it (Pebble clients
-/// ignore the field).
+/// ignore the field), with what a `readiness: notify` service last said of itself.
 fn reason(slot: &Slot) -> Option<String> {
+    let notify = &slot.notify;
+    let mut said = Vec::new();
+    if notify.reloading {
+        said.push("reloading".to_owned());
+    }
+    if notify.stopping {
+        said.push("stopping".to_owned());
+    }
+    if let Some(status) = &notify.status {
+        said.push(format!("says \"{status}\""));
+    }
+    let phase = phase_reason(slot);
+    if said.is_empty() {
+        return phase;
+    }
+    let said = said.join(", ");
+    Some(match phase {
+        Some(phase) => format!("{phase}; {said}"),
+        None => said,
+    })
+}
+
+/// Why the service's phase is not simply running.
+fn phase_reason(slot: &Slot) -> Option<String> {
     let exit = || {
         slot.machine
             .last_exit()
@@ -220,6 +244,14 @@ fn reason(slot: &Slot) -> Option<String> {
             Some(format!("backing off{until}{}{hint}", exit()))
         }
         Phase::Exited => Some(format!("exited{}; its policy does not restart it", exit())),
+        Phase::Starting {
+            okay_at,
+            ready_signal: true,
+            ..
+        } => Some(format!(
+            "starting: waiting for READY=1 until {}",
+            format_rfc3339_secs(timestamp(Instant::now(), okay_at))
+        )),
         Phase::Terminating { .. } | Phase::Killing { .. } => slot
             .machine
             .restarting_for_check()

@@ -149,6 +149,10 @@ impl Processes for Scripted {
 
     fn forget(&self, _name: &str, _pid: u32) {}
 
+    fn belongs(&self, leader: u32, sender: cobble_sys::notify::Sender) -> bool {
+        sender.pid == leader
+    }
+
     fn missing(&self, paths: Vec<String>) -> Vec<String> {
         paths
             .into_iter()

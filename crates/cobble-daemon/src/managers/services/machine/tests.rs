@@ -876,6 +876,112 @@ fn a_held_restart_is_dropped_when_the_check_comes_up() {
     assert_eq!(h.m.phase(), Phase::Running { pid: 12 });
 }
 
+fn notifying() -> Harness {
+    Harness::with_policy(Policy {
+        notify: true,
+        ..Policy::default()
+    })
+}
+
+#[test]
+fn a_notify_service_is_starting_until_it_says_it_is_ready() {
+    let mut h = notifying();
+    let actions = h.start(10);
+    assert_eq!(start_done(&actions), None);
+    assert_eq!(h.m.status(), Status::Starting);
+    // Past the okay delay and still not ready: still starting, the start still waits.
+    assert_eq!(start_done(&h.at(5.0).tick()), None);
+    assert_eq!(h.m.status(), Status::Starting);
+    // Another process's word is not its.
+    assert_eq!(h.at(6.0).step(Event::Ready { pid: 99 }), vec![]);
+    let actions = h.at(7.0).step(Event::Ready { pid: 10 });
+    assert_eq!(start_done(&actions), Some(&StartOutcome::Started));
+    assert_eq!(
+        (h.m.phase(), h.m.status()),
+        (Phase::Running { pid: 10 }, Status::Active)
+    );
+    // Once running, READY=1 again (after a reload) changes nothing.
+    assert_eq!(h.at(8.0).step(Event::Ready { pid: 10 }), vec![]);
+}
+
+#[test]
+fn a_notify_service_that_exits_before_it_is_ready_has_failed_to_start_and_backs_off() {
+    let mut h = notifying();
+    h.start(10);
+    let actions = h.at(3.0).step(Event::Exited { pid: 10, code: 1 });
+    assert_eq!(
+        start_done(&actions),
+        Some(&StartOutcome::Failed {
+            error: "service start attempt: exited quickly with code 1, will restart".into(),
+            with_output: true
+        })
+    );
+    assert!(matches!(h.m.phase(), Phase::Backoff { .. }));
+}
+
+#[test]
+fn a_notify_service_that_never_says_it_is_ready_fails_its_start_and_is_retried() {
+    let mut h = notifying();
+    h.start(10);
+    let timeout = READY_TIMEOUT.as_secs_f64();
+    assert_eq!(h.m.deadline(), Some(h.t0 + READY_TIMEOUT));
+    let actions = h.at(timeout).tick();
+    assert_eq!(
+        start_done(&actions),
+        Some(&StartOutcome::Failed {
+            error: "service did not say it was ready (READY=1) within 1m30s".into(),
+            with_output: true
+        })
+    );
+    assert!(actions.contains(&Action::Signal {
+        pid: 10,
+        signal: GroupSignal::Term
+    }));
+    // On its way back: listed as backing off, and its on-failure action follows the exit.
+    assert_eq!(h.m.status(), Status::Backoff);
+    h.at(timeout + 0.1)
+        .step(Event::Exited { pid: 10, code: 143 });
+    let Phase::Backoff { until } = h.m.phase() else {
+        panic!("{:?}", h.m.phase());
+    };
+    // The restart, too, is starting until it says it is ready.
+    h.now = until;
+    assert!(spawns(&h.tick()));
+    h.step(Event::Spawned { pid: 11 });
+    assert_eq!(h.m.status(), Status::Starting);
+    h.step(Event::Ready { pid: 11 });
+    assert_eq!(h.m.phase(), Phase::Running { pid: 11 });
+}
+
+#[test]
+fn a_notify_service_stopped_before_it_is_ready_says_so() {
+    let mut h = notifying();
+    h.start(10);
+    let actions = h.at(2.0).step(Event::Stop);
+    assert_eq!(
+        start_done(&actions),
+        Some(&StartOutcome::Failed {
+            error: "stopped before it said it was ready".into(),
+            with_output: false
+        })
+    );
+}
+
+#[test]
+fn a_notify_service_whose_policy_ignores_failures_stays_down_after_the_timeout() {
+    let mut h = Harness::with_policy(Policy {
+        notify: true,
+        on_failure: ExitAction::Ignore,
+        ..Policy::default()
+    });
+    h.start(10);
+    let timeout = READY_TIMEOUT.as_secs_f64();
+    h.at(timeout).tick();
+    h.at(timeout + 0.1)
+        .step(Event::Exited { pid: 10, code: 143 });
+    assert_eq!((h.m.phase(), h.m.status()), (Phase::Exited, Status::Error));
+}
+
 #[test]
 fn check_failure_restart_while_running_terminates_then_backs_off() {
     let mut h = running();
@@ -1484,7 +1590,7 @@ mod invariant {
             ignore_failures: bool,
             /// The policy requires the check "ready" to pass before spawning.
             requires: bool,
-            /// The policy has a start grace.
+            /// The policy has a start grace, and says when it is ready.
             grace: bool,
         },
         Stop,
@@ -1516,6 +1622,8 @@ mod invariant {
         CheckPasses {
             which: usize,
         },
+        /// The running process says it is ready.
+        Ready,
     }
 
     const CHECKS: [&str; 2] = ["alive", "ready"];
@@ -1537,6 +1645,7 @@ mod invariant {
             1 => (0..CHECKS.len()).prop_map(|which| Op::CheckFires { which }),
             1 => (0..CHECKS.len()).prop_map(|which| Op::CheckUp { which }),
             1 => (0..CHECKS.len()).prop_map(|which| Op::CheckPasses { which }),
+            1 => Just(Op::Ready),
         ]
     }
 
@@ -1580,6 +1689,7 @@ mod invariant {
                     Vec::new()
                 },
                 start_grace: grace.then_some(Duration::from_secs(5)),
+                notify: grace,
                 on_failure: if ignore_failures {
                     ExitAction::Ignore
                 } else {
@@ -1769,6 +1879,10 @@ mod invariant {
                         }
                         sim.feed(Event::Checks(sim.signals()))?
                     }
+                    Op::Ready => match sim.m.pid() {
+                        Some(pid) => sim.feed(Event::Ready { pid })?,
+                        None => sim.feed(Event::Tick)?,
+                    },
                     Op::CheckPasses { which } => {
                         if !sim.firing.contains_key(CHECKS[which]) {
                             sim.passing.insert(CHECKS[which].into());

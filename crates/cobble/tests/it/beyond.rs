@@ -1,0 +1,369 @@
+//! What no Pebble can express, on real processes and real checks: services that wait for
+//! checks (`requires-checks`), slow starters that are not killed (`start-grace`), restarts
+//! for a check that stays down spaced out, and services that say when they are ready
+//! (`readiness: notify`). The self-healing scenarios S8 and S9 built on them are in
+//! `scenarios.rs`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use cobble_client::Method;
+use cobble_client::types::{ServiceDetails, ServiceInfo};
+
+use crate::fixture::{Daemon, act, client, raw, rt, service, times, wait_for};
+
+/// A script that sends its arguments, each one assignment, to `$NOTIFY_SOCKET` as one
+/// datagram, as `systemd-notify` does.
+fn notify_script(dir: &Path) -> PathBuf {
+    let path = dir.join("notify.py");
+    fs::write(
+        &path,
+        "import os, socket, sys\n\
+         address = os.environ['NOTIFY_SOCKET']\n\
+         if address.startswith('@'):\n    address = '\\0' + address[1:]\n\
+         s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+         s.sendto('\\n'.join(sys.argv[1:]).encode(), address)\n",
+    )
+    .unwrap();
+    path
+}
+
+/// What `GET /v1/services?details=true` says of service `name`.
+fn details_of(d: &Daemon, name: &str) -> ServiceDetails {
+    let (status, body) = raw(
+        d,
+        Method::GET,
+        &format!("/v1/services?names={name}&details=true"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let info: ServiceInfo = serde_json::from_value(body["result"][0].clone()).unwrap();
+    info.details.unwrap_or_default()
+}
+
+/// The environment of process `pid`.
+fn environment(pid: u32) -> Vec<String> {
+    fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .collect()
+}
+
+/// The pid a service wrote to `marker` (its `$$`), once it has.
+fn main_pid(marker: &Path) -> u32 {
+    let mut pid = 0;
+    wait_for("the service's pid", Duration::from_secs(10), || {
+        pid = fs::read_to_string(marker)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        pid != 0
+    });
+    pid
+}
+
+#[test]
+fn a_notify_service_is_started_when_it_says_it_is_ready_and_not_before() {
+    let root = tempfile::tempdir().unwrap();
+    let notify = notify_script(root.path());
+    let ready_at = root.path().join("ready-at");
+    let layer = format!(
+        "services:\n  svc:\n    override: replace\n    readiness: notify\n    \
+         command: /bin/sh -c 'sleep 1; python3 {n} \"STATUS=warming up\"; sleep 1; date +%s.%N > {r}; python3 {n} READY=1 \"STATUS=serving\"; exec sleep 1000'\n  \
+         plain:\n    override: replace\n    command: /bin/sh -c 'echo $$ > {p}; exec sleep 1000'\n",
+        n = notify.display(),
+        r = ready_at.display(),
+        p = root.path().join("plain-pid").display(),
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let c = client(&d);
+    let id = rt()
+        .block_on(c.services_action("start", &["svc".to_owned()]))
+        .unwrap();
+    // Past the okay delay, before READY=1: starting, the change still waits, and what it
+    // said of itself is in the notes.
+    wait_for("its status text", Duration::from_secs(10), || {
+        service(&d, "svc")
+            .reason
+            .is_some_and(|r| r.contains("says \"warming up\""))
+    });
+    let info = service(&d, "svc");
+    assert_eq!(info.current, "starting");
+    assert!(
+        info.reason
+            .as_deref()
+            .unwrap()
+            .starts_with("starting: waiting for READY=1 until "),
+        "{info:?}"
+    );
+    let change = rt().block_on(c.change(&id)).unwrap();
+    assert!(!change.ready, "done before READY=1: {change:?}");
+
+    let change = rt()
+        .block_on(c.wait_change(&id, Some(Duration::from_secs(30))))
+        .unwrap();
+    assert_eq!(change.status, "Done", "{change:?}");
+    let ready = times(&ready_at);
+    assert_eq!(ready.len(), 1, "READY=1 was sent");
+    let info = service(&d, "svc");
+    assert_eq!(info.current, "active");
+    assert_eq!(info.reason.as_deref(), Some("says \"serving\""));
+    d.wait_log("Service \"svc\" is ready");
+
+    // Only a service that says when it is ready is given a socket to say it on.
+    act(&d, "start", &["plain"]);
+    let plain = main_pid(&root.path().join("plain-pid"));
+    assert!(
+        !environment(plain)
+            .iter()
+            .any(|e| e.starts_with("NOTIFY_SOCKET=")),
+        "{:?}",
+        environment(plain)
+    );
+}
+
+#[test]
+fn a_ready_sent_by_a_process_that_is_not_the_services_is_ignored() {
+    let root = tempfile::tempdir().unwrap();
+    let pid_file = root.path().join("pid");
+    let layer = format!(
+        "services:\n  svc:\n    override: replace\n    readiness: notify\n    \
+         command: /bin/sh -c 'echo $$ > {}; exec sleep 1000'\n",
+        pid_file.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let c = client(&d);
+    let id = rt()
+        .block_on(c.services_action("start", &["svc".to_owned()]))
+        .unwrap();
+    let pid = main_pid(&pid_file);
+    let address = environment(pid)
+        .into_iter()
+        .find_map(|e| e.strip_prefix("NOTIFY_SOCKET=").map(str::to_owned))
+        .expect("NOTIFY_SOCKET in the service's environment");
+    assert!(address.starts_with("@cobble-notify/"), "{address}");
+    // The test process is no process of the service's, whatever user it runs as.
+    use std::os::linux::net::SocketAddrExt;
+    let to = std::os::unix::net::SocketAddr::from_abstract_name(&address.as_bytes()[1..]).unwrap();
+    let sender = std::os::unix::net::UnixDatagram::unbound().unwrap();
+    sender.send_to_addr(b"READY=1", &to).unwrap();
+    d.wait_log("notify message from pid");
+    assert!(
+        d.log()
+            .contains("ignored: not one of the service's processes"),
+        "{}",
+        d.log()
+    );
+    assert_eq!(service(&d, "svc").current, "starting");
+    let change = rt().block_on(c.change(&id)).unwrap();
+    assert!(!change.ready, "{change:?}");
+
+    // The positive path, READY=1 from the service's own process group, is the test
+    // above; the service stays starting here until it is stopped.
+    let change = act(&d, "stop", &["svc"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+}
+
+#[test]
+fn a_notify_service_that_exits_before_it_is_ready_fails_its_start() {
+    let layer = "services:\n  svc:\n    override: replace\n    readiness: notify\n    \
+                 command: /bin/sh -c 'echo no config; exit 3'\n    on-failure: ignore\n";
+    let d = Daemon::hold(&[("001-base", layer)]);
+    let change = act(&d, "start", &["svc"]);
+    assert_eq!(change.status, "Error", "{change:?}");
+    assert!(
+        change
+            .err
+            .contains("service start attempt: exited quickly with code 3"),
+        "{}",
+        change.err
+    );
+}
+
+#[test]
+fn a_main_pid_other_than_its_own_is_refused_with_a_reason() {
+    let root = tempfile::tempdir().unwrap();
+    let notify = notify_script(root.path());
+    let layer = format!(
+        "services:\n  svc:\n    override: replace\n    readiness: notify\n    \
+         command: /bin/sh -c 'python3 {} MAINPID=1 READY=1; exec sleep 1000'\n",
+        notify.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let change = act(&d, "start", &["svc"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+    d.wait_log("sent MAINPID=1, which is ignored");
+}
+
+/// A database that opens its port after `delay`, and a check of that port.
+fn db_layer(root: &Path, port: u16, delay: f64) -> String {
+    let server = root.join("db.py");
+    fs::write(
+        &server,
+        format!(
+            "import socket, time\n\
+             time.sleep({delay})\n\
+             s = socket.socket()\n\
+             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             s.bind(('127.0.0.1', {port}))\n\
+             s.listen()\n\
+             open('{binds}', 'a').write(f'bind {{time.time()}}\\n')\n\
+             while True:\n    c, _ = s.accept()\n    c.close()\n",
+            binds = root.join("binds").display()
+        ),
+    )
+    .unwrap();
+    format!(
+        "services:\n  db:\n    override: replace\n    command: python3 {server}\n    backoff-delay: 100ms\n\
+         checks:\n  db-ready:\n    override: replace\n    level: ready\n    period: 300ms\n    threshold: 1\n    \
+         tcp:\n      port: {port}\n      host: 127.0.0.1\n",
+        server = server.display()
+    )
+}
+
+fn app_layer(root: &Path, name: &str, extra: &str) -> String {
+    format!(
+        "services:\n  {name}:\n    override: replace\n    \
+         command: /bin/sh -c 'echo start $(date +%s.%N) >> {starts}; exec sleep 1000'\n    \
+         requires: [db]\n    after: [db]\n    requires-checks: [db-ready]\n{extra}",
+        starts = root.join(format!("{name}-starts")).display()
+    )
+}
+
+#[test]
+fn a_service_requiring_a_check_waits_without_failing_and_starts_once_it_passes() {
+    let root = tempfile::tempdir().unwrap();
+    let port = crate::fixture::free_port();
+    let d = Daemon::hold(&[
+        ("001-database", &db_layer(root.path(), port, 2.0)),
+        ("002-application", &app_layer(root.path(), "app", "")),
+    ]);
+    // The start of app (and db, which it requires) is done at once: app waits, it has not
+    // failed.
+    let change = act(&d, "start", &["app"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+    let app = service(&d, "app");
+    assert_eq!(app.current, "waiting");
+    assert_eq!(
+        app.reason.as_deref(),
+        Some("waiting for check db-ready to succeed")
+    );
+    assert!(times(&root.path().join("app-starts")).is_empty());
+    wait_for("app to start", Duration::from_secs(20), || {
+        !times(&root.path().join("app-starts")).is_empty()
+    });
+    let bind = times(&root.path().join("binds"))[0];
+    let start = times(&root.path().join("app-starts"))[0];
+    assert!(
+        start >= bind,
+        "app started at {start}, before db listened at {bind}"
+    );
+    wait_for("app active", Duration::from_secs(5), || {
+        service(&d, "app").current == "active"
+    });
+    assert_eq!(times(&root.path().join("app-starts")).len(), 1);
+}
+
+#[test]
+fn a_layer_requiring_a_check_that_is_not_in_the_plan_is_refused_and_changes_nothing() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  a:\n    override: replace\n    command: sleep 1000\n",
+    )]);
+    let (_, before) = raw(&d, Method::GET, "/v1/plan?format=yaml", None);
+    let layer = "services:\n  a:\n    override: merge\n    requires-checks: [nope]\n";
+    let body = serde_json::json!({
+        "action": "add", "combine": true, "label": "x", "format": "yaml", "layer": layer,
+    });
+    let (status, answer) = raw(&d, Method::POST, "/v1/layers", Some(&body.to_string()));
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer.contains(
+            r#"plan service \"a\" requires-checks names \"nope\", which is not a check of the plan"#
+        ),
+        "{answer}"
+    );
+    let (_, after) = raw(&d, Method::GET, "/v1/plan?format=yaml", None);
+    assert_eq!(before, after);
+}
+
+#[test]
+fn the_new_fields_are_shown_in_the_plan() {
+    let layer = "services:\n  a:\n    override: replace\n    command: sleep 1000\n    \
+                 requires-checks: [up]\n    start-grace: 1m\n    readiness: notify\n\
+                 checks:\n  up:\n    override: replace\n    exec:\n      command: 'true'\n";
+    let d = Daemon::hold(&[("001-base", layer)]);
+    let (_, plan) = raw(&d, Method::GET, "/v1/plan?format=yaml", None);
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    let text = plan["result"].as_str().unwrap();
+    assert!(
+        text.contains(
+            "        requires-checks:\n            - up\n        start-grace: 1m0s\n        readiness: notify\n"
+        ),
+        "{text}"
+    );
+}
+
+/// The restarts one check causes while it stays down are spaced by the service's backoff
+/// schedule, even though the process runs fine between them, and end when it is up.
+#[test]
+fn restarts_for_a_check_that_stays_down_back_off_and_stop_when_it_is_up() {
+    let root = tempfile::tempdir().unwrap();
+    let healthy = root.path().join("healthy");
+    let starts = root.path().join("starts");
+    fs::write(&healthy, "").unwrap();
+    let layer = format!(
+        "services:\n  svc:\n    override: replace\n    \
+         command: /bin/sh -c 'echo start $(date +%s.%N) >> {starts}; exec sleep 1000'\n    \
+         on-check-failure:\n      ok: restart\n\
+         checks:\n  ok:\n    override: replace\n    period: 500ms\n    threshold: 2\n    \
+         exec:\n      command: test -f {healthy}\n",
+        starts = starts.display(),
+        healthy = healthy.display(),
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    act(&d, "start", &["svc"]);
+    fs::remove_file(&healthy).unwrap();
+    let outage = Instant::now();
+    // While it lasts, `why` says how many restarts this outage caused and when the next
+    // may come.
+    wait_for("a second restart", Duration::from_secs(15), || {
+        times(&starts).len() >= 3
+    });
+    let c = client(&d);
+    let details = details_of(&d, "svc");
+    let streak = details
+        .check_restarts
+        .first()
+        .unwrap_or_else(|| panic!("{details:?}"));
+    assert_eq!(streak.check, "ok");
+    assert!(streak.restarts >= 2, "{streak:?}");
+    assert!(!streak.next_after.is_empty());
+    // A 30 s outage.
+    std::thread::sleep(Duration::from_secs(30).saturating_sub(outage.elapsed()));
+    fs::write(&healthy, "").unwrap();
+    let during = times(&starts);
+    let restarts = during.len() - 1;
+    assert!(restarts >= 4, "only {restarts} restarts: {during:?}");
+    let gaps: Vec<f64> = during.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.last().unwrap() > &(2.0 * gaps[1]),
+        "the spacing did not grow: {gaps:?}"
+    );
+    // Up again: back from the backoff it may be in at once, then no more restarts, and
+    // nothing left to say about the streak.
+    wait_for("the check up", Duration::from_secs(10), || {
+        rt().block_on(c.checks("", &[])).unwrap()[0].status == "up"
+    });
+    wait_for("the service active", Duration::from_secs(10), || {
+        service(&d, "svc").current == "active"
+    });
+    let settled = times(&starts).len();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(times(&starts).len(), settled, "restarted after recovery");
+    let details = details_of(&d, "svc");
+    assert!(details.check_restarts.is_empty(), "{details:?}");
+}
