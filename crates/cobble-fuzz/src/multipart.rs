@@ -331,7 +331,7 @@ fn read(
         counted.fetch_add(chunk.len(), Ordering::Relaxed);
         Ok::<_, std::io::Error>(chunk)
     });
-    let reader = cobble_daemon::write_multipart(body, boundary, |_| {});
+    let reader = cobble_daemon::write_multipart(body, boundary, None, |_| {});
     let outcome = crate::watchdog::guard("the multipart reader", HANG, || {
         runtime().block_on(async { futures_util::future::join(reader, send).await.0 })
     });

@@ -2,7 +2,7 @@
 //! [`crate::files`].
 
 use axum::body::Body;
-use axum::extract::Query;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use cobble_client::types::{FilesRequest, WriteFilesItem};
@@ -10,7 +10,7 @@ use cobble_plan::go_quote;
 use futures_util::StreamExt;
 
 use super::query::{all, first};
-use super::{Admin, ApiError, json_body, sync};
+use super::{Admin, ApiError, Shared, json_body, sync};
 use crate::files::{self, ErrorKind, FileError, gopath, multipart};
 use crate::logging::{self, SecurityEvent};
 
@@ -92,6 +92,7 @@ fn list_error(err: FileError) -> ApiError {
 
 pub async fn post_files(
     admin: Admin,
+    State(api): State<Shared>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -125,7 +126,7 @@ pub async fn post_files(
                     });
                 }
             };
-            files::write::write_multipart(stream, boundary, audit)
+            files::write::write_multipart(stream, boundary, Some(&api.pebble_dir), audit)
                 .await
                 .map(sync)
                 .map_err(ApiError::bad_request)

@@ -55,6 +55,9 @@ pub struct ApiState {
     pub log_files: crate::logs::persist::LogFiles,
     pub state: StateStore,
     pub boot_id: String,
+    /// `$PEBBLE`: where a push's temporary file is named when it is on the target's file
+    /// system, so that one a killed daemon leaves is swept at the next start.
+    pub pebble_dir: std::path::PathBuf,
     pub http_address: Option<String>,
     pub https_address: Option<String>,
 }

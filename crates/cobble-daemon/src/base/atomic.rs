@@ -12,6 +12,12 @@
 //! its own temporary files, so a leftover after a crash is recognisable:
 //! [`remove_leftovers`] clears them from `$PEBBLE` at start-up.
 //!
+//! A file written anywhere else (a push) can be given a staging directory,
+//! [`AtomicFile::create_in`]: `$PEBBLE`. When it is on the target's file system, the
+//! temporary file gets its name there and is renamed from there over the target, so what a
+//! daemon killed between those two steps leaves is in `$PEBBLE`, where its successor sweeps,
+//! not beside a file of the workload's where nobody would.
+//!
 //! How far the new file must survive is each caller's choice, made explicit with
 //! [`Durability`]: the rename alone makes it atomic for other processes; surviving a machine
 //! crash also needs the file and its directory flushed.
@@ -125,20 +131,36 @@ impl AtomicFile {
         mode: u32,
         durability: Durability,
     ) -> Result<AtomicFile, AtomicError> {
+        AtomicFile::create_in(target, mode, durability, None)
+    }
+
+    /// [`AtomicFile::create`], with the temporary file named in `staging` rather than
+    /// beside the target when `staging` is on the target's file system (see the module's
+    /// notes).
+    pub fn create_in(
+        target: &Path,
+        mode: u32,
+        durability: Durability,
+        staging: Option<&Path>,
+    ) -> Result<AtomicFile, AtomicError> {
+        let staging = staging.filter(|staging| same_file_system(staging, &parent_of(target)));
         AtomicFile::create_with(
             target,
             mode,
             durability,
             cobble_sys::fs::can_link_anonymous(),
+            staging,
         )
     }
 
-    /// [`AtomicFile::create`], with or without trying a nameless temporary file first.
+    /// [`AtomicFile::create`], with or without trying a nameless temporary file first, and
+    /// with the temporary file named in `staging` or beside the target.
     fn create_with(
         target: &Path,
         mode: u32,
         durability: Durability,
         try_anonymous: bool,
+        staging: Option<&Path>,
     ) -> Result<AtomicFile, AtomicError> {
         let Some(name) = target.file_name() else {
             // `/`, `..` and the like name a directory, never a file to replace.
@@ -150,12 +172,13 @@ impl AtomicFile {
         let temp_for = |prefix: &std::ffi::OsStr| {
             let mut temp_name = prefix.to_owned();
             temp_name.push(format!("{}~", cobble_client::random::random_u64() as u32));
-            target.with_file_name(temp_name)
+            match staging {
+                Some(staging) => staging.join(temp_name),
+                None => target.with_file_name(temp_name),
+            }
         };
-        let dir = match target.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
+        let parent = parent_of(target);
+        let dir = parent.as_path();
         let anonymous = if try_anonymous {
             match cobble_sys::fs::open_anonymous(dir, 0o600) {
                 Ok(file) => Some(file),
@@ -294,11 +317,28 @@ impl AtomicFile {
                     attempts += 1;
                     let mut temp_name = self.target.file_name().unwrap_or_default().to_owned();
                     temp_name.push(format!(".{}~", cobble_client::random::random_u64() as u32));
-                    self.temp = self.target.with_file_name(temp_name);
+                    self.temp = self.temp.with_file_name(temp_name);
                 }
                 Err(e) => return Err(AtomicError::path("link", &self.temp, e)),
             }
         }
+    }
+}
+
+/// The directory `target` is in (`.` for a bare name).
+fn parent_of(target: &Path) -> PathBuf {
+    match target.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Whether `a` and `b` are directories on one file system (a rename between them works).
+fn same_file_system(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev(),
+        _ => false,
     }
 }
 
@@ -433,12 +473,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("t");
         std::fs::write(&target, "old").unwrap();
-        let mut file = AtomicFile::create_with(&target, 0o600, Durability::Machine, false).unwrap();
+        let mut file =
+            AtomicFile::create_with(&target, 0o600, Durability::Machine, false, None).unwrap();
         file.write(b"partial").unwrap();
         assert_eq!(entries(dir.path()).len(), 2);
         drop(file);
         assert_eq!(entries(dir.path()), ["t"]);
-        let mut file = AtomicFile::create_with(&target, 0o640, Durability::Machine, false).unwrap();
+        let mut file =
+            AtomicFile::create_with(&target, 0o640, Durability::Machine, false, None).unwrap();
         file.write(b"new").unwrap();
         file.commit().unwrap();
         assert_eq!(entries(dir.path()), ["t"]);
@@ -491,5 +533,42 @@ mod tests {
                 && text.ends_with("~: no such file or directory"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_staged_temporary_file_is_named_in_the_staging_directory_and_renamed_from_there() {
+        let root = tempfile::tempdir().unwrap();
+        let staging = root.path().join("pebble");
+        let work = root.path().join("etc");
+        std::fs::create_dir(&staging).unwrap();
+        std::fs::create_dir(&work).unwrap();
+        let target = work.join("app.conf");
+        std::fs::write(&target, "old").unwrap();
+        for anonymous in [false, true] {
+            let mut file = AtomicFile::create_with(
+                &target,
+                0o644,
+                Durability::Machine,
+                anonymous && cobble_sys::fs::can_link_anonymous(),
+                Some(&staging),
+            )
+            .unwrap();
+            assert_eq!(file.temp_path().parent(), Some(staging.as_path()));
+            file.write(b"new").unwrap();
+            file.commit().unwrap();
+            assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+            assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
+            assert_eq!(std::fs::read_dir(&work).unwrap().count(), 1);
+            std::fs::write(&target, "old").unwrap();
+        }
+        // A staging directory elsewhere, or none, leaves the file beside its target.
+        let file = AtomicFile::create_in(
+            &target,
+            0o644,
+            Durability::Process,
+            Some(Path::new("/nonexistent")),
+        )
+        .unwrap();
+        assert_eq!(file.temp_path().parent(), Some(work.as_path()));
     }
 }

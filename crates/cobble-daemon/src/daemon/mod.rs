@@ -414,6 +414,7 @@ fn serve(opts: &RunOptions, listeners: Listeners, daemon: &Daemon, plan: PlanMan
         log_files: daemon.log_files.clone(),
         state: daemon.store.clone(),
         boot_id: boot_id(),
+        pebble_dir: opts.pebble_dir.clone(),
         http_address: opts.http.clone(),
         https_address: opts.https.clone(),
     });

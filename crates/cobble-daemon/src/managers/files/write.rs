@@ -37,6 +37,7 @@ const BATCH_BYTES: usize = 1024 * 1024;
 pub async fn write_multipart<S, E>(
     body: S,
     boundary: &str,
+    staging: Option<&Path>,
     on_request: impl FnOnce(&[WriteFilesItem]) + Send,
 ) -> Result<Vec<FileResult>, String>
 where
@@ -45,7 +46,7 @@ where
 {
     let shared = Arc::new(Mutex::new(Box::pin(body)));
     let multipart = multer::Multipart::new(SharedStream(shared.clone()), boundary);
-    let outcome = write_parts(multipart, on_request).await;
+    let outcome = write_parts(multipart, staging, on_request).await;
     // multer stops at the closing boundary, but the client may still be sending the end of
     // the HTTP body (the last chunk of a chunked encoding). Answering and closing now would
     // reset the connection under it, so read the rest first, within limits, as Go's server
@@ -87,6 +88,7 @@ impl<S: Stream> Stream for SharedStream<S> {
 /// Reads the `request` part, then each `files` part into its file.
 async fn write_parts(
     mut multipart: multer::Multipart<'static>,
+    staging: Option<&Path>,
     on_request: impl FnOnce(&[WriteFilesItem]),
 ) -> Result<Vec<FileResult>, String> {
     let mut field = match multipart.next_field().await {
@@ -162,7 +164,7 @@ async fn write_parts(
             ));
         };
         tracing::debug!("Pushing file {path}");
-        let outcome = write_file((*item).clone(), &mut field).await;
+        let outcome = write_file((*item).clone(), staging, &mut field).await;
         outcomes.insert(path, outcome);
     }
 
@@ -213,9 +215,14 @@ enum Chunk {
 }
 
 /// Streams one `files` part into [`write_blocking`] on the blocking pool.
-async fn write_file(item: WriteFilesItem, field: &mut multer::Field<'_>) -> Result<(), FileError> {
+async fn write_file(
+    item: WriteFilesItem,
+    staging: Option<&Path>,
+    field: &mut multer::Field<'_>,
+) -> Result<(), FileError> {
     let (tx, rx) = mpsc::channel(QUEUED_BATCHES);
-    let writer = tokio::task::spawn_blocking(move || write_blocking(&item, rx));
+    let staging = staging.map(Path::to_owned);
+    let writer = tokio::task::spawn_blocking(move || write_blocking(&item, staging.as_deref(), rx));
     let mut body_error = None;
     let mut batch = Vec::new();
     let mut batch_len = 0;
@@ -259,7 +266,11 @@ async fn write_file(item: WriteFilesItem, field: &mut multer::Field<'_>) -> Resu
 }
 
 /// Pebble's `writeFile`, fed from a channel: checks, parents, then an atomic write.
-fn write_blocking(item: &WriteFilesItem, mut rx: mpsc::Receiver<Chunk>) -> Result<(), FileError> {
+fn write_blocking(
+    item: &WriteFilesItem,
+    staging: Option<&Path>,
+    mut rx: mpsc::Receiver<Chunk>,
+) -> Result<(), FileError> {
     if !gopath::is_abs(&item.path) {
         return Err(not_absolute(&item.path));
     }
@@ -282,7 +293,8 @@ fn write_blocking(item: &WriteFilesItem, mut rx: mpsc::Receiver<Chunk>) -> Resul
             cobble_plan::go_quote(&base)
         )));
     }
-    let mut file = AtomicFile::create(Path::new(&item.path), perm, Durability::Machine)?;
+    let mut file =
+        AtomicFile::create_in(Path::new(&item.path), perm, Durability::Machine, staging)?;
     while let Some(chunk) = rx.blocking_recv() {
         match chunk {
             Chunk::Data(batch) => {
@@ -343,6 +355,7 @@ mod tests {
         let results = write_multipart(
             stream_of(body(&path, "hello", &format!("\r\n--{BOUNDARY}--\r\n"))),
             BOUNDARY,
+            None,
             |_| {},
         )
         .await
@@ -359,9 +372,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f").display().to_string();
         std::fs::write(&path, "old").unwrap();
-        let err = write_multipart(stream_of(body(&path, "new content", "")), BOUNDARY, |_| {})
-            .await
-            .unwrap_err();
+        let err = write_multipart(
+            stream_of(body(&path, "new content", "")),
+            BOUNDARY,
+            None,
+            |_| {},
+        )
+        .await
+        .unwrap_err();
         assert!(err.starts_with("cannot read file part 1: "), "{err}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
         assert!(leftovers(dir.path()).is_empty());
@@ -375,7 +393,7 @@ mod tests {
             .unwrap()
             .replace(&format!("filename=\"{path}\""), "filename=\"/other\"");
         let body: &'static [u8] = Box::leak(text.into_bytes().into_boxed_slice());
-        let err = write_multipart(stream_of(body), BOUNDARY, |_| {})
+        let err = write_multipart(stream_of(body), BOUNDARY, None, |_| {})
             .await
             .unwrap_err();
         assert_eq!(err, "no metadata for path \"/other\"");
@@ -388,7 +406,7 @@ mod tests {
             "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"/x\"\r\n\r\nx\r\n--{BOUNDARY}--\r\n"
         );
         let body: &'static [u8] = Box::leak(text.into_bytes().into_boxed_slice());
-        let err = write_multipart(stream_of(body), BOUNDARY, |_| {})
+        let err = write_multipart(stream_of(body), BOUNDARY, None, |_| {})
             .await
             .unwrap_err();
         assert_eq!(
@@ -404,7 +422,7 @@ mod tests {
              {{\"action\":\"write\",\"files\":[{{\"path\":\"/nowhere/x\"}}]}}\r\n--{BOUNDARY}--\r\n"
         );
         let body: &'static [u8] = Box::leak(text.into_bytes().into_boxed_slice());
-        let results = write_multipart(stream_of(body), BOUNDARY, |_| {})
+        let results = write_multipart(stream_of(body), BOUNDARY, None, |_| {})
             .await
             .unwrap();
         let error = results[0].error.as_ref().unwrap();
