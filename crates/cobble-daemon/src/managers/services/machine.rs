@@ -867,6 +867,8 @@ impl Machine {
         self.last_exit = Some(code);
         self.reset_at = None;
         self.spawned_at = None;
+        // A hold is for a running process; the checks act again on what comes next.
+        self.held.clear();
         match self.phase {
             Phase::Starting { .. } | Phase::Running { .. } => {
                 let (action, on_type) = self.exit_action(code);
