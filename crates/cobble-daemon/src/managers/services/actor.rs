@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::handle::{Request, StartReply};
 use super::machine::{self, Action, Event, Machine, StartOutcome, StopOutcome};
 use super::policy::policy;
-use super::{LAST_LOG_LINES, PANIC_SIGNAL, hints, status};
+use super::{LAST_LOG_LINES, hints, status};
 use crate::checks::CheckSignals;
 use crate::logs::ServiceLog;
 use crate::logs::capture::{self, Destinations};
@@ -786,10 +786,10 @@ impl Actor {
 
 /// Fault injection for the tests of what happens when the supervisor dies: in debug builds
 /// with `COBBLE_TEST_FAULTS=1` in the daemon's environment, signalling a service with
-/// [`PANIC_SIGNAL`] panics the actor. Release builds have no such path.
+/// [`super::PANIC_SIGNAL`] panics the actor. Release builds have no such path.
 #[cfg(debug_assertions)]
 fn injected_fault(signal: &str) {
-    if signal == PANIC_SIGNAL && std::env::var_os("COBBLE_TEST_FAULTS").is_some() {
+    if signal == super::PANIC_SIGNAL && std::env::var_os("COBBLE_TEST_FAULTS").is_some() {
         panic!("injected fault");
     }
 }
