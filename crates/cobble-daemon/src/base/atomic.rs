@@ -183,7 +183,13 @@ impl AtomicFile {
             match cobble_sys::fs::open_anonymous(dir, 0o600) {
                 Ok(file) => Some(file),
                 Err(e) if cobble_sys::fs::anonymous_unsupported(&e) => None,
-                Err(e) => return Err(AtomicError::path("open", &temp_for(&prefix), e)),
+                Err(e) => {
+                    return Err(AtomicError::path(
+                        "open",
+                        &beside(target, &temp_for(&prefix)),
+                        e,
+                    ));
+                }
             }
         } else {
             None
@@ -208,7 +214,7 @@ impl AtomicFile {
                         {
                             attempts += 1;
                         }
-                        Err(e) => return Err(AtomicError::path("open", &temp, e)),
+                        Err(e) => return Err(AtomicError::path("open", &beside(target, &temp), e)),
                     }
                 }
             }
@@ -224,7 +230,7 @@ impl AtomicFile {
             renamed: false,
         };
         file.set_permissions(std::fs::Permissions::from_mode(mode))
-            .map_err(|e| AtomicError::path("chmod", &atomic.temp, e))?;
+            .map_err(|e| AtomicError::path("chmod", &atomic.shown(), e))?;
         atomic.file = Some(BufWriter::with_capacity(WRITE_BUFFER, file));
         Ok(atomic)
     }
@@ -237,9 +243,10 @@ impl AtomicFile {
 
     /// Appends to the temporary file.
     pub fn write(&mut self, bytes: &[u8]) -> Result<(), AtomicError> {
+        let shown = || beside(&self.target, &self.temp);
         let file = self.file.as_mut().expect("open until committed");
         file.write_all(bytes)
-            .map_err(|e| AtomicError::path("write", &self.temp, e))?;
+            .map_err(|e| AtomicError::path("write", &shown(), e))?;
         self.written += bytes.len() as u64;
         if self.durability == Durability::Machine {
             let in_kernel = self.written - file.buffer().len() as u64;
@@ -261,7 +268,7 @@ impl AtomicFile {
     pub fn set_owner(&self, uid: u32, gid: u32) -> Result<(), AtomicError> {
         let file = self.file.as_ref().expect("open until committed");
         std::os::unix::fs::fchown(file.get_ref(), Some(uid), Some(gid))
-            .map_err(|e| AtomicError::path("chown", &self.temp, e))
+            .map_err(|e| AtomicError::path("chown", &self.shown(), e))
     }
 
     /// Renames the temporary file over the target; for [`Durability::Machine`], flushes it
@@ -270,17 +277,19 @@ impl AtomicFile {
         let writer = self.file.take().expect("open until committed");
         let file = writer
             .into_inner()
-            .map_err(|e| AtomicError::path("write", &self.temp, e.into_error()))?;
+            .map_err(|e| AtomicError::path("write", &self.shown(), e.into_error()))?;
         let dir = match self.durability {
             Durability::Process => None,
             Durability::Machine => {
                 // Opened before the rename, so a directory that cannot be flushed fails the
                 // write while the old file is still in place.
-                let dir_path = self.temp.parent().unwrap_or(Path::new("."));
+                // The target's: where the new name is once renamed.
+                let dir_path = parent_of(&self.target);
+                let dir_path = dir_path.as_path();
                 let dir =
                     File::open(dir_path).map_err(|e| AtomicError::path("open", dir_path, e))?;
                 file.sync_all()
-                    .map_err(|e| AtomicError::path("sync", &self.temp, e))?;
+                    .map_err(|e| AtomicError::path("sync", &self.shown(), e))?;
                 Some((dir, dir_path.to_owned()))
             }
         };
@@ -289,7 +298,7 @@ impl AtomicFile {
         }
         drop(file);
         std::fs::rename(&self.temp, &self.target).map_err(|e| AtomicError::Rename {
-            old: self.temp.clone(),
+            old: self.shown(),
             new: self.target.clone(),
             source: e,
         })?;
@@ -304,6 +313,13 @@ impl AtomicFile {
 }
 
 impl AtomicFile {
+    /// The temporary file as errors name it: beside the target, where Pebble keeps its own,
+    /// whether or not it was staged elsewhere, so that clients matching Pebble's words
+    /// (`rename /etc/app.conf.123~ /etc/app.conf: is a directory`) see them.
+    fn shown(&self) -> PathBuf {
+        beside(&self.target, &self.temp)
+    }
+
     /// Gives the nameless temporary file its name, another one if that is taken.
     fn link(&mut self, file: &File) -> Result<(), AtomicError> {
         let mut attempts = 0;
@@ -319,10 +335,15 @@ impl AtomicFile {
                     temp_name.push(format!(".{}~", cobble_client::random::random_u64() as u32));
                     self.temp = self.temp.with_file_name(temp_name);
                 }
-                Err(e) => return Err(AtomicError::path("link", &self.temp, e)),
+                Err(e) => return Err(AtomicError::path("link", &self.shown(), e)),
             }
         }
     }
+}
+
+/// `temp`'s name beside `target`.
+fn beside(target: &Path, temp: &Path) -> PathBuf {
+    target.with_file_name(temp.file_name().unwrap_or_default())
 }
 
 /// The directory `target` is in (`.` for a bare name).
@@ -561,6 +582,18 @@ mod tests {
             assert_eq!(std::fs::read_dir(&work).unwrap().count(), 1);
             std::fs::write(&target, "old").unwrap();
         }
+        // A failed rename is worded as Pebble words it, with the name beside the target, and
+        // leaves nothing in the staging directory.
+        let dir = work.join("dir");
+        std::fs::create_dir(&dir).unwrap();
+        let mut file =
+            AtomicFile::create_in(&dir, 0o644, Durability::Process, Some(&staging)).unwrap();
+        file.write(b"new").unwrap();
+        let err = file.commit().unwrap_err().to_string();
+        let prefix = format!("rename {}.", dir.display());
+        let suffix = format!("~ {}: is a directory", dir.display());
+        assert!(err.starts_with(&prefix) && err.ends_with(&suffix), "{err}");
+        assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
         // A staging directory elsewhere, or none, leaves the file beside its target.
         let file = AtomicFile::create_in(
             &target,

@@ -110,9 +110,14 @@ fn explain(service: &ServiceInfo, schedule: Option<String>, times: &TimeFormatte
             row("Waiting for", d.waiting_for.join(", "));
         }
         if !d.waiting_for_checks.is_empty() {
+            let noun = if d.waiting_for_checks.len() == 1 {
+                "check"
+            } else {
+                "checks"
+            };
             row(
                 "Waiting for",
-                format!("{} to succeed", d.waiting_for_checks.join(", ")),
+                format!("{noun} {} to succeed", d.waiting_for_checks.join(", ")),
             );
         }
         if let Some(until) = &d.start_grace_until {
@@ -254,7 +259,7 @@ Current:      waiting since 2026-01-02T03:04:05Z
 Startup:      enabled
 Why:          waiting for check db-ready to succeed
 Starts:       0
-Waiting for:  db-ready to succeed
+Waiting for:  check db-ready to succeed
 "
         );
         let running = ServiceInfo {
