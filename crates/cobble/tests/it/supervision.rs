@@ -269,10 +269,12 @@ fn autostart_unless_held() {
 fn sigterm_stops_services_in_reverse_order_and_exits_zero() {
     let root = tempfile::tempdir().unwrap();
     let log = root.path().join("stopped");
+    let trapped = root.path().join("trapped");
     let svc = |name: &str, extra: &str| {
         format!(
-            "  {name}:\n    override: replace\n    startup: enabled\n    command: /bin/sh -c 'trap \"echo {name} >> {}; exit 0\" TERM; while true; do sleep 0.05; done'\n{extra}",
-            log.display()
+            "  {name}:\n    override: replace\n    startup: enabled\n    command: /bin/sh -c 'trap \"echo {name} >> {}; exit 0\" TERM; echo {name} >> {}; while true; do sleep 0.05; done'\n{extra}",
+            log.display(),
+            trapped.display()
         )
     };
     let layer = format!(
@@ -284,6 +286,9 @@ fn sigterm_stops_services_in_reverse_order_and_exits_zero() {
     wait_for("both active", LONG, || {
         current(&d, "db") == "active" && current(&d, "app") == "active"
     });
+    // Listed active from the spawn on: wait until each shell has set its trap, or a SIGTERM
+    // that comes first ends it without a word.
+    wait_for("both trapping SIGTERM", LONG, || lines(&trapped).len() == 2);
     assert_eq!(d.stop(), Some(0));
     assert_eq!(lines(&log), ["app", "db"]);
 }
