@@ -66,11 +66,11 @@ checks:
     )
 
 
-def test_start_of_a_notify_service_returns_once_it_is_ready(make_daemon):
-    daemon = make_daemon(hold=True)
+def add_notify_service(daemon, script: str) -> ops.pebble.Client:
+    """Adds service `svc` with `readiness: notify`, running `script` in a shell where
+    `$NOTIFY` sends its arguments to `$NOTIFY_SOCKET`; returns the client."""
     notify = daemon.dir / 'notify.py'
     notify.write_text(NOTIFY)
-    sent = daemon.dir / 'sent'
     client = daemon.client
     client.add_layer(
         'svc',
@@ -79,8 +79,19 @@ services:
   svc:
     override: replace
     readiness: notify
-    command: /bin/sh -c 'sleep 2; date +%s.%N > {sent}; python3 {notify} READY=1; exec sleep 1004'
+    environment:
+      NOTIFY: python3 {notify}
+    command: /bin/sh -c '{script}'
 """,
+    )
+    return client
+
+
+def test_start_of_a_notify_service_returns_once_it_is_ready(make_daemon):
+    daemon = make_daemon(hold=True)
+    sent = daemon.dir / 'sent'
+    client = add_notify_service(
+        daemon, f'sleep 2; date +%s.%N > {sent}; $NOTIFY READY=1; exec sleep 1004'
     )
     client.start_services(['svc'], timeout=30)
     returned = time.time()
@@ -93,19 +104,11 @@ services:
 
 def test_a_notify_service_is_starting_until_it_is_ready(make_daemon):
     daemon = make_daemon(hold=True)
-    notify = daemon.dir / 'notify.py'
-    notify.write_text(NOTIFY)
     go = daemon.dir / 'go'
-    client = daemon.client
-    client.add_layer(
-        'svc',
-        f"""
-services:
-  svc:
-    override: replace
-    readiness: notify
-    command: /bin/sh -c 'python3 {notify} "STATUS=loading"; while [ ! -f {go} ]; do sleep 0.1; done; python3 {notify} READY=1; exec sleep 1005'
-""",
+    client = add_notify_service(
+        daemon,
+        f'$NOTIFY STATUS=loading; while [ ! -f {go} ]; do sleep 0.1; done; '
+        '$NOTIFY READY=1; exec sleep 1005',
     )
     # timeout=0: ops submits the start and returns its change ID without waiting.
     change_id = client.start_services(['svc'], timeout=0)

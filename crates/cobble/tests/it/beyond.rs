@@ -198,24 +198,9 @@ fn a_main_pid_other_than_its_own_is_refused_with_a_reason() {
     d.wait_log("sent MAINPID=1, which is ignored");
 }
 
-/// A database that opens its port after `delay`, and a check of that port.
+/// A database that opens its port after `delay` (S8's server), and a check of that port.
 fn db_layer(root: &Path, port: u16, delay: f64) -> String {
-    let server = root.join("db.py");
-    fs::write(
-        &server,
-        format!(
-            "import socket, time\n\
-             time.sleep({delay})\n\
-             s = socket.socket()\n\
-             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-             s.bind(('127.0.0.1', {port}))\n\
-             s.listen()\n\
-             open('{binds}', 'a').write(f'bind {{time.time()}}\\n')\n\
-             while True:\n    c, _ = s.accept()\n    c.close()\n",
-            binds = root.join("binds").display()
-        ),
-    )
-    .unwrap();
+    let server = crate::scenarios::slow_server(root, "db", port, delay);
     format!(
         "services:\n  db:\n    override: replace\n    command: python3 {server}\n    backoff-delay: 100ms\n\
          checks:\n  db-ready:\n    override: replace\n    level: ready\n    period: 300ms\n    threshold: 1\n    \
@@ -224,12 +209,13 @@ fn db_layer(root: &Path, port: u16, delay: f64) -> String {
     )
 }
 
-fn app_layer(root: &Path, name: &str, extra: &str) -> String {
+/// `app`, which requires `db` and waits for its check.
+fn app_layer(root: &Path) -> String {
     format!(
-        "services:\n  {name}:\n    override: replace\n    \
+        "services:\n  app:\n    override: replace\n    \
          command: /bin/sh -c 'echo start $(date +%s.%N) >> {starts}; exec sleep 1000'\n    \
-         requires: [db]\n    after: [db]\n    requires-checks: [db-ready]\n{extra}",
-        starts = root.join(format!("{name}-starts")).display()
+         requires: [db]\n    after: [db]\n    requires-checks: [db-ready]\n",
+        starts = root.join("app-starts").display()
     )
 }
 
@@ -239,7 +225,7 @@ fn a_service_requiring_a_check_waits_without_failing_and_starts_once_it_passes()
     let port = crate::fixture::free_port();
     let d = Daemon::hold(&[
         ("001-database", &db_layer(root.path(), port, 2.0)),
-        ("002-application", &app_layer(root.path(), "app", "")),
+        ("002-application", &app_layer(root.path())),
     ]);
     // The start of app (and db, which it requires) is done at once: app waits, it has not
     // failed.
@@ -255,7 +241,7 @@ fn a_service_requiring_a_check_waits_without_failing_and_starts_once_it_passes()
     wait_for("app to start", Duration::from_secs(20), || {
         !times(&root.path().join("app-starts")).is_empty()
     });
-    let bind = times(&root.path().join("binds"))[0];
+    let bind = times(&root.path().join("db-binds"))[0];
     let start = times(&root.path().join("app-starts"))[0];
     assert!(
         start >= bind,

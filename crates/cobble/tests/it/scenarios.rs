@@ -258,7 +258,7 @@ fn s10_log_flood_stays_bounded_and_shutdown_is_orderly() {
 
 /// A server that binds `port` `delay` seconds after it starts, noting each bind in `binds`,
 /// and accepts connections until it is ended.
-fn slow_server(root: &Path, name: &str, port: u16, delay: f64) -> std::path::PathBuf {
+pub(crate) fn slow_server(root: &Path, name: &str, port: u16, delay: f64) -> std::path::PathBuf {
     let path = root.join(format!("{name}.py"));
     fs::write(
         &path,

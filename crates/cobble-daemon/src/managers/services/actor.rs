@@ -27,64 +27,6 @@ use crate::process::notify::{self, NotifyField, NotifySocket};
 use crate::process::{Escaped, Processes, SpawnError, Spawned};
 use crate::watch::{PathEvent, PathWatcher};
 
-/// The address of service `name`'s notify socket: bound, with its reader started, the first
-/// time it is asked for. The reader takes one datagram at a time, placing its sender
-/// among the service's processes before it reads the next, so a flood of datagrams queues
-/// in the socket (whose buffer the kernel bounds), not in the daemon.
-fn notify_socket(
-    name: &str,
-    notify: &mut Notify,
-    done: &mpsc::UnboundedSender<Done>,
-    jobs: &ProcessJobs,
-) -> std::io::Result<String> {
-    if let Some(address) = &notify.address {
-        return Ok(address.clone());
-    }
-    let socket = NotifySocket::bind()?;
-    let address = socket.address().to_owned();
-    notify.address = Some(address.clone());
-    let (name, done, jobs, leader) = (
-        name.to_owned(),
-        done.clone(),
-        jobs.clone(),
-        notify.leader.clone(),
-    );
-    tokio::spawn(async move {
-        loop {
-            let (text, sender) = match socket.recv().await {
-                Ok(message) => message,
-                Err(e) => {
-                    tracing::warn!("Service \"{name}\" notify socket failed: {e}");
-                    return;
-                }
-            };
-            let fields = notify::parse(&text);
-            let leader = leader.load(Ordering::Relaxed);
-            let Some(sender) = sender.filter(|_| !fields.is_empty() && leader != 0) else {
-                continue;
-            };
-            let belongs = sender.pid == leader
-                || jobs
-                    .run(move |processes| processes.belongs(leader, sender))
-                    .await
-                    .ok()
-                    .flatten()
-                    .unwrap_or(false);
-            let message = Done::Notify {
-                name: name.clone(),
-                leader,
-                sender: sender.pid,
-                belongs,
-                fields,
-            };
-            if done.send(message).is_err() {
-                return; // the supervisor is gone
-            }
-        }
-    });
-    Ok(address)
-}
-
 /// How long an exit waits for the output reader to reach end of file.
 const OUTPUT_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
 
@@ -188,6 +130,17 @@ pub(super) struct Notify {
     pub(super) stopping: bool,
     /// A message from a process not its own was logged for this instance.
     refusal_logged: bool,
+}
+
+impl Notify {
+    /// A new instance led by `pid` runs: what the last one said no longer holds.
+    fn new_instance(&mut self, pid: u32) {
+        self.leader.store(pid, Ordering::Relaxed);
+        self.status = None;
+        self.reloading = false;
+        self.stopping = false;
+        self.refusal_logged = false;
+    }
 }
 
 struct Actor {
@@ -414,11 +367,7 @@ impl Actor {
         };
         slot.start_count += 1;
         let pid = spawned.pid;
-        slot.notify.leader.store(pid, Ordering::Relaxed);
-        slot.notify.status = None;
-        slot.notify.reloading = false;
-        slot.notify.stopping = false;
-        slot.notify.refusal_logged = false;
+        slot.notify.new_instance(pid);
         let output_done = spawned.output.map(|reader| {
             tokio::spawn(capture::copy_output(
                 reader,
@@ -824,4 +773,62 @@ fn end_remains(jobs: &ProcessJobs, name: &str, pid: u32, kill_delay: std::time::
         tokio::time::sleep(kill_delay).await;
         drop(jobs.run(move |processes| processes.end_group(pid, &remains)));
     });
+}
+
+/// The address of service `name`'s notify socket: bound, with its reader started, the first
+/// time it is asked for. The reader takes one datagram at a time, placing its sender
+/// among the service's processes before it reads the next, so a flood of datagrams queues
+/// in the socket (whose buffer the kernel bounds), not in the daemon.
+fn notify_socket(
+    name: &str,
+    notify: &mut Notify,
+    done: &mpsc::UnboundedSender<Done>,
+    jobs: &ProcessJobs,
+) -> std::io::Result<String> {
+    if let Some(address) = &notify.address {
+        return Ok(address.clone());
+    }
+    let socket = NotifySocket::bind()?;
+    let address = socket.address().to_owned();
+    notify.address = Some(address.clone());
+    let (name, done, jobs, leader) = (
+        name.to_owned(),
+        done.clone(),
+        jobs.clone(),
+        notify.leader.clone(),
+    );
+    tokio::spawn(async move {
+        loop {
+            let (text, sender) = match socket.recv().await {
+                Ok(message) => message,
+                Err(e) => {
+                    tracing::warn!("Service \"{name}\" notify socket failed: {e}");
+                    return;
+                }
+            };
+            let fields = notify::parse(&text);
+            let leader = leader.load(Ordering::Relaxed);
+            let Some(sender) = sender.filter(|_| !fields.is_empty() && leader != 0) else {
+                continue;
+            };
+            let belongs = sender.pid == leader
+                || jobs
+                    .run(move |processes| processes.belongs(leader, sender))
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or(false);
+            let message = Done::Notify {
+                name: name.clone(),
+                leader,
+                sender: sender.pid,
+                belongs,
+                fields,
+            };
+            if done.send(message).is_err() {
+                return; // the supervisor is gone
+            }
+        }
+    });
+    Ok(address)
 }

@@ -164,10 +164,7 @@ fn timestamp(now: Instant, at: Instant) -> Timestamp {
 /// When the current backoff ends, if backing off.
 fn backoff_until(slot: &Slot) -> Option<Timestamp> {
     match slot.machine.phase() {
-        Phase::Backoff { until } => {
-            let left = until.saturating_duration_since(Instant::now());
-            Some(Timestamp::now() + left)
-        }
+        Phase::Backoff { until } => Some(timestamp(Instant::now(), until)),
         _ => None,
     }
 }
