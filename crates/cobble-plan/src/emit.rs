@@ -102,6 +102,18 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
     out.list(depth, "requires-checks", &s.requires_checks, false);
     out.duration(depth, "start-grace", s.start_grace);
     out.string(depth, "readiness", s.readiness.as_str());
+    if !s.rlimits.is_empty() {
+        out.key(depth, "rlimits");
+        for (resource, value) in &s.rlimits {
+            out.string(depth + 1, resource.name(), &value.to_string());
+        }
+    }
+    if !s.resources.is_empty() {
+        out.key(depth, "resources");
+        for (field, value) in s.resources.fields() {
+            out.string(depth + 1, field, &value);
+        }
+    }
     out.close_if_empty(start);
 }
 

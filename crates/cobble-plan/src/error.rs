@@ -170,6 +170,52 @@ pub enum PlanError {
         /// The rejected value.
         value: String,
     },
+    /// An `rlimits` key that names no resource `prlimit(1)` knows (cobble extension).
+    #[error(
+        "plan service {} rlimits names unknown resource {}: must be one of {}",
+        go_quote(.service),
+        go_quote(.name),
+        crate::limits::Rlimit::ALL.map(|r| r.name()).join(", ")
+    )]
+    UnknownRlimit {
+        /// The service.
+        service: String,
+        /// The unknown name.
+        name: String,
+    },
+    /// An `rlimits` value that is not a limit (cobble extension).
+    #[error(
+        "plan service {} rlimit {} value {} invalid: {reason}",
+        go_quote(.service),
+        .name,
+        go_quote(.value)
+    )]
+    InvalidRlimit {
+        /// The service.
+        service: String,
+        /// The resource.
+        name: crate::limits::Rlimit,
+        /// The rejected value.
+        value: String,
+        /// What the value must be.
+        reason: String,
+    },
+    /// A `resources` value that is not a limit (cobble extension).
+    #[error(
+        "plan service {} resources {field} value {} invalid: {reason}",
+        go_quote(.service),
+        go_quote(.value)
+    )]
+    InvalidResource {
+        /// The service.
+        service: String,
+        /// The field.
+        field: &'static str,
+        /// The rejected value.
+        value: String,
+        /// What the value must be.
+        reason: String,
+    },
     /// A negative `start-grace` (cobble extension).
     #[error("plan service {} start-grace must not be negative, not {}", go_quote(.service), .value)]
     NegativeStartGrace {

@@ -19,6 +19,7 @@ use serde::{Deserialize, Deserializer};
 use crate::check::{CheckLevel, ExecCheck, HttpCheck, LOG_TARGET_TYPES, TcpCheck};
 use crate::duration::{GoDuration, go_quote};
 use crate::error::PlanError;
+use crate::limits::{Resources, Rlimit, RlimitValue, Rlimits};
 use crate::service::{
     FileChangeAction, Override, Readiness, ServiceAction, Startup, split_command,
 };
@@ -165,6 +166,23 @@ struct ServiceDoc {
     start_grace: Option<GoDuration>,
     #[serde(default, deserialize_with = "nullable")]
     readiness: String,
+    #[serde(default, deserialize_with = "string_map")]
+    rlimits: BTreeMap<String, String>,
+    #[serde(default, deserialize_with = "nullable")]
+    resources: ResourcesDoc,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ResourcesDoc {
+    #[serde(default, deserialize_with = "nullable")]
+    memory_max: String,
+    #[serde(default, deserialize_with = "nullable")]
+    memory_high: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pids_max: String,
+    #[serde(default, deserialize_with = "nullable")]
+    cpu_max: String,
 }
 
 #[derive(Deserialize)]
@@ -613,6 +631,40 @@ fn service_from_doc(
             value: grace,
         });
     }
+    let mut rlimits = Rlimits::new();
+    for (key, text) in &doc.rlimits {
+        let resource = Rlimit::from_name(key).ok_or_else(|| PlanError::UnknownRlimit {
+            service: name.into(),
+            name: key.clone(),
+        })?;
+        let value = RlimitValue::parse(text).map_err(|reason| PlanError::InvalidRlimit {
+            service: name.into(),
+            name: resource,
+            value: text.clone(),
+            reason,
+        })?;
+        rlimits.insert(resource, value);
+    }
+    let mut resources = Resources::default();
+    let r = &doc.resources;
+    for (field, text) in [
+        ("memory-max", &r.memory_max),
+        ("memory-high", &r.memory_high),
+        ("pids-max", &r.pids_max),
+        ("cpu-max", &r.cpu_max),
+    ] {
+        if text.is_empty() {
+            continue;
+        }
+        resources
+            .parse_field(field, text)
+            .map_err(|reason| PlanError::InvalidResource {
+                service: name.into(),
+                field,
+                value: text.clone(),
+                reason,
+            })?;
+    }
     let mut on_file_change = BTreeMap::new();
     for (path, text) in doc.on_file_change {
         absolute("on-file-change", &path)?;
@@ -654,6 +706,8 @@ fn service_from_doc(
         requires_checks: doc.requires_checks,
         start_grace: doc.start_grace,
         readiness,
+        rlimits,
+        resources,
     })
 }
 

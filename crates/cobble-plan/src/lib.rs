@@ -40,6 +40,9 @@
 //! - `layers_dir` — [`Plan::load_dir`]: `$PEBBLE/layers`, with `NNN-label.d/` sub-directories.
 //! - [`duration`] — Go's `time.ParseDuration` and `Duration.String()`, used for every
 //!   duration in layers and in the API.
+//! - `limits` — [`Rlimit`], [`RlimitValue`] and [`Resources`]: the `rlimits:` and
+//!   `resources:` of a service (cobble extensions), parsed from their text and printed back
+//!   in one spelling.
 //! - `context` — [`Plan::merge_service_context`]: a command run in a service's context
 //!   (exec checks, `POST /v1/exec`) inherits its environment, identity and directory.
 //! - `shell` — [`shell_split`] / [`shell_join`], the command-line word rules Pebble uses for
@@ -56,6 +59,7 @@ mod emit;
 mod error;
 mod layer;
 mod layers_dir;
+mod limits;
 mod log_target;
 mod order;
 mod plan;
@@ -73,6 +77,10 @@ pub use emit::scalar as yaml_scalar;
 pub use error::{CommandError, PlanError};
 pub use layer::Layer;
 pub use layers_dir::read_layers;
+pub use limits::{
+    CountLimit, CpuMax, DEFAULT_CPU_PERIOD_US, LimitValue, MemoryLimit, Resources, Rlimit,
+    RlimitValue, Rlimits,
+};
 pub use log_target::{SyslogTransport, syslog_address};
 pub use plan::{Plan, SERVICE_ARGS_LABEL, service_args_layer};
 pub use service::{

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::duration::GoDuration;
 use crate::error::{CommandError, PlanError};
+use crate::limits::{Resources, Rlimits};
 use crate::shell::{shell_join, shell_split};
 
 /// Backoff before the first automatic restart.
@@ -214,6 +215,12 @@ pub struct Service {
     /// cobble extension: how the service says it is ready (`notify`); unset, the process is
     /// ready once it has survived the okay delay.
     pub readiness: Readiness,
+    /// cobble extension: the kernel's per-process limits, set on the process before it
+    /// runs (and on commands run in its context). Merged per resource.
+    pub rlimits: Rlimits,
+    /// cobble extension: the limits of the cgroup the daemon gives the service, where it can
+    /// have one. Merged per field.
+    pub resources: Resources,
 }
 
 /// How a service tells cobble it has started (cobble extension, `readiness:`).
@@ -409,6 +416,9 @@ impl Service {
         if other.readiness != Readiness::Unset {
             self.readiness = other.readiness;
         }
+        self.rlimits
+            .extend(other.rlimits.iter().map(|(k, v)| (*k, *v)));
+        self.resources.merge(&other.resources);
     }
 }
 

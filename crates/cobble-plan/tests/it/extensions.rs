@@ -1,7 +1,10 @@
 //! cobble's service extensions: `requires-paths`, `on-file-change`, `requires-checks`, `start-grace`
-//! and `readiness`.
+//! `readiness`, `rlimits` and
+//! `resources`.
 
-use cobble_plan::{FileChangeAction, Layer, Plan, Readiness};
+use cobble_plan::{
+    CpuMax, FileChangeAction, Layer, LimitValue, MemoryLimit, Plan, Readiness, Rlimit, RlimitValue,
+};
 
 use crate::{dedent, parse, plan, strings};
 
@@ -208,4 +211,142 @@ fn bad_values_of_the_check_and_readiness_fields_are_refused_with_clear_errors() 
         err.to_string(),
         r#"plan service "web" requires-checks names "nope", which is not a check of the plan"#
     );
+}
+
+#[test]
+fn rlimits_merge_per_resource_and_resources_per_field() {
+    let p = plan(&[
+        r#"
+        services:
+            db:
+                override: replace
+                command: db
+                rlimits:
+                    nofile: 65536
+                    core: unlimited
+                    nproc: "512:1024"
+                resources:
+                    memory-max: 512M
+                    pids-max: 100
+        "#,
+        r#"
+        services:
+            db:
+                override: merge
+                rlimits:
+                    nofile: "1024:"
+                    memlock: 64
+                resources:
+                    memory-max: 1G
+                    cpu-max: 0.5
+        "#,
+    ])
+    .unwrap();
+    let db = &p.services["db"];
+    let value = |soft, hard| RlimitValue { soft, hard };
+    let n = |v| Some(LimitValue::Value(v));
+    assert_eq!(
+        db.rlimits.iter().map(|(r, v)| (*r, *v)).collect::<Vec<_>>(),
+        vec![
+            (
+                Rlimit::Core,
+                value(Some(LimitValue::Unlimited), Some(LimitValue::Unlimited))
+            ),
+            (Rlimit::Memlock, value(n(64), n(64))),
+            (Rlimit::Nofile, value(n(1024), None)),
+            (Rlimit::Nproc, value(n(512), n(1024))),
+        ]
+    );
+    assert_eq!(db.resources.memory_max, Some(MemoryLimit::Bytes(1 << 30)));
+    assert_eq!(db.resources.memory_high, None);
+    assert_eq!(
+        db.resources.pids_max,
+        Some(cobble_plan::CountLimit::Count(100))
+    );
+    assert_eq!(
+        db.resources.cpu_max,
+        Some(CpuMax {
+            quota_us: Some(50_000),
+            period_us: 100_000
+        })
+    );
+    // The plan prints them back, sorted, in one spelling, and reads its own output again.
+    let yaml = p.to_yaml();
+    assert!(
+        yaml.contains(
+            "        rlimits:\n            core: unlimited\n            memlock: \"64\"\n            nofile: \"1024:\"\n            nproc: \"512:1024\"\n        resources:\n            memory-max: 1G\n            pids-max: \"100\"\n            cpu-max: 50000/100000\n"
+        ),
+        "{yaml}"
+    );
+    let again = Plan::from_layers(vec![Layer::parse(1, "plan", &yaml).unwrap()]).unwrap();
+    assert_eq!(again.services["db"], *db);
+    // A replace starts over.
+    let p = plan(&[
+        "services:\n    db:\n        override: replace\n        command: db\n        rlimits: {nofile: 10}\n        resources: {memory-max: 1M}\n",
+        "services:\n    db:\n        override: replace\n        command: db\n",
+    ])
+    .unwrap();
+    assert!(p.services["db"].rlimits.is_empty());
+    assert!(p.services["db"].resources.is_empty());
+}
+
+#[test]
+fn bad_rlimits_and_resources_refuse_the_layer_with_clear_errors() {
+    let cases = [
+        (
+            "rlimits: {nofiles: 1024}",
+            r#"plan service "web" rlimits names unknown resource "nofiles": must be one of as, core, cpu, data, fsize, locks, memlock, msgqueue, nice, nofile, nproc, rss, rtprio, rttime, sigpending, stack"#,
+        ),
+        (
+            "rlimits: {NOFILE: 1024}",
+            r#"plan service "web" rlimits names unknown resource "NOFILE": must be one of as, core, cpu, data, fsize, locks, memlock, msgqueue, nice, nofile, nproc, rss, rtprio, rttime, sigpending, stack"#,
+        ),
+        (
+            "rlimits: {nofile: lots}",
+            r#"plan service "web" rlimit nofile value "lots" invalid: must be an integer, "unlimited" or "SOFT:HARD" (for example "1024:4096")"#,
+        ),
+        (
+            "rlimits: {nofile: -1}",
+            r#"plan service "web" rlimit nofile value "-1" invalid: must be an integer, "unlimited" or "SOFT:HARD" (for example "1024:4096")"#,
+        ),
+        (
+            r#"rlimits: {nofile: "4096:1024"}"#,
+            r#"plan service "web" rlimit nofile value "4096:1024" invalid: the soft limit 4096 is greater than the hard limit 1024"#,
+        ),
+        (
+            "resources: {memory-max: 64MB}",
+            r#"plan service "web" resources memory-max value "64MB" invalid: must be a size in bytes, optionally with a unit K, M, G or T (1024 each), or "max""#,
+        ),
+        (
+            "resources: {memory-high: lots}",
+            r#"plan service "web" resources memory-high value "lots" invalid: must be a size in bytes, optionally with a unit K, M, G or T (1024 each), or "max""#,
+        ),
+        (
+            "resources: {pids-max: -5}",
+            r#"plan service "web" resources pids-max value "-5" invalid: must be an integer or "max""#,
+        ),
+        (
+            "resources: {cpu-max: 500/100000}",
+            r#"plan service "web" resources cpu-max value "500/100000" invalid: the quota must be at least 1000 microseconds, not 500"#,
+        ),
+        (
+            "resources: {cpu-max: lots}",
+            r#"plan service "web" resources cpu-max value "lots" invalid: must be "QUOTA/PERIOD" in microseconds, a fraction of a CPU such as 0.5, or a percentage such as "50%""#,
+        ),
+    ];
+    for (field, want) in cases {
+        let yaml = format!(
+            "services:\n    web:\n        override: replace\n        command: webhook\n        {field}\n"
+        );
+        let err = parse(1, &yaml).unwrap_err();
+        assert_eq!(err.to_string(), want, "{field}");
+    }
+    let yaml = "services:\n    web:\n        override: replace\n        command: webhook\n        resources: {memory-limit: 1M}\n";
+    let err = parse(1, yaml).unwrap_err().to_string();
+    assert!(err.contains("unknown field `memory-limit`"), "{err}");
+    // A rejected layer leaves the plan as it was.
+    let base = plan(&["services:\n    web:\n        override: replace\n        command: webhook\n        rlimits: {nofile: 10}\n"]).unwrap();
+    let bad = parse(2, "services:\n    web:\n        override: merge\n        rlimits: {nofile: x}\n");
+    assert!(bad.is_err());
+    assert_eq!(base.services["web"].rlimits.len(), 1);
 }

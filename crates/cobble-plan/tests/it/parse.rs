@@ -204,7 +204,7 @@ fn invalid_layers_fail_with_pebble_messages() {
     let cases: &[(&str, &str)] = &[
         (
             "services:\n    srv1:\n        future: true\n        override: replace\n",
-            "cannot parse layer \"layer-0\" section \"services\": line 3: unknown field `future`, expected one of summary, description, startup, override, command, after, before, requires, workload, environment, user-id, user, group-id, group, working-dir, on-success, on-failure, on-check-failure, backoff-delay, backoff-factor, backoff-limit, kill-delay, requires-paths, on-file-change, persist-logs, requires-checks, start-grace, readiness",
+            "cannot parse layer \"layer-0\" section \"services\": line 3: unknown field `future`, expected one of summary, description, startup, override, command, after, before, requires, workload, environment, user-id, user, group-id, group, working-dir, on-success, on-failure, on-check-failure, backoff-delay, backoff-factor, backoff-limit, kill-delay, requires-paths, on-file-change, persist-logs, requires-checks, start-grace, readiness, rlimits, resources",
         ),
         (
             "checks:\n    chk1:\n        override: replace\n        http:\n            url: x\n            bogus: 1\n",
