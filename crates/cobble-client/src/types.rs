@@ -229,6 +229,50 @@ pub struct ServiceDetails {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub check_restarts: Vec<CheckRestarts>,
+    /// What killed the last process, when the kernel did (`killed by the OOM killer at
+    /// memory-max 64M`).
+    #[serde(
+        rename = "last-exit-cause",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub last_exit_cause: String,
+    /// What of the service's `resources:` is not enforced, and why.
+    #[serde(
+        rename = "resources-not-enforced",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub resources_not_enforced: String,
+    /// What the service uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ServiceUsage>,
+}
+
+/// What a service uses (cobble extension), read at most once a second.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServiceUsage {
+    /// Resident memory of its processes, summed.
+    #[serde(rename = "memory-bytes")]
+    pub memory_bytes: u64,
+    /// CPU time (user + system) of all its runs since the daemon started, in seconds.
+    #[serde(rename = "cpu-seconds")]
+    pub cpu_seconds: f64,
+    /// Its processes.
+    pub processes: u64,
+    /// Open file descriptors of its processes, summed.
+    #[serde(rename = "open-fds")]
+    pub open_fds: u64,
+    /// Memory charged to its cgroup (resident memory and page cache), when it has one.
+    #[serde(
+        rename = "cgroup-memory-bytes",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cgroup_memory_bytes: Option<u64>,
+    /// Its cgroup, when it has one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cgroup: String,
 }
 
 /// A check action that waits (cobble extension).

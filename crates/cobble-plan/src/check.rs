@@ -109,6 +109,9 @@ pub struct ExecCheck {
     pub group: String,
     /// Working directory.
     pub working_dir: String,
+    /// The `rlimits` of the `service-context` service, filled in when the check is merged
+    /// with its context (a layer cannot set them on a check).
+    pub rlimits: crate::Rlimits,
 }
 
 impl Check {

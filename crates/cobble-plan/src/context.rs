@@ -1,7 +1,7 @@
 //! Service context: running a command "as" a service, for exec checks and `POST /v1/exec`.
 //!
-//! A command with a service context inherits that service's environment, user, group and
-//! working directory, as the service runs them: with its workload applied
+//! A command with a service context inherits that service's environment, user, group,
+//! working directory and `rlimits`, as the service runs them: with its workload applied
 //! ([`Plan::service_to_run`]). Whatever the command sets itself wins. Both users of the rule
 //! go through [`Plan::merge_service_context`], so they cannot drift apart.
 //!
@@ -31,6 +31,9 @@ pub struct ContextOptions {
     pub group: String,
     /// Working directory.
     pub working_dir: String,
+    /// The service's `rlimits` (cobble extension): a command run in a service's context is
+    /// limited as the service is. Nothing a command asks for sets them.
+    pub rlimits: crate::Rlimits,
 }
 
 impl Plan {
@@ -64,6 +67,7 @@ impl Plan {
             group_id: overrides.group_id.or(config.group_id),
             group: or(overrides.group, &config.group),
             working_dir: or(overrides.working_dir, &config.working_dir),
+            rlimits: config.rlimits.clone(),
         })
     }
 }
@@ -83,6 +87,11 @@ mod tests {
                 user: "nobody".into(),
                 group_id: Some(7),
                 working_dir: "/srv".into(),
+                rlimits: [(
+                    crate::Rlimit::Nofile,
+                    crate::RlimitValue::parse("64:128").unwrap(),
+                )]
+                .into(),
                 ..Service::default()
             },
         );
@@ -111,6 +120,11 @@ mod tests {
                 group_id: Some(7),
                 group: String::new(),
                 working_dir: "/tmp".into(),
+                rlimits: [(
+                    crate::Rlimit::Nofile,
+                    crate::RlimitValue::parse("64:128").unwrap(),
+                )]
+                .into(),
             }
         );
     }

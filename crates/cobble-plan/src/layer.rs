@@ -742,6 +742,7 @@ fn check_from_doc(layer: &str, name: &str, doc: Option<CheckDoc>) -> Result<Chec
         group_id: exec.group_id,
         group: exec.group,
         working_dir: exec.working_dir,
+        rlimits: Default::default(),
     });
     if let Some(exec) = &exec {
         shell_split(&exec.command).map_err(|error| PlanError::InvalidCheckCommand {

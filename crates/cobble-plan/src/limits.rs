@@ -421,8 +421,9 @@ impl Resources {
         crate::service::merge_option(&mut self.cpu_max, other.cpu_max);
     }
 
-    /// Parses the text of one field; the error says what the value must be.
-    pub(crate) fn parse_field(&mut self, field: &str, text: &str) -> Result<(), String> {
+    /// Parses the text of field `field` (`memory-max`, `memory-high`, `pids-max` or `cpu-max`)
+    /// into it; the error says what the value must be. Panics on any other field name.
+    pub fn parse_field(&mut self, field: &str, text: &str) -> Result<(), String> {
         let memory = |text: &str| {
             MemoryLimit::parse(text).ok_or_else(|| {
                 "must be a size in bytes, optionally with a unit K, M, G or T (1024 each), or \"max\""
@@ -483,14 +484,40 @@ mod tests {
     #[test]
     fn rlimit_values_parse_and_print_back() {
         use LimitValue::{Unlimited, Value};
-        let table: &[(&str, Option<(Option<LimitValue>, Option<LimitValue>)>, &str)] = &[
+        /// (text, the soft and hard limits it sets or none if refused, how it prints)
+        type Case<'a> = (
+            &'a str,
+            Option<(Option<LimitValue>, Option<LimitValue>)>,
+            &'a str,
+        );
+        let table: &[Case<'_>] = &[
             ("1024", Some((Some(Value(1024)), Some(Value(1024)))), "1024"),
             ("0", Some((Some(Value(0)), Some(Value(0)))), "0"),
-            ("unlimited", Some((Some(Unlimited), Some(Unlimited))), "unlimited"),
-            ("infinity", Some((Some(Unlimited), Some(Unlimited))), "unlimited"),
-            ("1024:4096", Some((Some(Value(1024)), Some(Value(4096)))), "1024:4096"),
-            ("1024:unlimited", Some((Some(Value(1024)), Some(Unlimited))), "1024:unlimited"),
-            ("4096:4096", Some((Some(Value(4096)), Some(Value(4096)))), "4096"),
+            (
+                "unlimited",
+                Some((Some(Unlimited), Some(Unlimited))),
+                "unlimited",
+            ),
+            (
+                "infinity",
+                Some((Some(Unlimited), Some(Unlimited))),
+                "unlimited",
+            ),
+            (
+                "1024:4096",
+                Some((Some(Value(1024)), Some(Value(4096)))),
+                "1024:4096",
+            ),
+            (
+                "1024:unlimited",
+                Some((Some(Value(1024)), Some(Unlimited))),
+                "1024:unlimited",
+            ),
+            (
+                "4096:4096",
+                Some((Some(Value(4096)), Some(Value(4096)))),
+                "4096",
+            ),
             ("1024:", Some((Some(Value(1024)), None)), "1024:"),
             (":4096", Some((None, Some(Value(4096)))), ":4096"),
             (" 8 : 9 ", Some((Some(Value(8)), Some(Value(9)))), "8:9"),
@@ -521,7 +548,7 @@ mod tests {
             RlimitValue::parse("4096:1024").unwrap_err(),
             "the soft limit 4096 is greater than the hard limit 1024"
         );
-        assert_eq!(LimitValue::Unlimited.as_raw(), u64::MAX);
+        assert_eq!(Unlimited.as_raw(), u64::MAX);
     }
 
     #[test]
@@ -562,7 +589,11 @@ mod tests {
             period_us: period,
         };
         let table: &[(&str, Option<CpuMax>, &str)] = &[
-            ("50000/100000", Some(cpu(Some(50_000), 100_000)), "50000/100000"),
+            (
+                "50000/100000",
+                Some(cpu(Some(50_000), 100_000)),
+                "50000/100000",
+            ),
             ("max/100000", Some(cpu(None, 100_000)), "max/100000"),
             ("0.5", Some(cpu(Some(50_000), 100_000)), "50000/100000"),
             ("2", Some(cpu(Some(200_000), 100_000)), "200000/100000"),

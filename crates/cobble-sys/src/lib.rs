@@ -35,6 +35,7 @@
 //! - [`fs`]: file system calls std lacks (early writeback for long writes).
 //! - [`inherit`]: what the commands the daemon runs inherit from it: every signal at its
 //!   default, none blocked, the daemon's original descriptor limit.
+//! - [`limits`]: resource limits of another process (`prlimit`), and what a process uses.
 //! - [`math`]: the one function of the C maths library cobble calls, in Rust.
 //! - [`nss`]: name lookups that a static build keeps to glibc's built-in sources.
 //! - [`pty`]: pseudo-terminals and new sessions for exec.
@@ -57,6 +58,7 @@
 
 pub mod fs;
 pub mod inherit;
+pub mod limits;
 pub mod math;
 pub mod memory;
 pub mod notify;

@@ -5,7 +5,7 @@
 //! [`start`] sets `PR_SET_CHILD_SUBREAPER`, so descendants orphaned by their
 //! parents (a service's `sh -c 'daemon &'`, a crashed supervisor inside a
 //! workload) are re-parented to us rather than to the container's init. Then it
-//! runs a `SIGCHLD` listener that, on every signal, calls `waitpid(-1, WNOHANG)`
+//! runs a `SIGCHLD` listener that, on every signal, calls `wait4(-1, WNOHANG)`
 //! until the kernel has nothing left to report. Signals coalesce (ten exits may
 //! raise one `SIGCHLD`), so a single signal always means "drain everything",
 //! and the loop drains once right after installing the listener so that exits
@@ -20,15 +20,15 @@
 //!
 //! - **Fast exit before registration.** [`spawn`] holds the registry lock
 //!   across `Command::spawn` *and* the insert, and the loop holds the same lock
-//!   around each `waitpid`. A child that exits in the first microsecond stays a
+//!   around each `wait4`. A child that exits in the first microsecond stays a
 //!   zombie until it is registered, and is then reported normally.
 //! - **Exec failure inside `Command::spawn`.** When `exec` fails, std (or
 //!   glibc's `posix_spawn`) waits for the failed child itself and panics if
-//!   that wait returns `ECHILD`. Because the loop cannot call `waitpid` while
+//!   that wait returns `ECHILD`. Because the loop cannot call `wait4` while
 //!   a spawn holds the lock, it can never steal that child.
 //! - **Real-time signals.** `nix::sys::wait::waitpid` reaps a child killed by
 //!   e.g. `SIGRTMIN+6` and *then* fails to convert the signal number, losing the
-//!   pid. The loop calls `libc::waitpid` and decodes the status itself, so
+//!   pid. The loop calls `libc::wait4` and decodes the status itself, so
 //!   [`ExitStatus::Signaled`] holds a plain signal number.
 //!
 //! # Where the loop runs
@@ -137,6 +137,37 @@ static REGISTRY: Mutex<BTreeMap<libc::pid_t, oneshot::Sender<ExitStatus>>> =
 
 /// Whether [`start`] has completed; also serialises concurrent first calls.
 static STARTED: Mutex<bool> = Mutex::new(false);
+
+/// The CPU time of children whose spawner asked for it ([`keep_cpu_time`]): `None` until the
+/// child is reaped, then what `wait4` reported for it and its waited-for descendants.
+static CPU_TIMES: Mutex<BTreeMap<libc::pid_t, Option<std::time::Duration>>> =
+    Mutex::new(BTreeMap::new());
+
+/// Asks the reaper to keep the CPU time (user + system) that `pid`, a child started with
+/// [`spawn`], used with the children it waited for, once it is reaped; [`take_cpu_time`]
+/// collects it. Call before the child can exit (in a gated spawn's `before_exec`).
+pub fn keep_cpu_time(pid: u32) {
+    if let Ok(raw) = libc::pid_t::try_from(pid) {
+        lock(&CPU_TIMES).insert(raw, None);
+    }
+}
+
+/// The CPU time kept for `pid` since [`keep_cpu_time`], once it has been reaped, and then
+/// forgotten; `None` before (the request stays) or when nobody asked.
+pub fn take_cpu_time(pid: u32) -> Option<std::time::Duration> {
+    let raw = libc::pid_t::try_from(pid).ok()?;
+    let mut times = lock(&CPU_TIMES);
+    let time = (*times.get(&raw)?)?;
+    times.remove(&raw);
+    Some(time)
+}
+
+/// Forgets a request of [`keep_cpu_time`] for a child that will not be asked about again.
+pub fn forget_cpu_time(pid: u32) {
+    if let Ok(raw) = libc::pid_t::try_from(pid) {
+        lock(&CPU_TIMES).remove(&raw);
+    }
+}
 
 /// Exits reaped that no [`spawn`] had registered.
 static ORPHANS_REAPED: AtomicU64 = AtomicU64::new(0);
@@ -250,7 +281,7 @@ pub(crate) fn spawn_registered(
 /// can hold a copy of the gate's write end.
 pub fn spawn_gated<F>(cmd: &mut Command, before_exec: F) -> io::Result<Spawned>
 where
-    F: FnOnce(u32) + Send,
+    F: FnOnce(u32) -> io::Result<()> + Send,
 {
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
@@ -303,26 +334,32 @@ where
         // Whether or not the child reported: the helper must see end of file now.
         drop(pid_write);
         drop(gate_read);
-        gate.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        spawned
+        let refused = gate.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        // The child gave up at its closed gate: what `before_exec` said is why.
+        match refused {
+            Err(error) => Err(error),
+            Ok(()) => spawned,
+        }
     })
 }
 
 /// The parent's side of a gated spawn, on a thread of its own while the child starts: waits
 /// for the pid the child writes to `pid_read`, hands it to `before_exec`, then opens the gate
-/// the child waits at. At end of file (the child died, or was never started) the gate closes
-/// unopened, and a child still waiting at it exits without running.
+/// the child waits at. At end of file (the child died, or was never started), or when
+/// `before_exec` fails, the gate closes unopened, and a child still waiting at it exits
+/// without running; the failure is returned.
 pub(crate) fn keep_gate(
     mut pid_read: io::PipeReader,
     gate_write: io::PipeWriter,
-    before_exec: impl FnOnce(u32),
-) {
+    before_exec: impl FnOnce(u32) -> io::Result<()>,
+) -> io::Result<()> {
     use std::io::{Read, Write};
     let mut pid = [0u8; 4];
     if pid_read.read_exact(&mut pid).is_ok() {
-        before_exec(u32::from_ne_bytes(pid));
+        before_exec(u32::from_ne_bytes(pid))?;
         let _ = (&gate_write).write_all(&[1]);
     }
+    Ok(())
 }
 
 /// Leaves out of `pids` every child started with [`spawn`] that has not been reaped yet.
@@ -379,17 +416,19 @@ fn run(ready: mpsc::SyncSender<io::Result<()>>) {
 }
 
 /// Reaps every child that has exited, delivering each status to its waiter.
-/// Returns when `waitpid` reports nothing left (0) or no children (`ECHILD`).
+/// Returns when `wait4` reports nothing left (0) or no children (`ECHILD`).
 fn reap_pending() {
     loop {
-        // Held around waitpid so a spawn in progress (which holds it) cannot
+        // Held around wait4 so a spawn in progress (which holds it) cannot
         // lose its child to us before registering it.
         let mut registry = lock(&REGISTRY);
         let mut raw_status: libc::c_int = 0;
-        // SAFETY: waitpid has no memory-safety preconditions beyond a valid
-        // pointer for the status, which points at a live local; WNOHANG keeps
+        // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 has no memory-safety preconditions beyond valid pointers
+        // for the status and the usage, which point at live locals; WNOHANG keeps
         // it from blocking while we hold the lock.
-        let pid = unsafe { libc::waitpid(-1, &mut raw_status, libc::WNOHANG) };
+        let pid = unsafe { libc::wait4(-1, &mut raw_status, libc::WNOHANG, &mut usage) };
         if pid == 0 {
             return;
         }
@@ -409,6 +448,15 @@ fn reap_pending() {
         };
         let waiter = registry.remove(&pid);
         drop(registry);
+        if let Some(kept) = lock(&CPU_TIMES).get_mut(&pid) {
+            let time = |t: libc::timeval| {
+                std::time::Duration::new(
+                    u64::try_from(t.tv_sec).unwrap_or(0),
+                    u32::try_from(t.tv_usec).unwrap_or(0) * 1000,
+                )
+            };
+            *kept = Some(time(usage.ru_utime) + time(usage.ru_stime));
+        }
 
         match waiter {
             Some(waiter) => {
@@ -439,6 +487,7 @@ mod tests {
         let spawned = spawn_gated(&mut cmd, |pid| {
             // Still a fork of this process: the command has not started.
             seen = Some((pid, std::fs::read_link(format!("/proc/{pid}/exe")).ok()));
+            Ok(())
         })
         .unwrap();
         let (pid, exe) = seen.expect("before_exec ran");
@@ -447,6 +496,37 @@ mod tests {
         let status = spawned.exit.blocking_recv().unwrap();
         assert!(status.success());
         assert!(marker.exists());
+    }
+
+    #[test]
+    fn a_failed_before_exec_keeps_the_command_from_running_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c").arg(format!("echo > {}", marker.display()));
+        let error =
+            spawn_gated(&mut cmd, |_| Err(io::Error::from_raw_os_error(libc::EPERM))).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EPERM));
+        assert!(!marker.exists());
+    }
+
+    #[test]
+    fn the_cpu_time_of_a_child_is_kept_when_asked_for() {
+        // A shell that burns CPU in a child it waits for: the time counts as the shell's.
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg("sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done'");
+        let spawned = spawn_gated(&mut cmd, |pid| {
+            keep_cpu_time(pid);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(take_cpu_time(spawned.pid), None, "not reaped yet");
+        let pid = spawned.pid;
+        spawned.exit.blocking_recv().unwrap();
+        let time = take_cpu_time(pid).expect("kept at reaping");
+        assert!(time > std::time::Duration::ZERO, "{time:?}");
+        assert_eq!(take_cpu_time(pid), None, "taken once");
     }
 
     #[test]

@@ -82,7 +82,7 @@ fn c_string(bytes: &[u8]) -> io::Result<CString> {
 /// exec'd (or failed to).
 pub fn spawn_gated<F>(spawn: Spawn, before_exec: F) -> io::Result<Spawned>
 where
-    F: FnOnce(u32) + Send,
+    F: FnOnce(u32) -> io::Result<()> + Send,
 {
     reaper::start()?;
     // dup2 onto 0, 1 and 2 must not overwrite a descriptor still to be duplicated.
@@ -157,8 +157,10 @@ where
         drop(pid_write);
         drop(gate_read);
         drop(error_write);
-        gate.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let refused = gate.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         let (pid, exit) = started?;
+        // The child gave up at its closed gate: what `before_exec` said is why.
+        refused?;
         // The child has exec'd (the pipe closed with it) or exited after writing why.
         let mut errno = [0u8; 4];
         match error_read.read(&mut errno)? {
@@ -337,6 +339,7 @@ mod tests {
             // The child has not exec'd yet: it still runs this program.
             seen = Some((pid, std::fs::read_link(format!("/proc/{pid}/exe")).ok()));
             std::fs::write(&marker, "").unwrap();
+            Ok(())
         })
         .unwrap();
         let (pid, exe) = seen.expect("before_exec ran");
@@ -361,7 +364,7 @@ mod tests {
         let mut spawn = sh("exec grep -E '^Sig(Ign|Blk)' /proc/self/status");
         spawn.stdio[1] = out;
         spawn.stdio[2] = err;
-        let spawned = spawn_gated(spawn, |_| {}).unwrap();
+        let spawned = spawn_gated(spawn, |_| Ok(())).unwrap();
         let mut text = String::new();
         stdout.read_to_string(&mut text).unwrap();
         assert!(spawned.exit.blocking_recv().unwrap().success());
@@ -378,13 +381,17 @@ mod tests {
     fn failures_before_exec_are_reported_with_their_errno() {
         let mut spawn = sh("true");
         spawn.program = "/no/such/program".into();
-        let err = spawn_gated(spawn, |_| {}).unwrap_err();
+        let err = spawn_gated(spawn, |_| Ok(())).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
 
         let mut spawn = sh("true");
         spawn.working_dir = Some("/no/such/dir".into());
         let mut recorded = false;
-        let err = spawn_gated(spawn, |_| recorded = true).unwrap_err();
+        let err = spawn_gated(spawn, |_| {
+            recorded = true;
+            Ok(())
+        })
+        .unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
         assert!(!recorded, "a child that cannot run is not reported");
     }

@@ -299,7 +299,10 @@ async fn start_managers(
             ));
         }
     }
-    let processes = Arc::new(OsProcesses::new(ProcessRegistry::new(state_dir.as_deref())));
+    let processes = Arc::new(OsProcesses::new(
+        ProcessRegistry::new(state_dir.as_deref()),
+        state_dir.as_deref(),
+    ));
     let (checks, checks_task) = CheckManager::spawn(plan.subscribe(), store.clone());
     let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe());
     let (services, services_task) = ServiceManager::spawn(
@@ -519,7 +522,11 @@ async fn shut_down(daemon: Daemon, servers: Servers, supervisor_alive: bool) {
     if swept > 0 {
         tracing::info!("Stopped {swept} leftover processes");
     }
-    let _ = tokio::task::spawn_blocking(move || processes.save_registry()).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        processes.save_registry();
+        processes.remove_cgroups();
+    })
+    .await;
     // The services' last words go out too, within the forwarder's final-flush bound.
     daemon.forwarder.shutdown().await;
     daemon.cancel.cancel();

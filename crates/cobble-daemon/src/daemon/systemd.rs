@@ -242,6 +242,7 @@ mod tests {
         let (shutdown_tx, _shutdown_rx) = tokio::sync::mpsc::unbounded_channel();
         let processes = std::sync::Arc::new(crate::process::OsProcesses::new(
             crate::process::registry::ProcessRegistry::new(None),
+            None,
         ));
         let (services, _task) = crate::services::ServiceManager::spawn(
             plan_rx,

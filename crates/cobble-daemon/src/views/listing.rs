@@ -17,6 +17,7 @@ use std::iter::Peekable;
 
 use cobble_client::types::{
     CheckRestarts, FailingCheck, HeldAction, ServiceDetails as WireDetails, ServiceInfoRef,
+    ServiceUsage,
 };
 use cobble_plan::{Plan, Service};
 use serde::ser::{Serialize, SerializeSeq, Serializer};
@@ -40,7 +41,10 @@ pub async fn current<R>(
     answer: impl FnOnce(ServiceListing<'_>) -> R,
 ) -> R {
     let plan = plan.plan();
-    let started = services.statuses(names.clone(), details).await;
+    let mut started = services.statuses(names.clone(), details).await;
+    if details {
+        started = services.with_usage(started).await;
+    }
     let selected: BTreeSet<&str> = names.iter().map(String::as_str).collect();
     let listing = ServiceListing::new(
         &plan,
@@ -289,6 +293,20 @@ fn wire_details(status: &ServiceStatus, failing: &[&CheckView]) -> Option<WireDe
                 next_after: format_rfc3339_nano(*next),
             })
             .collect(),
+        last_exit_cause: d.last_exit_cause.clone().unwrap_or_default(),
+        resources_not_enforced: d.unenforced.clone().unwrap_or_default(),
+        usage: d.usage.as_ref().map(|u| ServiceUsage {
+            memory_bytes: u.memory_bytes,
+            cpu_seconds: u.cpu.as_secs_f64(),
+            processes: u.processes,
+            open_fds: u.open_fds,
+            cgroup_memory_bytes: u.cgroup_memory_bytes,
+            cgroup: u
+                .cgroup
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+        }),
     })
 }
 
@@ -329,6 +347,7 @@ mod tests {
             since: Some("2024-01-01T00:00:00Z".into()),
             reason: reason.map(str::to_owned),
             start_count: 1,
+            pid: None,
             details: None,
         }
     }
@@ -418,6 +437,9 @@ mod tests {
             grace_until: None,
             held: Vec::new(),
             check_restarts: Vec::new(),
+            last_exit_cause: None,
+            unenforced: None,
+            usage: None,
         });
         let names: BTreeSet<&str> = ["a", "c"].into_iter().collect();
         let reports = [report];

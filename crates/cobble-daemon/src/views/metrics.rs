@@ -5,8 +5,10 @@
 //! line, in Pebble's order: every service this daemon has started (sorted; one never started
 //! is not listed) with whether it is active and its start count, then every check (sorted)
 //! with whether it is up (left out while the check is inactive) and its lifetime success and
-//! failure counts, followed by cobble's count of failure-action firings. Last come the
-//! counters of each log target: lines sent, dropped and queued.
+//! failure counts, followed by cobble's count of failure-action firings. Then what each
+//! started service uses (memory, CPU time, processes, open files: read on demand, at most
+//! once a second, see `services::accounting`). Last come the counters of each log target:
+//! lines sent, dropped and queued.
 
 use std::fmt::Write;
 
@@ -15,6 +17,7 @@ use cobble_plan::Plan;
 use crate::checks::{CheckManager, CheckStatus, CheckView};
 use crate::layers::PlanManager;
 use crate::logs::forward::{LogForwarder, TargetStats};
+use crate::process::Usage;
 use crate::services::machine::Status;
 use crate::services::{ServiceManager, ServiceStatus};
 
@@ -27,8 +30,9 @@ pub async fn current(
 ) -> String {
     let plan = plan.plan();
     let started = services.statuses(Vec::new(), false).await;
+    let usage = services.usage(&started).await;
     let checks = checks.checks().await;
-    render(&plan, &started, &checks, &forward.stats())
+    render(&plan, &started, &usage, &checks, &forward.stats())
 }
 
 /// The kind of a metric.
@@ -56,7 +60,7 @@ fn write_metric(
     kind: MetricType,
     help: &str,
     labels: &[(&str, &str)],
-    value: i64,
+    value: impl std::fmt::Display,
 ) {
     if !help.is_empty() {
         let _ = writeln!(out, "# HELP {name} {help}");
@@ -93,20 +97,24 @@ fn escape_label(value: &str) -> String {
 }
 
 /// The whole `/v1/metrics` body. `services` are the services this daemon has started; those
-/// still in the plan are listed. `forwarding` are the counts of the plan's log targets.
+/// still in the plan are listed. `usage` is what each of `services` uses, in the same order
+/// (none when empty). `forwarding` are the counts of the plan's log targets.
 pub fn render(
     plan: &Plan,
     services: &[ServiceStatus],
+    usage: &[Usage],
     checks: &[CheckView],
     forwarding: &[TargetStats],
 ) -> String {
     let mut out = String::new();
-    let mut services: Vec<&ServiceStatus> = services
+    let mut services: Vec<(&ServiceStatus, Option<&Usage>)> = services
         .iter()
-        .filter(|s| plan.services.contains_key(&s.name))
+        .enumerate()
+        .filter(|(_, s)| plan.services.contains_key(&s.name))
+        .map(|(i, s)| (s, usage.get(i)))
         .collect();
-    services.sort_by(|a, b| a.name.cmp(&b.name));
-    for service in services {
+    services.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    for &(service, _) in &services {
         let labels = [("service", service.name.as_str())];
         write_metric(
             &mut out,
@@ -165,8 +173,61 @@ pub fn render(
             i64::try_from(check.action_count).unwrap_or(i64::MAX),
         );
     }
+    for (service, usage) in services {
+        if let Some(usage) = usage {
+            write_usage(&mut out, &service.name, usage);
+        }
+    }
     write_forwarding(&mut out, forwarding);
     out
+}
+
+/// Appends what one service uses (cobble extension).
+fn write_usage(out: &mut String, service: &str, usage: &Usage) {
+    let labels = [("service", service)];
+    write_metric(
+        out,
+        "cobble_service_memory_bytes",
+        MetricType::Gauge,
+        "Resident memory of the service's processes, in bytes",
+        &labels,
+        usage.memory_bytes,
+    );
+    write_metric(
+        out,
+        "cobble_service_cpu_seconds_total",
+        MetricType::Counter,
+        "CPU time (user and system) of the service's processes since the daemon started, in seconds",
+        &labels,
+        format_seconds(usage.cpu),
+    );
+    write_metric(
+        out,
+        "cobble_service_processes",
+        MetricType::Gauge,
+        "Number of the service's processes",
+        &labels,
+        usage.processes,
+    );
+    write_metric(
+        out,
+        "cobble_service_open_fds",
+        MetricType::Gauge,
+        "Open file descriptors of the service's processes",
+        &labels,
+        usage.open_fds,
+    );
+}
+
+/// Seconds with up to microseconds, without trailing zeros (`1.5`, `0`, `12.000001`).
+fn format_seconds(time: std::time::Duration) -> String {
+    let micros = time.as_micros();
+    let (seconds, fraction) = (micros / 1_000_000, micros % 1_000_000);
+    if fraction == 0 {
+        return seconds.to_string();
+    }
+    let text = format!("{seconds}.{fraction:06}");
+    text.trim_end_matches('0').to_owned()
 }
 
 /// Appends the forwarding counters of every target in the plan (cobble extension).
@@ -213,6 +274,7 @@ mod tests {
             since: Some("2024-01-01T00:00:00Z".into()),
             reason: None,
             start_count,
+            pid: None,
             details: None,
         }
     }
@@ -255,6 +317,7 @@ mod tests {
                 service("gone", Status::Active, 1),
                 service("db", Status::Backoff, 2),
             ],
+            &[],
             &[
                 check("z-off", CheckStatus::Inactive, 0, 0),
                 check("a-down", CheckStatus::Down, 4, 5),
@@ -315,6 +378,13 @@ cobble_check_action_count{check=\"z-off\"} 0
         let body = render(
             &plan(&["web"]),
             &[service("web", Status::Active, 1)],
+            &[Usage {
+                memory_bytes: 4096,
+                cpu: std::time::Duration::from_millis(1500),
+                processes: 2,
+                open_fds: 9,
+                ..Usage::default()
+            }],
             &[],
             &[TargetStats {
                 name: "loki".into(),
@@ -332,14 +402,34 @@ cobble_check_action_count{check=\"z-off\"} 0
             [
                 "pebble_service_active gauge",
                 "pebble_service_start_count counter",
+                "cobble_service_memory_bytes gauge",
+                "cobble_service_cpu_seconds_total counter",
+                "cobble_service_processes gauge",
+                "cobble_service_open_fds gauge",
                 "cobble_log_forward_sent_total counter",
                 "cobble_log_forward_dropped_total counter",
                 "cobble_log_forward_queued gauge",
             ]
         );
+        assert!(body.contains("cobble_service_memory_bytes{service=\"web\"} 4096\n"));
+        assert!(body.contains("cobble_service_cpu_seconds_total{service=\"web\"} 1.5\n"));
+        assert!(body.contains("cobble_service_processes{service=\"web\"} 2\n"));
+        assert!(body.contains("cobble_service_open_fds{service=\"web\"} 9\n"));
         assert!(body.contains("cobble_log_forward_sent_total{target=\"loki\"} 7\n"));
         assert!(body.contains("cobble_log_forward_dropped_total{target=\"loki\"} 2\n"));
         assert!(body.contains("cobble_log_forward_queued{target=\"loki\"} 1\n"));
+    }
+
+    #[test]
+    fn seconds_are_written_without_trailing_zeros() {
+        use std::time::Duration;
+        assert_eq!(format_seconds(Duration::ZERO), "0");
+        assert_eq!(format_seconds(Duration::from_secs(3)), "3");
+        assert_eq!(format_seconds(Duration::from_millis(1500)), "1.5");
+        assert_eq!(
+            format_seconds(Duration::from_micros(12_000_001)),
+            "12.000001"
+        );
     }
 
     #[test]

@@ -346,7 +346,10 @@ fn bad_rlimits_and_resources_refuse_the_layer_with_clear_errors() {
     assert!(err.contains("unknown field `memory-limit`"), "{err}");
     // A rejected layer leaves the plan as it was.
     let base = plan(&["services:\n    web:\n        override: replace\n        command: webhook\n        rlimits: {nofile: 10}\n"]).unwrap();
-    let bad = parse(2, "services:\n    web:\n        override: merge\n        rlimits: {nofile: x}\n");
+    let bad = parse(
+        2,
+        "services:\n    web:\n        override: merge\n        rlimits: {nofile: x}\n",
+    );
     assert!(bad.is_err());
     assert_eq!(base.services["web"].rlimits.len(), 1);
 }

@@ -108,7 +108,7 @@ fn a_plain_spawn_resets_what_the_daemon_inherited() {
 fn a_gated_spawn_resets_what_the_daemon_inherited() {
     started_like_a_careless_parent_would();
     let mut cmd = sh();
-    let mut spawned = reaper::spawn_gated(&mut cmd, |_| {}).unwrap();
+    let mut spawned = reaper::spawn_gated(&mut cmd, |_| Ok(())).unwrap();
     drop(cmd);
     let report = read_all(spawned.stdout.take().unwrap());
     assert!(spawned.exit.blocking_recv().unwrap().success());
@@ -130,7 +130,7 @@ fn a_spawn_without_a_fork_resets_what_the_daemon_inherited() {
         ids: None,
         new_session: true,
     };
-    let spawned = vspawn::spawn_gated(spawn, |_| {}).unwrap();
+    let spawned = vspawn::spawn_gated(spawn, |_| Ok(())).unwrap();
     let report = read_all(reader);
     assert!(spawned.exit.blocking_recv().unwrap().success());
     assert_clean(&report);

@@ -64,6 +64,36 @@ fn go(d: std::time::Duration) -> String {
     cobble_plan::format_duration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
+/// `52.3 MiB memory, 1.25s CPU, 2 processes, 14 open files`.
+fn describe_usage(usage: &cobble_client::types::ServiceUsage) -> String {
+    let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    format!(
+        "{} memory, {} CPU, {}, {}",
+        bytes(usage.memory_bytes),
+        go(std::time::Duration::from_millis(
+            (usage.cpu_seconds.max(0.0) * 1000.0).round() as u64
+        )),
+        plural(usage.processes, "process", "processes"),
+        plural(usage.open_fds, "open file", "open files"),
+    )
+}
+
+/// A size in the largest binary unit that keeps it above one, one decimal.
+fn bytes(n: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", units[unit])
+    }
+}
+
 fn explain(service: &ServiceInfo, schedule: Option<String>, times: &TimeFormatter) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut row = |label: &str, value: String| rows.push(vec![format!("{label}:"), value]);
@@ -90,7 +120,25 @@ fn explain(service: &ServiceInfo, schedule: Option<String>, times: &TimeFormatte
     if let Some(d) = &service.details {
         row("Starts", d.start_count.to_string());
         if let Some(code) = d.last_exit_code {
-            row("Last exit", format!("code {code}"));
+            let cause = if d.last_exit_cause.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", d.last_exit_cause)
+            };
+            row("Last exit", format!("code {code}{cause}"));
+        }
+        if let Some(usage) = &d.usage {
+            row("Uses", describe_usage(usage));
+            if !usage.cgroup.is_empty() {
+                let charged = usage
+                    .cgroup_memory_bytes
+                    .map(|b| format!(" ({} charged)", bytes(b)))
+                    .unwrap_or_default();
+                row("Cgroup", format!("{}{charged}", usage.cgroup));
+            }
+        }
+        if !d.resources_not_enforced.is_empty() {
+            row("Resources", d.resources_not_enforced.clone());
         }
         if d.backoff_count > 0 {
             let until = d
@@ -294,6 +342,51 @@ Starts:          3
 Start grace:     until 2026-01-02T03:04:35Z
 Held action:     check up until 2026-01-02T03:04:35Z
 Check restarts:  2 by check up while it stays down, next not before 2026-01-02T03:04:09Z
+"
+        );
+    }
+
+    #[test]
+    fn explains_an_oom_kill_what_it_uses_and_what_is_not_enforced() {
+        let service = ServiceInfo {
+            name: "leaky".into(),
+            startup: "enabled".into(),
+            current: "backoff".into(),
+            current_since: Some("2026-01-02T03:04:05Z".into()),
+            reason: Some(
+                "backing off after exit code 137 (killed by the OOM killer at memory-max 64M)"
+                    .into(),
+            ),
+            details: Some(ServiceDetails {
+                last_exit_code: Some(137),
+                last_exit_cause: "killed by the OOM killer at memory-max 64M".into(),
+                start_count: 1,
+                usage: Some(cobble_client::types::ServiceUsage {
+                    memory_bytes: 52 * 1024 * 1024 + 300 * 1024,
+                    cpu_seconds: 1.25,
+                    processes: 2,
+                    open_fds: 1,
+                    cgroup_memory_bytes: Some(60 * 1024 * 1024),
+                    cgroup: "/sys/fs/cgroup/memory/cobble-1/leaky.1".into(),
+                }),
+                resources_not_enforced:
+                    "pids-max not enforced: no cgroup v1 pids hierarchy is mounted".into(),
+                ..ServiceDetails::default()
+            }),
+        };
+        let text = explain(&service, None, &TimeFormatter::new(true));
+        assert_eq!(
+            text,
+            "\
+Service:    leaky
+Current:    backoff since 2026-01-02T03:04:05Z
+Startup:    enabled
+Why:        backing off after exit code 137 (killed by the OOM killer at memory-max 64M)
+Starts:     1
+Last exit:  code 137 (killed by the OOM killer at memory-max 64M)
+Uses:       52.3 MiB memory, 1.25s CPU, 2 processes, 1 open file
+Cgroup:     /sys/fs/cgroup/memory/cobble-1/leaky.1 (60.0 MiB charged)
+Resources:  pids-max not enforced: no cgroup v1 pids hierarchy is mounted
 "
         );
     }

@@ -37,6 +37,7 @@ mod notices;
 mod offline;
 mod pebble_state;
 mod plan;
+mod resources;
 mod robustness;
 mod scenarios;
 mod self_healing;

@@ -19,8 +19,12 @@ use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 
+use cobble_plan::Rlimits;
 use cobble_sys::reaper::{self, ExitStatus};
+
+use super::cgroup::ServiceCgroup;
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
@@ -57,6 +61,10 @@ pub struct Launch {
     /// Start from an empty environment rather than the daemon's: `environment` is complete
     /// (exec builds it whole, the daemon's included).
     pub clear_environment: bool,
+    /// Per-process limits, set on the process before it runs (`rlimits:`).
+    pub rlimits: Rlimits,
+    /// The cgroup the process runs in, entered before it runs.
+    pub cgroup: Option<ServiceCgroup>,
 }
 
 /// How a command's stdin, stdout and stderr are connected, and the session it runs in.
@@ -113,6 +121,10 @@ pub enum LaunchError {
     User(String),
     #[error("cannot create pipe: {0}")]
     Pipe(std::io::Error),
+    /// A limit or the cgroup could not be set before the command ran: `cannot set rlimit
+    /// nofile to 1048576: operation not permitted`.
+    #[error("{0}")]
+    Setup(String),
     /// `fork/exec /path: no such file or directory`, and the like.
     #[error("fork/exec {}: {}", .path.display(), cobble_sys::os_error_text(.error))]
     Fork {
@@ -149,6 +161,59 @@ fn launch_command(
     launch: &Launch,
     wiring: Wiring,
     before_exec: Option<impl FnOnce(u32) + Send>,
+) -> Result<Child, LaunchError> {
+    // What must happen between fork and exec: the caller's record, then the cgroup and the
+    // limits. Only then is the spawn gated; a setup that fails keeps the command from running
+    // and is the launch's error.
+    let gated = before_exec.is_some() || !launch.rlimits.is_empty() || launch.cgroup.is_some();
+    let failed = Mutex::new(None::<String>);
+    let setup = gated.then(|| {
+        let failed = &failed;
+        move |pid: u32| -> std::io::Result<()> {
+            if let Some(before_exec) = before_exec {
+                before_exec(pid);
+            }
+            prepare_child(launch, pid).map_err(|text| {
+                *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
+                std::io::Error::other("refused at the gate")
+            })
+        }
+    });
+    let result = start_command(launch, wiring, setup);
+    match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(text) => Err(LaunchError::Setup(text)),
+        None => result,
+    }
+}
+
+/// Puts the child `pid`, waiting at its gate, in the launch's cgroup and sets its limits.
+fn prepare_child(launch: &Launch, pid: u32) -> Result<(), String> {
+    if let Some(cgroup) = &launch.cgroup {
+        cgroup.attach(pid).map_err(|e| {
+            format!(
+                "cannot enter cgroup {}: {}",
+                cgroup.path().display(),
+                cobble_sys::os_error_text(&e)
+            )
+        })?;
+    }
+    for (resource, value) in &launch.rlimits {
+        let raw = |v: Option<cobble_plan::LimitValue>| v.map(|v| v.as_raw());
+        cobble_sys::limits::set_rlimit(pid, resource.name(), raw(value.soft), raw(value.hard))
+            .map_err(|e| {
+                format!(
+                    "cannot set rlimit {resource} to {value}: {}",
+                    cobble_sys::os_error_text(&e)
+                )
+            })?;
+    }
+    Ok(())
+}
+
+fn start_command(
+    launch: &Launch,
+    wiring: Wiring,
+    before_exec: Option<impl FnOnce(u32) -> std::io::Result<()> + Send>,
 ) -> Result<Child, LaunchError> {
     let program = launch.argv.first().ok_or(LaunchError::Empty)?;
     let path = look_path(program).map_err(LaunchError::NotFound)?;
@@ -226,7 +291,7 @@ fn spawn_pipes(
     environment: BTreeMap<String, String>,
     ids: Option<(u32, u32)>,
     split_stderr: bool,
-    before_exec: Option<impl FnOnce(u32) + Send>,
+    before_exec: Option<impl FnOnce(u32) -> std::io::Result<()> + Send>,
 ) -> Result<Child, LaunchError> {
     let (stdin_read, stdin_write) = std::io::pipe().map_err(LaunchError::Pipe)?;
     let (output_read, output_write) = std::io::pipe().map_err(LaunchError::Pipe)?;
@@ -249,10 +314,9 @@ fn spawn_pipes(
         ids,
         new_session: true,
     };
-    let spawned = cobble_sys::vspawn::spawn_gated(spawn, |pid| {
-        if let Some(before_exec) = before_exec {
-            before_exec(pid);
-        }
+    let spawned = cobble_sys::vspawn::spawn_gated(spawn, |pid| match before_exec {
+        Some(before_exec) => before_exec(pid),
+        None => Ok(()),
     })
     .map_err(|error| LaunchError::Fork { path, error })?;
     // The child's ends were dropped with `spawn`: the readers see end of file once the

@@ -12,15 +12,17 @@
 //!   left its process group or were orphaned.
 //! - [`supervise`]: what the supervisor does to processes, behind the [`Processes`] trait
 //!   (the real [`OsProcesses`], or scripted ones in tests).
+//! - [`cgroup`]: a cgroup per run of a service with `resources:`, where one can be had.
 //! - [`notify`]: the socket a service with `readiness: notify` says it is ready on.
 //!
 //! The managers above (services, exec, checks) depend on this module; it depends on none of
 //! them. Everything here may block: callers run it on the blocking pool.
 
+pub mod cgroup;
 pub mod launch;
 pub mod members;
 pub mod notify;
 pub mod registry;
 pub mod supervise;
 
-pub use supervise::{Escaped, GroupSignal, OsProcesses, Processes, SpawnError, Spawned};
+pub use supervise::{Escaped, GroupSignal, OsProcesses, Processes, SpawnError, Spawned, Usage};

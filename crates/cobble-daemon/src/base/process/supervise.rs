@@ -8,19 +8,23 @@
 //! unrecorded), and stops groups together with every process that left them
 //! ([`super::members`]).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use cobble_plan::Service;
 use futures_util::future::BoxFuture;
 use tokio::net::unix::pipe;
 
+use super::cgroup::{Cgroups, ServiceCgroup};
 use super::launch::{self, Launch, LaunchError, Wiring};
 use super::members::{self, INVOCATION_VARIABLE};
 use super::registry::ProcessRegistry;
 use cobble_sys::notify::Sender;
 use cobble_sys::process::{self as sys, Signal};
+use cobble_sys::reaper;
 
 /// Signals the supervisor sends to a service's process group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +45,24 @@ pub struct Spawned {
     pub exit: BoxFuture<'static, i32>,
     /// Its merged stdout and stderr, when there is a pipe to read.
     pub output: Option<pipe::Receiver>,
+}
+
+/// What a service uses (or has used), as far as the daemon can tell.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    /// Resident memory of its processes, summed (pages shared between them count in each).
+    pub memory_bytes: u64,
+    /// CPU time (user + system) of every run of it since the daemon started: the runs that
+    /// ended, with the children they waited for, and the processes of the current one.
+    pub cpu: Duration,
+    /// Its processes now.
+    pub processes: u64,
+    /// The open file descriptors of its processes now, summed.
+    pub open_fds: u64,
+    /// Memory charged to its cgroup (resident memory and page cache), where it has one.
+    pub cgroup_memory_bytes: Option<u64>,
+    /// Its cgroup, where it has one.
+    pub cgroup: Option<PathBuf>,
 }
 
 /// Why a service did not spawn.
@@ -79,6 +101,22 @@ pub trait Processes: Send + Sync + 'static {
     /// its instance. A sender that has exited already (a `systemd-notify` that sent and
     /// left) can no longer be placed, and counts when it ran as the main process's user.
     fn belongs(&self, leader: u32, sender: Sender) -> bool;
+    /// What service `name` uses, with `pid` its main process if one runs.
+    fn usage(&self, name: &str, pid: Option<u32>) -> Usage {
+        let _ = (name, pid);
+        Usage::default()
+    }
+    /// Why the main process `pid`, which has exited, was killed, when it was by something
+    /// other than a signal sent to it (the OOM killer at the service's `memory-max`).
+    fn killed_by(&self, pid: u32) -> Option<String> {
+        let _ = pid;
+        None
+    }
+    /// What of `config`'s `resources:` cannot be enforced here, and why.
+    fn unenforced(&self, config: &Service) -> Option<String> {
+        let _ = config;
+        None
+    }
 }
 
 /// The real processes: spawned through the reaper, recorded in `$PEBBLE/.cobble-processes`.
@@ -94,6 +132,14 @@ pub struct OsProcesses {
     invocation_prefix: String,
     /// Invocations so far.
     invocations: AtomicU64,
+    /// The cgroups of services with `resources:`, found when the first such service starts.
+    cgroups: OnceLock<Cgroups>,
+    /// Names this daemon's cgroup directory (see [`Cgroups::tag_for`]).
+    cgroups_tag: String,
+    /// CPU time of the runs of each service that have ended.
+    cpu_done: Mutex<HashMap<String, Duration>>,
+    /// Services whose unenforced resources the daemon log has told of, with what it said.
+    told: Mutex<HashSet<(String, String)>>,
 }
 
 /// What names the processes of one run of a service.
@@ -103,6 +149,10 @@ struct Instance {
     start_time: u64,
     /// The value of [`INVOCATION_VARIABLE`] in its environment.
     invocation: String,
+    /// The cgroup it runs in, if it has one.
+    cgroup: Option<ServiceCgroup>,
+    /// Its `memory-max`, for the word on an OOM kill.
+    memory_max: Option<cobble_plan::MemoryLimit>,
 }
 
 /// Instances kept before the ones whose group has gone are dropped (an instance is
@@ -110,7 +160,9 @@ struct Instance {
 const INSTANCES_KEPT: usize = 256;
 
 impl OsProcesses {
-    pub fn new(registry: ProcessRegistry) -> OsProcesses {
+    /// The processes of the daemon whose state directory is `state_dir` (which names the
+    /// daemon's cgroups) and whose registry is `registry`.
+    pub fn new(registry: ProcessRegistry, state_dir: Option<&std::path::Path>) -> OsProcesses {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -120,7 +172,58 @@ impl OsProcesses {
             ending: Mutex::new(HashMap::new()),
             invocation_prefix: format!("{:x}{:08x}", now.as_secs(), std::process::id()),
             invocations: AtomicU64::new(0),
+            cgroups: OnceLock::new(),
+            cgroups_tag: Cgroups::tag_for(state_dir.unwrap_or(std::path::Path::new("/"))),
+            cpu_done: Mutex::new(HashMap::new()),
+            told: Mutex::new(HashSet::new()),
         }
+    }
+
+    fn cgroups(&self) -> &Cgroups {
+        self.cgroups
+            .get_or_init(|| Cgroups::detect(&self.cgroups_tag))
+    }
+
+    /// Lets go of an instance that has ended: its cgroup goes once it is empty.
+    fn retire(&self, instance: Option<Instance>) {
+        if let Some(cgroup) = instance.and_then(|i| i.cgroup) {
+            self.cgroups().retire(cgroup);
+        }
+    }
+
+    /// Ends what is left in the services' cgroups and removes them, for a daemon on its way
+    /// out. Blocking.
+    pub fn remove_cgroups(&self) {
+        if let Some(cgroups) = self.cgroups.get() {
+            cgroups.remove_all();
+        }
+    }
+
+    /// The cgroup for a run of `name` with `config`'s resources, if it has any and one can
+    /// be had; says once in the daemon log what is not enforced.
+    fn cgroup_for(
+        &self,
+        name: &str,
+        config: &Service,
+        invocation: &str,
+    ) -> Result<Option<ServiceCgroup>, SpawnError> {
+        if config.resources.is_empty() {
+            return Ok(None);
+        }
+        let cgroup = self
+            .cgroups()
+            .create(name, invocation, &config.resources)
+            .map_err(|e| SpawnError::Failed(format!("cannot start service: {e}")))?;
+        if let Some(why) = self.cgroups().unenforced(&config.resources)
+            && self
+                .told
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert((name.to_owned(), why.clone()))
+        {
+            tracing::warn!("Service \"{name}\" {why}");
+        }
+        Ok(cgroup)
     }
 
     fn registry(&self) -> std::sync::MutexGuard<'_, ProcessRegistry> {
@@ -153,12 +256,23 @@ impl OsProcesses {
     /// The live processes of `instance`, led by `pid` (itself excluded); none for an
     /// instance no longer known, whose pid may belong to another process by now.
     fn members_of(&self, pid: u32, instance: Option<Instance>) -> Vec<(u32, sys::ProcStat)> {
-        match instance {
-            Some(instance) => members::members(pid, instance.start_time, &instance.invocation)
-                .into_iter()
-                .collect(),
-            None => Vec::new(),
+        let Some(instance) = instance else {
+            return Vec::new();
+        };
+        let mut members = members::members(pid, instance.start_time, &instance.invocation);
+        // What left everything else behind (`env -i` and `setsid` in an orphan) is still in
+        // the cgroup.
+        if let Some(cgroup) = &instance.cgroup {
+            for member in cgroup.procs() {
+                if member != pid
+                    && !members.contains_key(&member)
+                    && let Some(stat) = sys::proc_stat(member).filter(|s| s.state != 'Z')
+                {
+                    members.insert(member, stat);
+                }
+            }
         }
+        members.into_iter().collect()
     }
 
     /// Records the process group of a command that is no service's (an exec's) under `name`,
@@ -183,7 +297,7 @@ impl OsProcesses {
 
     /// Ends every group still recorded (SIGTERM, then SIGKILL after `grace`), for a daemon
     /// that must exit without its supervisor. Blocking.
-    pub fn end_all(&self, grace: std::time::Duration) -> Vec<String> {
+    pub fn end_all(&self, grace: Duration) -> Vec<String> {
         self.registry().end_all(grace)
     }
 }
@@ -210,6 +324,7 @@ impl Processes for OsProcesses {
         );
         let mut environment = config.environment.clone();
         environment.insert(INVOCATION_VARIABLE.to_owned(), invocation.clone());
+        let cgroup = self.cgroup_for(name, config, &invocation)?;
         let launch = Launch {
             argv,
             environment,
@@ -220,6 +335,8 @@ impl Processes for OsProcesses {
             group: config.group.clone(),
             user_environment: true,
             clear_environment: false,
+            rlimits: config.rlimits.clone(),
+            cgroup: cgroup.clone(),
         };
         tracing::info!("Service \"{name}\" starting: {}", config.command);
         // Recorded before the command may start: a daemon killed at any instant leaves no
@@ -228,24 +345,42 @@ impl Processes for OsProcesses {
         let spawned = launch::spawn_recorded(&launch, Wiring::Merged, |pid| {
             self.registry().record(name, pid, Some(&invocation));
             recorded = Some(pid);
+            reaper::keep_cpu_time(pid);
             if let Some(start_time) = sys::process_start_time(pid) {
                 let mut instances = self.instances();
+                let mut gone = Vec::new();
                 if instances.len() >= INSTANCES_KEPT {
-                    instances.retain(|&leader, _| sys::group_alive(leader));
+                    instances.retain(|&leader, instance| {
+                        let alive = sys::group_alive(leader);
+                        if !alive {
+                            gone.push(instance.clone());
+                        }
+                        alive
+                    });
                 }
                 instances.insert(
                     pid,
                     Instance {
                         start_time,
                         invocation: invocation.clone(),
+                        cgroup: cgroup.clone(),
+                        memory_max: config.resources.memory_max,
                     },
                 );
+                drop(instances);
+                for instance in gone {
+                    self.retire(Some(instance));
+                }
             }
         });
         let child = spawned.map_err(|e| {
             if let Some(pid) = recorded {
                 self.registry().forget(name, pid);
-                self.instances().remove(&pid);
+                reaper::forget_cpu_time(pid);
+                let instance = self.instances().remove(&pid);
+                self.retire(instance);
+            } else if let Some(cgroup) = cgroup.clone() {
+                self.cgroups().retire(cgroup);
             }
             SpawnError::Failed(match e {
                 // Pebble words user errors without the prefix.
@@ -290,7 +425,7 @@ impl Processes for OsProcesses {
             None => self.instances().remove(&pid),
         };
         let leader_start = instance.as_ref().map(|i| i.start_time);
-        let now = self.members_of(pid, instance);
+        let now = self.members_of(pid, instance.clone());
         // Once its last member is gone a group's id may be reused: signal it only while a
         // member is seen (or for a group this daemon knows nothing more of).
         let group_seen = match leader_start {
@@ -311,6 +446,10 @@ impl Processes for OsProcesses {
         for (child, _) in now {
             let _ = sys::signal_pid(child, Signal::SIGKILL);
         }
+        if let Some(cgroup) = instance.as_ref().and_then(|i| i.cgroup.as_ref()) {
+            cgroup.kill_all();
+        }
+        self.retire(instance);
     }
 
     fn signal_remains(&self, pid: u32, signal: GroupSignal) -> Vec<Escaped> {
@@ -321,6 +460,7 @@ impl Processes for OsProcesses {
         let instance = self.instances().remove(&pid);
         let remains = self.members_of(pid, instance.clone());
         if remains.is_empty() {
+            self.retire(instance);
             return Vec::new();
         }
         if let Some(instance) = instance {
@@ -349,6 +489,22 @@ impl Processes for OsProcesses {
         // A stale record is harmless (see `forget_unsaved`), and rewriting the file at every
         // exit made stopping many services at once wait on as many renames.
         self.registry().forget_unsaved(name, pid);
+        // The run's CPU time: its cgroup's count covers every process that was ever in it;
+        // without one, the main process's with the children it waited for.
+        let cgroup_time = self
+            .instances()
+            .get(&pid)
+            .and_then(|i| i.cgroup.as_ref()?.cpu_time());
+        let reaped_time = reaper::take_cpu_time(pid);
+        reaper::forget_cpu_time(pid);
+        if let Some(time) = cgroup_time.or(reaped_time) {
+            *self
+                .cpu_done
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(name.to_owned())
+                .or_default() += time;
+        }
     }
 
     fn missing(&self, paths: Vec<String>) -> Vec<String> {
@@ -356,6 +512,72 @@ impl Processes for OsProcesses {
             .into_iter()
             .filter(|p| !std::path::Path::new(p).exists())
             .collect()
+    }
+
+    fn usage(&self, name: &str, pid: Option<u32>) -> Usage {
+        let mut usage = Usage {
+            cpu: self
+                .cpu_done
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(name)
+                .copied()
+                .unwrap_or_default(),
+            ..Usage::default()
+        };
+        let Some(pid) = pid else {
+            return usage;
+        };
+        let instance = self.instances().get(&pid).cloned();
+        let cgroup = instance.as_ref().and_then(|i| i.cgroup.clone());
+        let mut pids = vec![pid];
+        pids.extend(self.members_of(pid, instance).into_iter().map(|(p, _)| p));
+        let (page, ticks) = (
+            cobble_sys::limits::page_size(),
+            cobble_sys::limits::clock_ticks(),
+        );
+        let mut cpu_ticks = 0;
+        for member in pids {
+            let Some(stat) = cobble_sys::limits::proc_usage(member) else {
+                continue;
+            };
+            if stat.state == 'Z' {
+                continue;
+            }
+            usage.processes += 1;
+            usage.memory_bytes += stat.rss_pages * page;
+            cpu_ticks += stat.user_ticks + stat.system_ticks;
+            usage.open_fds += cobble_sys::limits::open_fds(member).unwrap_or(0);
+        }
+        let live = match cgroup.as_ref().and_then(ServiceCgroup::cpu_time) {
+            Some(time) => time,
+            None => Duration::from_nanos(cpu_ticks.saturating_mul(1_000_000_000) / ticks),
+        };
+        usage.cpu += live;
+        if let Some(cgroup) = cgroup {
+            usage.cgroup_memory_bytes = cgroup.memory_bytes();
+            usage.cgroup = Some(cgroup.path().to_owned());
+        }
+        usage
+    }
+
+    fn killed_by(&self, pid: u32) -> Option<String> {
+        let instance = self.instances().get(&pid).cloned()?;
+        let cgroup = instance.cgroup.as_ref()?;
+        if cgroup.oom_kills() == 0 {
+            return None;
+        }
+        Some(match instance.memory_max {
+            Some(max) => format!("killed by the OOM killer at memory-max {max}"),
+            None => "killed by the OOM killer".to_owned(),
+        })
+    }
+
+    fn unenforced(&self, config: &Service) -> Option<String> {
+        if config.resources.is_empty() {
+            return None;
+        }
+        self.cgroups().unenforced(&config.resources)
     }
 
     fn belongs(&self, leader: u32, sender: Sender) -> bool {

@@ -100,7 +100,7 @@ pub fn type_name(config: &Check) -> &'static str {
 }
 
 /// The check as it will run: for an exec check with `service-context`, the service's
-/// environment, user, group and working directory, overridden by the check's own fields.
+/// environment, user, group, working directory and `rlimits`, overridden by the check's own fields.
 pub fn merge_service_context(plan: &Plan, config: &Check) -> Check {
     let mut merged = config.clone();
     let Some(exec) = merged.exec.as_mut() else {
@@ -113,6 +113,7 @@ pub fn merge_service_context(plan: &Plan, config: &Check) -> Check {
         group_id: exec.group_id,
         group: std::mem::take(&mut exec.group),
         working_dir: std::mem::take(&mut exec.working_dir),
+        rlimits: Default::default(),
     };
     // Plan validation guarantees the service exists; were it gone, the check's own fields
     // are all there is.
@@ -125,6 +126,7 @@ pub fn merge_service_context(plan: &Plan, config: &Check) -> Check {
     exec.group_id = context.group_id;
     exec.group = context.group;
     exec.working_dir = context.working_dir;
+    exec.rlimits = context.rlimits;
     merged
 }
 

@@ -51,6 +51,8 @@ impl ExecChecker {
             group: self.config.group.clone(),
             user_environment: false,
             clear_environment: false,
+            rlimits: self.config.rlimits.clone(),
+            cgroup: None,
         })
     }
 

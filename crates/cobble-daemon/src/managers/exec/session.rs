@@ -342,6 +342,8 @@ impl Session {
             group: String::new(),
             user_environment: false,
             clear_environment: true,
+            rlimits: prepared.rlimits.clone(),
+            cgroup: None,
         };
         let terminal = prepared.terminal.then(|| {
             (

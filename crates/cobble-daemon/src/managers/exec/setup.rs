@@ -99,6 +99,8 @@ pub struct Prepared {
     pub split_stderr: bool,
     /// The terminal's first size, when the request gave a usable one.
     pub size: Option<WindowSize>,
+    /// The `rlimits` of the context service, if any.
+    pub rlimits: cobble_plan::Rlimits,
 }
 
 /// Checks `request` against the plan and the host and works out what to run. Blocking.
@@ -121,6 +123,7 @@ pub fn prepare(request: ExecRequest, plan: &Plan, host: &Host) -> Result<Prepare
                 group_id: request.group_id,
                 group: request.group,
                 working_dir: request.working_dir,
+                rlimits: Default::default(),
             },
         )
         .map_err(|e| SetupError::BadRequest(e.to_string()))?;
@@ -154,6 +157,7 @@ pub fn prepare(request: ExecRequest, plan: &Plan, host: &Host) -> Result<Prepare
         interactive: request.interactive,
         split_stderr: request.split_stderr,
         size,
+        rlimits: context.rlimits,
     })
 }
 

@@ -325,8 +325,8 @@ impl ServiceLog {
         }
     }
 
-    /// Appends one line (without its newline) written at `time`.
-    #[cfg(test)]
+    /// Appends one line (without its newline) written at `time`: for what the daemon says
+    /// in a service's log (an OOM kill), and for tests.
     pub fn push(&self, time: Timestamp, line: String) {
         let mut raw = line.into_bytes();
         let pieces = [super::lines::Piece {

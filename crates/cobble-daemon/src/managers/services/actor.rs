@@ -36,6 +36,8 @@ enum Done {
     Spawn {
         name: String,
         result: Result<Spawned, SpawnError>,
+        /// What of the service's `resources:` is not enforced, and why.
+        unenforced: Option<String>,
     },
     /// A process exited (its output drained); `missing` are the paths its last output named
     /// that do not exist.
@@ -44,6 +46,8 @@ enum Done {
         pid: u32,
         code: i32,
         missing: Vec<String>,
+        /// What killed it, when the kernel did.
+        killed_by: Option<String>,
     },
     /// A group was signalled; these descendants had left it.
     Signalled {
@@ -113,6 +117,8 @@ pub(super) struct Slot {
     pub(super) escaped: Vec<Escaped>,
     /// What a service with `readiness: notify` has said, and where it says it.
     pub(super) notify: Notify,
+    /// What of its `resources:` was not enforced at its last spawn, and why.
+    pub(super) unenforced: Option<String>,
 }
 
 /// A `readiness: notify` service's socket and what it said on it.
@@ -304,13 +310,30 @@ impl Actor {
     /// Work handed off earlier has finished.
     fn finished(&mut self, done: Done) {
         match done {
-            Done::Spawn { name, result } => self.spawned(&name, result),
+            Done::Spawn {
+                name,
+                result,
+                unenforced,
+            } => {
+                if let Some(slot) = self.services.get_mut(&name) {
+                    slot.unenforced = unenforced;
+                }
+                self.spawned(&name, result)
+            }
             Done::Exit {
                 name,
                 pid,
                 code,
                 missing,
+                killed_by,
             } => {
+                if let Some(cause) = killed_by {
+                    if let Some(slot) = self.services.get(&name) {
+                        // In the service's own log, where its last words are.
+                        slot.log.push(Timestamp::now(), format!("cobble: {cause}"));
+                    }
+                    self.feed(&name, Event::KilledBy { pid, cause });
+                }
                 if let Some(slot) = self.services.get(&name) {
                     let _ = slot.notify.leader.compare_exchange(
                         pid,
@@ -452,10 +475,11 @@ impl Actor {
             }
             let named = hints::missing_paths(&log.last_lines(LAST_LOG_LINES));
             let forget = name.clone();
-            let missing = jobs
+            let (missing, killed_by) = jobs
                 .run(move |processes| {
+                    let killed_by = processes.killed_by(pid);
                     processes.forget(&forget, pid);
-                    processes.missing(named)
+                    (processes.missing(named), killed_by)
                 })
                 .await
                 .ok()
@@ -466,6 +490,7 @@ impl Actor {
                 pid,
                 code,
                 missing,
+                killed_by,
             });
         });
     }
@@ -580,6 +605,7 @@ impl Actor {
             start_count: 0,
             escaped: Vec::new(),
             notify: Notify::default(),
+            unenforced: None,
         });
         slot.config = config.clone();
         slot.file
@@ -627,7 +653,11 @@ impl Actor {
                             let result = Err(SpawnError::Failed(format!(
                                 "cannot start service: cannot create its notify socket: {e}"
                             )));
-                            let _ = done.send(Done::Spawn { name, result });
+                            let _ = done.send(Done::Spawn {
+                                name,
+                                result,
+                                unenforced: None,
+                            });
                             continue;
                         }
                         Some(Ok(address)) => {
@@ -640,8 +670,13 @@ impl Actor {
                         None => {}
                     }
                     drop(self.jobs.run(move |processes| {
+                        let unenforced = processes.unenforced(&config);
                         let result = processes.spawn(&name, &config);
-                        let _ = done.send(Done::Spawn { name, result });
+                        let _ = done.send(Done::Spawn {
+                            name,
+                            result,
+                            unenforced,
+                        });
                     }));
                 }
                 Action::Signal { pid, signal } => {

@@ -8,12 +8,13 @@ use cobble_plan::Plan;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use super::accounting::Accounting;
 use super::machine::{StartOutcome, StopOutcome};
 use super::{ServiceStatus, actor};
 use crate::checks::CheckSignals;
 use crate::logs::ServiceLog;
 use crate::logs::capture::Destinations;
-use crate::process::Processes;
+use crate::process::{Processes, Usage};
 
 /// The reply to a start request: the outcome and, for failures that ask for it, the service's
 /// most recent output.
@@ -69,6 +70,8 @@ pub(super) enum Request {
 #[derive(Clone)]
 pub struct ServiceManager {
     tx: mpsc::UnboundedSender<Request>,
+    /// What the services use, read beside the actor (it is `/proc` work).
+    accounting: Arc<Accounting>,
 }
 
 /// The manager's error when its task has gone (the daemon is shutting down).
@@ -87,8 +90,27 @@ impl ServiceManager {
         output: Destinations,
         shutdown: mpsc::UnboundedSender<i32>,
     ) -> (ServiceManager, JoinHandle<()>) {
+        let accounting = Arc::new(Accounting::new(processes.clone()));
         let (tx, task) = actor::spawn(plan, checks, processes, output, shutdown);
-        (ServiceManager { tx }, task)
+        (ServiceManager { tx, accounting }, task)
+    }
+
+    /// What each of `statuses` uses, read at most once a second per service (see
+    /// [`super::accounting`]).
+    pub async fn usage(&self, statuses: &[ServiceStatus]) -> Vec<Usage> {
+        let targets = statuses.iter().map(|s| (s.name.clone(), s.pid)).collect();
+        self.accounting.usage(targets).await
+    }
+
+    /// The statuses, each with its details' usage filled in.
+    pub async fn with_usage(&self, mut statuses: Vec<ServiceStatus>) -> Vec<ServiceStatus> {
+        let usage = self.usage(&statuses).await;
+        for (status, usage) in statuses.iter_mut().zip(usage) {
+            if let Some(details) = status.details.as_mut() {
+                details.usage = Some(usage);
+            }
+        }
+        statuses
     }
 
     /// Sends the request `make` builds around a reply channel and waits for the answer;

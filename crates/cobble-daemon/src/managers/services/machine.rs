@@ -245,6 +245,9 @@ pub enum Event {
     SpawnFailed { error: String },
     /// The process (group leader) exited with this code.
     Exited { pid: u32, code: i32 },
+    /// The process `pid`, whose exit follows, was killed by the kernel rather than by a
+    /// signal anyone sent (`killed by the OOM killer at memory-max 64M`).
+    KilledBy { pid: u32, cause: String },
     /// Time passed; the machine acts on every deadline at or before `now`.
     Tick,
     /// The checks as they stand now. A check of the service's `on-check-failure` whose
@@ -349,6 +352,10 @@ pub struct Machine {
     client_stopped: bool,
     /// Exit code of the last process, if any.
     last_exit: Option<i32>,
+    /// What killed the last process, when the kernel did ([`Event::KilledBy`]), with its pid.
+    exit_cause: Option<(u32, String)>,
+    /// Why the last spawn failed, until a spawn succeeds.
+    spawn_error: Option<String>,
     /// The checks as last reported.
     checks: Arc<CheckSignals>,
     /// The `requires-checks` that do not pass, while waiting for them.
@@ -395,6 +402,8 @@ impl Machine {
             file_change: None,
             client_stopped: false,
             last_exit: None,
+            exit_cause: None,
+            spawn_error: None,
             checks: Arc::default(),
             waiting_checks: Vec::new(),
             spawned_at: None,
@@ -419,6 +428,24 @@ impl Machine {
 
     pub fn last_exit(&self) -> Option<i32> {
         self.last_exit
+    }
+
+    /// Why the last spawn failed, if the spawns since have all failed.
+    pub fn spawn_error(&self) -> Option<&str> {
+        self.spawn_error.as_deref()
+    }
+
+    /// What killed the last process, when the kernel did.
+    pub fn last_exit_cause(&self) -> Option<&str> {
+        self.exit_cause.as_ref().map(|(_, cause)| cause.as_str())
+    }
+
+    /// `code N`, with the cause when the kernel killed the process.
+    fn exit_text(&self, code: i32) -> String {
+        match self.last_exit_cause() {
+            Some(cause) => format!("code {code} ({cause})"),
+            None => format!("code {code}"),
+        }
     }
 
     /// The missing paths a waiting service waits for.
@@ -581,6 +608,11 @@ impl Machine {
             Event::Spawned { pid } => self.on_spawned(now, pid, &mut actions),
             Event::SpawnFailed { error } => self.on_spawn_failed(now, error, &mut actions),
             Event::Exited { pid, code } => self.on_exited(now, pid, code, &mut actions),
+            Event::KilledBy { pid, cause } => {
+                if self.pid() == Some(pid) {
+                    self.exit_cause = Some((pid, cause));
+                }
+            }
             Event::Tick => {
                 self.on_tick(now, &mut actions);
                 self.on_file_change_due(now, &mut actions);
@@ -708,6 +740,7 @@ impl Machine {
         let Phase::Spawning { restart } = self.phase else {
             return;
         };
+        self.spawn_error = None;
         if self.client_stopped {
             // Stopped while it was being spawned: stop what came of it.
             if !restart {
@@ -765,6 +798,7 @@ impl Machine {
         let Phase::Spawning { restart } = self.phase else {
             return;
         };
+        self.spawn_error = Some(error.clone());
         if !restart {
             // The start fails with Pebble's text either way.
             actions.push(Action::StartDone(StartOutcome::Failed {
@@ -865,6 +899,13 @@ impl Machine {
             return; // a stale exit, e.g. after an aborted start
         }
         self.last_exit = Some(code);
+        if self
+            .exit_cause
+            .as_ref()
+            .is_some_and(|(killed, _)| *killed != pid)
+        {
+            self.exit_cause = None;
+        }
         self.reset_at = None;
         self.spawned_at = None;
         // A hold is for a running process; the checks act again on what comes next.
@@ -875,15 +916,17 @@ impl Machine {
                 if matches!(self.phase, Phase::Starting { .. }) {
                     actions.push(Action::StartDone(StartOutcome::Failed {
                         error: format!(
-                            "service start attempt: exited quickly with code {code}, will {}",
+                            "service start attempt: exited quickly with {}, will {}",
+                            self.exit_text(code),
                             action.as_str()
                         ),
                         with_output: true,
                     }));
                 }
                 actions.push(Action::Log(format!(
-                    "Service \"{}\" stopped unexpectedly with code {code}",
-                    self.name
+                    "Service \"{}\" stopped unexpectedly with {}",
+                    self.name,
+                    self.exit_text(code)
                 )));
                 // The service is its main process: what it leaves behind goes with it.
                 actions.push(Action::EndRemains {

@@ -29,9 +29,11 @@
 //! - [`machine`]: the pure per-service state machine, table- and property-tested.
 //! - `policy`: the plan's service configuration as the machine's [`machine::Policy`].
 //! - [`status`]: what `GET /v1/services` and `cobble why` report of a service.
+//! - `accounting`: what services use, read on demand, at most once a second each.
 //! - [`changes`]: API requests as changes and tasks, run lane by lane.
 //! - [`hints`]: the paths a failed service's last output names as missing.
 
+mod accounting;
 mod actor;
 pub mod changes;
 mod handle;

@@ -35,6 +35,8 @@ pub struct ServiceStatus {
     pub reason: Option<String>,
     /// Processes spawned for it by this daemon.
     pub start_count: u64,
+    /// Its main process, while one runs.
+    pub pid: Option<u32>,
     /// Why it is where it is, for `cobble why`; only when asked for.
     pub details: Option<ServiceDetails>,
 }
@@ -44,6 +46,13 @@ pub struct ServiceStatus {
 pub struct ServiceDetails {
     /// Exit code of the last process.
     pub last_exit: Option<i32>,
+    /// What killed the last process, when the kernel did (the OOM killer).
+    pub last_exit_cause: Option<String>,
+    /// What of its `resources:` is not enforced, and why.
+    pub unenforced: Option<String>,
+    /// What it uses; filled in by [`crate::services::ServiceManager::usage`], not by the
+    /// actor.
+    pub usage: Option<crate::process::Usage>,
     /// The last lines of its output.
     pub last_output: Vec<String>,
     /// Backoffs since the last reset.
@@ -114,6 +123,7 @@ fn status(name: &str, slot: &mut Slot, with_details: bool) -> ServiceStatus {
         since: slot.since.map(|at| slot.rendered_since.render(at)),
         reason: reason(slot),
         start_count: slot.start_count,
+        pid: slot.machine.pid(),
         details: with_details.then(|| details(slot)),
     }
 }
@@ -124,6 +134,9 @@ fn details(slot: &Slot) -> ServiceDetails {
     let now = Instant::now();
     ServiceDetails {
         last_exit: machine.last_exit(),
+        last_exit_cause: machine.last_exit_cause().map(str::to_owned),
+        unenforced: slot.unenforced.clone(),
+        usage: None,
         last_output: slot.log.last_lines(LAST_LOG_LINES),
         backoff_count: machine.backoff_num(),
         backoff_delay: machine.backoff_time(),
@@ -183,7 +196,13 @@ fn reason(slot: &Slot) -> Option<String> {
     if let Some(status) = &notify.status {
         said.push(format!("says \"{status}\""));
     }
-    let phase = phase_reason(slot);
+    let mut phase = phase_reason(slot);
+    if let Some(unenforced) = &slot.unenforced {
+        phase = Some(match phase {
+            Some(phase) => format!("{phase}; {unenforced}"),
+            None => unenforced.clone(),
+        });
+    }
     if said.is_empty() {
         return phase;
     }
@@ -197,9 +216,13 @@ fn reason(slot: &Slot) -> Option<String> {
 /// Why the service's phase is not simply running.
 fn phase_reason(slot: &Slot) -> Option<String> {
     let exit = || {
-        slot.machine
-            .last_exit()
-            .map_or(String::new(), |code| format!(" after exit code {code}"))
+        let cause = slot
+            .machine
+            .last_exit_cause()
+            .map_or(String::new(), |cause| format!(" ({cause})"));
+        slot.machine.last_exit().map_or(String::new(), |code| {
+            format!(" after exit code {code}{cause}")
+        })
     };
     match slot.machine.phase() {
         Phase::Waiting if !slot.machine.waiting_checks().is_empty() => {
@@ -238,7 +261,11 @@ fn phase_reason(slot: &Slot) -> Option<String> {
                     slot.machine.hints().join(", ")
                 )
             };
-            Some(format!("backing off{until}{}{hint}", exit()))
+            let after = match slot.machine.spawn_error() {
+                Some(error) => format!(" after: {error}"),
+                None => exit(),
+            };
+            Some(format!("backing off{until}{after}{hint}"))
         }
         Phase::Exited => Some(format!("exited{}; its policy does not restart it", exit())),
         Phase::Starting {

@@ -1901,3 +1901,69 @@ mod invariant {
         }
     }
 }
+
+#[test]
+fn a_kernel_kill_is_named_in_the_start_failure_and_the_log_and_forgotten_at_the_next_exit() {
+    let mut h = Harness::new();
+    h.start(10);
+    let cause = "killed by the OOM killer at memory-max 64M";
+    // A word on another process is not this one's.
+    h.at(0.1).step(Event::KilledBy {
+        pid: 99,
+        cause: cause.into(),
+    });
+    assert_eq!(h.m.last_exit_cause(), None);
+    h.step(Event::KilledBy {
+        pid: 10,
+        cause: cause.into(),
+    });
+    let actions = h.at(0.2).step(Event::Exited { pid: 10, code: 137 });
+    assert_eq!(
+        start_done(&actions),
+        Some(&StartOutcome::Failed {
+            error: format!(
+                "service start attempt: exited quickly with code 137 ({cause}), will restart"
+            ),
+            with_output: true,
+        })
+    );
+    assert!(
+        actions.contains(&Action::Log(format!(
+            "Service \"svc\" stopped unexpectedly with code 137 ({cause})"
+        ))),
+        "{actions:?}"
+    );
+    assert_eq!(h.m.last_exit_cause(), Some(cause));
+    assert_eq!(h.m.status(), Status::Backoff);
+    // The restart that follows exits on its own: no cause any more.
+    h.at(5.0).tick();
+    h.step(Event::Spawned { pid: 11 });
+    let actions = h.at(6.0).step(Event::Exited { pid: 11, code: 1 });
+    assert!(
+        actions.contains(&Action::Log(
+            "Service \"svc\" stopped unexpectedly with code 1".into()
+        )),
+        "{actions:?}"
+    );
+    assert_eq!(h.m.last_exit_cause(), None);
+}
+
+#[test]
+fn a_failed_spawn_is_remembered_until_a_spawn_succeeds() {
+    let mut h = Harness::new();
+    h.step(Event::Start(Policy::default()));
+    h.step(Event::SpawnFailed {
+        error:
+            "cannot start service: cannot set rlimit nofile to 2000000000: operation not permitted"
+                .into(),
+    });
+    assert_eq!(
+        h.m.spawn_error(),
+        Some(
+            "cannot start service: cannot set rlimit nofile to 2000000000: operation not permitted"
+        )
+    );
+    h.at(5.0).tick();
+    h.step(Event::Spawned { pid: 12 });
+    assert_eq!(h.m.spawn_error(), None);
+}
