@@ -773,8 +773,12 @@ fn metrics_list_started_services_active_first_and_only_metrics_identities_over_h
     crate::fixture::act(&d, "start", &["a"]);
     let (status, metrics) = raw(&d, Method::GET, "/v1/metrics", None);
     assert_eq!(status, 200, "{metrics}");
+    // Pebble's families as Pebble writes them, then cobble's accounting of the same service.
+    let (pebble, cobble) = metrics
+        .split_once("# HELP cobble_service_memory_bytes")
+        .unwrap_or((&metrics, ""));
     assert_eq!(
-        metrics,
+        pebble,
         "# HELP pebble_service_active Whether the service is currently active (1) or not (0)\n\
          # TYPE pebble_service_active gauge\n\
          pebble_service_active{service=\"a\"} 1\n\
@@ -783,6 +787,21 @@ fn metrics_list_started_services_active_first_and_only_metrics_identities_over_h
          # TYPE pebble_service_start_count counter\n\
          pebble_service_start_count{service=\"a\"} 1\n\
          \n"
+    );
+    let samples: Vec<&str> = cobble
+        .lines()
+        .filter(|l| l.starts_with("cobble_"))
+        .map(|l| l.rsplit_once(' ').unwrap().0)
+        .collect();
+    assert_eq!(
+        samples,
+        [
+            "cobble_service_memory_bytes{service=\"a\"}",
+            "cobble_service_cpu_seconds_total{service=\"a\"}",
+            "cobble_service_processes{service=\"a\"}",
+            "cobble_service_open_fds{service=\"a\"}",
+        ],
+        "{metrics}"
     );
 
     // The hash of "test" (`openssl passwd -6 -salt saltsalt test`).
