@@ -29,7 +29,11 @@
 //! - **Start one**: stop `svc-000`, then time `start` of it until its change is ready (this
 //!   includes the 1 s okay delay that Pebble also has).
 //! - **Idle CPU**: utime + stime from `/proc/PID/stat` across `--idle-cpu-secs` with 100
-//!   services running and no requests.
+//!   services running and no requests; once before the latency series, and once more after
+//!   the `GET /v1/metrics` ones (nothing may go on reading `/proc` once they end).
+//! - **Metrics**: `GET /v1/metrics` with 100 services running, back to back (the services'
+//!   accounting is read at most once a second, and served from that reading in between) and
+//!   10 requests 1.1 s apart (each reads all 100 services anew).
 //!
 //! Those are the `core` group. More groups have their own tables; `--only` picks groups
 //! (all by default):
@@ -95,6 +99,12 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Unmeasured requests before each latency series, to fault in code and allocator pages.
 const WARMUP_REQUESTS: usize = 50;
+
+/// `GET /v1/metrics` requests spaced out so that each reads every service anew.
+const FRESH_METRICS: u32 = 10;
+
+/// The space between them: more than the daemon's one-second accounting interval.
+const FRESH_GAP: Duration = Duration::from_millis(1100);
 
 /// The requests a charm typically sends through ops, one round of the warm-up before a
 /// "warm" memory reading. `{service}` is the first service of the plan, `{dir}` is `$PEBBLE`.
@@ -539,6 +549,12 @@ struct Details {
     services_running: Series,
     plan_running: Series,
     idle_cpu: Duration,
+    /// `GET /v1/metrics` back to back: the accounting read once a second, served between.
+    metrics_running: Series,
+    /// `GET /v1/metrics` more than a second apart: every one reads every service anew.
+    metrics_fresh: Series,
+    /// Idle again, after the scrapes: nothing goes on reading.
+    idle_cpu_after_metrics: Duration,
     start_one: Samples,
 }
 
@@ -723,6 +739,21 @@ impl<'a> Bench<'a> {
                 ),
                 Unit::Millis,
                 secs(details.idle_cpu),
+            ),
+            details.metrics_running.row(&format!(
+                "GET /v1/metrics, {n} running, new connection each (accounting read at most once a second)"
+            )),
+            details.metrics_fresh.row(&format!(
+                "GET /v1/metrics, {n} running, {FRESH_METRICS} requests {} s apart (every one reads all {n} services)",
+                FRESH_GAP.as_secs_f64()
+            )),
+            Row::single(
+                &format!(
+                    "CPU time while idle {} s, {n} services running, after the metrics requests",
+                    args.idle_cpu_secs
+                ),
+                Unit::Millis,
+                secs(details.idle_cpu_after_metrics),
             ),
             Row::distribution(
                 &format!("SIGTERM → daemon exit, {n} services running"),
@@ -929,15 +960,29 @@ impl<'a> Bench<'a> {
 
         let details = match planned {
             Some((services_planned, plan_planned)) => {
+                let idle = Duration::from_secs(self.args.idle_cpu_secs);
                 let before = daemon.cpu_time()?;
-                tokio::time::sleep(Duration::from_secs(self.args.idle_cpu_secs)).await;
+                tokio::time::sleep(idle).await;
                 let idle_cpu = daemon.cpu_time()?.saturating_sub(before);
+                let services_running = self.latency(&daemon, "/v1/services").await?;
+                let plan_running = self.latency(&daemon, "/v1/plan?format=yaml").await?;
+                let metrics_running = self.latency(&daemon, "/v1/metrics").await?;
+                let metrics_fresh = self
+                    .spaced_latency(&daemon, "/v1/metrics", FRESH_METRICS, FRESH_GAP)
+                    .await?;
+                self.settle().await;
+                let before = daemon.cpu_time()?;
+                tokio::time::sleep(idle).await;
+                let idle_cpu_after_metrics = daemon.cpu_time()?.saturating_sub(before);
                 Some(Details {
                     services_planned,
                     plan_planned,
                     idle_cpu,
-                    services_running: self.latency(&daemon, "/v1/services").await?,
-                    plan_running: self.latency(&daemon, "/v1/plan?format=yaml").await?,
+                    services_running,
+                    plan_running,
+                    metrics_running,
+                    metrics_fresh,
+                    idle_cpu_after_metrics,
                     start_one: self.start_one(client).await?,
                 })
             }
@@ -949,6 +994,39 @@ impl<'a> Bench<'a> {
 
     /// Times `--requests` sequential GETs, each on a new connection, and the daemon's CPU
     /// time across them.
+    /// `count` requests `gap` apart (more than the daemon's one-second accounting interval,
+    /// so every `GET /v1/metrics` reads every service anew), with the daemon's CPU time per
+    /// request (the idle gaps included, which cost nothing when nothing runs in them).
+    async fn spaced_latency(
+        &self,
+        daemon: &Daemon,
+        path: &str,
+        count: u32,
+        gap: Duration,
+    ) -> Result<Series> {
+        eprintln!("    {count} x GET {path}, {} s apart", gap.as_secs_f64());
+        let client = daemon.client();
+        let mut samples = Samples::default();
+        tokio::time::sleep(gap).await;
+        let cpu_before = daemon.cpu_time()?;
+        for _ in 0..count {
+            let started = Instant::now();
+            let response = client.raw_request(Method::GET, path, None).await?;
+            samples.push(started.elapsed());
+            ensure!(
+                response.status_code == 200,
+                "GET {path} answered {}",
+                response.status_code
+            );
+            tokio::time::sleep(gap).await;
+        }
+        let cpu = daemon.cpu_time()?.saturating_sub(cpu_before);
+        Ok(Series {
+            cpu_per_request: cpu / count,
+            samples,
+        })
+    }
+
     async fn latency(&self, daemon: &Daemon, path: &str) -> Result<Series> {
         eprintln!("    {} x GET {path}", self.args.requests);
         let client = daemon.client();

@@ -28,10 +28,26 @@ use cobble_sys::reaper;
 /// The environment variable that names a service instance in its processes.
 pub const INVOCATION_VARIABLE: &str = "COBBLE_INVOCATION_ID";
 
+/// The daemon's children that it did not start itself (or has reaped the starter of):
+/// orphans re-parented to it. A child the daemon started itself and has not reaped (the main
+/// process of this or another service, a command run for a client) is no orphan; leaving
+/// them out without a look at `/proc` keeps stopping every service at once from reading
+/// every other service's status and environment. Blocking: it reads `/proc`.
+pub fn orphans() -> Vec<u32> {
+    reaper::without_awaited(sys::children(std::process::id()))
+}
+
 /// Every live process (zombies left out) of the instance whose main process is `leader`
 /// (started at `leader_start`) and whose invocation ID is `invocation`, but the main
-/// process itself, with its `/proc` status. Blocking: it reads `/proc`.
-pub fn members(leader: u32, leader_start: u64, invocation: &str) -> BTreeMap<u32, ProcStat> {
+/// process itself, with its `/proc` status; `orphans` are the daemon's orphans as
+/// [`orphans`] lists them (one listing serves a caller that asks about many services).
+/// Blocking: it reads `/proc`.
+pub fn members_among(
+    leader: u32,
+    leader_start: u64,
+    invocation: &str,
+    orphans: &[u32],
+) -> BTreeMap<u32, ProcStat> {
     let mut roots = Vec::new();
     let leader_now = sys::process_start_time(leader);
     if leader_now == Some(leader_start) {
@@ -41,12 +57,7 @@ pub fn members(leader: u32, leader_start: u64, invocation: &str) -> BTreeMap<u32
     // process that has it now leads some other group, whose members are not this instance's.
     let group_is_ours = leader_now.is_none_or(|start| start == leader_start);
     let entry = format!("{INVOCATION_VARIABLE}={invocation}");
-    // Only orphans are looked at: a child the daemon started itself and has not reaped (the
-    // main process of this or another service, a command run for a client) is no orphan.
-    // Leaving them out without a look at `/proc` keeps stopping every service at once from
-    // reading every other service's status and environment.
-    let children = reaper::without_awaited(sys::children(std::process::id()));
-    for child in children {
+    for &child in orphans {
         if child == leader {
             continue;
         }

@@ -101,10 +101,9 @@ pub trait Processes: Send + Sync + 'static {
     /// its instance. A sender that has exited already (a `systemd-notify` that sent and
     /// left) can no longer be placed, and counts when it ran as the main process's user.
     fn belongs(&self, leader: u32, sender: Sender) -> bool;
-    /// What service `name` uses, with `pid` its main process if one runs.
-    fn usage(&self, name: &str, pid: Option<u32>) -> Usage {
-        let _ = (name, pid);
-        Usage::default()
+    /// What each service uses, given as its name and its main process if one runs.
+    fn usage(&self, targets: &[(String, Option<u32>)]) -> Vec<Usage> {
+        vec![Usage::default(); targets.len()]
     }
     /// Why the main process `pid`, which has exited, was killed, when it was by something
     /// other than a signal sent to it (the OOM killer at the service's `memory-max`).
@@ -256,10 +255,21 @@ impl OsProcesses {
     /// The live processes of `instance`, led by `pid` (itself excluded); none for an
     /// instance no longer known, whose pid may belong to another process by now.
     fn members_of(&self, pid: u32, instance: Option<Instance>) -> Vec<(u32, sys::ProcStat)> {
+        self.members_among(pid, instance, &members::orphans())
+    }
+
+    /// [`OsProcesses::members_of`] with the daemon's orphans already listed.
+    fn members_among(
+        &self,
+        pid: u32,
+        instance: Option<Instance>,
+        orphans: &[u32],
+    ) -> Vec<(u32, sys::ProcStat)> {
         let Some(instance) = instance else {
             return Vec::new();
         };
-        let mut members = members::members(pid, instance.start_time, &instance.invocation);
+        let mut members =
+            members::members_among(pid, instance.start_time, &instance.invocation, orphans);
         // What left everything else behind (`env -i` and `setsid` in an orphan) is still in
         // the cgroup.
         if let Some(cgroup) = &instance.cgroup {
@@ -273,6 +283,59 @@ impl OsProcesses {
             }
         }
         members.into_iter().collect()
+    }
+
+    /// What service `name` uses, with `pid` its main process if one runs and `orphans` the
+    /// daemon's orphans ([`members::orphans`]).
+    fn usage_of(&self, name: &str, pid: Option<u32>, orphans: &[u32]) -> Usage {
+        let mut usage = Usage {
+            cpu: self
+                .cpu_done
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(name)
+                .copied()
+                .unwrap_or_default(),
+            ..Usage::default()
+        };
+        let Some(pid) = pid else {
+            return usage;
+        };
+        let instance = self.instances().get(&pid).cloned();
+        let cgroup = instance.as_ref().and_then(|i| i.cgroup.clone());
+        let mut pids = vec![pid];
+        pids.extend(
+            self.members_among(pid, instance, orphans)
+                .into_iter()
+                .map(|(p, _)| p),
+        );
+        let (page, ticks) = (
+            cobble_sys::limits::page_size(),
+            cobble_sys::limits::clock_ticks(),
+        );
+        let mut cpu_ticks = 0;
+        for member in pids {
+            let Some(stat) = cobble_sys::limits::proc_usage(member) else {
+                continue;
+            };
+            if stat.state == 'Z' {
+                continue;
+            }
+            usage.processes += 1;
+            usage.memory_bytes += stat.rss_pages * page;
+            cpu_ticks += stat.user_ticks + stat.system_ticks;
+            usage.open_fds += cobble_sys::limits::open_fds(member).unwrap_or(0);
+        }
+        let live = match cgroup.as_ref().and_then(ServiceCgroup::cpu_time) {
+            Some(time) => time,
+            None => Duration::from_nanos(cpu_ticks.saturating_mul(1_000_000_000) / ticks),
+        };
+        usage.cpu += live;
+        if let Some(cgroup) = cgroup {
+            usage.cgroup_memory_bytes = cgroup.memory_bytes();
+            usage.cgroup = Some(cgroup.path().to_owned());
+        }
+        usage
     }
 
     /// Records the process group of a command that is no service's (an exec's) under `name`,
@@ -514,51 +577,13 @@ impl Processes for OsProcesses {
             .collect()
     }
 
-    fn usage(&self, name: &str, pid: Option<u32>) -> Usage {
-        let mut usage = Usage {
-            cpu: self
-                .cpu_done
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(name)
-                .copied()
-                .unwrap_or_default(),
-            ..Usage::default()
-        };
-        let Some(pid) = pid else {
-            return usage;
-        };
-        let instance = self.instances().get(&pid).cloned();
-        let cgroup = instance.as_ref().and_then(|i| i.cgroup.clone());
-        let mut pids = vec![pid];
-        pids.extend(self.members_of(pid, instance).into_iter().map(|(p, _)| p));
-        let (page, ticks) = (
-            cobble_sys::limits::page_size(),
-            cobble_sys::limits::clock_ticks(),
-        );
-        let mut cpu_ticks = 0;
-        for member in pids {
-            let Some(stat) = cobble_sys::limits::proc_usage(member) else {
-                continue;
-            };
-            if stat.state == 'Z' {
-                continue;
-            }
-            usage.processes += 1;
-            usage.memory_bytes += stat.rss_pages * page;
-            cpu_ticks += stat.user_ticks + stat.system_ticks;
-            usage.open_fds += cobble_sys::limits::open_fds(member).unwrap_or(0);
-        }
-        let live = match cgroup.as_ref().and_then(ServiceCgroup::cpu_time) {
-            Some(time) => time,
-            None => Duration::from_nanos(cpu_ticks.saturating_mul(1_000_000_000) / ticks),
-        };
-        usage.cpu += live;
-        if let Some(cgroup) = cgroup {
-            usage.cgroup_memory_bytes = cgroup.memory_bytes();
-            usage.cgroup = Some(cgroup.path().to_owned());
-        }
-        usage
+    fn usage(&self, targets: &[(String, Option<u32>)]) -> Vec<Usage> {
+        // One look at the daemon's children serves every service.
+        let orphans = members::orphans();
+        targets
+            .iter()
+            .map(|(name, pid)| self.usage_of(name, *pid, &orphans))
+            .collect()
     }
 
     fn killed_by(&self, pid: u32) -> Option<String> {

@@ -49,25 +49,36 @@ impl Accounting {
     fn read(&self, targets: &[(String, Option<u32>)]) -> Vec<Usage> {
         let now = Instant::now();
         let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
-        targets
+        let fresh = |name: &String, pid: &Option<u32>| {
+            samples.get(name).is_some_and(|sample| {
+                sample.pid == *pid && now.duration_since(sample.at) < SAMPLE_INTERVAL
+            })
+        };
+        let stale: Vec<(String, Option<u32>)> = targets
             .iter()
-            .map(|(name, pid)| {
-                if let Some(sample) = samples.get(name)
-                    && sample.pid == *pid
-                    && now.duration_since(sample.at) < SAMPLE_INTERVAL
-                {
-                    return sample.usage.clone();
-                }
-                let usage = self.processes.usage(name, *pid);
+            .filter(|(name, pid)| !fresh(name, pid))
+            .cloned()
+            .collect();
+        if !stale.is_empty() {
+            let read = self.processes.usage(&stale);
+            for ((name, pid), usage) in stale.into_iter().zip(read) {
                 samples.insert(
-                    name.clone(),
+                    name,
                     Sample {
                         at: now,
-                        pid: *pid,
-                        usage: usage.clone(),
+                        pid,
+                        usage,
                     },
                 );
-                usage
+            }
+        }
+        targets
+            .iter()
+            .map(|(name, _)| {
+                samples
+                    .get(name)
+                    .map(|s| s.usage.clone())
+                    .unwrap_or_default()
             })
             .collect()
     }
@@ -113,13 +124,18 @@ mod tests {
         fn belongs(&self, _: u32, _: cobble_sys::notify::Sender) -> bool {
             false
         }
-        fn usage(&self, _: &str, pid: Option<u32>) -> Usage {
-            let reads = self.0.fetch_add(1, Ordering::Relaxed) + 1;
-            Usage {
-                processes: u64::from(pid.is_some()),
-                memory_bytes: reads,
-                ..Usage::default()
-            }
+        fn usage(&self, targets: &[(String, Option<u32>)]) -> Vec<Usage> {
+            targets
+                .iter()
+                .map(|(_, pid)| {
+                    let reads = self.0.fetch_add(1, Ordering::Relaxed) + 1;
+                    Usage {
+                        processes: u64::from(pid.is_some()),
+                        memory_bytes: reads,
+                        ..Usage::default()
+                    }
+                })
+                .collect()
         }
     }
 
