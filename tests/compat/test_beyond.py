@@ -121,3 +121,37 @@ def test_a_notify_service_is_starting_until_it_is_ready(make_daemon):
     Path(go).write_text('')
     client.wait_change(change_id, timeout=30)
     assert client.get_services(['svc'])[0].current == ops.pebble.ServiceStatus.ACTIVE
+
+
+def test_a_charm_limits_a_service_and_its_exec_gets_the_same(make_daemon):
+    """`rlimits` and `resources` in a layer sent through ops: the layer is
+    accepted whatever the machine offers, the service runs, and a command
+    run in its context (ops' `exec(service_context=...)`) has its limits."""
+    daemon = make_daemon(hold=True)
+    client = daemon.client
+    client.add_layer(
+        'app',
+        """
+services:
+  app:
+    override: replace
+    command: /bin/sleep 1004
+    startup: enabled
+    rlimits:
+      nofile: "4321:5000"
+    resources:
+      memory-max: 64M
+      pids-max: 50
+""",
+    )
+    client.replan_services(timeout=30)
+    (app,) = client.get_services(['app'])
+    assert app.is_running()
+    process = client.exec(
+        ['/bin/sh', '-c', 'echo $(ulimit -n) $(ulimit -Hn)'], service_context='app'
+    )
+    out, _ = process.wait_output()
+    assert out.strip() == '4321 5000'
+    process = client.exec(['/bin/sh', '-c', 'ulimit -n'])
+    out, _ = process.wait_output()
+    assert out.strip() != '4321'
