@@ -742,6 +742,27 @@ mod tests {
     }
 
     #[test]
+    fn a_hierarchy_that_cannot_be_written_leaves_the_service_unlimited_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("gone");
+        let mounts = format!(
+            "35 31 0:32 / {} rw - cgroup cgroup rw,memory\n",
+            missing.display()
+        );
+        let cgroups = Cgroups::from_files("4:memory:/\n", &mounts, "t", |_| None);
+        let r = resources("memory-max", "64M");
+        assert!(cgroups.create("svc", "1", &r).unwrap().is_none());
+        let why = cgroups.unenforced(&r).unwrap();
+        assert!(
+            why.starts_with(&format!(
+                "resources not enforced: cannot create cgroup {}/cobble-t: no such file or directory",
+                missing.display()
+            )),
+            "{why}"
+        );
+    }
+
+    #[test]
     fn limits_are_written_in_each_layouts_files() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = resources("memory-max", "64M");

@@ -670,8 +670,9 @@ impl Actor {
                         None => {}
                     }
                     drop(self.jobs.run(move |processes| {
-                        let unenforced = processes.unenforced(&config);
                         let result = processes.spawn(&name, &config);
+                        // After the spawn, which is when the cgroups are first tried.
+                        let unenforced = processes.unenforced(&config);
                         let _ = done.send(Done::Spawn {
                             name,
                             result,
