@@ -124,25 +124,42 @@ impl IntoResponse for ApiError {
                 kind: self.kind.into(),
                 value: None,
             },
-            0,
         )
     }
 }
 
 /// A `sync` response carrying `result`.
 pub fn sync<T: Serialize>(result: T) -> Response {
-    envelope("sync", StatusCode::OK, None, result, 0)
+    envelope("sync", StatusCode::OK, None, result)
 }
 
-/// A `sync` response whose `result` takes about `size` bytes of JSON: written into a buffer
-/// of that size rather than one grown (and copied) step by step.
-pub fn sync_sized<T: Serialize>(result: T, size: usize) -> Response {
-    envelope("sync", StatusCode::OK, None, result, size)
+/// A `sync` 200 answer whose `result` `write_result` writes as JSON itself (about `size`
+/// bytes of it): for the service listing, which writes its own. The envelope around it is
+/// byte for byte the one [`sync`] writes.
+pub fn sync_json(write_result: impl FnOnce(&mut Vec<u8>), size: usize) -> Response {
+    let mut bytes = Vec::with_capacity(128 + size);
+    write_sync_envelope(&mut bytes, write_result, latest_warning("sync"));
+    json_response(StatusCode::OK, bytes)
+}
+
+/// Writes a `sync` 200 envelope with the result `write_result` writes and `latest_warning`.
+fn write_sync_envelope(
+    out: &mut Vec<u8>,
+    write_result: impl FnOnce(&mut Vec<u8>),
+    latest_warning: Option<String>,
+) {
+    out.extend_from_slice(br#"{"type":"sync","status-code":200,"status":"OK","result":"#);
+    write_result(out);
+    if let Some(warning) = latest_warning {
+        out.extend_from_slice(br#","latest-warning":"#);
+        serde_json::to_writer(&mut *out, &warning).expect("strings serialise");
+    }
+    out.push(b'}');
 }
 
 /// A `sync` response with another status than 200 (`/v1/health` answers 502 that way).
 pub fn sync_with_status<T: Serialize>(status: StatusCode, result: T) -> Response {
-    envelope("sync", status, None, result, 0)
+    envelope("sync", status, None, result)
 }
 
 /// An `async` response for a change (`"result": null`). It takes a [`Recorded`] ID, which
@@ -159,7 +176,6 @@ pub fn async_change_with<T: Serialize>(change_id: Recorded<u64>, result: T) -> R
         StatusCode::ACCEPTED,
         Some(change_id.get().to_string()),
         result,
-        0,
     )
 }
 
@@ -168,7 +184,6 @@ fn envelope<T: Serialize>(
     status: StatusCode,
     change: Option<String>,
     result: T,
-    result_size: usize,
 ) -> Response {
     let body = Envelope {
         kind: kind.into(),
@@ -178,9 +193,13 @@ fn envelope<T: Serialize>(
         result,
         latest_warning: latest_warning(kind),
     };
-    // The envelope's own fields take well under 128 bytes.
-    let mut bytes = Vec::with_capacity(128 + result_size);
+    let mut bytes = Vec::with_capacity(128);
     serde_json::to_writer(&mut bytes, &body).expect("responses serialise");
+    json_response(status, bytes)
+}
+
+/// A response with this JSON body.
+fn json_response(status: StatusCode, bytes: Vec<u8>) -> Response {
     let mut response = (status, bytes).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -355,4 +374,35 @@ async fn method_not_allowed(method: Method, _request: Request) -> ApiError {
         StatusCode::METHOD_NOT_ALLOWED,
         format!("method \"{method}\" not allowed"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_envelope_written_around_a_result_is_the_one_serde_writes() {
+        let result = serde_json::json!([{"name": "a\"b", "startup": "enabled"}]);
+        for warning in [None, Some("2026-01-02T03:04:05.123456789Z".to_owned())] {
+            let mut written = Vec::new();
+            write_sync_envelope(
+                &mut written,
+                |out| serde_json::to_writer(out, &result).unwrap(),
+                warning.clone(),
+            );
+            let expected = serde_json::to_vec(&Envelope {
+                kind: "sync".into(),
+                status_code: 200,
+                status: "OK".into(),
+                change: None,
+                result: &result,
+                latest_warning: warning,
+            })
+            .unwrap();
+            assert_eq!(
+                String::from_utf8(written).unwrap(),
+                String::from_utf8(expected).unwrap()
+            );
+        }
+    }
 }

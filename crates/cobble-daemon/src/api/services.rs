@@ -7,7 +7,7 @@ use cobble_client::types::{LayersRequest, ServicesAction, SignalsRequest};
 use cobble_plan::Layer;
 
 use super::query::{first, multi_comma_list};
-use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync, sync_sized};
+use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync, sync_json};
 use crate::logging::{self, SecurityEvent};
 use crate::services::changes::{ActionError, ServiceChange};
 
@@ -24,10 +24,7 @@ pub async fn get_services(
         &api.checks,
         names,
         details,
-        |listing| {
-            let size = listing.size_hint();
-            sync_sized(listing, size)
-        },
+        |listing| sync_json(|out| listing.write_json(out), listing.size_hint()),
     )
     .await
 }

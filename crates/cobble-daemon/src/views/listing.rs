@@ -16,11 +16,9 @@ use std::collections::BTreeSet;
 use std::iter::Peekable;
 
 use cobble_client::types::{
-    CheckRestarts, FailingCheck, HeldAction, ServiceDetails as WireDetails, ServiceInfoRef,
-    ServiceUsage,
+    CheckRestarts, FailingCheck, HeldAction, ServiceDetails as WireDetails, ServiceUsage,
 };
 use cobble_plan::{Plan, Service};
-use serde::ser::{Serialize, SerializeSeq, Serializer};
 
 use crate::checks::{CheckManager, CheckStatus, CheckView};
 use crate::layers::PlanManager;
@@ -151,43 +149,98 @@ impl<'a> ServiceListing<'a> {
     }
 }
 
-impl Serialize for ServiceListing<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(None)?;
+impl ServiceListing<'_> {
+    /// The listing's JSON (see [`ServiceListing::write_json`]).
+    #[cfg(test)]
+    pub fn to_json(self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.size_hint());
+        self.write_json(&mut out);
+        out
+    }
+
+    /// Appends the listing's JSON to `out`, written directly: an entry of a service that was
+    /// never started is a few copies of its name and fixed text, where a serializer would
+    /// make a call per piece of punctuation and look at every byte of every string. The bytes
+    /// are exactly what serde_json writes for the same entries (see the tests); details, rare
+    /// and nested, still go through it.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.push(b'[');
         let mut started = self.started.iter().peekable();
         // What the configuration says is wrong, for any service, started or not. Nearly
         // every plan has nothing: then this is one emptiness check for the whole listing.
         let notes = &self.plan.notes;
         let note_of = |name: &str| (!notes.is_empty()).then(|| notes.get(name)).flatten();
-        for (name, config) in self.entries() {
-            match report_of(&mut started, name) {
-                None => seq.serialize_element(&ServiceInfoRef {
-                    name,
-                    startup: startup(config),
-                    current: Status::Inactive.as_str(),
-                    current_since: None,
-                    reason: note_of(name).map(String::as_str),
-                    details: None,
-                })?,
+        for (index, (name, config)) in self.entries().enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            let report = report_of(&mut started, name);
+            let note = note_of(name);
+            out.extend_from_slice(b"{\"name\":");
+            json_str(out, name);
+            if report.is_none() && note.is_none() {
+                // The entry of nearly every service of a large plan, in one piece.
+                out.extend_from_slice(if config.is_enabled() {
+                    INACTIVE_ENABLED
+                } else {
+                    INACTIVE_DISABLED
+                });
+                continue;
+            }
+            out.extend_from_slice(b",\"startup\":\"");
+            out.extend_from_slice(startup(config).as_bytes());
+            out.extend_from_slice(b"\",\"current\":\"");
+            match report {
+                None => {
+                    out.extend_from_slice(Status::Inactive.as_str().as_bytes());
+                    out.push(b'"');
+                    if let Some(note) = note {
+                        out.extend_from_slice(b",\"reason\":");
+                        json_str(out, note);
+                    }
+                }
                 Some(status) => {
+                    out.extend_from_slice(status.current.as_str().as_bytes());
+                    out.push(b'"');
+                    if let Some(since) = &status.since {
+                        out.extend_from_slice(b",\"current-since\":");
+                        json_str(out, since);
+                    }
                     let failing = self.failing(config);
-                    let reason = with_note(reason(status, &failing), note_of(name));
-                    let details = self
+                    if let Some(reason) = with_note(reason(status, &failing), note) {
+                        out.extend_from_slice(b",\"reason\":");
+                        json_str(out, &reason);
+                    }
+                    if let Some(details) = self
                         .with_details
                         .then(|| wire_details(status, &failing))
-                        .flatten();
-                    seq.serialize_element(&ServiceInfoRef {
-                        name,
-                        startup: startup(config),
-                        current: status.current.as_str(),
-                        current_since: status.since.as_deref(),
-                        reason: reason.as_deref(),
-                        details: details.as_ref(),
-                    })?;
+                        .flatten()
+                    {
+                        out.extend_from_slice(b",\"details\":");
+                        serde_json::to_writer(&mut *out, &details).expect("details serialise");
+                    }
                 }
             }
+            out.push(b'}');
         }
-        seq.end()
+        out.push(b']');
+    }
+}
+
+/// The rest of the entry of a service never started and with nothing to say, after its name.
+const INACTIVE_ENABLED: &[u8] = b",\"startup\":\"enabled\",\"current\":\"inactive\"}";
+const INACTIVE_DISABLED: &[u8] = b",\"startup\":\"disabled\",\"current\":\"inactive\"}";
+
+/// Appends `text` as a JSON string, as serde_json writes it: as it is between quotes when
+/// nothing in it needs escaping (names, times and most reasons), through serde_json when
+/// something does.
+fn json_str(out: &mut Vec<u8>, text: &str) {
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *out, text).expect("strings serialise");
     }
 }
 
@@ -312,10 +365,56 @@ fn wire_details(status: &ServiceStatus, failing: &[&CheckView]) -> Option<WireDe
 
 #[cfg(test)]
 mod tests {
+    use cobble_client::types::ServiceInfoRef;
     use cobble_plan::{Check, CheckLevel, ServiceAction, Startup};
+    use proptest::prelude::*;
 
     use super::*;
     use crate::services::status::ServiceDetails;
+
+    proptest! {
+        /// Strings are written byte for byte as serde_json writes them, whatever they hold.
+        #[test]
+        fn strings_are_written_as_serde_json_writes_them(text in any::<String>()) {
+            let mut out = Vec::new();
+            json_str(&mut out, &text);
+            prop_assert_eq!(out, serde_json::to_vec(&text).unwrap());
+        }
+
+        /// A listing of services never started, with any names and notes, is byte for byte
+        /// what serde_json makes of the same entries.
+        #[test]
+        fn a_listing_is_what_serde_json_writes(
+            services in proptest::collection::btree_map(
+                any::<String>(),
+                (any::<bool>(), proptest::option::of(any::<String>())),
+                0..20,
+            )
+        ) {
+            let mut plan = Plan::default();
+            for (name, (enabled, note)) in &services {
+                let startup = if *enabled { Startup::Enabled } else { Startup::Disabled };
+                plan.services.insert(name.clone(), Service { startup, ..Service::default() });
+                if let Some(note) = note {
+                    plan.notes.insert(name.clone(), note.clone());
+                }
+            }
+            let listing = ServiceListing::new(&plan, None, &[], false);
+            let expected: Vec<ServiceInfoRef<'_>> = plan
+                .services
+                .iter()
+                .map(|(name, config)| ServiceInfoRef {
+                    name,
+                    startup: startup(config),
+                    current: "inactive",
+                    current_since: None,
+                    reason: plan.notes.get(name).map(String::as_str),
+                    details: None,
+                })
+                .collect();
+            prop_assert_eq!(listing.to_json(), serde_json::to_vec(&expected).unwrap());
+        }
+    }
 
     fn plan() -> Plan {
         let mut plan = Plan::default();
@@ -374,7 +473,7 @@ mod tests {
     }
 
     fn json(listing: ServiceListing<'_>) -> String {
-        serde_json::to_string(&listing).unwrap()
+        String::from_utf8(listing.to_json()).unwrap()
     }
 
     #[test]
