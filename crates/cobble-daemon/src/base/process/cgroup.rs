@@ -119,7 +119,7 @@ impl Cgroups {
                 .iter()
                 .find(|m| !m.v2 && m.options.split(',').any(|o| o == controller));
             if let (Some(own), Some(mount)) = (own, mount) {
-                let dir = mount.point.join(relative(own, &mount.root));
+                let dir = under(&mount.point, relative(own, &mount.root));
                 bases.insert(controller, dir.join(format!("cobble-{tag}")));
             }
         }
@@ -139,7 +139,7 @@ impl Cgroups {
                 .find_map(|line| line.strip_prefix("0::"));
             match (own, mounts.iter().find(|m| m.v2)) {
                 (Some(own), Some(mount)) => {
-                    let dir = mount.point.join(relative(own, &mount.root));
+                    let dir = under(&mount.point, relative(own, &mount.root));
                     let offered = controllers_of(&dir).unwrap_or_default();
                     for controller in CONTROLLERS {
                         if !offered.split_whitespace().any(|c| c == controller) {
@@ -511,6 +511,15 @@ fn unescape(field: &str) -> String {
     out
 }
 
+/// `dir` joined with `relative`, without the trailing slash an empty one would add.
+fn under(dir: &Path, relative: &str) -> PathBuf {
+    if relative.is_empty() {
+        dir.to_owned()
+    } else {
+        dir.join(relative)
+    }
+}
+
 /// The daemon's cgroup path relative to a mount of the hierarchy whose root is `root`.
 fn relative<'a>(own: &'a str, root: &str) -> &'a str {
     let rest = if root == "/" {
@@ -575,7 +584,9 @@ fn prepare_v2(
                 os(&e)
             ));
         }
-        // The daemon's cgroup has processes (the daemon): move it to a leaf of its own.
+        // The daemon's cgroup has processes: the daemon, and the services it started before
+        // (those without `resources:`). They move to a leaf of their own, the daemon first;
+        // a process forked meanwhile is moved by the next round.
         let _ = std::fs::create_dir(daemon_leaf);
         std::fs::write(
             daemon_leaf.join("cgroup.procs"),
@@ -588,7 +599,19 @@ fn prepare_v2(
                 os(&e)
             )
         })?;
-        enable(own)
+        let mut enabled = enable(own);
+        for _ in 0..5 {
+            if enabled.is_ok() {
+                break;
+            }
+            let procs = std::fs::read_to_string(own.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines() {
+                // A process that has exited meanwhile is gone from the list anyway.
+                let _ = std::fs::write(daemon_leaf.join("cgroup.procs"), pid.trim());
+            }
+            enabled = enable(own);
+        }
+        enabled
             .map_err(|e| format!("cannot enable controllers in {}: {}", own.display(), os(&e)))?;
     }
     enable(base).map_err(|e| {
