@@ -30,14 +30,7 @@ pub fn rlimit_resource(name: &str) -> Option<libc::__rlimit_resource_t> {
 /// (`u64::MAX` for no limit); a side that is `None` keeps the process's current value.
 /// Raising a hard limit takes `CAP_SYS_RESOURCE`; without it the kernel says `EPERM`.
 pub fn set_rlimit(pid: u32, name: &str, soft: Option<u64>, hard: Option<u64>) -> io::Result<()> {
-    let resource = rlimit_resource(name).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("unknown rlimit {name}"),
-        )
-    })?;
-    let pid = libc::pid_t::try_from(pid)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "invalid process id"))?;
+    let (pid, resource) = target(pid, name)?;
     let mut current = libc::rlimit64 {
         rlim_cur: 0,
         rlim_max: 0,
@@ -62,14 +55,7 @@ pub fn set_rlimit(pid: u32, name: &str, soft: Option<u64>, hard: Option<u64>) ->
 
 /// Limit `name` of process `pid`, as `(soft, hard)`.
 pub fn get_rlimit(pid: u32, name: &str) -> io::Result<(u64, u64)> {
-    let resource = rlimit_resource(name).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("unknown rlimit {name}"),
-        )
-    })?;
-    let pid = libc::pid_t::try_from(pid)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "invalid process id"))?;
+    let (pid, resource) = target(pid, name)?;
     let mut current = libc::rlimit64 {
         rlim_cur: 0,
         rlim_max: 0,
@@ -79,6 +65,19 @@ pub fn get_rlimit(pid: u32, name: &str) -> io::Result<(u64, u64)> {
         return Err(io::Error::last_os_error());
     }
     Ok((current.rlim_cur, current.rlim_max))
+}
+
+/// The process and the resource of a `prlimit(2)` call.
+fn target(pid: u32, name: &str) -> io::Result<(libc::pid_t, libc::__rlimit_resource_t)> {
+    let resource = rlimit_resource(name).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("unknown rlimit {name}"),
+        )
+    })?;
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "invalid process id"))?;
+    Ok((pid, resource))
 }
 
 /// What one process uses, from `/proc/<pid>/stat`.

@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cobble_client::Method;
-use cobble_client::types::{ServiceDetails, ServiceInfo};
 
-use crate::fixture::{Daemon, act, client, raw, rt, service, times, wait_for};
+use crate::fixture::{
+    Daemon, act, client, details_of, main_pid, raw, rt, service, times, wait_for,
+};
 
 /// A script that sends its arguments, each one assignment, to `$NOTIFY_SOCKET` as one
 /// datagram, as `systemd-notify` does.
@@ -29,20 +30,6 @@ fn notify_script(dir: &Path) -> PathBuf {
     path
 }
 
-/// What `GET /v1/services?details=true` says of service `name`.
-fn details_of(d: &Daemon, name: &str) -> ServiceDetails {
-    let (status, body) = raw(
-        d,
-        Method::GET,
-        &format!("/v1/services?names={name}&details=true"),
-        None,
-    );
-    assert_eq!(status, 200, "{body}");
-    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let info: ServiceInfo = serde_json::from_value(body["result"][0].clone()).unwrap();
-    info.details.unwrap_or_default()
-}
-
 /// The environment of process `pid`.
 fn environment(pid: u32) -> Vec<String> {
     fs::read(format!("/proc/{pid}/environ"))
@@ -50,19 +37,6 @@ fn environment(pid: u32) -> Vec<String> {
         .split(|b| *b == 0)
         .map(|e| String::from_utf8_lossy(e).into_owned())
         .collect()
-}
-
-/// The pid a service wrote to `marker` (its `$$`), once it has.
-fn main_pid(marker: &Path) -> u32 {
-    let mut pid = 0;
-    wait_for("the service's pid", Duration::from_secs(10), || {
-        pid = fs::read_to_string(marker)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(0);
-        pid != 0
-    });
-    pid
 }
 
 #[test]

@@ -556,3 +556,31 @@ pub fn has_file_open_in(pid: u32, dir: &Path) -> bool {
     fds.filter_map(Result::ok)
         .any(|fd| fs::read_link(fd.path()).is_ok_and(|target| target.parent() == Some(dir)))
 }
+
+/// What `GET /v1/services?details=true` says of service `name`.
+pub fn details_of(d: &Daemon, name: &str) -> cobble_client::types::ServiceDetails {
+    let (status, body) = raw(
+        d,
+        cobble_client::Method::GET,
+        &format!("/v1/services?names={name}&details=true"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let info: cobble_client::types::ServiceInfo =
+        serde_json::from_value(body["result"][0].clone()).unwrap();
+    info.details.unwrap_or_default()
+}
+
+/// The pid a service wrote to `marker` (its `$$`), once it has.
+pub fn main_pid(marker: &Path) -> u32 {
+    let mut pid = 0;
+    wait_for("the service's pid", Duration::from_secs(10), || {
+        pid = fs::read_to_string(marker)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        pid != 0
+    });
+    pid
+}

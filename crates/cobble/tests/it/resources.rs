@@ -12,36 +12,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use cobble_client::Method;
-use cobble_client::types::{ServiceDetails, ServiceInfo};
 
-use crate::fixture::{Daemon, Test, act, raw, rt, service, wait_for};
-
-/// What `GET /v1/services?details=true` says of service `name`.
-fn details_of(d: &Daemon, name: &str) -> ServiceDetails {
-    let (status, body) = raw(
-        d,
-        Method::GET,
-        &format!("/v1/services?names={name}&details=true"),
-        None,
-    );
-    assert_eq!(status, 200, "{body}");
-    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let info: ServiceInfo = serde_json::from_value(body["result"][0].clone()).unwrap();
-    info.details.unwrap_or_default()
-}
-
-/// The pid a service wrote to `marker`, once it has.
-fn pid_in(marker: &Path) -> u32 {
-    let mut pid = 0;
-    wait_for("the service's pid", Duration::from_secs(10), || {
-        pid = fs::read_to_string(marker)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(0);
-        pid != 0
-    });
-    pid
-}
+use crate::fixture::{Daemon, Test, act, details_of, main_pid, raw, rt, service, wait_for};
 
 /// `VmRSS` of `pid` in bytes, from `/proc/<pid>/status`.
 fn vm_rss(pid: u32) -> u64 {
@@ -206,7 +178,7 @@ fn accounting_agrees_with_proc_for_a_service_holding_known_memory() {
         ("hog", marker.clone()),
         ("capped", root.path().join("pid2")),
     ] {
-        let pid = pid_in(&marker);
+        let pid = main_pid(&marker);
         let usage = details_of(&d, name).usage.expect("usage in the details");
         let rss = vm_rss(pid);
         let off = (usage.memory_bytes as f64 - rss as f64).abs() / rss as f64;
@@ -263,7 +235,7 @@ fn a_stop_ends_what_left_the_group_session_and_environment_but_not_the_cgroup() 
     );
     let mut d = Daemon::hold(&[("001-base", &layer)]);
     act(&d, "start", &["svc"]);
-    let escaped = pid_in(&marker);
+    let escaped = main_pid(&marker);
     if not_enforced_here(&d, "svc") {
         return;
     }
