@@ -283,6 +283,32 @@ pub fn spawn_gated<F>(cmd: &mut Command, before_exec: F) -> io::Result<Spawned>
 where
     F: FnOnce(u32) -> io::Result<()> + Send,
 {
+    spawn_gated_then(cmd, AfterGate::default(), before_exec)
+}
+
+/// What a gated child does once its gate has opened, just before it execs: what has to wait
+/// until `before_exec` has acted on the child while it still runs as the daemon's user (a
+/// process of another user's limits can be set only with `CAP_SYS_RESOURCE`, which a
+/// container seldom has). Leave the command's own `uid`, `gid` and `current_dir` unset when
+/// these are given: they would apply before the gate.
+#[derive(Debug, Default)]
+pub struct AfterGate {
+    /// The uid and gid to switch to (supplementary groups dropped when the child is root,
+    /// as `Command::uid` drops them).
+    pub ids: Option<(u32, u32)>,
+    /// Then the directory to change to.
+    pub working_dir: Option<std::ffi::CString>,
+}
+
+/// [`spawn_gated`], with `after` done by the child once its gate has opened.
+pub fn spawn_gated_then<F>(
+    cmd: &mut Command,
+    after: AfterGate,
+    before_exec: F,
+) -> io::Result<Spawned>
+where
+    F: FnOnce(u32) -> io::Result<()> + Send,
+{
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
 
@@ -294,8 +320,9 @@ where
     let gate_write_fd = gate_write.as_raw_fd();
     // SAFETY: the hook runs in the child between fork and exec, where only
     // async-signal-safe calls are allowed: close(2), getpid(2), sigaction(2),
-    // pthread_sigmask(3), setrlimit(2), write(2) and read(2) are (SIGRTMAX reads a constant
-    // in glibc and musl);
+    // pthread_sigmask(3), setrlimit(2), write(2), read(2), setgid(2), setgroups(2), setuid(2)
+    // and chdir(2) are (SIGRTMAX reads a constant in glibc and musl; the child has one thread,
+    // so glibc's set*id broadcast to other threads has no one to reach);
     // nothing allocates or takes a lock (an io::Error from a raw code does not allocate).
     // The fds are the child's inherited copies of pipes the parent keeps open until
     // `Command::spawn` returns.
@@ -318,6 +345,22 @@ where
                 let n = libc::read(gate_read_fd, (&raw mut byte).cast(), 1);
                 if n == 1 {
                     libc::close(gate_read_fd);
+                    if let Some((uid, gid)) = after.ids {
+                        if libc::setgid(gid) == -1 {
+                            return Err(io::Error::last_os_error());
+                        }
+                        if libc::getuid() == 0 && libc::setgroups(0, std::ptr::null()) == -1 {
+                            return Err(io::Error::last_os_error());
+                        }
+                        if libc::setuid(uid) == -1 {
+                            return Err(io::Error::last_os_error());
+                        }
+                    }
+                    if let Some(dir) = &after.working_dir
+                        && libc::chdir(dir.as_ptr()) == -1
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
                     return Ok(());
                 }
                 if n == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {

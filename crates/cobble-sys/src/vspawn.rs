@@ -49,6 +49,10 @@ pub struct Spawn {
     /// The uid and gid it runs as (supplementary groups dropped when the daemon is root);
     /// the daemon's when `None`.
     pub ids: Option<(u32, u32)>,
+    /// Whether the child takes `ids` only once its gate has opened, so that `before_exec`
+    /// acts on it while it still runs as the daemon's user (see
+    /// [`reaper::AfterGate`](crate::reaper::AfterGate)); otherwise before it reports its pid.
+    pub ids_after_gate: bool,
     /// Whether it leads a session of its own.
     pub new_session: bool,
 }
@@ -61,6 +65,7 @@ struct ChildArgs {
     working_dir: *const libc::c_char,
     stdio: [libc::c_int; 3],
     ids: Option<(libc::uid_t, libc::gid_t)>,
+    ids_after_gate: bool,
     drop_groups: bool,
     new_session: bool,
     /// Where the child writes its pid.
@@ -142,6 +147,7 @@ where
         ids: spawn
             .ids
             .map(|(uid, gid)| (uid as libc::uid_t, gid as libc::gid_t)),
+        ids_after_gate: spawn.ids_after_gate,
         drop_groups: crate::current_uid() == 0,
         new_session: spawn.new_session,
         pid_fd: pid_write.as_raw_fd(),
@@ -255,18 +261,10 @@ unsafe fn setup_and_exec(args: &ChildArgs) -> libc::c_int {
         if !args.working_dir.is_null() && libc::chdir(args.working_dir) == -1 {
             return errno();
         }
-        if let Some((uid, gid)) = args.ids {
-            if libc::syscall(libc::SYS_setgid, gid) == -1 {
-                return errno();
-            }
-            if args.drop_groups
-                && libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == -1
-            {
-                return errno();
-            }
-            if libc::syscall(libc::SYS_setuid, uid) == -1 {
-                return errno();
-            }
+        if !args.ids_after_gate
+            && let Err(error) = take_ids(args)
+        {
+            return error;
         }
         let pid = (libc::syscall(libc::SYS_getpid) as libc::pid_t).to_ne_bytes();
         if libc::write(args.pid_fd, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
@@ -286,12 +284,48 @@ unsafe fn setup_and_exec(args: &ChildArgs) -> libc::c_int {
             return libc::ECANCELED;
         }
         libc::close(args.gate_read_fd);
+        if args.ids_after_gate
+            && let Err(error) = take_ids(args)
+        {
+            return error;
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
         libc::execve(args.program, args.argv, args.envp);
         errno()
     }
+}
+
+/// Switches to the child's uid and gid, if it has them; the `errno` of a failure.
+///
+/// # Safety
+///
+/// Call only in the child of [`clone_vfork`], with the arguments it prepared.
+unsafe fn take_ids(args: &ChildArgs) -> Result<(), libc::c_int> {
+    let errno = || {
+        io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    };
+    if let Some((uid, gid)) = args.ids {
+        // SAFETY: plain system calls with integer arguments and a null list, as the caller
+        // guarantees it runs in the child.
+        unsafe {
+            if libc::syscall(libc::SYS_setgid, gid) == -1 {
+                return Err(errno());
+            }
+            if args.drop_groups
+                && libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == -1
+            {
+                return Err(errno());
+            }
+            if libc::syscall(libc::SYS_setuid, uid) == -1 {
+                return Err(errno());
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -316,6 +350,7 @@ mod tests {
             working_dir: Some("/tmp".into()),
             stdio: [stdin.into(), stdout, stderr],
             ids: None,
+            ids_after_gate: false,
             new_session: true,
         }
     }

@@ -128,6 +128,7 @@ fn a_spawn_without_a_fork_resets_what_the_daemon_inherited() {
         working_dir: None,
         stdio: [stdin.into(), writer.try_clone().unwrap(), writer],
         ids: None,
+        ids_after_gate: false,
         new_session: true,
     };
     let spawned = vspawn::spawn_gated(spawn, |_| Ok(())).unwrap();

@@ -261,3 +261,52 @@ fn a_stop_ends_what_left_the_group_session_and_environment_but_not_the_cgroup() 
     d.stop();
     assert!(!base.exists(), "{} left behind", base.display());
 }
+
+#[test]
+fn a_service_of_another_user_gets_its_limits_without_cap_sys_resource() {
+    // The daemon sets the limits while the child is still its own user: a daemon without
+    // CAP_SYS_RESOURCE (containers' default) may not touch another user's process.
+    if !nix::unistd::getuid().is_root() {
+        eprintln!("skipped: only root can start a service as another user");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    fs::set_permissions(
+        root.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let seen = root.path().join("seen");
+    let layer = format!(
+        "services:\n  svc:\n    override: replace\n    user: nobody\n    \
+         working-dir: {dir}\n    \
+         command: /bin/sh -c 'echo $(id -un) $(pwd) $(ulimit -n) $(ulimit -Hn) > {s}; exec sleep 1000'\n    \
+         rlimits:\n      nofile: \"512:1024\"\n",
+        dir = root.path().display(),
+        s = seen.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let change = act(&d, "start", &["svc"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+    wait_for(
+        "the service to write its limits",
+        Duration::from_secs(10),
+        || fs::read_to_string(&seen).is_ok_and(|t| t.ends_with('\n')),
+    );
+    assert_eq!(
+        fs::read_to_string(&seen).unwrap(),
+        format!("nobody {} 512 1024\n", root.path().display())
+    );
+    Test::daemon(&d)
+        .args(&[
+            "exec",
+            "--context",
+            "svc",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo $(id -un) $(ulimit -n) $(ulimit -Hn)",
+        ])
+        .stdout("nobody 512 1024\n")
+        .run();
+}

@@ -219,9 +219,6 @@ fn start_command(
     let path = look_path(program).map_err(LaunchError::NotFound)?;
     let mut cmd = Command::new(&path);
     cmd.arg0(program).args(&launch.argv[1..]);
-    if !launch.working_dir.is_empty() {
-        cmd.current_dir(&launch.working_dir);
-    }
     let ids = cobble_sys::user::normalize_uid_gid(
         launch.user_id,
         &launch.user,
@@ -229,29 +226,50 @@ fn start_command(
         &launch.group,
     )
     .map_err(|e| LaunchError::User(e.to_string()))?;
+    let switch = ids
+        .filter(|&(uid, gid)| uid != cobble_sys::current_uid() || gid != cobble_sys::current_gid());
+    // Limits and the cgroup are set on the child by the daemon while it waits at its gate,
+    // which the kernel lets a daemon without `CAP_SYS_RESOURCE` do only while the child is
+    // still its own user: the child takes its user, and then its directory, once the gate
+    // has opened.
+    let after_gate = !launch.rlimits.is_empty() || launch.cgroup.is_some();
     let mut environment = launch.environment.clone();
-    if let Some((uid, gid)) = ids {
-        if uid != cobble_sys::current_uid() || gid != cobble_sys::current_gid() {
-            cmd.uid(uid).gid(gid);
-        }
-        if launch.user_environment {
-            add_user_environment(&mut environment, uid);
-        }
+    if let (Some((uid, _)), true) = (ids, launch.user_environment) {
+        add_user_environment(&mut environment, uid);
     }
     if let (Wiring::Pipes { split_stderr }, true) = (&wiring, launch.clear_environment) {
         // Exec requests without a terminal, the kind that comes in bursts: started without
         // copying the daemon (see `cobble_sys::vspawn`).
-        let switch = ids.filter(|&(uid, gid)| {
-            uid != cobble_sys::current_uid() || gid != cobble_sys::current_gid()
-        });
         return spawn_pipes(
             launch,
             path,
             environment,
             switch,
+            after_gate,
             *split_stderr,
             before_exec,
         );
+    }
+    let mut after = reaper::AfterGate::default();
+    if after_gate {
+        after.ids = switch;
+        if !launch.working_dir.is_empty() {
+            after.working_dir = Some(
+                std::ffi::CString::new(launch.working_dir.as_bytes()).map_err(|_| {
+                    LaunchError::Fork {
+                        path: PathBuf::from(&launch.working_dir),
+                        error: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+                    }
+                })?,
+            );
+        }
+    } else {
+        if !launch.working_dir.is_empty() {
+            cmd.current_dir(&launch.working_dir);
+        }
+        if let Some((uid, gid)) = switch {
+            cmd.uid(uid).gid(gid);
+        }
     }
     if launch.clear_environment {
         cmd.env_clear();
@@ -261,7 +279,7 @@ fn start_command(
     let pipes = wire(&mut cmd, wiring).map_err(LaunchError::Pipe)?;
     let spawned = match before_exec {
         // The gate resets what the command inherits itself, before it waits.
-        Some(before_exec) => reaper::spawn_gated(&mut cmd, before_exec),
+        Some(before_exec) => reaper::spawn_gated_then(&mut cmd, after, before_exec),
         None => {
             cobble_sys::inherit::on_exec(&mut cmd);
             reaper::spawn(&mut cmd)
@@ -290,6 +308,7 @@ fn spawn_pipes(
     path: PathBuf,
     environment: BTreeMap<String, String>,
     ids: Option<(u32, u32)>,
+    ids_after_gate: bool,
     split_stderr: bool,
     before_exec: Option<impl FnOnce(u32) -> std::io::Result<()> + Send>,
 ) -> Result<Child, LaunchError> {
@@ -312,6 +331,7 @@ fn spawn_pipes(
         working_dir: (!launch.working_dir.is_empty()).then(|| launch.working_dir.clone().into()),
         stdio: [stdin_read.into(), output_write, stderr_write],
         ids,
+        ids_after_gate,
         new_session: true,
     };
     let spawned = cobble_sys::vspawn::spawn_gated(spawn, |pid| match before_exec {
