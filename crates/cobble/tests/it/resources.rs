@@ -15,6 +15,16 @@ use cobble_client::Method;
 
 use crate::fixture::{Daemon, Test, act, details_of, main_pid, raw, rt, service, wait_for};
 
+/// The line a service wrote to `path`, once it has written all of it.
+fn written(path: &Path) -> String {
+    wait_for(
+        "the service to write its line",
+        Duration::from_secs(10),
+        || fs::read_to_string(path).is_ok_and(|t| t.ends_with('\n')),
+    );
+    fs::read_to_string(path).unwrap()
+}
+
 /// `VmRSS` of `pid` in bytes, from `/proc/<pid>/status`.
 fn vm_rss(pid: u32) -> u64 {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -58,12 +68,7 @@ fn rlimits_reach_the_service_its_exec_check_and_an_exec_in_its_context() {
     let d = Daemon::hold(&[("001-base", &layer)]);
     let change = act(&d, "start", &["svc"]);
     assert_eq!(change.status, "Done", "{change:?}");
-    wait_for(
-        "the service to write its limits",
-        Duration::from_secs(10),
-        || fs::read_to_string(&seen).is_ok_and(|t| t.ends_with('\n')),
-    );
-    assert_eq!(fs::read_to_string(&seen).unwrap(), "1000 2000 0\n");
+    assert_eq!(written(&seen), "1000 2000 0\n");
 
     Test::daemon(&d)
         .args(&[
@@ -288,13 +293,8 @@ fn a_service_of_another_user_gets_its_limits_without_cap_sys_resource() {
     let d = Daemon::hold(&[("001-base", &layer)]);
     let change = act(&d, "start", &["svc"]);
     assert_eq!(change.status, "Done", "{change:?}");
-    wait_for(
-        "the service to write its limits",
-        Duration::from_secs(10),
-        || fs::read_to_string(&seen).is_ok_and(|t| t.ends_with('\n')),
-    );
     assert_eq!(
-        fs::read_to_string(&seen).unwrap(),
+        written(&seen),
         format!("nobody {} 512 1024\n", root.path().display())
     );
     Test::daemon(&d)

@@ -272,7 +272,7 @@ impl Cgroups {
     }
 
     /// Removes the retired cgroups that have emptied since.
-    pub fn sweep(&self) {
+    fn sweep(&self) {
         lock(&self.retired).retain(|cgroup| !cgroup.remove());
     }
 
@@ -419,21 +419,14 @@ impl ServiceCgroup {
             MemoryLimit::Max => max_text.to_owned(),
         };
         let unlimited = if self.v2 { "max" } else { "-1" };
-        if let Some(m) = r.memory_max {
-            let file = if self.v2 {
-                "memory.max"
-            } else {
-                "memory.limit_in_bytes"
-            };
-            write("memory", file, memory(m, unlimited))?;
-        }
-        if let Some(m) = r.memory_high {
-            let file = if self.v2 {
-                "memory.high"
-            } else {
-                "memory.soft_limit_in_bytes"
-            };
-            write("memory", file, memory(m, unlimited))?;
+        for (limit, v2_file, v1_file) in [
+            (r.memory_max, "memory.max", "memory.limit_in_bytes"),
+            (r.memory_high, "memory.high", "memory.soft_limit_in_bytes"),
+        ] {
+            if let Some(m) = limit {
+                let file = if self.v2 { v2_file } else { v1_file };
+                write("memory", file, memory(m, unlimited))?;
+            }
         }
         if let Some(p) = r.pids_max {
             let value = match p {
