@@ -3,8 +3,10 @@
 //!
 //! The versions Pebble's lines give are the Pebble release cobble implements
 //! ([`PEBBLE_VERSION`]), so that scripts comparing them with Pebble releases keep working;
-//! cobble's own version follows on a line of its own, after Pebble's two (and in fields of
-//! its own after Pebble's in JSON and YAML).
+//! cobble's own version follows on a line of its own in text, after Pebble's two. JSON and
+//! YAML are exactly Pebble's object (`client`, and `server` when it answered): a script
+//! comparing the object or validating it against a schema sees no other key. cobble's own
+//! version is in the text form and in `system-info`'s `cobble-version`.
 
 use clap::Args;
 use cobble_client::{COBBLE_VERSION, Client, PEBBLE_VERSION};
@@ -50,24 +52,19 @@ pub async fn execute(args: VersionArgs, client: &Client, out: &mut Output) -> an
     let value = Fields::new()
         .str("client", PEBBLE_VERSION)
         .str_omitempty("server", server.unwrap_or_default())
-        .str("cobble-client", COBBLE_VERSION)
-        .str_omitempty("cobble-server", server_cobble.unwrap_or_default())
         .build();
     args.format.write(out, &value)?;
     info.map(drop).map_err(Into::into)
 }
 
 /// `version --client` and the global `--version`: the client's version alone, without
-/// contacting the daemon (`{"client": ..., "cobble-client": ...}` in JSON and YAML).
+/// contacting the daemon (`{"client": ...}` in JSON and YAML, as Pebble prints it).
 pub fn print_client_only(format: Format) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout());
     if format.is_text() {
         write_all(&mut out, &format!("{PEBBLE_VERSION}\n"))?;
     } else {
-        let value = Fields::new()
-            .str("client", PEBBLE_VERSION)
-            .str("cobble-client", COBBLE_VERSION)
-            .build();
+        let value = Fields::new().str("client", PEBBLE_VERSION).build();
         format.write(&mut out, &value)?;
     }
     std::io::Write::flush(&mut out)?;

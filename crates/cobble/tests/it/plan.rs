@@ -47,7 +47,7 @@ fn add_then_plan() {
 }
 
 #[test]
-fn version_shows_the_server() {
+fn version_shows_the_server_and_json_has_only_pebbles_keys() {
     let daemon = Daemon::hold(&[]);
     let version = env!("CARGO_PKG_VERSION");
     Test::daemon(&daemon)
@@ -59,8 +59,16 @@ fn version_shows_the_server() {
     Test::daemon(&daemon)
         .args(&["version", "--format", "json"])
         .stdout(&format!(
-            "{{\"client\":\"v1.32.1\",\"server\":\"v1.32.1\",\"cobble-client\":\"{version}\",\"cobble-server\":\"{version}\"}}\n"
+            "{{\"client\":\"v1.32.1\",\"server\":\"v1.32.1\"}}\n"
         ))
+        .run();
+    Test::daemon(&daemon)
+        .args(&["version", "--format", "yaml"])
+        .stdout("client: v1.32.1\nserver: v1.32.1\n")
+        .run();
+    Test::daemon(&daemon)
+        .args(&["version", "--client", "--format", "json"])
+        .stdout("{\"client\":\"v1.32.1\"}\n")
         .run();
 }
 
