@@ -466,23 +466,70 @@ struct Servers {
 
 /// Starts the `startup: enabled` services; with `wait` (a command run under `enter --run`
 /// expects the services up, not starting) returns once their change is ready.
+///
+/// Pebble's `run` asks its own daemon for this over the socket, so its log shows the
+/// request (`POST /v1/services ... 202 (http+unix)`, or 400 with nothing to start), then,
+/// once the change is ready, the wait for it and `Started default services with change N.`.
+/// cobble acts directly and logs the same lines at the same points: scripts, and Pebble's own
+/// integration tests, wait for them to know that the daemon has finished starting.
 async fn autostart(daemon: &Daemon, wait: bool) {
-    match daemon
+    let asked = std::time::Instant::now();
+    let result = daemon
         .service_changes
         .act_now(ServiceChange::Autostart, Vec::new())
-        .await
-    {
-        Ok(change) => {
-            tracing::debug!("Autostart change {change} created");
-            if wait {
-                daemon.store.wait_ready(change).await;
-            }
+        .await;
+    let status = match &result {
+        Ok(_) => 202,
+        Err(ActionError::NotRecorded(_)) => 500,
+        Err(_) => 400,
+    };
+    log_own_request(
+        axum::http::Method::POST,
+        "/v1/services".into(),
+        asked,
+        status,
+    );
+    let change = match result {
+        Ok(change) => change,
+        Err(e) => {
+            tracing::info!("Cannot start default services: {e}");
+            return;
         }
-        Err(ActionError::NoDefaultServices) => {
-            tracing::debug!("Cannot autostart: no default services")
-        }
-        Err(e) => tracing::info!("Cannot autostart: {e}"),
+    };
+    let store = daemon.store.clone();
+    let waited = async move {
+        let asked = std::time::Instant::now();
+        store.wait_ready(change).await;
+        let target = format!("/v1/changes/{change}/wait");
+        log_own_request(axum::http::Method::GET, target, asked, 200);
+        tracing::info!("Started default services with change {change}.");
+    };
+    if wait {
+        waited.await;
+    } else {
+        tokio::spawn(waited);
     }
+}
+
+/// Logs a request the daemon makes of itself, as Pebble's client makes it over the socket.
+fn log_own_request(
+    method: axum::http::Method,
+    target: String,
+    asked: std::time::Instant,
+    status: u16,
+) {
+    logging::request(logging::RequestLine {
+        at: jiff::Timestamp::now(),
+        method,
+        target,
+        elapsed: asked.elapsed(),
+        status,
+        transport: api::Transport::Unix.as_str(),
+        remote: logging::Remote::Unix {
+            pid: i32::try_from(std::process::id()).ok(),
+            uid: Some(cobble_sys::current_uid()),
+        },
+    });
 }
 
 /// The last phase: ends exec's commands, stops every service in reverse order (or, when

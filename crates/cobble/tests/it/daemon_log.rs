@@ -45,6 +45,66 @@ fn every_line_of_the_daemon_log_has_pebbles_layout() {
     }
 }
 
+/// The messages of `log`'s lines, without their times.
+fn messages(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter_map(|line| line.split_once(" [pebble] "))
+        .map(|(_, message)| message)
+        .collect()
+}
+
+/// Pebble's `run` autostarts through a request to its own daemon, and scripts (Pebble's own
+/// `TestIdentities` among them) wait for that request's line to know the daemon is up.
+#[test]
+fn run_logs_its_autostart_request_as_pebbles_run_does() {
+    // Nothing to start: Pebble's request is refused, and the refusal logged.
+    let d = Daemon::start(&[], &[]);
+    d.wait_log("Cannot start default services: no default services\n");
+    let log = d.log();
+    let lines = messages(&log);
+    let started = lines.iter().position(|m| *m == "Started daemon.").unwrap();
+    assert!(
+        glob_matches("POST /v1/services *s 400 (http+unix)", lines[started + 1]),
+        "{log}"
+    );
+    assert_eq!(
+        lines[started + 2],
+        "Cannot start default services: no default services",
+        "{log}"
+    );
+
+    // A service to start: the request, its wait once the change is ready, and the result.
+    let d = Daemon::start(
+        &[(
+            "001-base",
+            "services:\n  s:\n    override: replace\n    startup: enabled\n    command: sleep 1000\n",
+        )],
+        &[],
+    );
+    d.wait_log("Started default services with change 1.\n");
+    let log = d.log();
+    let lines = messages(&log);
+    let started = lines.iter().position(|m| *m == "Started daemon.").unwrap();
+    let expected = [
+        "POST /v1/services *s 202 (http+unix)",
+        "Service \"s\" starting: sleep 1000",
+        "GET /v1/changes/1/wait *s 200 (http+unix)",
+        "Started default services with change 1.",
+    ];
+    for (i, pattern) in expected.iter().enumerate() {
+        assert!(
+            glob_matches(pattern, lines[started + 1 + i]),
+            "{pattern}\n{log}"
+        );
+    }
+
+    // Under --hold nothing is asked.
+    let d = Daemon::hold(&[]);
+    let log = d.log();
+    assert!(!log.contains("/v1/services"), "{log}");
+    assert!(!log.contains("default services"), "{log}");
+}
+
 #[test]
 fn security_events_are_logged_as_pebble_logs_them() {
     let port = free_port();
