@@ -114,6 +114,10 @@ fn basic_auth(parts: &Parts) -> Option<(String, String)> {
         .ok()?;
     let text = String::from_utf8(decoded).ok()?;
     let (user, password) = text.split_once(':')?;
+    // Pebble takes basic credentials only when either half is set.
+    if user.is_empty() && password.is_empty() {
+        return None;
+    }
     Some((user.to_owned(), password.to_owned()))
 }
 
@@ -122,6 +126,10 @@ fn basic_auth(parts: &Parts) -> Option<(String, String)> {
 pub struct Caller {
     pub user: User,
     pub access: Access,
+    /// The uid the request is made as, which notices are visible to and owned by: the unix
+    /// peer's, unless a basic or certificate identity named the caller (Pebble's
+    /// `UserState.UID`: such a caller has none, even on the unix socket).
+    pub uid: Option<u32>,
 }
 
 /// The caller of the request in `parts`: the identity its credentials name, else the local
@@ -136,13 +144,14 @@ pub async fn caller_of(parts: &Parts, api: &Shared) -> Option<Caller> {
             .flatten(),
         cert: peer.cert.as_deref().map(<[u8]>::to_vec),
     };
+    // The identity named, and the uid the request then has.
     let named = match api.state.identity_candidate(&creds) {
         Candidate::None => None,
         Candidate::Matched { name, access } => match &creds.cert {
             // Certificate identities can be added by hand: the one presented must also be a
             // self-signed client certificate in its own right.
             Some(cert) => match identities::verify_self_signed(cert, jiff::ZonedDateTime::now()) {
-                Ok(()) => Some((name, access)),
+                Ok(()) => Some((name, access, None)),
                 Err(error) => {
                     logging::security(SecurityEvent::CertificateNotVerified {
                         name: &name,
@@ -151,7 +160,8 @@ pub async fn caller_of(parts: &Parts, api: &Shared) -> Option<Caller> {
                     None
                 }
             },
-            None => Some((name, access)),
+            // Matched by the peer's uid: a `local` identity.
+            None => Some((name, access, peer.uid)),
         },
         Candidate::Password { name, access, hash } => {
             let password = creds.basic.map(|(_, p)| p).unwrap_or_default();
@@ -159,19 +169,21 @@ pub async fn caller_of(parts: &Parts, api: &Shared) -> Option<Caller> {
                 tokio::task::spawn_blocking(move || identities::verify_password(&password, &hash))
                     .await
                     .unwrap_or(false);
-            verified.then_some((name, access))
+            verified.then_some((name, access, None))
         }
     };
-    if let Some((name, access)) = named {
+    if let Some((name, access, uid)) = named {
         return Some(Caller {
             user: User::named(name),
             access,
+            uid,
         });
     }
     let access = identities::default_access(peer.uid, cobble_sys::current_uid())?;
     Some(Caller {
         user: User::uid(peer.uid),
         access,
+        uid: peer.uid,
     })
 }
 

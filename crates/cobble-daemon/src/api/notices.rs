@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::Response;
@@ -19,7 +19,7 @@ use cobble_plan::go_quote;
 use serde_json::Value;
 
 use super::query::{first, multi_comma_list};
-use super::{ApiError, Peer, Read, Shared, sync};
+use super::{ApiError, Read, Shared, sync};
 use crate::identities::Access;
 use crate::state::{Notice, NoticeFilter, NoticeType, Occurrence};
 
@@ -28,32 +28,59 @@ const MAX_KEY_LENGTH: usize = 256;
 /// The most JSON a custom notice's `data` may take, in bytes.
 const MAX_DATA_SIZE: usize = 4 * 1024;
 
-/// The uid of the requester, which notices are visible to and owned by.
-pub struct Requester {
+/// The requester of a notices endpoint: the uid notices are visible to and owned by, and
+/// whether it is an admin.
+struct Requester {
     uid: u32,
     admin: bool,
 }
 
-impl FromRequestParts<Shared> for Requester {
+/// The requester of a notices request, or Pebble's 403 when the request has no uid (a
+/// caller over TCP, or one a basic or certificate identity named, even on the unix socket).
+/// `what` is what the endpoint cannot then do: "retrieve notices", "retrieve notice",
+/// "create notice".
+async fn requester(parts: &mut Parts, api: &Shared, what: &str) -> Result<Requester, ApiError> {
+    let caller = super::access::caller_of(parts, api).await;
+    let uid = caller
+        .as_ref()
+        .and_then(|caller| caller.uid)
+        .ok_or_else(|| forbidden(format!("cannot determine UID of request, so cannot {what}")))?;
+    // Admin as the access rules decide it (an identity may grant or withhold it), not by
+    // uid alone.
+    let admin = caller.is_some_and(|caller| caller.access == Access::Admin);
+    Ok(Requester { uid, admin })
+}
+
+/// The requester of `GET /v1/notices`.
+pub struct Lister(Requester);
+
+/// The requester of `GET /v1/notices/{id}`.
+pub struct Reader(Requester);
+
+/// The requester of `POST /v1/notices`.
+pub struct Creator(Requester);
+
+impl FromRequestParts<Shared> for Lister {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, api: &Shared) -> Result<Self, ApiError> {
-        let uid = parts
-            .extensions
-            .get::<ConnectInfo<Peer>>()
-            .and_then(|c| c.0.uid)
-            .ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "cannot determine UID of request, so cannot retrieve notices",
-                )
-            })?;
-        // Admin as the access rules decide it (an identity may grant or withhold it), not
-        // by uid alone.
-        let admin = super::access::caller_of(parts, api)
-            .await
-            .is_some_and(|caller| caller.access == Access::Admin);
-        Ok(Requester { uid, admin })
+        requester(parts, api, "retrieve notices").await.map(Lister)
+    }
+}
+
+impl FromRequestParts<Shared> for Reader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, api: &Shared) -> Result<Self, ApiError> {
+        requester(parts, api, "retrieve notice").await.map(Reader)
+    }
+}
+
+impl FromRequestParts<Shared> for Creator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, api: &Shared) -> Result<Self, ApiError> {
+        requester(parts, api, "create notice").await.map(Creator)
     }
 }
 
@@ -63,7 +90,7 @@ fn forbidden(message: impl Into<String>) -> ApiError {
 
 pub async fn get_notices(
     _: Read,
-    requester: Requester,
+    Lister(requester): Lister,
     State(api): State<Shared>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
@@ -173,7 +200,7 @@ fn user_id_filter(query: &[(String, String)]) -> Result<u32, String> {
 
 pub async fn get_notice(
     _: Read,
-    requester: Requester,
+    Reader(requester): Reader,
     State(api): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -193,7 +220,7 @@ pub async fn get_notice(
 
 pub async fn post_notices(
     _: Read,
-    requester: Requester,
+    Creator(requester): Creator,
     State(api): State<Shared>,
     body: Body,
 ) -> Result<Response, ApiError> {

@@ -26,12 +26,13 @@
 //! which fails meanwhile, tries again in the background, so fixing the directory is enough.
 //!
 //! There is no certificate authority for clients: a client certificate is trusted because a
-//! `cert` identity holds that very certificate. So the handshake accepts any client
+//! `cert` identity holds that very certificate. So the handshake takes any one client
 //! certificate whose signature proves the client holds its key; [`client_cert`] passes it on,
 //! and the access decision matches it against identities and checks that it is a valid
-//! self-signed client certificate (`identities::verify_self_signed`). Anything else is a peer
-//! with no
-//! credentials.
+//! self-signed client certificate (`identities::verify_self_signed`); one no identity holds
+//! is a peer with no credentials. As in Pebble, a client that presents no certificate, or a
+//! chain of more than one, is refused at the handshake: even the open endpoints are served
+//! only to a client with exactly one certificate.
 
 use std::fs;
 use std::io::Write as _;
@@ -517,7 +518,7 @@ impl ServerIdentity {
 /// The TLS configuration of the `--https` listener: TLS 1.3 only, on ring; the chain of a
 /// fresh leaf and `identity` (the daemon's identity certificate from
 /// [`identity_certificate`]; if that failed, the failure is logged and later handshakes try
-/// again); client certificates optional.
+/// again); exactly one client certificate required.
 pub fn server_config(
     pebble_dir: &Path,
     key: rcgen::KeyPair,
@@ -556,8 +557,9 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
-/// Accepts any client certificate at the handshake (the signature over the handshake still
-/// proves the client holds its key); trust is decided against identities afterwards.
+/// Accepts any single client certificate at the handshake (the signature over the handshake
+/// still proves the client holds its key); trust is decided against identities afterwards.
+/// No certificate, or a chain, ends the handshake, as Pebble's `VerifyConnection` does.
 #[derive(Debug)]
 struct AnyClientCert {
     algorithms: WebPkiSupportedAlgorithms,
@@ -568,17 +570,31 @@ impl ClientCertVerifier for AnyClientCert {
         &[]
     }
 
+    /// A client without a certificate is refused with TLS's `certificate_required` alert.
     fn client_auth_mandatory(&self) -> bool {
-        false
+        true
     }
 
     fn verify_client_cert(
         &self,
         _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
+        intermediates: &[CertificateDer<'_>],
         _now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
+        if intermediates.is_empty() {
+            Ok(ClientCertVerified::assertion())
+        } else {
+            // Pebble's refusal ("expected one client certificate, received N") reaches the
+            // client as a `bad_certificate` alert, which is the alert rustls sends for this
+            // error.
+            tracing::debug!(
+                "Refusing a TLS client: expected one client certificate, received {}",
+                intermediates.len() + 1
+            );
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::BadEncoding,
+            ))
+        }
     }
 
     fn verify_tls12_signature(
@@ -604,8 +620,8 @@ impl ClientCertVerifier for AnyClientCert {
     }
 }
 
-/// The client certificate of a handshake, when the client presented exactly one (Pebble
-/// takes no chains from clients). Whether an identity trusts it is decided per request.
+/// The client certificate of a handshake: the handshake admits only clients that presented
+/// exactly one. Whether an identity trusts it is decided per request.
 pub fn client_cert(chain: Option<&[CertificateDer<'_>]>) -> Option<Arc<[u8]>> {
     match chain? {
         [cert] => Some(Arc::from(cert.as_ref())),

@@ -88,11 +88,26 @@ enum Caller {
     UnknownCertHttps,
     /// The certificate of an `admin` identity, expired, over `--https`.
     ExpiredCertHttps,
-    /// Basic auth of the `metrics` identity and no certificate, over `--https`.
+    /// Basic auth of the `metrics` identity and no certificate, over `--https`: refused at
+    /// the handshake, as a client without a certificate is.
     BasicMetricsHttps,
+    /// The `read` identity's certificate followed by another, over `--https`: a chain,
+    /// refused at the handshake.
+    ChainHttps,
+    /// Root on the unix socket with the basic credentials of the `ops` admin identity: the
+    /// identity decides, and it has no uid.
+    BasicAdminUnix,
+    /// Another local user on the unix socket with a wrong password for `ops`: no identity,
+    /// so the uid's default.
+    WrongBasicUnix,
+    /// Another local user on the unix socket with an `Authorization` header that does not
+    /// decode: as if there were none.
+    MalformedBasicUnix,
+    /// A wrong password for the `web` metrics identity, over `--http`.
+    WrongBasicHttp,
 }
 
-const CALLERS: [Caller; 12] = [
+const CALLERS: [Caller; 17] = [
     Caller::Root,
     Caller::DaemonUser,
     Caller::OtherUser,
@@ -105,6 +120,11 @@ const CALLERS: [Caller; 12] = [
     Caller::UnknownCertHttps,
     Caller::ExpiredCertHttps,
     Caller::BasicMetricsHttps,
+    Caller::ChainHttps,
+    Caller::BasicAdminUnix,
+    Caller::WrongBasicUnix,
+    Caller::MalformedBasicUnix,
+    Caller::WrongBasicHttp,
 ];
 
 /// The level an endpoint needs.
@@ -120,8 +140,13 @@ impl Caller {
     /// The most this caller is granted.
     fn level(self) -> Option<Level> {
         match self {
-            Caller::Root | Caller::DaemonUser | Caller::AdminIdentity => Some(Level::Admin),
-            Caller::OtherUser | Caller::ReaderCertHttps => Some(Level::Read),
+            Caller::Root | Caller::DaemonUser | Caller::AdminIdentity | Caller::BasicAdminUnix => {
+                Some(Level::Admin)
+            }
+            Caller::OtherUser
+            | Caller::ReaderCertHttps
+            | Caller::WrongBasicUnix
+            | Caller::MalformedBasicUnix => Some(Level::Read),
             Caller::BasicMetricsHttp => Some(Level::Metrics),
             // Over HTTPS the certificate is the credential; a password there is not read.
             // Over HTTP only an identity whose access is exactly `metrics` gets anything.
@@ -130,8 +155,22 @@ impl Caller {
             | Caller::AnonymousHttp
             | Caller::UnknownCertHttps
             | Caller::ExpiredCertHttps
-            | Caller::BasicMetricsHttps => None,
+            | Caller::BasicMetricsHttps
+            | Caller::ChainHttps
+            | Caller::WrongBasicHttp => None,
         }
+    }
+
+    /// Whether the TLS handshake itself refuses the caller (no certificate, or a chain), so
+    /// that not even the open endpoints answer.
+    fn refused_at_handshake(self) -> bool {
+        matches!(self, Caller::BasicMetricsHttps | Caller::ChainHttps)
+    }
+
+    /// Whether the caller's requests have a uid, which the notices endpoints need: not when
+    /// a basic or certificate identity named the caller, even on the unix socket.
+    fn has_uid(self) -> bool {
+        !matches!(self, Caller::ReaderCertHttps | Caller::BasicAdminUnix)
     }
 }
 
@@ -215,7 +254,14 @@ const ENDPOINTS: &[(&str, &str, &str, Level, u16)] = &[
         Level::Admin,
         400,
     ),
+    ("GET", "/v1/logs?n=0", "", Level::Read, 200),
+    ("GET", NOTICES, "", Level::Read, 200),
+    ("GET", "/v1/notices/999", "", Level::Read, 404),
+    ("POST", NOTICES, r#"{"action":"nope"}"#, Level::Read, 400),
 ];
+
+/// The notices endpoints answer 403 to a caller without a uid, once access is granted.
+const NOTICES: &str = "/v1/notices";
 
 /// A wrapper that hands `$PEBBLE` to [`DAEMON_UID`] and runs the daemon as that user.
 fn unprivileged_cobble(dir: &Path) -> PathBuf {
@@ -261,14 +307,18 @@ fn status_as(target: &Target<'_>, caller: Caller, method: &str, path: &str, body
         ]
     };
     let (mut command, url) = match caller {
-        Caller::BasicMetricsHttp | Caller::BasicAdminHttp | Caller::AnonymousHttp => (
+        Caller::BasicMetricsHttp
+        | Caller::BasicAdminHttp
+        | Caller::AnonymousHttp
+        | Caller::WrongBasicHttp => (
             Command::new("curl"),
             format!("http://127.0.0.1:{}{path}", target.http_port),
         ),
         Caller::ReaderCertHttps
         | Caller::UnknownCertHttps
         | Caller::ExpiredCertHttps
-        | Caller::BasicMetricsHttps => {
+        | Caller::BasicMetricsHttps
+        | Caller::ChainHttps => {
             let mut c = Command::new("curl");
             // The server certificate is self-signed: nothing to check it against.
             c.arg("-k");
@@ -276,15 +326,19 @@ fn status_as(target: &Target<'_>, caller: Caller, method: &str, path: &str, body
                 Caller::ReaderCertHttps => c.args(cert("reader")),
                 Caller::UnknownCertHttps => c.args(cert("unknown")),
                 Caller::ExpiredCertHttps => c.args(cert("old")),
+                // curl sends every certificate of the file, in order.
+                Caller::ChainHttps => c.args(cert("chain")),
                 _ => &mut c,
             };
             (c, format!("https://127.0.0.1:{}{path}", target.https_port))
         }
         _ => {
             let uid = match caller {
-                Caller::Root => 0,
+                Caller::Root | Caller::BasicAdminUnix => 0,
                 Caller::DaemonUser => DAEMON_UID,
-                Caller::OtherUser => OTHER_UID,
+                Caller::OtherUser | Caller::WrongBasicUnix | Caller::MalformedBasicUnix => {
+                    OTHER_UID
+                }
                 Caller::AdminIdentity => ADMIN_UID,
                 _ => UNTRUSTED_UID,
             };
@@ -308,8 +362,17 @@ fn status_as(target: &Target<'_>, caller: Caller, method: &str, path: &str, body
         Caller::BasicMetricsHttp | Caller::BasicMetricsHttps => {
             command.args(["-u", &format!("web:{WEB_PASSWORD}")]);
         }
-        Caller::BasicAdminHttp => {
+        Caller::BasicAdminHttp | Caller::BasicAdminUnix => {
             command.args(["-u", &format!("ops:{WEB_PASSWORD}")]);
+        }
+        Caller::WrongBasicUnix => {
+            command.args(["-u", "ops:wrong"]);
+        }
+        Caller::WrongBasicHttp => {
+            command.args(["-u", "web:wrong"]);
+        }
+        Caller::MalformedBasicUnix => {
+            command.args(["-H", "Authorization: Basic %%%"]);
         }
         _ => {}
     }
@@ -330,6 +393,14 @@ fn every_endpoint_grants_exactly_its_level_to_every_caller() {
     let (_, _, reader_pem) = client_cert(tmp.path(), "reader", (2000, 4000));
     client_cert(tmp.path(), "unknown", (2000, 4000));
     let (_, _, expired_pem) = client_cert(tmp.path(), "old", (2000, 2001));
+    // The reader's certificate and key, with another certificate after it.
+    let (_, _, extra_pem) = client_cert(tmp.path(), "extra", (2000, 4000));
+    std::fs::write(
+        tmp.path().join("chain.crt"),
+        format!("{reader_pem}{extra_pem}"),
+    )
+    .unwrap();
+    std::fs::copy(tmp.path().join("reader.key"), tmp.path().join("chain.key")).unwrap();
     let ids = tmp.path().join("identities.yaml");
     std::fs::write(&ids, identities_yaml(&reader_pem, &expired_pem)).unwrap();
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -369,7 +440,16 @@ fn every_endpoint_grants_exactly_its_level_to_every_caller() {
     for &(method, path, body, needs, allowed) in ENDPOINTS {
         for caller in CALLERS {
             let granted = needs == Level::Open || caller.level().is_some_and(|l| l >= needs);
-            let expected = if granted { allowed } else { 401 };
+            let expected = if caller.refused_at_handshake() {
+                // curl's code for no answer at all.
+                0
+            } else if !granted {
+                401
+            } else if path.starts_with(NOTICES) && !caller.has_uid() {
+                403
+            } else {
+                allowed
+            };
             let got = status_as(&target, caller, method, path, body);
             if got != expected {
                 failures.push(format!(
@@ -566,7 +646,8 @@ fn https_trusts_only_current_certificates_of_identities_with_a_kept_key() {
     assert_eq!(get("expired"), "401");
     assert_eq!(get("future"), "401");
     assert_eq!(get("unknown"), "401");
-    assert_eq!(get(""), "401");
+    // No certificate: refused at the handshake, so no status at all.
+    assert_eq!(get(""), "000");
 
     let key_path = d.pebble_dir().join("identity/key.pem");
     let key = std::fs::read_to_string(&key_path).unwrap();
@@ -766,4 +847,152 @@ fn exec_runs_over_https_for_an_admin_certificate() {
                 }
             }
         });
+}
+
+/// Pebble's notices are kept per uid, and a request that a basic identity names has none,
+/// even on the unix socket: each notices endpoint refuses it in its own words. A password
+/// that names nobody, or a header that does not decode, leaves the socket peer's uid.
+#[test]
+fn notices_refuse_a_caller_named_by_basic_auth_even_on_the_unix_socket() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ids = tmp.path().join("identities.yaml");
+    std::fs::write(
+        &ids,
+        format!(
+            "identities:\n  ops:\n    access: admin\n    basic:\n      password: \"{WEB_HASH}\"\n"
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&[], &["--hold", "--identities", ids.to_str().unwrap()]);
+    let socket = d.pebble_dir().join(".pebble.socket");
+    let call = |auth: &[&str], method: &str, path: &str, body: &str| {
+        let mut c = Command::new("curl");
+        c.args(["-s", "--unix-socket"]).arg(&socket).args(auth);
+        c.args(["-X", method]);
+        if !body.is_empty() {
+            c.args(["--data", body]);
+        }
+        let out = c.arg(format!("http://localhost{path}")).output().unwrap();
+        let envelope: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        envelope
+    };
+    let add = r#"{"action":"add","type":"custom","key":"example.com/a"}"#;
+    let basic = ["-u", "ops:test"];
+    for (method, path, body, what) in [
+        ("GET", "/v1/notices", "", "retrieve notices"),
+        ("GET", "/v1/notices/1", "", "retrieve notice"),
+        ("POST", "/v1/notices", add, "create notice"),
+    ] {
+        let answer = call(&basic, method, path, body);
+        assert_eq!(answer["status-code"], 403, "{method} {path}: {answer}");
+        assert_eq!(
+            answer["result"]["message"],
+            format!("cannot determine UID of request, so cannot {what}"),
+            "{method} {path}: {answer}"
+        );
+    }
+    // The identity is admin all the same: other endpoints serve it.
+    assert_eq!(call(&basic, "GET", "/v1/changes", "")["status-code"], 200);
+    // Without a match, the peer's uid (root) decides, and notices are served.
+    for auth in [
+        &["-u", "ops:wrong"][..],
+        &["-H", "Authorization: Basic %%%"],
+        &[],
+    ] {
+        let added = call(auth, "POST", "/v1/notices", add);
+        assert_eq!(added["status-code"], 200, "{auth:?}: {added}");
+        let listed = call(auth, "GET", "/v1/notices?types=custom", "");
+        assert_eq!(
+            listed["result"][0]["key"], "example.com/a",
+            "{auth:?}: {listed}"
+        );
+    }
+}
+
+/// A client that presents no certificate, or a chain of more than one, is refused during the
+/// TLS handshake, as Pebble's `VerifyConnection` refuses it: not even `/v1/system-info` is
+/// served to it. One certificate gets an answer: the identity's access when an identity
+/// holds it, the open endpoints only when none does.
+#[test]
+fn https_refuses_at_the_handshake_a_client_without_exactly_one_certificate() {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, key_path, registered) = client_cert(tmp.path(), "registered", (2000, 4000));
+    let (_, other_key, unregistered) = client_cert(tmp.path(), "unregistered", (2000, 4000));
+    let (_, _, extra) = client_cert(tmp.path(), "extra", (2000, 4000));
+    let ids = tmp.path().join("identities.yaml");
+    std::fs::write(
+        &ids,
+        format!(
+            "identities:\n{}",
+            cert_identity("registered", "read", &registered)
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let https = format!("127.0.0.1:{port}");
+    let _d = Daemon::start(
+        &[],
+        &[
+            "--hold",
+            "--https",
+            &https,
+            "--identities",
+            ids.to_str().unwrap(),
+        ],
+    );
+    let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+    // The status line of `GET path`, or the error that ended the connection.
+    let get =
+        |chain: Vec<CertificateDer<'static>>, key: &Path, path: &str| -> Result<String, String> {
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .dangerous()
+                .with_custom_certificate_verifier(std::sync::Arc::new(AnyServer(provider)));
+            let config = if chain.is_empty() {
+                builder.with_no_client_auth()
+            } else {
+                builder
+                    .with_client_auth_cert(chain, PrivateKeyDer::from_pem_file(key).unwrap())
+                    .unwrap()
+            };
+            let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+            let mut conn =
+                rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+            let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
+            use std::io::{Read as _, Write as _};
+            tls.write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .map_err(|e| e.to_string())?;
+            let mut answer = String::new();
+            tls.read_to_string(&mut answer).map_err(|e| e.to_string())?;
+            Ok(answer.lines().next().unwrap_or_default().to_owned())
+        };
+    for path in ["/v1/system-info", "/v1/services"] {
+        let refused = get(Vec::new(), &key_path, path).unwrap_err();
+        assert!(refused.contains("CertificateRequired"), "{path}: {refused}");
+        let refused = get(vec![der(&registered), der(&extra)], &key_path, path).unwrap_err();
+        assert!(refused.contains("BadCertificate"), "{path}: {refused}");
+    }
+    let ok = "HTTP/1.1 200 OK";
+    assert_eq!(
+        get(vec![der(&registered)], &key_path, "/v1/services").unwrap(),
+        ok
+    );
+    assert_eq!(
+        get(vec![der(&unregistered)], &other_key, "/v1/system-info").unwrap(),
+        ok
+    );
+    assert_eq!(
+        get(vec![der(&unregistered)], &other_key, "/v1/services").unwrap(),
+        "HTTP/1.1 401 Unauthorized"
+    );
 }
