@@ -2,15 +2,14 @@
 //!
 //! The actor applies every new plan (and, before any request, a plan it has not seen yet):
 //!
-//! - a check whose merged configuration is unchanged keeps running, streak and change intact;
-//! - a changed check is stopped and, if enabled, started afresh (new change, counters
-//!   reset), except that a running check changed only to `startup: disabled` keeps running;
+//! - a running check whose merged configuration is unchanged keeps running, streak and
+//!   change intact;
+//! - a changed running check is stopped and started afresh (new change, counters reset),
+//!   except that a running check changed from enabled to `startup: disabled` keeps running;
 //! - a removed check is stopped and forgotten;
-//! - a new check starts if enabled, otherwise it is listed as inactive.
-//!
-//! One deliberate divergence from Pebble: an unchanged check that a client stopped stays
-//! stopped when an unrelated layer is added (Pebble restarts every stopped enabled check on
-//! any plan change, which silently undoes `stop-checks`).
+//! - a check that is not running, new or not, starts if enabled (so, as in Pebble, any plan
+//!   change, even a layer with only a summary, starts again an enabled check that a client
+//!   stopped), otherwise it is listed as inactive.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -358,21 +357,20 @@ impl Actor {
             };
             let merged = checker::merge_service_context(&plan, config);
             let entry = self.entries.get_mut(&name).expect("listed");
-            if merged == *entry.config {
-                continue;
-            }
-            let running = entry.is_running();
-            if running && !merged.is_enabled() && entry.config.is_enabled() {
+            let unchanged = merged == *entry.config;
+            if entry.is_running() {
                 // Pebble: disabling a running check does not stop it.
-                continue;
-            }
-            entry.config = Arc::new(merged);
-            if running {
+                if unchanged || (!merged.is_enabled() && entry.config.is_enabled()) {
+                    continue;
+                }
+                entry.config = Arc::new(merged);
                 self.stop_runner(&name);
-            }
-            if self.entries[&name].config.is_enabled() {
                 to_start.push(name);
-            } else {
+            } else if merged.is_enabled() {
+                entry.config = Arc::new(merged);
+                to_start.push(name);
+            } else if !unchanged {
+                entry.config = Arc::new(merged);
                 self.publish_fresh_inactive(&name);
             }
         }

@@ -498,20 +498,44 @@ async fn stop_and_start_are_idempotent_and_keep_failures() {
         h.manager.act(CheckAction::Stop, vec!["chk".into()]).await,
         Ok(vec![])
     );
-    // An unrelated plan change does not restart a stopped check.
-    h.plan
-        .send(plan(vec![check("chk"), check("extra")]))
-        .unwrap();
-    assert_eq!(h.view("chk").await.status, CheckStatus::Inactive);
-
     let started = h
         .manager
-        .act(CheckAction::Start, vec!["chk".into(), "extra".into()])
+        .act(CheckAction::Start, vec!["chk".into(), "off".into()])
         .await;
-    assert_eq!(started, Ok(vec!["chk".to_owned()]));
+    assert_eq!(started, Ok(vec!["chk".to_owned(), "off".to_owned()]));
     let view = h.view("chk").await;
     assert_eq!((view.status, view.failures), (CheckStatus::Up, 0));
     assert_ne!(view.change_id, change);
+}
+
+/// As in Pebble, any plan change starts again an enabled check a client stopped, in a new
+/// change; a disabled one that is not running stays inactive, and a running one whose
+/// configuration did not change keeps its change.
+#[tokio::test(start_paused = true)]
+async fn a_plan_change_starts_again_an_enabled_check_a_client_stopped() {
+    let mut disabled = check("off");
+    disabled.startup = Startup::Disabled;
+    let h = Harness::new(vec![check("chk"), check("kept"), disabled.clone()]);
+    pass(0.1).await;
+    let stopped_change = h.view("chk").await.change_id;
+    let kept_change = h.view("kept").await.change_id;
+    assert_eq!(
+        h.manager.act(CheckAction::Stop, vec!["chk".into()]).await,
+        Ok(vec!["chk".to_owned()])
+    );
+    assert_eq!(h.view("chk").await.status, CheckStatus::Inactive);
+
+    // The same checks in a plan of its own, as a layer with only a summary makes.
+    h.plan
+        .send(plan(vec![check("chk"), check("kept"), disabled]))
+        .unwrap();
+    let view = h.view("chk").await;
+    assert_eq!(view.status, CheckStatus::Up);
+    assert!(view.change_id.is_some());
+    assert_ne!(view.change_id, stopped_change);
+    assert_eq!(h.view("kept").await.change_id, kept_change);
+    let off = h.view("off").await;
+    assert_eq!((off.status, off.change_id), (CheckStatus::Inactive, None));
 }
 
 #[tokio::test(start_paused = true)]
