@@ -79,6 +79,27 @@ fn quick_exit_errors_with_the_last_output_and_keeps_retrying() {
     assert!(status == "backoff" || status == "active", "{status}");
 }
 
+/// Pebble writes the heading even when the service wrote nothing, with its indent.
+#[test]
+fn quick_exit_without_output_still_has_the_heading_in_the_task_log() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  s:\n    override: replace\n    command: /bin/sh -c 'exit 1'\n    on-failure: ignore\n",
+    )]);
+    let (change, _) = act(&d, "start", &["s"]);
+    assert_eq!(change.status, "Error");
+    let log = &change.tasks[0].log;
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert!(
+        log[0].ends_with(" INFO Most recent service output:\n    "),
+        "{log:?}"
+    );
+    assert!(
+        log[1].ends_with(" ERROR service start attempt: exited quickly with code 1, will ignore"),
+        "{log:?}"
+    );
+}
+
 #[test]
 fn spawn_failure_is_reported_like_go() {
     let d = Daemon::hold(&[(

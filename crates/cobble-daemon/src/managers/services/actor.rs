@@ -706,7 +706,8 @@ impl Actor {
                     let output = match &outcome {
                         StartOutcome::Failed {
                             with_output: true, ..
-                        } => slot.log.last_lines(LAST_LOG_LINES),
+                        // One more than shown, to know whether to mark what was cut.
+                        } => slot.log.last_lines(LAST_LOG_LINES + 1),
                         _ => Vec::new(),
                     };
                     let reply = StartReply { outcome, output };

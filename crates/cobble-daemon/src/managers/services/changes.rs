@@ -14,7 +14,7 @@ use futures_util::future::join_all;
 use tokio::sync::watch;
 
 use super::machine::{StartOutcome, StopOutcome};
-use super::{ServiceManager, StartReply};
+use super::{LAST_LOG_LINES, ServiceManager, StartReply};
 use crate::checks::CheckManager;
 use crate::state::{NotRecorded, Recorded, StateStore, TaskStatus};
 
@@ -453,14 +453,9 @@ impl ServiceChanges {
                 self.state.set_task_status(id, TaskStatus::Done);
                 true
             }
-            StartOutcome::Failed { error, .. } => {
-                if !reply.output.is_empty() {
-                    let lines: Vec<String> =
-                        reply.output.iter().map(|l| format!("    {l}")).collect();
-                    self.state.task_info(
-                        id,
-                        &format!("Most recent service output:\n{}", lines.join("\n")),
-                    );
+            StartOutcome::Failed { error, with_output } => {
+                if with_output {
+                    self.state.task_info(id, &most_recent_output(&reply.output));
                 }
                 self.state.task_error(id, &error);
                 self.state.set_task_status(id, TaskStatus::Error);
@@ -495,9 +490,28 @@ impl ServiceChanges {
     }
 }
 
+/// The task log's entry for the output of a service that exited during its start, as
+/// Pebble writes it: `Most recent service output:` and the last [`LAST_LOG_LINES`] lines,
+/// indented, with `(...)` first when there were more, the whole trimmed of surrounding
+/// white space; just the indent when there was no output. `lines` holds up to one more line
+/// than is shown.
+fn most_recent_output(lines: &[String]) -> String {
+    let joined = lines.join("\n");
+    let mut shown: Vec<&str> = joined.trim().split('\n').collect();
+    if shown.len() > LAST_LOG_LINES {
+        shown[0] = "(...)";
+    }
+    let mut text = String::from("Most recent service output:");
+    for line in shown {
+        text.push_str("\n    ");
+        text.push_str(line);
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ServiceChange;
+    use super::{LAST_LOG_LINES, ServiceChange, most_recent_output};
 
     #[test]
     fn action_names_round_trip_and_title_case_as_go_does() {
@@ -517,5 +531,35 @@ mod tests {
         }
         assert_eq!(ServiceChange::from_name("Start"), None);
         assert_eq!(ServiceChange::from_name(""), None);
+    }
+
+    fn lines(text: &[&str]) -> Vec<String> {
+        text.iter().map(|l| (*l).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_output_of_a_quick_exit_is_written_as_pebble_writes_it() {
+        assert_eq!(
+            most_recent_output(&lines(&["too-fast", "second line"])),
+            "Most recent service output:\n    too-fast\n    second line"
+        );
+        // No output at all: the heading and the indent, as Pebble's task log has them.
+        assert_eq!(most_recent_output(&[]), "Most recent service output:\n    ");
+        assert_eq!(
+            most_recent_output(&lines(&["", "  out  ", ""])),
+            "Most recent service output:\n    out"
+        );
+        let many: Vec<String> = (0..=LAST_LOG_LINES).map(|i| format!("l{i}")).collect();
+        let text = most_recent_output(&many);
+        assert!(
+            text.starts_with("Most recent service output:\n    (...)\n    l1\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(&format!("\n    l{LAST_LOG_LINES}")),
+            "{text}"
+        );
+        // The heading, the mark, and the last lines.
+        assert_eq!(text.lines().count(), LAST_LOG_LINES + 2);
     }
 }
