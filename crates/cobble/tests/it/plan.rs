@@ -58,9 +58,7 @@ fn version_shows_the_server_and_json_has_only_pebbles_keys() {
         .run();
     Test::daemon(&daemon)
         .args(&["version", "--format", "json"])
-        .stdout(&format!(
-            "{{\"client\":\"v1.32.1\",\"server\":\"v1.32.1\"}}\n"
-        ))
+        .stdout("{\"client\":\"v1.32.1\",\"server\":\"v1.32.1\"}\n")
         .run();
     Test::daemon(&daemon)
         .args(&["version", "--format", "yaml"])
