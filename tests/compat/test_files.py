@@ -430,19 +430,21 @@ def test_bad_multipart_pushes_leave_the_old_file(daemon: Daemon, work: pathlib.P
     assert resp.json['result'][0]['error']['message'] == 'paths must be absolute, got "../keep"'
     check_intact()
 
-    # Boundary rules (RFC 2046: 1 to 70 characters) and the media type.
-    too_long = 'b' * 71
-    resp = daemon.raw(
-        'POST', '/v1/files', b'x',
-        headers={'Content-Type': f'multipart/form-data; boundary={too_long}'},
-    )
-    assert (resp.status, resp.json['result']['message']) == (400, f'invalid boundary "{too_long}"')
-    resp = daemon.raw(
-        'POST', '/v1/files', b'x', headers={'Content-Type': 'multipart/form-data; boundary=short'}
-    )
-    assert (resp.status, resp.json['result']['message']) == (
-        400, 'cannot read request metadata: unexpected EOF'
-    )
+    # Boundary rules (Pebble's: at least 32 characters, no upper bound) and the media type.
+    for short in ['short', 'c' * 31]:
+        resp = daemon.raw(
+            'POST', '/v1/files', b'x',
+            headers={'Content-Type': f'multipart/form-data; boundary={short}'},
+        )
+        assert (resp.status, resp.json['result']['message']) == (400, f'invalid boundary "{short}"')
+    for long_enough in ['c' * 32, 'b' * 71]:
+        resp = daemon.raw(
+            'POST', '/v1/files', b'x',
+            headers={'Content-Type': f'multipart/form-data; boundary={long_enough}'},
+        )
+        assert (resp.status, resp.json['result']['message']) == (
+            400, 'cannot read request metadata: multipart: NextPart: EOF'
+        )
     resp = daemon.raw('POST', '/v1/files', b'{"action":"write"}')
     assert resp.json['result']['message'] == 'must use multipart with "write" action'
     resp = daemon.raw('POST', '/v1/files', b'x', headers={'Content-Type': 'text/plain'})

@@ -14,9 +14,8 @@ use super::{Admin, ApiError, Shared, json_body, sync};
 use crate::files::{self, ErrorKind, FileError, gopath, multipart};
 use crate::logging::{self, SecurityEvent};
 
-/// The longest multipart boundary: RFC 2046 allows 1 to 70 characters, and cobble takes
-/// them all (Pebble asks for 32 or more).
-const MAX_BOUNDARY: usize = 70;
+/// The shortest multipart boundary Pebble takes (it sets no longest: Go's reader has none).
+const MIN_BOUNDARY: usize = 32;
 
 pub async fn get_files(
     admin: Admin,
@@ -109,7 +108,7 @@ pub async fn post_files(
     match media_type.as_str() {
         "multipart/form-data" => {
             let boundary = multipart::param(&params, "boundary").unwrap_or_default();
-            if boundary.is_empty() || boundary.len() > MAX_BOUNDARY {
+            if boundary.len() < MIN_BOUNDARY {
                 return Err(ApiError::bad_request(format!(
                     "invalid boundary {}",
                     go_quote(boundary)

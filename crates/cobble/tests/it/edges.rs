@@ -215,12 +215,18 @@ fn push_with_boundary(boundary: &str, path: &str, content: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// RFC 2046 allows boundaries of 1 to 70 characters.
+/// Pebble's rule for multipart boundaries: at least 32 characters, and no upper bound (RFC
+/// 2046's 70 is not enforced by Go's reader).
 #[test]
-fn multipart_boundaries_of_any_length_rfc_2046_allows_are_taken() {
+fn multipart_boundaries_of_32_characters_or_more_are_taken_as_pebble_takes_them() {
     let daemon = Daemon::hold(&[]);
-    let long = "b".repeat(70);
-    for boundary in ["b", "short boundary", long.as_str()] {
+    let shortest = "b".repeat(32);
+    let long = "b".repeat(200);
+    for boundary in [
+        shortest.as_str(),
+        "a boundary with spaces in it, 32+",
+        long.as_str(),
+    ] {
         let target = daemon.scratch().join(format!("pushed-{}", boundary.len()));
         let path = target.display().to_string();
         let answer = exchange(&daemon, &push_with_boundary(boundary, &path, "content"));
@@ -230,11 +236,17 @@ fn multipart_boundaries_of_any_length_rfc_2046_allows_are_taken() {
         );
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "content");
     }
-    let too_long = "b".repeat(71);
-    let path = daemon.scratch().join("never").display().to_string();
-    let answer = exchange(&daemon, &push_with_boundary(&too_long, &path, "content"));
-    assert!(answer.starts_with("HTTP/1.1 400 Bad Request"), "{answer}");
-    assert!(answer.contains("invalid boundary"), "{answer}");
+    let too_short = "b".repeat(31);
+    for boundary in ["b", too_short.as_str()] {
+        let path = daemon.scratch().join("never").display().to_string();
+        let answer = exchange(&daemon, &push_with_boundary(boundary, &path, "content"));
+        assert!(answer.starts_with("HTTP/1.1 400 Bad Request"), "{answer}");
+        assert!(
+            answer.contains(&format!(r#""message":"invalid boundary \"{boundary}\"""#)),
+            "{answer}"
+        );
+        assert!(!daemon.scratch().join("never").exists());
+    }
 }
 
 /// A body over the limit is answered with a 400 the client can read, not a reset while it

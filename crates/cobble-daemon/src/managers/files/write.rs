@@ -93,7 +93,10 @@ async fn write_parts(
 ) -> Result<Vec<FileResult>, String> {
     let mut field = match multipart.next_field().await {
         Ok(Some(field)) => field,
-        Ok(None) => return Err("cannot read request metadata: EOF".into()),
+        // A body that ends before its first boundary: Go's `NextPart` finds no part.
+        Ok(None) | Err(multer::Error::IncompleteStream) => {
+            return Err("cannot read request metadata: multipart: NextPart: EOF".into());
+        }
         Err(e) => return Err(format!("cannot read request metadata: {}", multer_text(&e))),
     };
     let name = form_name(content_disposition(&field));
