@@ -24,6 +24,7 @@ use crate::service::{
     FileChangeAction, Override, Readiness, ServiceAction, Startup, split_command,
 };
 use crate::shell::shell_split;
+use crate::simple_yaml;
 use crate::workload::{PairingMode, Workload};
 use crate::{Check, LogTarget, Service};
 
@@ -96,7 +97,7 @@ impl Layer {
 // ---------------------------------------------------------------------------------------------
 // Decoding
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct LayerDoc {
     summary: String,
     description: String,
@@ -107,7 +108,7 @@ struct LayerDoc {
     pairing: PairingDoc,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct ServiceDoc {
     #[serde(default, deserialize_with = "nullable")]
@@ -172,7 +173,7 @@ struct ServiceDoc {
     resources: ResourcesDoc,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct ResourcesDoc {
     #[serde(default, deserialize_with = "nullable")]
@@ -185,7 +186,7 @@ struct ResourcesDoc {
     cpu_max: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct CheckDoc {
     #[serde(default, rename = "override", deserialize_with = "nullable")]
@@ -208,7 +209,7 @@ struct CheckDoc {
     exec: Option<ExecDoc>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct HttpDoc {
     #[serde(default, deserialize_with = "nullable")]
@@ -217,7 +218,7 @@ struct HttpDoc {
     headers: BTreeMap<String, String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct TcpDoc {
     #[serde(default)]
@@ -226,7 +227,7 @@ struct TcpDoc {
     host: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct ExecDoc {
     #[serde(default, deserialize_with = "nullable")]
@@ -247,7 +248,7 @@ struct ExecDoc {
     working_dir: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct LogTargetDoc {
     #[serde(default, rename = "override", deserialize_with = "nullable")]
@@ -262,7 +263,7 @@ struct LogTargetDoc {
     labels: BTreeMap<String, String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct WorkloadDoc {
     #[serde(default, rename = "override", deserialize_with = "nullable")]
@@ -282,7 +283,7 @@ struct WorkloadDoc {
 /// `pairing:`, read as Pebble reads it: only a node with content is decoded, so null and
 /// any scalar are an empty section; a mapping may hold `mode` alone; a sequence is an error.
 /// Holds the mode as written (`""` when unset).
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct PairingDoc(String);
 
 impl<'de> Deserialize<'de> for PairingDoc {
@@ -365,6 +366,7 @@ where
 }
 
 /// A float read from any scalar's text, like Pebble's `backoff-factor`.
+#[derive(Debug)]
 struct GoFloat(f64);
 
 impl<'de> Deserialize<'de> for GoFloat {
@@ -482,13 +484,28 @@ impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for Nullable<T> {
     }
 }
 
-fn decode(label: &str, yaml: &str) -> Result<LayerDoc, PlanError> {
-    let options = serde_saphyr::options! {
+/// How the YAML library reads layers.
+fn options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
         with_snippet: false,
         null_as_string: false,
-    };
+    }
+}
+
+fn decode(label: &str, yaml: &str) -> Result<LayerDoc, PlanError> {
+    // Most layers are plain block YAML, which the quick reader takes at a fraction of the
+    // cost; it declines anything else, and errors always come from the full parser.
+    let quick = Progress::default();
+    if let Some(doc) = simple_yaml::deserialize(yaml, LayerSeed(&quick), options) {
+        return Ok(doc);
+    }
+    decode_fully(label, yaml)
+}
+
+/// [`decode`] with the full YAML library.
+fn decode_fully(label: &str, yaml: &str) -> Result<LayerDoc, PlanError> {
     let progress = Progress::default();
-    let result = serde_saphyr::with_deserializer_from_str_with_options(yaml, options, |de| {
+    let result = serde_saphyr::with_deserializer_from_str_with_options(yaml, options(), |de| {
         LayerSeed(&progress).deserialize(de)
     });
     result.map_err(|error| {
@@ -834,4 +851,226 @@ fn log_target_from_doc(
         services: doc.services,
         labels: doc.labels,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the quick reader makes of `yaml`, if it takes it.
+    fn quickly(yaml: &str) -> Option<LayerDoc> {
+        simple_yaml::deserialize(yaml, LayerSeed(&Progress::default()), options)
+    }
+
+    /// Scalars chosen for what YAML's type inference, quoting and comments make of them.
+    const SCALARS: &[&str] = &[
+        "plain",
+        "two words",
+        "true",
+        "false",
+        "yes",
+        "no",
+        "on",
+        "null",
+        "~",
+        "Null",
+        "123",
+        "0",
+        "0755",
+        "0x1F",
+        "0o17",
+        "1e3",
+        "1.5",
+        "-1",
+        "+1",
+        ".inf",
+        "-.inf",
+        ".nan",
+        "1s",
+        "1m30s",
+        "100ms",
+        "-5s",
+        "a#b",
+        "a #b",
+        "x # comment",
+        "'quoted'",
+        "'it''s'",
+        "''",
+        "\"double\"",
+        "\"\"",
+        "\"esc\\n\"",
+        "\"null\"",
+        "'1s'",
+        "[a, b]",
+        "[]",
+        "[a,]",
+        "[ a ]",
+        "['x', \"y\"]",
+        "{}",
+        "{a: b}",
+        "a: b",
+        "a:b",
+        "&x y",
+        "*x",
+        "!!str 1",
+        "!x y",
+        "|",
+        ">",
+        "- x",
+        "-x",
+        "@x",
+        "`x",
+        "%x",
+        "?x",
+        ":x",
+        "ünïcödé",
+        "\u{a0}x",
+        "x\u{a0}",
+        "2001-12-14",
+        "0.0.0.0:80",
+        "http://h/p#f",
+        "sh -c 'exit 3'",
+        "/bin/x --flag=1",
+    ];
+
+    const FIELDS: &[&str] = &[
+        "summary",
+        "description",
+        "command",
+        "startup",
+        "override",
+        "after",
+        "before",
+        "requires",
+        "environment",
+        "user-id",
+        "user",
+        "group-id",
+        "working-dir",
+        "on-success",
+        "on-check-failure",
+        "backoff-delay",
+        "backoff-factor",
+        "backoff-limit",
+        "kill-delay",
+        "persist-logs",
+        "requires-paths",
+        "bogus-field",
+    ];
+
+    /// A small deterministic generator (xorshift), so that a failure names its seed.
+    struct Random(u64);
+
+    impl Random {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+
+        fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+            items[self.below(items.len())]
+        }
+    }
+
+    /// A layer of a few services whose fields hold random scalars, sequences and maps.
+    fn random_layer(random: &mut Random) -> String {
+        let mut yaml = String::new();
+        if random.below(4) == 0 {
+            yaml.push_str("---\n");
+        }
+        if random.below(3) == 0 {
+            yaml.push_str(&format!("summary: {}\n", random.pick(SCALARS)));
+        }
+        yaml.push_str(if random.below(2) == 0 {
+            "services:\n"
+        } else {
+            "services: # all\n"
+        });
+        for service in 0..1 + random.below(3) {
+            let indent = [2, 4][random.below(2)];
+            let pad = " ".repeat(indent);
+            yaml.push_str(&format!("{pad}svc-{service}:\n"));
+            let inner = " ".repeat(indent * 2);
+            for _ in 0..random.below(6) {
+                let field = random.pick(FIELDS);
+                match random.below(5) {
+                    0 => {
+                        yaml.push_str(&format!("{inner}{field}:\n"));
+                        // A sequence may sit at its key's indentation or deeper.
+                        let item_pad = if random.below(2) == 0 {
+                            inner.clone()
+                        } else {
+                            format!("{inner}{pad}")
+                        };
+                        for _ in 0..1 + random.below(3) {
+                            yaml.push_str(&format!("{item_pad}- {}\n", random.pick(SCALARS)));
+                        }
+                    }
+                    1 => {
+                        yaml.push_str(&format!("{inner}{field}:\n"));
+                        for _ in 0..1 + random.below(3) {
+                            yaml.push_str(&format!(
+                                "{inner}{pad}{}: {}\n",
+                                random.pick(&["A", "B", "PORT", "a b", "null"]),
+                                random.pick(SCALARS)
+                            ));
+                        }
+                    }
+                    2 => yaml.push_str(&format!("{inner}# a comment\n{inner}{field}:\n")),
+                    _ => yaml.push_str(&format!("{inner}{field}: {}\n", random.pick(SCALARS))),
+                }
+            }
+        }
+        yaml
+    }
+
+    #[test]
+    fn the_quick_reader_agrees_with_the_full_parser_wherever_it_answers() {
+        let mut read = 0;
+        for seed in 1..=60_000u64 {
+            let mut random = Random(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let yaml = random_layer(&mut random);
+            let Some(quick) = quickly(&yaml) else {
+                continue;
+            };
+            read += 1;
+            match decode_fully("test", &yaml) {
+                Ok(full) => assert_eq!(
+                    format!("{quick:?}"),
+                    format!("{full:?}"),
+                    "seed {seed}, the two readers differ on:\n{yaml}"
+                ),
+                Err(error) => {
+                    panic!(
+                        "seed {seed}: the quick reader took what the full parser refuses ({error}):\n{yaml}"
+                    )
+                }
+            }
+        }
+        // Enough of them go the quick way for the comparison to mean something.
+        assert!(
+            read > 3_000,
+            "only {read} of 60000 layers were read quickly"
+        );
+    }
+
+    #[test]
+    fn a_plain_layer_of_many_services_is_read_quickly() {
+        let mut yaml = String::from("summary: many\nservices:\n");
+        for i in 0..100 {
+            yaml.push_str(&format!(
+                "  svc-{i:03}:\n    override: replace\n    summary: sleeper {i}\n    \
+                 command: sleep 100000\n    startup: enabled\n    after: [svc-000]\n    \
+                 backoff-delay: 1s\n    environment:\n      TOKEN: x\n"
+            ));
+        }
+        let quick = quickly(&yaml).expect("read quickly");
+        assert_eq!(quick.services.len(), 100);
+        assert_eq!(
+            format!("{quick:?}"),
+            format!("{:?}", decode_fully("many", &yaml).unwrap())
+        );
+    }
 }

@@ -65,6 +65,7 @@ mod order;
 mod plan;
 mod service;
 mod shell;
+mod simple_yaml;
 mod workload;
 
 pub use check::{
