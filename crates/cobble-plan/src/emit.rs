@@ -325,9 +325,10 @@ fn needs_escape(c: char) -> bool {
     (c.is_control() && c != '\t') || c == '\u{feff}' || c == '\u{2028}' || c == '\u{2029}'
 }
 
-/// Whether a plain scalar with this text would be read back as null, a bool, a number, a
-/// timestamp or a merge key. Errs on the side of quoting: an unneeded quote changes the text
-/// but never the data.
+/// Whether yaml.v3 would write this string quoted because, plain, it would be read back as
+/// something else: null, a bool (YAML 1.1's `yes` and `on` too), a number (YAML 1.1's
+/// sexagesimal `1:30` too), a timestamp or a merge key. So `"8080"` and `"2001-12-14"` are
+/// quoted and `127.0.0.1` or `1s` are not, as in Pebble's plan.
 fn reads_as_other_type(s: &str) -> bool {
     const WORDS: &[&str] = &[
         "", "~", "null", "Null", "NULL", "true", "True", "TRUE", "false", "False", "FALSE", "y",
@@ -338,18 +339,179 @@ fn reads_as_other_type(s: &str) -> bool {
     if WORDS.contains(&s) {
         return true;
     }
-    let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
-    let starts_numeric = matches!(
-        unsigned.as_bytes(),
-        [b'0'..=b'9', ..] | [b'.', b'0'..=b'9', ..]
-    );
-    if !starts_numeric {
+    if !matches!(s.as_bytes().first(), Some(b'0'..=b'9' | b'+' | b'-' | b'.')) {
         return false;
     }
-    // Integers in any base, floats, sexagesimal numbers and dates are all built from these.
-    unsigned
-        .bytes()
-        .all(|b| b.is_ascii_hexdigit() || b"xXoO_.:+-tTzZ ".contains(&b))
+    // yaml.v3 drops underscores before it tries numbers.
+    let number = s.replace('_', "");
+    looks_like_timestamp(s)
+        || go_int(&number)
+        || (yaml_float(&number) && number.parse::<f64>().is_ok_and(f64::is_finite))
+        || base60_float(s)
+}
+
+/// A timestamp in one of yaml.v3's layouts: `2006-1-2`, then optionally `T15:4:5` (or `t`)
+/// with a fraction and a zone (`Z`, `+07:00`), or ` 15:4:5` with a fraction.
+fn looks_like_timestamp(s: &str) -> bool {
+    /// Takes 1 or 2 digits (exactly `len` when given) at the front, as a number.
+    fn number(s: &mut &[u8], min: usize, max: usize) -> Option<u32> {
+        let n = s
+            .iter()
+            .take(max)
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        if n < min {
+            return None;
+        }
+        let value = s[..n].iter().fold(0, |v, b| v * 10 + u32::from(b - b'0'));
+        *s = &s[n..];
+        Some(value)
+    }
+    fn byte(s: &mut &[u8], want: &[u8]) -> Option<u8> {
+        let (&first, rest) = s.split_first()?;
+        want.contains(&first).then(|| {
+            *s = rest;
+            first
+        })
+    }
+    fn parse(mut s: &[u8]) -> Option<()> {
+        let s = &mut s;
+        let year = number(s, 4, 4)?;
+        byte(s, b"-")?;
+        let month = number(s, 1, 2)?;
+        byte(s, b"-")?;
+        let day = number(s, 1, 2)?;
+        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+        let days = match month {
+            1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+            4 | 6 | 9 | 11 => 30,
+            2 if leap => 29,
+            2 => 28,
+            _ => return None,
+        };
+        if !(1..=days).contains(&day) {
+            return None;
+        }
+        if s.is_empty() {
+            return Some(());
+        }
+        let separator = byte(s, b"Tt ")?;
+        let hour = number(s, 1, 2)?;
+        byte(s, b":")?;
+        let minute = number(s, 1, 2)?;
+        byte(s, b":")?;
+        let second = number(s, 1, 2)?;
+        if hour > 23 || minute > 59 || second > 59 {
+            return None;
+        }
+        if byte(s, b".").is_some() {
+            let n = s.iter().take_while(|b| b.is_ascii_digit()).count();
+            if n == 0 || n > 9 {
+                return None;
+            }
+            *s = &s[n..];
+        }
+        if separator != b' ' && byte(s, b"Z").is_none() {
+            byte(s, b"+-")?;
+            let hours = number(s, 2, 2)?;
+            byte(s, b":")?;
+            let minutes = number(s, 2, 2)?;
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+        }
+        s.is_empty().then_some(())
+    }
+    parse(s.as_bytes()).is_some()
+}
+
+/// Go's `strconv.ParseInt(s, 0, 64)` or `ParseUint(s, 0, 64)` succeeds: an optional sign
+/// (ParseInt only), then decimal, `0x`, `0o`, `0b` or a leading-zero octal.
+fn go_int(s: &str) -> bool {
+    let (negative, signed, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, true, &s[1..]),
+        Some(b'+') => (false, true, &s[1..]),
+        _ => (false, false, s),
+    };
+    let (radix, digits) = if let Some(d) = body.strip_prefix("0x").or(body.strip_prefix("0X")) {
+        (16, d)
+    } else if let Some(d) = body.strip_prefix("0o").or(body.strip_prefix("0O")) {
+        (8, d)
+    } else if let Some(d) = body.strip_prefix("0b").or(body.strip_prefix("0B")) {
+        (2, d)
+    } else if body.len() > 1 && body.starts_with('0') {
+        (8, &body[1..])
+    } else {
+        (10, body)
+    };
+    if digits.is_empty() || digits.starts_with(['+', '-']) {
+        return false;
+    }
+    match u64::from_str_radix(digits, radix) {
+        Ok(value) if negative => value <= 1 << 63,
+        Ok(value) if signed => value <= i64::MAX as u64,
+        Ok(_) => true,
+        Err(_) => false,
+    }
+}
+
+/// yaml.v3's float pattern, `^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`.
+fn yaml_float(s: &str) -> bool {
+    let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
+    let s = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let rest = if let Some(fraction) = s.strip_prefix('.') {
+        let n = digits(fraction);
+        if n == 0 {
+            return false;
+        }
+        &fraction[n..]
+    } else {
+        let n = digits(s);
+        if n == 0 {
+            return false;
+        }
+        match s[n..].strip_prefix('.') {
+            Some(fraction) => &fraction[digits(fraction)..],
+            None => &s[n..],
+        }
+    };
+    match rest.strip_prefix(['e', 'E']) {
+        None => rest.is_empty(),
+        Some(exponent) => {
+            let exponent = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+            !exponent.is_empty() && digits(exponent) == exponent.len()
+        }
+    }
+}
+
+/// YAML 1.1's sexagesimal float, which yaml.v3 quotes:
+/// `^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$`.
+fn base60_float(s: &str) -> bool {
+    let s = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let (whole, fraction) = match s.split_once('.') {
+        Some((whole, fraction)) => (whole, Some(fraction)),
+        None => (s, None),
+    };
+    if fraction.is_some_and(|f| !f.bytes().all(|b| b.is_ascii_digit() || b == b'_')) {
+        return false;
+    }
+    let mut parts = whole.split(':');
+    let head = parts.next().unwrap_or("");
+    let head_ok = head.as_bytes().first().is_some_and(u8::is_ascii_digit)
+        && head.bytes().all(|b| b.is_ascii_digit() || b == b'_');
+    let mut sixties = 0;
+    for part in parts {
+        let ok = match part.as_bytes() {
+            [b'0'..=b'9'] => true,
+            [b'0'..=b'5', b'0'..=b'9'] => true,
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+        sixties += 1;
+    }
+    head_ok && sixties > 0
 }
 
 /// yaml.v3's rules for when a single-line string can be written without quotes.
@@ -482,6 +644,39 @@ mod tests {
             ("1.5", "\"1.5\""),
             ("0x1F", "\"0x1F\""),
             ("2001-12-14", "\"2001-12-14\""),
+            ("127.0.0.1", "127.0.0.1"),
+            ("1.2.3", "1.2.3"),
+            ("0o17", "\"0o17\""),
+            ("0b101", "\"0b101\""),
+            ("0xZZ", "0xZZ"),
+            ("1_000", "\"1_000\""),
+            ("1e3", "\"1e3\""),
+            ("1e", "1e"),
+            (".5", "\".5\""),
+            ("5.", "\"5.\""),
+            ("-1", "\"-1\""),
+            ("+1", "\"+1\""),
+            ("08", "\"08\""),
+            ("1:30", "\"1:30\""),
+            ("1:60", "1:60"),
+            ("12:30:45.5", "\"12:30:45.5\""),
+            ("10.1.77.196:3100", "10.1.77.196:3100"),
+            ("1.0.0-beta", "1.0.0-beta"),
+            ("2001-99-99", "2001-99-99"),
+            ("2001-2-29", "2001-2-29"),
+            ("2000-2-29", "\"2000-2-29\""),
+            (
+                "2001-12-14T21:59:43.10-05:00",
+                "\"2001-12-14T21:59:43.10-05:00\"",
+            ),
+            ("2001-12-14t21:59:43Z", "\"2001-12-14t21:59:43Z\""),
+            ("2001-12-14T21:59:43", "2001-12-14T21:59:43"),
+            ("2001-12-14 21:59:43.10", "\"2001-12-14 21:59:43.10\""),
+            ("1e400", "1e400"),
+            ("-0", "\"-0\""),
+            ("+0x10", "\"+0x10\""),
+            ("_1", "_1"),
+            ("1__0", "\"1__0\""),
             ("500ms", "500ms"),
             ("1m0s", "1m0s"),
             ("-2m0s", "-2m0s"),

@@ -274,7 +274,7 @@ fn rlimits_merge_per_resource_and_resources_per_field() {
     let yaml = p.to_yaml();
     assert!(
         yaml.contains(
-            "        rlimits:\n            core: unlimited\n            memlock: \"64\"\n            nofile: \"1024:\"\n            nproc: \"512:1024\"\n        resources:\n            memory-max: 1G\n            pids-max: \"100\"\n            cpu-max: 50000/100000\n"
+            "        rlimits:\n            core: unlimited\n            memlock: \"64\"\n            nofile: '1024:'\n            nproc: 512:1024\n        resources:\n            memory-max: 1G\n            pids-max: \"100\"\n            cpu-max: 50000/100000\n"
         ),
         "{yaml}"
     );
