@@ -268,7 +268,7 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyError> {
 
 /// The router, shared by the unix socket and `--http` (whose peers have no uid).
 pub fn router(state: Shared) -> Router {
-    Router::new()
+    let endpoints = Router::new()
         .route("/v1/system-info", get(system::system_info))
         .route("/v1/health", get(checks::health))
         .route(
@@ -317,7 +317,27 @@ pub fn router(state: Shared) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(read_small_bodies_first))
-        .with_state(state)
+        .with_state(state);
+    // A router's own layers run once a route is chosen; this one must run before.
+    Router::new()
+        .fallback_service(endpoints)
+        .layer(axum::middleware::from_fn(head_is_not_get))
+}
+
+/// The method a request came with, when routing saw another one (see [`head_is_not_get`]).
+#[derive(Clone)]
+struct RoutedAs(Method);
+
+/// Answers `HEAD` as Pebble does: axum would serve it with an endpoint's GET handler, but
+/// Pebble's endpoints have no HEAD handler, so a known path answers 405 (`method "HEAD" not
+/// allowed`, its body dropped as HEAD requires) and an unknown one 404. The request is routed
+/// as TRACE, which no endpoint takes, so that the router tells which.
+async fn head_is_not_get(mut request: Request, next: axum::middleware::Next) -> Response {
+    if request.method() == Method::HEAD {
+        request.extensions_mut().insert(RoutedAs(Method::HEAD));
+        *request.method_mut() = Method::TRACE;
+    }
+    next.run(request).await
 }
 
 /// What a connection admitted beyond a listener's cap is served (see `serve`'s fair
@@ -369,7 +389,11 @@ async fn not_found() -> ApiError {
     ApiError::not_found("invalid API endpoint requested")
 }
 
-async fn method_not_allowed(method: Method, _request: Request) -> ApiError {
+async fn method_not_allowed(method: Method, request: Request) -> ApiError {
+    let method = match request.extensions().get::<RoutedAs>() {
+        Some(RoutedAs(original)) => original.clone(),
+        None => method,
+    };
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         format!("method \"{method}\" not allowed"),

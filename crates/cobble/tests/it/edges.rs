@@ -275,3 +275,43 @@ fn pipelined_requests_of_a_half_closed_client_are_all_answered() {
     let answer = exchange(&daemon, one.repeat(3).as_bytes());
     assert_eq!(answer.matches("HTTP/1.1 200 OK").count(), 3, "{answer}");
 }
+
+#[test]
+fn head_is_not_allowed_on_an_endpoint_as_in_pebble() {
+    let daemon = Daemon::hold(&[]);
+    // A known path: 405, with the headers of Pebble's error and no body.
+    let answer = exchange(
+        &daemon,
+        b"HEAD /v1/system-info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("content-type: application/json\r\n"),
+        "{answer}"
+    );
+    assert!(
+        answer.ends_with("\r\n\r\n"),
+        "a body came with HEAD: {answer}"
+    );
+    // An unknown path is still not found, and GET still works.
+    let answer = exchange(
+        &daemon,
+        b"HEAD /v1/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(answer.starts_with("HTTP/1.1 404 Not Found\r\n"), "{answer}");
+    let (status, body) =
+        crate::fixture::raw(&daemon, cobble_client::Method::GET, "/v1/system-info", None);
+    assert_eq!(status, 200, "{body}");
+    // Another method still names itself.
+    let answer = exchange(
+        &daemon,
+        b"PUT /v1/system-info HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert!(
+        answer.contains(r#""message":"method \"PUT\" not allowed""#),
+        "{answer}"
+    );
+}

@@ -80,7 +80,7 @@ pub struct Identity {
     pub cert: Option<Vec<u8>>,
 }
 
-/// The mask Pebble answers in place of a password hash.
+/// The mask Pebble answers in place of a password hash or a certificate.
 const MASKED: &str = "*****";
 
 impl Identity {
@@ -131,9 +131,12 @@ impl Identity {
             basic: self.basic.as_ref().map(|_| wire::BasicIdentity {
                 password: MASKED.into(),
             }),
-            cert: self.cert.as_ref().map(|der| wire::CertIdentity {
-                pem: der_to_pem(der),
-            }),
+            // A certificate is public, but Pebble masks it like a password, so clients see
+            // the same in both places.
+            cert: self
+                .cert
+                .as_ref()
+                .map(|_| wire::CertIdentity { pem: MASKED.into() }),
         }
     }
 }

@@ -79,6 +79,25 @@ fn the_wire_form_masks_the_password_and_keeps_the_uid() {
 }
 
 #[test]
+fn the_wire_form_masks_the_certificate_as_pebble_does() {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let pem = rcgen::CertificateParams::new(vec!["client".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap()
+        .pem();
+    let identity = Identity::from_wire(&wire(serde_json::json!({
+        "access": "read", "cert": {"pem": pem}
+    })))
+    .unwrap();
+    assert!(identity.cert.is_some());
+    assert_eq!(
+        serde_json::to_value(identity.to_wire()).unwrap(),
+        serde_json::json!({"access": "read", "cert": {"pem": "*****"}})
+    );
+}
+
+#[test]
 fn actions_check_names_existence_and_nulls() {
     let mut current = BTreeMap::from([("alice".to_owned(), local(Access::Admin, 42))]);
     let one = |name: &str, id: Option<Identity>| BTreeMap::from([(name.to_owned(), id)]);
