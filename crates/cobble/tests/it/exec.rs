@@ -598,7 +598,7 @@ fn bad_requests_are_refused_before_anything_runs() {
         ),
         (
             json!({"command": ["true"], "interactive": true}),
-            400,
+            500,
             "cannot call exec: cannot use interactive mode without a terminal".to_owned(),
         ),
         (

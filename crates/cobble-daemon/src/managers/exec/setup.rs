@@ -137,8 +137,11 @@ pub fn prepare(request: ExecRequest, plan: &Plan, host: &Host) -> Result<Prepare
         )
         .map_err(|e| SetupError::BadRequest(e.to_string()))?;
     if request.interactive && !request.terminal {
-        // Pebble answers this with a 500; it is the client's mistake, so cobble says 400.
-        return bad("cannot call exec: cannot use interactive mode without a terminal".into());
+        // Pebble finds this only when it runs the command, so it answers 500; clients may
+        // tell by the status, so cobble answers the same.
+        return Err(SetupError::CannotCall(
+            "cannot use interactive mode without a terminal".into(),
+        ));
     }
     let environment = build_environment(host, context.environment, ids.map(|(uid, _)| uid));
     check_sizes(&request.command, &environment)?;
@@ -518,7 +521,9 @@ mod tests {
         r.interactive = true;
         assert_eq!(
             f.prepare(r),
-            bad("cannot call exec: cannot use interactive mode without a terminal")
+            Err(SetupError::CannotCall(
+                "cannot use interactive mode without a terminal".into()
+            ))
         );
         let mut r = request(&["true"]);
         r.service_context = "nope".into();
