@@ -11,6 +11,7 @@ mod changes;
 mod checks;
 mod exec;
 mod files;
+mod go_json;
 mod identities;
 mod logs;
 mod notices;
@@ -224,12 +225,13 @@ pub fn latest_warning(kind: &str) -> Option<String> {
 /// was refused; past this bound the daemon stops paying for it and the connection closes.
 const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
 
-/// Decodes a JSON request body with Pebble's error wording (`<context>: <reason>`).
+/// Decodes a JSON request body as Pebble does (see [`go_json`]), with its error wording
+/// (`<context>: <reason>`).
 pub async fn json_body<T: DeserializeOwned>(body: Body, context: &str) -> Result<T, ApiError> {
     let bytes = read_body(body, MAX_BODY)
         .await
         .map_err(|e| ApiError::bad_request(format!("{context}: {e}")))?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("{context}: {e}")))
+    go_json::decode(&bytes).map_err(|e| ApiError::bad_request(format!("{context}: {e}")))
 }
 
 /// Why a request body could not be read.

@@ -227,7 +227,7 @@ pub async fn post_notices(
     let raw = super::read_body(body, super::MAX_BODY)
         .await
         .map_err(|e| ApiError::bad_request(format!("cannot decode request body: {e}")))?;
-    let request: AddNoticeRequest = serde_json::from_slice(&raw)
+    let request: AddNoticeRequest = super::go_json::decode(&raw)
         .map_err(|e| ApiError::bad_request(format!("cannot decode request body: {e}")))?;
     let occurrence = occurrence(requester.uid, &request, &raw)?;
     // The client is told the ID: it must survive a crash.
