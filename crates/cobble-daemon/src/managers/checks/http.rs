@@ -51,10 +51,13 @@ impl HttpChecker {
         for (key, value) in &self.headers {
             request = request.header(key.as_str(), value.as_str());
         }
-        let mut response = request
-            .send()
-            .await
-            .map_err(|e| CheckError::new(format!("Get \"{}\": {}", self.url, root_cause(&e))))?;
+        let mut response = request.send().await.map_err(|e| {
+            let cause = direct
+                .then(|| dial_error(&self.url, &e))
+                .flatten()
+                .unwrap_or_else(|| root_cause(&e));
+            CheckError::new(format!("Get \"{}\": {cause}", self.url))
+        })?;
         let status = response.status();
         if status.is_success() {
             return Ok(());
@@ -77,6 +80,34 @@ impl HttpChecker {
             details,
         })
     }
+}
+
+/// Go's words for a connection to an address given as an IP that failed (`dial tcp
+/// 127.0.0.1:1: connect: connection refused`), when that is what `error` is. Only for a
+/// direct connection: through a proxy, the failure may be the proxy's.
+fn dial_error(url: &str, error: &reqwest::Error) -> Option<String> {
+    if !error.is_connect() {
+        return None;
+    }
+    let url = reqwest::Url::parse(url).ok()?;
+    let host = url.host_str()?;
+    let ip: std::net::IpAddr = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+        .parse()
+        .ok()?;
+    let port = url.port_or_known_default()?;
+    let mut current: &(dyn std::error::Error + 'static) = error;
+    while let Some(source) = current.source() {
+        current = source;
+    }
+    let io = current.downcast_ref::<std::io::Error>()?;
+    Some(format!(
+        "dial tcp {}: connect: {}",
+        std::net::SocketAddr::new(ip, port),
+        cobble_sys::os_error_text(io)
+    ))
 }
 
 impl Checker for HttpChecker {
@@ -178,6 +209,26 @@ mod tests {
         let url = format!("http://{}/", listener.local_addr().unwrap());
         drop(listener);
         let error = checker(&url, &[]).check().await.unwrap_err();
-        assert_eq!(error.message, format!("Get \"{url}\": connection refused"));
+        let address = url.trim_start_matches("http://").trim_end_matches('/');
+        assert_eq!(
+            error.message,
+            format!("Get \"{url}\": dial tcp {address}: connect: connection refused")
+        );
+    }
+
+    #[tokio::test]
+    async fn refused_connection_to_an_ipv6_address_is_worded_as_go_words_it() {
+        let Ok(listener) = TcpListener::bind("[::1]:0") else {
+            eprintln!("skipped: this machine has no IPv6 loopback");
+            return;
+        };
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let url = format!("http://[::1]:{port}/health");
+        let error = checker(&url, &[]).check().await.unwrap_err();
+        assert_eq!(
+            error.message,
+            format!("Get \"{url}\": dial tcp [::1]:{port}: connect: connection refused")
+        );
     }
 }
