@@ -158,10 +158,8 @@ impl Runner {
                         new_check_change(store, RECOVER_CHECK, &self.config);
                 }
                 Effect::Refire { failures } => {
-                    store.task_info(
-                        self.task_id,
-                        &format!("still failing after {failures} failures; firing the failure action again"),
-                    );
+                    // Said in the daemon's log only: the recover task's log stays Pebble's,
+                    // one line per failed run.
                     tracing::info!(
                         "Check \"{}\" still failing after {failures} failures, triggering action again",
                         self.name
