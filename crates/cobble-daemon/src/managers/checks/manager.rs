@@ -4,8 +4,10 @@
 //!
 //! - a running check whose merged configuration is unchanged keeps running, streak and
 //!   change intact;
-//! - a changed running check is stopped and started afresh (new change, counters reset),
-//!   except that a running check changed from enabled to `startup: disabled` keeps running;
+//! - a changed running check is stopped and started afresh (new change; its streak and its
+//!   lifetime counters start again, as Pebble drops a modified check's data), except that a
+//!   running check changed from enabled to `startup: disabled` keeps running as it was (a
+//!   later start runs the plan's configuration);
 //! - a removed check is stopped and forgotten;
 //! - a check that is not running, new or not, starts if enabled (so, as in Pebble, any plan
 //!   change, even a layer with only a summary, starts again an enabled check that a client
@@ -250,13 +252,17 @@ impl CheckManager {
 
 /// One check of the plan.
 struct Entry {
-    /// The configuration in force (service context merged).
+    /// The plan's configuration (service context merged): what a start runs. A running
+    /// check may still run an earlier one (see [`Running::config`]).
     config: Arc<Check>,
     /// The runner, while the check is active.
     running: Option<Running>,
 }
 
 struct Running {
+    /// The configuration it runs with: the plan's when it started. A plan that switches a
+    /// running check to `startup: disabled` leaves it running with this one, as Pebble does.
+    config: Arc<Check>,
     cancel: CancellationToken,
     refresh: mpsc::UnboundedSender<RefreshRequest>,
     task: JoinHandle<()>,
@@ -358,13 +364,24 @@ impl Actor {
             let merged = checker::merge_service_context(&plan, config);
             let entry = self.entries.get_mut(&name).expect("listed");
             let unchanged = merged == *entry.config;
-            if entry.is_running() {
-                // Pebble: disabling a running check does not stop it.
-                if unchanged || (!merged.is_enabled() && entry.config.is_enabled()) {
+            if let Some(running) = entry.running.as_ref().filter(|_| entry.is_running()) {
+                let running_unchanged = merged == *running.config;
+                // Pebble: disabling a running check does not stop it; a later start runs
+                // the plan's configuration.
+                let disabled = !merged.is_enabled() && running.config.is_enabled();
+                entry.config = Arc::new(merged);
+                if running_unchanged || disabled {
                     continue;
                 }
-                entry.config = Arc::new(merged);
+                // Pebble drops a modified check's data: its counters start again.
                 self.stop_runner(&name);
+                self.shared.publisher.send_modify(|s| {
+                    if let Some(view) = s.checks.get_mut(&name) {
+                        view.success_count = 0;
+                        view.failure_count = 0;
+                        view.action_count = 0;
+                    }
+                });
                 to_start.push(name);
             } else if merged.is_enabled() {
                 entry.config = Arc::new(merged);
@@ -549,6 +566,7 @@ impl Actor {
         let (refresh, refreshes) = mpsc::unbounded_channel();
         let task = tokio::spawn(runner.run(cancel.clone(), refreshes));
         entry.running = Some(Running {
+            config: entry.config.clone(),
             cancel,
             refresh,
             task,

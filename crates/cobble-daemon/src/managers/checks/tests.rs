@@ -616,3 +616,63 @@ async fn replan_starts_enabled_checks_that_are_not_running() {
     assert_eq!(h.view("chk").await.status, CheckStatus::Up);
     assert_eq!(h.view("off").await.status, CheckStatus::Inactive);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_modified_check_starts_its_counters_again_and_an_unchanged_one_keeps_them() {
+    let h = Harness::new(vec![check("chk"), check("kept")]);
+    h.set("chk", Outcome::Fail("exit status 1", ""));
+    h.set("kept", Outcome::Fail("exit status 1", ""));
+    pass(25.0).await;
+    let before = h.view("chk").await;
+    assert!(before.failure_count >= 2, "{before:?}");
+    // A layer changes chk's threshold: Pebble drops its data, so its counters start again.
+    let mut changed = check("chk");
+    changed.threshold = 5;
+    h.plan.send(plan(vec![changed, check("kept")])).unwrap();
+    let after = h.view("chk").await;
+    assert_eq!(
+        (after.success_count, after.failure_count, after.action_count),
+        (0, 0, 0)
+    );
+    assert_ne!(after.change_id, before.change_id);
+    assert_eq!(after.threshold, 5);
+    assert!(h.view("kept").await.failure_count >= 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_check_disabled_while_running_runs_the_plans_configuration_once_started_again() {
+    let mut first = check("chk");
+    first.level = CheckLevel::Alive;
+    first.threshold = 1;
+    let h = Harness::new(vec![first.clone()]);
+    pass(0.1).await;
+    let running = h.view("chk").await.change_id;
+    // Merged to ready, disabled, threshold 2: it keeps running as it was.
+    let mut merged = first;
+    merged.level = CheckLevel::Ready;
+    merged.startup = Startup::Disabled;
+    merged.threshold = 2;
+    h.plan.send(plan(vec![merged.clone()])).unwrap();
+    let view = h.view("chk").await;
+    assert_eq!(
+        (view.level, view.threshold, view.change_id),
+        (CheckLevel::Alive, 1, running)
+    );
+    // A later plan change with the same configuration leaves it running too.
+    h.plan.send(plan(vec![merged])).unwrap();
+    assert_eq!(h.view("chk").await.change_id, running);
+    // Stopped and started, it runs the plan's configuration.
+    h.manager
+        .act(CheckAction::Stop, vec!["chk".into()])
+        .await
+        .unwrap();
+    h.manager
+        .act(CheckAction::Start, vec!["chk".into()])
+        .await
+        .unwrap();
+    let view = h.view("chk").await;
+    assert_eq!(
+        (view.level, view.threshold, view.startup_enabled),
+        (CheckLevel::Ready, 2, false)
+    );
+}
