@@ -30,8 +30,11 @@ pub async fn post_identities(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request: IdentitiesRequest = json_body(body, "cannot decode request body").await?;
+    // Pebble reads every identity before it looks at the action.
+    let decoded = identities::decode_identities(&request.identities)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let action = Action::parse(&request.action).map_err(ApiError::bad_request)?;
-    let changes = identities::decode_request(action, &request.identities)
+    let changes = identities::fit_action(action, decoded)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     // Who may do what must not silently revert after a crash: on disk before the answer,
     // and not changed at all when the disk refuses the write.

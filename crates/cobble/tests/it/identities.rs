@@ -509,23 +509,36 @@ fn bad_identities_are_refused_with_pebbles_errors_and_change_nothing() {
         ),
         (
             r#"{"action":"add","identities":{"x":{"local":{"user-id":1}}}}"#,
-            r#"cannot decode request body: access value must be specified (\"admin\", \"read\", \"metrics\", or \"untrusted\")"#,
+            r#"invalid identity for \"x\": access value must be specified (\"admin\", \"read\", \"metrics\", or \"untrusted\")"#,
         ),
         (
             r#"{"action":"add","identities":{"x":{"access":"god","local":{"user-id":1}}}}"#,
-            r#"cannot decode request body: invalid access value \"god\", must be \"admin\", \"read\", \"metrics\", or \"untrusted\""#,
+            r#"invalid identity for \"x\": invalid access value \"god\", must be \"admin\", \"read\", \"metrics\", or \"untrusted\""#,
         ),
         (
             r#"{"action":"add","identities":{"x":{"access":"read"}}}"#,
-            r#"cannot decode request body: identity must have at least one type (\"local\", \"basic\", or \"cert\")"#,
+            r#"invalid identity for \"x\": identity must have at least one type (\"local\", \"basic\", or \"cert\")"#,
         ),
         (
             r#"{"action":"add","identities":{"x":{"access":"read","local":{}}}}"#,
-            "cannot decode request body: local identity must specify user-id",
+            r#"invalid identity for \"x\": local identity must specify user-id"#,
         ),
         (
             r#"{"action":"add","identities":{"x":{"access":"read","cert":{"pem":"junk"}}}}"#,
-            "cannot decode request body: cert identity must include a PEM-encoded certificate",
+            r#"invalid identity for \"x\": cert identity must include a PEM-encoded certificate"#,
+        ),
+        // Pebble reads every identity before the action, and names the bad name "".
+        (
+            r#"{"action":"frob","identities":{"x":{"access":"read"}}}"#,
+            r#"invalid identity for \"x\": identity must have at least one type (\"local\", \"basic\", or \"cert\")"#,
+        ),
+        (
+            r#"{"action":"add","identities":{"1bad":{"access":"read","local":{"user-id":1}}}}"#,
+            r#"invalid identity for \"1bad\": identity name \"\" invalid: must start with an alphabetic character and only contain alphanumeric characters, underscore, and hyphen"#,
+        ),
+        (
+            r#"{"action":"frob","identities":{"eve":null}}"#,
+            r#"invalid action \"frob\", must be \"add\", \"update\", \"replace\", or \"remove\""#,
         ),
         (
             r#"{"action":"add","identities":{"bob":{"access":"admin","local":{"user-id":7}}}}"#,

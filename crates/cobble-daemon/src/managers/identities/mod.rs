@@ -84,9 +84,9 @@ pub struct Identity {
 const MASKED: &str = "*****";
 
 impl Identity {
-    /// Reads the wire form, checking it as Pebble checks an identity while decoding it (so
-    /// these errors are reported as a body that cannot be decoded).
-    pub fn from_wire(identity: &wire::Identity) -> Result<Identity, String> {
+    /// Reads the wire form of identity `name`, checking it in the order Pebble's API does:
+    /// the local user ID, the certificate, then the name, the access and the password.
+    pub fn from_wire(name: &str, identity: &wire::Identity) -> Result<Identity, String> {
         let local = match &identity.local {
             Some(local) => Some(
                 local
@@ -99,6 +99,10 @@ impl Identity {
             Some(cert) => Some(parse_cert_pem(&cert.pem)?),
             None => None,
         };
+        if !valid_name(name) {
+            // Pebble's API names the identity "" here: it formats a field not yet set.
+            return Err(format!("identity name \"\" invalid: {NAME_RULE}"));
+        }
         let access = Access::parse(&identity.access)?;
         let basic = match &identity.basic {
             Some(basic) if basic.password.is_empty() => {
@@ -235,15 +239,36 @@ pub fn decode_request(
     action: Action,
     identities: &BTreeMap<String, Option<wire::Identity>>,
 ) -> Result<BTreeMap<String, Option<Identity>>, RequestError> {
+    fit_action(action, decode_identities(identities)?)
+}
+
+/// Reads each identity of a request (null for none), as Pebble does before it looks at the
+/// action: `invalid identity for "name": why`, the first in name order.
+pub fn decode_identities(
+    identities: &BTreeMap<String, Option<wire::Identity>>,
+) -> Result<BTreeMap<String, Option<Identity>>, RequestError> {
     let mut decoded = BTreeMap::new();
     for (name, identity) in identities {
         let identity = identity
             .as_ref()
-            .map(Identity::from_wire)
+            .map(|identity| Identity::from_wire(name, identity))
             .transpose()
-            .map_err(RequestError::Decode)?;
+            .map_err(|why| {
+                RequestError::Invalid(format!(
+                    "invalid identity for {}: {why}",
+                    cobble_plan::go_quote(name)
+                ))
+            })?;
         decoded.insert(name.clone(), identity);
     }
+    Ok(decoded)
+}
+
+/// Checks that decoded identities fit `action`: null only to remove, and only then.
+pub fn fit_action(
+    action: Action,
+    decoded: BTreeMap<String, Option<Identity>>,
+) -> Result<BTreeMap<String, Option<Identity>>, RequestError> {
     for (name, identity) in &decoded {
         let quoted = cobble_plan::go_quote(name);
         match (action, identity) {
@@ -268,9 +293,6 @@ pub fn decode_request(
 /// Why a request's identities were refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
-    /// An identity that is malformed in itself.
-    #[error("cannot decode request body: {0}")]
-    Decode(String),
     /// Identities that do not fit the action or the identities that exist.
     #[error("{0}")]
     Invalid(String),
@@ -283,6 +305,10 @@ pub struct Applied {
     pub updated: Vec<(String, Access)>,
     pub deleted: Vec<String>,
 }
+
+/// What Pebble says a valid identity name is.
+const NAME_RULE: &str = "must start with an alphabetic character and only contain alphanumeric \
+                         characters, underscore, and hyphen";
 
 fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -301,9 +327,7 @@ pub fn apply(
         if identity.is_some() && !valid_name(name) {
             let quoted = cobble_plan::go_quote(name);
             return Err(invalid(format!(
-                "identity {quoted} invalid: identity name {quoted} invalid: must start with an \
-                 alphabetic character and only contain alphanumeric characters, underscore, and \
-                 hyphen"
+                "identity {quoted} invalid: identity name {quoted} invalid: {NAME_RULE}"
             )));
         }
     }

@@ -58,7 +58,7 @@ fn malformed_identities_are_refused_in_pebbles_words() {
     ];
     for (json, message) in cases {
         assert_eq!(
-            Identity::from_wire(&wire(json.clone())),
+            Identity::from_wire("alice", &wire(json.clone())),
             Err(message.into()),
             "{json}"
         );
@@ -67,9 +67,12 @@ fn malformed_identities_are_refused_in_pebbles_words() {
 
 #[test]
 fn the_wire_form_masks_the_password_and_keeps_the_uid() {
-    let identity = Identity::from_wire(&wire(serde_json::json!({
-        "access": "metrics", "basic": {"password": "$6$x$y"}, "local": {"user-id": 42}
-    })))
+    let identity = Identity::from_wire(
+        "alice",
+        &wire(serde_json::json!({
+            "access": "metrics", "basic": {"password": "$6$x$y"}, "local": {"user-id": 42}
+        })),
+    )
     .unwrap();
     assert_eq!(identity.basic.as_deref(), Some("$6$x$y"));
     assert_eq!(
@@ -86,9 +89,12 @@ fn the_wire_form_masks_the_certificate_as_pebble_does() {
         .self_signed(&key)
         .unwrap()
         .pem();
-    let identity = Identity::from_wire(&wire(serde_json::json!({
-        "access": "read", "cert": {"pem": pem}
-    })))
+    let identity = Identity::from_wire(
+        "alice",
+        &wire(serde_json::json!({
+            "access": "read", "cert": {"pem": pem}
+        })),
+    )
     .unwrap();
     assert!(identity.cert.is_some());
     assert_eq!(
