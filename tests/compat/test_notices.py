@@ -120,8 +120,8 @@ def test_check_failure_and_recovery_notices(make_daemon):
 @pytest.mark.parametrize(
     ('key', 'message'),
     [
-        ('nodomain', 'invalid key "nodomain" (must be in "domain.com/key" format)'),
-        ('Example.com/x', 'invalid key "Example.com/x" (must be in "domain.com/key" format)'),
+        ('nodomain', 'invalid key "nodomain" (must be in "example.com/path" format)'),
+        ('Example.com/x', 'invalid key "Example.com/x" (must be in "example.com/path" format)'),
         ('example.com/' + 'k' * 250, 'key must be 256 bytes or less'),
     ],
 )

@@ -254,7 +254,7 @@ fn occurrence(uid: u32, request: &AddNoticeRequest, raw: &[u8]) -> Result<Occurr
     }
     if !valid_custom_key(&request.key) {
         return Err(ApiError::bad_request(format!(
-            r#"invalid key {} (must be in "domain.com/key" format)"#,
+            r#"invalid key {} (must be in "example.com/path" format)"#,
             go_quote(&request.key)
         )));
     }

@@ -261,7 +261,7 @@ fn bad_requests_are_refused_in_pebbles_words_and_change_nothing() {
         (
             post(r#"{"action":"add","type":"custom","key":"Bad/Key"}"#),
             400,
-            r#"invalid key \"Bad/Key\" (must be in \"domain.com/key\" format)"#.into(),
+            r#"invalid key \"Bad/Key\" (must be in \"example.com/path\" format)"#.into(),
         ),
         (
             post(&format!(
