@@ -38,8 +38,10 @@
 //! Those are the `core` group. More groups have their own tables; `--only` picks groups
 //! (all by default):
 //!
-//! - `scale`: `GET /v1/services` with `--scale` services (1000 and 3000) in the plan, not
-//!   started, and the time each further service adds.
+//! - `scale`: launch until the socket answers, and `GET /v1/services`, with `--scale`
+//!   services (1000 and 3000) in the plan, not started, and the time each further service
+//!   adds; with `--pebble PATH`, that Pebble's launches alternate with cobble's on the same
+//!   layers, and the launch rows compare against its medians.
 //! - `checks` ([`checks`]): daemon CPU, RSS, `GET /v1/health` latency and state-file writes
 //!   with 100 and 1000 checks at a 1 s period.
 //! - `watch` ([`watch`]): `requires-paths` → process spawned latency, and the cost of
@@ -80,7 +82,7 @@ mod stats;
 mod watch;
 
 use std::cell::Cell;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -193,6 +195,10 @@ struct Args {
         default_value = "1000,3000"
     )]
     scale: Vec<usize>,
+    /// A Pebble binary launched side by side with cobble in the `scale` group's launch rows
+    /// (alternating, on the same layers), whose medians the rows then compare against.
+    #[arg(long, value_name = "PATH")]
+    pebble: Option<PathBuf>,
     /// Run only these groups (comma-separated or repeated); all of them by default.
     #[arg(long, value_name = "GROUP", value_delimiter = ',')]
     only: Vec<Group>,
@@ -303,7 +309,7 @@ struct Args {
 enum Group {
     /// Memory, launch, latency, replan, start, idle CPU, shutdown.
     Core,
-    /// `GET /v1/services` with large plans.
+    /// Launch and `GET /v1/services` with large plans.
     Scale,
     /// Health checks under load.
     Checks,
@@ -382,7 +388,7 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
     if args.runs(Group::Scale) {
         let rows = bench.scale().await?;
         println!(
-            "### GET /v1/services with large plans\n\n{}",
+            "### Launch and GET /v1/services with large plans\n\n{}",
             report::markdown(&rows)
         );
         print_verdict(&rows);
@@ -790,6 +796,7 @@ impl<'a> Bench<'a> {
         let mut rows = Vec::new();
         let mut medians = Vec::new();
         for &n in &sizes {
+            rows.extend(self.launch_at_scale(n).await?);
             eprintln!("==> GET /v1/services with {n} services in the plan");
             let daemon = self.launch(Some(&sleepers_layer(n, &self.token))).await?;
             let listed = daemon.client().services(&[]).await?.len();
@@ -827,6 +834,39 @@ impl<'a> Bench<'a> {
             rows.push(row);
         }
         Ok(rows)
+    }
+
+    /// Launch → socket answers with `n` services in the plan, `--launches` times; with
+    /// `--pebble`, Pebble's launches alternate with cobble's and the row compares the
+    /// medians (target: at most 0.4 of Pebble's).
+    async fn launch_at_scale(&self, n: usize) -> Result<Vec<Row>> {
+        eprintln!("==> launch with {n} services in the plan");
+        let layer = sleepers_layer(n, &self.token);
+        let mut cobble = Samples::default();
+        let mut pebble = Samples::default();
+        for _ in 0..self.args.launches {
+            cobble.push(self.time_launch(&self.cobble, &layer).await?);
+            if let Some(binary) = &self.args.pebble {
+                pebble.push(self.time_launch(binary, &layer).await?);
+            }
+        }
+        let what = format!("Launch → socket answers, {n} services in plan");
+        let mut row = Row::distribution(&what, Unit::Millis, &cobble);
+        if self.args.pebble.is_some() {
+            let theirs = pebble.median().as_secs_f64();
+            row = row.pebble(theirs).target(Target::at_most(0.4 * theirs));
+        }
+        Ok(vec![row])
+    }
+
+    /// One launch of `binary` on `layer`, until its socket answers; then stopped.
+    async fn time_launch(&self, binary: &Path, layer: &str) -> Result<Duration> {
+        let mut daemon = Daemon::spawn(binary, Some(layer), &self.token)?;
+        let took = daemon
+            .wait_answer(self.poll_launch(), ANSWER_TIMEOUT)
+            .await?;
+        self.stop(daemon)?;
+        Ok(took)
     }
 
     /// Spawns a daemon and waits until it answers.
