@@ -317,8 +317,16 @@ fn worth_a_notice(old: Option<TaskStatus>, new: TaskStatus) -> bool {
     }
 }
 
-/// Records a change-update notice if the change's status moved since the last one (or the
-/// change is new).
+/// Records the change-update notice of a change just made. As in Pebble, it records no
+/// status: the change's first status change is news whatever it is.
+pub fn change_spawned(d: &mut StateData, change_id: u64, now: Timestamp) {
+    if let Some(change) = d.changes.get(&change_id) {
+        let data = change_update_data(change);
+        record_change_update(d, change_id, data, now);
+    }
+}
+
+/// Records a change-update notice if the change's status moved since the last one recorded.
 pub fn observe_change(d: &mut StateData, change_id: u64, now: Timestamp) {
     let Some(change) = d.changes.get(&change_id) else {
         return;
@@ -328,6 +336,18 @@ pub fn observe_change(d: &mut StateData, change_id: u64, now: Timestamp) {
         return;
     }
     let data = change_update_data(change);
+    record_change_update(d, change_id, data, now);
+    if let Some(change) = d.changes.get_mut(&change_id) {
+        change.last_notice_status = Some(status);
+    }
+}
+
+fn record_change_update(
+    d: &mut StateData,
+    change_id: u64,
+    data: BTreeMap<String, String>,
+    now: Timestamp,
+) {
     add(
         d,
         Occurrence {
@@ -339,9 +359,6 @@ pub fn observe_change(d: &mut StateData, change_id: u64, now: Timestamp) {
         },
         now,
     );
-    if let Some(change) = d.changes.get_mut(&change_id) {
-        change.last_notice_status = Some(status);
-    }
 }
 
 fn change_update_data(change: &Change) -> BTreeMap<String, String> {
@@ -543,17 +560,19 @@ mod tests {
             let s = StateStore::new(StateData::default());
             let c = s.new_check_change("perform-check", "Perform exec check \"c\"", "c");
             let t = s.add_task(c, "perform-check", "x", None);
+            // Spawned; the task added is no news of its own (Pebble's count).
+            assert_eq!(change_updates(&s, c).unwrap().occurrences, 1);
             s.set_task_status(t, TaskStatus::Doing);
-            // Spawned (Hold), Do, Doing.
+            // Spawned, Doing.
             let n = change_updates(&s, c).unwrap();
-            assert_eq!(n.occurrences, 3);
+            assert_eq!(n.occurrences, 2);
             assert_eq!(n.user_id, None, "change updates are public");
             assert_eq!(n.last_data["kind"], "perform-check");
             assert_eq!(n.last_data["check-name"], "c");
             s.set_task_status(t, TaskStatus::Doing);
-            assert_eq!(change_updates(&s, c).unwrap().occurrences, 3, "same status");
+            assert_eq!(change_updates(&s, c).unwrap().occurrences, 2, "same status");
             s.set_task_status(t, TaskStatus::Error);
-            assert_eq!(change_updates(&s, c).unwrap().occurrences, 4);
+            assert_eq!(change_updates(&s, c).unwrap().occurrences, 3);
         }
 
         #[test]

@@ -371,7 +371,7 @@ impl StateStore {
                     carried: None,
                 },
             );
-            notices::observe_change(d, id, Timestamp::now());
+            notices::change_spawned(d, id, Timestamp::now());
             d.dirty.touch(id);
             // The periodic prune alone would let a busy daemon (a charm that execs often)
             // hold ten minutes of churn; past the cap and some slack, prune now, so the
@@ -433,7 +433,8 @@ impl StateStore {
             if let Some(c) = d.changes.get_mut(&change_id) {
                 c.task_ids.push(id);
             }
-            notices::observe_change(d, change_id, Timestamp::now());
+            // A task added is no change-update of its own, as in Pebble: its first status
+            // change is.
             d.dirty.touch(change_id);
             id
         })
