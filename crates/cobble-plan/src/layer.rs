@@ -70,15 +70,15 @@ impl Layer {
             ..Layer::default()
         };
         for (name, service) in doc.services {
-            let service = service_from_doc(label, &name, service)?;
+            let service = service_from_doc(&name, service)?;
             layer.services.insert(name, service);
         }
         for (name, check) in doc.checks {
-            let check = check_from_doc(label, &name, check)?;
+            let check = check_from_doc(&name, check)?;
             layer.checks.insert(name, check);
         }
         for (name, target) in doc.log_targets {
-            let target = log_target_from_doc(label, &name, target)?;
+            let target = log_target_from_doc(&name, target)?;
             layer.log_targets.insert(name, target);
         }
         // Pebble validates its extension sections after the built-in ones.
@@ -564,24 +564,7 @@ fn user_message(message: String) -> String {
 // ---------------------------------------------------------------------------------------------
 // Conversion and per-layer validation (Pebble's `Layer.Validate`)
 
-fn parse_override(
-    layer: &str,
-    kind: &'static str,
-    name: &str,
-    text: &str,
-) -> Result<Override, PlanError> {
-    Override::parse(text).ok_or_else(|| PlanError::InvalidOverride {
-        layer: layer.to_owned(),
-        kind,
-        name: name.to_owned(),
-    })
-}
-
-fn service_from_doc(
-    layer: &str,
-    name: &str,
-    doc: Option<ServiceDoc>,
-) -> Result<Service, PlanError> {
+fn service_from_doc(name: &str, doc: Option<ServiceDoc>) -> Result<Service, PlanError> {
     if name.is_empty() {
         return Err(PlanError::EmptyServiceName);
     }
@@ -698,7 +681,7 @@ fn service_from_doc(
         summary: doc.summary,
         description: doc.description,
         startup,
-        override_: parse_override(layer, "service", name, &doc.override_)?,
+        override_: Override::parse(&doc.override_),
         command: doc.command,
         after: doc.after,
         before: doc.before,
@@ -728,7 +711,7 @@ fn service_from_doc(
     })
 }
 
-fn check_from_doc(layer: &str, name: &str, doc: Option<CheckDoc>) -> Result<Check, PlanError> {
+fn check_from_doc(name: &str, doc: Option<CheckDoc>) -> Result<Check, PlanError> {
     if name.is_empty() {
         return Err(PlanError::EmptyCheckName);
     }
@@ -775,7 +758,7 @@ fn check_from_doc(layer: &str, name: &str, doc: Option<CheckDoc>) -> Result<Chec
     }
     Ok(Check {
         name: name.into(),
-        override_: parse_override(layer, "check", name, &doc.override_)?,
+        override_: Override::parse(&doc.override_),
         level,
         startup,
         period: doc.period,
@@ -820,11 +803,7 @@ fn workload_from_doc(name: &str, doc: Option<WorkloadDoc>) -> Result<Workload, P
     })
 }
 
-fn log_target_from_doc(
-    layer: &str,
-    name: &str,
-    doc: Option<LogTargetDoc>,
-) -> Result<LogTarget, PlanError> {
+fn log_target_from_doc(name: &str, doc: Option<LogTargetDoc>) -> Result<LogTarget, PlanError> {
     let Some(doc) = doc else {
         return Err(PlanError::NullObject {
             kind: "log target",
@@ -845,7 +824,7 @@ fn log_target_from_doc(
     }
     Ok(LogTarget {
         name: name.into(),
-        override_: parse_override(layer, "log target", name, &doc.override_)?,
+        override_: Override::parse(&doc.override_),
         type_: doc.type_,
         location: doc.location,
         services: doc.services,

@@ -95,6 +95,13 @@ fn apply<T: Entry>(
             Override::Merge | Override::Replace => {
                 combined.insert(name.clone(), entry.clone());
             }
+            Override::Invalid => {
+                return Err(PlanError::InvalidOverride {
+                    layer: layer.to_owned(),
+                    kind: T::KIND,
+                    name: name.clone(),
+                });
+            }
             Override::Unknown => {
                 return Err(PlanError::MissingOverride {
                     layer: layer.to_owned(),

@@ -73,25 +73,28 @@ pub enum Override {
     Merge,
     /// Replace the existing entry entirely.
     Replace,
+    /// Anything else: an error once the layer is combined, as in Pebble (so a layer's other
+    /// faults, and an existing label, are reported before it).
+    Invalid,
 }
 
 impl Override {
-    /// The YAML spelling (`""` when unset).
+    /// The YAML spelling (`""` when unset or invalid).
     pub fn as_str(self) -> &'static str {
         match self {
-            Override::Unknown => "",
+            Override::Unknown | Override::Invalid => "",
             Override::Merge => "merge",
             Override::Replace => "replace",
         }
     }
 
-    pub(crate) fn parse(text: &str) -> Option<Override> {
-        Some(match text {
+    pub(crate) fn parse(text: &str) -> Override {
+        match text {
             "" => Override::Unknown,
             "merge" => Override::Merge,
             "replace" => Override::Replace,
-            _ => return None,
-        })
+            _ => Override::Invalid,
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 use std::collections::BTreeMap;
 
-use cobble_plan::{CheckLevel, GoDuration, Layer, Override, PlanError, ServiceAction, Startup};
+use cobble_plan::{
+    CheckLevel, GoDuration, Layer, Override, Plan, PlanError, ServiceAction, Startup,
+};
 
 use crate::{dedent, parse, strings};
 
@@ -331,10 +333,6 @@ fn invalid_layers_fail_with_pebble_messages() {
             "plan service \"svc1\" command invalid: cannot parse service \"svc1\" command: cannot nest [ ... ] groups",
         ),
         (
-            "services:\n    svc1:\n        command: cmd\n        override: mrege\n",
-            "layer \"layer-0\" has invalid \"override\" value for service \"svc1\"",
-        ),
-        (
             "checks:\n    chk1:\n        override: replace\n        startup: true\n        exec:\n            command: foo\n",
             "plan check \"chk1\" startup must be \"enabled\" or \"disabled\"",
         ),
@@ -371,6 +369,43 @@ fn invalid_layers_fail_with_pebble_messages() {
         let err = Layer::parse(0, "layer-0", yaml).expect_err(yaml);
         assert_eq!(err.to_string(), *want, "layer:\n{yaml}");
     }
+}
+
+#[test]
+fn an_invalid_override_is_refused_when_the_layer_is_combined_as_in_pebble() {
+    // Parsed (Pebble's ParseLayer takes it), refused by the combination, without the
+    // parse prefix; so a layer's other faults are reported first.
+    for (kind, yaml) in [
+        (
+            "service",
+            "services:\n    x:\n        command: cmd\n        override: mrege\n",
+        ),
+        (
+            "check",
+            "checks:\n    x:\n        override: sideways\n        exec:\n            command: c\n",
+        ),
+        (
+            "log target",
+            "log-targets:\n    x:\n        override: up\n        type: loki\n",
+        ),
+    ] {
+        let layer = Layer::parse(0, "layer-0", yaml).expect(yaml);
+        let err = Plan::from_layers(vec![layer]).expect_err(yaml);
+        assert_eq!(
+            err.to_string(),
+            format!("layer \"layer-0\" has invalid \"override\" value for {kind} \"x\"")
+        );
+    }
+    let err = Layer::parse(
+        0,
+        "layer-0",
+        "checks:\n    x:\n        override: sideways\n        level: sometimes\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "plan check \"x\" level must be \"alive\" or \"ready\""
+    );
 }
 
 #[test]
