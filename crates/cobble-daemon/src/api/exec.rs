@@ -3,7 +3,7 @@
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use cobble_client::types::ExecRequest;
 
 use super::{Admin, ApiError, Shared, async_change_with, json_body};
@@ -40,18 +40,26 @@ pub async fn get_task_websocket(
     Path((task_id, websocket)): Path<(String, String)>,
     mut request: Request,
 ) -> Result<Response, ApiError> {
-    let claim = api.exec.connect(&task_id, &websocket).map_err(|e| {
-        // A websocket client may show only "bad handshake"; the log says why.
-        tracing::info!("Websocket {task_id}: {e}");
-        let status = match e {
-            ConnectError::NoTask(_) | ConnectError::NoWebsocket(_) => StatusCode::NOT_FOUND,
-            ConnectError::NoWebsockets(_) => StatusCode::BAD_REQUEST,
-            ConnectError::AlreadyConnected(_) | ConnectError::Finished { .. } => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
-        };
-        ApiError::new(status, e.to_string())
-    })?;
+    let claim = match api.exec.connect(&task_id, &websocket) {
+        Ok(claim) => claim,
+        Err(e) => {
+            // A websocket client may show only "bad handshake"; the log says why.
+            tracing::info!("Websocket {task_id}: {e}");
+            return match e {
+                ConnectError::NoTask(_) | ConnectError::NoWebsocket(_) => {
+                    Err(ApiError::new(StatusCode::NOT_FOUND, e.to_string()))
+                }
+                ConnectError::NoWebsockets(_) => Err(ApiError::bad_request(e.to_string())),
+                ConnectError::AlreadyConnected(_) => Err(ApiError::internal(e.to_string())),
+                // Pebble's answers once the change is ready: its error as a 500, or, when
+                // it did not fail, nothing at all (an empty 200).
+                ConnectError::Finished {
+                    error: Some(error), ..
+                } => Err(ApiError::internal(error)),
+                ConnectError::Finished { error: None, .. } => Ok(StatusCode::OK.into_response()),
+            };
+        }
+    };
     let (key, upgrade) = ws::handshake(&mut request).map_err(|reason| {
         ApiError::bad_request(format!(
             "cannot connect to websocket {}: {reason}",

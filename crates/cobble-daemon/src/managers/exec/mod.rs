@@ -110,9 +110,17 @@ pub enum ConnectError {
     /// The websocket is already connected (500).
     #[error("cannot connect to websocket {}: websocket {} already connected", go_quote(.0), go_quote(.0))]
     AlreadyConnected(String),
-    /// The execution is over, so nothing will use the websocket; why, if it failed (500).
-    #[error("cannot connect to websocket {}: {reason}", go_quote(.websocket))]
-    Finished { websocket: String, reason: String },
+    /// The execution is over, so nothing will use the websocket; the change's error, if it
+    /// failed (Pebble answers that with a 500, and an empty 200 otherwise).
+    #[error(
+        "cannot connect to websocket {}: {}",
+        go_quote(.websocket),
+        .error.as_deref().unwrap_or("the exec has already finished")
+    )]
+    Finished {
+        websocket: String,
+        error: Option<String>,
+    },
 }
 
 /// Starts execs and connects their websockets. Cheap to clone.
@@ -270,11 +278,7 @@ impl ExecManager {
                 .unwrap_or_default();
             return Err(ConnectError::Finished {
                 websocket: websocket.to_owned(),
-                reason: if err.is_empty() {
-                    format!("exec {id} has already finished")
-                } else {
-                    err
-                },
+                error: (!err.is_empty()).then_some(err),
             });
         };
         let channel = Channel::parse(websocket)
