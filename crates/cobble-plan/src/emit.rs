@@ -501,11 +501,7 @@ fn base60_float(s: &str) -> bool {
         && head.bytes().all(|b| b.is_ascii_digit() || b == b'_');
     let mut sixties = 0;
     for part in parts {
-        let ok = match part.as_bytes() {
-            [b'0'..=b'9'] => true,
-            [b'0'..=b'5', b'0'..=b'9'] => true,
-            _ => false,
-        };
+        let ok = matches!(part.as_bytes(), [b'0'..=b'9'] | [b'0'..=b'5', b'0'..=b'9']);
         if !ok {
             return false;
         }
