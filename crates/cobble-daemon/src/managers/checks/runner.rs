@@ -278,13 +278,8 @@ impl Runner {
 
     /// Closes the current task, as Pebble's task runner does for a stopped check.
     fn finish(&self) {
-        let store = &self.shared.store;
-        if store
-            .task_status(self.task_id)
-            .is_some_and(|status| !status.is_ready())
-        {
-            store.set_task_status(self.task_id, TaskStatus::Done);
-        }
+        // Done, by way of Abort and Undo, as Pebble ends a stopped check's task.
+        self.shared.store.end_stopped_task(self.task_id);
         tracing::debug!("Check \"{}\" stopped", self.name);
     }
 }

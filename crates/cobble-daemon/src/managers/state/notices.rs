@@ -571,8 +571,22 @@ mod tests {
             assert_eq!(n.last_data["check-name"], "c");
             s.set_task_status(t, TaskStatus::Doing);
             assert_eq!(change_updates(&s, c).unwrap().occurrences, 2, "same status");
+            // A running task that fails passes through Abort first, as in Pebble (4 in all).
             s.set_task_status(t, TaskStatus::Error);
-            assert_eq!(change_updates(&s, c).unwrap().occurrences, 3);
+            assert_eq!(change_updates(&s, c).unwrap().occurrences, 4);
+            assert_eq!(s.change_info(c).unwrap().status, "Error");
+        }
+
+        #[test]
+        fn a_stopped_check_change_passes_through_abort_and_undo_as_in_pebble() {
+            let s = StateStore::new(StateData::default());
+            let c = s.new_check_change("perform-check", "Perform exec check \"c\"", "c");
+            let t = s.add_task(c, "perform-check", "x", None);
+            s.set_task_status(t, TaskStatus::Doing);
+            s.end_stopped_task(t);
+            // Spawned, Doing, Abort, Undo, Done.
+            assert_eq!(change_updates(&s, c).unwrap().occurrences, 5);
+            assert_eq!(s.change_info(c).unwrap().status, "Done");
         }
 
         #[test]

@@ -451,9 +451,37 @@ impl StateStore {
             .clone()
     }
 
+    /// Ends a stopped task as Pebble's task runner ends an aborted task that has no undo
+    /// handler: Abort (if it was still running), Undo, then Done, each a status its change
+    /// passes through and records.
+    pub fn end_stopped_task(&self, task_id: u64) {
+        if self.task_status(task_id) == Some(TaskStatus::Doing) {
+            self.set_task_status(task_id, TaskStatus::Abort);
+        }
+        if self.task_status(task_id) == Some(TaskStatus::Abort) {
+            self.set_task_status(task_id, TaskStatus::Undo);
+        }
+        if self
+            .task_status(task_id)
+            .is_some_and(|status| !status.is_ready())
+        {
+            self.set_task_status(task_id, TaskStatus::Done);
+        }
+    }
+
     /// Sets a task's status, stamping ready times of the task and, if it became ready, its change.
     pub fn set_task_status(&self, task_id: u64, status: TaskStatus) {
         self.mutate(|d| {
+            let Some(task) = d.tasks.get_mut(&task_id) else {
+                return;
+            };
+            if status == TaskStatus::Error && task.status == TaskStatus::Doing {
+                // Pebble's task runner aborts a failing task's lanes before it marks the task
+                // in error, so its change passes through Abort on the way, and records it.
+                task.status = TaskStatus::Abort;
+                let change_id = task.change_id;
+                notices::observe_change(d, change_id, Timestamp::now());
+            }
             let Some(task) = d.tasks.get_mut(&task_id) else {
                 return;
             };
