@@ -18,6 +18,8 @@
 //!
 //! - [`atomic`]: replacing a file through a temporary file and a rename, with the durability
 //!   each caller asks for (state file, process registry, pushed files).
+//! - [`go_json`]: JSON request bodies decoded as Pebble's Go decoder decodes them, with its
+//!   error words.
 //! - [`http_client`]: the outgoing HTTP client of http checks and log forwarding, with Go's
 //!   defaults.
 //! - [`lock`]: one daemon per `$PEBBLE`, an exclusive lock taken before anything else.
@@ -75,7 +77,7 @@ mod views;
 mod api;
 mod daemon;
 
-pub(crate) use base::{atomic, http_client, lock, logging, output, process, tls, watch};
+pub(crate) use base::{atomic, go_json, http_client, lock, logging, output, process, tls, watch};
 pub(crate) use managers::{checks, exec, files, identities, layers, logs, services, state};
 pub(crate) use views::{listing, metrics};
 

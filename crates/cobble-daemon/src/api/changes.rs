@@ -11,6 +11,7 @@ use cobble_plan::duration::{format_duration, parse_duration};
 
 use super::query::first;
 use super::{Admin, ApiError, Read, Shared, json_body, sync};
+use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING};
 use crate::state::{Select, StateError};
 
 pub async fn get_changes(
@@ -43,6 +44,13 @@ pub async fn get_change(
 ) -> Result<Response, ApiError> {
     let change = api.state.get_change(&id).await.map_err(not_found)?;
     Ok(sync(change))
+}
+
+impl GoPayload for ChangeAction {
+    const GO: GoType = GoType::Struct(&GoStruct {
+        name: "",
+        fields: &[GoField::new("Action", "action", STRING)],
+    });
 }
 
 pub async fn post_change(

@@ -16,6 +16,7 @@ use cobble_plan::CheckLevel;
 use super::query::{first, multi_comma_list};
 use super::{Admin, ApiError, Metrics, Read, Shared, json_body, sync, sync_with_status};
 use crate::checks::{CheckAction, CheckManagerError, CheckView};
+use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING, STRINGS};
 use crate::logging::{self, SecurityEvent};
 
 /// The `level` query parameter: empty, `alive` or `ready`.
@@ -85,6 +86,16 @@ pub async fn get_checks(
     Ok(sync(infos))
 }
 
+impl GoPayload for ChecksAction {
+    const GO: GoType = GoType::Struct(&GoStruct {
+        name: "",
+        fields: &[
+            GoField::new("Action", "action", STRING),
+            GoField::new("Checks", "checks", STRINGS),
+        ],
+    });
+}
+
 pub async fn post_checks(
     admin: Admin,
     State(api): State<Shared>,
@@ -117,6 +128,13 @@ pub async fn post_checks(
         }
     })?;
     Ok(sync(ChecksActionResult { changed }))
+}
+
+impl GoPayload for RefreshCheckRequest {
+    const GO: GoType = GoType::Struct(&GoStruct {
+        name: "",
+        fields: &[GoField::new("Name", "name", STRING)],
+    });
 }
 
 pub async fn post_checks_refresh(

@@ -8,7 +8,30 @@ use cobble_client::types::ExecRequest;
 
 use super::{Admin, ApiError, Shared, async_change_with, json_body};
 use crate::exec::{ConnectError, SetupError, ws};
+use crate::go_json::{GoField, GoPayload, GoStruct, GoType, INT, STRING, STRINGS};
 use crate::logging::{self, SecurityEvent};
+
+impl GoPayload for ExecRequest {
+    const GO: GoType = GoType::Struct(&GoStruct {
+        name: "daemon.execPayload",
+        fields: &[
+            GoField::new("Command", "command", STRINGS),
+            GoField::new("ServiceContext", "service-context", STRING),
+            GoField::new("Environment", "environment", GoType::Map(&STRING)),
+            GoField::new("WorkingDir", "working-dir", STRING),
+            GoField::new("Timeout", "timeout", STRING),
+            GoField::new("UserID", "user-id", GoType::Ptr(&INT)),
+            GoField::new("User", "user", STRING),
+            GoField::new("GroupID", "group-id", GoType::Ptr(&INT)),
+            GoField::new("Group", "group", STRING),
+            GoField::new("Terminal", "terminal", GoType::Bool),
+            GoField::new("Interactive", "interactive", GoType::Bool),
+            GoField::new("SplitStderr", "split-stderr", GoType::Bool),
+            GoField::new("Width", "width", INT),
+            GoField::new("Height", "height", INT),
+        ],
+    });
+}
 
 pub async fn post_exec(
     admin: Admin,

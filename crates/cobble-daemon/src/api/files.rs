@@ -12,6 +12,7 @@ use futures_util::StreamExt;
 use super::query::{all, first};
 use super::{Admin, ApiError, Shared, json_body, sync};
 use crate::files::{self, ErrorKind, FileError, gopath, multipart};
+use crate::go_json::{GoField, GoPayload, GoStruct, GoType, INT, STRING};
 use crate::logging::{self, SecurityEvent};
 
 /// The shortest multipart boundary Pebble takes (it sets no longest: Go's reader has none).
@@ -88,6 +89,46 @@ fn list_error(err: FileError) -> ApiError {
     };
     ApiError::new(status, err.to_string()).with_kind(kind.as_str())
 }
+
+impl GoPayload for FilesRequest {
+    const GO: GoType = GoType::Struct(&GoStruct {
+        name: "",
+        fields: &[
+            GoField::new("Action", "action", STRING),
+            GoField::new(
+                "Dirs",
+                "dirs",
+                GoType::Slice(&GoType::Struct(&MAKE_DIRS_ITEM)),
+            ),
+            GoField::new(
+                "Paths",
+                "paths",
+                GoType::Slice(&GoType::Struct(&REMOVE_PATHS_ITEM)),
+            ),
+        ],
+    });
+}
+
+const MAKE_DIRS_ITEM: GoStruct = GoStruct {
+    name: "daemon.makeDirsItem",
+    fields: &[
+        GoField::new("Path", "path", STRING),
+        GoField::new("MakeParents", "make-parents", GoType::Bool),
+        GoField::new("Permissions", "permissions", STRING),
+        GoField::new("UserID", "user-id", GoType::Ptr(&INT)),
+        GoField::new("User", "user", STRING),
+        GoField::new("GroupID", "group-id", GoType::Ptr(&INT)),
+        GoField::new("Group", "group", STRING),
+    ],
+};
+
+const REMOVE_PATHS_ITEM: GoStruct = GoStruct {
+    name: "daemon.removePathsItem",
+    fields: &[
+        GoField::new("Path", "path", STRING),
+        GoField::new("Recursive", "recursive", GoType::Bool),
+    ],
+};
 
 pub async fn post_files(
     admin: Admin,

@@ -10,6 +10,7 @@ use cobble_client::identities::{IdentitiesRequest, Identity as WireIdentity};
 use serde::Serialize;
 
 use super::{Admin, ApiError, Read, Shared, json_body, sync};
+use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING, UINT32};
 use crate::identities::{self, Action};
 use crate::logging::{self, SecurityEvent};
 use crate::state::IdentitiesError;
@@ -23,6 +24,52 @@ pub async fn get_identities(_: Read, State(api): State<Shared>) -> Response {
         .collect();
     sync(identities)
 }
+
+impl GoPayload for IdentitiesRequest {
+    const GO: GoType = GoType::Struct(&GoStruct {
+        name: "",
+        fields: &[
+            GoField::new("Action", "action", STRING),
+            GoField::new(
+                "Identities",
+                "identities",
+                GoType::Map(&GoType::Ptr(&GoType::Struct(&API_IDENTITY))),
+            ),
+        ],
+    });
+}
+
+/// Pebble's `apiIdentity`: an identity as the API reads it.
+const API_IDENTITY: GoStruct = GoStruct {
+    name: "daemon.apiIdentity",
+    fields: &[
+        GoField::new("Access", "access", GoType::Str("identities.Access")),
+        GoField::omitempty(
+            "Local",
+            "local",
+            GoType::Ptr(&GoType::Struct(&GoStruct {
+                name: "daemon.apiLocalIdentity",
+                fields: &[GoField::new("UserID", "user-id", GoType::Ptr(&UINT32))],
+            })),
+        ),
+        GoField::omitempty(
+            "Basic",
+            "basic",
+            GoType::Ptr(&GoType::Struct(&GoStruct {
+                name: "daemon.apiBasicIdentity",
+                fields: &[GoField::new("Password", "password", STRING)],
+            })),
+        ),
+        GoField::omitempty(
+            "Cert",
+            "cert",
+            GoType::Ptr(&GoType::Struct(&GoStruct {
+                name: "daemon.apiCertIdentity",
+                fields: &[GoField::new("PEM", "pem", STRING)],
+            })),
+        ),
+    ],
+};
 
 pub async fn post_identities(
     admin: Admin,

@@ -11,11 +11,12 @@ mod changes;
 mod checks;
 mod exec;
 mod files;
-mod go_json;
 mod identities;
 mod logs;
 mod notices;
 mod pairing;
+#[cfg(test)]
+mod payload_tests;
 mod query;
 pub mod request_log;
 pub mod serve;
@@ -32,7 +33,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use cobble_client::types::{Envelope, ErrorResult};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::checks::CheckManager;
 use crate::exec::ExecManager;
@@ -225,13 +225,16 @@ pub fn latest_warning(kind: &str) -> Option<String> {
 /// was refused; past this bound the daemon stops paying for it and the connection closes.
 const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
 
-/// Decodes a JSON request body as Pebble does (see [`go_json`]), with its error wording
+/// Decodes a JSON request body as Pebble does (see [`crate::go_json`]), with its error wording
 /// (`<context>: <reason>`).
-pub async fn json_body<T: DeserializeOwned>(body: Body, context: &str) -> Result<T, ApiError> {
+pub async fn json_body<T: crate::go_json::GoPayload>(
+    body: Body,
+    context: &str,
+) -> Result<T, ApiError> {
     let bytes = read_body(body, MAX_BODY)
         .await
         .map_err(|e| ApiError::bad_request(format!("{context}: {e}")))?;
-    go_json::decode(&bytes).map_err(|e| ApiError::bad_request(format!("{context}: {e}")))
+    crate::go_json::decode(&bytes).map_err(|e| ApiError::bad_request(format!("{context}: {e}")))
 }
 
 /// Why a request body could not be read.

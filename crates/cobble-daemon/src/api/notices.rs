@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use super::query::{first, multi_comma_list};
 use super::{ApiError, Read, Shared, sync};
+use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING};
 use crate::identities::Access;
 use crate::state::{Notice, NoticeFilter, NoticeType, Occurrence};
 
@@ -218,6 +219,19 @@ pub async fn get_notice(
     Ok(sync(notice.render()))
 }
 
+impl GoPayload for AddNoticeRequest {
+    const GO: GoType = GoType::Struct(&GoStruct {
+        name: "",
+        fields: &[
+            GoField::new("Action", "action", STRING),
+            GoField::new("Type", "type", STRING),
+            GoField::new("Key", "key", STRING),
+            GoField::new("RepeatAfter", "repeat-after", STRING),
+            GoField::new("DataJSON", "data", GoType::Raw),
+        ],
+    });
+}
+
 pub async fn post_notices(
     _: Read,
     Creator(requester): Creator,
@@ -227,7 +241,7 @@ pub async fn post_notices(
     let raw = super::read_body(body, super::MAX_BODY)
         .await
         .map_err(|e| ApiError::bad_request(format!("cannot decode request body: {e}")))?;
-    let request: AddNoticeRequest = super::go_json::decode(&raw)
+    let request: AddNoticeRequest = crate::go_json::decode(&raw)
         .map_err(|e| ApiError::bad_request(format!("cannot decode request body: {e}")))?;
     let occurrence = occurrence(requester.uid, &request, &raw)?;
     // The client is told the ID: it must survive a crash.

@@ -8,6 +8,7 @@ use cobble_plan::Layer;
 
 use super::query::{first, multi_comma_list};
 use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync, sync_json};
+use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING, STRINGS};
 use crate::logging::{self, SecurityEvent};
 use crate::services::changes::{ActionError, ServiceChange};
 
@@ -27,6 +28,16 @@ pub async fn get_services(
         |listing| sync_json(|out| listing.write_json(out), listing.size_hint()),
     )
     .await
+}
+
+impl GoPayload for ServicesAction {
+    const GO: GoType = GoType::Struct(&GoStruct {
+        name: "",
+        fields: &[
+            GoField::new("Action", "action", STRING),
+            GoField::new("Services", "services", STRINGS),
+        ],
+    });
 }
 
 pub async fn post_services(
@@ -76,6 +87,20 @@ pub async fn get_plan(
     Ok(sync(api.plan.plan().to_yaml()))
 }
 
+impl GoPayload for LayersRequest {
+    const GO: GoType = GoType::Struct(&GoStruct {
+        name: "",
+        fields: &[
+            GoField::new("Action", "action", STRING),
+            GoField::new("Combine", "combine", GoType::Bool),
+            GoField::new("Inner", "inner", GoType::Bool),
+            GoField::new("Label", "label", STRING),
+            GoField::new("Format", "format", STRING),
+            GoField::new("Layer", "layer", STRING),
+        ],
+    });
+}
+
 pub async fn post_layers(
     admin: Admin,
     State(api): State<Shared>,
@@ -105,6 +130,16 @@ pub async fn post_layers(
         .add_layer(layer, request.combine, request.inner)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(sync(true))
+}
+
+impl GoPayload for SignalsRequest {
+    const GO: GoType = GoType::Struct(&GoStruct {
+        name: "daemon.signalsPayload",
+        fields: &[
+            GoField::new("Signal", "signal", STRING),
+            GoField::new("Services", "services", STRINGS),
+        ],
+    });
 }
 
 pub async fn post_signals(

@@ -16,6 +16,7 @@ use super::mkdir::{self, MkdirOptions};
 use super::multipart::{form_filename, form_name};
 use super::{FileError, file_result, gopath, parse_permissions, resolve_owner};
 use crate::atomic::{AtomicFile, Durability};
+use crate::go_json::{GoField, GoPayload, GoStruct, GoType, INT, STRING};
 
 /// Largest `request` (metadata) part accepted.
 const MAX_METADATA: usize = 4 * 1024 * 1024;
@@ -27,6 +28,33 @@ const QUEUED_BATCHES: usize = 4;
 /// While the writer is busy, chunks are gathered into batches of about this size, so the body
 /// side and the writer thread hand over (and wake each other) rarely.
 const BATCH_BYTES: usize = 1024 * 1024;
+
+impl GoPayload for WriteFilesRequest {
+    const GO: GoType = GoType::Struct(&GoStruct {
+        name: "",
+        fields: &[
+            GoField::new("Action", "action", STRING),
+            GoField::new(
+                "Files",
+                "files",
+                GoType::Slice(&GoType::Struct(&WRITE_FILES_ITEM)),
+            ),
+        ],
+    });
+}
+
+const WRITE_FILES_ITEM: GoStruct = GoStruct {
+    name: "daemon.writeFilesItem",
+    fields: &[
+        GoField::new("Path", "path", STRING),
+        GoField::new("MakeDirs", "make-dirs", GoType::Bool),
+        GoField::new("Permissions", "permissions", STRING),
+        GoField::new("UserID", "user-id", GoType::Ptr(&INT)),
+        GoField::new("User", "user", STRING),
+        GoField::new("GroupID", "group-id", GoType::Ptr(&INT)),
+        GoField::new("Group", "group", STRING),
+    ],
+};
 
 /// Parses a multipart write request as it streams in and writes each file atomically.
 ///
@@ -119,10 +147,7 @@ async fn write_parts(
     }
     drop(field);
     // Like Go's json.Decoder: the first JSON value counts, whatever follows it.
-    let request: WriteFilesRequest = serde_json::Deserializer::from_slice(&metadata)
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| serde_json::from_slice(b""))
+    let request: WriteFilesRequest = crate::go_json::decode(&metadata)
         .map_err(|e| format!("cannot decode request metadata: {e}"))?;
     if request.action != "write" {
         return Err(format!(

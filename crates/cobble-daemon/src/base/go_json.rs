@@ -1,0 +1,748 @@
+//! Request bodies decoded as Pebble's `json.NewDecoder(r.Body).Decode(&payload)` decodes them.
+//!
+//! Clients can tell Go's decoder apart from `serde_json::from_slice` in four ways: it reads
+//! the first value and ignores whatever follows it; `null` leaves the payload empty, so its
+//! validation then speaks; its syntax errors have their own words (`EOF` for an empty body,
+//! `unexpected EOF` for a cut one, `invalid character 'x' looking for beginning of object key
+//! string`); and a value of the wrong type is named by the Go field and type it missed (`json:
+//! cannot unmarshal number into Go struct field signalsPayload.services of type string`).
+//!
+//! [`decode`] therefore does what Go does, in Go's order. It scans the first value, failing with
+//! the scanner's words, into a tree. It then walks the tree against the payload's Go type
+//! ([`GoPayload::GO`]): keys match fields case-insensitively when no field matches exactly,
+//! the last of repeated keys wins, `null` leaves a value as it was (or empties a pointer, slice
+//! or map), unknown keys are kept for serde to ignore, and the first value of the wrong type
+//! is the error. Only then does serde read what the walk produced, so serde's words are left
+//! for what Go would not have refused at all.
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+/// A request payload, with the Go type Pebble decodes it into.
+pub trait GoPayload: DeserializeOwned {
+    /// The Go type, as `encoding/json` sees it.
+    const GO: GoType;
+}
+
+/// A Go type as `encoding/json` sees it: which JSON it takes, and how its errors name it.
+#[derive(Debug, Clone, Copy)]
+pub enum GoType {
+    /// A string type, by its Go name (`string`, `identities.Access`).
+    Str(&'static str),
+    /// `bool`.
+    Bool,
+    /// An integer type, by its Go name (`int`, `uint32`), with its range.
+    Int(&'static str, i128, i128),
+    /// `[]T`.
+    Slice(&'static GoType),
+    /// `map[string]T`.
+    Map(&'static GoType),
+    /// `*T`: `null` makes it nil; anything else is decoded into `T`.
+    Ptr(&'static GoType),
+    /// A struct.
+    Struct(&'static GoStruct),
+    /// `json.RawMessage`: any value, kept as it is.
+    Raw,
+}
+
+/// Go's `int` (64 bits, as on every platform Pebble ships for).
+pub const INT: GoType = GoType::Int("int", i64::MIN as i128, i64::MAX as i128);
+/// Go's `uint32`.
+pub const UINT32: GoType = GoType::Int("uint32", 0, u32::MAX as i128);
+/// Go's `string`.
+pub const STRING: GoType = GoType::Str("string");
+/// Go's `[]string`.
+pub const STRINGS: GoType = GoType::Slice(&STRING);
+
+/// A Go struct type.
+#[derive(Debug)]
+pub struct GoStruct {
+    /// The package-qualified name (`daemon.execPayload`), or empty for an anonymous struct.
+    pub name: &'static str,
+    pub fields: &'static [GoField],
+}
+
+/// A field of a [`GoStruct`].
+#[derive(Debug)]
+pub struct GoField {
+    /// The Go field name (`ServiceContext`), which an anonymous struct's type string shows.
+    pub go: &'static str,
+    /// The JSON name (`service-context`).
+    pub json: &'static str,
+    /// Whether the tag says `,omitempty` (the type string shows the tag whole).
+    pub omitempty: bool,
+    pub ty: GoType,
+}
+
+impl GoField {
+    /// A field whose JSON name comes from `json:"name"`.
+    pub const fn new(go: &'static str, json: &'static str, ty: GoType) -> Self {
+        GoField {
+            go,
+            json,
+            omitempty: false,
+            ty,
+        }
+    }
+
+    /// A field tagged `json:"name,omitempty"`.
+    pub const fn omitempty(go: &'static str, json: &'static str, ty: GoType) -> Self {
+        GoField {
+            go,
+            json,
+            omitempty: true,
+            ty,
+        }
+    }
+}
+
+impl std::fmt::Display for GoType {
+    /// The type as Go's `reflect.Type.String` writes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GoType::Str(name) | GoType::Int(name, ..) => f.write_str(name),
+            GoType::Bool => f.write_str("bool"),
+            GoType::Slice(elem) => write!(f, "[]{elem}"),
+            GoType::Map(elem) => write!(f, "map[string]{elem}"),
+            GoType::Ptr(elem) => write!(f, "*{elem}"),
+            GoType::Raw => f.write_str("json.RawMessage"),
+            GoType::Struct(s) if !s.name.is_empty() => f.write_str(s.name),
+            GoType::Struct(s) => {
+                f.write_str("struct {")?;
+                for (i, field) in s.fields.iter().enumerate() {
+                    let tag = format!(
+                        "json:\"{}{}\"",
+                        field.json,
+                        if field.omitempty { ",omitempty" } else { "" }
+                    );
+                    let sep = if i == 0 { " " } else { "; " };
+                    write!(f, "{sep}{} {} {tag:?}", field.go, field.ty)?;
+                }
+                f.write_str(" }")
+            }
+        }
+    }
+}
+
+impl GoStruct {
+    /// The name Go's field errors give the struct: without its package, empty if anonymous.
+    fn short_name(&self) -> &'static str {
+        self.name.rsplit('.').next().unwrap_or_default()
+    }
+
+    /// The field `key` sets: the exact JSON name, or else one equal to it ignoring case.
+    fn field(&self, key: &str) -> Option<&'static GoField> {
+        let fields = self.fields;
+        fields.iter().find(|f| f.json == key).or_else(|| {
+            let folded = key.to_lowercase();
+            fields.iter().find(|f| f.json.to_lowercase() == folded)
+        })
+    }
+}
+
+/// Decodes the first JSON value of `bytes` into `T`, as Go's decoder would decode it into
+/// `T`'s Go type.
+pub fn decode<T: GoPayload>(bytes: &[u8]) -> Result<T, String> {
+    let start = bytes
+        .iter()
+        .position(|b| !is_space(*b))
+        .ok_or_else(|| "EOF".to_owned())?;
+    let mut scan = Scan { b: bytes, i: start };
+    let tree = scan.value()?;
+    let mut walk = Walk::default();
+    let mut out = zero(&T::GO);
+    walk.value(&tree, &T::GO, &mut out);
+    if let Some(error) = walk.error {
+        return Err(error);
+    }
+    serde_json::from_value(out).map_err(|e| e.to_string())
+}
+
+/// A JSON value as scanned: numbers keep their text, which Go's errors quote.
+#[derive(Debug)]
+enum Json<'a> {
+    Null,
+    Bool(bool),
+    Number(&'a [u8]),
+    String(String),
+    Array(Vec<Json<'a>>),
+    Object(Vec<(String, Json<'a>)>),
+}
+
+impl Json<'_> {
+    /// What Go's type errors call the value.
+    fn kind(&self) -> String {
+        match self {
+            Json::Null => "null".into(),
+            Json::Bool(_) => "bool".into(),
+            Json::Number(_) => "number".into(),
+            Json::String(_) => "string".into(),
+            Json::Array(_) => "array".into(),
+            Json::Object(_) => "object".into(),
+        }
+    }
+
+    /// The value with no Go type to guide it (`json.RawMessage`, unknown keys).
+    fn to_value(&self) -> Value {
+        match self {
+            Json::Null => Value::Null,
+            Json::Bool(b) => Value::Bool(*b),
+            Json::Number(n) => serde_json::from_slice(n).unwrap_or(Value::Null),
+            Json::String(s) => Value::String(s.clone()),
+            Json::Array(items) => Value::Array(items.iter().map(Json::to_value).collect()),
+            Json::Object(members) => Value::Object(
+                members
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_value()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// The value a Go type starts as; `Null` stands for nil, and for absent fields.
+fn zero(ty: &GoType) -> Value {
+    match ty {
+        GoType::Str(_) => Value::String(String::new()),
+        GoType::Bool => Value::Bool(false),
+        GoType::Int(..) => Value::from(0),
+        GoType::Struct(_) => Value::Object(Map::new()),
+        GoType::Slice(_) | GoType::Map(_) | GoType::Ptr(_) | GoType::Raw => Value::Null,
+    }
+}
+
+/// Go's `decodeState` over a scanned tree: the first type error, and where it was.
+#[derive(Default)]
+struct Walk {
+    error: Option<String>,
+    /// The innermost struct whose field is being decoded, as Go's errors name it.
+    in_struct: &'static str,
+    /// The JSON names of the fields from the top (map keys and indexes are not in it).
+    path: Vec<&'static str>,
+}
+
+impl Walk {
+    /// Decodes `json` into `out`, a value of type `ty`, as Go's `decodeState.value` does.
+    fn value(&mut self, json: &Json<'_>, ty: &GoType, out: &mut Value) {
+        match (json, ty) {
+            (Json::Null, GoType::Ptr(_) | GoType::Slice(_) | GoType::Map(_) | GoType::Raw) => {
+                *out = Value::Null;
+            }
+            (Json::Null, _) => {}
+            (_, GoType::Raw) => *out = json.to_value(),
+            (_, GoType::Ptr(elem)) => {
+                if out.is_null() {
+                    *out = zero(elem);
+                }
+                self.value(json, elem, out);
+            }
+            (Json::String(s), GoType::Str(_)) => *out = Value::String(s.clone()),
+            (Json::Bool(b), GoType::Bool) => *out = Value::Bool(*b),
+            (Json::Number(n), GoType::Int(_, min, max)) => {
+                let parsed = std::str::from_utf8(n)
+                    .ok()
+                    .and_then(|n| n.parse::<i128>().ok())
+                    .filter(|n| (*min..=*max).contains(n));
+                match parsed {
+                    Some(n) => {
+                        *out = i64::try_from(n)
+                            .map(Value::from)
+                            .unwrap_or_else(|_| Value::from(n as u64))
+                    }
+                    None => {
+                        let kind = format!("number {}", String::from_utf8_lossy(n));
+                        self.mismatch(kind, ty);
+                    }
+                }
+            }
+            (Json::Array(items), GoType::Slice(elem)) => {
+                let items = items
+                    .iter()
+                    .map(|item| {
+                        let mut out = zero(elem);
+                        self.value(item, elem, &mut out);
+                        out
+                    })
+                    .collect();
+                *out = Value::Array(items);
+            }
+            (Json::Object(members), GoType::Map(elem)) => {
+                let mut map = match std::mem::take(out) {
+                    Value::Object(map) => map,
+                    _ => Map::new(),
+                };
+                for (key, member) in members {
+                    // Each key decodes into a new element, as Go's map decoding does.
+                    let mut value = zero(elem);
+                    self.value(member, elem, &mut value);
+                    map.insert(key.clone(), value);
+                }
+                *out = Value::Object(map);
+            }
+            (Json::Object(members), GoType::Struct(s)) => {
+                let mut map = match std::mem::take(out) {
+                    Value::Object(map) => map,
+                    _ => Map::new(),
+                };
+                for (key, member) in members {
+                    let Some(field) = s.field(key) else {
+                        map.insert(key.clone(), member.to_value());
+                        continue;
+                    };
+                    let outer = std::mem::replace(&mut self.in_struct, s.short_name());
+                    self.path.push(field.json);
+                    let mut value = map.remove(field.json).unwrap_or_else(|| zero(&field.ty));
+                    self.value(member, &field.ty, &mut value);
+                    // Absent and nil read the same to serde's defaults.
+                    if !value.is_null() {
+                        map.insert(field.json.to_owned(), value);
+                    }
+                    self.path.pop();
+                    self.in_struct = outer;
+                }
+                *out = Value::Object(map);
+            }
+            _ => self.mismatch(json.kind(), ty),
+        }
+    }
+
+    /// Go's `UnmarshalTypeError`; only the first is reported, and decoding goes on past it.
+    fn mismatch(&mut self, kind: String, ty: &GoType) {
+        if self.error.is_some() {
+            return;
+        }
+        self.error = Some(if self.path.is_empty() {
+            format!("json: cannot unmarshal {kind} into Go value of type {ty}")
+        } else {
+            format!(
+                "json: cannot unmarshal {kind} into Go struct field {}.{} of type {ty}",
+                self.in_struct,
+                self.path.join(".")
+            )
+        });
+    }
+}
+
+const UNEXPECTED_EOF: &str = "unexpected EOF";
+
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// Go's `quoteChar`: the offending byte in single quotes, escaped as `strconv.Quote` would.
+fn quote_char(c: u8) -> String {
+    match c {
+        b'\'' => r"'\''".to_owned(),
+        b'"' => "'\"'".to_owned(),
+        0x07 => r"'\a'".to_owned(),
+        0x08 => r"'\b'".to_owned(),
+        0x0c => r"'\f'".to_owned(),
+        b'\n' => r"'\n'".to_owned(),
+        b'\r' => r"'\r'".to_owned(),
+        b'\t' => r"'\t'".to_owned(),
+        0x0b => r"'\v'".to_owned(),
+        b'\\' => r"'\\'".to_owned(),
+        0x20..=0x7e => format!("'{}'", c as char),
+        0x00..=0x7f => format!("'\\x{c:02x}'"),
+        // Go turns the byte into the rune of the same number.
+        0xa1..=0xff if c != 0xad => format!("'{}'", char::from(c)),
+        _ => format!("'\\u{c:04x}'"),
+    }
+}
+
+/// The text between a scanned string's quotes, unescaped as Go's `unquote` does: a lone
+/// surrogate escape and each byte that is not UTF-8 become U+FFFD.
+fn unquote(raw: &[u8]) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut i = 0;
+    let hex4 = |at: usize| {
+        raw.get(at..at + 4)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+    };
+    while i < raw.len() {
+        if raw[i] != b'\\' {
+            let end = raw[i..]
+                .iter()
+                .position(|b| *b == b'\\')
+                .map_or(raw.len(), |n| i + n);
+            for chunk in raw[i..end].utf8_chunks() {
+                out.push_str(chunk.valid());
+                out.extend(chunk.invalid().iter().map(|_| char::REPLACEMENT_CHARACTER));
+            }
+            i = end;
+            continue;
+        }
+        // The scanner has checked every escape.
+        let c = raw.get(i + 1).copied().unwrap_or_default();
+        i += 2;
+        let unit = match c {
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let first = hex4(i).unwrap_or(0xfffd);
+                i += 4;
+                if (0xd800..0xe000).contains(&first) {
+                    let second = (raw.get(i..i + 2) == Some(b"\\u"))
+                        .then(|| hex4(i + 2))
+                        .flatten()
+                        .filter(|s| (0xdc00..0xe000).contains(s) && first < 0xdc00);
+                    match second {
+                        Some(second) => {
+                            i += 6;
+                            char::from_u32(0x10000 + ((first - 0xd800) << 10) + (second - 0xdc00))
+                                .unwrap_or(char::REPLACEMENT_CHARACTER)
+                        }
+                        None => char::REPLACEMENT_CHARACTER,
+                    }
+                } else {
+                    char::from_u32(first).unwrap_or(char::REPLACEMENT_CHARACTER)
+                }
+            }
+            other => char::from(other),
+        };
+        out.push(unit);
+    }
+    out
+}
+
+/// A scanner over one JSON value, with the messages of Go's `encoding/json` scanner.
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn skip_space(&mut self) {
+        while self.peek().is_some_and(is_space) {
+            self.i += 1;
+        }
+    }
+
+    /// The next byte that is not white space, or `unexpected EOF`.
+    fn next_token(&mut self) -> Result<u8, String> {
+        self.skip_space();
+        self.peek().ok_or_else(|| UNEXPECTED_EOF.to_owned())
+    }
+
+    fn invalid(c: u8, context: &str) -> String {
+        format!("invalid character {} {context}", quote_char(c))
+    }
+
+    fn value(&mut self) -> Result<Json<'a>, String> {
+        match self.next_token()? {
+            b'{' => self.object(),
+            b'[' => self.array(),
+            b'"' => self.string().map(Json::String),
+            b'-' | b'0'..=b'9' => self.number(),
+            b't' => self.literal("true").map(|()| Json::Bool(true)),
+            b'f' => self.literal("false").map(|()| Json::Bool(false)),
+            b'n' => self.literal("null").map(|()| Json::Null),
+            c => Err(Self::invalid(c, "looking for beginning of value")),
+        }
+    }
+
+    fn object(&mut self) -> Result<Json<'a>, String> {
+        self.i += 1;
+        let mut members = Vec::new();
+        if self.next_token()? == b'}' {
+            self.i += 1;
+            return Ok(Json::Object(members));
+        }
+        loop {
+            let key = match self.next_token()? {
+                b'"' => self.string()?,
+                c => {
+                    return Err(Self::invalid(
+                        c,
+                        "looking for beginning of object key string",
+                    ));
+                }
+            };
+            match self.next_token()? {
+                b':' => self.i += 1,
+                c => return Err(Self::invalid(c, "after object key")),
+            }
+            members.push((key, self.value()?));
+            match self.next_token()? {
+                b',' => self.i += 1,
+                b'}' => {
+                    self.i += 1;
+                    return Ok(Json::Object(members));
+                }
+                c => return Err(Self::invalid(c, "after object key:value pair")),
+            }
+        }
+    }
+
+    fn array(&mut self) -> Result<Json<'a>, String> {
+        self.i += 1;
+        let mut items = Vec::new();
+        if self.next_token()? == b']' {
+            self.i += 1;
+            return Ok(Json::Array(items));
+        }
+        loop {
+            items.push(self.value()?);
+            match self.next_token()? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    return Ok(Json::Array(items));
+                }
+                c => return Err(Self::invalid(c, "after array element")),
+            }
+        }
+    }
+
+    /// Takes the next byte, or fails with `unexpected EOF`.
+    fn take(&mut self) -> Result<u8, String> {
+        let c = self.peek().ok_or_else(|| UNEXPECTED_EOF.to_owned())?;
+        self.i += 1;
+        Ok(c)
+    }
+
+    /// A string, unquoted as Go unquotes it.
+    fn string(&mut self) -> Result<String, String> {
+        self.i += 1;
+        let start = self.i;
+        loop {
+            match self.take()? {
+                b'"' => return Ok(unquote(&self.b[start..self.i - 1])),
+                b'\\' => match self.take()? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                    b'u' => {
+                        for _ in 0..4 {
+                            let c = self.take()?;
+                            if !c.is_ascii_hexdigit() {
+                                return Err(Self::invalid(
+                                    c,
+                                    "in \\u hexadecimal character escape",
+                                ));
+                            }
+                        }
+                    }
+                    c => return Err(Self::invalid(c, "in string escape code")),
+                },
+                c if c < 0x20 => return Err(Self::invalid(c, "in string literal")),
+                _ => {}
+            }
+        }
+    }
+
+    fn digits(&mut self) {
+        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+            self.i += 1;
+        }
+    }
+
+    /// A number; what ends it is for the enclosing value to judge.
+    fn number(&mut self) -> Result<Json<'a>, String> {
+        let start = self.i;
+        if self.peek() == Some(b'-') {
+            self.i += 1;
+            match self.take()? {
+                b'0'..=b'9' => self.i -= 1,
+                c => return Err(Self::invalid(c, "in numeric literal")),
+            }
+        }
+        if self.take()? != b'0' {
+            self.digits();
+        }
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            match self.take()? {
+                b'0'..=b'9' => self.digits(),
+                c => return Err(Self::invalid(c, "after decimal point in numeric literal")),
+            }
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.i += 1;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                self.i += 1;
+            }
+            match self.take()? {
+                b'0'..=b'9' => self.digits(),
+                c => return Err(Self::invalid(c, "in exponent of numeric literal")),
+            }
+        }
+        Ok(Json::Number(&self.b[start..self.i]))
+    }
+
+    fn literal(&mut self, word: &str) -> Result<(), String> {
+        self.i += 1;
+        for expected in word.bytes().skip(1) {
+            let c = self.take()?;
+            if c != expected {
+                return Err(Self::invalid(
+                    c,
+                    &format!("in literal {word} (expecting {})", quote_char(expected)),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, PartialEq, serde::Deserialize, Default)]
+    #[serde(default)]
+    struct Payload {
+        action: String,
+        services: Vec<String>,
+        small: u8,
+    }
+
+    impl GoPayload for Payload {
+        const GO: GoType = GoType::Struct(&GoStruct {
+            name: "",
+            fields: &[
+                GoField::new("Action", "action", STRING),
+                GoField::new("Services", "services", STRINGS),
+                GoField::omitempty("Small", "small", INT),
+            ],
+        });
+    }
+
+    fn error(body: &str) -> String {
+        decode::<Payload>(body.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn syntax_errors_are_worded_as_go_words_them() {
+        // Each as Go 1.23's json.Decoder reports it.
+        let cases = [
+            ("", "EOF"),
+            (" \n\t", "EOF"),
+            ("{\"action\": \"sta", "unexpected EOF"),
+            ("{", "unexpected EOF"),
+            (
+                "{not json}",
+                "invalid character 'n' looking for beginning of object key string",
+            ),
+            ("{\"a\" 1}", "invalid character '1' after object key"),
+            (
+                "{\"a\": 1 \"b\"}",
+                "invalid character '\"' after object key:value pair",
+            ),
+            (
+                "{\"a\": 1,}",
+                "invalid character '}' looking for beginning of object key string",
+            ),
+            (
+                "{\"a\": [1 2]}",
+                "invalid character '2' after array element",
+            ),
+            (
+                "{\"a\": [1,]}",
+                "invalid character ']' looking for beginning of value",
+            ),
+            (
+                "{\"a\": tru}",
+                "invalid character '}' in literal true (expecting 'e')",
+            ),
+            ("{\"a\": nul", "unexpected EOF"),
+            ("{\"a\": -x}", "invalid character 'x' in numeric literal"),
+            (
+                "{\"a\": 1.x}",
+                "invalid character 'x' after decimal point in numeric literal",
+            ),
+            (
+                "{\"a\": 1ex}",
+                "invalid character 'x' in exponent of numeric literal",
+            ),
+            (
+                "{\"a\": \"\\q\"}",
+                "invalid character 'q' in string escape code",
+            ),
+            (
+                "{\"a\": \"\\u12x4\"}",
+                "invalid character 'x' in \\u hexadecimal character escape",
+            ),
+            (
+                "{\"a\": \"\n\"}",
+                "invalid character '\\n' in string literal",
+            ),
+            (
+                "'x'",
+                "invalid character '\\'' looking for beginning of value",
+            ),
+            ("x", "invalid character 'x' looking for beginning of value"),
+            (
+                "\u{e9}",
+                "invalid character '\u{c3}' looking for beginning of value",
+            ),
+            (
+                "\u{1}",
+                "invalid character '\\x01' looking for beginning of value",
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(error(body), want, "{body:?}");
+        }
+    }
+
+    #[test]
+    fn the_first_value_is_decoded_and_what_follows_is_ignored() {
+        let want = Payload {
+            action: "stop".into(),
+            services: vec!["a".into()],
+            small: 0,
+        };
+        for body in [
+            r#"{"action": "stop", "services": ["a"]}"#,
+            r#"{"action": "stop", "services": ["a"]} trailing"#,
+            r#"  {"action": "stop", "services": ["a"]}{"action": "start"}"#,
+        ] {
+            assert_eq!(
+                decode::<Payload>(body.as_bytes()),
+                Ok(want.clone()),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn null_is_the_empty_payload() {
+        assert_eq!(decode::<Payload>(b"null"), Ok(Payload::default()));
+        assert_eq!(decode::<Payload>(b" null x"), Ok(Payload::default()));
+    }
+
+    #[test]
+    fn the_first_type_error_in_the_text_is_reported_after_any_syntax_error() {
+        assert_eq!(
+            error(r#"{"services": [1], "action": 5}"#),
+            "json: cannot unmarshal number into Go struct field .services of type string"
+        );
+        assert_eq!(
+            error(r#"{"action": 5, "services": [1}"#),
+            "invalid character '}' after array element"
+        );
+        assert_eq!(
+            error("[]"),
+            "json: cannot unmarshal array into Go value of type struct { Action string \
+             \"json:\\\"action\\\"\"; Services []string \"json:\\\"services\\\"\"; \
+             Small int \"json:\\\"small,omitempty\\\"\" }"
+        );
+    }
+
+    #[test]
+    fn serde_speaks_only_where_go_would_have_accepted() {
+        // Go's int takes 300; the payload's u8 does not.
+        assert!(
+            error(r#"{"small": 300}"#).starts_with("invalid value: integer `300`"),
+            "{}",
+            error(r#"{"small": 300}"#)
+        );
+    }
+}
