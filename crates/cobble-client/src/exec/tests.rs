@@ -71,7 +71,7 @@ async fn websocket(
     upgrade: WebSocketUpgrade,
 ) -> Response {
     if task != "2" || !["control", "stdio", "stderr"].contains(&name.as_str()) {
-        return envelope_error(StatusCode::NOT_FOUND, "cannot find task with id \"x\"");
+        return envelope_error(StatusCode::NOT_FOUND, "cannot find task \"x\"");
     }
     fake.opened.lock().unwrap().push(name.clone());
     upgrade.on_upgrade(move |socket| async move {
@@ -311,7 +311,7 @@ async fn a_refused_handshake_names_the_websocket_and_the_reason() {
     };
     assert_eq!(
         err.to_string(),
-        "cannot connect to \"stdio\" websocket: cannot find task with id \"x\""
+        "cannot connect to \"stdio\" websocket: cannot find task \"x\""
     );
 }
 

@@ -66,10 +66,17 @@ pub async fn get_task_websocket(
     let claim = match api.exec.connect(&task_id, &websocket) {
         Ok(claim) => claim,
         Err(e) => {
-            // A websocket client may show only "bad handshake"; the log says why.
-            tracing::info!("Websocket {task_id}: {e}");
+            // A websocket client may show only "bad handshake"; the log says why, in
+            // Pebble's words.
+            match &e {
+                ConnectError::NoTask(_) => tracing::info!("Websocket: {e}"),
+                ConnectError::NoWebsocket { websocket, .. } => {
+                    tracing::info!("Websocket {task_id}: cannot find {websocket} websocket")
+                }
+                _ => tracing::info!("Websocket {task_id}: {e}"),
+            }
             return match e {
-                ConnectError::NoTask(_) | ConnectError::NoWebsocket(_) => {
+                ConnectError::NoTask(_) | ConnectError::NoWebsocket { .. } => {
                     Err(ApiError::new(StatusCode::NOT_FOUND, e.to_string()))
                 }
                 ConnectError::NoWebsockets(_) => Err(ApiError::bad_request(e.to_string())),

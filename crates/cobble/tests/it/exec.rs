@@ -241,11 +241,17 @@ fn stderr_shares_stdio_unless_split_and_its_websocket_is_then_404() {
         assert_eq!(refused(&daemon, &exec.task, "stderr").await, 404);
         assert_eq!(
             get_error(&daemon, &exec.task, "stderr").await,
-            (404, "cannot find websocket with id \"stderr\"".to_owned())
+            (
+                404,
+                format!("cannot find stderr websocket for task \"{}\"", exec.task)
+            )
         );
         assert_eq!(
             get_error(&daemon, &exec.task, "stdout").await,
-            (404, "cannot find websocket with id \"stdout\"".to_owned())
+            (
+                404,
+                format!("cannot find stdout websocket for task \"{}\"", exec.task)
+            )
         );
         let mut stdio = connect(&daemon, &exec.task, "stdio").await.unwrap();
         assert_eq!(read_to_end(&mut stdio).await, b"out\nerr\n");
@@ -289,7 +295,7 @@ fn unknown_tasks_and_tasks_of_other_kinds_have_no_websockets() {
     rt().block_on(async {
         assert_eq!(
             get_error(&daemon, "999", "stdio").await,
-            (404, "cannot find task with id \"999\"".to_owned())
+            (404, "cannot find task \"999\"".to_owned())
         );
         assert_eq!(refused(&daemon, "999", "stdio").await, 404);
         // Task 1 starts the service.

@@ -99,14 +99,14 @@ pub struct Started {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConnectError {
     /// No task has this ID (404).
-    #[error("cannot find task with id {}", go_quote(.0))]
+    #[error("cannot find task {}", go_quote(.0))]
     NoTask(String),
     /// The task is not an exec (400).
     #[error("{} tasks do not have websockets", go_quote(.0))]
     NoWebsockets(String),
     /// The execution has no such websocket, such as `stderr` when stderr is not split (404).
-    #[error("cannot find websocket with id {}", go_quote(.0))]
-    NoWebsocket(String),
+    #[error("cannot find {websocket} websocket for task {}", go_quote(.task))]
+    NoWebsocket { websocket: String, task: String },
     /// The websocket is already connected (500).
     #[error("cannot connect to websocket {}: websocket {} already connected", go_quote(.0), go_quote(.0))]
     AlreadyConnected(String),
@@ -283,7 +283,10 @@ impl ExecManager {
         };
         let channel = Channel::parse(websocket)
             .filter(|&c| c != Channel::Stderr || slots.split_stderr)
-            .ok_or_else(|| ConnectError::NoWebsocket(websocket.to_owned()))?;
+            .ok_or_else(|| ConnectError::NoWebsocket {
+                websocket: websocket.to_owned(),
+                task: task_id.to_owned(),
+            })?;
         {
             let mut taken = lock(&slots.taken);
             if taken[channel.index()] {
