@@ -573,7 +573,9 @@ impl Actor {
         });
     }
 
-    /// Stops `name` if it runs; its failures stay on record. Returns whether it was running.
+    /// Stops `name` if it runs; its counters stay on record, and it is listed with the
+    /// plan's configuration (which a check disabled while running did not run), as in Pebble.
+    /// Returns whether it was running.
     fn stop_runner(&mut self, name: &str) -> bool {
         let generation = self.generation();
         let Some(entry) = self.entries.get_mut(name) else {
@@ -584,8 +586,12 @@ impl Actor {
             running.cancel.cancel();
         }
         if was_running {
+            let config = entry.config.clone();
             self.shared.publisher.send_modify(|s| {
                 if let Some(view) = s.checks.get_mut(name) {
+                    view.level = config.level;
+                    view.startup_enabled = config.is_enabled();
+                    view.threshold = config.threshold();
                     view.status = CheckStatus::Inactive;
                     view.change_id = None;
                     view.generation = generation;

@@ -661,11 +661,16 @@ async fn a_check_disabled_while_running_runs_the_plans_configuration_once_starte
     // A later plan change with the same configuration leaves it running too.
     h.plan.send(plan(vec![merged])).unwrap();
     assert_eq!(h.view("chk").await.change_id, running);
-    // Stopped and started, it runs the plan's configuration.
+    // Stopped, it lists the plan's configuration, with its counters kept; started, it runs it.
     h.manager
         .act(CheckAction::Stop, vec!["chk".into()])
         .await
         .unwrap();
+    let view = h.view("chk").await;
+    assert_eq!(
+        (view.level, view.threshold, view.startup_enabled, view.status),
+        (CheckLevel::Ready, 2, false, CheckStatus::Inactive)
+    );
     h.manager
         .act(CheckAction::Start, vec!["chk".into()])
         .await
