@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use cobble_client::Method;
 
-use crate::fixture::{Daemon, Test, raw, wait_for};
+use crate::fixture::{Daemon, Test, act, raw, wait_for};
 
 /// One service that autostarts, one that does not.
 pub const TWO_SLEEPERS: &str = "\
@@ -174,6 +174,27 @@ fn autostart_starts_enabled_services() {
     let daemon = Daemon::hold(&[("001-base", TWO_SLEEPERS)]);
     Test::daemon(&daemon).args(&["autostart"]).run();
     assert_eq!(current(&daemon, "srv1"), "active");
+}
+
+#[test]
+fn autostart_names_its_change_after_the_first_service_it_starts() {
+    // As Pebble's do: the enabled services and those they require, in start order.
+    let layer = "\
+services:
+  web:
+    override: replace
+    command: sleep 1000
+    startup: enabled
+    requires: [db]
+    after: [db]
+  db:
+    override: replace
+    command: sleep 1000
+";
+    let daemon = Daemon::hold(&[("001-base", layer)]);
+    let change = act(&daemon, "autostart", &[]);
+    assert_eq!(change.summary, "Autostart service \"db\" and 1 more");
+    assert_eq!(current(&daemon, "db"), "active");
 }
 
 #[test]

@@ -202,16 +202,21 @@ impl ServiceChanges {
     ) -> Result<Pending, ActionError> {
         let plan = self.plan.borrow().clone();
         let mut names = names;
+        let cannot = |error| ActionError::Order { action, error };
         match action {
             ServiceChange::Replan | ServiceChange::Autostart if !names.is_empty() => {
                 return Err(ActionError::NamesNotAccepted(action));
             }
             ServiceChange::Replan => {}
             ServiceChange::Autostart => {
-                names = plan.default_services();
-                if names.is_empty() {
+                // Pebble's default services: the enabled ones and those they require, in
+                // start order. The first names the change.
+                let enabled = plan.default_services();
+                if enabled.is_empty() {
                     return Err(ActionError::NoDefaultServices);
                 }
+                let lanes = plan.lanes(&plan.start_order(&enabled).map_err(cannot)?);
+                names = lanes.into_iter().flatten().collect();
             }
             ServiceChange::Start | ServiceChange::Stop | ServiceChange::Restart => {
                 if names.is_empty() {
@@ -219,7 +224,6 @@ impl ServiceChanges {
                 }
             }
         }
-        let cannot = |error| ActionError::Order { action, error };
         let (stop_lanes, start_lanes) = match action {
             ServiceChange::Start | ServiceChange::Autostart => (
                 Vec::new(),
