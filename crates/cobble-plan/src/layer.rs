@@ -58,10 +58,11 @@ impl Layer {
     /// Errors name the layer, and for YAML problems the section and line. `override` is not
     /// required here: its absence is reported when the layer is combined into a plan.
     pub fn parse(order: u64, label: &str, yaml: &str) -> Result<Layer, PlanError> {
+        let doc = decode(label, yaml)?;
+        // Pebble validates the label once the YAML is read, so a YAML error comes first.
         if label.starts_with("pebble-") {
             return Err(PlanError::ReservedLabelPrefix);
         }
-        let doc = decode(label, yaml)?;
         let mut layer = Layer {
             order,
             label: label.to_owned(),

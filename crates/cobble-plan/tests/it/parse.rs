@@ -416,6 +416,9 @@ fn reserved_label_prefix_is_rejected() {
         err.to_string(),
         "cannot use reserved label prefix \"pebble-\""
     );
+    // The YAML is read first, as Pebble reads it.
+    let err = Layer::parse(0, "pebble-foo", "services: [").unwrap_err();
+    assert!(matches!(err, PlanError::Parse { .. }), "{err}");
 }
 
 #[test]
