@@ -79,6 +79,17 @@ pub enum AtomicError {
     },
 }
 
+/// `rename(2)` as Go's `os.Rename` does it: a target that is a directory is refused with
+/// `EEXIST` ("file exists") before the kernel is asked, which would say `EISDIR`.
+fn go_rename(old: &Path, new: &Path) -> io::Result<()> {
+    const EEXIST: i32 = 17;
+    if std::fs::symlink_metadata(new).is_ok_and(|m| m.is_dir()) {
+        std::fs::symlink_metadata(old)?;
+        return Err(io::Error::from_raw_os_error(EEXIST));
+    }
+    std::fs::rename(old, new)
+}
+
 impl AtomicError {
     pub(crate) fn path(op: &'static str, path: &Path, source: io::Error) -> AtomicError {
         AtomicError::Path {
@@ -297,7 +308,7 @@ impl AtomicFile {
             self.link(&file)?;
         }
         drop(file);
-        std::fs::rename(&self.temp, &self.target).map_err(|e| AtomicError::Rename {
+        go_rename(&self.temp, &self.target).map_err(|e| AtomicError::Rename {
             old: self.shown(),
             new: self.target.clone(),
             source: e,
@@ -315,7 +326,7 @@ impl AtomicFile {
 impl AtomicFile {
     /// The temporary file as errors name it: beside the target, where Pebble keeps its own,
     /// whether or not it was staged elsewhere, so that clients matching Pebble's words
-    /// (`rename /etc/app.conf.123~ /etc/app.conf: is a directory`) see them.
+    /// (`rename /etc/app.conf.123~ /etc/app.conf: file exists`) see them.
     fn shown(&self) -> PathBuf {
         beside(&self.target, &self.temp)
     }
@@ -591,7 +602,7 @@ mod tests {
         file.write(b"new").unwrap();
         let err = file.commit().unwrap_err().to_string();
         let prefix = format!("rename {}.", dir.display());
-        let suffix = format!("~ {}: is a directory", dir.display());
+        let suffix = format!("~ {}: file exists", dir.display());
         assert!(err.starts_with(&prefix) && err.ends_with(&suffix), "{err}");
         assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
         // A staging directory elsewhere, or none, leaves the file beside its target.
