@@ -3,7 +3,8 @@
 //!
 //! The first probe runs one full period after the check starts (Pebble's ticker), so a new
 //! check reports `up` with no successes. A tick missed because a probe ran long is taken at
-//! once and the schedule continues on the original grid, like Go's ticker. The runner ends
+//! once and the schedule continues on the original grid, like Go's ticker; each perform or
+//! recover change starts a grid of its own, as each of Pebble's tasks does. The runner ends
 //! when its cancel token fires (stop, plan change) or when a client aborts its change; either
 //! way its current task is marked done.
 
@@ -118,6 +119,9 @@ impl Runner {
             self.record(&result);
             if self.change_id != change_before {
                 abort = self.shared.store.abort_token(self.change_id);
+                // Each change runs its own ticker in Pebble: the first probe of a recover
+                // (or a new perform) change is a full period after it starts.
+                ticker.reset();
             }
             if let Some(request) = refresh {
                 let _ = request.reply.send((self.view(), result.err()));

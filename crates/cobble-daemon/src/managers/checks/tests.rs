@@ -22,6 +22,8 @@ enum Outcome {
     Fail(&'static str, &'static str),
     /// Never finishes (so the check's timeout decides).
     Hang,
+    /// Fails after this many seconds.
+    SlowFail(u64),
 }
 
 #[derive(Default)]
@@ -60,6 +62,13 @@ impl Checker for Scripted {
                     details: details.into(),
                 }),
                 Outcome::Hang => std::future::pending().await,
+                Outcome::SlowFail(secs) => {
+                    tokio::time::sleep(Duration::from_secs(secs)).await;
+                    Err(CheckError {
+                        message: "slow".into(),
+                        details: String::new(),
+                    })
+                }
             }
         })
     }
@@ -210,6 +219,23 @@ async fn first_run_is_one_period_after_start_and_successes_leave_no_record() {
     let view = h.view("chk").await;
     assert_eq!((view.successes, view.success_count), (3, 3));
     assert!(h.change(view.change_id).tasks[0].log.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recover_change_probes_a_full_period_after_it_starts() {
+    // Pebble's recover task runs a ticker of its own: a probe that took 2 s to fail
+    // moves the next one to 2 s past the perform change's grid.
+    let mut config = check("chk");
+    config.threshold = 1;
+    let h = Harness::new(vec![config]);
+    h.set("chk", Outcome::SlowFail(2));
+    pass(12.1).await;
+    let view = h.view("chk").await;
+    assert_eq!(h.change(view.change_id).kind, "recover-check");
+    pass(9.8).await;
+    assert_eq!(h.runs("chk"), 1);
+    pass(0.2).await;
+    assert_eq!(h.runs("chk"), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -668,7 +694,12 @@ async fn a_check_disabled_while_running_runs_the_plans_configuration_once_starte
         .unwrap();
     let view = h.view("chk").await;
     assert_eq!(
-        (view.level, view.threshold, view.startup_enabled, view.status),
+        (
+            view.level,
+            view.threshold,
+            view.startup_enabled,
+            view.status
+        ),
         (CheckLevel::Ready, 2, false, CheckStatus::Inactive)
     );
     h.manager
