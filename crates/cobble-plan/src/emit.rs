@@ -350,6 +350,33 @@ fn reads_as_other_type(s: &str) -> bool {
         || base60_float(s)
 }
 
+/// The tag yaml.v3 resolves a plain scalar to: `!!null`, `!!bool`, `!!int`, `!!float`,
+/// `!!timestamp`, `!!merge` or `!!str`. YAML 1.1's `yes` and `on` are strings here; yaml.v3
+/// reads them as bools only into a bool.
+pub(crate) fn resolve(s: &str) -> &'static str {
+    match s {
+        "" | "~" | "null" | "Null" | "NULL" => return "!!null",
+        "true" | "True" | "TRUE" | "false" | "False" | "FALSE" => return "!!bool",
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" | "-.inf" | "-.Inf" | "-.INF"
+        | ".nan" | ".NaN" | ".NAN" => return "!!float",
+        "<<" => return "!!merge",
+        _ => {}
+    }
+    if !matches!(s.as_bytes().first(), Some(b'0'..=b'9' | b'+' | b'-' | b'.')) {
+        return "!!str";
+    }
+    let number = s.replace('_', "");
+    if looks_like_timestamp(s) {
+        "!!timestamp"
+    } else if go_int(&number) {
+        "!!int"
+    } else if yaml_float(&number) && number.parse::<f64>().is_ok_and(f64::is_finite) {
+        "!!float"
+    } else {
+        "!!str"
+    }
+}
+
 /// A timestamp in one of yaml.v3's layouts: `2006-1-2`, then optionally `T15:4:5` (or `t`)
 /// with a fraction and a zone (`Z`, `+07:00`), or ` 15:4:5` with a fraction.
 fn looks_like_timestamp(s: &str) -> bool {

@@ -58,7 +58,7 @@ impl Layer {
     /// Errors name the layer, and for YAML problems the section and line. `override` is not
     /// required here: its absence is reported when the layer is combined into a plan.
     pub fn parse(order: u64, label: &str, yaml: &str) -> Result<Layer, PlanError> {
-        let doc = decode(label, yaml)?;
+        let doc = decode(label, yaml, Words::Pebble)?;
         // Pebble validates the label once the YAML is read, so a YAML error comes first.
         if label.starts_with("pebble-") {
             return Err(PlanError::ReservedLabelPrefix);
@@ -493,23 +493,49 @@ fn options() -> serde_saphyr::Options {
     }
 }
 
-fn decode(label: &str, yaml: &str) -> Result<LayerDoc, PlanError> {
+/// Whose words a refused layer is reported in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Words {
+    /// Pebble's, wherever Pebble would have refused it too (see [`crate::pebble_errors`]).
+    Pebble,
+    /// cobble's own reader's, which list the fields it knows.
+    Cobble,
+}
+
+impl Layer {
+    /// Why cobble's own reader refuses `yaml`, in its words: an unknown field's refusal lists
+    /// the fields known there. For the test that checks every field is documented.
+    #[doc(hidden)]
+    pub fn own_refusal(yaml: &str) -> Option<String> {
+        decode("probe", yaml, Words::Cobble)
+            .err()
+            .map(|e| e.to_string())
+    }
+}
+
+fn decode(label: &str, yaml: &str, words: Words) -> Result<LayerDoc, PlanError> {
     // Most layers are plain block YAML, which the quick reader takes at a fraction of the
     // cost; it declines anything else, and errors always come from the full parser.
     let quick = Progress::default();
     if let Some(doc) = simple_yaml::deserialize(yaml, LayerSeed(&quick), options) {
         return Ok(doc);
     }
-    decode_fully(label, yaml)
+    decode_fully(label, yaml, words)
 }
 
 /// [`decode`] with the full YAML library.
-fn decode_fully(label: &str, yaml: &str) -> Result<LayerDoc, PlanError> {
+fn decode_fully(label: &str, yaml: &str, words: Words) -> Result<LayerDoc, PlanError> {
     let progress = Progress::default();
     let result = serde_saphyr::with_deserializer_from_str_with_options(yaml, options(), |de| {
         LayerSeed(&progress).deserialize(de)
     });
     result.map_err(|error| {
+        // Where Pebble would have refused the layer too, its words.
+        if words == Words::Pebble
+            && let Some(error) = crate::pebble_errors::layer_error(label, yaml)
+        {
+            return error;
+        }
         if let Some(section) = progress.unknown_section.take() {
             return PlanError::UnknownSection {
                 label: label.to_owned(),
@@ -1016,7 +1042,7 @@ mod tests {
                 continue;
             };
             read += 1;
-            match decode_fully("test", &yaml) {
+            match decode_fully("test", &yaml, Words::Cobble) {
                 Ok(full) => assert_eq!(
                     format!("{quick:?}"),
                     format!("{full:?}"),
@@ -1050,7 +1076,7 @@ mod tests {
         assert_eq!(quick.services.len(), 100);
         assert_eq!(
             format!("{quick:?}"),
-            format!("{:?}", decode_fully("many", &yaml).unwrap())
+            format!("{:?}", decode_fully("many", &yaml, Words::Cobble).unwrap())
         );
     }
 }

@@ -62,6 +62,7 @@ mod layers_dir;
 mod limits;
 mod log_target;
 mod order;
+mod pebble_errors;
 mod plan;
 mod service;
 mod shell;

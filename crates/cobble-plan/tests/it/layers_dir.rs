@@ -161,7 +161,7 @@ fn parse_and_validation_errors_surface() {
     let err = Plan::load_dir(dir.path()).unwrap_err();
     assert!(
         err.to_string().starts_with(
-            "cannot parse layer \"base\" section \"services\": line 3: unknown field `comand`"
+            "cannot parse layer \"base\" section \"services\": yaml: unmarshal errors:\n  line 2: field comand not found in type plan.Service"
         ),
         "{err}"
     );

@@ -87,9 +87,7 @@ const PROBE: &str = "zz-not-a-field";
 /// (`unknown field ..., expected one of a, b, c`); `None` when the place is not a mapping
 /// of fields.
 fn fields_at(yaml: &str) -> Option<Vec<String>> {
-    let err = cobble_plan::Layer::parse(1, "probe", yaml)
-        .err()?
-        .to_string();
+    let err = cobble_plan::Layer::own_refusal(yaml)?;
     let (_, list) = err.split_once(&format!("unknown field `{PROBE}`, expected one of "))?;
     Some(list.split(", ").map(|f| f.trim().to_owned()).collect())
 }
