@@ -166,15 +166,37 @@ async fn write_parts(
         .collect();
 
     let mut outcomes: HashMap<String, Result<(), FileError>> = HashMap::new();
+    // Whether the body ended inside the last part.
+    let mut cut_short = false;
     for index in 0.. {
         let mut field = match multipart.next_field().await {
             Ok(Some(field)) => field,
             Ok(None) => break,
             Err(e) => {
-                return Err(format!(
-                    "cannot read file part {index}: {}",
-                    multer_text(&e)
-                ));
+                let ended = matches!(
+                    e,
+                    multer::Error::IncompleteStream
+                        | multer::Error::IncompleteFieldData { .. }
+                        | multer::Error::IncompleteHeaders
+                );
+                match (ended, cut_short) {
+                    // Go's `NextPart` after a part cut short finds the end where the next
+                    // boundary should be.
+                    (true, true) => {
+                        return Err(format!(
+                            "cannot read file part {index}: multipart: NextPart: EOF"
+                        ));
+                    }
+                    // A body that ends after a boundary, or in a part's headers, has no
+                    // more parts for Go's reader.
+                    (true, false) => break,
+                    (false, _) => {
+                        return Err(format!(
+                            "cannot read file part {index}: {}",
+                            multer_text(&e)
+                        ));
+                    }
+                }
             }
         };
         let name = form_name(content_disposition(&field));
@@ -192,7 +214,8 @@ async fn write_parts(
             ));
         };
         tracing::debug!("Pushing file {path}");
-        let outcome = write_file((*item).clone(), staging, &mut field).await;
+        let (outcome, ended) = write_file((*item).clone(), staging, &mut field).await;
+        cut_short = ended;
         outcomes.insert(path, outcome);
     }
 
@@ -242,12 +265,13 @@ enum Chunk {
     Commit,
 }
 
-/// Streams one `files` part into [`write_blocking`] on the blocking pool.
+/// Streams one `files` part into [`write_blocking`] on the blocking pool. Also says whether
+/// the body ended inside the part.
 async fn write_file(
     item: WriteFilesItem,
     staging: Option<&Path>,
     field: &mut multer::Field<'_>,
-) -> Result<(), FileError> {
+) -> (Result<(), FileError>, bool) {
     let (tx, rx) = mpsc::channel(QUEUED_BATCHES);
     let staging = staging.map(Path::to_owned);
     let writer = tokio::task::spawn_blocking(move || write_blocking(&item, staging.as_deref(), rx));
@@ -287,10 +311,12 @@ async fn write_file(
     let outcome = writer
         .await
         .unwrap_or_else(|e| Err(FileError::Generic(format!("cannot write file: {e}"))));
-    match (outcome, body_error) {
+    let cut_short = body_error.is_some();
+    let outcome = match (outcome, body_error) {
         (Err(FileError::Interrupted), Some(text)) => Err(FileError::Generic(text)),
         (outcome, _) => outcome,
-    }
+    };
+    (outcome, cut_short)
 }
 
 /// Pebble's `writeFile`, fed from a channel: checks, parents, then an atomic write.
@@ -408,9 +434,39 @@ mod tests {
         )
         .await
         .unwrap_err();
-        assert!(err.starts_with("cannot read file part 1: "), "{err}");
+        assert_eq!(err, "cannot read file part 1: multipart: NextPart: EOF");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
         assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_body_that_ends_after_a_boundary_or_in_headers_has_no_more_parts() {
+        // As Go's reader: a complete part stands, and a part whose headers the body cuts
+        // is no part at all.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f").display().to_string();
+        let ended_after_boundary = body(&path, "new", &format!("\r\n--{BOUNDARY}\r\n"));
+        let results = write_multipart(stream_of(ended_after_boundary), BOUNDARY, None, |_| {})
+            .await
+            .unwrap();
+        assert_eq!(results[0].error, None);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+
+        let meta = format!(
+            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n\
+             {{\"action\":\"write\",\"files\":[{{\"path\":\"{path}2\"}}]}}\r\n--{BOUNDARY}\r\n"
+        );
+        for cut in [meta.clone(), format!("{meta}Content-Disposition: form-da")] {
+            let cut: &'static [u8] = Box::leak(cut.into_bytes().into_boxed_slice());
+            let results = write_multipart(stream_of(cut), BOUNDARY, None, |_| {})
+                .await
+                .unwrap();
+            let error = results[0].error.as_ref().unwrap();
+            assert_eq!(
+                error.message,
+                format!("no file content for path \"{path}2\"")
+            );
+        }
     }
 
     #[tokio::test]
