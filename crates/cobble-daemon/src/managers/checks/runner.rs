@@ -4,7 +4,8 @@
 //! The first probe runs one full period after the check starts (Pebble's ticker), so a new
 //! check reports `up` with no successes. A tick missed because a probe ran long is taken at
 //! once and the schedule continues on the original grid, like Go's ticker; each perform or
-//! recover change starts a grid of its own, as each of Pebble's tasks does. The runner ends
+//! recover change starts a grid of its own, as each of Pebble's tasks does, and a refresh
+//! starts the period again. The runner ends
 //! when its cancel token fires (stop, plan change) or when a client aborts its change; either
 //! way its current task is marked done.
 
@@ -104,7 +105,11 @@ impl Runner {
                     break;
                 }
                 _ = ticker.tick() => None,
-                Some(request) = refreshes.recv() => Some(request),
+                Some(request) = refreshes.recv() => {
+                    // A refresh starts the period again, as Pebble's resets its ticker.
+                    ticker.reset();
+                    Some(request)
+                }
             };
             let result = tokio::select! {
                 biased;

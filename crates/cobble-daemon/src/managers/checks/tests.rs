@@ -615,6 +615,19 @@ async fn refresh_runs_now_and_records_only_for_running_checks() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_refresh_starts_the_period_again() {
+    let h = Harness::new(vec![check("chk")]);
+    pass(6.0).await;
+    h.manager.refresh("chk").await.unwrap();
+    assert_eq!(h.runs("chk"), 1);
+    // Not at 10 s, where the check's first period ended, but 10 s after the refresh.
+    pass(9.8).await;
+    assert_eq!(h.runs("chk"), 1);
+    pass(0.4).await;
+    assert_eq!(h.runs("chk"), 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn aborting_the_change_stops_the_check() {
     let h = Harness::new(vec![check("chk")]);
     let change = h.view("chk").await.change_id.unwrap();
