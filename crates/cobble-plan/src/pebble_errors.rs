@@ -15,7 +15,9 @@
 
 use std::collections::HashMap;
 
-use granit_parser::{ErrorKind, Event, Parser, ScalarStyle, ScanError};
+// The event parser serde-saphyr reads with, as it exports it (a dependency of our own would
+// be built apart, with other symbol names, and cost the release layout).
+use serde_saphyr::granit_parser::{self, ErrorKind, Event, Parser, ScalarStyle, ScanError};
 
 use crate::duration::parse_duration;
 use crate::error::PlanError;

@@ -305,7 +305,7 @@ fn unknown_actions_are_rejected_in_pebbles_words() {
     );
 
     // An unknown action on a change is refused too.
-    let id = crate::fixture::act(&d, "start", &["srv2"]).id;
+    let id = act(&d, "start", &["srv2"]).id;
     let (status, text) = raw(
         &d,
         Method::POST,
