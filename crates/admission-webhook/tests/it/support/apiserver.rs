@@ -42,7 +42,9 @@ struct State {
     objects: Mutex<BTreeMap<(String, String), Value>>,
     resource_version: AtomicU64,
     fail_500: AtomicBool,
-    events: broadcast::Sender<String>,
+    /// Every event so far with its resource version, for watches that start from one.
+    history: Mutex<Vec<(u64, String)>>,
+    events: broadcast::Sender<(u64, String)>,
     lists: AtomicU64,
     watches: AtomicU64,
 }
@@ -69,6 +71,7 @@ impl FakeApiServer {
                 objects: Mutex::default(),
                 resource_version: AtomicU64::new(100),
                 fail_500: AtomicBool::new(false),
+                history: Mutex::default(),
                 events: broadcast::channel(1024).0,
                 lists: AtomicU64::new(0),
                 watches: AtomicU64::new(0),
@@ -147,6 +150,8 @@ impl FakeApiServer {
 
     /// Creates or replaces a PodDefault (an object with metadata.name and .namespace).
     pub fn put(&self, mut object: Value) {
+        // One change at a time, seen whole by lists and watches.
+        let mut history = self.state.history.lock().unwrap();
         let rv = self.state.resource_version.fetch_add(1, Ordering::SeqCst) + 1;
         object["apiVersion"] = json!("kubeflow.org/v1alpha1");
         object["kind"] = json!("PodDefault");
@@ -165,10 +170,9 @@ impl FakeApiServer {
             Some(_) => "MODIFIED",
             None => "ADDED",
         };
-        let _ = self
-            .state
-            .events
-            .send(json!({"type": kind, "object": object}).to_string());
+        let event = json!({"type": kind, "object": object}).to_string();
+        history.push((rv, event.clone()));
+        let _ = self.state.events.send((rv, event));
     }
 
     /// A kubeconfig that reaches this server with its CA and token.
@@ -246,7 +250,7 @@ async fn handle(request: Request<Incoming>, state: &State) -> Response<Body> {
         ),
         ["apis", "kubeflow.org", "v1alpha1", "poddefaults"] if query.contains("watch=true") => {
             state.watches.fetch_add(1, Ordering::SeqCst);
-            watch_stream(state)
+            watch_stream(state, &query)
         }
         ["apis", "kubeflow.org", "v1alpha1", "poddefaults"] => list(state, None),
         [
@@ -267,6 +271,7 @@ async fn handle(request: Request<Incoming>, state: &State) -> Response<Body> {
 
 fn list(state: &State, namespace: Option<&str>) -> Response<Body> {
     state.lists.fetch_add(1, Ordering::SeqCst);
+    let _consistent = state.history.lock().unwrap();
     // BTreeMap order is (namespace, name): by name within a namespace, as the API server.
     let items: Vec<Value> = state
         .objects
@@ -284,12 +289,31 @@ fn list(state: &State, namespace: Option<&str>) -> Response<Body> {
     )
 }
 
-fn watch_stream(state: &State) -> Response<Body> {
-    let events = state.events.subscribe();
-    let stream = futures_util::stream::unfold(events, |mut events| async move {
+/// A watch from the query's `resourceVersion`, as an API server streams one: the events after
+/// it that already happened, then each new one.
+fn watch_stream(state: &State, query: &str) -> Response<Body> {
+    let since: u64 = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("resourceVersion="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    let (past, events) = {
+        let history = state.history.lock().unwrap();
+        let past: Vec<String> = history
+            .iter()
+            .filter(|(rv, _)| *rv > since)
+            .map(|(_, event)| event.clone())
+            .collect();
+        (past, state.events.subscribe())
+    };
+    let past = futures_util::stream::iter(
+        past.into_iter()
+            .map(|line| Ok::<_, Infallible>(Frame::data(Bytes::from(line + "\n")))),
+    );
+    let live = futures_util::stream::unfold(events, |mut events| async move {
         loop {
             match events.recv().await {
-                Ok(line) => {
+                Ok((_, line)) => {
                     return Some((
                         Ok::<_, Infallible>(Frame::data(Bytes::from(line + "\n"))),
                         events,
@@ -300,6 +324,7 @@ fn watch_stream(state: &State) -> Response<Body> {
             }
         }
     });
+    let stream = futures_util::StreamExt::chain(past, live);
     let mut response = Response::new(StreamBody::new(stream).boxed());
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,

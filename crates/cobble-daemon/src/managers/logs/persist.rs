@@ -401,17 +401,6 @@ mod tests {
         }
     }
 
-    fn wait_for_lines(config: &PersistConfig, service: &str, count: usize) -> Vec<LogEntry> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            let entries = read_back(config, service, None, None);
-            if entries.len() >= count || std::time::Instant::now() > deadline {
-                return entries;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-    }
-
     #[test]
     fn lines_are_written_rotated_by_size_and_read_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -426,7 +415,11 @@ mod tests {
             );
         }
         // 100 lines of 42 bytes: 23 per file, the oldest rotated away.
-        let entries = wait_for_lines(&config, "svc", 100 - 23 * 2);
+        assert!(
+            files.flush(std::time::Duration::from_secs(30)),
+            "the writer never caught up"
+        );
+        let entries = read_back(&config, "svc", None, None);
         let names: Vec<String> = (0..=3)
             .filter(|k| config.path("svc", *k).exists())
             .map(|k| config.path("svc", k).display().to_string())
