@@ -84,6 +84,7 @@ pub(crate) use views::{listing, metrics};
 // The few items used outside the daemon: by the CLI (the demo clears a directory only
 // under the daemon's lock, and keeps its process registry), by the tests of the binary and
 // by the fuzzer.
+pub use api::routes as api_routes;
 pub use daemon::MANAGER_FAILED_EXIT_CODE;
 pub use files::write::write_multipart;
 pub use lock::{LOCK_FILE, LockError, lock as lock_dir};

@@ -128,7 +128,8 @@ fn drop_privileges() {
 
 /// Sends one request and checks the answer: in time, never a 5xx (but the two of Pebble's
 /// contract: `/v1/health`'s 502 for a failing check, and a change wait's 504 when its
-/// timeout passes), and an envelope whose `status-code` is the HTTP status.
+/// timeout passes), and an envelope whose `status-code` is the HTTP status (the metrics
+/// text and the lines of `/v1/logs` are not enveloped).
 fn request(h: &Harness, method: Method, path: &str, body: Option<Vec<u8>>) -> (u16, Value) {
     let what = format!("{method} {path}");
     let raw = crate::watchdog::guard("a daemon request", ANSWER + Duration::from_secs(5), || {
@@ -150,6 +151,15 @@ fn request(h: &Harness, method: Method, path: &str, body: Option<Vec<u8>>) -> (u
         String::from_utf8_lossy(&raw.body)
     );
     if path.starts_with("/v1/metrics") && status == 200 {
+        return (status, Value::Null);
+    }
+    // Logs are lines of JSON, one object per log line (none at all is no lines).
+    if path.starts_with("/v1/logs") && status == 200 {
+        for line in raw.body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let entry: Value = serde_json::from_slice(line)
+                .unwrap_or_else(|e| panic!("{what}: a log line that is not JSON ({e}): {line:?}"));
+            assert!(entry["service"].is_string(), "{what}: log line {entry}");
+        }
         return (status, Value::Null);
     }
     let envelope: Value = serde_json::from_slice(&raw.body).unwrap_or_else(|e| {
@@ -182,31 +192,42 @@ fn alive(h: &Harness) {
 // ---------------------------------------------------------------------------------------------
 // Request bodies
 
-const ENDPOINTS: &[(&str, &str)] = &[
-    ("POST", "/v1/services"),
-    ("POST", "/v1/layers"),
-    ("POST", "/v1/signals"),
-    ("POST", "/v1/checks"),
-    ("POST", "/v1/checks/refresh"),
-    ("POST", "/v1/changes/1"),
-    ("POST", "/v1/changes/{change}"),
-    ("POST", "/v1/exec"),
-    ("POST", "/v1/files"),
-    ("POST", "/v1/services/quick"),
-    ("GET", "/v1/system-info"),
-    ("GET", "/v1/health"),
-    ("GET", "/v1/checks"),
-    ("GET", "/v1/metrics"),
-    ("GET", "/v1/services"),
-    ("GET", "/v1/plan"),
-    ("GET", "/v1/changes"),
-    ("GET", "/v1/changes/{change}"),
-    ("GET", "/v1/changes/{change}/wait"),
-    ("GET", "/v1/files"),
-    ("GET", "/v1/tasks/1/websocket/control"),
+/// Requests no route takes, beside the router's own (see [`endpoints`]).
+const UNROUTED: &[(&str, &str)] = &[
     ("PUT", "/v1/services"),
     ("DELETE", "/v1/files"),
+    ("POST", "/v1/plan"),
+    ("GET", "/v1/nothing-here"),
 ];
+
+/// Every route of the daemon's router, as it lists them itself, and [`UNROUTED`].
+fn endpoints() -> &'static [(&'static str, &'static str)] {
+    static ENDPOINTS: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+    ENDPOINTS.get_or_init(|| {
+        let mut all = cobble_daemon::api_routes();
+        all.extend_from_slice(UNROUTED);
+        all
+    })
+}
+
+/// `path` with its parameters filled: a recent change, a service, a task's websocket.
+fn fill_path(u: &mut Unstructured<'_>, path: &str) -> arbitrary::Result<String> {
+    let mut path = path.replace(
+        "/v1/changes/{id}",
+        &format!("/v1/changes/{}", last_change()),
+    );
+    for (param, choices) in [
+        ("{id}", &["1", "2", "0", "x"][..]),
+        ("{name}", &["quick", "nope"][..]),
+        ("{task_id}", &["1", "2", "999"][..]),
+        ("{websocket}", &["control", "stdio", "stderr", "other"][..]),
+    ] {
+        if path.contains(param) {
+            path = path.replace(param, u.choose(choices)?);
+        }
+    }
+    Ok(path)
+}
 
 const KEYS: &[&str] = &[
     "action",
@@ -367,12 +388,9 @@ fn last_change() -> String {
 pub fn api_bodies(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
     let h = harness();
     for _ in 0..u.int_in_range(1..=4)? {
-        let (method, path) = *u.choose(ENDPOINTS)?;
+        let (method, path) = *u.choose(endpoints())?;
         let method = Method::from_bytes(method.as_bytes()).expect("a method");
-        let mut path = path.to_owned();
-        if path.contains("{change}") {
-            path = path.replace("{change}", &last_change());
-        }
+        let mut path = fill_path(u, path)?;
         let mut query = Vec::new();
         for _ in 0..u.int_in_range(0..=3)? {
             let key = *u.choose(KEYS)?;
@@ -390,10 +408,14 @@ pub fn api_bodies(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                 percent_encode(&value)
             ));
         }
-        // A wait without a bound would legitimately outlast the hang limit.
-        if path.ends_with("/wait") {
+        // A wait without a bound, or a log that follows, would legitimately outlast the
+        // hang limit.
+        if path.ends_with("/wait") || path.starts_with("/v1/notices") {
             query.retain(|q| !q.starts_with("timeout="));
             query.push("timeout=2s".into());
+        }
+        if path.starts_with("/v1/logs") {
+            query.retain(|q| !q.starts_with("follow="));
         }
         if !query.is_empty() {
             path = format!("{path}?{}", query.join("&"));

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -39,6 +39,7 @@ use crate::exec::ExecManager;
 use crate::layers::PlanManager;
 use crate::services::ServiceManager;
 use crate::services::changes::ServiceChanges;
+use crate::state::notices::LatestWarning;
 use crate::state::{Recorded, StateStore};
 
 /// Largest request body accepted; layers and service lists are small.
@@ -209,13 +210,35 @@ fn json_response(status: StatusCode, bytes: Vec<u8>) -> Response {
     response
 }
 
+tokio::task_local! {
+    /// The warnings of the daemon whose request is being answered (see
+    /// [`with_latest_warning`]).
+    static WARNINGS: Arc<LatestWarning>;
+}
+
+/// Answers a request with its daemon's warnings at hand, so that every envelope built for it
+/// carries that daemon's `latest-warning` and no other's.
+async fn with_latest_warning(
+    State(api): State<Shared>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    WARNINGS
+        .scope(api.state.latest_warning(), next.run(request))
+        .await
+}
+
 /// The `latest-warning` of an answer: the time a warning last repeated, on every answer but
 /// an error, once there is a warning.
 pub fn latest_warning(kind: &str) -> Option<String> {
     if kind == "error" {
         return None;
     }
-    crate::state::notices::latest_warning().map(cobble_client::time::format_rfc3339_nano)
+    WARNINGS
+        .try_with(|warnings| warnings.get())
+        .ok()
+        .flatten()
+        .map(cobble_client::time::format_rfc3339_nano)
 }
 
 /// How much of a body over [`MAX_BODY`] is read and thrown away before the 400 goes out.
@@ -322,11 +345,54 @@ pub fn router(state: Shared) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(read_small_bodies_first))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            with_latest_warning,
+        ))
         .with_state(state);
     // A router's own layers run once a route is chosen; this one must run before.
     Router::new()
         .fallback_service(endpoints)
         .layer(axum::middleware::from_fn(head_is_not_get))
+}
+
+/// Every route of [`router`] as `(METHOD, path)`, with its path parameters as the router
+/// spells them (`/v1/changes/{id}`). Read from this file's own `.route(` calls, so that what
+/// lists the API (the API reference's test, the fuzzer) cannot fall behind the router.
+pub fn routes() -> Vec<(&'static str, &'static str)> {
+    const SOURCE: &str = include_str!("mod.rs");
+    let body = SOURCE
+        .split("pub fn router(")
+        .nth(1)
+        .and_then(|rest| rest.split("\n}\n").next())
+        .unwrap_or_default();
+    let mut routes = Vec::new();
+    // `.route("/v1/x", get(a).post(b))`: the path, then the methods up to the next route.
+    for chunk in body.split(".route(").skip(1) {
+        let Some(path) = chunk.split('"').nth(1).filter(|p| p.starts_with("/v1/")) else {
+            continue;
+        };
+        let handlers = chunk.split(".fallback(").next().unwrap_or_default();
+        for (method, name) in [
+            ("GET", "get"),
+            ("POST", "post"),
+            ("PUT", "put"),
+            ("DELETE", "delete"),
+        ] {
+            let called = [
+                format!("({name}("),
+                format!(".{name}("),
+                format!("routing::{name}("),
+                format!(" {name}("),
+            ]
+            .iter()
+            .any(|call| handlers.contains(call.as_str()));
+            if called {
+                routes.push((method, path));
+            }
+        }
+    }
+    routes
 }
 
 /// The method a request came with, when routing saw another one (see [`head_is_not_get`]).
@@ -408,6 +474,25 @@ async fn method_not_allowed(method: Method, request: Request) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_routes_are_read_from_the_router() {
+        let routes = routes();
+        for route in [
+            ("GET", "/v1/system-info"),
+            ("POST", "/v1/services"),
+            ("GET", "/v1/services"),
+            ("GET", "/v1/notices/{id}"),
+            ("POST", "/v1/identities"),
+            ("GET", "/v1/logs"),
+            ("POST", "/v1/pairing"),
+            ("GET", "/v1/tasks/{task_id}/websocket/{websocket}"),
+        ] {
+            assert!(routes.contains(&route), "{route:?} is not in {routes:?}");
+        }
+        assert!(routes.len() >= 25, "only {} routes", routes.len());
+        assert!(!routes.contains(&("POST", "/v1/plan")));
+    }
 
     #[test]
     fn an_envelope_written_around_a_result_is_the_one_serde_writes() {

@@ -215,20 +215,19 @@ async fn load(opts: &RunOptions) -> Result<Loaded, DaemonError> {
         plan = plan.add_layer(layer, false, false)?;
     }
     let state_path = opts.pebble_dir.join(".pebble.state");
-    let data = if opts.persist {
+    let mut data = if opts.persist {
         state::load(&state_path)?
     } else {
         StateData::default()
     };
-    let store = StateStore::new(data);
     if let Some(identities) = &opts.identities {
         let action = crate::identities::Action::Replace;
         let changes = crate::identities::decode_request(action, identities)
             .map_err(DaemonError::Identities)?;
-        store
-            .change_identities(action, changes)
+        data.apply_identities(action, changes)
             .map_err(DaemonError::Identities)?;
     }
+    let store = StateStore::new(data);
     // Clients and tests take the state file as the sign of a started daemon, so it is there
     // before the socket is, even when nothing has happened yet. Its fsyncs wait on the disk,
     // not the CPU: they run while the rest of start-up does, and the socket waits for them.

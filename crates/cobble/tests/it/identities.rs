@@ -263,6 +263,35 @@ const ENDPOINTS: &[(&str, &str, &str, Level, u16)] = &[
 /// The notices endpoints answer 403 to a caller without a uid, once access is granted.
 const NOTICES: &str = "/v1/notices";
 
+#[test]
+fn the_access_matrix_covers_every_route() {
+    // A route added to the router without a row here fails this test, so that its access
+    // is decided (and checked against every kind of caller) when it is added.
+    let covered = |method: &str, route: &str| {
+        ENDPOINTS.iter().any(|(m, path, ..)| {
+            let path = path.split('?').next().unwrap_or_default();
+            let (mut want, mut got) = (route.split('/'), path.split('/'));
+            *m == method
+                && std::iter::from_fn(|| match (want.next(), got.next()) {
+                    (None, None) => None,
+                    (Some(w), Some(g)) => Some(w == g || w.starts_with('{')),
+                    _ => Some(false),
+                })
+                .all(|same| same)
+        })
+    };
+    for (method, route) in cobble_daemon::api_routes() {
+        // Pairing is decided by the pairing window, not by an access level: its own tests.
+        if route == "/v1/pairing" {
+            continue;
+        }
+        assert!(
+            covered(method, route),
+            "{method} {route} is not in ENDPOINTS"
+        );
+    }
+}
+
 /// A wrapper that hands `$PEBBLE` to [`DAEMON_UID`] and runs the daemon as that user.
 fn unprivileged_cobble(dir: &Path) -> PathBuf {
     let script = dir.join("cobble-as-daemon-user");

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{NotRecorded, StateStore};
+use super::{NotRecorded, StateData, StateStore};
 use crate::identities::{self, Action, Applied, Candidate, Credentials, Identity, RequestError};
 
 /// Why a request's identities were not applied.
@@ -22,17 +22,6 @@ impl StateStore {
     /// Every identity, by name.
     pub fn identities(&self) -> BTreeMap<String, Identity> {
         self.lock().identities.clone()
-    }
-
-    /// Applies a request's identities, all or nothing, without waiting for the state file
-    /// (the daemon's own `--identities` at start-up).
-    pub fn change_identities(
-        &self,
-        action: Action,
-        changes: BTreeMap<String, Option<Identity>>,
-    ) -> Result<Applied, RequestError> {
-        self.apply_identities(action, changes)
-            .map(|(applied, _)| applied)
     }
 
     /// Applies a request's identities and returns once they are on disk. When the state
@@ -64,11 +53,7 @@ impl StateStore {
     ) -> Result<(Applied, Swap), RequestError> {
         self.mutate(|data| {
             let before = data.identities.clone();
-            let mut current = std::mem::take(&mut data.identities);
-            let result = identities::apply(&mut current, action, changes);
-            data.identities = current;
-            let applied = result?;
-            data.dirty.touch_identities();
+            let applied = data.apply_identities(action, changes)?;
             Ok((
                 applied,
                 Swap {
@@ -86,6 +71,25 @@ impl StateStore {
             return Candidate::None;
         }
         identities::candidate(&data.identities, creds)
+    }
+}
+
+impl StateData {
+    /// Applies a request's identities, all or nothing. The daemon's own `--identities` are
+    /// applied this way before the store exists (and so before anyone is answered); a
+    /// client's go through [`StateStore::change_identities_recorded`], which waits for the
+    /// state file.
+    pub fn apply_identities(
+        &mut self,
+        action: Action,
+        changes: BTreeMap<String, Option<Identity>>,
+    ) -> Result<Applied, RequestError> {
+        let mut current = std::mem::take(&mut self.identities);
+        let result = identities::apply(&mut current, action, changes);
+        self.identities = current;
+        let applied = result?;
+        self.dirty.touch_identities();
+        Ok(applied)
     }
 }
 

@@ -30,22 +30,28 @@ pub const MAX_NOTICES: usize = 1000;
 /// How often one warning may repeat.
 pub const WARNING_REPEAT_AFTER: Duration = Duration::from_secs(24 * 3600);
 
-/// The latest `last-repeated` of any warning, in nanoseconds since the epoch (0: none),
-/// which every answer of the API carries as `latest-warning`. Process-wide, as the daemon is
-/// one per process: reading it costs an atomic load, not the store's lock.
-static LATEST_WARNING: AtomicI64 = AtomicI64::new(0);
-
-/// Records that a warning repeated at `at`.
-pub fn note_warning(at: Timestamp) {
-    let nanos = i64::try_from(at.as_nanosecond()).unwrap_or(i64::MAX);
-    LATEST_WARNING.fetch_max(nanos, Ordering::Relaxed);
+/// The latest `last-repeated` of any of a store's warnings, which every answer of the API
+/// carries as `latest-warning`. Each store has its own (two daemons in one process share
+/// nothing); reading it costs an atomic load, not the store's lock.
+#[derive(Debug, Default)]
+pub struct LatestWarning {
+    /// Nanoseconds since the epoch; 0 for none.
+    nanos: AtomicI64,
 }
 
-/// When a warning last repeated, if one ever did.
-pub fn latest_warning() -> Option<Timestamp> {
-    match LATEST_WARNING.load(Ordering::Relaxed) {
-        0 => None,
-        nanos => Timestamp::from_nanosecond(i128::from(nanos)).ok(),
+impl LatestWarning {
+    /// Records that a warning repeated at `at`.
+    pub fn note(&self, at: Timestamp) {
+        let nanos = i64::try_from(at.as_nanosecond()).unwrap_or(i64::MAX);
+        self.nanos.fetch_max(nanos, Ordering::Relaxed);
+    }
+
+    /// When a warning last repeated, if one ever did.
+    pub fn get(&self) -> Option<Timestamp> {
+        match self.nanos.load(Ordering::Relaxed) {
+            0 => None,
+            nanos => Timestamp::from_nanosecond(i128::from(nanos)).ok(),
+        }
     }
 }
 

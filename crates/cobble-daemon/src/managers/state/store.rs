@@ -89,6 +89,8 @@ pub(super) struct Inner {
     pub(super) urgent: tokio::sync::Notify,
     /// Cancelled when a change is aborted; runners watch these. Not persisted.
     pub(super) abort_tokens: Mutex<BTreeMap<u64, CancellationToken>>,
+    /// When a warning last repeated.
+    pub(super) latest_warning: Arc<notices::LatestWarning>,
 }
 
 impl StateStore {
@@ -96,12 +98,13 @@ impl StateStore {
     pub fn new(mut data: StateData) -> StateStore {
         close_unfinished(&mut data);
         notices::prune(&mut data, Timestamp::now());
+        let latest_warning = Arc::new(notices::LatestWarning::default());
         for warning in data
             .notices
             .values()
             .filter(|n| n.kind == NoticeType::Warning)
         {
-            notices::note_warning(warning.last_repeated);
+            latest_warning.note(warning.last_repeated);
         }
         let (version, _) = watch::channel(0);
         let durable = Durable {
@@ -121,8 +124,15 @@ impl StateStore {
                 durable: watch::Sender::new(durable),
                 urgent: tokio::sync::Notify::new(),
                 abort_tokens: Mutex::new(BTreeMap::new()),
+                latest_warning,
             }),
         }
+    }
+
+    /// When one of this store's warnings last repeated: a handle that stays current, for the
+    /// API's `latest-warning`.
+    pub fn latest_warning(&self) -> Arc<notices::LatestWarning> {
+        self.inner.latest_warning.clone()
     }
 
     /// Subscribes to mutations.
@@ -695,14 +705,15 @@ impl StateStore {
         self.mutate(|d| prune(d, now));
     }
 
-    /// Records an occurrence of a notice; returns its ID. Nobody is told the ID: a caller
-    /// that tells a client uses [`StateStore::add_notice_recorded`].
-    pub fn add_notice(&self, occurrence: Occurrence) -> u64 {
+    /// Records an occurrence of a notice of the daemon's own (a warning); returns its ID.
+    /// Nobody is told the ID, so it is not waited for: the API can only add a notice with
+    /// [`StateStore::add_notice_recorded`].
+    pub(super) fn add_notice(&self, occurrence: Occurrence) -> u64 {
         let warning = occurrence.kind == NoticeType::Warning;
         self.mutate(|d| {
             let (id, _) = notices::add(d, occurrence, Timestamp::now());
             if warning && let Some(notice) = d.notices.get(&id) {
-                notices::note_warning(notice.last_repeated);
+                self.inner.latest_warning.note(notice.last_repeated);
             }
             id
         })

@@ -462,18 +462,20 @@ async fn killed_daemon(dir: &std::path::Path) -> (std::path::PathBuf, u64, [u64;
     let path = dir.join(".pebble.state");
     let s = store();
     let first = s.new_change("start", "in the state file", vec![]);
-    s.change_identities(
-        Action::Add,
-        BTreeMap::from([(
-            "ops".to_owned(),
-            Some(Identity {
-                access: Access::Admin,
-                local: Some(1000),
-                basic: None,
-                cert: None,
-            }),
-        )]),
-    )
+    s.mutate(|d| {
+        d.apply_identities(
+            Action::Add,
+            BTreeMap::from([(
+                "ops".to_owned(),
+                Some(Identity {
+                    access: Access::Admin,
+                    local: Some(1000),
+                    basic: None,
+                    cert: None,
+                }),
+            )]),
+        )
+    })
     .unwrap();
     let mut persister = Persister::new(s.clone(), path.clone());
     persister.flush().await.unwrap();
@@ -652,10 +654,12 @@ async fn notices_and_identities_reach_the_journal() {
         basic: None,
         cert: None,
     };
-    s.change_identities(
-        Action::Add,
-        BTreeMap::from([("bob".to_owned(), Some(identity.clone()))]),
-    )
+    s.mutate(|d| {
+        d.apply_identities(
+            Action::Add,
+            BTreeMap::from([("bob".to_owned(), Some(identity.clone()))]),
+        )
+    })
     .unwrap();
     s.durable().await.expect("durable");
 
@@ -669,7 +673,7 @@ async fn notices_and_identities_reach_the_journal() {
 
     // A repeat replaces the notice; removing the identity removes it.
     s.add_notice(custom("example.com/a"));
-    s.change_identities(Action::Replace, BTreeMap::from([("bob".to_owned(), None)]))
+    s.mutate(|d| d.apply_identities(Action::Replace, BTreeMap::from([("bob".to_owned(), None)])))
         .unwrap();
     s.durable().await.expect("durable");
     let loaded = load(&path).unwrap();
@@ -853,4 +857,17 @@ async fn an_abort_tells_the_runners_only_once_it_is_on_disk_and_one_refused_is_t
     assert_eq!(info.status, "Abort");
     assert!(token.is_cancelled());
     assert_eq!(s.task_status(t2), Some(TaskStatus::Hold));
+}
+
+#[test]
+fn each_store_knows_only_its_own_warnings() {
+    // Two daemons in one process (the tests run many) share nothing.
+    let (a, b) = (store(), store());
+    assert_eq!(a.latest_warning().get(), None);
+    a.add_warning("disk almost full");
+    let at = a.latest_warning().get().expect("a warning");
+    assert_eq!(b.latest_warning().get(), None);
+    // A store made from saved state knows the warnings in it.
+    let saved = std::mem::take(&mut *a.lock());
+    assert_eq!(StateStore::new(saved).latest_warning().get(), Some(at));
 }
