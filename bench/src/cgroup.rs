@@ -31,7 +31,7 @@ const REMOVE_TIMEOUT: Duration = Duration::from_secs(2);
 /// gives its children the memory controller and lets the harness create a directory. As a
 /// last resort the harness tries to enable the controller in its own cgroup, which cgroup v2
 /// refuses while that cgroup holds processes (the root excepted), as it usually does.
-pub fn probe() -> std::result::Result<PathBuf, String> {
+pub(crate) fn probe() -> std::result::Result<PathBuf, String> {
     let root = Path::new(ROOT);
     if !root.join("cgroup.controllers").exists() {
         return Err(format!("cgroup v2 is not mounted at {ROOT}"));
@@ -70,13 +70,13 @@ pub fn probe() -> std::result::Result<PathBuf, String> {
 
 /// One child cgroup; removed when dropped.
 #[derive(Debug)]
-pub struct Cgroup {
+pub(crate) struct Cgroup {
     path: PathBuf,
 }
 
 impl Cgroup {
     /// Creates `parent/name`.
-    pub fn create(parent: &Path, name: &str) -> Result<Cgroup> {
+    pub(crate) fn create(parent: &Path, name: &str) -> Result<Cgroup> {
         let path = parent.join(name);
         fs::create_dir(&path).with_context(|| format!("cannot create {}", path.display()))?;
         let cgroup = Cgroup { path };
@@ -85,12 +85,12 @@ impl Cgroup {
     }
 
     /// The directory; a process enters by writing its PID to `cgroup.procs` in it.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// `memory.current`, in bytes.
-    pub fn current(&self) -> Result<u64> {
+    pub(crate) fn current(&self) -> Result<u64> {
         let file = self.path.join("memory.current");
         fs::read_to_string(&file)
             .with_context(|| format!("cannot read {}", file.display()))?

@@ -40,11 +40,11 @@ const STATE_POLL: Duration = Duration::from_millis(5);
 /// The backlog of the loopback listener: 1000 checks may dial it in the same millisecond.
 const LISTEN_BACKLOG: u32 = 4096;
 /// The failure threshold of every check.
-pub const THRESHOLD: u32 = 3;
+pub(crate) const THRESHOLD: u32 = 3;
 
 /// What the checks group runs.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// The numbers of TCP checks, one case each.
     pub tcp_counts: Vec<usize>,
     /// The number of exec checks (`true`) in the exec case; 0 skips it.
@@ -118,7 +118,7 @@ struct Measured {
 }
 
 /// Runs the checks group and returns its Markdown section body (table and notes).
-pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
+pub(crate) async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
     let listener = Listener::open()?;
     let port = listener.port;
     // The baseline: the same health requests against a daemon with no checks at all.

@@ -21,7 +21,7 @@ use tempfile::TempDir;
 use crate::cgroup::Cgroup;
 
 /// The environment variable that marks the daemons and services of one harness run.
-pub const TOKEN_VAR: &str = "COBBLE_BENCH_TOKEN";
+pub(crate) const TOKEN_VAR: &str = "COBBLE_BENCH_TOKEN";
 
 /// How long to wait for the daemon to install its SIGTERM handler before signalling it anyway.
 const HANDLER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -34,7 +34,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 ///
 /// The services have no `requires`, `before` or `after`, so nothing forces an order between
 /// them: a replan may start them all at once.
-pub fn sleepers_layer(count: usize, token: &str) -> String {
+pub(crate) fn sleepers_layer(count: usize, token: &str) -> String {
     let mut yaml = String::from("summary: cobble-bench sleepers\nservices:\n");
     for i in 0..count {
         let _ = write!(
@@ -49,7 +49,7 @@ pub fn sleepers_layer(count: usize, token: &str) -> String {
 }
 
 /// The name of the `i`th service of [`sleepers_layer`].
-pub fn service_name(i: usize) -> String {
+pub(crate) fn service_name(i: usize) -> String {
     format!("svc-{i:03}")
 }
 
@@ -58,7 +58,7 @@ pub fn service_name(i: usize) -> String {
 /// Dropping it stops the daemon (SIGTERM, then SIGKILL if it hangs) and sweeps leftovers;
 /// [`Daemon::stop`] does the same and reports what it found.
 #[must_use = "dropping a Daemon stops it at once"]
-pub struct Daemon {
+pub(crate) struct Daemon {
     /// The daemon process; `None` once it has been stopped and waited for.
     child: Option<Child>,
     /// Its PID, for `/proc` and signals.
@@ -80,7 +80,7 @@ pub struct Daemon {
 impl Daemon {
     /// Creates `$PEBBLE` with `layer` (if any) as `layers/001-bench.yaml` and spawns
     /// `cobble run --hold` on it, without waiting for it to answer.
-    pub fn spawn(cobble: &Path, layer: Option<&str>, token: &str) -> Result<Daemon> {
+    pub(crate) fn spawn(cobble: &Path, layer: Option<&str>, token: &str) -> Result<Daemon> {
         Daemon::spawn_in(cobble, layer, token, None)
     }
 
@@ -90,7 +90,7 @@ impl Daemon {
     /// `cgroup.procs` and then execs cobble in the same process, so every page cobble touches
     /// is charged to the cgroup. The shell's start-up is inside the time since spawn, so
     /// launch times are measured without a cgroup.
-    pub fn spawn_in(
+    pub(crate) fn spawn_in(
         cobble: &Path,
         layer: Option<&str>,
         token: &str,
@@ -100,7 +100,7 @@ impl Daemon {
     }
 
     /// Like [`Daemon::spawn`], with more arguments for `run` (`--http ADDRESS`, say).
-    pub fn spawn_with_args(
+    pub(crate) fn spawn_with_args(
         cobble: &Path,
         layer: Option<&str>,
         token: &str,
@@ -111,7 +111,7 @@ impl Daemon {
 
     /// Like [`Daemon::spawn`], as Juju runs it: `--verbose`, with its stdout (where service
     /// output is copied) on a pipe that the caller must drain.
-    pub fn spawn_verbose(
+    pub(crate) fn spawn_verbose(
         cobble: &Path,
         layer: Option<&str>,
         token: &str,
@@ -187,7 +187,7 @@ impl Daemon {
     }
 
     /// A client for this daemon.
-    pub fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Client {
         &self.client
     }
 
@@ -197,7 +197,11 @@ impl Daemon {
     /// The pause between attempts is a blocking sleep on purpose: tokio's timer has a 1 ms
     /// resolution, too coarse for a start-up that takes a few milliseconds, and nothing else
     /// runs on the harness's single thread meanwhile.
-    pub async fn wait_answer(&mut self, poll: Duration, timeout: Duration) -> Result<Duration> {
+    pub(crate) async fn wait_answer(
+        &mut self,
+        poll: Duration,
+        timeout: Duration,
+    ) -> Result<Duration> {
         loop {
             if self.client.system_info().await.is_ok() {
                 return Ok(self.spawned_at.elapsed());
@@ -219,7 +223,7 @@ impl Daemon {
     }
 
     /// The daemon's resident memory now, from `/proc/PID/status`.
-    pub fn rss(&self) -> Result<Rss> {
+    pub(crate) fn rss(&self) -> Result<Rss> {
         let status = fs::read_to_string(format!("/proc/{}/status", self.pid))?;
         let field = |name: &str| -> Result<u64> { kib_field(&status, name, "status") };
         Ok(Rss {
@@ -231,7 +235,7 @@ impl Daemon {
 
     /// A fuller reading of the daemon's memory: [`Daemon::rss`], the proportional set size
     /// from `/proc/PID/smaps_rollup`, and `memory.current` of its cgroup if it has one.
-    pub fn memory(&self) -> Result<Memory> {
+    pub(crate) fn memory(&self) -> Result<Memory> {
         let rss = self.rss()?;
         let rollup = fs::read_to_string(format!("/proc/{}/smaps_rollup", self.pid))?;
         let field = |name: &str| -> Result<u64> { kib_field(&rollup, name, "smaps_rollup") };
@@ -249,7 +253,7 @@ impl Daemon {
     ///
     /// Cobble installs its handler only after its socket answers, so a SIGTERM sent in
     /// between kills it outright, services and all; [`Daemon::stop`] waits for this first.
-    pub fn catches_sigterm(&self) -> Result<bool> {
+    pub(crate) fn catches_sigterm(&self) -> Result<bool> {
         let status = fs::read_to_string(format!("/proc/{}/status", self.pid))?;
         let mask = status
             .lines()
@@ -260,13 +264,13 @@ impl Daemon {
     }
 
     /// The daemon's `$PEBBLE`.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// How many of the daemon's children run the program `comm` (so have got as far as
     /// exec'ing it), from `/proc/*/stat`.
-    pub fn children_running(&self, comm: &str) -> usize {
+    pub(crate) fn children_running(&self, comm: &str) -> usize {
         let Ok(entries) = fs::read_dir("/proc") else {
             return 0;
         };
@@ -293,14 +297,14 @@ impl Daemon {
     }
 
     /// The daemon's CPU time so far (user plus system, all threads).
-    pub fn cpu_time(&self) -> Result<Duration> {
+    pub(crate) fn cpu_time(&self) -> Result<Duration> {
         // Fields 14 and 15 of proc(5): utime and stime.
         self.stat_time(11, 12)
     }
 
     /// The CPU time of the daemon's children that it has waited for (cutime plus cstime):
     /// exec checks and services that have exited and been reaped.
-    pub fn children_cpu_time(&self) -> Result<Duration> {
+    pub(crate) fn children_cpu_time(&self) -> Result<Duration> {
         // Fields 16 and 17 of proc(5): cutime and cstime.
         self.stat_time(13, 14)
     }
@@ -332,13 +336,13 @@ impl Daemon {
 
     /// Stops the daemon with SIGTERM, waits for it to exit (SIGKILL after [`STOP_TIMEOUT`]),
     /// then kills and reports any process of this run that is still alive.
-    pub fn stop(mut self) -> Result<Stopped> {
+    pub(crate) fn stop(mut self) -> Result<Stopped> {
         self.stop_in_place()
     }
 
     /// Stops the daemon like [`Daemon::stop`] and fails if it did not exit cleanly or left
     /// processes behind (they have been killed by then). Returns the time it took to exit.
-    pub fn stop_clean(self) -> Result<Duration> {
+    pub(crate) fn stop_clean(self) -> Result<Duration> {
         let stopped = self.stop()?;
         anyhow::ensure!(
             stopped.leftovers.is_empty(),
@@ -405,7 +409,7 @@ impl Drop for Daemon {
 
 /// A reading of a process's resident memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rss {
+pub(crate) struct Rss {
     /// `VmRSS`: everything resident, the figure compared with Pebble's.
     pub total_kib: u64,
     /// `RssAnon`: heap, stacks and other private memory of the daemon.
@@ -425,7 +429,7 @@ fn kib_field(text: &str, name: &str, file: &str) -> Result<u64> {
 
 /// A fuller reading of a daemon's memory than [`Rss`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Memory {
+pub(crate) struct Memory {
     /// What `/proc/PID/status` says.
     pub rss: Rss,
     /// `Pss`: resident pages, each page shared with other processes counted as its share
@@ -442,7 +446,7 @@ pub struct Memory {
 
 /// What stopping a daemon found.
 #[derive(Debug)]
-pub struct Stopped {
+pub(crate) struct Stopped {
     /// The daemon's exit status; `None` if it had already been reaped.
     pub status: Option<ExitStatus>,
     /// From SIGTERM until the daemon was reaped.
@@ -454,7 +458,7 @@ pub struct Stopped {
 
 /// Kills every process whose environment holds `TOKEN_VAR=token` and returns them as
 /// `PID (comm)`.
-pub fn sweep_leftovers(token: &str) -> Vec<String> {
+pub(crate) fn sweep_leftovers(token: &str) -> Vec<String> {
     let marker = format!("{TOKEN_VAR}={token}");
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();

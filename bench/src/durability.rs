@@ -28,7 +28,7 @@ const WARMUP: usize = 3;
 
 /// What the durability group runs.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Measured starts.
     pub starts: usize,
     /// Concurrent clients in the load case.
@@ -40,7 +40,11 @@ pub struct Settings {
 }
 
 /// Runs the group and returns its Markdown.
-pub async fn run(cobble: &std::path::Path, token: &str, settings: &Settings) -> Result<String> {
+pub(crate) async fn run(
+    cobble: &std::path::Path,
+    token: &str,
+    settings: &Settings,
+) -> Result<String> {
     ensure!(
         settings.starts > 0 && settings.clients > 0,
         "nothing to measure"
@@ -152,7 +156,7 @@ pub async fn run(cobble: &std::path::Path, token: &str, settings: &Settings) -> 
 }
 
 /// Records appended to the state journal, followed by sampling its lines.
-pub struct JournalRecords {
+pub(crate) struct JournalRecords {
     path: std::path::PathBuf,
     /// Records the journal held when counting began.
     baseline: usize,
@@ -163,7 +167,7 @@ pub struct JournalRecords {
 }
 
 impl JournalRecords {
-    pub fn new(path: std::path::PathBuf) -> JournalRecords {
+    pub(crate) fn new(path: std::path::PathBuf) -> JournalRecords {
         let mut records = JournalRecords {
             path,
             baseline: 0,
@@ -175,7 +179,7 @@ impl JournalRecords {
         records
     }
 
-    pub fn sample(&mut self) {
+    pub(crate) fn sample(&mut self) {
         let lines = std::fs::read(&self.path)
             .map(|bytes| bytes.iter().filter(|&&b| b == b'\n').count())
             .unwrap_or(0);
@@ -188,13 +192,13 @@ impl JournalRecords {
         self.current = now;
     }
 
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         (self.earlier + self.current).saturating_sub(self.baseline)
     }
 }
 
 /// Renames onto `.pebble.state` reported since the last call.
-pub fn state_renames(inotify: &Inotify) -> usize {
+pub(crate) fn state_renames(inotify: &Inotify) -> usize {
     let mut count = 0;
     while let Ok(events) = inotify.read_events() {
         if events.is_empty() {

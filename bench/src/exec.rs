@@ -50,7 +50,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the exec group runs.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Round trips per series.
     pub runs: usize,
     /// The pause between attempts to reach a launching daemon.
@@ -66,7 +66,7 @@ pub struct Settings {
 }
 
 /// Runs the group and returns its Markdown table.
-pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
+pub(crate) async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
     ensure!(settings.runs > 0, "--exec-runs must be positive");
     let mut daemon = Daemon::spawn(cobble, None, token)?;
     daemon

@@ -27,7 +27,7 @@ const DRAIN: Duration = Duration::from_secs(5);
 
 /// What the forward group runs.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Lines per second.
     pub rate: usize,
     /// How long the producer writes.
@@ -45,7 +45,11 @@ struct Received {
 }
 
 /// Runs the group and returns its Markdown.
-pub async fn run(cobble: &std::path::Path, token: &str, settings: &Settings) -> Result<String> {
+pub(crate) async fn run(
+    cobble: &std::path::Path,
+    token: &str,
+    settings: &Settings,
+) -> Result<String> {
     ensure!(settings.rate >= 100, "at least 100 lines a second");
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();

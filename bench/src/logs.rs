@@ -28,7 +28,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the logs group runs.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// How long the producer writes.
     pub secs: u64,
     /// How many times the producer runs each way (piped, then as a service).
@@ -42,7 +42,7 @@ pub struct Settings {
 }
 
 /// Runs the group and returns its Markdown.
-pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
+pub(crate) async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
     let scripts = Path::new(env!("CARGO_MANIFEST_DIR"));
     let produce = scripts.join("logs_produce.py");
     let follow = scripts.join("logs_follow.py");

@@ -127,21 +127,21 @@ const WARM_ROUNDS: usize = 50;
 /// Pebble v1.12.0 on a 2-core, 24 GiB machine (see BENCHMARKS.md).
 mod pebble {
     /// Idle RSS with no services, MiB.
-    pub const RSS_EMPTY_MIB: f64 = 8.7;
+    pub(crate) const RSS_EMPTY_MIB: f64 = 8.7;
     /// Idle RSS with 100 services, MiB.
-    pub const RSS_100_MIB: f64 = 31.8;
+    pub(crate) const RSS_100_MIB: f64 = 31.8;
     /// From launch until the socket answers, seconds.
-    pub const LAUNCH_S: f64 = 6.9e-3;
+    pub(crate) const LAUNCH_S: f64 = 6.9e-3;
     /// `GET /v1/services` with 100 services, new connection per request, seconds.
-    pub const GET_SERVICES_S: f64 = 0.34e-3;
+    pub(crate) const GET_SERVICES_S: f64 = 0.34e-3;
     /// `GET /v1/plan` with 100 services, new connection per request, seconds.
-    pub const GET_PLAN_S: f64 = 0.85e-3;
+    pub(crate) const GET_PLAN_S: f64 = 0.85e-3;
     /// Replan of 100 independent services, seconds (it starts them one after another).
-    pub const REPLAN_100_S: f64 = 101.0;
+    pub(crate) const REPLAN_100_S: f64 = 101.0;
     /// Start of one service, seconds.
-    pub const START_ONE_S: f64 = 1.03;
+    pub(crate) const START_ONE_S: f64 = 1.03;
     /// `GET /v1/services` with this many services in the plan, not started, seconds.
-    pub fn get_services_not_started_s(services: usize) -> Option<f64> {
+    pub(crate) fn get_services_not_started_s(services: usize) -> Option<f64> {
         match services {
             1000 => Some(1.04e-3),
             3000 => Some(2.4e-3),

@@ -39,7 +39,7 @@ const IDLE_KEY: &str = "bench.example.com/idle";
 
 /// What the notices group runs.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Measured wake-ups per key mode.
     pub runs: usize,
     /// Concurrent long-pollers in the many-pollers case.
@@ -55,7 +55,7 @@ pub struct Settings {
 }
 
 /// Runs the group and returns its Markdown.
-pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
+pub(crate) async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
     ensure!(
         settings.runs > 0 && settings.pollers > 0,
         "nothing to measure"

@@ -8,7 +8,7 @@ use crate::stats::Samples;
 
 /// The unit a row is shown in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
+pub(crate) enum Unit {
     /// A duration, shown in microseconds.
     Micros,
     /// A duration, shown in milliseconds.
@@ -37,7 +37,7 @@ impl Unit {
 
 /// An upper bound that a row should stay under.
 #[derive(Debug, Clone, Copy)]
-pub struct Target {
+pub(crate) struct Target {
     /// The bound, in the row's base unit.
     limit: f64,
     /// Whether the bound itself still meets the target (`<=` rather than `<`).
@@ -46,7 +46,7 @@ pub struct Target {
 
 impl Target {
     /// Strictly less than `limit`: "faster than Pebble", "under 2 s".
-    pub fn below(limit: f64) -> Target {
+    pub(crate) fn below(limit: f64) -> Target {
         Target {
             limit,
             inclusive: false,
@@ -54,7 +54,7 @@ impl Target {
     }
 
     /// At most `limit`: "at most a third of Pebble's memory".
-    pub fn at_most(limit: f64) -> Target {
+    pub(crate) fn at_most(limit: f64) -> Target {
         Target {
             limit,
             inclusive: true,
@@ -72,7 +72,7 @@ impl Target {
 
 /// One line of the table.
 #[derive(Debug, Clone)]
-pub struct Row {
+pub(crate) struct Row {
     /// What was measured.
     what: String,
     /// How the figures are shown.
@@ -91,7 +91,7 @@ pub struct Row {
 
 impl Row {
     /// A single figure.
-    pub fn single(what: &str, unit: Unit, value: f64) -> Row {
+    pub(crate) fn single(what: &str, unit: Unit, value: f64) -> Row {
         Row {
             what: what.to_string(),
             unit,
@@ -104,7 +104,7 @@ impl Row {
     }
 
     /// The median and p99 of a distribution of durations.
-    pub fn distribution(what: &str, unit: Unit, samples: &Samples) -> Row {
+    pub(crate) fn distribution(what: &str, unit: Unit, samples: &Samples) -> Row {
         Row {
             p99: (samples.len() > 1).then(|| samples.p99().as_secs_f64()),
             samples: samples.len(),
@@ -114,7 +114,7 @@ impl Row {
 
     /// The median of several RSS readings, shown in MiB with its anonymous and file-backed
     /// parts in the description.
-    pub fn memory(what: &str, readings: &[Rss]) -> Row {
+    pub(crate) fn memory(what: &str, readings: &[Rss]) -> Row {
         let mut sorted = readings.to_vec();
         sorted.sort_unstable_by_key(|rss| rss.total_kib);
         let Some(median) = sorted.get(sorted.len().saturating_sub(1) / 2).copied() else {
@@ -137,14 +137,14 @@ impl Row {
 
     /// Sets Pebble's figure (seconds or MiB).
     #[must_use]
-    pub fn pebble(mut self, value: f64) -> Row {
+    pub(crate) fn pebble(mut self, value: f64) -> Row {
         self.pebble = Some(value);
         self
     }
 
     /// Sets the target.
     #[must_use]
-    pub fn target(mut self, target: Target) -> Row {
+    pub(crate) fn target(mut self, target: Target) -> Row {
         self.target = Some(target);
         self
     }
@@ -160,13 +160,13 @@ impl Row {
 }
 
 /// Whether any row misses its target.
-pub fn any_missed(rows: &[Row]) -> bool {
+pub(crate) fn any_missed(rows: &[Row]) -> bool {
     rows.iter()
         .any(|row| row.target.is_some_and(|t| !t.met_by(row.value)))
 }
 
 /// Renders the rows as a Markdown table.
-pub fn markdown(rows: &[Row]) -> String {
+pub(crate) fn markdown(rows: &[Row]) -> String {
     let mut out = String::from(
         "| Measurement | cobble (median) | p99 | n | Pebble v1.12.0 | Target | Verdict |\n\
          |---|---:|---:|---:|---:|---:|---|\n",
@@ -197,7 +197,7 @@ pub fn markdown(rows: &[Row]) -> String {
 /// Renders a plain Markdown table: the first column left-aligned, the others right-aligned.
 /// Used by the checks and path-watching groups, whose figures do not fit [`markdown`]'s
 /// median/p99/Pebble/target columns.
-pub fn plain_table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn plain_table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut out = format!("| {} |\n|---|", header.join(" | "));
     for _ in 1..header.len() {
         out.push_str("---:|");
@@ -210,7 +210,7 @@ pub fn plain_table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// The memory table: one line per case, each column the median of its readings.
-pub fn memory_table(cases: &[(&str, &[Memory])]) -> String {
+pub(crate) fn memory_table(cases: &[(&str, &[Memory])]) -> String {
     let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
     let rows: Vec<Vec<String>> = cases
         .iter()
@@ -261,12 +261,12 @@ fn median_kib(values: impl Iterator<Item = u64>) -> u64 {
 }
 
 /// A duration in milliseconds, with three decimals below 10 ms (as [`Unit::Millis`]).
-pub fn millis(d: Duration) -> String {
+pub(crate) fn millis(d: Duration) -> String {
     Unit::Millis.format(d.as_secs_f64())
 }
 
 /// `VmRSS` in MiB with its anonymous and file-backed parts: `9.8 MiB (1.0 + 8.8)`.
-pub fn rss_mib(rss: Rss) -> String {
+pub(crate) fn rss_mib(rss: Rss) -> String {
     let mib = |kib: u64| kib as f64 / 1024.0;
     format!(
         "{:.1} MiB ({:.1} + {:.1})",
@@ -278,7 +278,7 @@ pub fn rss_mib(rss: Rss) -> String {
 
 /// CPU time over a window as a percentage of one core, with the time itself:
 /// `0.27 % (80 ms)`.
-pub fn cpu_share(cpu: Duration, window: Duration) -> String {
+pub(crate) fn cpu_share(cpu: Duration, window: Duration) -> String {
     let share = if window.is_zero() {
         0.0
     } else {
@@ -288,7 +288,7 @@ pub fn cpu_share(cpu: Duration, window: Duration) -> String {
 }
 
 /// Seconds of a duration, for [`Row::single`].
-pub fn secs(d: Duration) -> f64 {
+pub(crate) fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 

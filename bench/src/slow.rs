@@ -38,7 +38,7 @@ const SLOW_HEAD: &[u8] = b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\nX-Slow:
 
 /// What the slow group runs.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Numbers of slow clients, one daemon each.
     pub clients: Vec<usize>,
     /// Probes per case.
@@ -64,7 +64,11 @@ struct Case {
 }
 
 /// Runs the group and returns its Markdown.
-pub async fn run(cobble: &std::path::Path, token: &str, settings: &Settings) -> Result<String> {
+pub(crate) async fn run(
+    cobble: &std::path::Path,
+    token: &str,
+    settings: &Settings,
+) -> Result<String> {
     ensure!(settings.probes > 0, "at least one probe");
     let most = settings.clients.iter().copied().max().unwrap_or(0);
     let limit = raise_nofile().context("cannot raise the descriptor limit")?;

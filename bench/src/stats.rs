@@ -7,39 +7,39 @@ use anyhow::{Context, Result, bail, ensure};
 
 /// The durations of one repeated measurement.
 #[derive(Debug, Clone, Default)]
-pub struct Samples {
+pub(crate) struct Samples {
     /// Every sample, in the order taken.
     values: Vec<Duration>,
 }
 
 impl Samples {
     /// Adds one sample.
-    pub fn push(&mut self, value: Duration) {
+    pub(crate) fn push(&mut self, value: Duration) {
         self.values.push(value);
     }
 
     /// Every sample, in the order taken.
-    pub fn values(&self) -> &[Duration] {
+    pub(crate) fn values(&self) -> &[Duration] {
         &self.values
     }
 
     /// How many samples there are.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.values.len()
     }
 
     /// The median (nearest rank); zero without samples.
-    pub fn median(&self) -> Duration {
+    pub(crate) fn median(&self) -> Duration {
         self.percentile(50.0)
     }
 
     /// The 99th percentile (nearest rank); with fewer than 100 samples this is the maximum.
-    pub fn p99(&self) -> Duration {
+    pub(crate) fn p99(&self) -> Duration {
         self.percentile(99.0)
     }
 
     /// The largest sample; zero without samples.
-    pub fn max(&self) -> Duration {
+    pub(crate) fn max(&self) -> Duration {
         self.values.iter().copied().max().unwrap_or_default()
     }
 
@@ -58,7 +58,12 @@ impl Samples {
 
 /// Runs the Python timing script `script` (in the bench crate's directory) with `args`, and
 /// reads one duration in seconds per line of its output: `runs` of them, or an error.
-pub fn python_samples(python: &Path, script: &str, args: &[&str], runs: usize) -> Result<Samples> {
+pub(crate) fn python_samples(
+    python: &Path,
+    script: &str,
+    args: &[&str],
+    runs: usize,
+) -> Result<Samples> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
     let output = std::process::Command::new(python)
         .arg(&script)

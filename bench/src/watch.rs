@@ -42,7 +42,7 @@ const BETWEEN_PATHS: Duration = Duration::from_millis(10);
 
 /// What the path-watching group runs.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Runs of the two-path latency (and of the floor).
     pub runs: usize,
     /// Services (and paths) in the many-paths case.
@@ -185,7 +185,7 @@ impl Spawns {
 }
 
 /// Runs the group and returns its Markdown section body.
-pub async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
+pub(crate) async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
     eprintln!(
         "==> watch: floor, bash spawned by the harness ({} runs)",
         settings.runs

@@ -30,7 +30,7 @@ use crate::logging::{self, SecurityEvent, User};
 
 /// How a connection reached the daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// The unix socket: the peer's uid is known.
     Unix,
     /// `--http`: nothing is known of the peer.
@@ -41,7 +41,7 @@ pub enum Transport {
 
 impl Transport {
     /// The name Pebble's request log gives it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Transport::Unix => "http+unix",
             Transport::Http => "http",
@@ -58,7 +58,7 @@ impl Transport {
 
 /// Who is on the other end of a connection.
 #[derive(Debug, Clone)]
-pub struct Peer {
+pub(crate) struct Peer {
     /// The peer's uid on the unix socket; `None` over TCP.
     pub uid: Option<u32>,
     /// The peer's pid on the unix socket, for the debug log.
@@ -72,7 +72,7 @@ pub struct Peer {
 
 impl Peer {
     /// A TCP peer over plain HTTP.
-    pub fn http(addr: Option<SocketAddr>) -> Peer {
+    pub(crate) fn http(addr: Option<SocketAddr>) -> Peer {
         Peer {
             uid: None,
             pid: None,
@@ -84,13 +84,13 @@ impl Peer {
 }
 
 /// Proof that the caller may scrape `/v1/metrics`.
-pub struct Metrics;
+pub(crate) struct Metrics;
 
 /// Proof that the caller may use read endpoints.
-pub struct Read;
+pub(crate) struct Read;
 
 /// Proof that the caller may use admin endpoints.
-pub struct Admin {
+pub(crate) struct Admin {
     /// The admin, for the security events their requests log.
     pub user: User,
 }
@@ -123,7 +123,7 @@ fn basic_auth(parts: &Parts) -> Option<(String, String)> {
 
 /// The caller of a request, when it is somebody: who, and with which access.
 #[derive(Debug, Clone)]
-pub struct Caller {
+pub(super) struct Caller {
     pub user: User,
     pub access: Access,
     /// The uid the request is made as, which notices are visible to and owned by: the unix
@@ -134,7 +134,7 @@ pub struct Caller {
 
 /// The caller of the request in `parts`: the identity its credentials name, else the local
 /// user's default access; `None` for an anonymous TCP client.
-pub async fn caller_of(parts: &Parts, api: &Shared) -> Option<Caller> {
+pub(super) async fn caller_of(parts: &Parts, api: &Shared) -> Option<Caller> {
     let peer = peer(parts);
     let creds = Credentials {
         uid: peer.uid,
@@ -189,7 +189,7 @@ pub async fn caller_of(parts: &Parts, api: &Shared) -> Option<Caller> {
 
 /// Whether `access` over `transport` may use an endpoint that needs `need` (Pebble's
 /// `MetricsAccess`, `UserAccess` and `AdminAccess`).
-pub fn allowed(need: Access, transport: Transport, access: Access) -> bool {
+pub(super) fn allowed(need: Access, transport: Transport, access: Access) -> bool {
     match need {
         Access::Untrusted => true,
         Access::Metrics if transport == Transport::Http => access == Access::Metrics,
@@ -226,7 +226,7 @@ fn refuse(parts: &Parts, caller: Option<&Caller>) -> ApiError {
 /// so no request is ever let through, from any transport: this type has no values, and
 /// `POST /v1/pairing` always gets the refusal Pebble gives, whatever the plan's
 /// `pairing: mode:`.
-pub enum PairingWindow {}
+pub(super) enum PairingWindow {}
 
 impl FromRequestParts<Shared> for PairingWindow {
     type Rejection = ApiError;

@@ -14,7 +14,7 @@ use super::{Admin, ApiError, Read, Shared, json_body, sync};
 use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING};
 use crate::state::{Select, StateError};
 
-pub async fn get_changes(
+pub(super) async fn get_changes(
     _: Read,
     State(api): State<Shared>,
     Query(query): Query<Vec<(String, String)>>,
@@ -37,7 +37,7 @@ fn not_found(e: StateError) -> ApiError {
     ApiError::not_found(e.to_string())
 }
 
-pub async fn get_change(
+pub(super) async fn get_change(
     _: Read,
     State(api): State<Shared>,
     Path(id): Path<String>,
@@ -53,7 +53,7 @@ impl GoPayload for ChangeAction {
     });
 }
 
-pub async fn post_change(
+pub(super) async fn post_change(
     _: Admin,
     State(api): State<Shared>,
     Path(id): Path<String>,
@@ -76,7 +76,7 @@ pub async fn post_change(
     }
 }
 
-pub async fn wait_change(
+pub(super) async fn wait_change(
     _: Read,
     State(api): State<Shared>,
     Path(id): Path<String>,

@@ -52,7 +52,7 @@ fn check_info(view: &CheckView) -> CheckInfo {
     }
 }
 
-pub async fn health(
+pub(super) async fn health(
     State(api): State<Shared>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
@@ -67,7 +67,7 @@ pub async fn health(
     Ok(sync_with_status(status, HealthInfo { healthy }))
 }
 
-pub async fn get_checks(
+pub(super) async fn get_checks(
     _: Read,
     State(api): State<Shared>,
     Query(query): Query<Vec<(String, String)>>,
@@ -96,7 +96,7 @@ impl GoPayload for ChecksAction {
     });
 }
 
-pub async fn post_checks(
+pub(super) async fn post_checks(
     admin: Admin,
     State(api): State<Shared>,
     body: Body,
@@ -137,7 +137,7 @@ impl GoPayload for RefreshCheckRequest {
     });
 }
 
-pub async fn post_checks_refresh(
+pub(super) async fn post_checks_refresh(
     _: Admin,
     State(api): State<Shared>,
     body: Body,
@@ -168,7 +168,7 @@ pub async fn post_checks_refresh(
 }
 
 /// OpenMetrics text, with the content type Go's server sniffs for it.
-pub async fn get_metrics(_: Metrics, State(api): State<Shared>) -> Response {
+pub(super) async fn get_metrics(_: Metrics, State(api): State<Shared>) -> Response {
     let body = crate::metrics::current(&api.plan, &api.services, &api.checks, &api.forward).await;
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(

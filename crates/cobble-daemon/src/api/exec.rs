@@ -33,7 +33,7 @@ impl GoPayload for ExecRequest {
     });
 }
 
-pub async fn post_exec(
+pub(super) async fn post_exec(
     admin: Admin,
     State(api): State<Shared>,
     body: Body,
@@ -57,7 +57,7 @@ pub async fn post_exec(
     Ok(async_change_with(started.change_id, started.result))
 }
 
-pub async fn get_task_websocket(
+pub(super) async fn get_task_websocket(
     _: Admin,
     State(api): State<Shared>,
     Path((task_id, websocket)): Path<(String, String)>,

@@ -18,7 +18,7 @@ use crate::logging::{self, SecurityEvent};
 /// The shortest multipart boundary Pebble takes (it sets no longest: Go's reader has none).
 const MIN_BOUNDARY: usize = 32;
 
-pub async fn get_files(
+pub(super) async fn get_files(
     admin: Admin,
     headers: HeaderMap,
     Query(query): Query<Vec<(String, String)>>,
@@ -130,7 +130,7 @@ const REMOVE_PATHS_ITEM: GoStruct = GoStruct {
     ],
 };
 
-pub async fn post_files(
+pub(super) async fn post_files(
     admin: Admin,
     State(api): State<Shared>,
     headers: HeaderMap,

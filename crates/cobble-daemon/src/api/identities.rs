@@ -15,7 +15,7 @@ use crate::identities::{self, Action};
 use crate::logging::{self, SecurityEvent};
 use crate::state::IdentitiesError;
 
-pub async fn get_identities(_: Read, State(api): State<Shared>) -> Response {
+pub(super) async fn get_identities(_: Read, State(api): State<Shared>) -> Response {
     let identities: BTreeMap<String, WireIdentity> = api
         .state
         .identities()
@@ -71,7 +71,7 @@ const API_IDENTITY: GoStruct = GoStruct {
     ],
 };
 
-pub async fn post_identities(
+pub(super) async fn post_identities(
     admin: Admin,
     State(api): State<Shared>,
     body: Body,

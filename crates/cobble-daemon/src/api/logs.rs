@@ -23,7 +23,7 @@ use cobble_client::time::format_utc_millis;
 /// Lines sent when `n` is not given and the request does not follow.
 const DEFAULT_LINES: usize = 30;
 
-pub async fn get_logs(
+pub(super) async fn get_logs(
     _: Read,
     State(api): State<Shared>,
     Query(query): Query<Vec<(String, String)>>,

@@ -18,8 +18,8 @@ mod pairing;
 #[cfg(test)]
 mod payload_tests;
 mod query;
-pub mod request_log;
-pub mod serve;
+pub(crate) mod request_log;
+pub(crate) mod serve;
 mod services;
 mod system;
 
@@ -43,10 +43,10 @@ use crate::state::notices::LatestWarning;
 use crate::state::{Recorded, StateStore};
 
 /// Largest request body accepted; layers and service lists are small.
-pub const MAX_BODY: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_BODY: usize = 4 * 1024 * 1024;
 
 /// Everything the handlers call into.
-pub struct ApiState {
+pub(crate) struct ApiState {
     pub plan: PlanManager,
     pub services: ServiceManager,
     pub service_changes: ServiceChanges,
@@ -64,20 +64,20 @@ pub struct ApiState {
     pub https_address: Option<String>,
 }
 
-pub type Shared = Arc<ApiState>;
+pub(crate) type Shared = Arc<ApiState>;
 
-pub use access::{Admin, Metrics, Peer, Read, Transport};
+pub(crate) use access::{Admin, Metrics, Peer, Read, Transport};
 
 /// An error response in Pebble's envelope.
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub status: StatusCode,
     pub message: String,
     pub kind: &'static str,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             message: message.into(),
@@ -85,32 +85,32 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
 
-    pub fn not_found(message: impl Into<String>) -> ApiError {
+    pub(crate) fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, message)
     }
 
-    pub fn internal(message: impl Into<String>) -> ApiError {
+    pub(crate) fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
-    pub fn unauthorized() -> ApiError {
+    pub(crate) fn unauthorized() -> ApiError {
         ApiError {
             kind: "login-required",
             ..ApiError::new(StatusCode::UNAUTHORIZED, "access denied")
         }
     }
 
-    pub fn with_kind(mut self, kind: &'static str) -> ApiError {
+    pub(crate) fn with_kind(mut self, kind: &'static str) -> ApiError {
         self.kind = kind;
         self
     }
 
     /// A request's `action` that its endpoint does not know, quoted as Go's `%q` quotes it.
-    pub fn invalid_action(action: &str) -> ApiError {
+    pub(crate) fn invalid_action(action: &str) -> ApiError {
         ApiError::bad_request(format!("invalid action {}", cobble_plan::go_quote(action)))
     }
 }
@@ -131,14 +131,14 @@ impl IntoResponse for ApiError {
 }
 
 /// A `sync` response carrying `result`.
-pub fn sync<T: Serialize>(result: T) -> Response {
+pub(crate) fn sync<T: Serialize>(result: T) -> Response {
     envelope("sync", StatusCode::OK, None, result)
 }
 
 /// A `sync` 200 answer whose `result` `write_result` writes as JSON itself (about `size`
 /// bytes of it): for the service listing, which writes its own. The envelope around it is
 /// byte for byte the one [`sync`] writes.
-pub fn sync_json(write_result: impl FnOnce(&mut Vec<u8>), size: usize) -> Response {
+pub(crate) fn sync_json(write_result: impl FnOnce(&mut Vec<u8>), size: usize) -> Response {
     let mut bytes = Vec::with_capacity(128 + size);
     write_sync_envelope(&mut bytes, write_result, latest_warning("sync"));
     json_response(StatusCode::OK, bytes)
@@ -160,19 +160,19 @@ fn write_sync_envelope(
 }
 
 /// A `sync` response with another status than 200 (`/v1/health` answers 502 that way).
-pub fn sync_with_status<T: Serialize>(status: StatusCode, result: T) -> Response {
+pub(crate) fn sync_with_status<T: Serialize>(status: StatusCode, result: T) -> Response {
     envelope("sync", status, None, result)
 }
 
 /// An `async` response for a change (`"result": null`). It takes a [`Recorded`] ID, which
 /// only the store makes once the change is on disk: no handler can answer with a change ID
 /// that a crash could lose.
-pub fn async_change(change_id: Recorded<u64>) -> Response {
+pub(crate) fn async_change(change_id: Recorded<u64>) -> Response {
     async_change_with(change_id, ())
 }
 
 /// An `async` response for a change that also carries a result (exec's task ID).
-pub fn async_change_with<T: Serialize>(change_id: Recorded<u64>, result: T) -> Response {
+pub(crate) fn async_change_with<T: Serialize>(change_id: Recorded<u64>, result: T) -> Response {
     envelope(
         "async",
         StatusCode::ACCEPTED,
@@ -230,7 +230,7 @@ async fn with_latest_warning(
 
 /// The `latest-warning` of an answer: the time a warning last repeated, on every answer but
 /// an error, once there is a warning.
-pub fn latest_warning(kind: &str) -> Option<String> {
+pub(crate) fn latest_warning(kind: &str) -> Option<String> {
     if kind == "error" {
         return None;
     }
@@ -250,7 +250,7 @@ const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
 
 /// Decodes a JSON request body as Pebble does (see [`crate::go_json`]), with its error wording
 /// (`<context>: <reason>`).
-pub async fn json_body<T: crate::go_json::GoPayload>(
+pub(crate) async fn json_body<T: crate::go_json::GoPayload>(
     body: Body,
     context: &str,
 ) -> Result<T, ApiError> {
@@ -295,7 +295,7 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyError> {
 }
 
 /// The router, shared by the unix socket and `--http` (whose peers have no uid).
-pub fn router(state: Shared) -> Router {
+pub(crate) fn router(state: Shared) -> Router {
     let endpoints = Router::new()
         .route("/v1/system-info", get(system::system_info))
         .route("/v1/health", get(checks::health))
@@ -414,7 +414,7 @@ async fn head_is_not_get(mut request: Request, next: axum::middleware::Next) -> 
 /// What a connection admitted beyond a listener's cap is served (see `serve`'s fair
 /// admission): `/v1/health`, so that a probe is answered however busy the daemon is, and a
 /// 503 for everything else.
-pub fn reserve_router(state: Shared) -> Router {
+pub(crate) fn reserve_router(state: Shared) -> Router {
     Router::new()
         .route("/v1/health", get(checks::health))
         .fallback(too_many_connections)

@@ -53,13 +53,13 @@ async fn requester(parts: &mut Parts, api: &Shared, what: &str) -> Result<Reques
 }
 
 /// The requester of `GET /v1/notices`.
-pub struct Lister(Requester);
+pub(super) struct Lister(Requester);
 
 /// The requester of `GET /v1/notices/{id}`.
-pub struct Reader(Requester);
+pub(super) struct Reader(Requester);
 
 /// The requester of `POST /v1/notices`.
-pub struct Creator(Requester);
+pub(super) struct Creator(Requester);
 
 impl FromRequestParts<Shared> for Lister {
     type Rejection = ApiError;
@@ -89,7 +89,7 @@ fn forbidden(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::FORBIDDEN, message)
 }
 
-pub async fn get_notices(
+pub(super) async fn get_notices(
     _: Read,
     Lister(requester): Lister,
     State(api): State<Shared>,
@@ -199,7 +199,7 @@ fn user_id_filter(query: &[(String, String)]) -> Result<u32, String> {
     u32::try_from(n).map_err(|_| format!("user ID is not a valid uint32: {n}"))
 }
 
-pub async fn get_notice(
+pub(super) async fn get_notice(
     _: Read,
     Reader(requester): Reader,
     State(api): State<Shared>,
@@ -232,7 +232,7 @@ impl GoPayload for AddNoticeRequest {
     });
 }
 
-pub async fn post_notices(
+pub(super) async fn post_notices(
     _: Read,
     Creator(requester): Creator,
     State(api): State<Shared>,

@@ -10,6 +10,6 @@ use super::ApiError;
 use super::access::PairingWindow;
 
 /// Never runs: no request gets past the pairing window.
-pub async fn post_pairing(window: PairingWindow) -> ApiError {
+pub(super) async fn post_pairing(window: PairingWindow) -> ApiError {
     match window {}
 }

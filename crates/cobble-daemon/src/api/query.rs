@@ -3,7 +3,7 @@
 //! all of them, or all of them split on commas.
 
 /// The first value of `key`, or `""` when it is absent (Go's `Values.Get`).
-pub fn first<'a>(query: &'a [(String, String)], key: &str) -> &'a str {
+pub(super) fn first<'a>(query: &'a [(String, String)], key: &str) -> &'a str {
     query
         .iter()
         .find(|(k, _)| k == key)
@@ -11,7 +11,7 @@ pub fn first<'a>(query: &'a [(String, String)], key: &str) -> &'a str {
 }
 
 /// Every value of `key`, in order (`path=/a&path=/b`).
-pub fn all(query: &[(String, String)], key: &str) -> Vec<String> {
+pub(super) fn all(query: &[(String, String)], key: &str) -> Vec<String> {
     query
         .iter()
         .filter(|(k, _)| k == key)
@@ -21,7 +21,7 @@ pub fn all(query: &[(String, String)], key: &str) -> Vec<String> {
 
 /// Values of a repeatable, comma-separated parameter (`names=a,b&names=c`), trimmed, empty
 /// ones dropped (Pebble's `strutil.MultiCommaSeparatedList`).
-pub fn multi_comma_list(query: &[(String, String)], key: &str) -> Vec<String> {
+pub(super) fn multi_comma_list(query: &[(String, String)], key: &str) -> Vec<String> {
     query
         .iter()
         .filter(|(k, _)| k == key)

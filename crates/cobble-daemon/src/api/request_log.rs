@@ -28,14 +28,14 @@ use crate::logging::{self, Remote, RequestLine};
 
 /// The line of `request` from `peer`, begun now: `None` when it is not logged (a polled
 /// `GET`, or a silent log), which then costs nothing more.
-pub fn start(request: &Request, peer: &Peer) -> Option<Started> {
+pub(crate) fn start(request: &Request, peer: &Peer) -> Option<Started> {
     (logging::logs_requests() && logging::request_is_logged(request.method(), request.uri().path()))
         .then(|| Started::of(request, peer))
 }
 
 /// What a request's line needs from the request itself.
 #[derive(Debug)]
-pub struct Started {
+pub(crate) struct Started {
     at: Instant,
     method: axum::http::Method,
     target: String,
@@ -87,14 +87,14 @@ impl Started {
 }
 
 /// A request's answer, logged when it is ready (or, when streamed, when its body ends).
-pub struct Logged<F> {
+pub(crate) struct Logged<F> {
     inner: F,
     started: Option<Started>,
 }
 
 impl<F> Logged<F> {
     /// `inner`, the answer to a request whose line is `started`.
-    pub fn new(inner: F, started: Option<Started>) -> Logged<F> {
+    pub(crate) fn new(inner: F, started: Option<Started>) -> Logged<F> {
         Logged { inner, started }
     }
 }

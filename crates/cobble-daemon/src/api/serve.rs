@@ -71,7 +71,7 @@ use super::{Peer, Transport};
 use crate::exec::ws::Connection;
 
 /// Who is on the other end of an accepted connection.
-pub trait PeerOf {
+pub(crate) trait PeerOf {
     fn peer(&self) -> Peer;
 }
 
@@ -96,7 +96,7 @@ impl PeerOf for TcpStream {
 
 /// The tuning knobs of every listener, from the environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// How long a connection may stay without a byte of a new request, after its accept or
     /// its last answer (`COBBLE_IDLE_TIMEOUT`, a Go duration; `0` for no limit).
     pub idle: Option<Duration>,
@@ -129,7 +129,7 @@ impl Default for Limits {
 impl Limits {
     /// The defaults, with what the environment sets; a value that does not parse is
     /// logged and ignored.
-    pub fn from_env() -> Limits {
+    pub(crate) fn from_env() -> Limits {
         let mut limits = Limits::default();
         for (name, value) in [
             ("COBBLE_IDLE_TIMEOUT", &mut limits.idle),
@@ -159,7 +159,7 @@ impl Limits {
     }
 
     /// The deadlines a connection is held to.
-    pub fn timeouts(&self) -> Timeouts {
+    pub(crate) fn timeouts(&self) -> Timeouts {
         let header = match (self.header, self.idle) {
             (Some(header), Some(idle)) => Some(header.min(idle)),
             (header, _) => header,
@@ -177,7 +177,7 @@ fn env(name: &str) -> Option<String> {
 
 /// The deadlines of a waiting connection (see [`Limits`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
+pub(crate) struct Timeouts {
     /// From the accept or the last answer to the first byte of the next request.
     pub idle: Option<Duration>,
     /// From a request's first byte to the request complete.
@@ -186,7 +186,7 @@ pub struct Timeouts {
 
 /// How many connections a listener admits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnectionCap {
+pub(crate) enum ConnectionCap {
     /// At most this many per peer uid; root and the daemon's own uid are never refused.
     PerUid(usize),
     /// At most this many in all.
@@ -204,11 +204,11 @@ impl std::fmt::Display for ConnectionCap {
 
 /// Connections a listener admits beyond its cap when every admitted one is busy: they are
 /// answered `/v1/health` only, and closed after one answer.
-pub const RESERVE_CONNECTIONS: usize = 16;
+pub(crate) const RESERVE_CONNECTIONS: usize = 16;
 
 /// The routers a listener serves: everything, and what its reserve answers.
 #[derive(Clone)]
-pub struct Routers {
+pub(crate) struct Routers {
     /// The API.
     pub api: Router,
     /// `/v1/health` alone, for connections admitted to the reserve.
@@ -228,7 +228,7 @@ const TIME_MASK: u64 = (1 << PHASE_SHIFT) - 1;
 /// connection's task, its I/O (which notices a request's first byte) and its requests
 /// (which are complete, and then answered).
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// The admission's start, which the times are counted from.
     base: Instant,
     /// Phase and time, see [`PHASE_SHIFT`].
@@ -501,7 +501,7 @@ impl Counters {
 /// Serves `routers` on `listener` until `cancel`, admitting connections fairly under `cap`
 /// and holding them to `timeouts`; then lets each connection finish the request in progress,
 /// and returns once all have closed.
-pub async fn serve<L>(
+pub(crate) async fn serve<L>(
     mut listener: L,
     routers: Routers,
     cancel: CancellationToken,
@@ -624,7 +624,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// vouch for, goes with every request of the connection. Connections are admitted under
 /// `cap` before the handshake (a connection in its handshake waits, and may be evicted),
 /// and held to `timeouts` as in [`serve`].
-pub async fn serve_tls(
+pub(crate) async fn serve_tls(
     listener: tokio::net::TcpListener,
     config: Arc<rustls::ServerConfig>,
     routers: Routers,
@@ -693,7 +693,7 @@ pub async fn serve_tls(
 /// The connection a websocket upgrade took over, for exec: the unix socket itself when it
 /// is one, so that its relay can splice on it. Exec is for admins, and plain HTTP grants no
 /// more than metrics, so the connection is the unix socket's or a TLS one.
-pub fn upgraded_connection(upgraded: Upgraded) -> Connection {
+pub(crate) fn upgraded_connection(upgraded: Upgraded) -> Connection {
     match upgraded.downcast::<TokioIo<Tracked<UnixStream>>>() {
         Ok(parts) => Connection::Unix {
             stream: parts.io.into_inner().into_inner(),
@@ -706,7 +706,7 @@ pub fn upgraded_connection(upgraded: Upgraded) -> Connection {
 /// A connection's I/O, telling its [`Slot`] when bytes arrive. What a websocket upgrade
 /// takes over (see [`upgraded_connection`], which unwraps a unix socket's for exec).
 #[derive(Debug)]
-pub struct Tracked<I> {
+pub(crate) struct Tracked<I> {
     io: I,
     slot: Arc<Slot>,
 }
@@ -717,7 +717,7 @@ impl<I> Tracked<I> {
     }
 
     /// The connection itself.
-    pub fn into_inner(self) -> I {
+    pub(crate) fn into_inner(self) -> I {
         self.io
     }
 }

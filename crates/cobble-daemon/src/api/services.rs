@@ -12,7 +12,7 @@ use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING, STRINGS};
 use crate::logging::{self, SecurityEvent};
 use crate::services::changes::{ActionError, ServiceChange};
 
-pub async fn get_services(
+pub(super) async fn get_services(
     _: Read,
     State(api): State<Shared>,
     Query(query): Query<Vec<(String, String)>>,
@@ -40,7 +40,7 @@ impl GoPayload for ServicesAction {
     });
 }
 
-pub async fn post_services(
+pub(super) async fn post_services(
     _: Admin,
     State(api): State<Shared>,
     body: Body,
@@ -65,15 +65,15 @@ pub async fn post_services(
     }
 }
 
-pub async fn not_implemented(_: Read) -> ApiError {
+pub(super) async fn not_implemented(_: Read) -> ApiError {
     ApiError::bad_request("not implemented")
 }
 
-pub async fn not_implemented_admin(_: Admin) -> ApiError {
+pub(super) async fn not_implemented_admin(_: Admin) -> ApiError {
     ApiError::bad_request("not implemented")
 }
 
-pub async fn get_plan(
+pub(super) async fn get_plan(
     _: Admin,
     State(api): State<Shared>,
     Query(query): Query<Vec<(String, String)>>,
@@ -101,7 +101,7 @@ impl GoPayload for LayersRequest {
     });
 }
 
-pub async fn post_layers(
+pub(super) async fn post_layers(
     admin: Admin,
     State(api): State<Shared>,
     body: Body,
@@ -142,7 +142,7 @@ impl GoPayload for SignalsRequest {
     });
 }
 
-pub async fn post_signals(
+pub(super) async fn post_signals(
     _: Admin,
     State(api): State<Shared>,
     body: Body,

@@ -7,7 +7,7 @@ use axum::response::Response;
 use super::{Shared, sync};
 use cobble_client::types::SystemInfo;
 
-pub async fn system_info(State(api): State<Shared>) -> Response {
+pub(super) async fn system_info(State(api): State<Shared>) -> Response {
     sync(SystemInfo {
         boot_id: api.boot_id.clone(),
         http_address: api.http_address.clone().unwrap_or_default(),

@@ -43,7 +43,7 @@ const NAME_ATTEMPTS: u32 = 10_000;
 
 /// How far a replaced file must survive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
+pub(crate) enum Durability {
     /// Only the daemon process: the rename, no `fsync`. Other processes and the next daemon
     /// see the old file or the new one; after a machine crash either may be there, or an
     /// empty file.
@@ -56,7 +56,7 @@ pub enum Durability {
 /// A step of an atomic write that failed, worded like Go's `*fs.PathError` and
 /// `*os.LinkError` so that the files API can pass it on as Pebble would.
 #[derive(Debug, thiserror::Error)]
-pub enum AtomicError {
+pub(crate) enum AtomicError {
     /// `<op> <path>: <errno text>`.
     #[error("{op} {}: {}", path.display(), os_error_text(source))]
     Path {
@@ -101,7 +101,7 @@ impl AtomicError {
 }
 
 /// Replaces `target` with `bytes` (mode `mode`, whatever the umask).
-pub fn write_atomic(
+pub(crate) fn write_atomic(
     target: &Path,
     bytes: &[u8],
     mode: u32,
@@ -115,7 +115,7 @@ pub fn write_atomic(
 /// A file written under a temporary name beside its target and renamed over it on
 /// [`AtomicFile::commit`]. Dropped without a commit, it removes the temporary file.
 #[must_use = "nothing replaces the target until the file is committed"]
-pub struct AtomicFile {
+pub(crate) struct AtomicFile {
     /// The open temporary file, until the commit.
     file: Option<BufWriter<File>>,
     /// The temporary file's path: its name on disk, or the name it gets at the commit when it
@@ -137,7 +137,7 @@ pub struct AtomicFile {
 impl AtomicFile {
     /// Creates `<dir>/<name>.<random>~` beside `target` with mode `mode` (set with `fchmod`,
     /// so the umask does not apply).
-    pub fn create(
+    pub(crate) fn create(
         target: &Path,
         mode: u32,
         durability: Durability,
@@ -148,7 +148,7 @@ impl AtomicFile {
     /// [`AtomicFile::create`], with the temporary file named in `staging` rather than
     /// beside the target when `staging` is on the target's file system (see the module's
     /// notes).
-    pub fn create_in(
+    pub(crate) fn create_in(
         target: &Path,
         mode: u32,
         durability: Durability,
@@ -248,12 +248,12 @@ impl AtomicFile {
 
     /// The temporary file's path (the name it will have, while it has none).
     #[cfg(test)]
-    pub fn temp_path(&self) -> &Path {
+    pub(crate) fn temp_path(&self) -> &Path {
         &self.temp
     }
 
     /// Appends to the temporary file.
-    pub fn write(&mut self, bytes: &[u8]) -> Result<(), AtomicError> {
+    pub(crate) fn write(&mut self, bytes: &[u8]) -> Result<(), AtomicError> {
         let shown = || beside(&self.target, &self.temp);
         let file = self.file.as_mut().expect("open until committed");
         file.write_all(bytes)
@@ -276,7 +276,7 @@ impl AtomicFile {
 
     /// Gives the temporary file an owner (before the commit, so the target never has the
     /// wrong one).
-    pub fn set_owner(&self, uid: u32, gid: u32) -> Result<(), AtomicError> {
+    pub(crate) fn set_owner(&self, uid: u32, gid: u32) -> Result<(), AtomicError> {
         let file = self.file.as_ref().expect("open until committed");
         std::os::unix::fs::fchown(file.get_ref(), Some(uid), Some(gid))
             .map_err(|e| AtomicError::path("chown", &self.shown(), e))
@@ -284,7 +284,7 @@ impl AtomicFile {
 
     /// Renames the temporary file over the target; for [`Durability::Machine`], flushes it
     /// to disk first and flushes the directory after.
-    pub fn commit(mut self) -> Result<(), AtomicError> {
+    pub(crate) fn commit(mut self) -> Result<(), AtomicError> {
         let writer = self.file.take().expect("open until committed");
         let file = writer
             .into_inner()
@@ -375,7 +375,7 @@ fn same_file_system(a: &Path, b: &Path) -> bool {
 }
 
 /// Whether `name` has the shape of a temporary file of [`AtomicFile`]: `<name>.<digits>~`.
-pub fn is_temp_name(name: &str) -> bool {
+pub(crate) fn is_temp_name(name: &str) -> bool {
     let Some(stem) = name.strip_suffix('~') else {
         return false;
     };
@@ -390,7 +390,7 @@ pub fn is_temp_name(name: &str) -> bool {
 /// Removes the temporary files a killed daemon left in `dir` (not below it); returns their
 /// names. Only the holder of the directory's lock may call this: another daemon's writes
 /// in progress look the same.
-pub fn remove_leftovers(dir: &Path) -> Vec<String> {
+pub(crate) fn remove_leftovers(dir: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };

@@ -19,14 +19,14 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 /// A request payload, with the Go type Pebble decodes it into.
-pub trait GoPayload: DeserializeOwned {
+pub(crate) trait GoPayload: DeserializeOwned {
     /// The Go type, as `encoding/json` sees it.
     const GO: GoType;
 }
 
 /// A Go type as `encoding/json` sees it: which JSON it takes, and how its errors name it.
 #[derive(Debug, Clone, Copy)]
-pub enum GoType {
+pub(crate) enum GoType {
     /// A string type, by its Go name (`string`, `identities.Access`).
     Str(&'static str),
     /// `bool`.
@@ -46,17 +46,17 @@ pub enum GoType {
 }
 
 /// Go's `int` (64 bits, as on every platform Pebble ships for).
-pub const INT: GoType = GoType::Int("int", i64::MIN as i128, i64::MAX as i128);
+pub(crate) const INT: GoType = GoType::Int("int", i64::MIN as i128, i64::MAX as i128);
 /// Go's `uint32`.
-pub const UINT32: GoType = GoType::Int("uint32", 0, u32::MAX as i128);
+pub(crate) const UINT32: GoType = GoType::Int("uint32", 0, u32::MAX as i128);
 /// Go's `string`.
-pub const STRING: GoType = GoType::Str("string");
+pub(crate) const STRING: GoType = GoType::Str("string");
 /// Go's `[]string`.
-pub const STRINGS: GoType = GoType::Slice(&STRING);
+pub(crate) const STRINGS: GoType = GoType::Slice(&STRING);
 
 /// A Go struct type.
 #[derive(Debug)]
-pub struct GoStruct {
+pub(crate) struct GoStruct {
     /// The package-qualified name (`daemon.execPayload`), or empty for an anonymous struct.
     pub name: &'static str,
     pub fields: &'static [GoField],
@@ -64,7 +64,7 @@ pub struct GoStruct {
 
 /// A field of a [`GoStruct`].
 #[derive(Debug)]
-pub struct GoField {
+pub(crate) struct GoField {
     /// The Go field name (`ServiceContext`), which an anonymous struct's type string shows.
     pub go: &'static str,
     /// The JSON name (`service-context`).
@@ -76,7 +76,7 @@ pub struct GoField {
 
 impl GoField {
     /// A field whose JSON name comes from `json:"name"`.
-    pub const fn new(go: &'static str, json: &'static str, ty: GoType) -> Self {
+    pub(crate) const fn new(go: &'static str, json: &'static str, ty: GoType) -> Self {
         GoField {
             go,
             json,
@@ -86,7 +86,7 @@ impl GoField {
     }
 
     /// A field tagged `json:"name,omitempty"`.
-    pub const fn omitempty(go: &'static str, json: &'static str, ty: GoType) -> Self {
+    pub(crate) const fn omitempty(go: &'static str, json: &'static str, ty: GoType) -> Self {
         GoField {
             go,
             json,
@@ -142,7 +142,7 @@ impl GoStruct {
 
 /// Decodes the first JSON value of `bytes` into `T`, as Go's decoder would decode it into
 /// `T`'s Go type.
-pub fn decode<T: GoPayload>(bytes: &[u8]) -> Result<T, String> {
+pub(crate) fn decode<T: GoPayload>(bytes: &[u8]) -> Result<T, String> {
     let start = bytes
         .iter()
         .position(|b| !is_space(*b))

@@ -5,7 +5,7 @@
 use std::sync::Once;
 
 /// Whether a URL's host is this machine, which Go's proxy rules never send through a proxy.
-pub fn is_loopback(url: &reqwest::Url) -> bool {
+pub(crate) fn is_loopback(url: &reqwest::Url) -> bool {
     let Some(host) = url.host_str() else {
         return false;
     };
@@ -18,7 +18,7 @@ pub fn is_loopback(url: &reqwest::Url) -> bool {
 
 /// A client with Go's defaults: 10 redirects, system roots, and proxies from the
 /// environment unless the URL is on this machine (`direct`).
-pub fn build_client(direct: bool) -> Result<reqwest::Client, String> {
+pub(crate) fn build_client(direct: bool) -> Result<reqwest::Client, String> {
     static PROVIDER: Once = Once::new();
     PROVIDER.call_once(|| {
         // Fails only if a provider is already installed, which is just as good.
@@ -33,7 +33,7 @@ pub fn build_client(direct: bool) -> Result<reqwest::Client, String> {
 
 /// The innermost cause of an error, which is where the useful words are
 /// (`connection refused` rather than `error sending request`).
-pub fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
     let mut current = error;
     while let Some(source) = current.source() {
         current = source;

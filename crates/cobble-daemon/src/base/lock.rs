@@ -38,7 +38,7 @@ pub struct DirLock {
 }
 
 /// How long a daemon waits for the lock's holder to go before it gives up.
-pub const GRACE: Duration = Duration::from_secs(2);
+pub(crate) const GRACE: Duration = Duration::from_secs(2);
 
 /// Takes the lock on `dir`, waiting up to `grace` for a holder to release it. Blocking.
 pub fn lock(dir: &Path, grace: Duration) -> Result<DirLock, LockError> {

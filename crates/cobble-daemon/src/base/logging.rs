@@ -49,14 +49,14 @@ const APP_ID: &str = "pebble";
 
 /// One log line for `message` at the present time, newline included, for text written
 /// outside `tracing` (the output queues' notices, panics).
-pub fn line_now(message: &str) -> String {
+pub(crate) fn line_now(message: &str) -> String {
     let mut line = String::with_capacity(32 + message.len());
     format_line(&mut line, Timestamp::now(), false, message);
     line
 }
 
 /// Appends one log line, newline included, to `out`.
-pub fn format_line(out: &mut String, time: Timestamp, debug: bool, message: &str) {
+pub(crate) fn format_line(out: &mut String, time: Timestamp, debug: bool, message: &str) {
     out.push_str(&format_utc_millis(time));
     out.push_str(" [");
     out.push_str(APP_ID);
@@ -130,18 +130,18 @@ const REQUESTS_DEBUG: u8 = 2;
 static SOCKET_PATH: OnceLock<String> = OnceLock::new();
 
 /// Records the unix socket's path for the debug request lines.
-pub fn set_socket_path(path: &std::path::Path) {
+pub(crate) fn set_socket_path(path: &std::path::Path) {
     let _ = SOCKET_PATH.set(path.display().to_string());
 }
 
 /// Whether API requests are logged (the logger is installed and not silent).
-pub fn logs_requests() -> bool {
+pub(crate) fn logs_requests() -> bool {
     REQUESTS.load(Ordering::Relaxed) != REQUESTS_OFF
 }
 
 /// Installs the daemon logger on stderr (once; later calls are no-ops); a silent logger
 /// writes nothing at all.
-pub fn init(debug: bool, silent: bool) {
+pub(crate) fn init(debug: bool, silent: bool) {
     let requests = match (silent, debug) {
         (true, _) => REQUESTS_OFF,
         (false, true) => REQUESTS_DEBUG,
@@ -202,14 +202,14 @@ impl<'a> MakeWriter<'a> for StderrLines {
 /// Who made a request, as Pebble names them in security events: the identity's name when
 /// an identity matched, else the peer's uid on the unix socket.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct User {
+pub(crate) struct User {
     name: Option<String>,
     uid: Option<u32>,
 }
 
 impl User {
     /// The user an identity names.
-    pub fn named(name: String) -> User {
+    pub(crate) fn named(name: String) -> User {
         User {
             name: Some(name),
             uid: None,
@@ -217,7 +217,7 @@ impl User {
     }
 
     /// A local user no identity names (or nobody known, over TCP).
-    pub fn uid(uid: Option<u32>) -> User {
+    pub(crate) fn uid(uid: Option<u32>) -> User {
         User { name: None, uid }
     }
 }
@@ -234,7 +234,7 @@ impl fmt::Display for User {
 
 /// A security event, named and described as Pebble logs it.
 #[derive(Debug, Clone, Copy)]
-pub enum SecurityEvent<'a> {
+pub(crate) enum SecurityEvent<'a> {
     /// The daemon, run by `uid`, is starting.
     Startup { uid: u32 },
     /// The daemon, run by `uid`, is shutting down.
@@ -347,7 +347,7 @@ struct SecurityRecord<'a> {
 }
 
 /// The log message of `event` happening at `time`.
-pub fn security_message(time: Timestamp, event: &SecurityEvent<'_>) -> String {
+pub(crate) fn security_message(time: Timestamp, event: &SecurityEvent<'_>) -> String {
     let (name, description) = event.text();
     let record = SecurityRecord {
         kind: "security",
@@ -369,14 +369,14 @@ pub fn security_message(time: Timestamp, event: &SecurityEvent<'_>) -> String {
 }
 
 /// Logs a security event as one line of the daemon log.
-pub fn security(event: SecurityEvent<'_>) {
+pub(crate) fn security(event: SecurityEvent<'_>) {
     let message = security_message(Timestamp::now(), &event);
     tracing::info!("{message}");
 }
 
 /// The peer of a logged request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Remote {
+pub(crate) enum Remote {
     /// The unix socket, with the peer's credentials.
     Unix { pid: Option<i32>, uid: Option<u32> },
     /// TCP, with the peer's address.
@@ -385,7 +385,7 @@ pub enum Remote {
 
 /// One API request, for its line in the daemon log.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RequestLine {
+pub(crate) struct RequestLine {
     /// When it was answered.
     pub at: Timestamp,
     /// `GET`, `POST`, ...
@@ -405,7 +405,7 @@ pub struct RequestLine {
 
 /// Whether Pebble logs a request: every one but the `GET`s clients poll, so that polling
 /// does not fill the log (`GET /v1/changes/{id}`, `/v1/system-info`, `/v1/health`).
-pub fn request_is_logged(method: &axum::http::Method, path: &str) -> bool {
+pub(crate) fn request_is_logged(method: &axum::http::Method, path: &str) -> bool {
     if method != axum::http::Method::GET {
         return true;
     }
@@ -415,7 +415,7 @@ pub fn request_is_logged(method: &axum::http::Method, path: &str) -> bool {
 }
 
 /// Queues `line` for the daemon log, if requests are logged.
-pub fn request(line: RequestLine) {
+pub(crate) fn request(line: RequestLine) {
     if logs_requests() {
         stderr().record(line);
     }
@@ -483,7 +483,7 @@ impl RequestLine {
 
     /// The log's text for this request (see [`RequestLine::write_to`]).
     #[cfg(test)]
-    pub fn text(&self, debug: bool) -> String {
+    pub(crate) fn text(&self, debug: bool) -> String {
         let mut out = Vec::with_capacity(128 + self.target.len());
         self.write_to(&mut out, debug);
         String::from_utf8_lossy(&out).into_owned()
@@ -501,7 +501,7 @@ impl crate::output::Record for RequestLine {
 }
 
 /// The daemon's stdout: service output under `--verbose`.
-pub fn stdout() -> &'static Sink {
+pub(crate) fn stdout() -> &'static Sink {
     static STDOUT: OnceLock<Sink> = OnceLock::new();
     STDOUT.get_or_init(|| {
         Sink::spawn("stdout", std::io::stdout(), |n| {
@@ -515,7 +515,7 @@ pub fn stdout() -> &'static Sink {
 }
 
 /// The daemon's stderr: its own log, with the request lines as records.
-pub fn stderr() -> &'static Sink<RequestLine> {
+pub(crate) fn stderr() -> &'static Sink<RequestLine> {
     static STDERR: OnceLock<Sink<RequestLine>> = OnceLock::new();
     STDERR.get_or_init(|| {
         Sink::spawn("stderr", std::io::stderr(), |n| {
@@ -527,7 +527,7 @@ pub fn stderr() -> &'static Sink<RequestLine> {
 
 /// Writes out what is queued on both streams before the daemon exits, giving a stalled
 /// stream at most `timeout` each.
-pub fn flush_all(timeout: Duration) {
+pub(crate) fn flush_all(timeout: Duration) {
     stdout().flush(timeout);
     stderr().flush(timeout);
 }

@@ -25,13 +25,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Bytes a stream may hold while its reader is not keeping up.
-pub const QUEUE_BYTES: usize = 256 * 1024;
+pub(crate) const QUEUE_BYTES: usize = 256 * 1024;
 
 /// How long records alone wait for more to go out with them.
-pub const LINGER: Duration = Duration::from_millis(10);
+pub(crate) const LINGER: Duration = Duration::from_millis(10);
 
 /// A line whose text the writer thread builds (see the module notes).
-pub trait Record: Send + 'static {
+pub(crate) trait Record: Send + 'static {
     /// Appends the record's text, whole lines each ending in a newline.
     fn write(&self, out: &mut Vec<u8>);
     /// About how many bytes [`Record::write`] appends, counted against [`QUEUE_BYTES`].
@@ -39,7 +39,7 @@ pub trait Record: Send + 'static {
 }
 
 /// The record type of a stream that has none.
-pub enum NoRecord {}
+pub(crate) enum NoRecord {}
 
 impl Record for NoRecord {
     fn write(&self, _: &mut Vec<u8>) {
@@ -102,7 +102,7 @@ struct Shared<R> {
 type DropNotice = fn(u64) -> Vec<u8>;
 
 /// One output stream written by a dedicated thread. Cheap to clone.
-pub struct Sink<R: Record = NoRecord> {
+pub(crate) struct Sink<R: Record = NoRecord> {
     shared: Arc<Shared<R>>,
 }
 
@@ -117,7 +117,7 @@ impl<R: Record> Clone for Sink<R> {
 impl<R: Record> Sink<R> {
     /// Starts a writer thread for `out`. After a gap, `notice` turns the number of dropped
     /// lines into a line written in the gap's place.
-    pub fn spawn(
+    pub(crate) fn spawn(
         name: &str,
         out: impl Write + Send + 'static,
         notice: fn(u64) -> Vec<u8>,
@@ -136,18 +136,18 @@ impl<R: Record> Sink<R> {
     /// Queues one line (a newline is added). Never blocks on the stream: if the queue is full
     /// the line is dropped and counted.
     #[cfg(test)]
-    pub fn line(&self, line: &[u8]) {
+    pub(crate) fn line(&self, line: &[u8]) {
         self.queue_bytes(line, true);
     }
 
     /// Queues text that already ends in a newline (a formatted log line).
-    pub fn text(&self, text: &[u8]) {
+    pub(crate) fn text(&self, text: &[u8]) {
         self.queue_bytes(text, false);
     }
 
     /// Queues a record, to be formatted by the writer thread. Never blocks on the stream: if
     /// the queue is full the record is dropped and counted.
-    pub fn record(&self, record: R) {
+    pub(crate) fn record(&self, record: R) {
         let len = record.len_hint();
         let mut queue = lock(&self.shared.queue);
         if queue.queued_bytes() + len > QUEUE_BYTES {
@@ -168,7 +168,7 @@ impl<R: Record> Sink<R> {
     /// newline (the formatted lines of one read of a service's output): they are formatted
     /// where the writer takes them, not copied there. When the queue is full, the lines that
     /// do not fit are dropped and counted, whole.
-    pub fn lines_with(&self, lines: u64, write: impl FnOnce(&mut Vec<u8>)) {
+    pub(crate) fn lines_with(&self, lines: u64, write: impl FnOnce(&mut Vec<u8>)) {
         let mut queue = lock(&self.shared.queue);
         let start = queue.pending.len();
         let used = queue.queued_bytes();
@@ -212,7 +212,7 @@ impl<R: Record> Sink<R> {
     /// Waits until everything queued so far has been written, for at most `timeout` (the
     /// stream may be stalled for good). Returns whether it all went out. Blocking: call it
     /// from the main thread at exit, or from a blocking task.
-    pub fn flush(&self, timeout: Duration) -> bool {
+    pub(crate) fn flush(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut queue = lock(&self.shared.queue);
         if !queue.records.is_empty() {
@@ -236,14 +236,14 @@ impl<R: Record> Sink<R> {
 
     /// Lines dropped and not yet reported (for tests and metrics).
     #[cfg(test)]
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         lock(&self.shared.queue).dropped
     }
 }
 
 /// How much of `text`, `lines` lines each ending in a newline, fits in `room` bytes as whole
 /// lines: its length, and how many lines that is.
-pub fn fitting_lines(text: &[u8], lines: u64, room: usize) -> (usize, u64) {
+pub(crate) fn fitting_lines(text: &[u8], lines: u64, room: usize) -> (usize, u64) {
     if text.len() <= room {
         return (text.len(), lines);
     }

@@ -66,7 +66,7 @@ const LEAF_RENEW_WINDOW: Duration = Duration::from_secs(60);
 
 /// Why HTTPS cannot be served.
 #[derive(Debug, thiserror::Error)]
-pub enum TlsError {
+pub(crate) enum TlsError {
     #[error("cannot access key file {path:?}: {source}")]
     Access {
         path: PathBuf,
@@ -90,7 +90,7 @@ pub enum TlsError {
 
 /// Loads the identity key from `pebble_dir`, generating and saving it on first use.
 /// Blocking file IO: call it before the runtime serves, or off its workers.
-pub fn identity_key(pebble_dir: &Path) -> Result<rcgen::KeyPair, TlsError> {
+pub(crate) fn identity_key(pebble_dir: &Path) -> Result<rcgen::KeyPair, TlsError> {
     let dir = pebble_dir.join(IDENTITY_DIR);
     let path = dir.join(KEY_FILE);
     match fs::symlink_metadata(&path) {
@@ -184,7 +184,7 @@ fn pkcs8_v1_pem(key: &rcgen::KeyPair) -> Result<String, TlsError> {
 
 /// The identity certificate of `key`: `$PEBBLE/tls/identity.pem` if it certifies that key,
 /// otherwise a new one, saved there. Blocking file IO: call it off the runtime's workers.
-pub fn identity_certificate(
+pub(crate) fn identity_certificate(
     pebble_dir: &Path,
     key: &rcgen::KeyPair,
 ) -> Result<CertificateDer<'static>, TlsError> {
@@ -265,7 +265,7 @@ fn save_identity_certificate(path: &Path, cert: &CertificateDer<'_>) -> std::io:
 
 /// The identity's fingerprint, as Pebble's identity key and its Go client compute it: the
 /// base32 (standard alphabet, no padding) of the SHA-384 of the raw Ed25519 public key.
-pub fn fingerprint(public_key: &[u8]) -> String {
+pub(crate) fn fingerprint(public_key: &[u8]) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA384, public_key);
     base32(digest.as_ref())
 }
@@ -519,7 +519,7 @@ impl ServerIdentity {
 /// fresh leaf and `identity` (the daemon's identity certificate from
 /// [`identity_certificate`]; if that failed, the failure is logged and later handshakes try
 /// again); exactly one client certificate required.
-pub fn server_config(
+pub(crate) fn server_config(
     pebble_dir: &Path,
     key: rcgen::KeyPair,
     identity: Result<CertificateDer<'static>, TlsError>,
@@ -622,7 +622,7 @@ impl ClientCertVerifier for AnyClientCert {
 
 /// The client certificate of a handshake: the handshake admits only clients that presented
 /// exactly one. Whether an identity trusts it is decided per request.
-pub fn client_cert(chain: Option<&[CertificateDer<'_>]>) -> Option<Arc<[u8]>> {
+pub(crate) fn client_cert(chain: Option<&[CertificateDer<'_>]>) -> Option<Arc<[u8]>> {
     match chain? {
         [cert] => Some(Arc::from(cert.as_ref())),
         _ => None,

@@ -26,7 +26,7 @@ use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 /// How often every watched path is looked at even without an inotify event.
-pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What identifies the content a path names right now. `None` when the path does not exist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +52,7 @@ fn fingerprint(path: &Path) -> Option<Fingerprint> {
 
 /// A watched path's state: as found when its watch was armed, or after a change.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PathEvent {
+pub(crate) struct PathEvent {
     pub path: PathBuf,
     /// Whether the path exists now.
     pub exists: bool,
@@ -62,7 +62,7 @@ pub struct PathEvent {
 
 /// Handle to the watcher thread.
 #[derive(Clone)]
-pub struct PathWatcher {
+pub(crate) struct PathWatcher {
     tx: std::sync::mpsc::Sender<Message>,
 }
 
@@ -76,7 +76,7 @@ enum Message {
 impl PathWatcher {
     /// Starts the watcher thread; changes are sent to `events`. The thread ends once every
     /// handle is gone.
-    pub fn spawn(events: mpsc::UnboundedSender<PathEvent>) -> PathWatcher {
+    pub(crate) fn spawn(events: mpsc::UnboundedSender<PathEvent>) -> PathWatcher {
         let (tx, rx) = std::sync::mpsc::channel();
         let wake = tx.clone();
         let watcher = notify::recommended_watcher(move |_event: notify::Result<notify::Event>| {
@@ -100,7 +100,7 @@ impl PathWatcher {
 
     /// Replaces the set of watched paths. Paths newly watched are reported only when they
     /// change after the returned ticket resolves (callers that do not care may drop it).
-    pub fn set(&self, paths: BTreeSet<PathBuf>) -> tokio::sync::oneshot::Receiver<()> {
+    pub(crate) fn set(&self, paths: BTreeSet<PathBuf>) -> tokio::sync::oneshot::Receiver<()> {
         let (armed, ticket) = tokio::sync::oneshot::channel();
         let _ = self.tx.send(Message::Set(paths, Some(armed)));
         ticket

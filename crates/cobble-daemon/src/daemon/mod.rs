@@ -17,7 +17,7 @@
 //! tasks; if one ends, it logs why, stops every service and exits with
 //! [`MANAGER_FAILED_EXIT_CODE`], so that the container is restarted.
 
-pub mod systemd;
+pub(crate) mod systemd;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -58,7 +58,7 @@ pub const MANAGER_FAILED_EXIT_CODE: i32 = 1;
 
 /// Errors that keep the daemon from starting.
 #[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
+pub(crate) enum DaemonError {
     #[error("cannot create directory {path}: {source}")]
     CreateDir {
         path: PathBuf,
@@ -99,7 +99,7 @@ pub enum DaemonError {
 /// The phases, in order: `load` the directory, plan and state (the state file's first write
 /// begins); `start_managers`; `listen` on every address once the state file is written;
 /// `serve` the API; `autostart`; wait for a stop; `shut_down`.
-pub async fn run(
+pub(crate) async fn run(
     opts: RunOptions,
     embedding: Embedding,
     log_files: LogFiles,

@@ -47,18 +47,18 @@ enum Target {
 
 /// Sends `sd_notify` states to systemd, or nothing when not under it.
 #[derive(Debug, Clone, Default)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     target: Option<Target>,
 }
 
 impl Notifier {
     /// From the daemon's `NOTIFY_SOCKET`.
-    pub fn from_env() -> Notifier {
+    pub(crate) fn from_env() -> Notifier {
         Notifier::new(std::env::var_os("NOTIFY_SOCKET").as_deref())
     }
 
     /// From a value of `NOTIFY_SOCKET`.
-    pub fn new(value: Option<&OsStr>) -> Notifier {
+    pub(crate) fn new(value: Option<&OsStr>) -> Notifier {
         let bytes = value.map(OsStrExt::as_bytes).unwrap_or_default();
         let target = match bytes {
             [] => None,
@@ -76,13 +76,13 @@ impl Notifier {
     }
 
     /// Whether there is a socket to notify.
-    pub fn is_enabled(&self) -> bool {
+    pub(crate) fn is_enabled(&self) -> bool {
         self.target.is_some()
     }
 
     /// Sends `state` (`READY=1`, say) in one datagram. A failure is logged, never fatal:
     /// systemd may be gone, or its queue full.
-    pub fn notify(&self, state: &str) {
+    pub(crate) fn notify(&self, state: &str) {
         let Some(target) = &self.target else {
             return;
         };
@@ -109,7 +109,7 @@ fn send(target: &Target, datagram: &[u8]) -> std::io::Result<()> {
 /// The pause between watchdog pings for a `WATCHDOG_USEC` value: half of it, as Pebble (and
 /// `sd_watchdog_enabled`'s documentation) does. `Ok(None)` when it is unset or empty (no
 /// watchdog); an error naming the value when it is not a positive number of microseconds.
-pub fn watchdog_interval(value: Option<&str>) -> Result<Option<Duration>, String> {
+pub(crate) fn watchdog_interval(value: Option<&str>) -> Result<Option<Duration>, String> {
     let Some(text) = value.filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
@@ -124,8 +124,11 @@ pub fn watchdog_interval(value: Option<&str>) -> Result<Option<Duration>, String
 /// Pings the watchdog every `interval` for as long as it runs, each time only once
 /// `supervisor_answers` has resolved to `true` within `interval`; a tick whose answer does
 /// not come in time sends nothing (logged once per stretch of silence).
-pub async fn run_watchdog<F, Fut>(notifier: Notifier, interval: Duration, mut supervisor_answers: F)
-where
+pub(crate) async fn run_watchdog<F, Fut>(
+    notifier: Notifier,
+    interval: Duration,
+    mut supervisor_answers: F,
+) where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {

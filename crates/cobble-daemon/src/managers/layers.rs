@@ -16,30 +16,35 @@ use cobble_plan::{Layer, Plan, PlanError};
 use tokio::sync::watch;
 
 /// Owner of the current plan.
-pub struct PlanManager {
+pub(crate) struct PlanManager {
     tx: watch::Sender<Arc<Plan>>,
 }
 
 impl PlanManager {
-    pub fn new(plan: Plan) -> PlanManager {
+    pub(crate) fn new(plan: Plan) -> PlanManager {
         log_problems(None, &plan);
         let (tx, _) = watch::channel(Arc::new(plan));
         PlanManager { tx }
     }
 
     /// The current plan.
-    pub fn plan(&self) -> Arc<Plan> {
+    pub(crate) fn plan(&self) -> Arc<Plan> {
         self.tx.borrow().clone()
     }
 
     /// A receiver that always sees the current plan.
-    pub fn subscribe(&self) -> watch::Receiver<Arc<Plan>> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Arc<Plan>> {
         self.tx.subscribe()
     }
 
     /// Adds a parsed layer (`POST /v1/layers`), appending it or combining it into the layer
     /// with the same label.
-    pub fn add_layer(&self, layer: Layer, combine: bool, inner: bool) -> Result<(), PlanError> {
+    pub(crate) fn add_layer(
+        &self,
+        layer: Layer,
+        combine: bool,
+        inner: bool,
+    ) -> Result<(), PlanError> {
         let mut result = Ok(());
         // The closure runs under the channel's lock, so concurrent adds are serialised.
         self.tx
@@ -83,7 +88,7 @@ fn log_problems(old: Option<&Plan>, plan: &Plan) {
 /// with such a workload; cobble starts, and the services that run in it fail to start (and
 /// are retried) until the user database has what they need. Blocking: it reads the user
 /// database.
-pub fn log_unresolved_workloads(plan: &Plan) {
+pub(crate) fn log_unresolved_workloads(plan: &Plan) {
     for (name, workload) in &plan.workloads {
         if let Err(e) = cobble_sys::user::normalize_uid_gid(
             workload.user_id,

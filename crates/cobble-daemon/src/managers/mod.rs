@@ -3,11 +3,11 @@
 //! is driven through its own handle. A manager may use the base tier and the managers it
 //! names, never a view, the API or the daemon.
 
-pub mod checks;
-pub mod exec;
-pub mod files;
-pub mod identities;
-pub mod layers;
-pub mod logs;
-pub mod services;
-pub mod state;
+pub(crate) mod checks;
+pub(crate) mod exec;
+pub(crate) mod files;
+pub(crate) mod identities;
+pub(crate) mod layers;
+pub(crate) mod logs;
+pub(crate) mod services;
+pub(crate) mod state;

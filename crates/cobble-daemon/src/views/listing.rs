@@ -30,7 +30,7 @@ use cobble_client::time::{format_rfc3339_nano, format_rfc3339_secs};
 /// the services in `names` (every service when empty) and, only when a listed service can
 /// be explained by a check, the checks. `answer` gets the listing, which borrows what was
 /// gathered, and makes the response of it.
-pub async fn current<R>(
+pub(crate) async fn current<R>(
     plan: &PlanManager,
     services: &ServiceManager,
     checks: &CheckManager,
@@ -62,7 +62,7 @@ pub async fn current<R>(
 /// The `result` of `GET /v1/services`: the plan's services (those named, or all), sorted by
 /// name, each with what the supervisor reports if it started it.
 #[derive(Debug, Clone, Copy)]
-pub struct ServiceListing<'a> {
+pub(crate) struct ServiceListing<'a> {
     plan: &'a Plan,
     /// The names asked for; `None` for every service.
     names: Option<&'a BTreeSet<&'a str>>,
@@ -76,7 +76,7 @@ pub struct ServiceListing<'a> {
 impl<'a> ServiceListing<'a> {
     /// The listing of `names` (every service when `None`), with `started` as reported by
     /// [`crate::services::ServiceManager::statuses`] for the same names.
-    pub fn new(
+    pub(crate) fn new(
         plan: &'a Plan,
         names: Option<&'a BTreeSet<&'a str>>,
         started: &'a [ServiceStatus],
@@ -93,7 +93,7 @@ impl<'a> ServiceListing<'a> {
 
     /// Whether a listed service can be explained by a check: only then does the listing need
     /// the checks (see [`ServiceListing::with_checks`]).
-    pub fn acts_on_checks(&self) -> bool {
+    pub(crate) fn acts_on_checks(&self) -> bool {
         !self.plan.checks.is_empty()
             && self.started.iter().any(|status| {
                 self.plan
@@ -105,12 +105,12 @@ impl<'a> ServiceListing<'a> {
 
     /// The same listing, explaining services by these checks.
     #[must_use]
-    pub fn with_checks(self, checks: &'a [CheckView]) -> ServiceListing<'a> {
+    pub(crate) fn with_checks(self, checks: &'a [CheckView]) -> ServiceListing<'a> {
         ServiceListing { checks, ..self }
     }
 
     /// About the size of the listing's JSON, so it can be written without growing its buffer.
-    pub fn size_hint(&self) -> usize {
+    pub(crate) fn size_hint(&self) -> usize {
         // `{"name":"","startup":"disabled","current":"inactive"},`, plus `current-since` and
         // the reason of a started service.
         let plain: usize = self.entries().map(|(name, _)| name.len() + 56).sum();
@@ -152,7 +152,7 @@ impl<'a> ServiceListing<'a> {
 impl ServiceListing<'_> {
     /// The listing's JSON (see [`ServiceListing::write_json`]).
     #[cfg(test)]
-    pub fn to_json(self) -> Vec<u8> {
+    pub(crate) fn to_json(self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.size_hint());
         self.write_json(&mut out);
         out
@@ -163,7 +163,7 @@ impl ServiceListing<'_> {
     /// make a call per piece of punctuation and look at every byte of every string. The bytes
     /// are exactly what serde_json writes for the same entries (see the tests); details, rare
     /// and nested, still go through it.
-    pub fn write_json(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
         out.push(b'[');
         let mut started = self.started.iter().peekable();
         // What the configuration says is wrong, for any service, started or not. Nearly

@@ -22,7 +22,7 @@ use crate::services::machine::Status;
 use crate::services::{ServiceManager, ServiceStatus};
 
 /// The `/v1/metrics` body, from what the managers report now.
-pub async fn current(
+pub(crate) async fn current(
     plan: &PlanManager,
     services: &ServiceManager,
     checks: &CheckManager,
@@ -99,7 +99,7 @@ fn escape_label(value: &str) -> String {
 /// The whole `/v1/metrics` body. `services` are the services this daemon has started; those
 /// still in the plan are listed. `usage` is what each of `services` uses, in the same order
 /// (none when empty). `forwarding` are the counts of the plan's log targets.
-pub fn render(
+pub(crate) fn render(
     plan: &Plan,
     services: &[ServiceStatus],
     usage: &[Usage],

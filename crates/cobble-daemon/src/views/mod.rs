@@ -2,5 +2,5 @@
 //! about the others. The services listing (the plan, the supervisor and the checks) and the
 //! metrics (services, checks and log forwarding).
 
-pub mod listing;
-pub mod metrics;
+pub(crate) mod listing;
+pub(crate) mod metrics;

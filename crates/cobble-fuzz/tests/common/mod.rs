@@ -11,7 +11,7 @@ fn budget_ms(default: u64) -> u64 {
 
 /// Runs target `name` on random inputs for its budget, or on the one input of
 /// `COBBLE_FUZZ_SEED`.
-pub fn run(name: &str, default_budget_ms: u64) {
+pub(crate) fn run(name: &str, default_budget_ms: u64) {
     let target: TargetFn = cobble_fuzz::target(name).expect("a known target");
     let test = arbtest::arbtest(target).size_max(64 * 1024);
     match std::env::var("COBBLE_FUZZ_SEED") {

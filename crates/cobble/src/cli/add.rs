@@ -8,7 +8,7 @@ use super::{Output, go_path_error, write_all};
 
 /// Arguments of `add`.
 #[derive(Debug, Args)]
-pub struct AddArgs {
+pub(super) struct AddArgs {
     /// Combine the new layer with an existing layer that has the given label (default is to
     /// append).
     #[arg(long)]
@@ -25,7 +25,11 @@ pub struct AddArgs {
 }
 
 /// Runs `add`.
-pub async fn execute(args: AddArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: AddArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let yaml = std::fs::read_to_string(&args.layer_path)
         .map_err(|e| anyhow::anyhow!(go_path_error("open", &args.layer_path, &e)))?;
     client

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// An [`AsyncRead`] that reads from `R` synchronously.
-pub struct BlockingReader<R>(pub R);
+pub(super) struct BlockingReader<R>(pub R);
 
 impl<R: Read + Unpin> AsyncRead for BlockingReader<R> {
     fn poll_read(
@@ -27,7 +27,7 @@ impl<R: Read + Unpin> AsyncRead for BlockingReader<R> {
 }
 
 /// An [`AsyncWrite`] that writes to `W` synchronously.
-pub struct BlockingWriter<W>(pub W);
+pub(super) struct BlockingWriter<W>(pub W);
 
 impl<W: Write + Unpin> AsyncWrite for BlockingWriter<W> {
     fn poll_write(

@@ -11,7 +11,7 @@ use super::{Output, program_name, write_all};
 
 /// Arguments of `changes`.
 #[derive(Debug, Args)]
-pub struct ChangesArgs {
+pub(super) struct ChangesArgs {
     /// Display absolute times (in RFC 3339 format). Otherwise, display relative times up to
     /// 60 days, then YYYY-MM-DD.
     #[arg(long)]
@@ -25,7 +25,11 @@ pub struct ChangesArgs {
 }
 
 /// Runs `changes`.
-pub async fn execute(args: ChangesArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: ChangesArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let service = args.service.as_deref().unwrap_or_default();
     if !service.is_empty() && service.bytes().all(|b| b.is_ascii_digit()) {
         let program = program_name();
@@ -84,7 +88,7 @@ fn table(mut changes: Vec<ChangeInfo>, times: &TimeFormatter) -> String {
 }
 
 /// Orders changes by spawn time, the only order the daemon's map-ordered list can be shown in.
-pub fn sort_by_spawn_time(changes: &mut [ChangeInfo]) {
+pub(super) fn sort_by_spawn_time(changes: &mut [ChangeInfo]) {
     changes.sort_by_key(|c| c.spawn_time.parse::<jiff::Timestamp>().ok());
 }
 

@@ -10,7 +10,7 @@ use super::structured::{self, Fields, Format, Value};
 
 /// Arguments of `check`.
 #[derive(Debug, Args)]
-pub struct CheckArgs {
+pub(super) struct CheckArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -23,7 +23,11 @@ pub struct CheckArgs {
 }
 
 /// Runs `check`.
-pub async fn execute(args: CheckArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: CheckArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let (info, error) = if args.refresh {
         let result = client.refresh_check(&args.check).await?;
         (result.info, result.error)

@@ -7,14 +7,14 @@ use super::{Output, write_all};
 
 /// Arguments of `start-checks` and `stop-checks`.
 #[derive(Debug, Args)]
-pub struct ChecksActionArgs {
+pub(super) struct ChecksActionArgs {
     /// The checks to act on.
     #[arg(required = true, value_name = "check")]
     checks: Vec<String>,
 }
 
 /// Runs `start-checks`.
-pub async fn start(
+pub(super) async fn start(
     args: ChecksActionArgs,
     client: &Client,
     out: &mut Output,
@@ -24,7 +24,11 @@ pub async fn start(
 }
 
 /// Runs `stop-checks`.
-pub async fn stop(args: ChecksActionArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn stop(
+    args: ChecksActionArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let changed = client.stop_checks(&args.checks).await?;
     write_all(out, &summary(&changed, "stopped"))
 }

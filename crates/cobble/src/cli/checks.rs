@@ -13,7 +13,7 @@ const MAX_LOG: usize = 70;
 
 /// Arguments of `checks`.
 #[derive(Debug, Args)]
-pub struct ChecksArgs {
+pub(super) struct ChecksArgs {
     /// Check level to filter for
     #[arg(long, value_parser = ["alive", "ready"])]
     level: Option<String>,
@@ -26,7 +26,11 @@ pub struct ChecksArgs {
 }
 
 /// Runs `checks`.
-pub async fn execute(args: ChecksArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: ChecksArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let level = args.level.as_deref().unwrap_or("");
     let checks = client.checks(level, &args.checks).await?;
     if !args.format.is_text() {

@@ -19,7 +19,7 @@ use super::{Cli, program_name, write_all};
 
 /// The shells a script can be generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Shell {
+pub(super) enum Shell {
     /// `source <(cobble completion bash)`, or save it in bash-completion's directory.
     Bash,
     /// Save it as `_cobble` in a directory on `$fpath`, or `source` it.
@@ -30,14 +30,14 @@ pub enum Shell {
 
 /// Arguments of `completion`.
 #[derive(Debug, Args)]
-pub struct CompletionArgs {
+pub(super) struct CompletionArgs {
     /// The shell to complete for.
     #[arg(value_enum)]
     shell: Shell,
 }
 
 /// Runs `completion`.
-pub fn execute(args: CompletionArgs) -> anyhow::Result<()> {
+pub(super) fn execute(args: CompletionArgs) -> anyhow::Result<()> {
     let mut root = Cli::command().name(program_name());
     root.build();
     let script = script(args.shell, &root, program_name());
@@ -45,7 +45,7 @@ pub fn execute(args: CompletionArgs) -> anyhow::Result<()> {
 }
 
 /// The completion script for `shell`, completing `program`.
-pub fn script(shell: Shell, root: &Command, program: &str) -> String {
+pub(super) fn script(shell: Shell, root: &Command, program: &str) -> String {
     let commands: Vec<&Command> = root
         .get_subcommands()
         .filter(|c| !c.is_hide_set())

@@ -4,17 +4,17 @@
 use clap::Args;
 
 /// What `help debug` says beyond the summary.
-pub const LONG_ABOUT: &str = "Holds commands for debugging the daemon. There are none \
+pub(super) const LONG_ABOUT: &str = "Holds commands for debugging the daemon. There are none \
     yet (as in Pebble v1.32.1), so it does nothing.";
 
 /// Arguments of `debug`: whatever follows is ignored, as Pebble ignores it.
 #[derive(Debug, Args)]
-pub struct DebugArgs {
+pub(super) struct DebugArgs {
     #[arg(hide = true, num_args = 0.., trailing_var_arg = true, allow_hyphen_values = true)]
     rest: Vec<String>,
 }
 
 /// Runs `debug`: nothing to do.
-pub fn execute(_: DebugArgs) -> anyhow::Result<()> {
+pub(super) fn execute(_: DebugArgs) -> anyhow::Result<()> {
     Ok(())
 }

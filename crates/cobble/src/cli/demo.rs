@@ -19,7 +19,7 @@ use clap::Args;
 use cobble_daemon::RunOptions;
 
 /// The demo layer, embedded in the binary; `@CONFIG@` stands for the config file's path.
-pub const DEMO_LAYER: &str = include_str!("demo-layer.yaml");
+pub(super) const DEMO_LAYER: &str = include_str!("demo-layer.yaml");
 
 /// Where the demo runs unless `--dir` says otherwise.
 const DEFAULT_DIR: &str = "/tmp/cobble-demo";
@@ -40,13 +40,13 @@ const KEPT: &[&str] = &[
 
 /// Arguments of `demo`.
 #[derive(Debug, Args)]
-pub struct DemoArgs {
+pub(super) struct DemoArgs {
     /// The demo's own directory, emptied of the previous demo's state on every start.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_DIR)]
     dir: PathBuf,
 }
 
-pub fn execute(args: DemoArgs) -> ExitCode {
+pub(super) fn execute(args: DemoArgs) -> ExitCode {
     let dir = args.dir;
     let cleared = match prepare(&dir) {
         Ok(cleared) => cleared,
@@ -67,7 +67,7 @@ pub fn execute(args: DemoArgs) -> ExitCode {
 }
 
 /// The demo layer with its config file in `dir`.
-pub fn demo_layer(dir: &Path) -> String {
+pub(super) fn demo_layer(dir: &Path) -> String {
     DEMO_LAYER.replace("@CONFIG@", &dir.join(CONFIG_FILE).to_string_lossy())
 }
 

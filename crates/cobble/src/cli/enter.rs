@@ -35,7 +35,7 @@ use super::{
 };
 
 /// What `help enter` says beyond the summary.
-pub const LONG_ABOUT: &str = "Makes cobble a container's entrypoint that can also run one \
+pub(super) const LONG_ABOUT: &str = "Makes cobble a container's entrypoint that can also run one \
     command. Without a subcommand, enter does what run does, with the same options. With one, \
     it starts the daemon, runs the subcommand against it, stops the daemon and exits with the \
     subcommand's status.\n\n\
@@ -55,7 +55,7 @@ pub const LONG_ABOUT: &str = "Makes cobble a container's entrypoint that can als
 
 /// Arguments of `enter`.
 #[derive(Debug, Args)]
-pub struct EnterArgs {
+pub(super) struct EnterArgs {
     #[command(flatten)]
     run_args: RunArgs,
     /// Start default services before executing subcommand
@@ -129,7 +129,7 @@ fn check_flags(needs: Needs, name: &str, run: bool, verbose: bool) -> anyhow::Re
 }
 
 /// Runs `enter`.
-pub fn execute(args: EnterArgs, groups: Vec<Vec<String>>) -> ExitCode {
+pub(super) fn execute(args: EnterArgs, groups: Vec<Vec<String>>) -> ExitCode {
     let Some(name) = args.subcommand.first().cloned() else {
         return run::execute(args.run_args, groups);
     };

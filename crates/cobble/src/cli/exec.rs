@@ -39,7 +39,7 @@ const STDIN_CHUNK: usize = 32 * 1024;
 const OUTPUT_QUEUE: usize = 16;
 
 /// What `help exec` says beyond the summary.
-pub const LONG_ABOUT: &str = "Runs a command on the daemon's side and waits for it to finish. \
+pub(super) const LONG_ABOUT: &str = "Runs a command on the daemon's side and waits for it to finish. \
     What is typed or piped into stdin here is the command's input, and its output and errors \
     come out here. The exit status is the command's.\n\n\
     Put \"--\" before the command when its arguments look like options of exec, for example:\n\n    \
@@ -47,7 +47,7 @@ pub const LONG_ABOUT: &str = "Runs a command on the daemon's side and waits for 
 
 /// Arguments of `exec`.
 #[derive(Debug, Args)]
-pub struct ExecArgs {
+pub(super) struct ExecArgs {
     /// Working directory to run command in
     #[arg(
         short = 'w',
@@ -127,7 +127,7 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 }
 
 /// Runs `exec` on its own and exits with the command's status.
-pub fn execute(args: ExecArgs) -> ExitCode {
+pub(super) fn execute(args: ExecArgs) -> ExitCode {
     let outcome = Client::new(cobble_client::ClientConfig::from_env())
         .map_err(anyhow::Error::from)
         .and_then(|client| run(args, &client));
@@ -139,7 +139,7 @@ pub fn execute(args: ExecArgs) -> ExitCode {
 
 /// The status a process exits with for an exit code, as the kernel keeps it: the low 8 bits
 /// (so a timed-out command's -1 is 255, as with Pebble).
-pub fn exit_status(code: i32) -> u8 {
+pub(super) fn exit_status(code: i32) -> u8 {
     (code & 0xff) as u8
 }
 
@@ -194,7 +194,7 @@ fn same_destination() -> bool {
 }
 
 /// Runs the command and returns its exit code. Used by `exec` and by `enter exec`.
-pub fn run(args: ExecArgs, client: &Client) -> anyhow::Result<i32> {
+pub(super) fn run(args: ExecArgs, client: &Client) -> anyhow::Result<i32> {
     let stdin_is_tty = std::io::stdin().is_terminal();
     let stdout_is_tty = std::io::stdout().is_terminal();
     let modes = modes(&args, stdin_is_tty, stdout_is_tty)?;

@@ -3,7 +3,7 @@
 /// Lays rows out like Go's `tabwriter.NewWriter(w, 5, 3, 2, ' ', 0)`, which Pebble uses for
 /// every table: each column but the last is padded to its widest cell plus two spaces, and
 /// to at least five characters; the last cell of a row is written as is.
-pub fn tabulate<R: AsRef<[String]>>(rows: &[R]) -> String {
+pub(super) fn tabulate<R: AsRef<[String]>>(rows: &[R]) -> String {
     const MIN_WIDTH: usize = 5;
     const PADDING: usize = 2;
 
@@ -34,7 +34,7 @@ pub fn tabulate<R: AsRef<[String]>>(rows: &[R]) -> String {
 /// Wraps an error message the way Pebble's CLI does before printing it after `error: `:
 /// words are re-flowed to the terminal width (from `COLUMNS`, else 80, at most 100, minus
 /// one), and continuation lines are indented to line up after the prefix.
-pub fn fill(message: &str, indent: usize) -> String {
+pub(super) fn fill(message: &str, indent: usize) -> String {
     let columns = std::env::var("COLUMNS")
         .ok()
         .and_then(|c| c.parse::<usize>().ok())
@@ -62,7 +62,7 @@ fn wrap(message: &str, indent: usize, width: usize) -> String {
 }
 
 /// Quotes a string like Go's `%q` for the plain text Pebble quotes (names, labels, paths).
-pub fn quote(text: &str) -> String {
+pub(super) fn quote(text: &str) -> String {
     format!("{text:?}")
 }
 

@@ -11,7 +11,7 @@ use super::{Output, write_all};
 
 /// Arguments of `health`.
 #[derive(Debug, Args)]
-pub struct HealthArgs {
+pub(super) struct HealthArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -25,7 +25,11 @@ pub struct HealthArgs {
 
 /// Runs `health`. Only the text format reports "unhealthy" in its exit status; JSON and
 /// YAML say it in the output and exit 0, as in Pebble.
-pub async fn execute(args: HealthArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: HealthArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let healthy = client
         .health(args.level.as_deref().unwrap_or(""), &args.checks)
         .await?;

@@ -68,7 +68,7 @@ pub(super) const CATEGORIES: &[(&str, &str, &[&str])] = &[
 
 /// Arguments of `help`.
 #[derive(Debug, Args)]
-pub struct HelpArgs {
+pub(super) struct HelpArgs {
     /// Show a short summary of all commands.
     #[arg(long)]
     all: bool,
@@ -84,7 +84,7 @@ pub struct HelpArgs {
 }
 
 /// Runs `help`.
-pub fn execute(args: HelpArgs) -> anyhow::Result<()> {
+pub(super) fn execute(args: HelpArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if args.man || args.markdown {
         return print_reference(&args, &mut out);
@@ -175,7 +175,7 @@ fn footer() -> String {
 }
 
 /// What a bare `cobble` (or `cobble --help`) prints: categories right-aligned, then hints.
-pub fn print_short(out: &mut dyn Write) -> anyhow::Result<()> {
+pub(super) fn print_short(out: &mut dyn Write) -> anyhow::Result<()> {
     let width = CATEGORIES
         .iter()
         .map(|(label, _, _)| label.len())

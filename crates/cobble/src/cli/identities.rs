@@ -16,7 +16,7 @@ use super::{Output, write_all};
 
 /// Arguments of `identities`.
 #[derive(Debug, Args)]
-pub struct IdentitiesArgs {
+pub(super) struct IdentitiesArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -24,7 +24,7 @@ pub struct IdentitiesArgs {
 
 /// Arguments of `identity`.
 #[derive(Debug, Args)]
-pub struct IdentityArgs {
+pub(super) struct IdentityArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -35,7 +35,7 @@ pub struct IdentityArgs {
 
 /// Arguments of `add-identities` and `remove-identities`.
 #[derive(Debug, Args)]
-pub struct FromArgs {
+pub(super) struct FromArgs {
     /// Path of YAML file to read identities from (required)
     #[arg(long, value_name = "FILE")]
     from: PathBuf,
@@ -43,7 +43,7 @@ pub struct FromArgs {
 
 /// Arguments of `update-identities`.
 #[derive(Debug, Args)]
-pub struct UpdateArgs {
+pub(super) struct UpdateArgs {
     /// Path of YAML file to read identities from (required)
     #[arg(long, value_name = "FILE")]
     from: PathBuf,
@@ -53,7 +53,11 @@ pub struct UpdateArgs {
 }
 
 /// Runs `identities`.
-pub async fn list(args: IdentitiesArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn list(
+    args: IdentitiesArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let identities = client.identities().await?;
     if !args.format.is_text() {
         let by_name = identities
@@ -95,7 +99,11 @@ fn types(identity: &Identity) -> String {
 }
 
 /// Runs `identity`.
-pub async fn show(args: IdentityArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn show(
+    args: IdentityArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let mut identities = client.identities().await?;
     let Some(identity) = identities.remove(&args.name) else {
         bail!("cannot find identity {}", cobble_plan::go_quote(&args.name));
@@ -109,7 +117,7 @@ pub async fn show(args: IdentityArgs, client: &Client, out: &mut Output) -> anyh
 }
 
 /// Runs `add-identities`.
-pub async fn add(args: FromArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn add(args: FromArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
     let identities = read_identities(&args.from).await?;
     let count = identities.len();
     client.post_identities("add", identities).await?;
@@ -121,7 +129,11 @@ pub async fn add(args: FromArgs, client: &Client, out: &mut Output) -> anyhow::R
 }
 
 /// Runs `update-identities`.
-pub async fn update(args: UpdateArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn update(
+    args: UpdateArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let identities = read_identities(&args.from).await?;
     let count = identities.len();
     if args.replace {
@@ -134,7 +146,11 @@ pub async fn update(args: UpdateArgs, client: &Client, out: &mut Output) -> anyh
 }
 
 /// Runs `remove-identities`: the file names the identities; their values do not matter.
-pub async fn remove(args: FromArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn remove(
+    args: FromArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let identities = read_identities(&args.from).await?;
     let count = identities.len();
     let names = identities.into_keys().map(|name| (name, None)).collect();
@@ -150,7 +166,7 @@ fn items(count: usize) -> String {
 }
 
 /// Reads a YAML file of identities.
-pub async fn read_identities(
+pub(super) async fn read_identities(
     path: &std::path::Path,
 ) -> anyhow::Result<BTreeMap<String, Option<Identity>>> {
     // The CLI's runtime serves this one command; a small file read cannot hold anyone up.
@@ -164,7 +180,7 @@ pub async fn read_identities(
 }
 
 /// Parses the YAML of an identities file.
-pub fn parse_identities(bytes: &[u8]) -> anyhow::Result<BTreeMap<String, Option<Identity>>> {
+pub(super) fn parse_identities(bytes: &[u8]) -> anyhow::Result<BTreeMap<String, Option<Identity>>> {
     let text = std::str::from_utf8(bytes).context("cannot parse identities: not UTF-8")?;
     let file: IdentitiesFile = serde_saphyr::from_str(text)
         .map_err(|e| anyhow::anyhow!("cannot parse identities: {e}"))?;

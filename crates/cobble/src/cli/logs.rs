@@ -10,7 +10,7 @@ use super::Output;
 
 /// Arguments of `logs`.
 #[derive(Debug, Args)]
-pub struct LogsArgs {
+pub(super) struct LogsArgs {
     /// Follow (tail) logs for given services until Ctrl-C is pressed. If no services are
     /// specified, show logs from all services running when the command starts.
     #[arg(short = 'f', long = "follow")]
@@ -34,7 +34,11 @@ enum Format {
 }
 
 /// Runs `logs`.
-pub async fn execute(args: LogsArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: LogsArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let n = parse_n(&args.n)?;
     let format = match args.format.as_str() {
         "" | "text" => Format::Text,

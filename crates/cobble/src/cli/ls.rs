@@ -12,7 +12,7 @@ use super::{Output, write_all};
 
 /// Arguments of `ls`.
 #[derive(Debug, Args)]
-pub struct LsArgs {
+pub(super) struct LsArgs {
     /// Display absolute times (in RFC 3339 format). Otherwise, display relative times up to
     /// 60 days, then YYYY-MM-DD.
     #[arg(long)]
@@ -32,7 +32,7 @@ pub struct LsArgs {
 }
 
 /// Runs `ls`.
-pub async fn execute(args: LsArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(args: LsArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
     let (path, pattern) = parse_glob(&args.path)?;
     let files = client
         .list_files(&path, Some(&pattern), args.directory)

@@ -8,7 +8,7 @@ use super::push::{OwnerArgs, parse_mode};
 
 /// Arguments of `mkdir`.
 #[derive(Debug, Args)]
-pub struct MkdirArgs {
+pub(super) struct MkdirArgs {
     /// Create parent directories as needed
     #[arg(short = 'p')]
     make_parents: bool,
@@ -23,7 +23,11 @@ pub struct MkdirArgs {
 }
 
 /// Runs `mkdir`.
-pub async fn execute(args: MkdirArgs, client: &Client, _out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: MkdirArgs,
+    client: &Client,
+    _out: &mut Output,
+) -> anyhow::Result<()> {
     let permissions = args
         .permissions
         .as_deref()

@@ -185,7 +185,7 @@ enum Command {
 
 /// The name the binary was invoked as (`cobble`, or `pebble` through a symlink), used where
 /// Pebble's messages name the program.
-pub fn program_name() -> &'static str {
+pub(crate) fn program_name() -> &'static str {
     static NAME: OnceLock<String> = OnceLock::new();
     NAME.get_or_init(|| {
         std::env::args_os()
@@ -200,7 +200,7 @@ pub fn program_name() -> &'static str {
 }
 
 /// The whole command line, from arguments to exit code.
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     cobble_sys::nss::use_builtin_sources_when_static();
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
@@ -332,7 +332,7 @@ async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow
 }
 
 /// Maps a command's outcome to Pebble's exit status, printing the error if there is one.
-pub fn finish(outcome: anyhow::Result<()>) -> ExitCode {
+pub(crate) fn finish(outcome: anyhow::Result<()>) -> ExitCode {
     let Err(err) = outcome else {
         return ExitCode::SUCCESS;
     };
@@ -442,7 +442,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// The hint [`did_you_mean`] gives for `name` as a command, if any (for `help NAME`).
-pub fn command_hint(name: &str) -> Option<String> {
+pub(crate) fn command_hint(name: &str) -> Option<String> {
     let err = Cli::command()
         .try_get_matches_from([program_name(), name])
         .err()?;
@@ -505,13 +505,13 @@ fn parse_error_message(err: &clap::Error) -> String {
 }
 
 /// Writes `text` to `out`; `?` on this propagates broken pipes, which [`finish`] forgives.
-pub fn write_all(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
+pub(crate) fn write_all(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
     out.write_all(text.as_bytes())?;
     Ok(())
 }
 
 /// Words an IO error like Go's `*PathError`: `open /x: no such file or directory`.
-pub fn go_path_error(op: &str, path: &str, err: &std::io::Error) -> String {
+pub(crate) fn go_path_error(op: &str, path: &str, err: &std::io::Error) -> String {
     let text = err.to_string();
     let text = text.split(" (os error ").next().unwrap_or_default();
     let mut chars = text.chars();

@@ -9,7 +9,7 @@ use super::structured::{self, Format};
 
 /// Arguments of `notice`.
 #[derive(Debug, Args)]
-pub struct NoticeArgs {
+pub(super) struct NoticeArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -25,7 +25,11 @@ pub struct NoticeArgs {
 }
 
 /// Runs `notice`.
-pub async fn execute(args: NoticeArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: NoticeArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let notice = match &args.key {
         Some(key) if !key.is_empty() => {
             let options = NoticesOptions {

@@ -23,14 +23,14 @@ const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
 /// The `cli.json` fields: when the newest notice or warning listed last repeated, and the
 /// time `okay` acknowledged for each.
-pub const NOTICES_LAST_LISTED: &str = "notices-last-listed";
-pub const NOTICES_LAST_OKAYED: &str = "notices-last-okayed";
-pub const WARNINGS_LAST_LISTED: &str = "warnings-last-listed";
-pub const WARNINGS_LAST_OKAYED: &str = "warnings-last-okayed";
+pub(super) const NOTICES_LAST_LISTED: &str = "notices-last-listed";
+pub(super) const NOTICES_LAST_OKAYED: &str = "notices-last-okayed";
+pub(super) const WARNINGS_LAST_LISTED: &str = "warnings-last-listed";
+pub(super) const WARNINGS_LAST_OKAYED: &str = "warnings-last-okayed";
 
 /// Arguments of `notices`.
 #[derive(Debug, Args)]
-pub struct NoticesArgs {
+pub(super) struct NoticesArgs {
     /// Display absolute times (in RFC 3339 format). Otherwise, display relative times up to
     /// 60 days, then YYYY-MM-DD.
     #[arg(long)]
@@ -57,12 +57,16 @@ pub struct NoticesArgs {
 }
 
 /// A flag value parsed as Go's `time.ParseDuration`.
-pub fn go_duration(text: &str) -> Result<i64, String> {
+pub(super) fn go_duration(text: &str) -> Result<i64, String> {
     parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// Runs `notices`.
-pub async fn execute(args: NoticesArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: NoticesArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let all_users = match args.users.as_deref() {
         None => false,
         Some("all") => true,
@@ -153,13 +157,13 @@ fn shorten_key(key: &str) -> String {
 }
 
 /// The socket the client talks to: the key of its entry in `cli.json`.
-pub fn socket_path() -> String {
+pub(super) fn socket_path() -> String {
     ClientConfig::from_env().socket.display().to_string()
 }
 
 /// The notices bookkeeping of one socket in `cli.json`; other entries and fields are kept
 /// as they are.
-pub struct CliState {
+pub(super) struct CliState {
     path: PathBuf,
     socket: String,
     whole: Map<String, Value>,
@@ -179,7 +183,7 @@ impl CliState {
 
     // The CLI's runtime runs this one command: reading and writing a small file in place
     // holds up nothing else.
-    pub fn load(socket: &str) -> anyhow::Result<CliState> {
+    pub(super) fn load(socket: &str) -> anyhow::Result<CliState> {
         let path = Self::file();
         let whole = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
@@ -225,7 +229,7 @@ impl CliState {
     }
 
     /// The time stored under `key`, unless it is Go's zero time ("never").
-    pub fn time(&self, key: &str) -> Option<String> {
+    pub(super) fn time(&self, key: &str) -> Option<String> {
         self.whole
             .get("pebble")?
             .get(&self.socket)?
@@ -236,15 +240,15 @@ impl CliState {
     }
 
     /// Makes sure this socket has an entry, as Pebble's save always writes one.
-    pub fn touch(&mut self) {
+    pub(super) fn touch(&mut self) {
         self.entry();
     }
 
-    pub fn set(&mut self, key: &str, time: &str) {
+    pub(super) fn set(&mut self, key: &str, time: &str) {
         self.entry().insert(key.into(), Value::String(time.into()));
     }
 
-    pub fn save(&self) -> std::io::Result<()> {
+    pub(super) fn save(&self) -> std::io::Result<()> {
         use std::io::Write;
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         if let Some(dir) = self.path.parent() {

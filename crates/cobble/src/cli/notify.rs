@@ -11,7 +11,7 @@ use super::{Output, write_all};
 
 /// Arguments of `notify`.
 #[derive(Debug, Args)]
-pub struct NotifyArgs {
+pub(super) struct NotifyArgs {
     /// Prevent notice with same type and key from reoccurring within this duration
     #[arg(long, value_parser = go_duration)]
     repeat_after: Option<i64>,
@@ -24,7 +24,11 @@ pub struct NotifyArgs {
 }
 
 /// Runs `notify`.
-pub async fn execute(args: NotifyArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: NotifyArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let mut data = BTreeMap::new();
     for pair in &args.data {
         let Some((name, value)) = pair.split_once('=') else {

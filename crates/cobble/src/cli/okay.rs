@@ -11,7 +11,7 @@ use super::program_name;
 
 /// Arguments of `okay`.
 #[derive(Debug, Args)]
-pub struct OkayArgs {
+pub(super) struct OkayArgs {
     /// Only acknowledge warnings, not other notices
     #[arg(long)]
     warnings: bool,
@@ -19,7 +19,7 @@ pub struct OkayArgs {
 
 /// Runs `okay`: no request, only the client-side bookkeeping. Having nothing to acknowledge
 /// is an error, in Pebble's words.
-pub fn execute(args: OkayArgs) -> anyhow::Result<()> {
+pub(super) fn execute(args: OkayArgs) -> anyhow::Result<()> {
     let mut state = CliState::load(&socket_path())?;
     let okayed_warnings = match state.time(WARNINGS_LAST_LISTED) {
         Some(listed) => {

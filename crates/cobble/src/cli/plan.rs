@@ -7,10 +7,14 @@ use super::{Output, write_all};
 
 /// `plan` takes no arguments.
 #[derive(Debug, Args)]
-pub struct PlanArgs {}
+pub(super) struct PlanArgs {}
 
 /// Runs `plan`.
-pub async fn execute(_args: PlanArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    _args: PlanArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let yaml = client.plan_yaml().await?;
     write_all(out, &yaml)
 }

@@ -8,7 +8,7 @@ use super::{Output, go_path_error};
 
 /// Arguments of `pull`.
 #[derive(Debug, Args)]
-pub struct PullArgs {
+pub(super) struct PullArgs {
     /// The file to fetch.
     #[arg(value_name = "remote-path")]
     remote_path: String,
@@ -18,7 +18,11 @@ pub struct PullArgs {
 }
 
 /// Runs `pull`. On failure the local file is removed, as it may hold part of the content.
-pub async fn execute(args: PullArgs, client: &Client, _out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: PullArgs,
+    client: &Client,
+    _out: &mut Output,
+) -> anyhow::Result<()> {
     let file = std::fs::File::create(&args.local_path)
         .map_err(|e| anyhow::anyhow!(go_path_error("open", &args.local_path, &e)))?;
     let mut file = BlockingWriter(file);

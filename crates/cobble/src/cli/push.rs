@@ -8,7 +8,7 @@ use super::{Output, go_path_error};
 
 /// Who should own what `push` and `mkdir` create (`--uid`/`--user`/`--gid`/`--group`).
 #[derive(Debug, Args)]
-pub struct OwnerArgs {
+pub(super) struct OwnerArgs {
     /// Use specified user ID
     #[arg(long = "uid", value_name = "uid")]
     pub user_id: Option<u32>,
@@ -25,7 +25,7 @@ pub struct OwnerArgs {
 
 /// Arguments of `push`.
 #[derive(Debug, Args)]
-pub struct PushArgs {
+pub(super) struct PushArgs {
     /// Create parent directories for the file
     #[arg(short = 'p')]
     make_dirs: bool,
@@ -43,7 +43,11 @@ pub struct PushArgs {
 }
 
 /// Runs `push`.
-pub async fn execute(args: PushArgs, client: &Client, _out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: PushArgs,
+    client: &Client,
+    _out: &mut Output,
+) -> anyhow::Result<()> {
     let file = std::fs::File::open(&args.local_path)
         .map_err(|e| anyhow::anyhow!(go_path_error("open", &args.local_path, &e)))?;
     let permissions = match &args.permissions {
@@ -70,7 +74,7 @@ pub async fn execute(args: PushArgs, client: &Client, _out: &mut Output) -> anyh
 }
 
 /// An octal mode given on the command line (`644` or `0644`).
-pub fn parse_mode(text: &str, what: &str) -> anyhow::Result<u32> {
+pub(super) fn parse_mode(text: &str, what: &str) -> anyhow::Result<u32> {
     u32::from_str_radix(text, 8)
         .ok()
         .filter(|mode| *mode <= 0o7777)

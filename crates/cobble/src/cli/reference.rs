@@ -158,7 +158,7 @@ fn usage(program: &str, command: &Command) -> String {
 // Markdown
 
 /// The whole CLI reference as Markdown (`docs/reference/cli.md`).
-pub fn markdown(root: &Command) -> String {
+pub(super) fn markdown(root: &Command) -> String {
     let program = "cobble";
     let mut out = String::from(
         "# Command-line reference\n\n\
@@ -272,7 +272,12 @@ fn markdown_cell(text: &str) -> String {
 
 /// The manual page: the whole program (`command` is `None`), as Pebble's `help --man`
 /// writes it, or one command. Section 8, as Pebble's.
-pub fn man_page(root: &Command, program: &str, command: Option<&Command>, date: &str) -> String {
+pub(super) fn man_page(
+    root: &Command,
+    program: &str,
+    command: Option<&Command>,
+    date: &str,
+) -> String {
     let mut out = String::new();
     let title = match command {
         Some(c) => format!("{program}-{}", c.get_name()),

@@ -7,6 +7,10 @@ use super::Output;
 use super::wait::{WaitArgs, service_action};
 
 /// Runs `replan`.
-pub async fn execute(args: WaitArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: WaitArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     service_action(client, out, "replan", &[], args).await
 }

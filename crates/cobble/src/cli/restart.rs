@@ -8,7 +8,7 @@ use super::wait::{WaitArgs, service_action};
 
 /// Arguments of `restart`.
 #[derive(Debug, Args)]
-pub struct RestartArgs {
+pub(super) struct RestartArgs {
     #[command(flatten)]
     wait: WaitArgs,
     /// The services to restart.
@@ -17,6 +17,10 @@ pub struct RestartArgs {
 }
 
 /// Runs `restart`.
-pub async fn execute(args: RestartArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: RestartArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     service_action(client, out, "restart", &args.services, args.wait).await
 }

@@ -7,7 +7,7 @@ use super::Output;
 
 /// Arguments of `rm`.
 #[derive(Debug, Args)]
-pub struct RmArgs {
+pub(super) struct RmArgs {
     /// Remove all files and directories recursively in the specified path
     #[arg(short = 'r')]
     recursive: bool,
@@ -17,7 +17,11 @@ pub struct RmArgs {
 }
 
 /// Runs `rm`.
-pub async fn execute(args: RmArgs, client: &Client, _out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: RmArgs,
+    client: &Client,
+    _out: &mut Output,
+) -> anyhow::Result<()> {
     client.remove_path(&args.path, args.recursive).await?;
     Ok(())
 }

@@ -21,7 +21,7 @@ const TERMINATOR: &str = ";";
 
 /// Arguments of `run`.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(super) struct RunArgs {
     /// Create the daemon directory on startup if it doesn't exist.
     #[arg(long)]
     create_dirs: bool,
@@ -57,7 +57,7 @@ pub struct RunArgs {
 /// Takes the `--args ... ;` groups out of the command line of `run`, or of `enter` before its
 /// subcommand (and of no other command), returning the remaining command line and the groups
 /// in order.
-pub fn extract_service_args(argv: &[String]) -> (Vec<String>, Vec<Vec<String>>) {
+pub(super) fn extract_service_args(argv: &[String]) -> (Vec<String>, Vec<Vec<String>>) {
     // The command is the first word that is not a flag; the top level has only value-less
     // flags (`--version`, `--help`).
     let command_at = argv.iter().skip(1).position(|a| !a.starts_with('-'));
@@ -113,7 +113,9 @@ pub fn extract_service_args(argv: &[String]) -> (Vec<String>, Vec<Vec<String>>) 
 
 /// Turns `--args` groups into service → arguments, refusing an empty group and a service
 /// given twice, with Pebble's messages.
-pub fn service_args_map(groups: Vec<Vec<String>>) -> Result<BTreeMap<String, Vec<String>>, String> {
+pub(super) fn service_args_map(
+    groups: Vec<Vec<String>>,
+) -> Result<BTreeMap<String, Vec<String>>, String> {
     let mut map = BTreeMap::new();
     for group in groups {
         let mut words = group.into_iter();
@@ -161,13 +163,13 @@ fn options(
 
 impl RunArgs {
     /// Whether `-v`/`--verbose` was given (the flag itself, not `PEBBLE_VERBOSE`).
-    pub fn verbose_flag(&self) -> bool {
+    pub(super) fn verbose_flag(&self) -> bool {
         self.verbose
     }
 
     /// The daemon's options from these flags, the `--args` groups and the process
     /// environment; a bad group is reported as Pebble reports it and gives exit code 1.
-    pub fn resolve(&self, groups: Vec<Vec<String>>) -> Result<RunOptions, ExitCode> {
+    pub(super) fn resolve(&self, groups: Vec<Vec<String>>) -> Result<RunOptions, ExitCode> {
         let service_args = service_args_map(groups).map_err(|message| {
             // Pebble reports daemon start-up failures this way, without "error: ".
             eprintln!("cannot run daemon: {message}");
@@ -193,12 +195,12 @@ impl RunArgs {
 }
 
 /// The daemon's exit code as this process's status.
-pub fn daemon_status(code: i32) -> ExitCode {
+pub(super) fn daemon_status(code: i32) -> ExitCode {
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 /// Runs the daemon in this process until it stops, and exits with its code.
-pub fn execute(args: RunArgs, groups: Vec<Vec<String>>) -> ExitCode {
+pub(super) fn execute(args: RunArgs, groups: Vec<Vec<String>>) -> ExitCode {
     match args.resolve(groups) {
         Ok(options) => daemon_status(cobble_daemon::run(options)),
         Err(status) => status,

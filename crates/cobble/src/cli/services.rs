@@ -11,7 +11,7 @@ use super::{Output, write_all};
 
 /// Arguments of `services`.
 #[derive(Debug, Args)]
-pub struct ServicesArgs {
+pub(super) struct ServicesArgs {
     /// Display absolute times (in RFC 3339 format). Otherwise, display relative times up to
     /// 60 days, then YYYY-MM-DD.
     #[arg(long)]
@@ -25,7 +25,11 @@ pub struct ServicesArgs {
 }
 
 /// Runs `services`.
-pub async fn execute(args: ServicesArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: ServicesArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let services = client.services(&args.services).await?;
     if !args.format.is_text() {
         return args.format.write(out, &structured(&services));

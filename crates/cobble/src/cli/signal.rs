@@ -7,7 +7,7 @@ use super::Output;
 
 /// Arguments of `signal`.
 #[derive(Debug, Args)]
-pub struct SignalArgs {
+pub(super) struct SignalArgs {
     /// The signal, in upper case, with or without `SIG` (`HUP`, `SIGTERM`).
     #[arg(value_name = "SIGNAL")]
     signal: String,
@@ -17,7 +17,11 @@ pub struct SignalArgs {
 }
 
 /// Runs `signal`.
-pub async fn execute(args: SignalArgs, client: &Client, _out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: SignalArgs,
+    client: &Client,
+    _out: &mut Output,
+) -> anyhow::Result<()> {
     let signal = signal_name(&args.signal)?;
     client.send_signal(&signal, &args.services).await?;
     Ok(())

@@ -8,7 +8,7 @@ use super::wait::{WaitArgs, service_action};
 
 /// Arguments of `start`.
 #[derive(Debug, Args)]
-pub struct StartArgs {
+pub(super) struct StartArgs {
     #[command(flatten)]
     wait: WaitArgs,
     /// The services to start.
@@ -17,6 +17,10 @@ pub struct StartArgs {
 }
 
 /// Runs `start`.
-pub async fn execute(args: StartArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: StartArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     service_action(client, out, "start", &args.services, args.wait).await
 }

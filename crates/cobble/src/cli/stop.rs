@@ -8,7 +8,7 @@ use super::wait::{WaitArgs, service_action};
 
 /// Arguments of `stop`.
 #[derive(Debug, Args)]
-pub struct StopArgs {
+pub(super) struct StopArgs {
     #[command(flatten)]
     wait: WaitArgs,
     /// The services to stop.
@@ -17,6 +17,10 @@ pub struct StopArgs {
 }
 
 /// Runs `stop`.
-pub async fn execute(args: StopArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: StopArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     service_action(client, out, "stop", &args.services, args.wait).await
 }

@@ -29,7 +29,7 @@ use super::{Output, write_all};
 
 /// The `--format` of the commands that offer one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub(super) enum Format {
     /// The command's own text.
     #[default]
     Text,
@@ -41,12 +41,12 @@ pub enum Format {
 
 impl Format {
     /// Whether the command prints its own text.
-    pub fn is_text(self) -> bool {
+    pub(super) fn is_text(self) -> bool {
         self == Format::Text
     }
 
     /// Prints `value` as JSON (and a newline) or YAML; text formats are the command's own.
-    pub fn write(self, out: &mut Output, value: &Value) -> anyhow::Result<()> {
+    pub(super) fn write(self, out: &mut Output, value: &Value) -> anyhow::Result<()> {
         match self {
             Format::Json => write_all(out, &(value.to_json() + "\n")),
             Format::Yaml => write_all(out, &value.to_yaml()),
@@ -57,7 +57,7 @@ impl Format {
 
 /// A value as Go's encoders see it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Value {
+pub(super) enum Value {
     /// `nil`: `null` in both.
     Null,
     Bool(bool),
@@ -76,14 +76,14 @@ pub enum Value {
 
 impl Value {
     /// `json.Marshal`'s bytes, without the newline Pebble prints after them.
-    pub fn to_json(&self) -> String {
+    pub(super) fn to_json(&self) -> String {
         let mut out = String::new();
         write_json(&mut out, self);
         out
     }
 
     /// `yaml.Marshal`'s text (it ends in a newline).
-    pub fn to_yaml(&self) -> String {
+    pub(super) fn to_yaml(&self) -> String {
         let mut out = String::new();
         match self {
             Value::Map(entries) if !entries.is_empty() => yaml_entries(&mut out, entries, 0),
@@ -97,12 +97,12 @@ impl Value {
     }
 
     /// A string slice.
-    pub fn strings(items: &[String]) -> Value {
+    pub(super) fn strings(items: &[String]) -> Value {
         Value::Seq(items.iter().cloned().map(Value::Str).collect())
     }
 
     /// A `map[string]string`, keys sorted.
-    pub fn string_map<'a>(map: impl IntoIterator<Item = (&'a String, &'a String)>) -> Value {
+    pub(super) fn string_map<'a>(map: impl IntoIterator<Item = (&'a String, &'a String)>) -> Value {
         let mut entries: Vec<(String, Value)> = map
             .into_iter()
             .map(|(k, v)| (k.clone(), Value::Str(v.clone())))
@@ -115,21 +115,21 @@ impl Value {
 /// The fields of one Go struct, in declaration order, with its `omitempty` rules spelled out.
 #[derive(Debug, Default)]
 #[must_use]
-pub struct Fields(Vec<(String, Value)>);
+pub(super) struct Fields(Vec<(String, Value)>);
 
 impl Fields {
-    pub fn new() -> Fields {
+    pub(super) fn new() -> Fields {
         Fields::default()
     }
 
     /// A field that is always there.
-    pub fn field(mut self, name: &str, value: Value) -> Fields {
+    pub(super) fn field(mut self, name: &str, value: Value) -> Fields {
         self.0.push((name.to_owned(), value));
         self
     }
 
     /// A string field, left out when empty.
-    pub fn str_omitempty(self, name: &str, value: &str) -> Fields {
+    pub(super) fn str_omitempty(self, name: &str, value: &str) -> Fields {
         if value.is_empty() {
             self
         } else {
@@ -138,12 +138,12 @@ impl Fields {
     }
 
     /// A string field that is always there.
-    pub fn str(self, name: &str, value: &str) -> Fields {
+    pub(super) fn str(self, name: &str, value: &str) -> Fields {
         self.field(name, Value::Str(value.to_owned()))
     }
 
     /// A field left out when `value` is `None`.
-    pub fn some(self, name: &str, value: Option<Value>) -> Fields {
+    pub(super) fn some(self, name: &str, value: Option<Value>) -> Fields {
         match value {
             Some(value) => self.field(name, value),
             None => self,
@@ -151,14 +151,14 @@ impl Fields {
     }
 
     /// Fields of an embedded struct, inlined.
-    pub fn inline(mut self, other: Value) -> Fields {
+    pub(super) fn inline(mut self, other: Value) -> Fields {
         if let Value::Map(entries) = other {
             self.0.extend(entries);
         }
         self
     }
 
-    pub fn build(self) -> Value {
+    pub(super) fn build(self) -> Value {
         Value::Map(self.0)
     }
 }
@@ -166,7 +166,7 @@ impl Fields {
 /// A time as the daemon sent it, in the form Go's `time.Time` marshals to after parsing it:
 /// RFC 3339 with as many fractional digits as needed (none when whole), `Z` for UTC, and the
 /// offset it was written with otherwise. Text that is not a time is kept.
-pub fn go_time(rfc3339: &str) -> String {
+pub(super) fn go_time(rfc3339: &str) -> String {
     use jiff::fmt::temporal::{DateTimeParser, PiecesOffset};
     let Ok(timestamp) = rfc3339.parse::<jiff::Timestamp>() else {
         return rfc3339.to_owned();
@@ -230,7 +230,7 @@ fn write_json(out: &mut String, value: &Value) {
 }
 
 /// A string as Go's `json.Marshal` writes it (HTML-safe).
-pub fn json_string(out: &mut String, s: &str) {
+pub(super) fn json_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -353,7 +353,7 @@ fn yaml_key(key: &str) -> String {
 
 /// Go's `encoding/json` bytes of a `json.RawMessage` as a `[]byte` looks to yaml.v3: a
 /// sequence of byte values (which is how Pebble prints a task's `data` in YAML).
-pub fn raw_json_bytes(value: &serde_json::Value) -> Value {
+pub(super) fn raw_json_bytes(value: &serde_json::Value) -> Value {
     let bytes = serde_json::to_vec(value).expect("JSON values serialise");
     Value::Seq(
         bytes
@@ -365,7 +365,7 @@ pub fn raw_json_bytes(value: &serde_json::Value) -> Value {
 
 /// A JSON value from the daemon as a Go `json.RawMessage` re-marshals it: the same data,
 /// compact, in the daemon's key order.
-pub fn raw_json(value: &serde_json::Value) -> Value {
+pub(super) fn raw_json(value: &serde_json::Value) -> Value {
     match value {
         serde_json::Value::Null => Value::Null,
         serde_json::Value::Bool(b) => Value::Bool(*b),
@@ -384,7 +384,7 @@ pub fn raw_json(value: &serde_json::Value) -> Value {
 
 /// The Go client's `Change`, as `changes` and `tasks` print it. (The change's own `data` is
 /// private to the Go client, so it is never printed.)
-pub fn change(change: &ChangeInfo, format: Format) -> Value {
+pub(super) fn change(change: &ChangeInfo, format: Format) -> Value {
     let tasks: Vec<Value> = change.tasks.iter().map(|t| task(t, format)).collect();
     Fields::new()
         .str("id", &change.id)
@@ -401,7 +401,7 @@ pub fn change(change: &ChangeInfo, format: Format) -> Value {
 
 /// The Go client's `Task`. Its `data` is raw JSON: re-marshalled as it is in JSON, and a list
 /// of byte values in YAML.
-pub fn task(task: &TaskInfo, format: Format) -> Value {
+pub(super) fn task(task: &TaskInfo, format: Format) -> Value {
     let data = task.data.as_ref().filter(|d| !d.is_empty()).map(|data| {
         Value::Map(
             data.iter()
@@ -439,7 +439,7 @@ pub fn task(task: &TaskInfo, format: Format) -> Value {
 }
 
 /// The Go client's `CheckInfo`.
-pub fn check(check: &CheckInfo) -> Value {
+pub(super) fn check(check: &CheckInfo) -> Value {
     Fields::new()
         .str("name", &check.name)
         .str_omitempty("level", &check.level)
@@ -454,7 +454,7 @@ pub fn check(check: &CheckInfo) -> Value {
 }
 
 /// The Go client's `Notice`: durations as Go writes them (`1h0m0s`), left out when zero.
-pub fn notice(notice: &NoticeInfo) -> Value {
+pub(super) fn notice(notice: &NoticeInfo) -> Value {
     let duration = |text: &Option<String>| {
         text.as_deref()
             .and_then(|t| parse_duration(t).ok())
@@ -483,7 +483,7 @@ pub fn notice(notice: &NoticeInfo) -> Value {
 }
 
 /// The Go client's `Identity`.
-pub fn identity(identity: &Identity) -> Value {
+pub(super) fn identity(identity: &Identity) -> Value {
     Fields::new()
         .str("access", &identity.access)
         .some(
@@ -520,7 +520,7 @@ fn time(rfc3339: &str) -> Value {
 }
 
 /// A count (Go's `int`).
-pub fn int(n: u64) -> Value {
+pub(super) fn int(n: u64) -> Value {
     Value::Int(i64::try_from(n).unwrap_or(i64::MAX))
 }
 

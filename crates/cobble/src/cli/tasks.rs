@@ -14,7 +14,7 @@ const LOG_RULE: &str = "........................................................
 
 /// Arguments of `tasks`.
 #[derive(Debug, Args)]
-pub struct TasksArgs {
+pub(super) struct TasksArgs {
     /// Display absolute times (in RFC 3339 format). Otherwise, display relative times up to
     /// 60 days, then YYYY-MM-DD.
     #[arg(long)]
@@ -33,7 +33,11 @@ pub struct TasksArgs {
 }
 
 /// Runs `tasks`.
-pub async fn execute(args: TasksArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: TasksArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let Some(id) = change_id(client, args.id, args.last).await? else {
         return Ok(());
     };

@@ -10,7 +10,7 @@ const CUTOFF_DAYS: i64 = 60;
 
 /// Formats the RFC 3339 times the API returns, for one command's output.
 #[derive(Debug, Clone)]
-pub struct TimeFormatter {
+pub(super) struct TimeFormatter {
     /// `--abs-time`: print RFC 3339 with seconds, in the offset the daemon sent.
     absolute: bool,
     /// The present, in the local time zone; relative days are counted from its date.
@@ -19,7 +19,7 @@ pub struct TimeFormatter {
 
 impl TimeFormatter {
     /// A formatter relative to the current time in the system time zone.
-    pub fn new(absolute: bool) -> Self {
+    pub(super) fn new(absolute: bool) -> Self {
         TimeFormatter {
             absolute,
             now: Zoned::now(),
@@ -28,12 +28,12 @@ impl TimeFormatter {
 
     /// A formatter with a fixed present, for tests.
     #[cfg(test)]
-    pub fn at(absolute: bool, now: Zoned) -> Self {
+    pub(super) fn at(absolute: bool, now: Zoned) -> Self {
         TimeFormatter { absolute, now }
     }
 
     /// Formats one API time; text that is not RFC 3339 is shown unchanged.
-    pub fn format(&self, rfc3339: &str) -> String {
+    pub(super) fn format(&self, rfc3339: &str) -> String {
         let formatted = if self.absolute {
             absolute(rfc3339)
         } else {
@@ -48,7 +48,7 @@ impl TimeFormatter {
 
 /// RFC 3339 at second precision, keeping the offset the time was written with (`Z` for UTC),
 /// like Go's `t.Format(time.RFC3339)` on a parsed time.
-pub fn rfc3339_seconds(rfc3339: &str) -> Option<String> {
+pub(super) fn rfc3339_seconds(rfc3339: &str) -> Option<String> {
     absolute(rfc3339)
 }
 

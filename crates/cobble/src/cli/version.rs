@@ -17,7 +17,7 @@ use super::{Output, write_all};
 
 /// Arguments of `version`.
 #[derive(Debug, Args)]
-pub struct VersionArgs {
+pub(super) struct VersionArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -28,7 +28,11 @@ pub struct VersionArgs {
 
 /// Runs `version`. In text, the server is `-` when the daemon cannot be asked, which is not
 /// an error; in JSON and YAML it is left out, and the error follows the output, as in Pebble.
-pub async fn execute(args: VersionArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: VersionArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let info = client.system_info().await;
     let (server, server_cobble) = match &info {
         Ok(info) => (
@@ -59,7 +63,7 @@ pub async fn execute(args: VersionArgs, client: &Client, out: &mut Output) -> an
 
 /// `version --client` and the global `--version`: the client's version alone, without
 /// contacting the daemon (`{"client": ...}` in JSON and YAML, as Pebble prints it).
-pub fn print_client_only(format: Format) -> anyhow::Result<()> {
+pub(super) fn print_client_only(format: Format) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout());
     if format.is_text() {
         write_all(&mut out, &format!("{PEBBLE_VERSION}\n"))?;

@@ -9,7 +9,7 @@ use super::{Output, write_all};
 
 /// The flag every service action takes.
 #[derive(Debug, Args)]
-pub struct WaitArgs {
+pub(super) struct WaitArgs {
     /// Do not wait for the operation to finish but just print the change id.
     #[arg(long)]
     pub no_wait: bool,
@@ -17,7 +17,7 @@ pub struct WaitArgs {
 
 /// Posts a service action and, unless `--no-wait`, waits for its change; a change that ends
 /// in error fails with the change's `err` text, as Pebble's CLI does.
-pub async fn service_action(
+pub(super) async fn service_action(
     client: &Client,
     out: &mut Output,
     action: &str,
@@ -34,7 +34,10 @@ pub async fn service_action(
 
 /// Waits for a change to be ready. The first Ctrl-C aborts the change (and waiting goes on
 /// until the abort has played out), as in Pebble.
-pub async fn wait_for_change(client: &Client, change_id: &str) -> anyhow::Result<ChangeInfo> {
+pub(super) async fn wait_for_change(
+    client: &Client,
+    change_id: &str,
+) -> anyhow::Result<ChangeInfo> {
     let wait = client.wait_change(change_id, None);
     tokio::pin!(wait);
     let mut aborted = false;

@@ -18,14 +18,14 @@ use super::times::TimeFormatter;
 use super::{Output, program_name, write_all};
 
 /// What `help warnings` says beyond the summary.
-pub const LONG_ABOUT: &str = "Lists what the daemon has warned about, oldest first. \
+pub(super) const LONG_ABOUT: &str = "Lists what the daemon has warned about, oldest first. \
     'okay' acknowledges the warnings listed so far: they are left out of later lists until \
     they repeat, which a warning does at most once a day. Warnings are forgotten a week after \
     they last happened. --all lists acknowledged warnings too.";
 
 /// `--unicode`: whether a little Unicode may be used. Pebble accepts it here, and uses none.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum Unicode {
+pub(super) enum Unicode {
     #[default]
     Auto,
     Never,
@@ -34,7 +34,7 @@ pub enum Unicode {
 
 /// Arguments of `warnings`.
 #[derive(Debug, Args)]
-pub struct WarningsArgs {
+pub(super) struct WarningsArgs {
     /// Show all warnings
     #[arg(long)]
     all: bool,
@@ -54,7 +54,11 @@ pub struct WarningsArgs {
 }
 
 /// Runs `warnings`.
-pub async fn execute(args: WarningsArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: WarningsArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let mut state = if args.all {
         None
     } else {
@@ -263,7 +267,7 @@ fn human_duration(seconds: f64) -> String {
 
 /// Pebble's hint after a command, on stderr: the daemon has a warning newer than the last
 /// one `warnings` listed. Only a daemon that has warnings says when the latest was.
-pub fn hint_new_warnings(client: &Client) {
+pub(super) fn hint_new_warnings(client: &Client) {
     let Some(latest) = client.latest_warning() else {
         return;
     };

@@ -15,7 +15,7 @@ use super::{Output, write_all};
 
 /// Arguments of `why`.
 #[derive(Debug, Args)]
-pub struct WhyArgs {
+pub(super) struct WhyArgs {
     /// Display absolute times (in RFC 3339 format).
     #[arg(long)]
     abs_time: bool,
@@ -25,7 +25,11 @@ pub struct WhyArgs {
 }
 
 /// Runs `why`.
-pub async fn execute(args: WhyArgs, client: &Client, out: &mut Output) -> anyhow::Result<()> {
+pub(super) async fn execute(
+    args: WhyArgs,
+    client: &Client,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let query = [("names", args.service.as_str()), ("details", "true")];
     let services: Vec<ServiceInfo> = client.get("/v1/services", &query).await?;
     let Some(service) = services.into_iter().next() else {

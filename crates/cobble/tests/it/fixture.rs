@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 /// The binary under test.
-pub const COBBLE: &str = env!("CARGO_BIN_EXE_cobble");
+pub(crate) const COBBLE: &str = env!("CARGO_BIN_EXE_cobble");
 
 /// How long a daemon may take to open its socket, and to stop.
 const DAEMON_DEADLINE: Duration = Duration::from_secs(15);
 
 /// Polls `condition` every 20 ms until it holds, failing the test after `timeout`.
-pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !condition() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -24,7 +24,7 @@ pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bo
 }
 
 /// A free loopback port (bound, then released).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("loopback port")
         .local_addr()
@@ -34,7 +34,7 @@ pub fn free_port() -> u16 {
 
 /// Matches `text` against `pattern` line by line; in a pattern line `*` matches any run of
 /// characters and `?` exactly one character (ASCII text only).
-pub fn glob_matches(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_matches(pattern: &str, text: &str) -> bool {
     let patterns: Vec<&str> = pattern.split('\n').collect();
     let lines: Vec<&str> = text.split('\n').collect();
     patterns.len() == lines.len()
@@ -80,7 +80,7 @@ impl Expected {
 }
 
 /// The result of a finished [`Test`].
-pub struct Output {
+pub(crate) struct Output {
     /// Everything the command printed on stdout.
     pub stdout: String,
     /// Everything the command printed on stderr.
@@ -90,7 +90,7 @@ pub struct Output {
 
 /// One run of `cobble`, with what it must print and how it must exit.
 #[must_use]
-pub struct Test {
+pub(crate) struct Test {
     /// The executable to run: the binary under test, or a link to it under another name.
     program: PathBuf,
     args: Vec<String>,
@@ -104,7 +104,7 @@ pub struct Test {
 
 impl Test {
     /// A run with an empty temporary `$PEBBLE`, so it can never reach a real daemon.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut test = Test::with_pebble_dir(dir.path());
         test._empty_dir = Some(dir);
@@ -112,7 +112,7 @@ impl Test {
     }
 
     /// A run against the daemon of `daemon`.
-    pub fn daemon(daemon: &Daemon) -> Self {
+    pub(crate) fn daemon(daemon: &Daemon) -> Self {
         Test::with_pebble_dir(&daemon.pebble_dir())
     }
 
@@ -129,78 +129,78 @@ impl Test {
     }
 
     /// The `$PEBBLE` this run uses.
-    pub fn pebble_dir(&self) -> PathBuf {
+    pub(crate) fn pebble_dir(&self) -> PathBuf {
         PathBuf::from(&self.env[0].1)
     }
 
     /// Sets an environment variable for the run.
-    pub fn env(mut self, key: &str, value: &str) -> Self {
+    pub(crate) fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
         self
     }
 
     /// Runs `program` (a link to the binary under test) instead of the binary itself.
-    pub fn program(mut self, program: &Path) -> Self {
+    pub(crate) fn program(mut self, program: &Path) -> Self {
         self.program = program.to_path_buf();
         self
     }
 
     /// Appends arguments.
-    pub fn args(mut self, args: &[&str]) -> Self {
+    pub(crate) fn args(mut self, args: &[&str]) -> Self {
         self.args.extend(args.iter().map(|a| a.to_string()));
         self
     }
 
     /// Stdout must be exactly `text`.
-    pub fn stdout(mut self, text: &str) -> Self {
+    pub(crate) fn stdout(mut self, text: &str) -> Self {
         self.stdout = Some(Expected::Exact(text.into()));
         self
     }
 
     /// Stdout must match `pattern` (see [`glob_matches`]).
-    pub fn stdout_glob(mut self, pattern: &str) -> Self {
+    pub(crate) fn stdout_glob(mut self, pattern: &str) -> Self {
         self.stdout = Some(Expected::Glob(pattern.into()));
         self
     }
 
     /// Stdout must contain `text`.
-    pub fn stdout_contains(mut self, text: &str) -> Self {
+    pub(crate) fn stdout_contains(mut self, text: &str) -> Self {
         self.stdout = Some(Expected::Contains(text.into()));
         self
     }
 
     /// Stdout is not checked.
-    pub fn any_stdout(mut self) -> Self {
+    pub(crate) fn any_stdout(mut self) -> Self {
         self.stdout = None;
         self
     }
 
     /// Stderr must be exactly `text`.
-    pub fn stderr(mut self, text: &str) -> Self {
+    pub(crate) fn stderr(mut self, text: &str) -> Self {
         self.stderr = Some(Expected::Exact(text.into()));
         self
     }
 
     /// Stderr must match `pattern` (see [`glob_matches`]).
-    pub fn stderr_glob(mut self, pattern: &str) -> Self {
+    pub(crate) fn stderr_glob(mut self, pattern: &str) -> Self {
         self.stderr = Some(Expected::Glob(pattern.into()));
         self
     }
 
     /// Stderr must contain `text`.
-    pub fn stderr_contains(mut self, text: &str) -> Self {
+    pub(crate) fn stderr_contains(mut self, text: &str) -> Self {
         self.stderr = Some(Expected::Contains(text.into()));
         self
     }
 
     /// The exit status (0 unless set).
-    pub fn status(mut self, status: i32) -> Self {
+    pub(crate) fn status(mut self, status: i32) -> Self {
         self.status = status;
         self
     }
 
     /// Runs the command and checks everything that was asked for.
-    pub fn run(self) -> Output {
+    pub(crate) fn run(self) -> Output {
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
@@ -232,7 +232,7 @@ impl Test {
 }
 
 /// A `cobble run` on a temporary `$PEBBLE`, stopped when dropped.
-pub struct Daemon {
+pub(crate) struct Daemon {
     root: TempDir,
     /// `$PEBBLE`: `pebble` under `root`, or a directory the test chose
     /// ([`Daemon::start_on`]).
@@ -245,18 +245,22 @@ pub struct Daemon {
 impl Daemon {
     /// Writes `layers` (file stem, YAML) into `$PEBBLE/layers`, starts `cobble run` with
     /// `args`, and waits until its socket accepts connections.
-    pub fn start(layers: &[(&str, &str)], args: &[&str]) -> Daemon {
+    pub(crate) fn start(layers: &[(&str, &str)], args: &[&str]) -> Daemon {
         Daemon::start_with_env(layers, args, &[])
     }
 
     /// Like [`Daemon::start`], with extra environment variables for the daemon.
-    pub fn start_with_env(layers: &[(&str, &str)], args: &[&str], env: &[(&str, &str)]) -> Daemon {
+    pub(crate) fn start_with_env(
+        layers: &[(&str, &str)],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         Daemon::start_as(Path::new(COBBLE), layers, args, env)
     }
 
     /// Like [`Daemon::start_with_env`], running `program`: a link to the binary under test
     /// under another name (an image that ships it as `pebble`).
-    pub fn start_as(
+    pub(crate) fn start_as(
         program: &Path,
         layers: &[(&str, &str)],
         args: &[&str],
@@ -270,7 +274,7 @@ impl Daemon {
 
     /// Like [`Daemon::start`], with `$PEBBLE` at `pebble_dir` (on a file system the test
     /// controls, say); the daemon's log stays in a temporary directory of its own.
-    pub fn start_on(pebble_dir: &Path, layers: &[(&str, &str)], args: &[&str]) -> Daemon {
+    pub(crate) fn start_on(pebble_dir: &Path, layers: &[(&str, &str)], args: &[&str]) -> Daemon {
         let mut daemon = Daemon::prepare_at(layers, Some(pebble_dir.to_path_buf()));
         daemon.launch(args, &[]);
         daemon
@@ -278,7 +282,7 @@ impl Daemon {
 
     /// Like [`Daemon::start`], on a `$PEBBLE` that already holds `files` (name, content),
     /// as a predecessor left them.
-    pub fn start_with_files(
+    pub(crate) fn start_with_files(
         files: &[(&str, &[u8])],
         layers: &[(&str, &str)],
         args: &[&str],
@@ -314,7 +318,7 @@ impl Daemon {
 
     /// Like [`Daemon::start_with_env`], with the daemon's stdout going to `stdout` instead of
     /// its log (a pipe the test holds, say).
-    pub fn start_with_stdout(
+    pub(crate) fn start_with_stdout(
         layers: &[(&str, &str)],
         args: &[&str],
         env: &[(&str, &str)],
@@ -355,18 +359,18 @@ impl Daemon {
     }
 
     /// Starts a new daemon on the same `$PEBBLE` (after [`Daemon::stop`]).
-    pub fn restart(&mut self, args: &[&str]) {
+    pub(crate) fn restart(&mut self, args: &[&str]) {
         assert!(self.child.is_none(), "stop the daemon before restarting it");
         self.launch(args, &[]);
     }
 
     /// The daemon's pid.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().expect("daemon running").id()
     }
 
     /// Waits for the daemon to exit by itself and returns its exit code.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
         let child = self.child.as_mut()?;
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
@@ -380,7 +384,7 @@ impl Daemon {
     }
 
     /// A daemon with these layers that does not autostart anything.
-    pub fn hold(layers: &[(&str, &str)]) -> Daemon {
+    pub(crate) fn hold(layers: &[(&str, &str)]) -> Daemon {
         Daemon::start(layers, &["--hold"])
     }
 
@@ -409,24 +413,24 @@ impl Daemon {
     }
 
     /// `$PEBBLE` of this daemon.
-    pub fn pebble_dir(&self) -> PathBuf {
+    pub(crate) fn pebble_dir(&self) -> PathBuf {
         self.pebble.clone()
     }
 
     /// A scratch directory next to `$PEBBLE`, for layer files to `add`.
-    pub fn scratch(&self) -> &Path {
+    pub(crate) fn scratch(&self) -> &Path {
         self.root.path()
     }
 
     /// What the daemon printed so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         fs::read_to_string(self.root.path().join("daemon.log")).unwrap_or_default()
     }
 
     /// Waits until the daemon's log holds `text`. The daemon writes its log from a thread
     /// of its own, so a line can land just after the event that caused it is visible
     /// through the API.
-    pub fn wait_log(&self, text: &str) {
+    pub(crate) fn wait_log(&self, text: &str) {
         let deadline = Instant::now() + DAEMON_DEADLINE;
         while !self.log().contains(text) {
             assert!(
@@ -439,7 +443,7 @@ impl Daemon {
     }
 
     /// Kills the daemon with SIGKILL, as a crash would, leaving its services running.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -448,7 +452,7 @@ impl Daemon {
 
     /// Stops the daemon with SIGTERM and returns its exit code (`None` if it had to be
     /// killed).
-    pub fn stop(&mut self) -> Option<i32> {
+    pub(crate) fn stop(&mut self) -> Option<i32> {
         let mut child = self.child.take()?;
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
@@ -482,13 +486,13 @@ fn glob_matching() {
 }
 
 /// A client of `daemon`'s socket.
-pub fn client(daemon: &Daemon) -> cobble_client::Client {
+pub(crate) fn client(daemon: &Daemon) -> cobble_client::Client {
     let socket = daemon.pebble_dir().join(".pebble.socket");
     cobble_client::Client::new(cobble_client::ClientConfig::socket(socket)).expect("client")
 }
 
 /// A runtime for one client call from a synchronous test.
-pub fn rt() -> tokio::runtime::Runtime {
+pub(crate) fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -496,14 +500,14 @@ pub fn rt() -> tokio::runtime::Runtime {
 }
 
 /// The status of one service.
-pub fn service(daemon: &Daemon, name: &str) -> cobble_client::types::ServiceInfo {
+pub(crate) fn service(daemon: &Daemon, name: &str) -> cobble_client::types::ServiceInfo {
     rt().block_on(client(daemon).services(&[name.to_owned()]))
         .expect("services")
         .remove(0)
 }
 
 /// Sends one request to `daemon`'s socket; returns the status code and the body.
-pub fn raw(
+pub(crate) fn raw(
     daemon: &Daemon,
     method: cobble_client::Method,
     path: &str,
@@ -519,7 +523,11 @@ pub fn raw(
 }
 
 /// Runs a service action and waits (bounded) for its change.
-pub fn act(daemon: &Daemon, action: &str, names: &[&str]) -> cobble_client::types::ChangeInfo {
+pub(crate) fn act(
+    daemon: &Daemon,
+    action: &str,
+    names: &[&str],
+) -> cobble_client::types::ChangeInfo {
     let c = client(daemon);
     let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
     rt().block_on(async {
@@ -531,7 +539,7 @@ pub fn act(daemon: &Daemon, action: &str, names: &[&str]) -> cobble_client::type
 }
 
 /// The lines of a file the test's services write to (none if it does not exist yet).
-pub fn lines(path: &Path) -> Vec<String> {
+pub(crate) fn lines(path: &Path) -> Vec<String> {
     fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -540,7 +548,7 @@ pub fn lines(path: &Path) -> Vec<String> {
 }
 
 /// Seconds since the epoch, the last field of each line (as `date +%s.%N` writes them).
-pub fn times(path: &Path) -> Vec<f64> {
+pub(crate) fn times(path: &Path) -> Vec<f64> {
     lines(path)
         .iter()
         .filter_map(|l| l.split_whitespace().last()?.parse().ok())
@@ -549,7 +557,7 @@ pub fn times(path: &Path) -> Vec<f64> {
 
 /// Whether process `pid` has a file open in `dir` (named or not: a file opened with
 /// `O_TMPFILE` shows as `<dir>/#<inode> (deleted)`).
-pub fn has_file_open_in(pid: u32, dir: &Path) -> bool {
+pub(crate) fn has_file_open_in(pid: u32, dir: &Path) -> bool {
     let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
         return false;
     };
@@ -558,7 +566,7 @@ pub fn has_file_open_in(pid: u32, dir: &Path) -> bool {
 }
 
 /// What `GET /v1/services?details=true` says of service `name`.
-pub fn details_of(d: &Daemon, name: &str) -> cobble_client::types::ServiceDetails {
+pub(crate) fn details_of(d: &Daemon, name: &str) -> cobble_client::types::ServiceDetails {
     let (status, body) = raw(
         d,
         cobble_client::Method::GET,
@@ -573,7 +581,7 @@ pub fn details_of(d: &Daemon, name: &str) -> cobble_client::types::ServiceDetail
 }
 
 /// The pid a service wrote to `marker` (its `$$`), once it has.
-pub fn main_pid(marker: &Path) -> u32 {
+pub(crate) fn main_pid(marker: &Path) -> u32 {
     let mut pid = 0;
     wait_for("the service's pid", Duration::from_secs(10), || {
         pid = fs::read_to_string(marker)

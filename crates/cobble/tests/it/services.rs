@@ -8,7 +8,7 @@ use cobble_client::Method;
 use crate::fixture::{Daemon, Test, act, raw, wait_for};
 
 /// One service that autostarts, one that does not.
-pub const TWO_SLEEPERS: &str = "\
+pub(crate) const TWO_SLEEPERS: &str = "\
 services:
   srv1:
     override: replace
@@ -27,7 +27,7 @@ services:
 ";
 
 /// The `Current` column of one service.
-pub fn current(daemon: &Daemon, service: &str) -> String {
+pub(crate) fn current(daemon: &Daemon, service: &str) -> String {
     let output = Test::daemon(daemon)
         .args(&["services", service])
         .any_stdout()

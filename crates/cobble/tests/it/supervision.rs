@@ -364,7 +364,7 @@ fn parent_of(pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
-pub fn zombies_of(parent: u32) -> usize {
+pub(crate) fn zombies_of(parent: u32) -> usize {
     fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok())

@@ -25,11 +25,11 @@ use tokio_rustls::TlsAcceptor;
 
 #[path = "pki.rs"]
 mod pki;
-pub use pki::{Ca, Leaf};
+pub(crate) use pki::{Ca, Leaf};
 
 const TOKEN: &str = "test-service-account-token";
 
-pub struct FakeApiServer {
+pub(crate) struct FakeApiServer {
     pub addr: SocketAddr,
     pub ca: Ca,
     state: Arc<State>,
@@ -50,7 +50,7 @@ struct State {
 }
 
 impl FakeApiServer {
-    pub async fn start() -> FakeApiServer {
+    pub(crate) async fn start() -> FakeApiServer {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let ca = Ca::new("fake-apiserver-ca");
         let leaf = ca.leaf();
@@ -122,7 +122,7 @@ impl FakeApiServer {
     }
 
     /// Closes the listener and every connection: clients get "connection refused".
-    pub async fn stop(&mut self) {
+    pub(crate) async fn stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(true);
             stop.closed().await;
@@ -130,26 +130,26 @@ impl FakeApiServer {
     }
 
     /// Listens again on the same address.
-    pub async fn restart(&mut self) {
+    pub(crate) async fn restart(&mut self) {
         let listener = TcpListener::bind(self.addr).await.unwrap();
         self.serve(listener);
     }
 
     /// Every request answers 500 while on.
-    pub fn fail_with_500(&self, on: bool) {
+    pub(crate) fn fail_with_500(&self, on: bool) {
         self.state.fail_500.store(on, Ordering::SeqCst);
     }
 
-    pub fn lists(&self) -> u64 {
+    pub(crate) fn lists(&self) -> u64 {
         self.state.lists.load(Ordering::SeqCst)
     }
 
-    pub fn watches(&self) -> u64 {
+    pub(crate) fn watches(&self) -> u64 {
         self.state.watches.load(Ordering::SeqCst)
     }
 
     /// Creates or replaces a PodDefault (an object with metadata.name and .namespace).
-    pub fn put(&self, mut object: Value) {
+    pub(crate) fn put(&self, mut object: Value) {
         // One change at a time, seen whole by lists and watches.
         let mut history = self.state.history.lock().unwrap();
         let rv = self.state.resource_version.fetch_add(1, Ordering::SeqCst) + 1;
@@ -176,7 +176,7 @@ impl FakeApiServer {
     }
 
     /// A kubeconfig that reaches this server with its CA and token.
-    pub fn write_kubeconfig(&self, path: &Path) {
+    pub(crate) fn write_kubeconfig(&self, path: &Path) {
         use base64::Engine as _;
         let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca.pem);
         let text = format!(
@@ -188,7 +188,7 @@ impl FakeApiServer {
 
     /// A service account directory (token, ca.crt, namespace) and the environment that makes
     /// the webhook use it as in a pod.
-    pub fn write_service_account(&self, dir: &Path) -> Vec<(String, String)> {
+    pub(crate) fn write_service_account(&self, dir: &Path) -> Vec<(String, String)> {
         std::fs::create_dir_all(dir).unwrap();
         std::fs::write(dir.join("token"), TOKEN).unwrap();
         std::fs::write(dir.join("ca.crt"), &self.ca.pem).unwrap();

@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-pub struct Client {
+pub(crate) struct Client {
     sender: SendRequest<Full<Bytes>>,
     /// The end-entity certificate of this connection.
     pub peer: Vec<u8>,
@@ -34,7 +34,7 @@ fn connector(ca_pem: &str) -> TlsConnector {
 }
 
 impl Client {
-    pub async fn connect(port: u16, ca_pem: &str) -> std::io::Result<Client> {
+    pub(crate) async fn connect(port: u16, ca_pem: &str) -> std::io::Result<Client> {
         let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
         let tls = connector(ca_pem)
             .connect(ServerName::try_from("localhost").unwrap(), tcp)
@@ -48,7 +48,7 @@ impl Client {
     }
 
     /// Connects, retrying until the webhook listens (bounded).
-    pub async fn connect_when_ready(port: u16, ca_pem: &str, timeout: Duration) -> Client {
+    pub(crate) async fn connect_when_ready(port: u16, ca_pem: &str, timeout: Duration) -> Client {
         let deadline = Instant::now() + timeout;
         loop {
             match Client::connect(port, ca_pem).await {
@@ -62,7 +62,7 @@ impl Client {
         }
     }
 
-    pub async fn request(
+    pub(crate) async fn request(
         &mut self,
         method: &str,
         path: &str,
@@ -86,7 +86,7 @@ impl Client {
     }
 
     /// POSTs an AdmissionReview and returns the parsed answer.
-    pub async fn review(&mut self, review: &Value) -> Value {
+    pub(crate) async fn review(&mut self, review: &Value) -> Value {
         let (status, body) = self
             .request(
                 "POST",
@@ -101,6 +101,6 @@ impl Client {
 }
 
 /// The certificate a fresh handshake gets, or None if none can be made.
-pub async fn presented_cert(port: u16, ca_pem: &str) -> Option<Vec<u8>> {
+pub(crate) async fn presented_cert(port: u16, ca_pem: &str) -> Option<Vec<u8>> {
     Client::connect(port, ca_pem).await.ok().map(|c| c.peer)
 }

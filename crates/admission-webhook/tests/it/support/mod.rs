@@ -2,9 +2,9 @@
 
 #![allow(dead_code)]
 
-pub mod apiserver;
-pub mod client;
-pub mod webhook;
+pub(crate) mod apiserver;
+pub(crate) mod client;
+pub(crate) mod webhook;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,15 +12,15 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-pub use apiserver::{Ca, FakeApiServer, Leaf};
-pub use client::{Client, presented_cert};
-pub use webhook::Webhook;
+pub(crate) use apiserver::{Ca, FakeApiServer, Leaf};
+pub(crate) use client::{Client, presented_cert};
+pub(crate) use webhook::Webhook;
 
 /// Generous bounds for a busy 2-core machine; tests wait on events up to these.
-pub const STARTUP: Duration = Duration::from_secs(10);
+pub(crate) const STARTUP: Duration = Duration::from_secs(10);
 
 /// A scratch directory with the webhook's CA and two leaf pairs.
-pub struct Scratch {
+pub(crate) struct Scratch {
     pub dir: tempfile::TempDir,
     pub ca: Ca,
     pub a: Leaf,
@@ -28,7 +28,7 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    pub fn new() -> Scratch {
+    pub(crate) fn new() -> Scratch {
         let ca = Ca::new("webhook-test-ca");
         let a = ca.leaf();
         let b = ca.leaf();
@@ -40,11 +40,11 @@ impl Scratch {
         }
     }
 
-    pub fn path(&self, relative: &str) -> PathBuf {
+    pub(crate) fn path(&self, relative: &str) -> PathBuf {
         self.dir.path().join(relative)
     }
 
-    pub fn home(&self) -> PathBuf {
+    pub(crate) fn home(&self) -> PathBuf {
         let home = self.path("home");
         std::fs::create_dir_all(&home).unwrap();
         home
@@ -52,14 +52,14 @@ impl Scratch {
 }
 
 /// Writes a pair to `dir/cert.pem` and `dir/key.pem` (creating `dir`).
-pub fn write_pair(dir: &Path, leaf: &Leaf) {
+pub(crate) fn write_pair(dir: &Path, leaf: &Leaf) {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("key.pem"), &leaf.key_pem).unwrap();
     std::fs::write(dir.join("cert.pem"), &leaf.cert_pem).unwrap();
 }
 
 /// The flags that point the webhook at `dir`'s pair on an ephemeral port.
-pub fn cert_args(dir: &Path) -> Vec<String> {
+pub(crate) fn cert_args(dir: &Path) -> Vec<String> {
     vec![
         format!("-tlsCertFile={}", dir.join("cert.pem").display()),
         format!("--tlsKeyFile={}", dir.join("key.pem").display()),
@@ -68,12 +68,12 @@ pub fn cert_args(dir: &Path) -> Vec<String> {
     ]
 }
 
-pub fn strs(args: &[String]) -> Vec<&str> {
+pub(crate) fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
 /// An AdmissionReview for a pod CREATE in namespace `user1`.
-pub fn review(version: &str, uid: &str, pod: &Value) -> Value {
+pub(crate) fn review(version: &str, uid: &str, pod: &Value) -> Value {
     json!({
         "apiVersion": format!("admission.k8s.io/{version}"),
         "kind": "AdmissionReview",
@@ -96,7 +96,7 @@ pub fn review(version: &str, uid: &str, pod: &Value) -> Value {
 }
 
 /// A notebook pod as the API server sends it, after the ServiceAccount plugin.
-pub fn notebook_pod() -> Value {
+pub(crate) fn notebook_pod() -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"generateName": "nb-0", "labels": {"access-ml-pipeline": "true"}},
@@ -110,7 +110,7 @@ pub fn notebook_pod() -> Value {
 }
 
 /// The charm's integration PodDefault, in `user1`.
-pub fn access_ml_pipeline() -> Value {
+pub(crate) fn access_ml_pipeline() -> Value {
     json!({
         "metadata": {"name": "access-ml-pipeline", "namespace": "user1"},
         "spec": {
@@ -124,7 +124,7 @@ pub fn access_ml_pipeline() -> Value {
 }
 
 /// The pod after the answer's patch, or the deny message.
-pub fn outcome(pod: &Value, answer: &Value) -> Result<Value, String> {
+pub(crate) fn outcome(pod: &Value, answer: &Value) -> Result<Value, String> {
     let response = &answer["response"];
     if response["allowed"] != json!(true) {
         return Err(response["status"]["message"]

@@ -3,20 +3,20 @@
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 
 /// A certificate authority.
-pub struct Ca {
+pub(crate) struct Ca {
     issuer: CertifiedIssuer<'static, KeyPair>,
     pub pem: String,
 }
 
 /// A leaf certificate and its key.
-pub struct Leaf {
+pub(crate) struct Leaf {
     pub cert_pem: String,
     pub key_pem: String,
     pub der: Vec<u8>,
 }
 
 impl Ca {
-    pub fn new(name: &str) -> Ca {
+    pub(crate) fn new(name: &str) -> Ca {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params
@@ -28,7 +28,7 @@ impl Ca {
     }
 
     /// A server certificate for localhost and 127.0.0.1.
-    pub fn leaf(&self) -> Leaf {
+    pub(crate) fn leaf(&self) -> Leaf {
         let key = KeyPair::generate().unwrap();
         let params =
             CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();

@@ -8,9 +8,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_admission-webhook");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_admission-webhook");
 
-pub struct Webhook {
+pub(crate) struct Webhook {
     child: Child,
     log: Arc<(Mutex<Vec<String>>, Condvar)>,
 }
@@ -18,7 +18,7 @@ pub struct Webhook {
 impl Webhook {
     /// Starts the webhook with these arguments and extra environment. `home` stands in for
     /// `$HOME`, so no `~/.kube/config` of the machine is read.
-    pub fn start(args: &[&str], env: &[(String, String)], home: &Path) -> Webhook {
+    pub(crate) fn start(args: &[&str], env: &[(String, String)], home: &Path) -> Webhook {
         let mut command = Command::new(BIN);
         command
             .args(args)
@@ -44,7 +44,7 @@ impl Webhook {
     }
 
     /// Waits until a log line contains `needle` and returns it.
-    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
+    pub(crate) fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         let (lines, changed) = &*self.log;
         let mut lines = lines.lock().unwrap();
@@ -63,7 +63,7 @@ impl Webhook {
     }
 
     /// How many log lines contain `needle`.
-    pub fn count_log(&self, needle: &str) -> usize {
+    pub(crate) fn count_log(&self, needle: &str) -> usize {
         self.log
             .0
             .lock()
@@ -74,7 +74,7 @@ impl Webhook {
     }
 
     /// The port from "serving webhooks on ADDR", once it is logged.
-    pub fn port(&self, timeout: Duration) -> u16 {
+    pub(crate) fn port(&self, timeout: Duration) -> u16 {
         let line = self.wait_for_log("serving webhooks on ", timeout);
         let address = line.split("serving webhooks on ").nth(1).unwrap();
         let address = address.split_whitespace().next().unwrap();
@@ -82,7 +82,7 @@ impl Webhook {
     }
 
     /// Waits (bounded) for the process to exit.
-    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -96,11 +96,11 @@ impl Webhook {
         }
     }
 
-    pub fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 }

@@ -37,7 +37,7 @@ const CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 
 /// The cgroup layout found, and the directory under which services' cgroups go.
 #[derive(Debug)]
-pub struct Cgroups {
+pub(crate) struct Cgroups {
     layout: Layout,
     /// Why each controller is not available, by name (`memory`, `pids`, `cpu`).
     missing: BTreeMap<&'static str, String>,
@@ -66,7 +66,7 @@ enum Layout {
 
 /// The cgroup of one run of a service.
 #[derive(Debug, Clone)]
-pub struct ServiceCgroup {
+pub(crate) struct ServiceCgroup {
     /// The directories that make it: one on v2, one per hierarchy on v1, by controller (v2
     /// uses the key `""`).
     dirs: BTreeMap<&'static str, PathBuf>,
@@ -76,7 +76,7 @@ pub struct ServiceCgroup {
 impl Cgroups {
     /// Finds the layout from `/proc/self/cgroup` and `/proc/self/mountinfo`; `tag` names
     /// this daemon's directory. Reads files only; creates nothing.
-    pub fn detect(tag: &str) -> Cgroups {
+    pub(crate) fn detect(tag: &str) -> Cgroups {
         let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
         Cgroups::from_files(
             &read("/proc/self/cgroup"),
@@ -87,7 +87,7 @@ impl Cgroups {
     }
 
     /// The tag of the daemon whose state directory is `pebble_dir`.
-    pub fn tag_for(pebble_dir: &Path) -> String {
+    pub(crate) fn tag_for(pebble_dir: &Path) -> String {
         // FNV-1a: stable across builds and runs, which a std hasher is not.
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for byte in pebble_dir.as_os_str().as_encoded_bytes() {
@@ -99,7 +99,7 @@ impl Cgroups {
 
     /// [`Cgroups::detect`] on given file contents; `controllers_of` reads a v2 directory's
     /// `cgroup.controllers`.
-    pub fn from_files(
+    pub(crate) fn from_files(
         proc_cgroup: &str,
         mountinfo: &str,
         tag: &str,
@@ -176,7 +176,7 @@ impl Cgroups {
 
     /// What of `resources` cannot be enforced here, with why, as one line; `None` when all of
     /// it can (so far as is known before a cgroup is made).
-    pub fn unenforced(&self, resources: &Resources) -> Option<String> {
+    pub(crate) fn unenforced(&self, resources: &Resources) -> Option<String> {
         let mut lines = Vec::new();
         let mut check = |set: bool, field: &str, controller: &str| {
             if set && let Some(why) = self.missing.get(controller) {
@@ -199,7 +199,7 @@ impl Cgroups {
     /// `resources` on it. `Ok(None)` when no cgroup can be had here (then
     /// [`Cgroups::unenforced`] says why); an error when one was made but a limit could not
     /// be set, which fails the start.
-    pub fn create(
+    pub(crate) fn create(
         &self,
         name: &str,
         invocation: &str,
@@ -265,7 +265,7 @@ impl Cgroups {
 
     /// Retires the cgroup of a run that has ended: removed now if it is empty, or at a
     /// later sweep.
-    pub fn retire(&self, cgroup: ServiceCgroup) {
+    pub(crate) fn retire(&self, cgroup: ServiceCgroup) {
         if !cgroup.remove() {
             lock(&self.retired).push(cgroup);
         }
@@ -278,7 +278,7 @@ impl Cgroups {
 
     /// Ends every process left in the daemon's cgroups and removes them, for a daemon on its
     /// way out. Does nothing if none was ever made.
-    pub fn remove_all(&self) {
+    pub(crate) fn remove_all(&self) {
         if !matches!(&*lock(&self.prepared), Some(Ok(()))) {
             return;
         }
@@ -296,7 +296,7 @@ impl Cgroups {
 
 impl ServiceCgroup {
     /// Moves process `pid` into this cgroup (in every hierarchy).
-    pub fn attach(&self, pid: u32) -> io::Result<()> {
+    pub(crate) fn attach(&self, pid: u32) -> io::Result<()> {
         for dir in self.dirs.values() {
             std::fs::write(dir.join("cgroup.procs"), pid.to_string())?;
         }
@@ -304,7 +304,7 @@ impl ServiceCgroup {
     }
 
     /// The processes in it.
-    pub fn procs(&self) -> Vec<u32> {
+    pub(crate) fn procs(&self) -> Vec<u32> {
         let dir = self.tracking_dir();
         std::fs::read_to_string(dir.join("cgroup.procs"))
             .unwrap_or_default()
@@ -314,7 +314,7 @@ impl ServiceCgroup {
     }
 
     /// The OOM killer's kills in it since it was made.
-    pub fn oom_kills(&self) -> u64 {
+    pub(crate) fn oom_kills(&self) -> u64 {
         let (dir, file) = match self.memory_dir() {
             Some(dir) if self.v2 => (dir, "memory.events"),
             Some(dir) => (dir, "memory.oom_control"),
@@ -325,7 +325,7 @@ impl ServiceCgroup {
     }
 
     /// Memory charged to it (what `memory-max` limits: resident memory and page cache).
-    pub fn memory_bytes(&self) -> Option<u64> {
+    pub(crate) fn memory_bytes(&self) -> Option<u64> {
         let dir = self.memory_dir()?;
         let file = if self.v2 {
             "memory.current"
@@ -340,7 +340,7 @@ impl ServiceCgroup {
     }
 
     /// CPU time used in it, by every process that was ever in it.
-    pub fn cpu_time(&self) -> Option<Duration> {
+    pub(crate) fn cpu_time(&self) -> Option<Duration> {
         if self.v2 {
             let text = std::fs::read_to_string(self.dirs.get("")?.join("cpu.stat")).ok()?;
             return keyed(&text, "usage_usec").map(Duration::from_micros);
@@ -352,7 +352,7 @@ impl ServiceCgroup {
 
     /// SIGKILLs every process in it (`cgroup.kill` where the kernel has it, which also takes
     /// processes forking at that moment; otherwise each process, a few rounds).
-    pub fn kill_all(&self) {
+    pub(crate) fn kill_all(&self) {
         if self.v2
             && let Some(dir) = self.dirs.get("")
             && std::fs::write(dir.join("cgroup.kill"), "1").is_ok()
@@ -371,7 +371,7 @@ impl ServiceCgroup {
     }
 
     /// Removes it; `false` while a process is still in it.
-    pub fn remove(&self) -> bool {
+    pub(crate) fn remove(&self) -> bool {
         let mut gone = true;
         for dir in self.dirs.values() {
             match std::fs::remove_dir(dir) {
@@ -384,7 +384,7 @@ impl ServiceCgroup {
     }
 
     /// A directory of it, for messages.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.tracking_dir()
     }
 

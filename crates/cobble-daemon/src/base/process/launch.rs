@@ -36,14 +36,14 @@ use tokio::sync::oneshot;
 /// up front, 1 MiB per pipe spent it with about twenty concurrent execs, after which every
 /// new pipe of that user, services' included, got 8 KiB. The kernel allocates the pages
 /// only as they fill.
-pub const EXEC_PIPE_SIZE: usize = 1024 * 1024;
+pub(crate) const EXEC_PIPE_SIZE: usize = 1024 * 1024;
 
 /// What a pipe holds before anything grows it.
-pub const DEFAULT_PIPE_BYTES: usize = 64 * 1024;
+pub(crate) const DEFAULT_PIPE_BYTES: usize = 64 * 1024;
 
 /// What to run, and as whom.
 #[derive(Debug, Clone, Default)]
-pub struct Launch {
+pub(crate) struct Launch {
     /// Program and arguments; the program is looked up in the daemon's `PATH` unless it has
     /// a slash.
     pub argv: Vec<String>,
@@ -69,7 +69,7 @@ pub struct Launch {
 
 /// How a command's stdin, stdout and stderr are connected, and the session it runs in.
 #[derive(Debug, Default)]
-pub enum Wiring {
+pub(crate) enum Wiring {
     /// Services and exec checks: stdin from `/dev/null`, stdout and stderr on one pipe, a
     /// process group of its own.
     #[default]
@@ -94,7 +94,7 @@ pub enum Wiring {
 }
 
 /// A launched command.
-pub struct Child {
+pub(crate) struct Child {
     pub pid: u32,
     /// Resolves with the exit status.
     pub exit: oneshot::Receiver<ExitStatus>,
@@ -110,7 +110,7 @@ pub struct Child {
 
 /// Why a command could not be launched, worded like Go's `os/exec` where clients see it.
 #[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
+pub(crate) enum LaunchError {
     #[error("empty command")]
     Empty,
     /// `exec: "x": executable file not found in $PATH`.
@@ -135,13 +135,13 @@ pub enum LaunchError {
 
 /// Launches `launch` with [`Wiring::Merged`]. Blocking; needs a tokio runtime context for
 /// the pipes (a blocking task has one).
-pub fn spawn(launch: &Launch) -> Result<Child, LaunchError> {
+pub(crate) fn spawn(launch: &Launch) -> Result<Child, LaunchError> {
     spawn_wired(launch, Wiring::Merged)
 }
 
 /// Launches `launch` wired as `wiring` says. Blocking; needs a tokio runtime context for the
 /// pipes.
-pub fn spawn_wired(launch: &Launch, wiring: Wiring) -> Result<Child, LaunchError> {
+pub(crate) fn spawn_wired(launch: &Launch, wiring: Wiring) -> Result<Child, LaunchError> {
     launch_command(launch, wiring, None::<fn(u32)>)
 }
 
@@ -149,7 +149,7 @@ pub fn spawn_wired(launch: &Launch, wiring: Wiring) -> Result<Child, LaunchError
 /// `before_exec` has run with its pid (see [`reaper::spawn_gated`]): where the daemon records
 /// its pid so that the next daemon can find the process after a SIGKILL. Blocking; needs a
 /// tokio runtime context for the pipes.
-pub fn spawn_recorded(
+pub(crate) fn spawn_recorded(
     launch: &Launch,
     wiring: Wiring,
     before_exec: impl FnOnce(u32) + Send,
@@ -413,7 +413,7 @@ fn wire(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
 
 /// Gives an exec's pipe [`EXEC_PIPE_SIZE`] where the kernel allows, once a stream has filled
 /// it; a pipe that keeps the default size works, only slower.
-pub fn grow_exec_pipe(pipe: &impl std::os::fd::AsFd) {
+pub(crate) fn grow_exec_pipe(pipe: &impl std::os::fd::AsFd) {
     let _ = cobble_sys::output::set_pipe_size(pipe, EXEC_PIPE_SIZE);
 }
 
@@ -458,7 +458,7 @@ fn add_user_environment(environment: &mut BTreeMap<String, String>, uid: u32) {
 /// Whether `program` names an executable, as Go's `exec.LookPath` decides it with the
 /// daemon's `PATH`: a name with a slash must itself be an executable file (relative to the
 /// daemon's working directory); any other name is searched for in `PATH`.
-pub fn is_executable_program(program: &str) -> bool {
+pub(crate) fn is_executable_program(program: &str) -> bool {
     if program.contains('/') {
         is_executable(Path::new(program))
     } else {
@@ -467,7 +467,7 @@ pub fn is_executable_program(program: &str) -> bool {
 }
 
 /// Finds `program` like Go's `exec.LookPath` with the daemon's `PATH`.
-pub fn look_path(program: &str) -> Result<PathBuf, String> {
+pub(crate) fn look_path(program: &str) -> Result<PathBuf, String> {
     if program.contains('/') {
         return Ok(PathBuf::from(program));
     }

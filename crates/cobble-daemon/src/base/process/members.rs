@@ -26,14 +26,14 @@ use cobble_sys::process::{self as sys, ProcStat, Signal};
 use cobble_sys::reaper;
 
 /// The environment variable that names a service instance in its processes.
-pub const INVOCATION_VARIABLE: &str = "COBBLE_INVOCATION_ID";
+pub(crate) const INVOCATION_VARIABLE: &str = "COBBLE_INVOCATION_ID";
 
 /// The daemon's children that it did not start itself (or has reaped the starter of):
 /// orphans re-parented to it. A child the daemon started itself and has not reaped (the main
 /// process of this or another service, a command run for a client) is no orphan; leaving
 /// them out without a look at `/proc` keeps stopping every service at once from reading
 /// every other service's status and environment. Blocking: it reads `/proc`.
-pub fn orphans() -> Vec<u32> {
+pub(crate) fn orphans() -> Vec<u32> {
     reaper::without_awaited(sys::children(std::process::id()))
 }
 
@@ -42,7 +42,7 @@ pub fn orphans() -> Vec<u32> {
 /// process itself, with its `/proc` status; `orphans` are the daemon's orphans as
 /// [`orphans`] lists them (one listing serves a caller that asks about many services).
 /// Blocking: it reads `/proc`.
-pub fn members_among(
+pub(crate) fn members_among(
     leader: u32,
     leader_start: u64,
     invocation: &str,
@@ -84,7 +84,7 @@ pub fn members_among(
 /// (or after a few more seconds) with how many there were. For a daemon on its way out:
 /// as the subreaper (or PID 1 of a container) its descendants include every orphan that
 /// ever left a service. Blocking.
-pub fn end_descendants(grace: Duration) -> usize {
+pub(crate) fn end_descendants(grace: Duration) -> usize {
     let me = std::process::id();
     let living = || -> Vec<(u32, u64)> {
         sys::descendants(me)
@@ -136,7 +136,7 @@ pub fn end_descendants(grace: Duration) -> usize {
 /// Every live process but this one whose environment carries one of `invocations`, with its
 /// start time: what a killed predecessor's services left, wherever it was re-parented.
 /// Blocking: it reads `/proc`.
-pub fn tagged(invocations: &[String]) -> Vec<(u32, u64)> {
+pub(crate) fn tagged(invocations: &[String]) -> Vec<(u32, u64)> {
     if invocations.is_empty() {
         return Vec::new();
     }

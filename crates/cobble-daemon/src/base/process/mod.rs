@@ -18,11 +18,13 @@
 //! The managers above (services, exec, checks) depend on this module; it depends on none of
 //! them. Everything here may block: callers run it on the blocking pool.
 
-pub mod cgroup;
-pub mod launch;
-pub mod members;
-pub mod notify;
-pub mod registry;
-pub mod supervise;
+pub(crate) mod cgroup;
+pub(crate) mod launch;
+pub(crate) mod members;
+pub(crate) mod notify;
+pub(crate) mod registry;
+pub(crate) mod supervise;
 
-pub use supervise::{Escaped, GroupSignal, OsProcesses, Processes, SpawnError, Spawned, Usage};
+pub(crate) use supervise::{
+    Escaped, GroupSignal, OsProcesses, Processes, SpawnError, Spawned, Usage,
+};

@@ -22,14 +22,14 @@ use tokio::io::Interest;
 use tokio::net::UnixDatagram;
 
 /// The environment variable that names the socket in the service's environment.
-pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
+pub(crate) const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
 
 /// The longest datagram read whole; sd_notify messages are a few dozen bytes.
 const DATAGRAM_MAX: usize = 4096;
 
 /// A service's notify socket.
 #[derive(Debug)]
-pub struct NotifySocket {
+pub(crate) struct NotifySocket {
     /// The address as `$NOTIFY_SOCKET` gives it (`@` for the abstract namespace).
     address: String,
     socket: UnixDatagram,
@@ -37,7 +37,7 @@ pub struct NotifySocket {
 
 impl NotifySocket {
     /// Binds a socket under a name no other socket has. Needs a runtime.
-    pub fn bind() -> io::Result<NotifySocket> {
+    pub(crate) fn bind() -> io::Result<NotifySocket> {
         let name = format!(
             "cobble-notify/{}/{:016x}",
             std::process::id(),
@@ -54,13 +54,13 @@ impl NotifySocket {
     }
 
     /// What the service is given as `$NOTIFY_SOCKET`.
-    pub fn address(&self) -> &str {
+    pub(crate) fn address(&self) -> &str {
         &self.address
     }
 
     /// The next datagram, as text, and who sent it (`None`: the kernel did not say, and the
     /// datagram is worth nothing).
-    pub async fn recv(&self) -> io::Result<(String, Option<Sender>)> {
+    pub(crate) async fn recv(&self) -> io::Result<(String, Option<Sender>)> {
         let mut buf = [0u8; DATAGRAM_MAX];
         loop {
             self.socket.readable().await?;
@@ -79,7 +79,7 @@ impl NotifySocket {
 
 /// One assignment of a notify message that cobble acts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NotifyField {
+pub(crate) enum NotifyField {
     /// `READY=1`: started, or done reloading.
     Ready,
     /// `RELOADING=1`: reloading its configuration.
@@ -93,7 +93,7 @@ pub enum NotifyField {
 }
 
 /// The assignments of one message that cobble acts on, in order.
-pub fn parse(message: &str) -> Vec<NotifyField> {
+pub(crate) fn parse(message: &str) -> Vec<NotifyField> {
     message
         .split('\n')
         .filter_map(|line| {

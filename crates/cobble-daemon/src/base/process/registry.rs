@@ -29,7 +29,7 @@ pub const FILE_NAME: &str = ".cobble-processes";
 
 /// One recorded process group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     /// The group leader's pid (and so the group id).
     pub pid: u32,
     /// The leader's start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
@@ -41,7 +41,7 @@ pub struct Record {
 
 /// The on-disk record of live process groups, keyed by service name.
 #[derive(Debug)]
-pub struct ProcessRegistry {
+pub(crate) struct ProcessRegistry {
     path: Option<PathBuf>,
     records: BTreeMap<String, Record>,
     /// The file as last written, open for rewriting in place, and its length.
@@ -54,7 +54,7 @@ const IN_PLACE_MAX: usize = 4096;
 
 impl ProcessRegistry {
     /// A registry kept in `dir`, or only in memory when `dir` is `None`.
-    pub fn new(dir: Option<&Path>) -> ProcessRegistry {
+    pub(crate) fn new(dir: Option<&Path>) -> ProcessRegistry {
         ProcessRegistry {
             path: dir.map(|d| d.join(FILE_NAME)),
             records: BTreeMap::new(),
@@ -63,7 +63,7 @@ impl ProcessRegistry {
     }
 
     /// Records the group of a freshly spawned service, and its invocation ID.
-    pub fn record(&mut self, service: &str, pid: u32, invocation: Option<&str>) {
+    pub(crate) fn record(&mut self, service: &str, pid: u32, invocation: Option<&str>) {
         let Some(start_time) = process::process_start_time(pid) else {
             return; // already gone
         };
@@ -79,7 +79,7 @@ impl ProcessRegistry {
     }
 
     /// Forgets a service's group once its leader has exited.
-    pub fn forget(&mut self, service: &str, pid: u32) {
+    pub(crate) fn forget(&mut self, service: &str, pid: u32) {
         if self.records.get(service).is_some_and(|r| r.pid == pid) {
             self.records.remove(service);
             self.save();
@@ -89,7 +89,7 @@ impl ProcessRegistry {
     /// Forgets a group once its leader has exited, without rewriting the file: the next
     /// write leaves it out. Until then the file holds a stale record, which is harmless: the
     /// next daemon ends only a pid whose start time still matches.
-    pub fn forget_unsaved(&mut self, name: &str, pid: u32) {
+    pub(crate) fn forget_unsaved(&mut self, name: &str, pid: u32) {
         if self.records.get(name).is_some_and(|r| r.pid == pid) {
             self.records.remove(name);
         }
@@ -101,7 +101,7 @@ impl ProcessRegistry {
     /// never torn by the daemon's death, and it costs a fraction of a new file renamed over
     /// the old one (which every exec request paid before its command ran). Larger records,
     /// and a write that fails, take the atomic rename.
-    pub fn save(&mut self) {
+    pub(crate) fn save(&mut self) {
         let Some(path) = &self.path else {
             return;
         };
@@ -136,7 +136,7 @@ impl ProcessRegistry {
     /// Ends every group still recorded (SIGTERM, then SIGKILL after `grace`) and forgets
     /// them; returns their services. For a daemon that must exit without its supervisor.
     /// Blocking.
-    pub fn end_all(&mut self, grace: Duration) -> Vec<String> {
+    pub(crate) fn end_all(&mut self, grace: Duration) -> Vec<String> {
         let records = std::mem::take(&mut self.records);
         self.save();
         end_groups(records, grace)
@@ -146,7 +146,7 @@ impl ProcessRegistry {
 /// Ends the process groups a previous daemon left running (SIGTERM, then SIGKILL after
 /// `grace`), and returns the services they belonged to. Runs before anything is spawned.
 /// Blocking: it polls `/proc` until the groups are gone.
-pub fn end_leftovers(dir: &Path, grace: Duration) -> Vec<String> {
+pub(crate) fn end_leftovers(dir: &Path, grace: Duration) -> Vec<String> {
     let path = dir.join(FILE_NAME);
     let Ok(bytes) = std::fs::read(&path) else {
         return Vec::new();

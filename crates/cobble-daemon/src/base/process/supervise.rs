@@ -28,7 +28,7 @@ use cobble_sys::reaper;
 
 /// Signals the supervisor sends to a service's process group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupSignal {
+pub(crate) enum GroupSignal {
     Term,
     Kill,
 }
@@ -36,10 +36,10 @@ pub enum GroupSignal {
 /// A process of a service outside its main process's reach by group signal (or, once the
 /// main process is gone, any process left of it), with its start time (so a recycled pid is
 /// never signalled).
-pub type Escaped = (u32, u64);
+pub(crate) type Escaped = (u32, u64);
 
 /// A spawned service process.
-pub struct Spawned {
+pub(crate) struct Spawned {
     pub pid: u32,
     /// Resolves with the exit code (-1 when the status was lost, which is never expected).
     pub exit: BoxFuture<'static, i32>,
@@ -49,7 +49,7 @@ pub struct Spawned {
 
 /// What a service uses (or has used), as far as the daemon can tell.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Usage {
+pub(crate) struct Usage {
     /// Resident memory of its processes, summed (pages shared between them count in each).
     pub memory_bytes: u64,
     /// CPU time (user + system) of every run of it since the daemon started: the runs that
@@ -67,7 +67,7 @@ pub struct Usage {
 
 /// Why a service did not spawn.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SpawnError {
+pub(crate) enum SpawnError {
     /// These `requires-paths` do not exist: wait for them, do not fail.
     Missing(Vec<String>),
     /// The start fails with this text (`cannot start service: ...`).
@@ -75,7 +75,7 @@ pub enum SpawnError {
 }
 
 /// Everything the supervisor does to processes. Every method may block.
-pub trait Processes: Send + Sync + 'static {
+pub(crate) trait Processes: Send + Sync + 'static {
     /// Spawns service `name` unless one of its `requires-paths` is missing, and records its
     /// group so the next daemon can find it.
     fn spawn(&self, name: &str, config: &Service) -> Result<Spawned, SpawnError>;
@@ -119,7 +119,7 @@ pub trait Processes: Send + Sync + 'static {
 }
 
 /// The real processes: spawned through the reaper, recorded in `$PEBBLE/.cobble-processes`.
-pub struct OsProcesses {
+pub(crate) struct OsProcesses {
     registry: Mutex<ProcessRegistry>,
     /// The instances whose processes may still run, by main process.
     instances: Mutex<HashMap<u32, Instance>>,
@@ -161,7 +161,10 @@ const INSTANCES_KEPT: usize = 256;
 impl OsProcesses {
     /// The processes of the daemon whose state directory is `state_dir` (which names the
     /// daemon's cgroups) and whose registry is `registry`.
-    pub fn new(registry: ProcessRegistry, state_dir: Option<&std::path::Path>) -> OsProcesses {
+    pub(crate) fn new(
+        registry: ProcessRegistry,
+        state_dir: Option<&std::path::Path>,
+    ) -> OsProcesses {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -192,7 +195,7 @@ impl OsProcesses {
 
     /// Ends what is left in the services' cgroups and removes them, for a daemon on its way
     /// out. Blocking.
-    pub fn remove_cgroups(&self) {
+    pub(crate) fn remove_cgroups(&self) {
         if let Some(cgroups) = self.cgroups.get() {
             cgroups.remove_all();
         }
@@ -341,26 +344,26 @@ impl OsProcesses {
     /// Records the process group of a command that is no service's (an exec's) under `name`,
     /// so that a daemon killed while it runs leaves nothing its successor cannot end.
     /// Blocking.
-    pub fn record(&self, name: &str, pid: u32) {
+    pub(crate) fn record(&self, name: &str, pid: u32) {
         self.registry().record(name, pid, None);
     }
 
     /// Forgets a group recorded with [`OsProcesses::record`] once its leader has exited,
     /// leaving the file to the next write (see [`ProcessRegistry::forget_unsaved`]): an exec
     /// pays one write, not two. Blocks while a write is under way.
-    pub fn forget_recorded(&self, name: &str, pid: u32) {
+    pub(crate) fn forget_recorded(&self, name: &str, pid: u32) {
         self.registry().forget_unsaved(name, pid);
     }
 
     /// Writes the registry without the groups forgotten since the last write, for a daemon
     /// on its way out: its successor then has no stale record to check. Blocking.
-    pub fn save_registry(&self) {
+    pub(crate) fn save_registry(&self) {
         self.registry().save();
     }
 
     /// Ends every group still recorded (SIGTERM, then SIGKILL after `grace`), for a daemon
     /// that must exit without its supervisor. Blocking.
-    pub fn end_all(&self, grace: Duration) -> Vec<String> {
+    pub(crate) fn end_all(&self, grace: Duration) -> Vec<String> {
         self.registry().end_all(grace)
     }
 }

@@ -9,14 +9,14 @@ use futures_util::future::BoxFuture;
 use super::{exec, http, tcp};
 
 /// Most bytes of output or body kept for a failure's details.
-pub const MAX_ERROR_BYTES: usize = 512;
+pub(super) const MAX_ERROR_BYTES: usize = 512;
 /// Most lines of output or body shown in a failure's details.
-pub const MAX_ERROR_LINES: usize = 5;
+pub(super) const MAX_ERROR_LINES: usize = 5;
 
 /// Why a probe failed: a one-line message and optional details (the first lines of an HTTP
 /// body, the last lines of a command's output).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckError {
+pub(crate) struct CheckError {
     /// `non-2xx status code 500`, `exit status 1`, `check timed out after 3s`, ...
     pub message: String,
     /// Extra lines, possibly empty.
@@ -25,7 +25,7 @@ pub struct CheckError {
 
 impl CheckError {
     /// An error without details.
-    pub fn new(message: impl Into<String>) -> CheckError {
+    pub(crate) fn new(message: impl Into<String>) -> CheckError {
         CheckError {
             message: message.into(),
             details: String::new(),
@@ -33,7 +33,7 @@ impl CheckError {
     }
 
     /// The probe did not finish within the check's timeout.
-    pub fn timed_out(timeout: Duration) -> CheckError {
+    pub(crate) fn timed_out(timeout: Duration) -> CheckError {
         let nanos = i64::try_from(timeout.as_nanos()).unwrap_or(i64::MAX);
         CheckError::new(format!(
             "check timed out after {}",
@@ -42,7 +42,7 @@ impl CheckError {
     }
 
     /// The text of a task-log entry and of `refresh`'s `error`: `message; details`.
-    pub fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         if self.details.is_empty() {
             self.message.clone()
         } else {
@@ -59,13 +59,13 @@ impl std::fmt::Display for CheckError {
 
 /// One kind of probe. `check` runs it once; the caller bounds it with the check's timeout
 /// and may drop the future at any point (probes clean up after themselves on drop).
-pub trait Checker: Send + Sync {
+pub(crate) trait Checker: Send + Sync {
     /// Runs the probe once.
     fn check(&self) -> BoxFuture<'_, Result<(), CheckError>>;
 }
 
 /// Runs `checker` once within `timeout`.
-pub async fn probe(checker: &dyn Checker, timeout: Duration) -> Result<(), CheckError> {
+pub(super) async fn probe(checker: &dyn Checker, timeout: Duration) -> Result<(), CheckError> {
     match tokio::time::timeout(timeout, checker.check()).await {
         Ok(result) => result,
         Err(_) => Err(CheckError::timed_out(timeout)),
@@ -73,7 +73,7 @@ pub async fn probe(checker: &dyn Checker, timeout: Duration) -> Result<(), Check
 }
 
 /// Builds the probe for a check whose service context has already been merged.
-pub fn build(config: &Check) -> Arc<dyn Checker> {
+pub(super) fn build(config: &Check) -> Arc<dyn Checker> {
     if let Some(http) = &config.http {
         Arc::new(http::HttpChecker::new(&config.name, http))
     } else if let Some(tcp) = &config.tcp {
@@ -87,7 +87,7 @@ pub fn build(config: &Check) -> Arc<dyn Checker> {
 }
 
 /// `HTTP`, `TCP` or `exec`, as in change summaries.
-pub fn type_name(config: &Check) -> &'static str {
+pub(super) fn type_name(config: &Check) -> &'static str {
     if config.http.is_some() {
         "HTTP"
     } else if config.tcp.is_some() {
@@ -101,7 +101,7 @@ pub fn type_name(config: &Check) -> &'static str {
 
 /// The check as it will run: for an exec check with `service-context`, the service's
 /// environment, user, group, working directory and `rlimits`, overridden by the check's own fields.
-pub fn merge_service_context(plan: &Plan, config: &Check) -> Check {
+pub(super) fn merge_service_context(plan: &Plan, config: &Check) -> Check {
     let mut merged = config.clone();
     let Some(exec) = merged.exec.as_mut() else {
         return merged;
@@ -131,7 +131,7 @@ pub fn merge_service_context(plan: &Plan, config: &Check) -> Check {
 }
 
 /// Keeps the first [`MAX_ERROR_LINES`] lines of a body, marking a cut with `(...)`.
-pub fn first_lines(text: &str) -> String {
+pub(super) fn first_lines(text: &str) -> String {
     let lines: Vec<&str> = text.trim().split('\n').collect();
     if lines.len() > MAX_ERROR_LINES {
         let mut kept = lines[..MAX_ERROR_LINES].to_vec();
@@ -143,7 +143,7 @@ pub fn first_lines(text: &str) -> String {
 }
 
 /// Keeps the last [`MAX_ERROR_LINES`] lines of output.
-pub fn last_lines(text: &str) -> String {
+pub(super) fn last_lines(text: &str) -> String {
     let trimmed = text.trim_end_matches('\n');
     if trimmed.is_empty() {
         return String::new();

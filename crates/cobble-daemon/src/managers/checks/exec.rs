@@ -22,13 +22,13 @@ use crate::process::launch::{self, Launch};
 const OUTPUT_WAIT: Duration = Duration::from_secs(1);
 
 /// Runs a command.
-pub struct ExecChecker {
+pub(super) struct ExecChecker {
     name: String,
     config: ExecCheck,
 }
 
 impl ExecChecker {
-    pub fn new(name: &str, config: &ExecCheck) -> ExecChecker {
+    pub(super) fn new(name: &str, config: &ExecCheck) -> ExecChecker {
         ExecChecker {
             name: name.to_owned(),
             config: config.clone(),

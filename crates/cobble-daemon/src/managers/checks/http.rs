@@ -13,7 +13,7 @@ use super::checker::{CheckError, Checker, MAX_ERROR_BYTES, first_lines};
 use crate::http_client::{build_client, is_loopback, root_cause};
 
 /// GETs a URL with the configured headers.
-pub struct HttpChecker {
+pub(crate) struct HttpChecker {
     name: String,
     url: String,
     headers: BTreeMap<String, String>,
@@ -22,7 +22,7 @@ pub struct HttpChecker {
 }
 
 impl HttpChecker {
-    pub fn new(name: &str, config: &HttpCheck) -> HttpChecker {
+    pub(crate) fn new(name: &str, config: &HttpCheck) -> HttpChecker {
         HttpChecker {
             name: name.to_owned(),
             url: config.url.clone(),

@@ -16,7 +16,7 @@ use super::CheckError;
 
 /// Which kind of change drives the check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// `perform-check`: healthy, or failing below the threshold.
     Perform,
     /// `recover-check`: the threshold was hit; waiting for a success.
@@ -25,7 +25,7 @@ pub enum Phase {
 
 /// What the runner must record after a probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// An ERROR entry in the current task's log.
     LogError(String),
     /// An INFO entry in the current task's log.
@@ -45,7 +45,7 @@ pub enum Effect {
 
 /// The counters of one run of a check (from its start, or its last configuration change).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckRun {
+pub(crate) struct CheckRun {
     /// Current phase.
     pub phase: Phase,
     /// Consecutive failures.
@@ -58,7 +58,7 @@ pub struct CheckRun {
 
 impl CheckRun {
     /// A fresh run: up, no successes, no failures.
-    pub fn new(threshold: u32) -> CheckRun {
+    pub(crate) fn new(threshold: u32) -> CheckRun {
         CheckRun {
             phase: Phase::Perform,
             failures: 0,
@@ -68,12 +68,12 @@ impl CheckRun {
     }
 
     /// Whether the check counts as down.
-    pub fn is_down(&self) -> bool {
+    pub(crate) fn is_down(&self) -> bool {
         self.failures >= self.threshold
     }
 
     /// Records one probe result.
-    pub fn record(&mut self, result: Result<(), &CheckError>) -> Vec<Effect> {
+    pub(crate) fn record(&mut self, result: Result<(), &CheckError>) -> Vec<Effect> {
         match (self.phase, result) {
             (Phase::Perform, Ok(())) => {
                 self.successes += 1;

@@ -34,7 +34,7 @@ pub(crate) type CheckerFactory = Arc<dyn Fn(&Check) -> Arc<dyn Checker> + Send +
 
 /// Errors of check requests, worded as Pebble words them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CheckManagerError {
+pub(crate) enum CheckManagerError {
     /// Some names are not checks of the plan (sorted).
     #[error("cannot find checks in plan: {}", .0.join(", "))]
     NotFound(Vec<String>),
@@ -51,7 +51,7 @@ pub enum CheckManagerError {
 
 /// An action of `POST /v1/checks`, parsed from its wire name once at the API's edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckAction {
+pub(crate) enum CheckAction {
     /// Start the named checks that are not running.
     Start,
     /// Stop the named checks that are running.
@@ -60,7 +60,7 @@ pub enum CheckAction {
 
 impl CheckAction {
     /// The action of a wire name; `None` for a name Pebble does not know.
-    pub fn from_name(name: &str) -> Option<CheckAction> {
+    pub(crate) fn from_name(name: &str) -> Option<CheckAction> {
         match name {
             "start" => Some(CheckAction::Start),
             "stop" => Some(CheckAction::Stop),
@@ -69,7 +69,7 @@ impl CheckAction {
     }
 
     /// The wire name.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CheckAction::Start => "start",
             CheckAction::Stop => "stop",
@@ -105,7 +105,7 @@ enum Request {
 /// published snapshot and never wait for the actor unless a new plan has not been applied.
 #[derive(Clone)]
 #[must_use]
-pub struct CheckManager {
+pub(crate) struct CheckManager {
     tx: mpsc::UnboundedSender<Request>,
     snapshot: watch::Receiver<Snapshot>,
     signals: watch::Receiver<Arc<CheckSignals>>,
@@ -117,7 +117,7 @@ pub struct CheckManager {
 impl CheckManager {
     /// Applies the current plan (starting its enabled checks) and starts the actor. The
     /// handle to the actor's task lets the daemon notice if it ever ends.
-    pub fn spawn(
+    pub(crate) fn spawn(
         plan: watch::Receiver<Arc<Plan>>,
         store: StateStore,
     ) -> (CheckManager, JoinHandle<()>) {
@@ -160,33 +160,33 @@ impl CheckManager {
 
     /// The checks that are down and how often each has fired its failure action, and the
     /// checks that pass (see [`CheckSignals`]).
-    pub fn signals(&self) -> watch::Receiver<Arc<CheckSignals>> {
+    pub(crate) fn signals(&self) -> watch::Receiver<Arc<CheckSignals>> {
         self.signals.clone()
     }
 
     /// Every check of the current plan, sorted by name.
-    pub async fn checks(&self) -> Vec<CheckView> {
+    pub(crate) async fn checks(&self) -> Vec<CheckView> {
         self.catch_up().await;
         self.snapshot.borrow().checks.values().cloned().collect()
     }
 
     /// [`CheckManager::checks`], for a client: each shows the ID of its current change,
     /// made in the background, so this returns once those IDs are in the state file.
-    pub async fn checks_shown(&self) -> Vec<CheckView> {
+    pub(crate) async fn checks_shown(&self) -> Vec<CheckView> {
         let checks = self.checks().await;
         self.store.showing_ids(checks).await
     }
 
     /// Whether every check matching `level` and `names` (empty = all) is up or inactive.
     /// Reads the snapshot only: never waits.
-    pub fn healthy(&self, level: CheckLevel, names: &[String]) -> bool {
+    pub(crate) fn healthy(&self, level: CheckLevel, names: &[String]) -> bool {
         super::healthy(&self.snapshot.borrow(), level, names)
     }
 
     /// Starts the named checks that are not running, or stops those that are; returns the
     /// names whose state changed, sorted. Fails without changing anything if a name is not
     /// in the plan.
-    pub async fn act(
+    pub(crate) async fn act(
         &self,
         action: CheckAction,
         names: Vec<String>,
@@ -203,7 +203,7 @@ impl CheckManager {
     /// Runs a check now. A running check records the result as any run (it may go down or
     /// recover); a stopped one only reports it. Returns the check afterwards and the error
     /// of the run, if it failed.
-    pub async fn refresh(
+    pub(crate) async fn refresh(
         &self,
         name: &str,
     ) -> Result<(CheckView, Option<CheckError>), CheckManagerError> {
@@ -223,7 +223,7 @@ impl CheckManager {
     }
 
     /// Starts the enabled checks that are not running (a service replan); returns them.
-    pub async fn replan(&self) -> Vec<String> {
+    pub(crate) async fn replan(&self) -> Vec<String> {
         let (reply, rx) = oneshot::channel();
         self.send(Request::Replan { reply });
         rx.await.unwrap_or_default()

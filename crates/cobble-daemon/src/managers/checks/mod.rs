@@ -43,7 +43,7 @@
 mod checker;
 mod exec;
 pub(crate) mod http;
-pub mod machine;
+pub(crate) mod machine;
 mod manager;
 mod runner;
 mod tcp;
@@ -55,12 +55,12 @@ use cobble_plan::{CheckLevel, Plan};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-pub use checker::CheckError;
-pub use manager::{CheckAction, CheckManager, CheckManagerError};
+pub(crate) use checker::CheckError;
+pub(crate) use manager::{CheckAction, CheckManager, CheckManagerError};
 
 /// The status `GET /v1/checks` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckStatus {
+pub(crate) enum CheckStatus {
     /// Running, with fewer consecutive failures than the threshold.
     Up,
     /// Running, with at least threshold consecutive failures.
@@ -71,7 +71,7 @@ pub enum CheckStatus {
 
 impl CheckStatus {
     /// The API spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CheckStatus::Up => "up",
             CheckStatus::Down => "down",
@@ -82,7 +82,7 @@ impl CheckStatus {
 
 /// One check as the snapshot holds it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CheckView {
+pub(crate) struct CheckView {
     /// The check's name in the plan.
     pub name: String,
     /// Its level (for filtering and health).
@@ -122,7 +122,7 @@ pub struct CheckView {
 
 /// Every check of the plan, by name, as of the plan the manager last applied.
 #[derive(Debug, Clone, Default)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// The checks.
     pub checks: BTreeMap<String, CheckView>,
     /// The plan they reflect; readers compare it with the current plan to tell whether a
@@ -132,7 +132,7 @@ pub struct Snapshot {
 
 /// The checks that are down, each with how many times its failure action has fired since the
 /// daemon started: a higher number is a new firing.
-pub type Firing = BTreeMap<String, u64>;
+pub(crate) type Firing = BTreeMap<String, u64>;
 
 /// What the supervisor decides by, as it stands: which checks are down and have fired, and
 /// which pass. It watches this and decides every `on-check-failure` action, every
@@ -140,7 +140,7 @@ pub type Firing = BTreeMap<String, u64>;
 /// action is never taken for a check that is up again by then. It changes only when a check
 /// goes down, fires again, comes up or passes for the first time, never per successful run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CheckSignals {
+pub(crate) struct CheckSignals {
     /// The checks that are down, with their firing numbers.
     pub firing: Firing,
     /// For each check that is down, when it last succeeded before it went down; a check
@@ -270,7 +270,7 @@ fn firing_count(view: &CheckView) -> Option<u64> {
 
 /// Whether a check of `level` counts for a health query at `query` (`Unset` = any): `ready`
 /// also covers `alive` checks, `alive` does not cover `ready` ones.
-pub fn health_level_matches(query: CheckLevel, level: CheckLevel) -> bool {
+pub(crate) fn health_level_matches(query: CheckLevel, level: CheckLevel) -> bool {
     query == CheckLevel::Unset
         || query == level
         || (query == CheckLevel::Ready && level == CheckLevel::Alive)
@@ -278,7 +278,7 @@ pub fn health_level_matches(query: CheckLevel, level: CheckLevel) -> bool {
 
 /// Health of the checks matching `level` and `names` (empty = all): false when any of them is
 /// down. Inactive checks and unknown names do not count.
-pub fn healthy(snapshot: &Snapshot, level: CheckLevel, names: &[String]) -> bool {
+pub(crate) fn healthy(snapshot: &Snapshot, level: CheckLevel, names: &[String]) -> bool {
     !snapshot.checks.values().any(|check| {
         check.status == CheckStatus::Down
             && health_level_matches(level, check.level)

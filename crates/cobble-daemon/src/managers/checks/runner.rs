@@ -22,12 +22,12 @@ use super::{CheckStatus, CheckView, Publisher};
 use crate::state::{StateStore, TaskStatus};
 
 /// Change and task kind while the check is healthy.
-pub const PERFORM_CHECK: &str = "perform-check";
+pub(super) const PERFORM_CHECK: &str = "perform-check";
 /// Change and task kind after the check hit its threshold.
-pub const RECOVER_CHECK: &str = "recover-check";
+pub(super) const RECOVER_CHECK: &str = "recover-check";
 
 /// What every runner shares.
-pub struct Shared {
+pub(super) struct Shared {
     /// Where changes and tasks are recorded.
     pub store: StateStore,
     /// The snapshot the API reads, and the firing map the supervisor acts on.
@@ -35,16 +35,16 @@ pub struct Shared {
 }
 
 /// The reply to a refresh: the check after the run, and the run's error if it failed.
-pub type RefreshReply = (CheckView, Option<CheckError>);
+pub(super) type RefreshReply = (CheckView, Option<CheckError>);
 
 /// A request to probe now, out of schedule.
-pub struct RefreshRequest {
+pub(super) struct RefreshRequest {
     pub reply: oneshot::Sender<RefreshReply>,
 }
 
 /// Creates a change of `kind` for `config` with its one task already `Doing`; returns
 /// (change, task).
-pub fn new_check_change(store: &StateStore, kind: &str, config: &Check) -> (u64, u64) {
+pub(super) fn new_check_change(store: &StateStore, kind: &str, config: &Check) -> (u64, u64) {
     let verb = if kind == RECOVER_CHECK {
         "Recover"
     } else {
@@ -62,7 +62,7 @@ pub fn new_check_change(store: &StateStore, kind: &str, config: &Check) -> (u64,
 }
 
 /// One run of one check.
-pub struct Runner {
+pub(super) struct Runner {
     /// The check's name.
     pub name: String,
     /// Its configuration, service context merged.
@@ -85,7 +85,7 @@ pub struct Runner {
 
 impl Runner {
     /// Runs until `cancel` fires or the change is aborted.
-    pub async fn run(
+    pub(super) async fn run(
         mut self,
         cancel: CancellationToken,
         mut refreshes: mpsc::UnboundedReceiver<RefreshRequest>,
@@ -136,7 +136,7 @@ impl Runner {
     }
 
     /// Records one probe result: task log, transitions, failure action, snapshot.
-    pub fn record(&mut self, result: &Result<(), CheckError>) {
+    pub(super) fn record(&mut self, result: &Result<(), CheckError>) {
         let effects = self.run.record(result.as_ref().map(|_| ()));
         if let Err(error) = result {
             tracing::info!(

@@ -6,13 +6,13 @@ use futures_util::future::BoxFuture;
 use super::checker::{CheckError, Checker};
 
 /// Opens a TCP connection to `host:port` (host `localhost` unless set) and closes it.
-pub struct TcpChecker {
+pub(super) struct TcpChecker {
     host: String,
     port: u32,
 }
 
 impl TcpChecker {
-    pub fn new(config: &TcpCheck) -> TcpChecker {
+    pub(super) fn new(config: &TcpCheck) -> TcpChecker {
         let host = if config.host.is_empty() {
             "localhost".to_owned()
         } else {

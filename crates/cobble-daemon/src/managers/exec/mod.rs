@@ -27,8 +27,8 @@
 //! small however many commands run.
 
 mod session;
-pub mod setup;
-pub mod ws;
+pub(crate) mod setup;
+pub(crate) mod ws;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -42,10 +42,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::process::OsProcesses;
 use crate::state::{Recorded, StateStore};
-pub use setup::SetupError;
+pub(crate) use setup::SetupError;
 
 /// How long a command waits for its I/O websockets before its task fails.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the daemon's shutdown waits for killed commands to be reaped.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 /// How many of the execs' blocking jobs (validating a request, launching a command) run at
@@ -62,7 +62,7 @@ const COMMAND_READ_BUFFER: usize = 4 * 1024;
 
 /// One of an execution's websockets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Channel {
+pub(crate) enum Channel {
     /// Signals and terminal resizes from the client; closed by the daemon at the end.
     Control,
     /// Stdin from the client; stdout (with stderr unless split) to it.
@@ -88,7 +88,7 @@ impl Channel {
 
 /// An accepted exec: its change, and the API's answer.
 #[derive(Debug)]
-pub struct Started {
+pub(crate) struct Started {
     /// The `exec` change, on disk.
     pub change_id: Recorded<u64>,
     /// What `POST /v1/exec` answers.
@@ -97,7 +97,7 @@ pub struct Started {
 
 /// Why a websocket cannot connect, worded as Pebble words it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     /// No task has this ID (404).
     #[error("cannot find task {}", go_quote(.0))]
     NoTask(String),
@@ -125,7 +125,7 @@ pub enum ConnectError {
 
 /// Starts execs and connects their websockets. Cheap to clone.
 #[derive(Clone)]
-pub struct ExecManager {
+pub(crate) struct ExecManager {
     inner: Arc<Inner>,
 }
 
@@ -171,7 +171,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ExecManager {
-    pub fn new(state: StateStore) -> ExecManager {
+    pub(crate) fn new(state: StateStore) -> ExecManager {
         ExecManager {
             inner: Arc::new(Inner {
                 state,
@@ -186,7 +186,7 @@ impl ExecManager {
 
     /// The same manager, recording each command's process group in `processes` before it
     /// runs.
-    pub fn recording(self, processes: Arc<OsProcesses>) -> ExecManager {
+    pub(crate) fn recording(self, processes: Arc<OsProcesses>) -> ExecManager {
         let mut inner = Arc::into_inner(self.inner).expect("not shared yet");
         inner.processes = Some(processes);
         ExecManager {
@@ -196,7 +196,7 @@ impl ExecManager {
 
     /// Validates `request` against `plan` and starts it: a change, a task, and a session
     /// that waits for the task's websockets.
-    pub async fn start(
+    pub(crate) async fn start(
         &self,
         request: ExecRequest,
         plan: Arc<Plan>,
@@ -259,7 +259,7 @@ impl ExecManager {
 
     /// Claims websocket `websocket` of task `task_id`, if the task is an exec that still
     /// accepts it.
-    pub fn connect(&self, task_id: &str, websocket: &str) -> Result<Claim, ConnectError> {
+    pub(crate) fn connect(&self, task_id: &str, websocket: &str) -> Result<Claim, ConnectError> {
         let no_task = || ConnectError::NoTask(task_id.to_owned());
         let id: u64 = task_id.parse().map_err(|_| no_task())?;
         let (kind, change_id) = self.inner.state.task_kind(id).ok_or_else(no_task)?;
@@ -302,7 +302,7 @@ impl ExecManager {
     }
 
     /// Kills every running command and waits (bounded) for their sessions to end.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
         if tokio::time::timeout(SHUTDOWN_WAIT, self.inner.tasks.wait())
@@ -325,7 +325,7 @@ struct Slots {
 /// The right to connect one websocket of an execution. Deliver the upgraded socket through
 /// it; dropped undelivered (the upgrade failed), it frees the websocket for another try.
 #[must_use = "a claim holds its websocket until it is delivered or dropped"]
-pub struct Claim {
+pub(crate) struct Claim {
     slots: Arc<Slots>,
     channel: Channel,
     delivered: bool,
@@ -335,7 +335,7 @@ impl Claim {
     /// How many bytes the websocket should read from its connection at a time: `stdio`
     /// carries stdin in few reads, and the websockets that only carry the odd command keep
     /// a small buffer.
-    pub fn read_buffer_size(&self) -> usize {
+    pub(crate) fn read_buffer_size(&self) -> usize {
         match self.channel {
             Channel::Stdio => STDIN_READ_BUFFER,
             Channel::Control | Channel::Stderr => COMMAND_READ_BUFFER,
@@ -343,7 +343,7 @@ impl Claim {
     }
 
     /// Hands the upgraded socket to the execution (which drops it if it has ended since).
-    pub fn deliver(mut self, socket: ws::Socket) {
+    pub(crate) fn deliver(mut self, socket: ws::Socket) {
         self.delivered = true;
         let _ = self.slots.deliver.send((self.channel, socket));
     }

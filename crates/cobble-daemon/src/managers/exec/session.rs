@@ -50,7 +50,7 @@ const CHUNK: usize = 128 * 1024;
 /// holds.
 const SPLICED_CHUNK: usize = launch::EXEC_PIPE_SIZE;
 /// Once the command has exited, how long a quiet terminal is read before its relay ends.
-pub const TERMINAL_DRAIN_IDLE: Duration = Duration::from_millis(100);
+pub(super) const TERMINAL_DRAIN_IDLE: Duration = Duration::from_millis(100);
 /// The most bytes of a control command sent as a binary message.
 const MAX_COMMAND: usize = 64 * 1024;
 /// How long closing the control websocket may take.
@@ -118,7 +118,7 @@ enum ControlEvent {
 
 impl Session {
     /// Runs the execution to its end and records the outcome in the task.
-    pub async fn run(mut self) {
+    pub(super) async fn run(mut self) {
         // An abort that came first has held the task already.
         if self.state.task_status(self.task_id) != Some(TaskStatus::Do) {
             return;

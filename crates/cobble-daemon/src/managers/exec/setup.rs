@@ -24,19 +24,20 @@ use cobble_sys::user::UserDb;
 use crate::process::launch::is_executable_program;
 
 /// `PATH` when the environment has none, as Pebble sets it.
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const DEFAULT_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// `LANG` when the environment has none.
-pub const DEFAULT_LANG: &str = "C.UTF-8";
+pub(crate) const DEFAULT_LANG: &str = "C.UTF-8";
 /// The longest string `execve` takes (the kernel's `MAX_ARG_STRLEN`, 32 pages), counting
 /// the terminating NUL.
-pub const MAX_STRING: usize = 32 * 4096;
+pub(crate) const MAX_STRING: usize = 32 * 4096;
 /// The most bytes of arguments and environment (strings with their NULs, plus a pointer
 /// each) accepted: what `execve` allows with the usual 8 MiB stack limit.
-pub const MAX_ARGUMENTS: usize = 2 * 1024 * 1024;
+pub(crate) const MAX_ARGUMENTS: usize = 2 * 1024 * 1024;
 
 /// Why a request cannot run, as the API answers it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SetupError {
+pub(crate) enum SetupError {
     /// Answered with 400.
     #[error("{0}")]
     BadRequest(String),
@@ -51,7 +52,7 @@ pub enum SetupError {
 
 /// The daemon process, as far as building a command's environment goes.
 #[derive(Debug, Clone)]
-pub struct Host {
+pub(crate) struct Host {
     /// The daemon's environment.
     pub environment: BTreeMap<String, String>,
     /// The daemon's uid.
@@ -62,7 +63,7 @@ pub struct Host {
 
 impl Host {
     /// The running daemon: its environment now, its uid, the system's user database.
-    pub fn current() -> Host {
+    pub(crate) fn current() -> Host {
         Host {
             environment: std::env::vars_os()
                 .map(|(k, v)| {
@@ -80,7 +81,7 @@ impl Host {
 
 /// A request ready to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// Program and arguments, as requested.
     pub argv: Vec<String>,
     /// The complete environment. Held in memory for the launch only, never in the state.
@@ -104,7 +105,11 @@ pub struct Prepared {
 }
 
 /// Checks `request` against the plan and the host and works out what to run. Blocking.
-pub fn prepare(request: ExecRequest, plan: &Plan, host: &Host) -> Result<Prepared, SetupError> {
+pub(crate) fn prepare(
+    request: ExecRequest,
+    plan: &Plan,
+    host: &Host,
+) -> Result<Prepared, SetupError> {
     let bad = |message: String| Err(SetupError::BadRequest(message));
     let Some(program) = request.command.first() else {
         return bad("must specify command".into());

@@ -38,11 +38,11 @@ use tokio::net::unix::pipe;
 use tokio::net::{UnixStream, unix};
 
 /// Close status codes (RFC 6455, section 7.4.1).
-pub mod close_code {
-    pub const NORMAL: u16 = 1000;
-    pub const PROTOCOL: u16 = 1002;
-    pub const INVALID_DATA: u16 = 1007;
-    pub const TOO_BIG: u16 = 1009;
+pub(crate) mod close_code {
+    pub(crate) const NORMAL: u16 = 1000;
+    pub(crate) const PROTOCOL: u16 = 1002;
+    pub(crate) const INVALID_DATA: u16 = 1007;
+    pub(crate) const TOO_BIG: u16 = 1009;
 }
 
 /// The longest text message the daemon takes (exec's commands are a few dozen bytes).
@@ -52,7 +52,7 @@ const COALESCE: usize = 4 * 1024;
 
 /// Checks that `request` asks for a websocket, and takes its upgrade with the client's
 /// `Sec-WebSocket-Key`; a refusal gives the reason in gorilla/websocket's words.
-pub fn handshake<B>(request: &mut Request<B>) -> Result<(HeaderValue, OnUpgrade), String> {
+pub(crate) fn handshake<B>(request: &mut Request<B>) -> Result<(HeaderValue, OnUpgrade), String> {
     const NOT_WEBSOCKET: &str = "websocket: the client is not using the websocket protocol: ";
     let headers = request.headers();
     if !has_token(headers, header::CONNECTION, "upgrade") {
@@ -99,7 +99,7 @@ fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool
 }
 
 /// The answer that completes a handshake for the client's `Sec-WebSocket-Key`.
-pub fn switching_protocols(key: &HeaderValue) -> Response {
+pub(crate) fn switching_protocols(key: &HeaderValue) -> Response {
     let accept = accept_key(key.as_bytes());
     (
         StatusCode::SWITCHING_PROTOCOLS,
@@ -125,13 +125,13 @@ fn accept_key(key: &[u8]) -> String {
 }
 
 /// An upgraded connection, as its two halves.
-pub struct Socket {
+pub(crate) struct Socket {
     pub reader: Reader,
     pub writer: Writer,
 }
 
 /// The connection a websocket upgrade took over, as the HTTP server hands it on.
-pub enum Connection {
+pub(crate) enum Connection {
     /// The unix socket itself (which the relay splices on), and the bytes the server had
     /// read ahead of the upgrade.
     Unix {
@@ -145,7 +145,7 @@ pub enum Connection {
 impl Socket {
     /// Takes over an upgraded connection; `read_chunk` is how much the reader asks of it at
     /// a time.
-    pub fn new(connection: Connection, read_chunk: usize) -> Socket {
+    pub(crate) fn new(connection: Connection, read_chunk: usize) -> Socket {
         let (read, write, pending) = match connection {
             Connection::Unix { stream, read_ahead } => {
                 let (read, write) = stream.into_split();
@@ -226,7 +226,7 @@ impl WriteIo {
 
 /// The sending half: whole frames, one at a time. Cheap to clone.
 #[derive(Clone)]
-pub struct Writer {
+pub(crate) struct Writer {
     side: Arc<tokio::sync::Mutex<WriteSide>>,
     /// Whether the connection is the unix socket, which [`Writer::splice`] can fill.
     splices: bool,
@@ -244,18 +244,18 @@ fn closed() -> io::Error {
 
 impl Writer {
     /// Sends a binary frame.
-    pub async fn binary(&self, payload: &[u8]) -> io::Result<()> {
+    pub(crate) async fn binary(&self, payload: &[u8]) -> io::Result<()> {
         self.frame(Opcode::Binary, payload).await
     }
 
     /// Sends a text frame.
-    pub async fn text(&self, text: &str) -> io::Result<()> {
+    pub(crate) async fn text(&self, text: &str) -> io::Result<()> {
         self.frame(Opcode::Text, text.as_bytes()).await
     }
 
     /// Sends a close frame with `code` (unless one went out already) and ends the sending
     /// direction of the connection.
-    pub async fn close(&self, code: u16) -> io::Result<()> {
+    pub(crate) async fn close(&self, code: u16) -> io::Result<()> {
         let mut side = self.side.lock().await;
         if side.closed {
             return Ok(());
@@ -293,14 +293,14 @@ impl Writer {
     }
 
     /// Whether [`Writer::splice`] works on this connection.
-    pub fn splices(&self) -> bool {
+    pub(crate) fn splices(&self) -> bool {
         self.splices
     }
 
     /// Sends the next `len` bytes of `pipe` as a binary frame, moved from the pipe to the
     /// socket by the kernel. The caller must be the pipe's only reader and know that `len`
     /// bytes wait in it ([`cobble_sys::output::pending_bytes`]): the header promises them.
-    pub async fn splice(&self, pipe: &pipe::Receiver, len: usize) -> io::Result<()> {
+    pub(crate) async fn splice(&self, pipe: &pipe::Receiver, len: usize) -> io::Result<()> {
         if !self.splices {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -360,7 +360,7 @@ async fn splice_some(socket: &UnixStream, pipe: &pipe::Receiver, len: usize) -> 
 
 /// What the reader found next.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Event<'a> {
+pub(crate) enum Event<'a> {
     /// A piece of a binary message, unmasked; `last` when it ends the message.
     Data { bytes: &'a [u8], last: bool },
     /// A whole text message.
@@ -381,7 +381,7 @@ struct Frame {
 }
 
 /// The receiving half.
-pub struct Reader {
+pub(crate) struct Reader {
     io: ReadIo,
     /// Read from the connection, not yet handed out; starts with what hyper read past the
     /// handshake.
@@ -401,7 +401,7 @@ pub struct Reader {
 
 impl Reader {
     /// The next thing the client sent. Once [`Event::Closed`] has come, it comes again.
-    pub async fn next(&mut self) -> Event<'_> {
+    pub(crate) async fn next(&mut self) -> Event<'_> {
         self.buf.advance(std::mem::take(&mut self.consumed));
         if let Some(abnormal) = self.ended {
             return Event::Closed { abnormal };

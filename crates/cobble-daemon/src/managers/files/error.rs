@@ -6,7 +6,7 @@ use cobble_sys::os_error_text;
 
 /// The `kind` of a per-path error, as clients see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// The path (or a parent) does not exist: `not-found`, HTTP 404 when listing.
     NotFound,
     /// EACCES or EPERM: `permission-denied`, HTTP 403 when listing.
@@ -17,7 +17,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// The wire name of the kind.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ErrorKind::NotFound => "not-found",
             ErrorKind::PermissionDenied => "permission-denied",
@@ -28,7 +28,7 @@ impl ErrorKind {
 
 /// A failed file operation. `Display` is the message clients see.
 #[derive(Debug, thiserror::Error)]
-pub enum FileError {
+pub(crate) enum FileError {
     /// Go's `*fs.PathError`: `<op> <path>: <errno text>`.
     #[error("{op} {path}: {}", os_error_text(source))]
     Path {
@@ -67,7 +67,7 @@ pub enum FileError {
 
 impl FileError {
     /// A [`FileError::Path`].
-    pub fn path(op: &'static str, path: impl Into<String>, source: io::Error) -> FileError {
+    pub(crate) fn path(op: &'static str, path: impl Into<String>, source: io::Error) -> FileError {
         FileError::Path {
             op,
             path: path.into(),
@@ -76,7 +76,7 @@ impl FileError {
     }
 
     /// Wraps `self` with `context`, keeping its kind.
-    pub fn context(self, context: &'static str) -> FileError {
+    pub(crate) fn context(self, context: &'static str) -> FileError {
         FileError::Context {
             context,
             source: Box::new(self),
@@ -85,7 +85,7 @@ impl FileError {
 
     /// The kind clients see, decided like Go's `errors.Is(err, os.ErrNotExist)` and
     /// `errors.Is(err, os.ErrPermission)`.
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         match self {
             FileError::Path { source, .. } | FileError::Rename { source, .. } => {
                 match source.kind() {
@@ -119,7 +119,7 @@ impl From<crate::atomic::AtomicError> for FileError {
 }
 
 /// The message of an absolute-path check that failed.
-pub fn not_absolute(path: &str) -> FileError {
+pub(crate) fn not_absolute(path: &str) -> FileError {
     FileError::Generic(format!(
         "paths must be absolute, got {}",
         cobble_plan::go_quote(path)

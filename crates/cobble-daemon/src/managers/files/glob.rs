@@ -5,10 +5,10 @@
 /// Go's `path.ErrBadPattern`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("syntax error in pattern")]
-pub struct BadPattern;
+pub(crate) struct BadPattern;
 
 /// Reports whether `name` matches the whole of `pattern`.
-pub fn matches(pattern: &str, name: &str) -> Result<bool, BadPattern> {
+pub(crate) fn matches(pattern: &str, name: &str) -> Result<bool, BadPattern> {
     let mut pattern: Vec<char> = pattern.chars().collect();
     let mut name: Vec<char> = name.chars().collect();
     'chunks: while !pattern.is_empty() {

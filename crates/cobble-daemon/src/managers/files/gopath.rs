@@ -2,12 +2,12 @@
 //! clients: listed paths are built with `path.Join`, names with `path.Base`.
 
 /// `path.IsAbs`.
-pub fn is_abs(path: &str) -> bool {
+pub(crate) fn is_abs(path: &str) -> bool {
     path.starts_with('/')
 }
 
 /// `path.Clean`: the shortest equivalent path, processing `.`, `..` and repeated slashes.
-pub fn clean(path: &str) -> String {
+pub(crate) fn clean(path: &str) -> String {
     if path.is_empty() {
         return ".".into();
     }
@@ -35,7 +35,7 @@ pub fn clean(path: &str) -> String {
 }
 
 /// `path.Split`: everything up to and including the last slash, and the rest.
-pub fn split(path: &str) -> (&str, &str) {
+pub(crate) fn split(path: &str) -> (&str, &str) {
     match path.rfind('/') {
         Some(at) => (&path[..=at], &path[at + 1..]),
         None => ("", path),
@@ -43,12 +43,12 @@ pub fn split(path: &str) -> (&str, &str) {
 }
 
 /// `path.Dir`: all but the last element, cleaned.
-pub fn dir(path: &str) -> String {
+pub(crate) fn dir(path: &str) -> String {
     clean(split(path).0)
 }
 
 /// `path.Base`: the last element, trailing slashes ignored; `/` for the root, `.` for empty.
-pub fn base(path: &str) -> String {
+pub(crate) fn base(path: &str) -> String {
     if path.is_empty() {
         return ".".into();
     }
@@ -63,7 +63,7 @@ pub fn base(path: &str) -> String {
 }
 
 /// `path.Join` of two elements: joined with a slash and cleaned; empty elements are skipped.
-pub fn join(a: &str, b: &str) -> String {
+pub(crate) fn join(a: &str, b: &str) -> String {
     match (a.is_empty(), b.is_empty()) {
         (true, true) => String::new(),
         (true, false) => clean(b),
@@ -74,7 +74,7 @@ pub fn join(a: &str, b: &str) -> String {
 
 /// The name `os.Stat` gives an entry: the last element with trailing slashes removed, and
 /// `/` for the root.
-pub fn stat_name(path: &str) -> String {
+pub(crate) fn stat_name(path: &str) -> String {
     let trimmed = path.trim_end_matches('/');
     if trimmed.is_empty() {
         return if path.is_empty() {

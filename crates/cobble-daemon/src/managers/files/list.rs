@@ -13,7 +13,7 @@ use cobble_client::time::format_rfc3339_secs;
 /// name; or, for anything else or with `itself`, the path itself. The path is followed if it
 /// is a symlink; entries of a directory are not. A non-empty `pattern` keeps the names that
 /// match it with Go's `path.Match`.
-pub fn list(path: &str, pattern: &str, itself: bool) -> Result<Vec<FileInfo>, FileError> {
+pub(crate) fn list(path: &str, pattern: &str, itself: bool) -> Result<Vec<FileInfo>, FileError> {
     let metadata = std::fs::metadata(path).map_err(|e| FileError::path("stat", path, e))?;
     let mut names = OwnerNames::default();
     let mut result = Vec::new();

@@ -20,7 +20,7 @@ static MKDIR_LOCK: Mutex<()> = Mutex::new(());
 
 /// How [`mkdir`] behaves.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct MkdirOptions {
+pub(crate) struct MkdirOptions {
     /// Create missing parents, with the same mode and owner.
     pub make_parents: bool,
     /// An existing directory is not an error.
@@ -30,7 +30,7 @@ pub struct MkdirOptions {
 }
 
 /// Handles a make-dirs request: one result per directory, in order.
-pub fn make_dirs(items: &[MakeDirsItem]) -> Vec<FileResult> {
+pub(crate) fn make_dirs(items: &[MakeDirsItem]) -> Vec<FileResult> {
     items
         .iter()
         .map(|item| file_result(&item.path, make_dir(item)))
@@ -55,7 +55,7 @@ fn make_dir(item: &MakeDirsItem) -> Result<(), FileError> {
 /// apply). An existing directory is left exactly as it is (mode and owner included) when
 /// `exist_ok`, and is an error (`mkdir /x: file exists`) otherwise; an existing non-directory
 /// is always an error (`mkdir /x: not a directory`).
-pub fn mkdir(path: &str, perm: u32, options: &MkdirOptions) -> Result<(), FileError> {
+pub(crate) fn mkdir(path: &str, perm: u32, options: &MkdirOptions) -> Result<(), FileError> {
     let _guard = MKDIR_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let path = gopath::clean(path);
     if let Ok(metadata) = std::fs::metadata(&path) {

@@ -38,22 +38,22 @@
 //! - [`multipart`]: the multipart writer and the `Content-Type`/`Content-Disposition` parser.
 //! - [`read`], [`list`], [`write`](mod@write), [`mkdir`], [`remove`]: one operation each.
 
-pub mod error;
-pub mod glob;
-pub mod gopath;
-pub mod list;
-pub mod mkdir;
-pub mod multipart;
-pub mod read;
-pub mod remove;
-pub mod write;
+pub(crate) mod error;
+pub(crate) mod glob;
+pub(crate) mod gopath;
+pub(crate) mod list;
+pub(crate) mod mkdir;
+pub(crate) mod multipart;
+pub(crate) mod read;
+pub(crate) mod remove;
+pub(crate) mod write;
 
-pub use error::{ErrorKind, FileError};
+pub(crate) use error::{ErrorKind, FileError};
 
 use cobble_client::types::{ErrorResult, FileResult};
 
 /// The result entry of one path: its error, if any, as `{"message","kind"}`.
-pub fn file_result(path: &str, outcome: Result<(), FileError>) -> FileResult {
+pub(crate) fn file_result(path: &str, outcome: Result<(), FileError>) -> FileResult {
     FileResult {
         path: path.to_string(),
         error: outcome.err().map(|e| ErrorResult {
@@ -65,7 +65,7 @@ pub fn file_result(path: &str, outcome: Result<(), FileError>) -> FileResult {
 }
 
 /// Pebble's `permissions` field: empty means `default`; otherwise exactly three octal digits.
-pub fn parse_permissions(text: &str, default: u32) -> Result<u32, FileError> {
+pub(crate) fn parse_permissions(text: &str, default: u32) -> Result<u32, FileError> {
     if text.is_empty() {
         return Ok(default);
     }
@@ -80,7 +80,7 @@ pub fn parse_permissions(text: &str, default: u32) -> Result<u32, FileError> {
 }
 
 /// Pebble's `NormalizeUidGid` for a file request, with its error wording.
-pub fn resolve_owner(
+pub(crate) fn resolve_owner(
     user_id: Option<u32>,
     user: &str,
     group_id: Option<u32>,

@@ -9,7 +9,7 @@ use bytes::Bytes;
 /// Writes a `multipart/form-data` body part by part, byte for byte like Go's writer: no CRLF
 /// before the first boundary, part headers sorted by name, `\r\n--<boundary>--\r\n` at the end.
 #[derive(Debug)]
-pub struct MultipartWriter {
+pub(crate) struct MultipartWriter {
     /// 60 hex characters, as Go's `randomBoundary` makes them.
     boundary: String,
     /// Whether a part has been started (later boundaries are preceded by CRLF).
@@ -18,7 +18,7 @@ pub struct MultipartWriter {
 
 impl MultipartWriter {
     /// A writer with a fresh random boundary.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut boundary = String::with_capacity(60);
         while boundary.len() < 60 {
             let _ = write!(boundary, "{:016x}", cobble_client::random::random_u64());
@@ -28,7 +28,7 @@ impl MultipartWriter {
     }
 
     /// A writer with a given boundary (tests).
-    pub fn with_boundary(boundary: String) -> Self {
+    pub(crate) fn with_boundary(boundary: String) -> Self {
         MultipartWriter {
             boundary,
             started: false,
@@ -36,12 +36,12 @@ impl MultipartWriter {
     }
 
     /// The `Content-Type` of the body: `multipart/form-data; boundary=...`.
-    pub fn content_type(&self) -> String {
+    pub(crate) fn content_type(&self) -> String {
         format!("multipart/form-data; boundary={}", self.boundary)
     }
 
     /// The bytes that start a part with these headers (sorted here, as Go sorts them).
-    pub fn part(&mut self, headers: &[(&str, &str)]) -> Bytes {
+    pub(crate) fn part(&mut self, headers: &[(&str, &str)]) -> Bytes {
         let mut out = String::new();
         if self.started {
             out.push_str("\r\n");
@@ -58,7 +58,7 @@ impl MultipartWriter {
     }
 
     /// Go's `CreateFormFile(field, filename)`: an `application/octet-stream` part.
-    pub fn form_file(&mut self, field: &str, filename: &str) -> Bytes {
+    pub(crate) fn form_file(&mut self, field: &str, filename: &str) -> Bytes {
         let disposition = format!(
             "form-data; name=\"{}\"; filename=\"{}\"",
             escape_quotes(field),
@@ -71,7 +71,7 @@ impl MultipartWriter {
     }
 
     /// The closing boundary.
-    pub fn close(&self) -> Bytes {
+    pub(crate) fn close(&self) -> Bytes {
         Bytes::from(format!("\r\n--{}--\r\n", self.boundary))
     }
 }
@@ -83,13 +83,13 @@ impl Default for MultipartWriter {
 }
 
 /// Go's `multipart.escapeQuotes`: backslashes and double quotes get a backslash.
-pub fn escape_quotes(text: &str) -> String {
+pub(crate) fn escape_quotes(text: &str) -> String {
     text.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 /// `mime.ParseMediaType`: the lower-cased media type and its parameters (keys lower-cased),
 /// or `None` when the value is malformed. RFC 2231 continuations are not supported.
-pub fn parse_media_type(value: &str) -> Option<(String, Vec<(String, String)>)> {
+pub(crate) fn parse_media_type(value: &str) -> Option<(String, Vec<(String, String)>)> {
     let (base, mut rest) = match value.find(';') {
         Some(at) => (&value[..at], &value[at..]),
         None => (value, ""),
@@ -118,7 +118,7 @@ pub fn parse_media_type(value: &str) -> Option<(String, Vec<(String, String)>)> 
 }
 
 /// Looks a parameter up in what [`parse_media_type`] returned.
-pub fn param<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
+pub(crate) fn param<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
     params
         .iter()
         .find(|(k, _)| k == key)
@@ -126,7 +126,7 @@ pub fn param<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
 }
 
 /// Go's `Part.FormName`: the `name` of a `form-data` disposition, else empty.
-pub fn form_name(content_disposition: Option<&str>) -> String {
+pub(crate) fn form_name(content_disposition: Option<&str>) -> String {
     match content_disposition.and_then(parse_media_type) {
         Some((kind, params)) if kind == "form-data" => {
             param(&params, "name").unwrap_or_default().to_string()
@@ -136,7 +136,7 @@ pub fn form_name(content_disposition: Option<&str>) -> String {
 }
 
 /// Pebble's `multipartFilename`: the `filename` parameter exactly, directory and all.
-pub fn form_filename(content_disposition: Option<&str>) -> String {
+pub(crate) fn form_filename(content_disposition: Option<&str>) -> String {
     content_disposition
         .and_then(parse_media_type)
         .and_then(|(_, params)| param(&params, "filename").map(str::to_string))

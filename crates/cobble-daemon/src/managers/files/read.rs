@@ -18,7 +18,7 @@ const CHUNK: usize = 256 * 1024;
 const QUEUED_CHUNKS: usize = 8;
 
 /// A multipart response being produced.
-pub struct ReadStream {
+pub(crate) struct ReadStream {
     /// `multipart/form-data; boundary=...`.
     pub content_type: String,
     /// The body, chunk by chunk; it ends when the producer is done (or gave up on an error
@@ -30,7 +30,7 @@ pub struct ReadStream {
 /// part named by its path as given; the last part, `response`, is a sync envelope listing every
 /// path with its error, if any. The status is 200 whatever happens, as in Pebble: the outcome
 /// is only known once the files have been read.
-pub fn read_files(paths: Vec<String>) -> ReadStream {
+pub(crate) fn read_files(paths: Vec<String>) -> ReadStream {
     let mut writer = MultipartWriter::new();
     let content_type = writer.content_type();
     let (tx, chunks) = mpsc::channel(QUEUED_CHUNKS);

@@ -11,7 +11,7 @@ const ENOTDIR: i32 = 20;
 const EINVAL: i32 = 22;
 
 /// Handles a remove request: one result per path, in order.
-pub fn remove_paths(items: &[RemovePathsItem]) -> Vec<FileResult> {
+pub(crate) fn remove_paths(items: &[RemovePathsItem]) -> Vec<FileResult> {
     items
         .iter()
         .map(|item| file_result(&item.path, remove_path(&item.path, item.recursive)))

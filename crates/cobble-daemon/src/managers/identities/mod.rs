@@ -181,11 +181,13 @@ pub(crate) fn der_to_pem(der: &[u8]) -> String {
 mod der_as_pem {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    pub fn serialize<S: Serializer>(der: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(der: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
         der.as_deref().map(super::der_to_pem).serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
         let text = Option::<String>::deserialize(d)?;
         text.map(|t| {
             pem::parse(&t)
@@ -235,7 +237,7 @@ impl Action {
 
 /// A request's identities, decoded and checked for its action: every value present for
 /// `add` and `update`, every value `null` for `remove`.
-pub fn decode_request(
+pub(crate) fn decode_request(
     action: Action,
     identities: &BTreeMap<String, Option<wire::Identity>>,
 ) -> Result<BTreeMap<String, Option<Identity>>, RequestError> {
@@ -244,7 +246,7 @@ pub fn decode_request(
 
 /// Reads each identity of a request (null for none), as Pebble does before it looks at the
 /// action: `invalid identity for "name": why`, the first in name order.
-pub fn decode_identities(
+pub(crate) fn decode_identities(
     identities: &BTreeMap<String, Option<wire::Identity>>,
 ) -> Result<BTreeMap<String, Option<Identity>>, RequestError> {
     let mut decoded = BTreeMap::new();
@@ -265,7 +267,7 @@ pub fn decode_identities(
 }
 
 /// Checks that decoded identities fit `action`: null only to remove, and only then.
-pub fn fit_action(
+pub(crate) fn fit_action(
     action: Action,
     decoded: BTreeMap<String, Option<Identity>>,
 ) -> Result<BTreeMap<String, Option<Identity>>, RequestError> {
@@ -317,7 +319,7 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// Applies `changes` to `current` under `action`, or leaves it untouched and says why.
-pub fn apply(
+pub(crate) fn apply(
     current: &mut BTreeMap<String, Identity>,
     action: Action,
     changes: BTreeMap<String, Option<Identity>>,
@@ -407,7 +409,7 @@ fn unique_user_ids(identities: &BTreeMap<String, Identity>) -> Result<(), String
 
 /// What a request presents to prove who it is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     /// The peer's uid, on the unix socket only.
     pub uid: Option<u32>,
     /// HTTP basic auth `(username, password)`, if the request carries any.
@@ -418,7 +420,7 @@ pub struct Credentials {
 
 /// The identity that credentials name, before any password is checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Candidate {
+pub(crate) enum Candidate {
     /// No identity matches (the uid defaults then apply).
     None,
     /// This identity matches outright.
@@ -434,7 +436,7 @@ pub enum Candidate {
 /// Finds the identity credentials name. A client certificate takes precedence, then basic
 /// auth (which the client chose for this very request), then the uid; credentials of a kind
 /// that match nothing name nobody, whatever else the request carries.
-pub fn candidate(identities: &BTreeMap<String, Identity>, creds: &Credentials) -> Candidate {
+pub(crate) fn candidate(identities: &BTreeMap<String, Identity>, creds: &Credentials) -> Candidate {
     if let Some(cert) = &creds.cert {
         return identities
             .iter()
@@ -472,7 +474,7 @@ pub fn candidate(identities: &BTreeMap<String, Identity>, creds: &Credentials) -
 
 /// Whether `password` hashes to `hash` under sha512-crypt (`$6$...`). Slow by design: call
 /// it off the async workers.
-pub fn verify_password(password: &str, hash: &str) -> bool {
+pub(crate) fn verify_password(password: &str, hash: &str) -> bool {
     use sha_crypt::PasswordVerifier;
     hash.starts_with("$6$")
         && sha_crypt::ShaCrypt::default()
@@ -484,7 +486,7 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
 /// a self-signed root of its own (so neither an issuer nor CA constraints matter) that is
 /// valid at `now` and usable for client authentication. The error is Go's `x509` wording,
 /// which Pebble puts in its security event.
-pub fn verify_self_signed(der: &[u8], now: jiff::ZonedDateTime) -> Result<(), String> {
+pub(crate) fn verify_self_signed(der: &[u8], now: jiff::ZonedDateTime) -> Result<(), String> {
     use x509_parser::prelude::{FromDer, X509Certificate};
     /// Extensions Go's parser understands; any other marked critical fails verification.
     const HANDLED: &[&str] = &[
@@ -562,7 +564,7 @@ pub fn verify_self_signed(der: &[u8], now: jiff::ZonedDateTime) -> Result<(), St
 
 /// The access of a peer no identity names: root and the daemon's own user administer,
 /// other local users read, and a peer without a uid (TCP) gets nothing.
-pub fn default_access(uid: Option<u32>, daemon_uid: u32) -> Option<Access> {
+pub(crate) fn default_access(uid: Option<u32>, daemon_uid: u32) -> Option<Access> {
     match uid {
         Some(uid) if uid == 0 || uid == daemon_uid => Some(Access::Admin),
         Some(_) => Some(Access::Read),

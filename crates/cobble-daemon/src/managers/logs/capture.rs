@@ -14,7 +14,7 @@ use crate::output::Sink;
 /// Where the output of every service may go: the daemon's own destinations, handed to the
 /// supervisor as values, so two daemons in one process share none of them.
 #[derive(Clone, Default)]
-pub struct Destinations {
+pub(crate) struct Destinations {
     /// The persisted log files (none: no service's output is written to disk).
     pub files: Option<persist::LogFiles>,
     /// The daemon's stdout, under `--verbose`.
@@ -25,7 +25,7 @@ pub struct Destinations {
 
 impl Destinations {
     /// The file `service`'s lines go to, for a service with persistent logs.
-    pub fn file(&self, service: &str, persist_logs: bool) -> Option<persist::PersistTarget> {
+    pub(crate) fn file(&self, service: &str, persist_logs: bool) -> Option<persist::PersistTarget> {
         match persist_logs {
             true => self.files.as_ref().map(|files| files.target(service)),
             false => None,
@@ -33,7 +33,7 @@ impl Destinations {
     }
 
     /// The outputs of one run of `service`, whose ring is `log` and file `file`.
-    pub fn outputs(&self, service: &str, log: ServiceLog, file: persist::Switch) -> Outputs {
+    pub(crate) fn outputs(&self, service: &str, log: ServiceLog, file: persist::Switch) -> Outputs {
         Outputs {
             log,
             file,
@@ -45,7 +45,7 @@ impl Destinations {
 
 /// Where one service's output goes. Every destination is memory or a bounded queue, so
 /// none of them can block the reader.
-pub struct Outputs {
+pub(crate) struct Outputs {
     /// Its ring, read by `/v1/logs`, the service status and failed starts.
     pub log: ServiceLog,
     /// Its persisted file, for a service with `persist-logs: true`.
@@ -60,7 +60,7 @@ pub struct Outputs {
 /// read, not per line, wherever it can be: the ring takes a read's lines at once under one
 /// short lock, and they are formatted for stdout straight into its queue, and for the file
 /// once per read, outside the ring's lock.
-pub async fn copy_output(reader: pipe::Receiver, name: String, outputs: Outputs) {
+pub(crate) async fn copy_output(reader: pipe::Receiver, name: String, outputs: Outputs) {
     let Outputs {
         log,
         file,

@@ -11,10 +11,10 @@ use cobble_client::time::append_utc_millis;
 
 /// The buffer Pebble's log parser reads with: a line (with its `<time> [<service>] ` prefix
 /// and its newline) longer than this comes out in several entries with the same time.
-pub const MAX_LINE: usize = 4096;
+pub(crate) const MAX_LINE: usize = 4096;
 /// The most bytes read from a service's output at once: a pipe holds 64 KiB, so one read
 /// takes all a fast writer has written meanwhile.
-pub const READ_BYTES: usize = 64 * 1024;
+pub(crate) const READ_BYTES: usize = 64 * 1024;
 /// The room a service's first read gets. It doubles each time a read fills it, up to
 /// [`READ_BYTES`], so only a service that writes fast holds the full read buffer: a daemon
 /// with a hundred quiet services would otherwise keep 6 MiB of buffers it never fills.
@@ -36,7 +36,7 @@ pub(super) struct Piece {
 
 /// The lines that one read of a service's output completed, in the reader's buffer.
 #[derive(Debug)]
-pub struct Split<'a> {
+pub(crate) struct Split<'a> {
     /// The bytes, from the first piece's start.
     pub(super) bytes: &'a [u8],
     pub(super) pieces: &'a [Piece],
@@ -50,11 +50,11 @@ pub struct Split<'a> {
 
 impl Split<'_> {
     /// How many lines (pieces) it holds.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.pieces.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.pieces.is_empty()
     }
 
@@ -68,7 +68,7 @@ impl Split<'_> {
     }
 
     /// Each line's time and bytes (without its newline).
-    pub fn lines(&self) -> impl Iterator<Item = (Timestamp, &[u8])> + '_ {
+    pub(crate) fn lines(&self) -> impl Iterator<Item = (Timestamp, &[u8])> + '_ {
         let mut start = 0;
         self.pieces.iter().enumerate().map(move |(i, piece)| {
             let text = &self.bytes[start..piece.end];
@@ -86,7 +86,7 @@ impl Split<'_> {
 /// Appends the lines of `split` in Pebble's service log layout, `<time> [<service>] <line>`
 /// and a newline each, with invalid UTF-8 replaced as in the log itself. The prefix is
 /// formatted once per time, not once per line.
-pub fn format_lines(split: &Split<'_>, service: &str, out: &mut Vec<u8>) {
+pub(crate) fn format_lines(split: &Split<'_>, service: &str, out: &mut Vec<u8>) {
     let raw = split.raw();
     let ascii = raw.is_ascii();
     let mut prefix = Vec::with_capacity(PREFIX_LEN + service.len());
@@ -128,7 +128,7 @@ pub fn format_lines(split: &Split<'_>, service: &str, out: &mut Vec<u8>) {
 /// the start of a line the previous read left unfinished, so each read's lines are slices of
 /// one buffer: nothing is copied per line.
 #[derive(Debug)]
-pub struct LineSplitter {
+pub(crate) struct LineSplitter {
     /// Read bytes; `work[line_start..filled]` is the line not finished yet.
     work: Vec<u8>,
     line_start: usize,
@@ -166,7 +166,7 @@ impl Default for LineSplitter {
 
 impl LineSplitter {
     /// The splitter for service `name`'s output.
-    pub fn for_service(name: &str) -> LineSplitter {
+    pub(crate) fn for_service(name: &str) -> LineSplitter {
         LineSplitter {
             work: Vec::new(),
             line_start: 0,
@@ -187,7 +187,7 @@ impl LineSplitter {
 
     /// Where the next read goes: room after the unfinished line, from
     /// [`FIRST_READ_BYTES`] up to [`READ_BYTES`] as the service's reads fill it.
-    pub fn buffer(&mut self) -> &mut [u8] {
+    pub(crate) fn buffer(&mut self) -> &mut [u8] {
         if self.line_start > 0 {
             self.work.copy_within(self.line_start..self.filled, 0);
             self.filled -= self.line_start;
@@ -202,13 +202,13 @@ impl LineSplitter {
 
     /// Whether the service's reads have filled every room they were given, up to the largest
     /// ([`READ_BYTES`]): the service writes fast.
-    pub fn reads_fill_the_largest_room(&self) -> bool {
+    pub(crate) fn reads_fill_the_largest_room(&self) -> bool {
         self.room == READ_BYTES
     }
 
     /// Takes `n` more bytes read into [`LineSplitter::buffer`] at time `now`, and returns the
     /// pieces they complete.
-    pub fn feed(&mut self, n: usize, now: Timestamp) -> Split<'_> {
+    pub(crate) fn feed(&mut self, n: usize, now: Timestamp) -> Split<'_> {
         // `buffer` offered everything after `filled`: a read that took it all filled its room.
         if n == self.work.len() - self.filled && self.room < READ_BYTES {
             self.room = (self.room * 2).min(READ_BYTES);
@@ -232,7 +232,7 @@ impl LineSplitter {
     }
 
     /// Emits what is left at end of stream.
-    pub fn finish(&mut self, now: Timestamp) -> Split<'_> {
+    pub(crate) fn finish(&mut self, now: Timestamp) -> Split<'_> {
         let from = self.line_start;
         self.pieces.start(from, now);
         if self.filled > from {

@@ -18,12 +18,12 @@
 //! lines a second. The daemon's stdout under `--verbose`, the persisted files and the log
 //! targets are handed to it as values, so two daemons in one process share nothing.
 
-pub mod capture;
-pub mod forward;
-pub mod lines;
-pub mod persist;
-pub mod read;
-pub mod ring;
+pub(crate) mod capture;
+pub(crate) mod forward;
+pub(crate) mod lines;
+pub(crate) mod persist;
+pub(crate) mod read;
+pub(crate) mod ring;
 
-pub use read::{Line, Tail, lost_message, older_than_rings, recent};
-pub use ring::ServiceLog;
+pub(crate) use read::{Line, Tail, lost_message, older_than_rings, recent};
+pub(crate) use ring::ServiceLog;

@@ -28,7 +28,7 @@ const QUEUE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Where and how much is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PersistConfig {
+pub(crate) struct PersistConfig {
     /// The directory of the files (`$PEBBLE/logs` unless `COBBLE_LOGS_DIR` says otherwise).
     pub dir: PathBuf,
     /// Size at which a file is rotated (`COBBLE_LOGS_MAX_BYTES`, 10 MiB by default).
@@ -39,7 +39,7 @@ pub struct PersistConfig {
 
 impl PersistConfig {
     /// The configuration for a daemon on `pebble_dir`, from the environment.
-    pub fn from_env(pebble_dir: &Path) -> PersistConfig {
+    pub(crate) fn from_env(pebble_dir: &Path) -> PersistConfig {
         let number = |key: &str| std::env::var(key).ok().and_then(|v| v.parse::<u64>().ok());
         PersistConfig {
             dir: std::env::var_os("COBBLE_LOGS_DIR")
@@ -79,13 +79,13 @@ struct Shared {
 
 /// The writer of every persisted service log. Cheap to clone.
 #[derive(Clone)]
-pub struct LogFiles {
+pub(crate) struct LogFiles {
     shared: Arc<Shared>,
 }
 
 /// Where one service's lines go.
 #[derive(Clone)]
-pub struct PersistTarget {
+pub(crate) struct PersistTarget {
     service: Arc<str>,
     files: LogFiles,
 }
@@ -100,18 +100,18 @@ impl std::fmt::Debug for PersistTarget {
 /// from the service's `persist-logs`, read by its output reader at each read, so a change
 /// applies to the output of a process already running too. Cheap to clone.
 #[derive(Clone, Default)]
-pub struct Switch {
+pub(crate) struct Switch {
     target: Arc<Mutex<Option<PersistTarget>>>,
 }
 
 impl Switch {
     /// Writes the lines read from now on to `target` (none: memory only).
-    pub fn set(&self, target: Option<PersistTarget>) {
+    pub(crate) fn set(&self, target: Option<PersistTarget>) {
         *self.target.lock().unwrap_or_else(|e| e.into_inner()) = target;
     }
 
     /// Where the lines of this read go, if anywhere.
-    pub fn target(&self) -> Option<PersistTarget> {
+    pub(crate) fn target(&self) -> Option<PersistTarget> {
         self.target
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -122,7 +122,7 @@ impl Switch {
 impl LogFiles {
     /// The log files of one daemon, written under `config.dir`; the writer thread starts
     /// with the first [`LogFiles::target`].
-    pub fn new(config: PersistConfig) -> LogFiles {
+    pub(crate) fn new(config: PersistConfig) -> LogFiles {
         LogFiles {
             shared: Arc::new(Shared {
                 config,
@@ -147,7 +147,7 @@ impl LogFiles {
 
     /// Waits until every line queued so far is written, for at most `timeout` (a daemon
     /// about to exit). Returns whether it all went out. Blocking.
-    pub fn flush(&self, timeout: std::time::Duration) -> bool {
+    pub(crate) fn flush(&self, timeout: std::time::Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
         let shared = &self.shared;
         let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -165,12 +165,12 @@ impl LogFiles {
         true
     }
 
-    pub fn config(&self) -> &PersistConfig {
+    pub(crate) fn config(&self) -> &PersistConfig {
         &self.shared.config
     }
 
     /// Where `service`'s lines go.
-    pub fn target(&self, service: &str) -> PersistTarget {
+    pub(crate) fn target(&self, service: &str) -> PersistTarget {
         self.start_writer();
         PersistTarget {
             service: service.into(),
@@ -182,7 +182,7 @@ impl LogFiles {
 impl PersistTarget {
     /// Queues one line. Never blocks on the disk: a full queue drops the line and counts it.
     #[cfg(test)]
-    pub fn line(&self, time: Timestamp, line: &str) {
+    pub(crate) fn line(&self, time: Timestamp, line: &str) {
         let mut text = Vec::new();
         format_line(&mut text, time, &self.service, line);
         self.lines(&text, 1);
@@ -191,7 +191,7 @@ impl PersistTarget {
     /// Queues `lines` lines already formatted in the file's layout, each ending in a
     /// newline. Never blocks on the disk: when the queue is full, the lines that do not fit
     /// are dropped and counted.
-    pub fn lines(&self, text: &[u8], lines: u64) {
+    pub(crate) fn lines(&self, text: &[u8], lines: u64) {
         let shared = &self.files.shared;
         let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
         let room = QUEUE_BYTES.saturating_sub(queue.bytes);
@@ -344,7 +344,7 @@ fn rotate(config: &PersistConfig, service: &str) -> std::io::Result<()> {
 
 /// The lines of `service`'s files older than `before` (all of them for `None`), oldest
 /// first, at most the last `n` of them. Blocking: files are read whole.
-pub fn read_back(
+pub(crate) fn read_back(
     config: &PersistConfig,
     service: &str,
     before: Option<Timestamp>,

@@ -22,7 +22,7 @@ const FOLLOW_BATCH: usize = 1024;
 
 /// What a reader sees, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Line {
+pub(crate) enum Line {
     /// A line of output of `services[service]`.
     Output {
         service: usize,
@@ -38,13 +38,13 @@ pub enum Line {
 }
 
 impl Line {
-    pub fn service(&self) -> usize {
+    pub(crate) fn service(&self) -> usize {
         match self {
             Line::Output { service, .. } | Line::Lost { service, .. } => *service,
         }
     }
 
-    pub fn time(&self) -> Timestamp {
+    pub(crate) fn time(&self) -> Timestamp {
         match self {
             Line::Output { time, .. } | Line::Lost { time, .. } => *time,
         }
@@ -52,7 +52,7 @@ impl Line {
 }
 
 /// The marker text for lost lines: Pebble's truncation marker, with the count.
-pub fn lost_message(count: u64) -> String {
+pub(crate) fn lost_message(count: u64) -> String {
     format!("(... output truncated: {count} lines lost ...)")
 }
 
@@ -92,7 +92,11 @@ fn output(service: usize, entries: Vec<LogEntry>) -> impl Iterator<Item = Line> 
 /// The last `n` lines (all of them for `None`) of `logs`, merged in time order. `older`
 /// holds, per service, lines older than its ring holds (read back from its files), or is
 /// empty.
-pub fn recent(logs: &[ServiceLog], older: Vec<Vec<LogEntry>>, n: Option<usize>) -> Vec<Line> {
+pub(crate) fn recent(
+    logs: &[ServiceLog],
+    older: Vec<Vec<LogEntry>>,
+    n: Option<usize>,
+) -> Vec<Line> {
     let mut older = older.into_iter();
     let runs = logs
         .iter()
@@ -115,7 +119,7 @@ fn keep_last(mut lines: Vec<Line>, n: Option<usize>) -> Vec<Line> {
 }
 
 /// Follows the logs of several services.
-pub struct Tail {
+pub(crate) struct Tail {
     followers: Vec<Follower>,
     wake: Arc<Notify>,
     /// The last `n` lines still to be served first, if any.
@@ -128,7 +132,7 @@ impl Tail {
     /// Starts following `logs`: first the last `n` lines of all of them together (all that is
     /// held for `None`, counting the `older` lines read back from files), then every line
     /// written after.
-    pub fn new(logs: &[ServiceLog], older: Vec<Vec<LogEntry>>, n: Option<usize>) -> Tail {
+    pub(crate) fn new(logs: &[ServiceLog], older: Vec<Vec<LogEntry>>, n: Option<usize>) -> Tail {
         let wake = Arc::new(Notify::new());
         let followers = logs.iter().map(|log| log.follow(n, wake.clone())).collect();
         Tail {
@@ -141,7 +145,7 @@ impl Tail {
 
     /// The next lines, waiting until there are some. Cancel-safe: lines are taken only once
     /// the wait is over.
-    pub async fn next(&mut self) -> Vec<Line> {
+    pub(crate) async fn next(&mut self) -> Vec<Line> {
         if let Some(n) = self.initial.take() {
             let lines = keep_last(self.take(usize::MAX), n);
             if !lines.is_empty() {
@@ -193,7 +197,7 @@ impl Tail {
 /// Per service of `names`, whose rings are `logs`, the lines of its files older than its ring
 /// holds: at most `n` of them, for the services in `persisted` (empty when no service has
 /// persistent logs). The files are read on the blocking pool.
-pub async fn older_than_rings(
+pub(crate) async fn older_than_rings(
     files: &LogFiles,
     names: &[String],
     logs: &[ServiceLog],

@@ -32,9 +32,9 @@ use tokio::sync::Notify;
 use super::lines::Split;
 
 /// Bytes of output kept per service.
-pub const MAX_LOG_BYTES: usize = 100 * 1024;
+pub(crate) const MAX_LOG_BYTES: usize = 100 * 1024;
 /// Bytes of output a service keeps while a follower has not read them yet.
-pub const FOLLOW_RETAIN_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const FOLLOW_RETAIN_BYTES: usize = 16 * 1024 * 1024;
 /// Bookkeeping cost charged per line on top of its length, so many tiny lines are bounded
 /// too. About what Pebble's ring spends on the prefix it stores before each line.
 const ENTRY_OVERHEAD: usize = 32;
@@ -44,7 +44,7 @@ const SHRINK_ABOVE: usize = 1024 * 1024;
 
 /// One line of service output.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogEntry {
+pub(crate) struct LogEntry {
     pub time: Timestamp,
     pub line: String,
 }
@@ -74,7 +74,7 @@ impl LineEnd {
 /// The output buffer of a service, shared between its output reader, the manager and the
 /// followers. Cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct ServiceLog {
+pub(crate) struct ServiceLog {
     inner: Arc<Mutex<LogBuffer>>,
 }
 
@@ -258,7 +258,7 @@ fn lossy(bytes: Cow<'_, [u8]>) -> String {
 
 /// What a follower reads at a time.
 #[derive(Debug, Default)]
-pub struct Batch {
+pub(crate) struct Batch {
     /// Lines overwritten before this follower read them, just before `entries`.
     pub lost: u64,
     pub entries: Vec<LogEntry>,
@@ -268,7 +268,7 @@ pub struct Batch {
 /// was holding back.
 #[derive(Debug)]
 #[must_use]
-pub struct Follower {
+pub(crate) struct Follower {
     log: ServiceLog,
     id: u64,
 }
@@ -276,7 +276,7 @@ pub struct Follower {
 impl Follower {
     /// Takes up to `max` of the lines this follower has not read yet, and how many it lost
     /// before them. Empty when it is up to date.
-    pub fn take(&mut self, max: usize) -> Batch {
+    pub(crate) fn take(&mut self, max: usize) -> Batch {
         let mut buf = self.log.lock();
         let (first, end) = (buf.first_seq, buf.end_seq());
         let Some(slot) = buf.followers.iter_mut().find(|f| f.id == self.id) else {
@@ -301,7 +301,7 @@ impl Drop for Follower {
 }
 
 impl ServiceLog {
-    pub fn new() -> ServiceLog {
+    pub(crate) fn new() -> ServiceLog {
         ServiceLog::default()
     }
 
@@ -311,7 +311,7 @@ impl ServiceLog {
 
     /// Appends the lines of one read, dropping the oldest lines beyond the bound. The one
     /// place service output enters the log.
-    pub fn push_lines(&self, split: &Split<'_>) {
+    pub(crate) fn push_lines(&self, split: &Split<'_>) {
         if split.pieces.is_empty() {
             return;
         }
@@ -327,7 +327,7 @@ impl ServiceLog {
 
     /// Appends one line (without its newline) written at `time`: for what the daemon says
     /// in a service's log (an OOM kill), and for tests.
-    pub fn push(&self, time: Timestamp, line: String) {
+    pub(crate) fn push(&self, time: Timestamp, line: String) {
         let mut raw = line.into_bytes();
         let pieces = [super::lines::Piece {
             end: raw.len(),
@@ -344,7 +344,7 @@ impl ServiceLog {
     }
 
     /// The last `n` lines, oldest first.
-    pub fn last_lines(&self, n: usize) -> Vec<String> {
+    pub(crate) fn last_lines(&self, n: usize) -> Vec<String> {
         self.last_entries(Some(n))
             .into_iter()
             .map(|e| e.line)
@@ -352,7 +352,7 @@ impl ServiceLog {
     }
 
     /// The last `n` entries (all of them for `None`), oldest first.
-    pub fn last_entries(&self, n: Option<usize>) -> Vec<LogEntry> {
+    pub(crate) fn last_entries(&self, n: Option<usize>) -> Vec<LogEntry> {
         let buf = self.lock();
         let end = buf.end_seq();
         let from = n.map_or(buf.first_seq, |n| {
@@ -362,7 +362,7 @@ impl ServiceLog {
     }
 
     /// The time of the oldest line still held, if any.
-    pub fn oldest_time(&self) -> Option<Timestamp> {
+    pub(crate) fn oldest_time(&self) -> Option<Timestamp> {
         let buf = self.lock();
         if buf.ends.is_empty() {
             return None;
@@ -372,7 +372,7 @@ impl ServiceLog {
 
     /// A follower that first reads the last `n` lines held now (all of them for `None`),
     /// then every line pushed after; `wake` is notified whenever lines arrive.
-    pub fn follow(&self, n: Option<usize>, wake: Arc<Notify>) -> Follower {
+    pub(crate) fn follow(&self, n: Option<usize>, wake: Arc<Notify>) -> Follower {
         let mut buf = self.lock();
         let end = buf.end_seq();
         let next = match n {
@@ -390,13 +390,13 @@ impl ServiceLog {
 
     /// Number of bytes currently accounted (for tests and metrics).
     #[cfg(test)]
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.lock().bytes
     }
 
     /// Whether output was dropped to respect the bound.
     #[cfg(test)]
-    pub fn truncated(&self) -> bool {
+    pub(crate) fn truncated(&self) -> bool {
         self.lock().truncated
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::process::{Processes, Usage};
 
 /// The shortest time between two readings of one service.
-pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+pub(super) const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The last reading of each service.
 pub(super) struct Accounting {

@@ -23,7 +23,7 @@ use crate::state::{NotRecorded, Recorded, StateStore, TaskStatus};
 /// from its wire name once at the API's edge. (What a service does when it exits is the
 /// plan's `cobble_plan::ServiceAction`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServiceChange {
+pub(crate) enum ServiceChange {
     /// Start the named services and what they require.
     Start,
     /// Stop the named services and what requires them.
@@ -38,7 +38,7 @@ pub enum ServiceChange {
 
 impl ServiceChange {
     /// The action of a wire name; `None` for a name Pebble does not know.
-    pub fn from_name(name: &str) -> Option<ServiceChange> {
+    pub(crate) fn from_name(name: &str) -> Option<ServiceChange> {
         match name {
             "start" => Some(ServiceChange::Start),
             "stop" => Some(ServiceChange::Stop),
@@ -50,7 +50,7 @@ impl ServiceChange {
     }
 
     /// The wire name, which is also the kind of the action's change.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ServiceChange::Start => "start",
             ServiceChange::Stop => "stop",
@@ -81,7 +81,7 @@ impl std::fmt::Display for ServiceChange {
 
 /// Why a service action was refused before any change was made, worded as Pebble words it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ActionError {
+pub(crate) enum ActionError {
     /// An action that needs names got none. Holds the action as the client spelled it:
     /// Pebble checks for names before it checks that it knows the action.
     #[error("must specify services for {0} action")]
@@ -126,7 +126,7 @@ struct Pending {
 
 /// Records the changes clients (and autostart) ask for and runs them.
 #[derive(Clone)]
-pub struct ServiceChanges {
+pub(crate) struct ServiceChanges {
     plan: watch::Receiver<Arc<Plan>>,
     state: StateStore,
     manager: ServiceManager,
@@ -135,7 +135,7 @@ pub struct ServiceChanges {
 }
 
 impl ServiceChanges {
-    pub fn new(
+    pub(crate) fn new(
         plan: watch::Receiver<Arc<Plan>>,
         state: StateStore,
         manager: ServiceManager,
@@ -150,7 +150,7 @@ impl ServiceChanges {
     }
 
     /// The current plan.
-    pub fn plan(&self) -> Arc<Plan> {
+    pub(crate) fn plan(&self) -> Arc<Plan> {
         self.plan.borrow().clone()
     }
 
@@ -158,7 +158,7 @@ impl ServiceChanges {
     /// state file holds it, starts carrying it out in the background and returns its ID.
     /// Recorded first, done after: when the state file cannot be written the change is
     /// taken back before any of it was done, and the client's retry is safe.
-    pub async fn act(
+    pub(crate) async fn act(
         &self,
         action: ServiceChange,
         names: Vec<String>,
@@ -183,7 +183,7 @@ impl ServiceChanges {
 
     /// Carries out `action` on `names` for the daemon itself (its autostart): nobody is told
     /// the change, so it runs at once and reaches the state file when the disk takes it.
-    pub async fn act_now(
+    pub(crate) async fn act_now(
         &self,
         action: ServiceChange,
         names: Vec<String>,
@@ -266,7 +266,7 @@ impl ServiceChanges {
 
     /// Stops every service that is starting, running or backing off, in stop order, as one
     /// change; returns when they have all stopped (or failed to).
-    pub async fn stop_all(&self) {
+    pub(crate) async fn stop_all(&self) {
         let active = self.manager.active().await;
         if active.is_empty() {
             return;

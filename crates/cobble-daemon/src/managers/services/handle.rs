@@ -19,7 +19,7 @@ use crate::process::{Processes, Usage};
 /// The reply to a start request: the outcome and, for failures that ask for it, the service's
 /// most recent output.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StartReply {
+pub(crate) struct StartReply {
     pub outcome: StartOutcome,
     pub output: Vec<String>,
 }
@@ -68,7 +68,7 @@ pub(super) enum Request {
 
 /// Handle to the service manager actor. Cheap to clone.
 #[derive(Clone)]
-pub struct ServiceManager {
+pub(crate) struct ServiceManager {
     tx: mpsc::UnboundedSender<Request>,
     /// What the services use, read beside the actor (it is `/proc` work).
     accounting: Arc<Accounting>,
@@ -83,7 +83,7 @@ impl ServiceManager {
     /// says where service output goes besides each service's ring (the persisted files, the
     /// daemon's stdout under `--verbose`, the log targets). The handle to the actor's task
     /// lets the daemon notice if it ever ends.
-    pub fn spawn(
+    pub(crate) fn spawn(
         plan: watch::Receiver<Arc<Plan>>,
         checks: watch::Receiver<Arc<CheckSignals>>,
         processes: Arc<dyn Processes>,
@@ -97,13 +97,13 @@ impl ServiceManager {
 
     /// What each of `statuses` uses, read at most once a second per service (see
     /// [`super::accounting`]).
-    pub async fn usage(&self, statuses: &[ServiceStatus]) -> Vec<Usage> {
+    pub(crate) async fn usage(&self, statuses: &[ServiceStatus]) -> Vec<Usage> {
         let targets = statuses.iter().map(|s| (s.name.clone(), s.pid)).collect();
         self.accounting.usage(targets).await
     }
 
     /// The statuses, each with its details' usage filled in.
-    pub async fn with_usage(&self, mut statuses: Vec<ServiceStatus>) -> Vec<ServiceStatus> {
+    pub(crate) async fn with_usage(&self, mut statuses: Vec<ServiceStatus>) -> Vec<ServiceStatus> {
         let usage = self.usage(&statuses).await;
         for (status, usage) in statuses.iter_mut().zip(usage) {
             if let Some(details) = status.details.as_mut() {
@@ -122,7 +122,7 @@ impl ServiceManager {
     }
 
     /// Starts a service and resolves once its start succeeded (the okay delay passed) or failed.
-    pub async fn start(&self, name: &str) -> StartReply {
+    pub(crate) async fn start(&self, name: &str) -> StartReply {
         let name = name.to_owned();
         self.call(|reply| Request::Start { name, reply })
             .await
@@ -136,7 +136,7 @@ impl ServiceManager {
     }
 
     /// Stops a service and resolves once it stopped (or the stop failed).
-    pub async fn stop(&self, name: &str) -> StopOutcome {
+    pub(crate) async fn stop(&self, name: &str) -> StopOutcome {
         let name = name.to_owned();
         self.call(|reply| Request::Stop { name, reply })
             .await
@@ -144,14 +144,14 @@ impl ServiceManager {
     }
 
     /// Kills a service whose start is being aborted.
-    pub fn abort_start(&self, name: &str) {
+    pub(crate) fn abort_start(&self, name: &str) {
         let _ = self.tx.send(Request::AbortStart { name: name.into() });
     }
 
     /// Statuses of the services this daemon has started among `names` (all of them when
     /// `names` is empty), sorted by name; with the details behind `cobble why` if `details`.
     /// A service of the plan that is not listed was never started: it is `inactive`.
-    pub async fn statuses(&self, names: Vec<String>, details: bool) -> Vec<ServiceStatus> {
+    pub(crate) async fn statuses(&self, names: Vec<String>, details: bool) -> Vec<ServiceStatus> {
         self.call(|reply| Request::Statuses {
             names,
             details,
@@ -162,7 +162,7 @@ impl ServiceManager {
     }
 
     /// Sends `signal` (a name such as `SIGHUP`) to each service's main process.
-    pub async fn signal(&self, names: Vec<String>, signal: String) -> Result<(), String> {
+    pub(crate) async fn signal(&self, names: Vec<String>, signal: String) -> Result<(), String> {
         self.call(|reply| Request::Signal {
             names,
             signal,
@@ -173,7 +173,7 @@ impl ServiceManager {
     }
 
     /// Services started by this daemon whose configuration in the plan has changed since.
-    pub async fn outdated(&self) -> Vec<String> {
+    pub(crate) async fn outdated(&self) -> Vec<String> {
         self.call(|reply| Request::Outdated { reply })
             .await
             .unwrap_or_default()
@@ -181,14 +181,14 @@ impl ServiceManager {
 
     /// The output logs of the services among `names` that this daemon has started, sorted
     /// by name; names of services never started are left out, as Pebble leaves them out.
-    pub async fn logs(&self, names: Vec<String>) -> Vec<(String, ServiceLog)> {
+    pub(crate) async fn logs(&self, names: Vec<String>) -> Vec<(String, ServiceLog)> {
         self.call(|reply| Request::Logs { names, reply })
             .await
             .unwrap_or_default()
     }
 
     /// Services that are starting, running or backing off.
-    pub async fn active(&self) -> Vec<String> {
+    pub(crate) async fn active(&self) -> Vec<String> {
         self.call(|reply| Request::Active { reply })
             .await
             .unwrap_or_default()
@@ -196,13 +196,13 @@ impl ServiceManager {
 
     /// Resolves once the actor has taken a request of its own: `true` while it is alive and
     /// takes requests, `false` once it has ended. An actor that is blocked never resolves it.
-    pub async fn ping(&self) -> bool {
+    pub(crate) async fn ping(&self) -> bool {
         self.call(|reply| Request::Ping { reply }).await.is_some()
     }
 
     /// Blocks the actor for good, as a bug could (for the tests of what watches it).
     #[cfg(test)]
-    pub fn wedge(&self) {
+    pub(crate) fn wedge(&self) {
         let _ = self.tx.send(Request::Wedge);
     }
 }

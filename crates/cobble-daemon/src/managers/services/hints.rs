@@ -11,7 +11,7 @@
 const ENOENT: &str = "no such file or directory";
 
 /// Absolute paths reported missing in `lines`, in order of appearance, without duplicates.
-pub fn missing_paths(lines: &[String]) -> Vec<String> {
+pub(crate) fn missing_paths(lines: &[String]) -> Vec<String> {
     let mut found: Vec<String> = Vec::new();
     for line in lines {
         let lower = line.to_ascii_lowercase();

@@ -42,24 +42,24 @@ use tokio::time::Instant;
 use crate::checks::CheckSignals;
 
 /// How long a freshly started process must survive before its start counts as successful.
-pub const OKAY_DELAY: Duration = Duration::from_secs(1);
+pub(crate) const OKAY_DELAY: Duration = Duration::from_secs(1);
 
 /// How long a service with `readiness: notify` has to send `READY=1` after it is spawned;
 /// one that has not by then has failed to start.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// How long to wait after SIGKILL before giving up on a process.
-pub const FAIL_DELAY: Duration = Duration::from_secs(5);
+pub(crate) const FAIL_DELAY: Duration = Duration::from_secs(5);
 
 /// The daemon's exit code when an `on-check-failure: shutdown` action stops it.
-pub const CHECK_FAILURE_EXIT_CODE: i32 = 11;
+pub(crate) const CHECK_FAILURE_EXIT_CODE: i32 = 11;
 
 /// File changes within this window after the first one trigger one action.
-pub const FILE_CHANGE_DEBOUNCE: Duration = Duration::from_millis(500);
+pub(crate) const FILE_CHANGE_DEBOUNCE: Duration = Duration::from_millis(500);
 
 /// What to do when the process exits (from `on-success` / `on-failure`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitAction {
+pub(crate) enum ExitAction {
     Restart,
     Shutdown,
     SuccessShutdown,
@@ -69,7 +69,7 @@ pub enum ExitAction {
 
 impl ExitAction {
     /// The action's name as it appears in layers and messages.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ExitAction::Restart => "restart",
             ExitAction::Shutdown => "shutdown",
@@ -82,7 +82,7 @@ impl ExitAction {
 
 /// The part of a service's configuration the lifecycle depends on.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// Action after the process exits with code 0.
     pub on_success: ExitAction,
     /// Action after the process exits with a non-zero code.
@@ -110,7 +110,7 @@ pub struct Policy {
 
 impl Policy {
     /// Whether the service's lifecycle depends on checks at all.
-    pub fn uses_checks(&self) -> bool {
+    pub(crate) fn uses_checks(&self) -> bool {
         !self.on_check_failure.is_empty() || !self.requires_checks.is_empty()
     }
 }
@@ -134,11 +134,11 @@ impl Default for Policy {
 }
 
 /// Signals the machine sends to the service's process group.
-pub use crate::process::GroupSignal;
+pub(crate) use crate::process::GroupSignal;
 
 /// The status reported by `GET /v1/services`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     Active,
     Inactive,
     Backoff,
@@ -152,7 +152,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Status::Active => "active",
             Status::Inactive => "inactive",
@@ -166,7 +166,7 @@ impl Status {
 
 /// What an `on-file-change` entry does once its debounce window closes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FileAction {
+pub(crate) enum FileAction {
     /// Restart the service now (no backoff: the change is the fix, not a failure).
     Restart,
     /// Send this signal (a name such as `SIGHUP`) to the main process.
@@ -189,14 +189,14 @@ enum AfterExit {
 /// Whether the service is wanted running. Explicit start, restart, replan and autostart want it
 /// running; an explicit stop, or an exit whose policy is not to restart, wants it stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wanted {
+pub(crate) enum Wanted {
     Running,
     Stopped,
 }
 
 /// Where the service is in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Never started by this daemon.
     Idle,
     /// The executor is spawning the process; `Spawned`, `SpawnFailed` or `PathsMissing`
@@ -232,7 +232,7 @@ pub enum Phase {
 
 /// Input to the machine.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Event {
+pub(crate) enum Event {
     /// An explicit start with the policy of the configuration being started.
     Start(Policy),
     /// An explicit stop.
@@ -270,7 +270,7 @@ pub enum Event {
 
 /// How a start request ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StartOutcome {
+pub(crate) enum StartOutcome {
     /// The process survived the okay delay.
     Started,
     /// The service was already starting or running; nothing was done.
@@ -284,7 +284,7 @@ pub enum StartOutcome {
 
 /// How a stop request ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopOutcome {
+pub(crate) enum StopOutcome {
     Stopped,
     NeverStarted,
     AlreadyStopping,
@@ -295,7 +295,7 @@ pub enum StopOutcome {
 
 /// Output of the machine, performed by the executor in order.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Spawn the process with the stored configuration and feed back `Spawned`/`SpawnFailed`.
     Spawn,
     /// Signal the process group led by `pid`, and its descendants that left the group.
@@ -321,7 +321,7 @@ pub enum Action {
 
 /// The lifecycle of one service.
 #[derive(Debug, Clone)]
-pub struct Machine {
+pub(crate) struct Machine {
     /// The service name, for messages.
     name: String,
     /// Where the lifecycle is.
@@ -374,7 +374,7 @@ pub struct Machine {
 /// The check-caused restarts of one failure streak of one check: each waits for the one
 /// before it plus the next delay of the service's backoff schedule.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Streak {
+pub(crate) struct Streak {
     /// Restarts the check caused since it went down.
     pub restarts: u32,
     /// The delay before the next may follow, before it grows again.
@@ -385,7 +385,7 @@ pub struct Streak {
 
 impl Machine {
     /// A machine for a service that has never been started. `seed` drives the backoff jitter.
-    pub fn new(name: impl Into<String>, seed: u64) -> Machine {
+    pub(crate) fn new(name: impl Into<String>, seed: u64) -> Machine {
         Machine {
             name: name.into(),
             phase: Phase::Idle,
@@ -413,30 +413,30 @@ impl Machine {
         }
     }
 
-    pub fn phase(&self) -> Phase {
+    pub(crate) fn phase(&self) -> Phase {
         self.phase
     }
 
     #[cfg(test)]
-    pub fn wanted(&self) -> Wanted {
+    pub(crate) fn wanted(&self) -> Wanted {
         self.wanted
     }
 
-    pub fn backoff_num(&self) -> u32 {
+    pub(crate) fn backoff_num(&self) -> u32 {
         self.backoff_num
     }
 
-    pub fn last_exit(&self) -> Option<i32> {
+    pub(crate) fn last_exit(&self) -> Option<i32> {
         self.last_exit
     }
 
     /// Why the last spawn failed, if the spawns since have all failed.
-    pub fn spawn_error(&self) -> Option<&str> {
+    pub(crate) fn spawn_error(&self) -> Option<&str> {
         self.spawn_error.as_deref()
     }
 
     /// What killed the last process, when the kernel did.
-    pub fn last_exit_cause(&self) -> Option<&str> {
+    pub(crate) fn last_exit_cause(&self) -> Option<&str> {
         self.exit_cause.as_ref().map(|(_, cause)| cause.as_str())
     }
 
@@ -449,45 +449,45 @@ impl Machine {
     }
 
     /// The missing paths a waiting service waits for.
-    pub fn waiting_for(&self) -> &[String] {
+    pub(crate) fn waiting_for(&self) -> &[String] {
         &self.waiting_for
     }
 
     /// Paths the last failure output named as missing (while backing off after it).
-    pub fn hints(&self) -> &[String] {
+    pub(crate) fn hints(&self) -> &[String] {
         &self.hints
     }
 
     /// The `requires-checks` a waiting service waits for.
-    pub fn waiting_checks(&self) -> &[String] {
+    pub(crate) fn waiting_checks(&self) -> &[String] {
         &self.waiting_checks
     }
 
     /// The checks as the machine last saw them.
-    pub fn checks(&self) -> &Arc<CheckSignals> {
+    pub(crate) fn checks(&self) -> &Arc<CheckSignals> {
         &self.checks
     }
 
     /// Until when the start grace holds check actions, while it does.
-    pub fn grace_until(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn grace_until(&self, now: Instant) -> Option<Instant> {
         let until = self.spawned_at? + self.policy.start_grace?;
         (now < until).then_some(until)
     }
 
     /// Checks whose action is held, each until when.
-    pub fn held(&self) -> &BTreeMap<String, Instant> {
+    pub(crate) fn held(&self) -> &BTreeMap<String, Instant> {
         &self.held
     }
 
     /// The restart streaks of the checks that are down.
-    pub fn streaks(&self) -> &BTreeMap<String, Streak> {
+    pub(crate) fn streaks(&self) -> &BTreeMap<String, Streak> {
         &self.streaks
     }
 
     /// Every path the service cares about now: the `requires-paths` it waits for, the paths
     /// its failure output named while it backs off, and its `on-file-change` paths while it
     /// is wanted running.
-    pub fn watched_paths(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn watched_paths(&self) -> impl Iterator<Item = &str> {
         let waiting = self.waiting_for.iter();
         let hints = self
             .hints
@@ -504,7 +504,7 @@ impl Machine {
     /// What the watcher's report on a path means for this service, as events to feed it:
     /// `initial` is the state found when the path was newly watched (which can end a wait,
     /// but is no change of the file), otherwise it changed.
-    pub fn path_events(&self, path: &str, exists: bool, initial: bool) -> Vec<Event> {
+    pub(crate) fn path_events(&self, path: &str, exists: bool, initial: bool) -> Vec<Event> {
         let mut events = Vec::new();
         if exists && self.phase == Phase::Waiting && self.waiting_for.iter().any(|p| p == path) {
             events.push(Event::PathAppeared(path.to_owned()));
@@ -522,17 +522,17 @@ impl Machine {
     }
 
     /// The current backoff delay before jitter (zero before the first backoff).
-    pub fn backoff_time(&self) -> Duration {
+    pub(crate) fn backoff_time(&self) -> Duration {
         self.backoff_time
     }
 
     /// The policy stored at the last explicit start.
-    pub fn policy(&self) -> &Policy {
+    pub(crate) fn policy(&self) -> &Policy {
         &self.policy
     }
 
     /// The check whose failure is restarting the service, while its process is being ended.
-    pub fn restarting_for_check(&self) -> Option<&str> {
+    pub(crate) fn restarting_for_check(&self) -> Option<&str> {
         match (&self.phase, &self.after_exit) {
             (Phase::Terminating { .. } | Phase::Killing { .. }, AfterExit::CheckRestart(check)) => {
                 Some(check)
@@ -542,7 +542,7 @@ impl Machine {
     }
 
     /// The pid of the live process, if there is one.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         match self.phase {
             Phase::Starting { pid, .. }
             | Phase::Running { pid }
@@ -553,7 +553,7 @@ impl Machine {
     }
 
     /// Whether the process may be signalled through `/v1/signals`.
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         matches!(self.phase, Phase::Starting { .. } | Phase::Running { .. })
     }
 
@@ -562,7 +562,7 @@ impl Machine {
     /// process has exited (Pebble lists the moment before as `inactive`, which tells a client
     /// that polls the service that it was stopped); while a file change's restart does, it
     /// is `active`, for it comes back at once.
-    pub fn status(&self) -> Status {
+    pub(crate) fn status(&self) -> Status {
         match self.phase {
             Phase::Starting {
                 ready_signal: true, ..
@@ -583,7 +583,7 @@ impl Machine {
     }
 
     /// The next instant at which the machine wants a `Tick`.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         let phase = match self.phase {
             Phase::Starting { okay_at, .. } => Some(okay_at),
             Phase::Running { .. } => self.reset_at,
@@ -598,7 +598,7 @@ impl Machine {
     }
 
     /// Advances the machine by one event.
-    pub fn step(&mut self, now: Instant, event: Event) -> Vec<Action> {
+    pub(crate) fn step(&mut self, now: Instant, event: Event) -> Vec<Action> {
         let mut actions = Vec::new();
         self.catch_up(now, &mut actions);
         match event {
@@ -1400,7 +1400,7 @@ impl Machine {
 }
 
 /// The backoff delay that follows `current` (zero means "no backoff yet").
-pub fn next_backoff(policy: &Policy, current: Duration) -> Duration {
+pub(crate) fn next_backoff(policy: &Policy, current: Duration) -> Duration {
     if current.is_zero() {
         return policy.backoff_delay;
     }

@@ -35,20 +35,20 @@
 
 mod accounting;
 mod actor;
-pub mod changes;
+pub(crate) mod changes;
 mod handle;
-pub mod hints;
-pub mod machine;
+pub(crate) mod hints;
+pub(crate) mod machine;
 mod policy;
-pub mod status;
+pub(crate) mod status;
 #[cfg(test)]
 mod tests;
 
-pub use handle::{ServiceManager, StartReply};
-pub use status::ServiceStatus;
+pub(crate) use handle::{ServiceManager, StartReply};
+pub(crate) use status::ServiceStatus;
 
 /// Lines of output copied into the task log when a start fails.
-pub const LAST_LOG_LINES: usize = 20;
+pub(crate) const LAST_LOG_LINES: usize = 20;
 
 /// The signal name that makes the actor panic, in debug builds with `COBBLE_TEST_FAULTS=1`
 /// in the daemon's environment: for the tests of what happens when the supervisor dies.

@@ -6,7 +6,7 @@ use cobble_plan::{FileChangeAction, Readiness, Service, ServiceAction};
 use super::machine::{ExitAction, FileAction, Policy};
 
 /// The lifecycle policy of a service's configuration.
-pub fn policy(config: &Service) -> Policy {
+pub(super) fn policy(config: &Service) -> Policy {
     Policy {
         on_success: exit_action(config.on_success),
         on_failure: exit_action(config.on_failure),

@@ -24,7 +24,7 @@ use cobble_client::time::{format_rfc3339_nano, format_rfc3339_secs};
 
 /// What the supervisor reports about a service it has started.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ServiceStatus {
+pub(crate) struct ServiceStatus {
     /// The service's name.
     pub name: String,
     /// Its status.
@@ -43,7 +43,7 @@ pub struct ServiceStatus {
 
 /// What the supervisor knows about one service beyond its status.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ServiceDetails {
+pub(crate) struct ServiceDetails {
     /// Exit code of the last process.
     pub last_exit: Option<i32>,
     /// What killed the last process, when the kernel did (the OOM killer).

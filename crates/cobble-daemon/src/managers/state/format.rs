@@ -53,7 +53,7 @@ use crate::identities::{Access, Identity};
 
 /// The highest Pebble patch level cobble knows the meaning of (Pebble v1.28 to v1.32 write
 /// 2: identities under `data`).
-pub const PATCH_LEVEL: u64 = 2;
+pub(crate) const PATCH_LEVEL: u64 = 2;
 
 /// The `data` entry holding cobble's journal generation.
 const GENERATION_KEY: &str = "cobble-generation";
@@ -80,7 +80,7 @@ fn malformed(what: impl std::fmt::Display) -> DecodeError {
 }
 
 /// Pebble's number for a status.
-pub fn status_number(status: TaskStatus) -> u64 {
+pub(crate) fn status_number(status: TaskStatus) -> u64 {
     match status {
         TaskStatus::Default => 0,
         TaskStatus::Hold => 1,
@@ -117,7 +117,7 @@ fn status_from_number(n: u64) -> Result<TaskStatus, DecodeError> {
 // Writing.
 
 /// The state in Pebble's shape: what a checkpoint writes.
-pub fn encode(d: &StateData) -> Vec<u8> {
+pub(crate) fn encode(d: &StateData) -> Vec<u8> {
     serde_json::to_vec(&StateOut(d)).expect("state serialises")
 }
 
@@ -488,7 +488,7 @@ fn go_duration(d: Duration) -> String {
 
 /// Reads a state file's content: Pebble's shape (any release from v1.7), or an earlier
 /// cobble's.
-pub fn decode(bytes: &[u8]) -> Result<StateData, DecodeError> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<StateData, DecodeError> {
     let value: Value = serde_json::from_slice(bytes).map_err(malformed)?;
     let Value::Object(top) = value else {
         return Err(malformed("not a JSON object"));

@@ -9,7 +9,7 @@ use crate::identities::{self, Action, Applied, Candidate, Credentials, Identity,
 
 /// Why a request's identities were not applied.
 #[derive(Debug, thiserror::Error)]
-pub enum IdentitiesError {
+pub(crate) enum IdentitiesError {
     /// The request itself is wrong (Pebble's wording).
     #[error(transparent)]
     Request(#[from] RequestError),
@@ -20,7 +20,7 @@ pub enum IdentitiesError {
 
 impl StateStore {
     /// Every identity, by name.
-    pub fn identities(&self) -> BTreeMap<String, Identity> {
+    pub(crate) fn identities(&self) -> BTreeMap<String, Identity> {
         self.lock().identities.clone()
     }
 
@@ -28,7 +28,7 @@ impl StateStore {
     /// file cannot be written, the identities are put back as they were (unless another
     /// request changed them meanwhile) and the request fails: who may do what never
     /// changes without a record of it.
-    pub async fn change_identities_recorded(
+    pub(crate) async fn change_identities_recorded(
         &self,
         action: Action,
         changes: BTreeMap<String, Option<Identity>>,
@@ -65,7 +65,7 @@ impl StateStore {
     }
 
     /// The identity that credentials name, before any password check.
-    pub fn identity_candidate(&self, creds: &Credentials) -> Candidate {
+    pub(crate) fn identity_candidate(&self, creds: &Credentials) -> Candidate {
         let data = self.lock();
         if data.identities.is_empty() {
             return Candidate::None;

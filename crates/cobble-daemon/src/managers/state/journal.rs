@@ -45,7 +45,7 @@ use crate::identities::Identity;
 
 /// What was touched since the last write; what the next record holds.
 #[derive(Debug, Default)]
-pub struct Dirty {
+pub(super) struct Dirty {
     changes: BTreeSet<u64>,
     notices: BTreeSet<u64>,
     identities: bool,
@@ -53,21 +53,21 @@ pub struct Dirty {
 
 impl Dirty {
     /// Notes that change `id` (or one of its tasks) was created, changed or removed.
-    pub fn touch(&mut self, id: u64) {
+    pub(super) fn touch(&mut self, id: u64) {
         self.changes.insert(id);
     }
 
     /// Notes that notice `id` was added, repeated or removed.
-    pub fn touch_notice(&mut self, id: u64) {
+    pub(super) fn touch_notice(&mut self, id: u64) {
         self.notices.insert(id);
     }
 
     /// Notes that the identities changed; a record then holds all of them (they are few).
-    pub fn touch_identities(&mut self) {
+    pub(super) fn touch_identities(&mut self) {
         self.identities = true;
     }
 
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         *self = Dirty::default();
     }
 
@@ -77,7 +77,7 @@ impl Dirty {
 }
 
 /// Where the journal of the state file `state` lives.
-pub fn path_for(state: &Path) -> PathBuf {
+pub(super) fn path_for(state: &Path) -> PathBuf {
     let mut name = state.file_name().unwrap_or_default().to_owned();
     name.push(".journal");
     state.with_file_name(name)
@@ -86,7 +86,7 @@ pub fn path_for(state: &Path) -> PathBuf {
 /// The checkpoint a journal continues, as its header describes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct Base {
+pub(super) struct Base {
     /// The state file's length and checksum.
     pub len: u64,
     pub crc: u32,
@@ -101,7 +101,7 @@ pub struct Base {
 impl Base {
     /// What a checkpoint of `d` holds (its bytes' length and checksum are added when they
     /// are known).
-    pub fn of(d: &StateData) -> Base {
+    pub(super) fn of(d: &StateData) -> Base {
         Base {
             changes: d.changes.len(),
             notices: d.notices.len(),
@@ -114,12 +114,12 @@ impl Base {
     }
 
     /// Whether losing it loses something a client was told.
-    pub fn holds_something(&self) -> bool {
+    pub(super) fn holds_something(&self) -> bool {
         self.changes + self.notices + self.identities > 0
     }
 
     /// "3 changes, 1 notice and 2 identities".
-    pub fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         let n = |count: usize, one: &str, many: &str| {
             format!("{count} {}", if count == 1 { one } else { many })
         };
@@ -134,7 +134,7 @@ impl Base {
 
 /// The header of a journal of this format.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Header {
+pub(super) struct Header {
     /// This format's number, 2.
     pub journal: u32,
     pub generation: u64,
@@ -148,7 +148,7 @@ struct OldHeader {
 }
 
 /// The first line of the journal that continues the checkpoint `base` of `generation`.
-pub fn header(generation: u64, base: Base) -> Vec<u8> {
+pub(super) fn header(generation: u64, base: Base) -> Vec<u8> {
     let header = Header {
         journal: 2,
         generation,
@@ -158,7 +158,7 @@ pub fn header(generation: u64, base: Base) -> Vec<u8> {
 }
 
 /// One line: checksum, sequence number and JSON.
-pub fn frame(seq: u64, json: &[u8]) -> Vec<u8> {
+pub(super) fn frame(seq: u64, json: &[u8]) -> Vec<u8> {
     let mut body = format!("{seq} ").into_bytes();
     body.extend_from_slice(json);
     let mut line = format!("{:08x} ", crc32(&body)).into_bytes();
@@ -184,7 +184,7 @@ fn split_at_space(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 /// CRC-32 (IEEE 802.3, as zlib computes it).
-pub fn crc32(bytes: &[u8]) -> u32 {
+pub(super) fn crc32(bytes: &[u8]) -> u32 {
     const TABLE: [u32; 256] = {
         let mut table = [0u32; 256];
         let mut i = 0;
@@ -264,7 +264,7 @@ struct Entry {
 
 /// The record of what changed since the last write, framed as line `seq`, and forgets it;
 /// None when nothing did.
-pub fn take_record(d: &mut StateData, seq: u64) -> Option<Vec<u8>> {
+pub(super) fn take_record(d: &mut StateData, seq: u64) -> Option<Vec<u8>> {
     if d.dirty.is_empty() {
         return None;
     }
@@ -306,7 +306,7 @@ pub fn take_record(d: &mut StateData, seq: u64) -> Option<Vec<u8>> {
 
 /// What the first line of a journal says.
 #[derive(Debug)]
-pub enum Opening {
+pub(super) enum Opening {
     /// The file is empty: nothing was ever appended.
     Empty,
     /// The first line has no newline: a crash cut the first write short, before anyone
@@ -321,7 +321,7 @@ pub enum Opening {
 }
 
 /// Reads the first line of journal `bytes`.
-pub fn open(bytes: &[u8]) -> Opening {
+pub(super) fn open(bytes: &[u8]) -> Opening {
     let Some(first) = bytes.split_inclusive(|&b| b == b'\n').next() else {
         return Opening::Empty;
     };
@@ -344,7 +344,7 @@ pub fn open(bytes: &[u8]) -> Opening {
 
 /// What a replay used.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Replayed {
+pub(super) struct Replayed {
     /// Records applied.
     pub records: usize,
     /// Where a last line cut short by a crash begins, and its length.
@@ -353,7 +353,7 @@ pub struct Replayed {
 
 /// A complete line that fails its checksum, its sequence or its shape.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Damage {
+pub(super) struct Damage {
     /// Which record (1 for the first after the header).
     pub record: usize,
     /// Where it begins, so that the journal can be cut there.
@@ -363,7 +363,7 @@ pub struct Damage {
 }
 
 /// Applies the records of journal `bytes` (whose header [`open`] read) to `d`.
-pub fn replay(d: &mut StateData, bytes: &[u8]) -> Result<Replayed, Damage> {
+pub(super) fn replay(d: &mut StateData, bytes: &[u8]) -> Result<Replayed, Damage> {
     let old = bytes.first() == Some(&b'{');
     let mut lines = bytes.split_inclusive(|&b| b == b'\n');
     let mut offset = lines.next().map_or(0, <[u8]>::len);

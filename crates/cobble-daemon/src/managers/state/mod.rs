@@ -67,23 +67,25 @@
 //! - [`format`](mod@format), `journal`, `persist`: the state file, the journal and the
 //!   persister that writes them.
 
-pub mod format;
+pub(crate) mod format;
 mod identities;
 mod journal;
 mod model;
-pub mod notices;
+pub(crate) mod notices;
 mod persist;
 mod render;
 mod smallmap;
 mod store;
 
-pub use identities::IdentitiesError;
+pub(crate) use identities::IdentitiesError;
 pub use model::*;
-pub use notices::{Notice, NoticeFilter, NoticeType, Occurrence};
-pub use persist::{FlushError, PersistError, Persister, load};
-pub use render::*;
-pub use smallmap::SmallMap;
-pub use store::*;
+pub(crate) use notices::{Notice, NoticeFilter, NoticeType, Occurrence};
+pub(crate) use persist::{FlushError, Persister};
+// Re-exported at the crate root, for the binary.
+pub use persist::{PersistError, load};
+pub(crate) use render::*;
+pub(crate) use smallmap::SmallMap;
+pub(crate) use store::*;
 
 #[cfg(test)]
 mod tests;

@@ -12,23 +12,23 @@ use serde::{Deserialize, Serialize};
 use super::*;
 
 /// At most this many log entries are kept per task; older ones are dropped.
-pub const MAX_TASK_LOG: usize = 10;
+pub(crate) const MAX_TASK_LOG: usize = 10;
 
 /// Ready changes older than this are pruned.
-pub const READY_CHANGE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const READY_CHANGE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Changes still not ready after this long are aborted.
-pub const ABORT_TTL: Duration = Duration::from_secs(14 * 24 * 3600);
+pub(crate) const ABORT_TTL: Duration = Duration::from_secs(14 * 24 * 3600);
 
 /// At most this many ready changes are kept.
-pub const MAX_READY_CHANGES: usize = 1000;
+pub(crate) const MAX_READY_CHANGES: usize = 1000;
 
 /// How far past [`MAX_READY_CHANGES`] the history may grow before a new change prunes it,
 /// so that pruning (a sort of every change) runs once per this many changes, not each time.
 pub(super) const PRUNE_SLACK: usize = 100;
 
 /// Kinds of change that may legitimately stay unfinished for ever; never aborted by age.
-pub const LONG_LIVED_KINDS: [&str; 2] = ["perform-check", "recover-check"];
+pub(crate) const LONG_LIVED_KINDS: [&str; 2] = ["perform-check", "recover-check"];
 
 /// The status of a task, and the derived status of a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,7 +154,7 @@ pub struct CarriedState {
 
 /// Which changes `GET /v1/changes` lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Select {
+pub(crate) enum Select {
     InProgress,
     Ready,
     All,
@@ -233,7 +233,7 @@ pub(super) fn refresh_ready_time(d: &mut StateData, change_id: u64) {
 }
 
 /// A change's status, derived from its tasks' with Pebble's priorities.
-pub fn change_status(d: &StateData, change: &Change) -> TaskStatus {
+pub(crate) fn change_status(d: &StateData, change: &Change) -> TaskStatus {
     if change.task_ids.is_empty() {
         return change.status_without_tasks;
     }

@@ -24,30 +24,30 @@ use super::{Change, SmallMap, StateData, TaskStatus, change_status};
 use cobble_client::time::format_rfc3339_nano_utc;
 
 /// How long after its last occurrence a notice is dropped.
-pub const NOTICE_EXPIRE_AFTER: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const NOTICE_EXPIRE_AFTER: Duration = Duration::from_secs(7 * 24 * 3600);
 /// At most this many notices are kept; the least recently repeated go first.
-pub const MAX_NOTICES: usize = 1000;
+pub(crate) const MAX_NOTICES: usize = 1000;
 /// How often one warning may repeat.
-pub const WARNING_REPEAT_AFTER: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const WARNING_REPEAT_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// The latest `last-repeated` of any of a store's warnings, which every answer of the API
 /// carries as `latest-warning`. Each store has its own (two daemons in one process share
 /// nothing); reading it costs an atomic load, not the store's lock.
 #[derive(Debug, Default)]
-pub struct LatestWarning {
+pub(crate) struct LatestWarning {
     /// Nanoseconds since the epoch; 0 for none.
     nanos: AtomicI64,
 }
 
 impl LatestWarning {
     /// Records that a warning repeated at `at`.
-    pub fn note(&self, at: Timestamp) {
+    pub(crate) fn note(&self, at: Timestamp) {
         let nanos = i64::try_from(at.as_nanosecond()).unwrap_or(i64::MAX);
         self.nanos.fetch_max(nanos, Ordering::Relaxed);
     }
 
     /// When a warning last repeated, if one ever did.
-    pub fn get(&self) -> Option<Timestamp> {
+    pub(crate) fn get(&self) -> Option<Timestamp> {
         match self.nanos.load(Ordering::Relaxed) {
             0 => None,
             nanos => Timestamp::from_nanosecond(i128::from(nanos)).ok(),
@@ -156,7 +156,7 @@ fn go_duration(d: Duration) -> Option<String> {
 
 /// Which notices a list or a wait returns.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct NoticeFilter {
+pub(crate) struct NoticeFilter {
     /// Only notices of this user and public ones; `None` for every user's.
     pub user_id: Option<u32>,
     /// Only these types (any when empty).
@@ -168,7 +168,7 @@ pub struct NoticeFilter {
 }
 
 impl NoticeFilter {
-    pub fn matches(&self, n: &Notice) -> bool {
+    pub(crate) fn matches(&self, n: &Notice) -> bool {
         if let Some(uid) = self.user_id
             && n.user_id.is_some_and(|owner| owner != uid)
         {
@@ -186,7 +186,7 @@ impl NoticeFilter {
 
 /// One occurrence to record.
 #[derive(Debug, Clone)]
-pub struct Occurrence {
+pub(crate) struct Occurrence {
     pub user_id: Option<u32>,
     pub kind: NoticeType,
     pub key: String,
@@ -196,7 +196,7 @@ pub struct Occurrence {
 
 /// Records an occurrence at `now`; returns the notice's ID and whether it is new or repeated
 /// (what wakes waiters).
-pub fn add(d: &mut StateData, occurrence: Occurrence, now: Timestamp) -> (u64, bool) {
+pub(crate) fn add(d: &mut StateData, occurrence: Occurrence, now: Timestamp) -> (u64, bool) {
     let Occurrence {
         user_id,
         kind,
@@ -255,14 +255,14 @@ pub fn add(d: &mut StateData, occurrence: Occurrence, now: Timestamp) -> (u64, b
 }
 
 /// The notice an occurrence would count for, if it exists.
-pub fn find<'a>(d: &'a StateData, occurrence: &Occurrence) -> Option<&'a Notice> {
+pub(crate) fn find<'a>(d: &'a StateData, occurrence: &Occurrence) -> Option<&'a Notice> {
     d.notices.values().find(|n| {
         n.user_id == occurrence.user_id && n.kind == occurrence.kind && n.key == occurrence.key
     })
 }
 
 /// The live notices matching `filter`, ordered by `last-repeated` (ID breaks ties).
-pub fn list(d: &StateData, filter: &NoticeFilter, now: Timestamp) -> Vec<Notice> {
+pub(crate) fn list(d: &StateData, filter: &NoticeFilter, now: Timestamp) -> Vec<Notice> {
     let mut found: Vec<Notice> = d
         .notices
         .values()
@@ -274,13 +274,13 @@ pub fn list(d: &StateData, filter: &NoticeFilter, now: Timestamp) -> Vec<Notice>
 }
 
 /// A live notice by ID.
-pub fn get(d: &StateData, id: u64, now: Timestamp) -> Option<Notice> {
+pub(crate) fn get(d: &StateData, id: u64, now: Timestamp) -> Option<Notice> {
     d.notices.get(&id).filter(|n| !n.expired(now)).cloned()
 }
 
 /// Drops expired notices, change updates of changes that no longer exist, and the least
 /// recently repeated beyond [`MAX_NOTICES`].
-pub fn prune(d: &mut StateData, now: Timestamp) {
+pub(crate) fn prune(d: &mut StateData, now: Timestamp) {
     let changes = &d.changes;
     let dirty = &mut d.dirty;
     d.notices.retain(|_, n| {
@@ -325,7 +325,7 @@ fn worth_a_notice(old: Option<TaskStatus>, new: TaskStatus) -> bool {
 
 /// Records the change-update notice of a change just made. As in Pebble, it records no
 /// status: the change's first status change is news whatever it is.
-pub fn change_spawned(d: &mut StateData, change_id: u64, now: Timestamp) {
+pub(crate) fn change_spawned(d: &mut StateData, change_id: u64, now: Timestamp) {
     if let Some(change) = d.changes.get(&change_id) {
         let data = change_update_data(change);
         record_change_update(d, change_id, data, now);
@@ -333,7 +333,7 @@ pub fn change_spawned(d: &mut StateData, change_id: u64, now: Timestamp) {
 }
 
 /// Records a change-update notice if the change's status moved since the last one recorded.
-pub fn observe_change(d: &mut StateData, change_id: u64, now: Timestamp) {
+pub(crate) fn observe_change(d: &mut StateData, change_id: u64, now: Timestamp) {
     let Some(change) = d.changes.get(&change_id) else {
         return;
     };

@@ -24,7 +24,7 @@ use super::{StateData, StateStore, journal};
 use crate::atomic::{self, AtomicError, Durability};
 
 /// How long mutations are gathered before one write.
-pub const COALESCE_WINDOW: Duration = Duration::from_millis(100);
+pub(super) const COALESCE_WINDOW: Duration = Duration::from_millis(100);
 /// Delay before retrying a failed write.
 const RETRY_DELAY: Duration = Duration::from_secs(3);
 
@@ -48,7 +48,7 @@ pub enum PersistError {
 
 /// Why the state could not be written.
 #[derive(Debug, thiserror::Error)]
-pub enum FlushError {
+pub(crate) enum FlushError {
     #[error(transparent)]
     Write(#[from] AtomicError),
     /// The blocking write panicked or the runtime is shutting down.
@@ -257,14 +257,14 @@ const STATE_FILE_MODE: u32 = 0o600;
 
 /// Writes `bytes` to `path` atomically and durably. What a client was told (a change ID) is
 /// in this file, so it must survive a machine crash, not only the daemon's.
-pub fn write_state_file(path: &Path, bytes: &[u8]) -> Result<(), AtomicError> {
+pub(super) fn write_state_file(path: &Path, bytes: &[u8]) -> Result<(), AtomicError> {
     atomic::write_atomic(path, bytes, STATE_FILE_MODE, Durability::Machine)
 }
 
 /// Writes the store to disk whenever it changes: after a short window that coalesces a
 /// burst, or at once when someone waits for durability ([`StateStore::durable`]), batching
 /// whatever arrived meanwhile into the same write (group commit).
-pub struct Persister {
+pub(crate) struct Persister {
     store: StateStore,
     path: PathBuf,
     /// The journal, open for appending, while the last write left it usable; without one the
@@ -309,7 +309,7 @@ impl Drop for Attached {
 }
 
 impl Persister {
-    pub fn new(store: StateStore, path: PathBuf) -> Persister {
+    pub(crate) fn new(store: StateStore, path: PathBuf) -> Persister {
         store.inner.durable.send_modify(|d| d.persisted = true);
         Persister {
             store: store.clone(),
@@ -322,13 +322,13 @@ impl Persister {
 
     /// The number of completed writes, updated as each one completes.
     #[cfg(test)]
-    pub fn writes(&self) -> watch::Receiver<u64> {
+    pub(crate) fn writes(&self) -> watch::Receiver<u64> {
         self.writes.subscribe()
     }
 
     /// Writes the whole state now and starts a fresh journal (at start-up and shutdown);
     /// returns the store version the file now holds.
-    pub async fn flush(&mut self) -> Result<u64, FlushError> {
+    pub(crate) async fn flush(&mut self) -> Result<u64, FlushError> {
         self.journal = None;
         let (covers, generation, base, bytes) = self.store.checkpoint();
         let path = self.path.clone();
@@ -399,7 +399,7 @@ impl Persister {
     /// at once when a request waits for one, so that the first request after the disk
     /// heals succeeds. The log says it once when writes start failing and once when they
     /// work again, not at every retry.
-    pub async fn run(mut self, cancel: CancellationToken) {
+    pub(crate) async fn run(mut self, cancel: CancellationToken) {
         let mut version: watch::Receiver<u64> = self.store.subscribe();
         let mut written = self.store.inner.durable.borrow().version;
         let mut failing: Option<String> = None;

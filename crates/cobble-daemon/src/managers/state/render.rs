@@ -30,7 +30,7 @@ pub(super) fn listed<'a>(
 
 /// A list of changes that serialises as `GET /v1/changes` answers, from the store itself
 /// (see [`StateStore::changes_listing`]).
-pub struct ChangesListing<'a> {
+pub(crate) struct ChangesListing<'a> {
     pub(super) data: MutexGuard<'a, StateData>,
     pub(super) select: Select,
     pub(super) for_service: Option<String>,

@@ -43,25 +43,25 @@ pub(super) struct Failure {
 /// ...`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct NotRecorded(Arc<str>);
+pub(crate) struct NotRecorded(Arc<str>);
 
 /// A value (a change or notice ID) that a client may be told, because what it names is on
 /// disk: only [`StateStore::recorded`] makes one, after the write. The API answers with IDs
 /// through this type alone, so no handler can answer before the write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a recorded ID is for telling a client"]
-pub struct Recorded<T>(T);
+pub(crate) struct Recorded<T>(T);
 
 impl<T> Recorded<T> {
     /// The value vouched for.
-    pub fn get(&self) -> &T {
+    pub(crate) fn get(&self) -> &T {
         &self.0
     }
 }
 
 /// Errors of store operations, worded as Pebble's API words them.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum StateError {
+pub(crate) enum StateError {
     #[error("cannot find change with id \"{0}\"")]
     NoSuchChange(String),
     #[error("cannot abort change {0} with nothing pending")]
@@ -72,7 +72,7 @@ pub enum StateError {
 
 /// The shared store of changes and tasks. Cheap to clone.
 #[derive(Clone)]
-pub struct StateStore {
+pub(crate) struct StateStore {
     pub(super) inner: Arc<Inner>,
 }
 
@@ -95,7 +95,7 @@ pub(super) struct Inner {
 
 impl StateStore {
     /// A store holding `data` (fresh or loaded from disk).
-    pub fn new(mut data: StateData) -> StateStore {
+    pub(crate) fn new(mut data: StateData) -> StateStore {
         close_unfinished(&mut data);
         notices::prune(&mut data, Timestamp::now());
         let latest_warning = Arc::new(notices::LatestWarning::default());
@@ -131,12 +131,12 @@ impl StateStore {
 
     /// When one of this store's warnings last repeated: a handle that stays current, for the
     /// API's `latest-warning`.
-    pub fn latest_warning(&self) -> Arc<notices::LatestWarning> {
+    pub(crate) fn latest_warning(&self) -> Arc<notices::LatestWarning> {
         self.inner.latest_warning.clone()
     }
 
     /// Subscribes to mutations.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.inner.version.subscribe()
     }
 
@@ -178,7 +178,7 @@ impl StateStore {
 
     /// The current data as the state file holds it.
     #[cfg(test)]
-    pub fn snapshot_json(&self) -> Vec<u8> {
+    pub(crate) fn snapshot_json(&self) -> Vec<u8> {
         format::encode(&self.lock())
     }
 
@@ -205,14 +205,14 @@ impl StateStore {
     /// one write. Returns at once when no persister runs (`--dry`-like daemons, tests).
     /// Fails when the write that should have held them failed (a full or read-only disk):
     /// the caller then undoes what it did and tells its client why.
-    pub async fn durable(&self) -> Result<(), NotRecorded> {
+    pub(crate) async fn durable(&self) -> Result<(), NotRecorded> {
         let version = self.lock().version;
         self.wait_version(version).await
     }
 
     /// Waits for [`StateStore::durable`], then vouches for `value`: the only way to make a
     /// [`Recorded`].
-    pub async fn recorded<T>(&self, value: T) -> Result<Recorded<T>, NotRecorded> {
+    pub(crate) async fn recorded<T>(&self, value: T) -> Result<Recorded<T>, NotRecorded> {
         self.durable().await?;
         Ok(Recorded(value))
     }
@@ -251,7 +251,7 @@ impl StateStore {
     /// The changes `GET /v1/changes` lists, once the IDs they show are in the state file
     /// (a check's change made in the background shows IDs no request waited for). Serialise
     /// the listing at once: it holds the store.
-    pub async fn list_changes(
+    pub(crate) async fn list_changes(
         &self,
         select: Select,
         for_service: Option<&str>,
@@ -261,7 +261,7 @@ impl StateStore {
     }
 
     /// The change with the API's ID `id`, once the IDs it shows are in the state file.
-    pub async fn get_change(&self, id: &str) -> Result<ChangeInfo, StateError> {
+    pub(crate) async fn get_change(&self, id: &str) -> Result<ChangeInfo, StateError> {
         let change = self.change_info_str(id)?;
         self.durable_ids().await;
         Ok(change)
@@ -274,7 +274,7 @@ impl StateStore {
     /// Record first, act after: the runners are told to stop only once the abort is on
     /// disk. An abort the disk refuses is taken back (its tasks get the statuses they had)
     /// and the change runs on, so a client's retry is safe.
-    pub async fn abort_change(&self, change_id: u64) -> Result<ChangeInfo, StateError> {
+    pub(crate) async fn abort_change(&self, change_id: u64) -> Result<ChangeInfo, StateError> {
         if let Some(e) = self.write_failure() {
             return Err(StateError::NotRecorded(e));
         }
@@ -289,14 +289,14 @@ impl StateStore {
 
     /// The live notices matching `filter` (see `notices`), once the IDs they show are in
     /// the state file.
-    pub async fn list_notices(&self, filter: &NoticeFilter) -> Vec<Notice> {
+    pub(crate) async fn list_notices(&self, filter: &NoticeFilter) -> Vec<Notice> {
         let notices = self.notices(filter);
         self.durable_ids().await;
         notices
     }
 
     /// A live notice by ID, once the IDs it shows are in the state file.
-    pub async fn get_notice(&self, id: u64) -> Option<Notice> {
+    pub(crate) async fn get_notice(&self, id: u64) -> Option<Notice> {
         let notice = self.notice(id)?;
         self.durable_ids().await;
         Some(notice)
@@ -304,7 +304,7 @@ impl StateStore {
 
     /// `value`, once every ID handed out so far is in the state file: for a manager whose
     /// answers show IDs of changes it made in the background (a check's current change).
-    pub async fn showing_ids<T>(&self, value: T) -> T {
+    pub(crate) async fn showing_ids<T>(&self, value: T) -> T {
         self.durable_ids().await;
         value
     }
@@ -336,7 +336,7 @@ impl StateStore {
     }
 
     /// Why the last write of the state file failed, while none succeeded since.
-    pub fn write_failure(&self) -> Option<NotRecorded> {
+    pub(crate) fn write_failure(&self) -> Option<NotRecorded> {
         let durable = self.inner.durable.borrow();
         durable
             .failure
@@ -346,12 +346,12 @@ impl StateStore {
     }
 
     /// Creates a change with no tasks yet.
-    pub fn new_change(&self, kind: &str, summary: &str, service_names: Vec<String>) -> u64 {
+    pub(crate) fn new_change(&self, kind: &str, summary: &str, service_names: Vec<String>) -> u64 {
         self.create_change(kind, summary, service_names, None)
     }
 
     /// Creates a health check's change, whose notices name the check.
-    pub fn new_check_change(&self, kind: &str, summary: &str, check_name: &str) -> u64 {
+    pub(crate) fn new_check_change(&self, kind: &str, summary: &str, check_name: &str) -> u64 {
         self.create_change(kind, summary, Vec::new(), Some(check_name.to_owned()))
     }
 
@@ -400,7 +400,7 @@ impl StateStore {
     }
 
     /// Creates a change that is already Done (a replan with nothing to do).
-    pub fn new_done_change(&self, kind: &str, summary: &str) -> u64 {
+    pub(crate) fn new_done_change(&self, kind: &str, summary: &str) -> u64 {
         let id = self.new_change(kind, summary, Vec::new());
         self.mutate(|d| {
             if let Some(c) = d.changes.get_mut(&id) {
@@ -414,7 +414,7 @@ impl StateStore {
     }
 
     /// Adds a task to a change.
-    pub fn add_task(
+    pub(crate) fn add_task(
         &self,
         change_id: u64,
         kind: &str,
@@ -451,7 +451,7 @@ impl StateStore {
     }
 
     /// The token cancelled when `change_id` is aborted.
-    pub fn abort_token(&self, change_id: u64) -> CancellationToken {
+    pub(crate) fn abort_token(&self, change_id: u64) -> CancellationToken {
         self.inner
             .abort_tokens
             .lock()
@@ -464,7 +464,7 @@ impl StateStore {
     /// Ends a stopped task as Pebble's task runner ends an aborted task that has no undo
     /// handler: Abort (if it was still running), Undo, then Done, each a status its change
     /// passes through and records.
-    pub fn end_stopped_task(&self, task_id: u64) {
+    pub(crate) fn end_stopped_task(&self, task_id: u64) {
         if self.task_status(task_id) == Some(TaskStatus::Doing) {
             self.set_task_status(task_id, TaskStatus::Abort);
         }
@@ -480,7 +480,7 @@ impl StateStore {
     }
 
     /// Sets a task's status, stamping ready times of the task and, if it became ready, its change.
-    pub fn set_task_status(&self, task_id: u64, status: TaskStatus) {
+    pub(crate) fn set_task_status(&self, task_id: u64, status: TaskStatus) {
         self.mutate(|d| {
             let Some(task) = d.tasks.get_mut(&task_id) else {
                 return;
@@ -527,12 +527,12 @@ impl StateStore {
     }
 
     /// Appends an INFO entry to a task's log.
-    pub fn task_info(&self, task_id: u64, message: &str) {
+    pub(crate) fn task_info(&self, task_id: u64, message: &str) {
         self.task_log(task_id, "INFO", message);
     }
 
     /// Appends an ERROR entry to a task's log; these make up the change's `err`.
-    pub fn task_error(&self, task_id: u64, message: &str) {
+    pub(crate) fn task_error(&self, task_id: u64, message: &str) {
         self.task_log(task_id, "ERROR", message);
     }
 
@@ -555,12 +555,12 @@ impl StateStore {
     }
 
     /// The status of a task.
-    pub fn task_status(&self, task_id: u64) -> Option<TaskStatus> {
+    pub(crate) fn task_status(&self, task_id: u64) -> Option<TaskStatus> {
         self.lock().tasks.get(&task_id).map(|t| t.status)
     }
 
     /// Sets one entry of a task's `data`.
-    pub fn set_task_data(&self, task_id: u64, key: &str, value: serde_json::Value) {
+    pub(crate) fn set_task_data(&self, task_id: u64, key: &str, value: serde_json::Value) {
         self.mutate(|d| {
             if let Some(task) = d.tasks.get_mut(&task_id) {
                 task.data.insert(key.to_owned(), value);
@@ -571,7 +571,7 @@ impl StateStore {
     }
 
     /// A task's kind and the change it belongs to.
-    pub fn task_kind(&self, task_id: u64) -> Option<(String, u64)> {
+    pub(crate) fn task_kind(&self, task_id: u64) -> Option<(String, u64)> {
         self.lock()
             .tasks
             .get(&task_id)
@@ -579,7 +579,7 @@ impl StateStore {
     }
 
     /// A change as the API shows it.
-    pub fn change_info(&self, change_id: u64) -> Option<ChangeInfo> {
+    pub(crate) fn change_info(&self, change_id: u64) -> Option<ChangeInfo> {
         let d = self.lock();
         d.changes.get(&change_id).map(|c| render_change(&d, c))
     }
@@ -594,7 +594,7 @@ impl StateStore {
 
     /// Lists changes, newest last.
     #[cfg(test)]
-    pub fn changes(&self, select: Select, for_service: Option<&str>) -> Vec<ChangeInfo> {
+    pub(crate) fn changes(&self, select: Select, for_service: Option<&str>) -> Vec<ChangeInfo> {
         let d = self.lock();
         listed(&d, select, for_service)
             .map(|c| render_change(&d, c))
@@ -619,7 +619,7 @@ impl StateStore {
     }
 
     /// Whether a change is ready (None if unknown).
-    pub fn is_ready(&self, change_id: u64) -> Option<bool> {
+    pub(crate) fn is_ready(&self, change_id: u64) -> Option<bool> {
         let d = self.lock();
         d.changes
             .get(&change_id)
@@ -627,7 +627,7 @@ impl StateStore {
     }
 
     /// Waits until a change is ready (returns at once for an unknown change).
-    pub async fn wait_ready(&self, change_id: u64) {
+    pub(crate) async fn wait_ready(&self, change_id: u64) {
         let mut versions = self.subscribe();
         while self.is_ready(change_id) == Some(false) {
             if versions.changed().await.is_err() {
@@ -640,7 +640,7 @@ impl StateStore {
     /// Aborts a change: pending tasks are held, running ones are asked to stop. Nothing
     /// waits for the write: a client is answered through [`StateStore::abort_change`].
     #[cfg(test)]
-    pub fn abort(&self, change_id: u64) -> Result<ChangeInfo, StateError> {
+    pub(crate) fn abort(&self, change_id: u64) -> Result<ChangeInfo, StateError> {
         self.mark_aborted(change_id)?;
         self.abort_token(change_id).cancel();
         Ok(self.change_info(change_id).expect("change exists"))
@@ -701,7 +701,7 @@ impl StateStore {
     }
 
     /// Drops old ready changes and aborts ancient unfinished ones.
-    pub fn prune(&self, now: Timestamp) {
+    pub(crate) fn prune(&self, now: Timestamp) {
         self.mutate(|d| prune(d, now));
     }
 
@@ -721,7 +721,7 @@ impl StateStore {
 
     /// Records a warning for the user (Pebble's `Warnf`): a public `warning` notice whose key
     /// is the message, repeating at most once a day. `cobble warnings` lists it.
-    pub fn add_warning(&self, message: &str) -> u64 {
+    pub(crate) fn add_warning(&self, message: &str) -> u64 {
         self.add_notice(Occurrence {
             user_id: None,
             kind: NoticeType::Warning,
@@ -735,7 +735,7 @@ impl StateStore {
     /// state file cannot be written, the occurrence is taken back (the notice is as it was,
     /// or gone if it was new; its ID is never given again) and the request fails, so that a
     /// client's retry counts once.
-    pub async fn add_notice_recorded(
+    pub(crate) async fn add_notice_recorded(
         &self,
         occurrence: Occurrence,
     ) -> Result<Recorded<u64>, NotRecorded> {
@@ -765,7 +765,7 @@ impl StateStore {
     /// Takes back a change that was created but could not be recorded, before anything
     /// was done for it: it goes with its tasks and its change-update notice. Its ID is
     /// never given again.
-    pub fn discard_change(&self, change_id: u64) {
+    pub(crate) fn discard_change(&self, change_id: u64) {
         self.mutate(|d| {
             if let Some(change) = d.changes.remove(&change_id) {
                 for task in change.task_ids {
@@ -808,7 +808,7 @@ impl StateStore {
     /// a notice as surely as the answer to its `notify` does, so it never comes first. The
     /// caller bounds the wait with its timeout. A notice and what it names (a change's ID)
     /// are recorded together, so what it returns shows only IDs in the state file.
-    pub async fn wait_notices(&self, filter: &NoticeFilter) -> Vec<Notice> {
+    pub(crate) async fn wait_notices(&self, filter: &NoticeFilter) -> Vec<Notice> {
         let mut wakes = self.inner.notice_wakes.subscribe();
         let mut versions = self.subscribe();
         loop {

@@ -14,11 +14,11 @@ use serde::Serialize;
 use super::queue::{Entry, Labels};
 
 /// The automatic Loki label naming the service.
-pub const LOKI_SERVICE_LABEL: &str = "pebble_service";
+pub(crate) const LOKI_SERVICE_LABEL: &str = "pebble_service";
 /// The automatic OpenTelemetry resource attribute naming the service.
-pub const OTEL_SERVICE_ATTRIBUTE: &str = "service.name";
+pub(crate) const OTEL_SERVICE_ATTRIBUTE: &str = "service.name";
 /// The structured-data ID of syslog labels: Canonical's private enterprise number.
-pub const SYSLOG_SD_ID: &str = "pebble@28978";
+pub(crate) const SYSLOG_SD_ID: &str = "pebble@28978";
 /// The instrumentation scope of OpenTelemetry records.
 const OTEL_SCOPE: &str = "pebble";
 /// Syslog priority: facility 1 (user-level) times 8, plus severity 5 (notice).
@@ -56,7 +56,7 @@ struct LokiStream<'a> {
 }
 
 /// A Loki push request body.
-pub fn loki(entries: &[Entry]) -> Vec<u8> {
+pub(crate) fn loki(entries: &[Entry]) -> Vec<u8> {
     let push = LokiPush {
         streams: streams(entries)
             .into_iter()
@@ -126,7 +126,7 @@ struct LogRecord<'a> {
 }
 
 /// An OTLP/HTTP JSON logs request body.
-pub fn opentelemetry(entries: &[Entry]) -> Vec<u8> {
+pub(crate) fn opentelemetry(entries: &[Entry]) -> Vec<u8> {
     let body = OtlpLogs {
         resource_logs: streams(entries)
             .into_iter()
@@ -165,7 +165,7 @@ pub fn opentelemetry(entries: &[Entry]) -> Vec<u8> {
 }
 
 /// One RFC 5424 message, without framing.
-pub fn syslog_message(entry: &Entry, hostname: &str) -> String {
+pub(crate) fn syslog_message(entry: &Entry, hostname: &str) -> String {
     use std::fmt::Write;
     let mut out = format!(
         "<{SYSLOG_PRIORITY}>1 {} {hostname} {} - - [{SYSLOG_SD_ID}",
@@ -188,7 +188,7 @@ pub fn syslog_message(entry: &Entry, hostname: &str) -> String {
 }
 
 /// Messages framed by octet counting (RFC 6587), as a stream transport carries them.
-pub fn syslog_octet_counted(entries: &[Entry], hostname: &str) -> Vec<u8> {
+pub(crate) fn syslog_octet_counted(entries: &[Entry], hostname: &str) -> Vec<u8> {
     let mut out = Vec::new();
     for entry in entries {
         let message = syslog_message(entry, hostname);

@@ -21,9 +21,9 @@
 //! `cobble_log_forward_sent_total` per target, and the daemon log says when a target starts
 //! failing and when it works again.
 
-pub mod encode;
-pub mod queue;
-pub mod send;
+pub(crate) mod encode;
+pub(crate) mod queue;
+pub(crate) mod send;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,13 +54,13 @@ struct Routes {
 
 /// Where output readers hand their lines. Cheap to clone; one per daemon.
 #[derive(Clone, Default)]
-pub struct Tap {
+pub(crate) struct Tap {
     routes: Arc<Routes>,
 }
 
 impl Tap {
     /// The tap for one reader of `service`'s output.
-    pub fn service(&self, service: &str) -> ServiceTap {
+    pub(crate) fn service(&self, service: &str) -> ServiceTap {
         let mut tap = ServiceTap {
             routes: self.routes.clone(),
             service: service.into(),
@@ -73,7 +73,7 @@ impl Tap {
 }
 
 /// One output reader's handle on the forwarding routes.
-pub struct ServiceTap {
+pub(crate) struct ServiceTap {
     routes: Arc<Routes>,
     service: Arc<str>,
     /// The generation `current` was read at.
@@ -98,7 +98,7 @@ impl ServiceTap {
 
     /// Whether any target wants this service's lines now: a reader asks once per read, and
     /// makes no text for the lines when none does.
-    pub fn wanted(&mut self) -> bool {
+    pub(crate) fn wanted(&mut self) -> bool {
         if self.routes.generation.load(Ordering::Acquire) != self.generation {
             self.refresh();
         }
@@ -106,7 +106,7 @@ impl ServiceTap {
     }
 
     /// Forwards one line of output to every target that wants this service. Never waits.
-    pub fn line(&mut self, time: Timestamp, line: &str) {
+    pub(crate) fn line(&mut self, time: Timestamp, line: &str) {
         if self.routes.generation.load(Ordering::Acquire) != self.generation {
             self.refresh();
         }
@@ -123,7 +123,7 @@ impl ServiceTap {
 
 /// Delivery counts of one target, for `/v1/metrics`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetStats {
+pub(crate) struct TargetStats {
     pub name: String,
     pub sent: u64,
     pub dropped: u64,
@@ -140,7 +140,7 @@ struct Target {
 
 /// Handle to the log forwarder. Cheap to clone.
 #[derive(Clone)]
-pub struct LogForwarder {
+pub(crate) struct LogForwarder {
     targets: Arc<Mutex<BTreeMap<String, Arc<TargetQueue>>>>,
     stop: CancellationToken,
     task: Arc<Mutex<Option<JoinHandle<()>>>>,
@@ -148,7 +148,7 @@ pub struct LogForwarder {
 
 impl LogForwarder {
     /// Starts following `plan`; lines handed to the returned [`Tap`] reach the targets.
-    pub fn spawn(plan: watch::Receiver<Arc<Plan>>) -> (LogForwarder, Tap) {
+    pub(crate) fn spawn(plan: watch::Receiver<Arc<Plan>>) -> (LogForwarder, Tap) {
         let tap = Tap::default();
         let forwarder = LogForwarder {
             targets: Arc::default(),
@@ -166,7 +166,7 @@ impl LogForwarder {
     }
 
     /// Counts per target in the plan, sorted by name.
-    pub fn stats(&self) -> Vec<TargetStats> {
+    pub(crate) fn stats(&self) -> Vec<TargetStats> {
         let targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
         targets
             .iter()
@@ -180,7 +180,7 @@ impl LogForwarder {
     }
 
     /// Sends what is queued (each target gets [`send::FINAL_FLUSH`]) and stops.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         self.stop.cancel();
         let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(task) = task {

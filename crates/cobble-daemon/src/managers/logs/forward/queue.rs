@@ -13,20 +13,20 @@ use jiff::Timestamp;
 use tokio::sync::Notify;
 
 /// Entries one target may hold while its receiver is not taking them.
-pub const MAX_QUEUED_ENTRIES: usize = 10_000;
+pub(crate) const MAX_QUEUED_ENTRIES: usize = 10_000;
 /// Bytes of messages one target may hold (on top of a fixed cost per entry).
-pub const MAX_QUEUED_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_QUEUED_BYTES: usize = 4 * 1024 * 1024;
 /// What an entry costs besides its message, so many tiny lines are bounded too.
 const ENTRY_OVERHEAD: usize = 64;
 /// Entries sent in one request, and the count that sends a batch before its second is up.
-pub const BATCH_ENTRIES: usize = 100;
+pub(crate) const BATCH_ENTRIES: usize = 100;
 
 /// Labels of one service at one target, after `$ENV` expansion.
-pub type Labels = BTreeMap<String, String>;
+pub(crate) type Labels = BTreeMap<String, String>;
 
 /// One line of service output on its way to a target.
 #[derive(Debug, Clone)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub time: Timestamp,
     pub service: Arc<str>,
     pub message: String,
@@ -49,7 +49,7 @@ struct Pending {
 
 /// One target's queue and its counters. Shared by the readers that push and the sender.
 #[derive(Default)]
-pub struct TargetQueue {
+pub(crate) struct TargetQueue {
     pending: Mutex<Pending>,
     /// Wakes the sender: on the first entry of a batch and when a batch is full.
     pub(super) wake: Notify,
@@ -62,7 +62,7 @@ pub struct TargetQueue {
 
 impl TargetQueue {
     /// Queues one entry; never waits. The oldest entries go when the queue is full.
-    pub fn push(&self, entry: Entry) {
+    pub(crate) fn push(&self, entry: Entry) {
         let mut dropped = 0;
         let len = {
             let mut pending = lock(&self.pending);
@@ -86,7 +86,7 @@ impl TargetQueue {
     }
 
     /// Takes up to `max` of the oldest entries.
-    pub fn take(&self, max: usize) -> Vec<Entry> {
+    pub(crate) fn take(&self, max: usize) -> Vec<Entry> {
         let mut pending = lock(&self.pending);
         let n = max.min(pending.entries.len());
         let batch: Vec<Entry> = pending.entries.drain(..n).collect();
@@ -95,32 +95,32 @@ impl TargetQueue {
     }
 
     /// Entries waiting.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         lock(&self.pending).entries.len()
     }
 
     /// Whether nothing is waiting.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Counts `n` entries as lost.
-    pub fn count_dropped(&self, n: usize) {
+    pub(crate) fn count_dropped(&self, n: usize) {
         self.dropped.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Counts `n` entries as delivered.
-    pub fn count_sent(&self, n: usize) {
+    pub(crate) fn count_sent(&self, n: usize) {
         self.sent.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Entries lost so far.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
     /// Entries delivered so far.
-    pub fn sent(&self) -> u64 {
+    pub(crate) fn sent(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)
     }
 }

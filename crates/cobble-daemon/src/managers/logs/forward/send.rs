@@ -20,19 +20,19 @@ use super::encode;
 use super::queue::{BATCH_ENTRIES, Entry, TargetQueue};
 
 /// How long a batch may wait for more entries.
-pub const BATCH_DELAY: Duration = Duration::from_secs(1);
+pub(crate) const BATCH_DELAY: Duration = Duration::from_secs(1);
 /// How long one request (or connection and write, for syslog) may take.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The first wait before a failed batch is sent again.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest wait between attempts.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(8);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(8);
 /// How long a removed target, or the daemon's exit, waits for the last batches to go out.
-pub const FINAL_FLUSH: Duration = Duration::from_secs(2);
+pub(crate) const FINAL_FLUSH: Duration = Duration::from_secs(2);
 
 /// Where and how a target's entries go.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Destination {
+pub(crate) struct Destination {
     /// `loki`, `opentelemetry` or `syslog` (the plan has checked it).
     pub kind: String,
     pub location: String,
@@ -186,7 +186,7 @@ impl Client {
 }
 
 /// Runs one target's sender until `stop`, then gives the last entries [`FINAL_FLUSH`].
-pub async fn run(
+pub(crate) async fn run(
     name: String,
     queue: Arc<TargetQueue>,
     mut destination: watch::Receiver<Destination>,
