@@ -362,7 +362,7 @@ pub(crate) fn router(state: Shared) -> Router {
 pub fn routes() -> Vec<(&'static str, &'static str)> {
     const SOURCE: &str = include_str!("mod.rs");
     let body = SOURCE
-        .split("pub fn router(")
+        .split("fn router(")
         .nth(1)
         .and_then(|rest| rest.split("\n}\n").next())
         .unwrap_or_default();
