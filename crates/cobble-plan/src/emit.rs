@@ -330,24 +330,12 @@ fn needs_escape(c: char) -> bool {
 /// sexagesimal `1:30` too), a timestamp or a merge key. So `"8080"` and `"2001-12-14"` are
 /// quoted and `127.0.0.1` or `1s` are not, as in Pebble's plan.
 fn reads_as_other_type(s: &str) -> bool {
-    const WORDS: &[&str] = &[
-        "", "~", "null", "Null", "NULL", "true", "True", "TRUE", "false", "False", "FALSE", "y",
-        "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off",
-        "OFF", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF",
-        ".nan", ".NaN", ".NAN", "<<",
+    // YAML 1.1's bools, which yaml.v3 reads as such into a bool and so quotes.
+    const OLD_BOOLS: &[&str] = &[
+        "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off",
+        "OFF",
     ];
-    if WORDS.contains(&s) {
-        return true;
-    }
-    if !matches!(s.as_bytes().first(), Some(b'0'..=b'9' | b'+' | b'-' | b'.')) {
-        return false;
-    }
-    // yaml.v3 drops underscores before it tries numbers.
-    let number = s.replace('_', "");
-    looks_like_timestamp(s)
-        || go_int(&number)
-        || (yaml_float(&number) && number.parse::<f64>().is_ok_and(f64::is_finite))
-        || base60_float(s)
+    resolve(s) != "!!str" || OLD_BOOLS.contains(&s) || base60_float(s)
 }
 
 /// The tag yaml.v3 resolves a plain scalar to: `!!null`, `!!bool`, `!!int`, `!!float`,

@@ -284,13 +284,14 @@ pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
         _ => {
             return Some(whole(format!(
                 "yaml: unmarshal errors:\n  {}",
-                type_error(&root, "map[string]yaml.Node")
+                type_error(&root, "map[string]yaml.Node", root.line)
             )));
         }
     };
-    if let Some(duplicate) = duplicate_key(sections) {
+    if let Some(duplicate) = duplicate_keys(sections, |line| line).first() {
         return Some(whole(format!("yaml: unmarshal errors:\n  {duplicate}")));
     }
+    let blank = blank_lines(text);
     for (key, value) in sections {
         let name = scalar_text(key);
         let ty = match name {
@@ -304,7 +305,7 @@ pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
         };
         let mut decode = Decode {
             first_line: value.line,
-            blank: blank_lines(text),
+            blank: &blank,
             errors: Vec::new(),
         };
         let message = match decode.value(value, ty) {
@@ -333,8 +334,8 @@ fn blank_lines(text: &str) -> Vec<usize> {
         .collect()
 }
 
-/// yaml.v3's type error for `node` decoded into Go type `ty`, without its line.
-fn type_error(node: &Node, ty: &str) -> String {
+/// yaml.v3's type error for `node` decoded into Go type `ty`, shown at `line`.
+fn type_error(node: &Node, ty: &str, line: usize) -> String {
     let value = match &node.kind {
         Kind::Scalar { value, .. } if value.chars().count() > 10 => {
             format!(" `{}...`", value.chars().take(7).collect::<String>())
@@ -343,30 +344,30 @@ fn type_error(node: &Node, ty: &str) -> String {
         _ => String::new(),
     };
     format!(
-        "line {}: cannot unmarshal {}{value} into {ty}",
-        node.line,
+        "line {line}: cannot unmarshal {}{value} into {ty}",
         node.tag()
     )
 }
 
-/// yaml.v3's check for a key given twice in one mapping (lines are the caller's to number).
-fn duplicate_key(pairs: &[(Node, Node)]) -> Option<String> {
+/// yaml.v3's errors for the keys a mapping gives twice, with lines as `line` numbers them.
+fn duplicate_keys(pairs: &[(Node, Node)], line: impl Fn(usize) -> usize) -> Vec<String> {
+    let mut errors = Vec::new();
     for (i, (first, _)) in pairs.iter().enumerate() {
         for (later, _) in &pairs[i + 1..] {
             if let (Kind::Scalar { value: a, .. }, Kind::Scalar { value: b, .. }) =
                 (&first.kind, &later.kind)
                 && a == b
             {
-                return Some(format!(
+                errors.push(format!(
                     "line {}: mapping key {} already defined at line {}",
-                    later.line,
+                    line(later.line),
                     crate::go_quote(b),
-                    first.line
+                    line(first.line)
                 ));
             }
         }
     }
-    None
+    errors
 }
 
 /// One of Pebble's Go types, as yaml.v3 decodes into it.
@@ -490,15 +491,15 @@ const LOG_TARGET: GoType = GoType::Struct(
 );
 
 /// yaml.v3's decoder over one section, as Pebble runs it (unknown fields refused).
-struct Decode {
+struct Decode<'a> {
     /// The line the section's value starts on: line 1 of the section as Pebble rewrites it.
     first_line: usize,
-    blank: Vec<usize>,
+    blank: &'a [usize],
     /// The type errors so far; yaml.v3 reports them together at the end.
     errors: Vec<String>,
 }
 
-impl Decode {
+impl Decode<'_> {
     /// The line a node is on in the section as yaml.v3 writes it out again: counted from
     /// the section's start, without the blank lines it drops.
     fn line(&self, line: usize) -> usize {
@@ -511,10 +512,8 @@ impl Decode {
     }
 
     fn type_error(&mut self, node: &Node, ty: &str) {
-        let error = type_error(node, ty);
-        let (_, rest) = error.split_once(": ").unwrap_or_default();
-        self.errors
-            .push(format!("line {}: {rest}", self.line(node.line)));
+        let error = type_error(node, ty, self.line(node.line));
+        self.errors.push(error);
     }
 
     /// Decodes `node` into `ty`; a field that reads itself ends the decode with its error.
@@ -596,22 +595,10 @@ impl Decode {
 
     /// yaml.v3 refuses a mapping that gives a key twice before it decodes any of it.
     fn duplicates(&mut self, pairs: &[(Node, Node)]) -> bool {
-        let before = self.errors.len();
-        for (i, (first, _)) in pairs.iter().enumerate() {
-            for (later, _) in &pairs[i + 1..] {
-                if let (Kind::Scalar { value: a, .. }, Kind::Scalar { value: b, .. }) =
-                    (&first.kind, &later.kind)
-                    && a == b
-                {
-                    let (at, was) = (self.line(later.line), self.line(first.line));
-                    self.errors.push(format!(
-                        "line {at}: mapping key {} already defined at line {was}",
-                        crate::go_quote(b)
-                    ));
-                }
-            }
-        }
-        self.errors.len() > before
+        let duplicates = duplicate_keys(pairs, |line| self.line(line));
+        let found = !duplicates.is_empty();
+        self.errors.extend(duplicates);
+        found
     }
 }
 
