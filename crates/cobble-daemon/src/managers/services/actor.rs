@@ -89,6 +89,7 @@ pub(super) fn spawn(
         watches_stale: false,
         jobs: ProcessJobs::new(processes),
         checks: checks.borrow().clone(),
+        held_signals: Vec::new(),
     };
     (tx, tokio::spawn(actor.run(rx, done_rx, paths_rx, checks)))
 }
@@ -168,6 +169,17 @@ struct Actor {
     jobs: ProcessJobs,
     /// The checks as last published.
     checks: Arc<CheckSignals>,
+    /// Signals to a service whose process is being spawned, sent once it has a pid (or has
+    /// failed to get one). Pebble spawns while it holds its lock, so no client of it can
+    /// see a service that is active but has no process to signal.
+    held_signals: Vec<HeldSignal>,
+}
+
+/// A `/v1/signals` request that waits for a spawn to finish.
+struct HeldSignal {
+    names: Vec<String>,
+    signal: String,
+    reply: oneshot::Sender<Result<(), String>>,
 }
 
 /// How many of the supervisor's process jobs run at once.
@@ -234,7 +246,10 @@ impl Actor {
                     Some(request) => self.handle(request),
                     None => break,
                 },
-                Some(result) = done.recv() => self.finished(result),
+                Some(result) = done.recv() => {
+                    self.finished(result);
+                    self.release_signals();
+                }
                 Some(event) = paths.recv() => self.path_changed(event),
                 Ok(()) = checks.changed() => {
                     self.checks = checks.borrow_and_update().clone();
@@ -526,7 +541,16 @@ impl Actor {
                 reply,
             } => {
                 injected_fault(&signal);
-                let _ = reply.send(self.signal(&names, &signal));
+                let held = HeldSignal {
+                    names,
+                    signal,
+                    reply,
+                };
+                if self.spawning(&held.names) {
+                    self.held_signals.push(held);
+                } else {
+                    let _ = held.reply.send(self.signal(&held.names, &held.signal));
+                }
             }
             Request::Outdated { reply } => {
                 let plan = self.plan.borrow().clone();
@@ -738,6 +762,28 @@ impl Actor {
         }
         if slot.machine.status() != before || slot.since.is_none() {
             slot.since = Some(Timestamp::now());
+        }
+    }
+
+    /// Whether any of the named services is between asking for a process and having one.
+    fn spawning(&self, names: &[String]) -> bool {
+        names
+            .iter()
+            .filter_map(|name| self.services.get(name))
+            .any(|slot| slot.machine.is_spawning())
+    }
+
+    /// Sends the held signals whose services have finished spawning, in the order they came.
+    fn release_signals(&mut self) {
+        if self.held_signals.is_empty() {
+            return;
+        }
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held_signals)
+            .into_iter()
+            .partition(|held| !self.spawning(&held.names));
+        self.held_signals = waiting;
+        for held in ready {
+            let _ = held.reply.send(self.signal(&held.names, &held.signal));
         }
     }
 

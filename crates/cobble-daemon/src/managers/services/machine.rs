@@ -552,6 +552,11 @@ impl Machine {
         }
     }
 
+    /// Whether a process has been asked for and its pid is not known yet.
+    pub(crate) fn is_spawning(&self) -> bool {
+        matches!(self.phase, Phase::Spawning { .. })
+    }
+
     /// Whether the process may be signalled through `/v1/signals`.
     pub(crate) fn is_running(&self) -> bool {
         matches!(self.phase, Phase::Starting { .. } | Phase::Running { .. })

@@ -27,6 +27,8 @@ struct Record {
     ended: Vec<u32>,
     /// Main processes whose remains were signalled after they exited on their own.
     remains: Vec<u32>,
+    /// Signals sent through `/v1/signals`, in order.
+    process_signals: Vec<(u32, String)>,
     /// How to finish each live process.
     exits: BTreeMap<u32, oneshot::Sender<i32>>,
 }
@@ -143,7 +145,9 @@ impl Processes for Scripted {
         vec![(pid + 10_000, 0)]
     }
 
-    fn signal_process(&self, _pid: u32, _signal: &str) -> Result<(), String> {
+    fn signal_process(&self, pid: u32, signal: &str) -> Result<(), String> {
+        self.record().process_signals.push((pid, signal.to_owned()));
+        self.changed.notify_waiters();
         Ok(())
     }
 
@@ -397,6 +401,37 @@ async fn a_stop_during_a_slow_spawn_stops_what_the_spawn_produces() {
     let pid = h.processes.last_pid();
     assert_eq!(h.processes.record().signals, [(pid, GroupSignal::Term)]);
     assert_eq!(h.status("web").await, "inactive");
+}
+
+/// Regression: a service listed `active` while its spawn was under way answered a signal with
+/// "service is not running". The signal now waits for the pid, as it would in Pebble, whose
+/// spawn no client can see half done.
+#[tokio::test]
+async fn a_signal_during_a_slow_spawn_reaches_the_process_it_produces() {
+    let h = Harness::new(vec![service("web"), service("db")]);
+    let (release, gate) = std::sync::mpsc::channel();
+    *h.processes.hold_spawns.lock().unwrap() = Some(gate);
+    let start = h.start("web");
+    h.processes.until("spawning", |r| r.spawning == 1).await;
+    assert_eq!(h.status("web").await, "active");
+    let signal = {
+        let manager = h.manager.clone();
+        tokio::spawn(async move { manager.signal(vec!["web".into()], "SIGHUP".into()).await })
+    };
+    // A service that is not starting is refused at once, held signal or not.
+    assert_eq!(
+        h.manager.signal(vec!["db".into()], "SIGHUP".into()).await,
+        Err("cannot send signal to \"db\": service is not running".into())
+    );
+    assert!(h.processes.record().process_signals.is_empty());
+    release.send(()).unwrap();
+    assert_eq!(signal.await.unwrap(), Ok(()));
+    let pid = h.processes.last_pid();
+    assert_eq!(
+        h.processes.record().process_signals,
+        [(pid, "SIGHUP".to_owned())]
+    );
+    drop(start);
 }
 
 #[tokio::test]
