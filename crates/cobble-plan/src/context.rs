@@ -36,6 +36,38 @@ pub struct ContextOptions {
     pub rlimits: crate::Rlimits,
 }
 
+impl crate::Service {
+    /// What a command run in this service's context inherits, and what the service's own
+    /// command runs with: its environment, identity, working directory and limits.
+    pub fn context(&self) -> ContextOptions {
+        ContextOptions {
+            environment: self.environment.clone(),
+            user_id: self.user_id,
+            user: self.user.clone(),
+            group_id: self.group_id,
+            group: self.group.clone(),
+            working_dir: self.working_dir.clone(),
+            rlimits: self.rlimits.clone(),
+        }
+    }
+}
+
+impl crate::ExecCheck {
+    /// What the check's command runs with: once the check is merged with its
+    /// `service-context`, the context's fields under the check's own.
+    pub fn context(&self) -> ContextOptions {
+        ContextOptions {
+            environment: self.environment.clone(),
+            user_id: self.user_id,
+            user: self.user.clone(),
+            group_id: self.group_id,
+            group: self.group.clone(),
+            working_dir: self.working_dir.clone(),
+            rlimits: self.rlimits.clone(),
+        }
+    }
+}
+
 impl Plan {
     /// `overrides` on top of service `service`'s context: its environment with the
     /// overrides' variables merged over it, and each identity field or the working directory
@@ -48,26 +80,23 @@ impl Plan {
         if service.is_empty() {
             return Ok(overrides);
         }
-        let config = self
+        let inherited = self
             .service_to_run(service)
-            .ok_or_else(|| PlanError::ContextServiceNotFound(service.to_owned()))?;
-        let mut environment = config.environment.clone();
+            .ok_or_else(|| PlanError::ContextServiceNotFound(service.to_owned()))?
+            .context();
+        let mut environment = inherited.environment;
         environment.extend(overrides.environment);
-        let or = |given: String, inherited: &String| {
-            if given.is_empty() {
-                inherited.clone()
-            } else {
-                given
-            }
+        let or = |given: String, inherited: String| {
+            if given.is_empty() { inherited } else { given }
         };
         Ok(ContextOptions {
             environment,
-            user_id: overrides.user_id.or(config.user_id),
-            user: or(overrides.user, &config.user),
-            group_id: overrides.group_id.or(config.group_id),
-            group: or(overrides.group, &config.group),
-            working_dir: or(overrides.working_dir, &config.working_dir),
-            rlimits: config.rlimits.clone(),
+            user_id: overrides.user_id.or(inherited.user_id),
+            user: or(overrides.user, inherited.user),
+            group_id: overrides.group_id.or(inherited.group_id),
+            group: or(overrides.group, inherited.group),
+            working_dir: or(overrides.working_dir, inherited.working_dir),
+            rlimits: inherited.rlimits,
         })
     }
 }

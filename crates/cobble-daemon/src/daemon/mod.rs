@@ -41,6 +41,7 @@ use crate::logging::{self, SecurityEvent};
 use crate::logs::forward::LogForwarder;
 use crate::logs::persist::LogFiles;
 use crate::process::OsProcesses;
+use crate::process::launcher::Launcher;
 use crate::process::members;
 use crate::process::registry::{self, ProcessRegistry};
 use crate::services::ServiceManager;
@@ -53,6 +54,9 @@ use crate::{Embedding, RunOptions};
 const PRUNE_INTERVAL: Duration = Duration::from_secs(10 * 60);
 /// Extra time allowed for services to stop at shutdown, beyond the longest kill-delay.
 const STOP_GRACE: Duration = Duration::from_millis(5_100);
+
+/// How many exec checks' commands are launched at once.
+const CHECK_LAUNCHES: usize = 2;
 /// The exit code when one of the daemon's managers stopped unexpectedly.
 pub const MANAGER_FAILED_EXIT_CODE: i32 = 1;
 
@@ -302,7 +306,12 @@ async fn start_managers(
         ProcessRegistry::new(state_dir.as_deref()),
         state_dir.as_deref(),
     ));
-    let (checks, checks_task) = CheckManager::spawn(plan.subscribe(), store.clone());
+    // Exec checks' commands are recorded while they run, as services' are, and launched
+    // a few at a time: a plan full of exec checks due together queues short jobs instead of
+    // taking the cores from the runtime's workers.
+    let check_launcher = Launcher::new(CHECK_LAUNCHES).recording(processes.clone());
+    let (checks, checks_task) =
+        CheckManager::spawn(plan.subscribe(), store.clone(), check_launcher);
     let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe());
     let (services, services_task) = ServiceManager::spawn(
         plan.subscribe(),

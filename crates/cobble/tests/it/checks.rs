@@ -758,6 +758,45 @@ fn a_refresh_answers_only_with_a_change_on_disk() {
     );
 }
 
+/// An exec check's command is recorded while it runs, as a service's is: a daemon SIGKILLed
+/// in the middle of a run leaves it behind, and the next daemon ends it before it starts
+/// anything and says so.
+#[test]
+fn a_check_command_a_killed_daemon_left_running_is_ended_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("check.pid");
+    let yaml = format!(
+        "checks:\n  slow:\n    override: replace\n    period: 3s\n    timeout: 3s\n    \
+         exec:\n      command: /bin/sh -c 'echo $$ > {}; exec sleep 1000'\n",
+        pid_file.display()
+    );
+    let mut d = Daemon::hold(&[("001-slow", &yaml)]);
+    wait_for("the check's first run", LONG, || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n'))
+    });
+    d.kill();
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    // Nothing ends it now: the daemon that ran it, and would have at its timeout, is gone.
+    assert!(alive(pid), "the check's command ended with its daemon");
+    d.restart(&["--hold"]);
+    d.wait_log("Stopped leftover processes of check slow");
+    wait_for("the check's command to end", LONG, || !alive(pid));
+}
+
 /// `/v1/metrics` as Pebble writes it: only services this daemon has started, each with
 /// whether it is active before its start count; over `--http`, only to an identity whose
 /// access is exactly `metrics` (an admin's password over cleartext gets a 401).

@@ -11,8 +11,9 @@
 //! started without a fork of the daemon (`cobble_sys::vspawn`): they come in bursts, and
 //! copying the daemon for each was most of what an `exec true` cost it.
 //!
-//! [`spawn`] blocks (it looks up users, stats `PATH` entries and forks): call it from a
-//! blocking task, never on a runtime worker.
+//! Launching blocks (it looks up users, stats `PATH` entries and forks): call it from a
+//! blocking task, never on a runtime worker. Most callers launch through
+//! [`super::launcher`] or [`super::supervise`], which record the command's group first.
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
@@ -21,7 +22,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-use cobble_plan::Rlimits;
+use cobble_plan::ContextOptions;
+use cobble_sys::pty::{self, Master, WindowSize};
 use cobble_sys::reaper::{self, ExitStatus};
 
 use super::cgroup::ServiceCgroup;
@@ -41,30 +43,37 @@ pub(crate) const EXEC_PIPE_SIZE: usize = 1024 * 1024;
 /// What a pipe holds before anything grows it.
 pub(crate) const DEFAULT_PIPE_BYTES: usize = 64 * 1024;
 
-/// What to run, and as whom.
+/// What to run, and as whom. Every launch starts as [`Launch::new`] from the context the
+/// command runs in; what only some kinds of command have is set on top of it, so a field
+/// that changes how commands start is added here once.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Launch {
     /// Program and arguments; the program is looked up in the daemon's `PATH` unless it has
     /// a slash.
     pub argv: Vec<String>,
-    /// Added to the daemon's environment.
-    pub environment: BTreeMap<String, String>,
-    /// Working directory; the daemon's when empty.
-    pub working_dir: String,
-    /// `user-id` / `user` / `group-id` / `group`, validated as Pebble validates them.
-    pub user_id: Option<u32>,
-    pub user: String,
-    pub group_id: Option<u32>,
-    pub group: String,
+    /// The environment added to the daemon's, the user and group (validated as Pebble
+    /// validates them), the working directory (the daemon's when empty) and the limits set
+    /// on the process before it runs (`rlimits:`): a service's own, an exec check's merged
+    /// with its `service-context`, or those an exec request's set-up worked out.
+    pub context: ContextOptions,
     /// Set `HOME` and `USER` from the target user when the environment does not (services).
     pub user_environment: bool,
-    /// Start from an empty environment rather than the daemon's: `environment` is complete
-    /// (exec builds it whole, the daemon's included).
+    /// Start from an empty environment rather than the daemon's: the context's environment
+    /// is complete (exec builds it whole, the daemon's included).
     pub clear_environment: bool,
-    /// Per-process limits, set on the process before it runs (`rlimits:`).
-    pub rlimits: Rlimits,
-    /// The cgroup the process runs in, entered before it runs.
+    /// The cgroup the process runs in, entered before it runs (services with `resources:`).
     pub cgroup: Option<ServiceCgroup>,
+}
+
+impl Launch {
+    /// `argv`, run with `context`'s environment, identity, directory and limits.
+    pub(crate) fn new(argv: Vec<String>, context: ContextOptions) -> Launch {
+        Launch {
+            argv,
+            context,
+            ..Launch::default()
+        }
+    }
 }
 
 /// How a command's stdin, stdout and stderr are connected, and the session it runs in.
@@ -80,12 +89,14 @@ pub(crate) enum Wiring {
         /// Whether stderr gets its own pipe.
         split_stderr: bool,
     },
-    /// Exec on a terminal: stdout (and stderr unless split) on the pty `slave`. When
+    /// Exec on a new terminal: stdout (and stderr unless split) on the pty's slave. When
     /// interactive, stdin is the slave too and it becomes the session's controlling terminal;
     /// otherwise stdin is a pipe, as Pebble does it.
     Terminal {
-        /// The slave side of the pty; the daemon's copy is closed once the command runs.
-        slave: OwnedFd,
+        /// The terminal's first size.
+        size: WindowSize,
+        /// Who owns the slave: the command's uid and gid, when it runs as another user.
+        owner: Option<(u32, u32)>,
         /// Whether stdin is the terminal.
         interactive: bool,
         /// Whether stderr gets a pipe of its own.
@@ -106,6 +117,8 @@ pub(crate) struct Child {
     pub stderr: Option<pipe::Receiver>,
     /// The write end of its stdin, when stdin is a pipe.
     pub stdin: Option<pipe::Sender>,
+    /// The daemon's side of its terminal, when it runs on one.
+    pub terminal: Option<Master>,
 }
 
 /// Why a command could not be launched, worded like Go's `os/exec` where clients see it.
@@ -121,6 +134,8 @@ pub(crate) enum LaunchError {
     User(String),
     #[error("cannot create pipe: {0}")]
     Pipe(std::io::Error),
+    #[error("cannot open terminal: {0}")]
+    Terminal(std::io::Error),
     /// A limit or the cgroup could not be set before the command ran: `cannot set rlimit
     /// nofile to 1048576: operation not permitted`.
     #[error("{0}")]
@@ -131,12 +146,6 @@ pub(crate) enum LaunchError {
         path: PathBuf,
         error: std::io::Error,
     },
-}
-
-/// Launches `launch` with [`Wiring::Merged`]. Blocking; needs a tokio runtime context for
-/// the pipes (a blocking task has one).
-pub(crate) fn spawn(launch: &Launch) -> Result<Child, LaunchError> {
-    spawn_wired(launch, Wiring::Merged)
 }
 
 /// Launches `launch` wired as `wiring` says. Blocking; needs a tokio runtime context for the
@@ -165,7 +174,7 @@ fn launch_command(
     // What must happen between fork and exec: the caller's record, then the cgroup and the
     // limits. Only then is the spawn gated; a setup that fails keeps the command from running
     // and is the launch's error.
-    let gated = before_exec.is_some() || !launch.rlimits.is_empty() || launch.cgroup.is_some();
+    let gated = before_exec.is_some() || launch.sets_up_child();
     let failed = Mutex::new(None::<String>);
     let setup = gated.then(|| {
         let failed = &failed;
@@ -186,6 +195,14 @@ fn launch_command(
     }
 }
 
+impl Launch {
+    /// Whether the daemon sets the child up while it waits at its gate: its limits, its
+    /// cgroup.
+    fn sets_up_child(&self) -> bool {
+        !self.context.rlimits.is_empty() || self.cgroup.is_some()
+    }
+}
+
 /// Puts the child `pid`, waiting at its gate, in the launch's cgroup and sets its limits.
 fn prepare_child(launch: &Launch, pid: u32) -> Result<(), String> {
     if let Some(cgroup) = &launch.cgroup {
@@ -197,7 +214,7 @@ fn prepare_child(launch: &Launch, pid: u32) -> Result<(), String> {
             )
         })?;
     }
-    for (resource, value) in &launch.rlimits {
+    for (resource, value) in &launch.context.rlimits {
         let raw = |v: Option<cobble_plan::LimitValue>| v.map(|v| v.as_raw());
         cobble_sys::limits::set_rlimit(pid, resource.name(), raw(value.soft), raw(value.hard))
             .map_err(|e| {
@@ -219,11 +236,12 @@ fn start_command(
     let path = look_path(program).map_err(LaunchError::NotFound)?;
     let mut cmd = Command::new(&path);
     cmd.arg0(program).args(&launch.argv[1..]);
+    let context = &launch.context;
     let ids = cobble_sys::user::normalize_uid_gid(
-        launch.user_id,
-        &launch.user,
-        launch.group_id,
-        &launch.group,
+        context.user_id,
+        &context.user,
+        context.group_id,
+        &context.group,
     )
     .map_err(|e| LaunchError::User(e.to_string()))?;
     let switch = ids
@@ -232,8 +250,8 @@ fn start_command(
     // which the kernel lets a daemon without `CAP_SYS_RESOURCE` do only while the child is
     // still its own user: the child takes its user, and then its directory, once the gate
     // has opened.
-    let after_gate = !launch.rlimits.is_empty() || launch.cgroup.is_some();
-    let mut environment = launch.environment.clone();
+    let after_gate = launch.sets_up_child();
+    let mut environment = context.environment.clone();
     if let (Some((uid, _)), true) = (ids, launch.user_environment) {
         add_user_environment(&mut environment, uid);
     }
@@ -253,19 +271,19 @@ fn start_command(
     let mut after = reaper::AfterGate::default();
     if after_gate {
         after.ids = switch;
-        if !launch.working_dir.is_empty() {
+        if !context.working_dir.is_empty() {
             after.working_dir = Some(
-                std::ffi::CString::new(launch.working_dir.as_bytes()).map_err(|_| {
+                std::ffi::CString::new(context.working_dir.as_bytes()).map_err(|_| {
                     LaunchError::Fork {
-                        path: PathBuf::from(&launch.working_dir),
+                        path: PathBuf::from(&context.working_dir),
                         error: std::io::Error::from(std::io::ErrorKind::InvalidInput),
                     }
                 })?,
             );
         }
     } else {
-        if !launch.working_dir.is_empty() {
-            cmd.current_dir(&launch.working_dir);
+        if !context.working_dir.is_empty() {
+            cmd.current_dir(&context.working_dir);
         }
         if let Some((uid, gid)) = switch {
             cmd.uid(uid).gid(gid);
@@ -276,7 +294,7 @@ fn start_command(
     }
     cmd.envs(&environment);
 
-    let pipes = wire(&mut cmd, wiring).map_err(LaunchError::Pipe)?;
+    let pipes = wire(&mut cmd, wiring)?;
     let spawned = match before_exec {
         // The gate resets what the command inherits itself, before it waits.
         Some(before_exec) => reaper::spawn_gated_then(&mut cmd, after, before_exec),
@@ -298,6 +316,7 @@ fn start_command(
         output: pipes.output,
         stderr: pipes.stderr,
         stdin: pipes.stdin,
+        terminal: pipes.terminal,
     })
 }
 
@@ -328,7 +347,8 @@ fn spawn_pipes(
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect(),
-        working_dir: (!launch.working_dir.is_empty()).then(|| launch.working_dir.clone().into()),
+        working_dir: (!launch.context.working_dir.is_empty())
+            .then(|| launch.context.working_dir.clone().into()),
         stdio: [stdin_read.into(), output_write, stderr_write],
         ids,
         ids_after_gate,
@@ -352,20 +372,65 @@ fn spawn_pipes(
         stdin: Some(
             pipe::Sender::from_owned_fd(OwnedFd::from(stdin_write)).map_err(LaunchError::Pipe)?,
         ),
+        terminal: None,
     })
 }
 
-/// The daemon's ends of a command's pipes.
+/// The daemon's ends of a command's pipes, and of its terminal.
 #[derive(Default)]
 struct Pipes {
     output: Option<pipe::Receiver>,
     stderr: Option<pipe::Receiver>,
     stdin: Option<pipe::Sender>,
+    terminal: Option<Master>,
 }
 
 /// Connects the command's stdin, stdout and stderr and sets its session up; returns the
 /// daemon's ends.
-fn wire(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
+fn wire(cmd: &mut Command, wiring: Wiring) -> Result<Pipes, LaunchError> {
+    if let Wiring::Terminal {
+        size,
+        owner,
+        interactive,
+        split_stderr,
+    } = wiring
+    {
+        let pty = pty::open(size, owner).map_err(LaunchError::Terminal)?;
+        let mut pipes =
+            wire_terminal(cmd, &pty.slave, interactive, split_stderr).map_err(LaunchError::Pipe)?;
+        pipes.terminal = Some(pty.master);
+        return Ok(pipes);
+    }
+    wire_pipes(cmd, wiring).map_err(LaunchError::Pipe)
+}
+
+/// [`wire`] for a command on the terminal whose slave side is `slave`. The command holds
+/// copies of it; the daemon's own is closed on return.
+fn wire_terminal(
+    cmd: &mut Command,
+    slave: &OwnedFd,
+    interactive: bool,
+    split_stderr: bool,
+) -> std::io::Result<Pipes> {
+    let mut pipes = Pipes::default();
+    if interactive {
+        pty::attach(cmd, slave)?;
+    } else {
+        // A controlling terminal is set through stdin, which is a pipe here: the command
+        // gets a session, and the terminal only as its output.
+        pty::new_session(cmd);
+        cmd.stdout(Stdio::from(slave.try_clone()?))
+            .stderr(Stdio::from(slave.try_clone()?));
+        pipes.stdin = Some(stdin_pipe(cmd)?);
+    }
+    if split_stderr {
+        pipes.stderr = Some(stderr_pipe(cmd)?);
+    }
+    Ok(pipes)
+}
+
+/// [`wire`] for a command without a terminal.
+fn wire_pipes(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
     let mut pipes = Pipes::default();
     match wiring {
         Wiring::Merged => {
@@ -375,7 +440,7 @@ fn wire(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
             pipes.output = Some(output);
         }
         Wiring::Pipes { split_stderr } => {
-            cobble_sys::pty::new_session(cmd);
+            pty::new_session(cmd);
             pipes.stdin = Some(stdin_pipe(cmd)?);
             if split_stderr {
                 let (output, stdout) = output_pipe()?;
@@ -388,25 +453,7 @@ fn wire(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
                 pipes.output = Some(output);
             }
         }
-        Wiring::Terminal {
-            slave,
-            interactive,
-            split_stderr,
-        } => {
-            if interactive {
-                cobble_sys::pty::attach(cmd, &slave)?;
-            } else {
-                // A controlling terminal is set through stdin, which is a pipe here: the
-                // command gets a session, and the terminal only as its output.
-                cobble_sys::pty::new_session(cmd);
-                cmd.stdout(Stdio::from(slave.try_clone()?))
-                    .stderr(Stdio::from(slave.try_clone()?));
-                pipes.stdin = Some(stdin_pipe(cmd)?);
-            }
-            if split_stderr {
-                pipes.stderr = Some(stderr_pipe(cmd)?);
-            }
-        }
+        Wiring::Terminal { .. } => unreachable!("wire opens the terminal"),
     }
     Ok(pipes)
 }

@@ -5,8 +5,11 @@
 //!   user, group, environment and working directory, and its [`launch::Wiring`]: pipes, a
 //!   terminal, its own process group or session). Services, exec checks and exec requests
 //!   all start through it.
-//! - [`registry`]: the on-disk record of the process groups running, written before a
-//!   service's command may start, so a daemon killed at any instant leaves nothing its
+//! - [`launcher`]: how an exec check or an exec request gets its command: recorded, launched
+//!   on the blocking pool, and owned as a [`launcher::Group`] that is killed if let go of
+//!   before the command has exited.
+//! - [`registry`]: the on-disk record of the process groups running, written before any
+//!   command cobble starts for others may run, so a daemon killed at any instant leaves nothing its
 //!   successor cannot find and end.
 //! - [`members`]: which processes belong to one run of a service, including the ones that
 //!   left its process group or were orphaned.
@@ -20,6 +23,7 @@
 
 pub(crate) mod cgroup;
 pub(crate) mod launch;
+pub(crate) mod launcher;
 pub(crate) mod members;
 pub(crate) mod notify;
 pub(crate) mod registry;

@@ -65,6 +65,14 @@ pub(crate) struct Usage {
     pub cgroup: Option<PathBuf>,
 }
 
+/// A launch that failed: why, and the pid its group had been recorded under when it got as
+/// far as a fork (the record is forgotten again).
+#[derive(Debug)]
+pub(crate) struct Abandoned {
+    pub error: LaunchError,
+    pub recorded: Option<u32>,
+}
+
 /// Why a service did not spawn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SpawnError {
@@ -341,14 +349,71 @@ impl OsProcesses {
         usage
     }
 
-    /// Records the process group of a command that is no service's (an exec's) under `name`,
-    /// so that a daemon killed while it runs leaves nothing its successor cannot end.
-    /// Blocking.
-    pub(crate) fn record(&self, name: &str, pid: u32) {
-        self.registry().record(name, pid, None);
+    /// Spawns `launch` wired as `wiring` says, its process group recorded under `name` (with
+    /// its `invocation` ID, for a service) before the command may start, so that a daemon
+    /// killed at any instant leaves nothing its successor cannot find and end. `at_gate` runs
+    /// then too, with the pid. A launch that fails forgets the record again. Blocking.
+    pub(crate) fn spawn_recorded(
+        &self,
+        name: &str,
+        invocation: Option<&str>,
+        launch: &Launch,
+        wiring: Wiring,
+        at_gate: impl FnOnce(u32) + Send,
+    ) -> Result<launch::Child, Abandoned> {
+        let mut recorded = None;
+        let spawned = launch::spawn_recorded(launch, wiring, |pid| {
+            self.registry().record(name, pid, invocation);
+            recorded = Some(pid);
+            at_gate(pid);
+        });
+        spawned.map_err(|error| {
+            if let Some(pid) = recorded {
+                self.registry().forget(name, pid);
+            }
+            Abandoned { error, recorded }
+        })
     }
 
-    /// Forgets a group recorded with [`OsProcesses::record`] once its leader has exited,
+    /// Keeps what the daemon needs to know of a service's run led by `pid` (its start time,
+    /// invocation and cgroup), making room by retiring runs whose groups are gone.
+    fn keep_instance(
+        &self,
+        pid: u32,
+        invocation: &str,
+        cgroup: &Option<ServiceCgroup>,
+        config: &Service,
+    ) {
+        let Some(start_time) = sys::process_start_time(pid) else {
+            return;
+        };
+        let mut instances = self.instances();
+        let mut gone = Vec::new();
+        if instances.len() >= INSTANCES_KEPT {
+            instances.retain(|&leader, instance| {
+                let alive = sys::group_alive(leader);
+                if !alive {
+                    gone.push(instance.clone());
+                }
+                alive
+            });
+        }
+        instances.insert(
+            pid,
+            Instance {
+                start_time,
+                invocation: invocation.to_owned(),
+                cgroup: cgroup.clone(),
+                memory_max: config.resources.memory_max,
+            },
+        );
+        drop(instances);
+        for instance in gone {
+            self.retire(Some(instance));
+        }
+    }
+
+    /// Forgets a group recorded with [`OsProcesses::spawn_recorded`] once its leader has exited,
     /// leaving the file to the next write (see [`ProcessRegistry::forget_unsaved`]): an exec
     /// pays one write, not two. Blocks while a write is under way.
     pub(crate) fn forget_recorded(&self, name: &str, pid: u32) {
@@ -388,67 +453,31 @@ impl Processes for OsProcesses {
             self.invocation_prefix,
             self.invocations.fetch_add(1, Ordering::Relaxed)
         );
-        let mut environment = config.environment.clone();
-        environment.insert(INVOCATION_VARIABLE.to_owned(), invocation.clone());
         let cgroup = self.cgroup_for(name, config, &invocation)?;
+        let mut context = config.context();
+        context
+            .environment
+            .insert(INVOCATION_VARIABLE.to_owned(), invocation.clone());
         let launch = Launch {
-            argv,
-            environment,
-            working_dir: config.working_dir.clone(),
-            user_id: config.user_id,
-            user: config.user.clone(),
-            group_id: config.group_id,
-            group: config.group.clone(),
             user_environment: true,
-            clear_environment: false,
-            rlimits: config.rlimits.clone(),
             cgroup: cgroup.clone(),
+            ..Launch::new(argv, context)
         };
         tracing::info!("Service \"{name}\" starting: {}", config.command);
-        // Recorded before the command may start: a daemon killed at any instant leaves no
-        // service process that its successor cannot find.
-        let mut recorded = None;
-        let spawned = launch::spawn_recorded(&launch, Wiring::Merged, |pid| {
-            self.registry().record(name, pid, Some(&invocation));
-            recorded = Some(pid);
-            reaper::keep_cpu_time(pid);
-            if let Some(start_time) = sys::process_start_time(pid) {
-                let mut instances = self.instances();
-                let mut gone = Vec::new();
-                if instances.len() >= INSTANCES_KEPT {
-                    instances.retain(|&leader, instance| {
-                        let alive = sys::group_alive(leader);
-                        if !alive {
-                            gone.push(instance.clone());
-                        }
-                        alive
-                    });
-                }
-                instances.insert(
-                    pid,
-                    Instance {
-                        start_time,
-                        invocation: invocation.clone(),
-                        cgroup: cgroup.clone(),
-                        memory_max: config.resources.memory_max,
-                    },
-                );
-                drop(instances);
-                for instance in gone {
-                    self.retire(Some(instance));
-                }
-            }
-        });
-        let child = spawned.map_err(|e| {
-            if let Some(pid) = recorded {
-                self.registry().forget(name, pid);
+        let spawned =
+            self.spawn_recorded(name, Some(&invocation), &launch, Wiring::Merged, |pid| {
+                reaper::keep_cpu_time(pid);
+                self.keep_instance(pid, &invocation, &cgroup, config);
+            });
+        let child = spawned.map_err(|abandoned| {
+            if let Some(pid) = abandoned.recorded {
                 reaper::forget_cpu_time(pid);
                 let instance = self.instances().remove(&pid);
                 self.retire(instance);
             } else if let Some(cgroup) = cgroup.clone() {
                 self.cgroups().retire(cgroup);
             }
-            SpawnError::Failed(match e {
+            SpawnError::Failed(match abandoned.error {
                 // Pebble words user errors without the prefix.
                 LaunchError::User(text) => text,
                 other => format!("cannot start service: {other}"),

@@ -4,6 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cobble_plan::{Check, ContextOptions, Plan};
+
+use crate::process::launcher::Launcher;
 use futures_util::future::BoxFuture;
 
 use super::{exec, http, tcp};
@@ -72,14 +74,15 @@ pub(super) async fn probe(checker: &dyn Checker, timeout: Duration) -> Result<()
     }
 }
 
-/// Builds the probe for a check whose service context has already been merged.
-pub(super) fn build(config: &Check) -> Arc<dyn Checker> {
+/// Builds the probe for a check whose service context has already been merged; an exec
+/// probe starts its command through `launcher`.
+pub(super) fn build(config: &Check, launcher: &Launcher) -> Arc<dyn Checker> {
     if let Some(http) = &config.http {
         Arc::new(http::HttpChecker::new(&config.name, http))
     } else if let Some(tcp) = &config.tcp {
         Arc::new(tcp::TcpChecker::new(tcp))
     } else if let Some(exec) = &config.exec {
-        Arc::new(exec::ExecChecker::new(&config.name, exec))
+        Arc::new(exec::ExecChecker::new(&config.name, exec, launcher))
     } else {
         // Plan validation guarantees exactly one type; fail every run rather than panic.
         Arc::new(Invalid)
@@ -106,14 +109,10 @@ pub(super) fn merge_service_context(plan: &Plan, config: &Check) -> Check {
     let Some(exec) = merged.exec.as_mut() else {
         return merged;
     };
+    // A layer cannot give a check limits: they come from its context service alone.
     let overrides = ContextOptions {
-        environment: std::mem::take(&mut exec.environment),
-        user_id: exec.user_id,
-        user: std::mem::take(&mut exec.user),
-        group_id: exec.group_id,
-        group: std::mem::take(&mut exec.group),
-        working_dir: std::mem::take(&mut exec.working_dir),
         rlimits: Default::default(),
+        ..exec.context()
     };
     // Plan validation guarantees the service exists; were it gone, the check's own fields
     // are all there is.

@@ -4,18 +4,19 @@
 //! (already merged with its `service-context`), as the configured user and group when they
 //! differ from the daemon's, in the configured working directory (the daemon's otherwise).
 //! Stdout and stderr share one pipe whose last 512 bytes are kept; on failure the details
-//! are the last lines of that output. The process is spawned through the reaper and, if the
-//! probe is dropped (timeout, check stopped), its whole group is killed.
+//! are the last lines of that output. The process is started by the checks' [`Launcher`],
+//! which records its group as `check NAME` while it runs and kills the whole group if the
+//! probe is dropped (timeout, check stopped).
 
 use std::time::Duration;
 
 use cobble_plan::ExecCheck;
-use cobble_sys::process::Signal;
 use futures_util::future::BoxFuture;
 use tokio::io::AsyncReadExt;
 
 use super::checker::{CheckError, Checker, MAX_ERROR_BYTES, last_lines};
-use crate::process::launch::{self, Launch};
+use crate::process::launch::{Launch, Wiring};
+use crate::process::launcher::Launcher;
 
 /// How long to wait for the output pipe to close once the command has exited (descendants
 /// may keep it open), as Go's `exec.Cmd.WaitDelay` in Pebble.
@@ -25,13 +26,15 @@ const OUTPUT_WAIT: Duration = Duration::from_secs(1);
 pub(super) struct ExecChecker {
     name: String,
     config: ExecCheck,
+    launcher: Launcher,
 }
 
 impl ExecChecker {
-    pub(super) fn new(name: &str, config: &ExecCheck) -> ExecChecker {
+    pub(super) fn new(name: &str, config: &ExecCheck, launcher: &Launcher) -> ExecChecker {
         ExecChecker {
             name: name.to_owned(),
             config: config.clone(),
+            launcher: launcher.clone(),
         }
     }
 
@@ -41,37 +44,18 @@ impl ExecChecker {
         if argv.is_empty() {
             return Err(CheckError::new("cannot parse command: empty command"));
         }
-        Ok(Launch {
-            argv,
-            environment: self.config.environment.clone(),
-            working_dir: self.config.working_dir.clone(),
-            user_id: self.config.user_id,
-            user: self.config.user.clone(),
-            group_id: self.config.group_id,
-            group: self.config.group.clone(),
-            user_environment: false,
-            clear_environment: false,
-            rlimits: self.config.rlimits.clone(),
-            cgroup: None,
-        })
+        Ok(Launch::new(argv, self.config.context()))
     }
 
     async fn run(&self) -> Result<(), CheckError> {
         let launch = self.launch()?;
-        // Looking up the program and the user, and forking, block: not on a runtime worker.
-        // If the probe is dropped meanwhile (timed out, check stopped), the blocking task
-        // finds nobody to hand the command to and kills it.
-        let (handover, spawned) = tokio::sync::oneshot::channel();
-        tokio::task::spawn_blocking(move || {
-            if let Err(Ok(orphan)) = handover.send(launch::spawn(&launch)) {
-                let _ = cobble_sys::process::signal_group(orphan.pid, Signal::SIGKILL);
-            }
-        });
-        let spawned = spawned
+        // If the probe is dropped from here on (timed out, check stopped), the command is
+        // killed, however far it got.
+        let (spawned, group) = self
+            .launcher
+            .launch(format!("check {}", self.name), launch, Wiring::Merged)
             .await
-            .map_err(|_| CheckError::new("cannot run command: launcher gone"))?
             .map_err(|e| CheckError::new(e.to_string()))?;
-        let group = GroupGuard(spawned.pid);
         let Some(mut reader) = spawned.output else {
             return Err(CheckError::new("cannot run command: no output pipe"));
         };
@@ -107,7 +91,7 @@ impl ExecChecker {
             })
             .await;
         }
-        group.disarm();
+        group.exited();
         // A lost status (never expected) counts as an unknown failure.
         let code = status.map(|s| s.code()).unwrap_or(-1);
         if code == 0 {
@@ -123,22 +107,6 @@ impl ExecChecker {
 impl Checker for ExecChecker {
     fn check(&self) -> BoxFuture<'_, Result<(), CheckError>> {
         Box::pin(self.run())
-    }
-}
-
-/// Kills the command's process group unless disarmed: a probe that is dropped mid-run
-/// (timed out, or its check stopped) leaves nothing behind.
-struct GroupGuard(u32);
-
-impl GroupGuard {
-    fn disarm(self) {
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        let _ = cobble_sys::process::signal_group(self.0, Signal::SIGKILL);
     }
 }
 
@@ -165,6 +133,10 @@ mod tests {
     use super::*;
     use crate::checks::checker::probe;
 
+    fn launcher() -> Launcher {
+        Launcher::new(2)
+    }
+
     fn checker(command: &str) -> ExecChecker {
         ExecChecker::new(
             "chk",
@@ -172,6 +144,7 @@ mod tests {
                 command: command.into(),
                 ..ExecCheck::default()
             },
+            &launcher(),
         )
     }
 
@@ -223,6 +196,7 @@ mod tests {
                 working_dir: dir.path().display().to_string(),
                 ..ExecCheck::default()
             },
+            &launcher(),
         );
         assert_eq!(c.check().await, Ok(()));
     }

@@ -27,6 +27,7 @@ use super::runner::{
     PERFORM_CHECK, RefreshReply, RefreshRequest, Runner, Shared, new_check_change,
 };
 use super::{CheckLevel, CheckSignals, CheckStatus, CheckView, Publisher, Snapshot};
+use crate::process::launcher::Launcher;
 use crate::state::{NotRecorded, StateStore};
 
 /// Builds the probe of a check (service context already merged).
@@ -115,13 +116,19 @@ pub(crate) struct CheckManager {
 }
 
 impl CheckManager {
-    /// Applies the current plan (starting its enabled checks) and starts the actor. The
-    /// handle to the actor's task lets the daemon notice if it ever ends.
+    /// Applies the current plan (starting its enabled checks) and starts the actor; exec
+    /// checks start their commands through `launcher`. The handle to the actor's task lets
+    /// the daemon notice if it ever ends.
     pub(crate) fn spawn(
         plan: watch::Receiver<Arc<Plan>>,
         store: StateStore,
+        launcher: Launcher,
     ) -> (CheckManager, JoinHandle<()>) {
-        CheckManager::spawn_with(plan, store, Arc::new(checker::build))
+        CheckManager::spawn_with(
+            plan,
+            store,
+            Arc::new(move |config| checker::build(config, &launcher)),
+        )
     }
 
     /// [`CheckManager::spawn`] with another way to build probes (tests use scripted ones).

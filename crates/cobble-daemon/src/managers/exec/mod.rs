@@ -41,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::process::OsProcesses;
+use crate::process::launcher::Launcher;
 use crate::state::{Recorded, StateStore};
 pub(crate) use setup::SetupError;
 
@@ -137,31 +138,10 @@ struct Inner {
     shutdown: CancellationToken,
     /// The sessions, and the websocket tasks that outlive them until their clients close.
     tasks: TaskTracker,
-    /// Permits for blocking jobs, [`BLOCKING_JOBS`] in all.
-    jobs: Jobs,
-    /// Where commands are recorded before they start, so that the next daemon ends those a
-    /// killed daemon left running; none in daemons that keep no state.
-    processes: Option<Arc<OsProcesses>>,
-}
-
-/// Runs the execs' blocking jobs, a few at a time, in the order they were asked for.
-#[derive(Clone)]
-pub(crate) struct Jobs(Arc<tokio::sync::Semaphore>);
-
-impl Jobs {
-    fn new() -> Jobs {
-        Jobs(Arc::new(tokio::sync::Semaphore::new(BLOCKING_JOBS)))
-    }
-
-    /// Runs `job` on the blocking pool once a permit is free.
-    pub(crate) async fn run<R: Send + 'static>(
-        &self,
-        job: impl FnOnce() -> R + Send + 'static,
-    ) -> Result<R, tokio::task::JoinError> {
-        // The semaphore is never closed.
-        let _permit = self.0.acquire().await.expect("exec job permits stay open");
-        tokio::task::spawn_blocking(job).await
-    }
+    /// Launches the commands, recording each before it runs (so that the next daemon ends
+    /// those a killed daemon left running) unless the daemon keeps no state; its jobs,
+    /// [`BLOCKING_JOBS`] at once, run the other blocking work of execs too.
+    launcher: Launcher,
 }
 
 type Registry = Arc<Mutex<HashMap<u64, Arc<Slots>>>>;
@@ -178,8 +158,7 @@ impl ExecManager {
                 executions: Registry::default(),
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
-                jobs: Jobs::new(),
-                processes: None,
+                launcher: Launcher::new(BLOCKING_JOBS),
             }),
         }
     }
@@ -188,7 +167,7 @@ impl ExecManager {
     /// runs.
     pub(crate) fn recording(self, processes: Arc<OsProcesses>) -> ExecManager {
         let mut inner = Arc::into_inner(self.inner).expect("not shared yet");
-        inner.processes = Some(processes);
+        inner.launcher = inner.launcher.recording(processes);
         ExecManager {
             inner: Arc::new(inner),
         }
@@ -204,7 +183,8 @@ impl ExecManager {
         // Looking up users and stat-ing paths block.
         let prepared = self
             .inner
-            .jobs
+            .launcher
+            .jobs()
             .run(move || setup::prepare(request, &plan, &setup::Host::current()))
             .await
             .map_err(|e| SetupError::CannotCall(format!("internal error: {e}")))??;
@@ -246,8 +226,7 @@ impl ExecManager {
                 task_id,
             },
             shutdown: self.inner.shutdown.clone(),
-            jobs: self.inner.jobs.clone(),
-            processes: self.inner.processes.clone(),
+            launcher: self.inner.launcher.clone(),
             tasks: self.inner.tasks.clone(),
         };
         self.inner.tasks.spawn(session.run());

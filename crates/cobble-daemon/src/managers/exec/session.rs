@@ -27,8 +27,9 @@ use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
 use cobble_client::types::ExecCommand;
-use cobble_sys::process::{self, Signal};
-use cobble_sys::pty::{self, Master, WindowSize};
+use cobble_plan::ContextOptions;
+use cobble_sys::process;
+use cobble_sys::pty::{Master, WindowSize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
@@ -39,8 +40,8 @@ use tokio_util::task::TaskTracker;
 use super::setup::Prepared;
 use super::ws::{Event, Reader, Socket, Writer, close_code};
 use super::{CONNECT_TIMEOUT, Channel, Registration};
-use crate::process::OsProcesses;
 use crate::process::launch::{self, Launch, Wiring};
+use crate::process::launcher::{Group, Launcher};
 use crate::state::{StateStore, TaskStatus};
 
 /// The most bytes of output per websocket frame read from a terminal (or from a pipe, on a
@@ -71,10 +72,8 @@ pub(super) struct Session {
     pub shutdown: CancellationToken,
     /// Where relays that outlive the session run.
     pub tasks: TaskTracker,
-    /// Where launching runs.
-    pub jobs: super::Jobs,
-    /// Where the command is recorded before it starts, if anywhere.
-    pub processes: Option<Arc<OsProcesses>>,
+    /// Starts the command (recorded before it runs, where the daemon keeps a record).
+    pub launcher: Launcher,
 }
 
 /// Why an execution failed: the task's error, and its exit code if it has one.
@@ -153,8 +152,9 @@ impl Session {
 
     async fn execute(&mut self, abort: &CancellationToken) -> Result<i32, Failure> {
         let mut sockets = self.wait_for_io(abort).await?;
-        let (child, master) = self.launch().await?;
-        let pid = child.pid;
+        let (child, group) = self.launch().await?;
+        let pid = group.pid();
+        let master = child.terminal;
         tracing::debug!("Exec {}: started PID {pid}", self.task_id);
         let master = master.map(Arc::new);
         // Set when the command has exited (a terminal's relay then drains and stops) and
@@ -207,17 +207,17 @@ impl Session {
                 status = &mut exit => break status,
                 () = &mut timeout, if has_timeout && stop.is_none() => {
                     stop = Some(Stop::TimedOut);
-                    kill(pid);
+                    group.kill();
                 }
                 () = abort.cancelled(), if stop.is_none() => {
                     stop = Some(Stop::Aborted);
-                    kill(pid);
+                    group.kill();
                 }
                 () = self.shutdown.cancelled(), if stop.is_none() => {
                     stop = Some(Stop::Shutdown);
-                    kill(pid);
+                    group.kill();
                 }
-                Some(event) = events.recv() => self.control(event, pid, master.as_deref()),
+                Some(event) = events.recv() => self.control(event, &group, master.as_deref()),
                 Some((channel, socket)) = self.sockets.recv() => {
                     // Only control may connect after the command has started.
                     if channel == Channel::Control && control.is_none() {
@@ -228,7 +228,7 @@ impl Session {
         };
         exited.cancel();
         tracing::debug!("Exec {}: PID {pid} exited", self.task_id);
-        self.forget_recorded(pid);
+        group.exited();
 
         // Every byte of output reaches the client before the task is ready, unless the
         // change is aborted or the daemon stops first.
@@ -310,95 +310,42 @@ impl Session {
         Ok(sockets)
     }
 
-    /// The command's name in the record of process groups.
-    fn recorded_name(&self) -> String {
-        format!("exec task {}", self.task_id)
-    }
-
-    /// Forgets the command's recorded group once it has exited, in the background: nothing
-    /// waits for it, and a daemon killed before it happens only makes its successor check a
-    /// pid that is gone.
-    fn forget_recorded(&self, pid: u32) {
-        if let Some(processes) = self.processes.clone() {
-            let name = self.recorded_name();
-            let jobs = self.jobs.clone();
-            tokio::spawn(async move {
-                jobs.run(move || processes.forget_recorded(&name, pid))
-                    .await
-            });
-        }
-    }
-
-    /// Launches the command (on a new terminal if asked), on the blocking pool.
-    async fn launch(&self) -> Result<(launch::Child, Option<Master>), Failure> {
+    /// Launches the command (on a new terminal if asked).
+    async fn launch(&self) -> Result<(launch::Child, Group), Failure> {
         let prepared = &self.prepared;
         let launch = Launch {
-            argv: prepared.argv.clone(),
-            environment: prepared.environment.clone(),
-            working_dir: prepared.working_dir.clone(),
-            user_id: prepared.ids.map(|(uid, _)| uid),
-            user: String::new(),
-            group_id: prepared.ids.map(|(_, gid)| gid),
-            group: String::new(),
-            user_environment: false,
             clear_environment: true,
-            rlimits: prepared.rlimits.clone(),
-            cgroup: None,
+            ..Launch::new(
+                prepared.argv.clone(),
+                ContextOptions {
+                    environment: prepared.environment.clone(),
+                    user_id: prepared.ids.map(|(uid, _)| uid),
+                    group_id: prepared.ids.map(|(_, gid)| gid),
+                    working_dir: prepared.working_dir.clone(),
+                    rlimits: prepared.rlimits.clone(),
+                    ..ContextOptions::default()
+                },
+            )
         };
-        let terminal = prepared.terminal.then(|| {
-            (
-                prepared.size.unwrap_or(WindowSize {
+        let wiring = if prepared.terminal {
+            Wiring::Terminal {
+                size: prepared.size.unwrap_or(WindowSize {
                     width: 0,
                     height: 0,
                 }),
-                prepared.ids,
-            )
-        });
-        let interactive = prepared.interactive;
-        let split_stderr = prepared.split_stderr;
-        let processes = self.processes.clone();
-        let name = self.recorded_name();
-        let launched = self
-            .jobs
-            .run(move || {
-                let (wiring, master) = match terminal {
-                    Some((size, owner)) => {
-                        let pty = pty::open(size, owner).map_err(|e| {
-                            Failure::new(format!("cannot open terminal: {e}"), Some(-1))
-                        })?;
-                        (
-                            Wiring::Terminal {
-                                slave: pty.slave,
-                                interactive,
-                                split_stderr,
-                            },
-                            Some(pty.master),
-                        )
-                    }
-                    None => (Wiring::Pipes { split_stderr }, None),
-                };
-                let Some(processes) = processes else {
-                    let child = launch::spawn_wired(&launch, wiring)
-                        .map_err(|e| Failure::new(e.to_string(), Some(-1)))?;
-                    return Ok((child, master));
-                };
-                // Recorded before the command may start, like a service's process.
-                let mut recorded = None;
-                let spawned = launch::spawn_recorded(&launch, wiring, |pid| {
-                    processes.record(&name, pid);
-                    recorded = Some(pid);
-                });
-                let child = spawned.map_err(|e| {
-                    if let Some(pid) = recorded {
-                        processes.forget_recorded(&name, pid);
-                    }
-                    Failure::new(e.to_string(), Some(-1))
-                })?;
-                Ok((child, master))
-            })
-            .await;
-        launched
-            .unwrap_or_else(|e| Err(Failure::new(format!("cannot start command: {e}"), Some(-1))))
+                owner: prepared.ids,
+                interactive: prepared.interactive,
+                split_stderr: prepared.split_stderr,
+            }
+        } else {
+            Wiring::Pipes {
+                split_stderr: prepared.split_stderr,
+            }
+        };
+        self.launcher
+            .launch(format!("exec task {}", self.task_id), launch, wiring)
+            .await
+            .map_err(|e| Failure::new(e.to_string(), Some(-1)))
     }
 
     /// Starts reading the control websocket; returns the half the session closes at the end.
@@ -418,14 +365,15 @@ impl Session {
     }
 
     /// Acts on a control event while the command runs.
-    fn control(&self, event: ControlEvent, pid: u32, master: Option<&Master>) {
+    fn control(&self, event: ControlEvent, group: &Group, master: Option<&Master>) {
         let id = self.task_id;
+        let pid = group.pid();
         let text = match event {
             ControlEvent::Closed { abnormal: false } => return,
             ControlEvent::Closed { abnormal: true } => {
                 // The client is gone without saying so: nobody is left to stop the command.
                 tracing::debug!("Exec {id}: control websocket dropped; killing PID {pid}");
-                kill(pid);
+                group.kill();
                 return;
             }
             ControlEvent::Command(text) => text,
@@ -471,7 +419,7 @@ impl Session {
                     tracing::info!("Exec {id}: invalid signal name {name:?}");
                     return;
                 };
-                match process::signal_pid(pid, sig) {
+                match group.signal(sig) {
                     Ok(()) => tracing::info!("Exec {id}: forwarded signal {name} to PID {pid}"),
                     Err(e) => tracing::info!(
                         "Exec {id}: control command \"signal\" cannot forward {name} to PID \
@@ -484,14 +432,6 @@ impl Session {
                 tracing::info!("Exec {id}: invalid control websocket command {other:?}")
             }
         }
-    }
-}
-
-/// Kills the command's whole process group (its session), so that what it started goes
-/// with it.
-fn kill(pid: u32) {
-    if let Err(e) = process::signal_group(pid, Signal::SIGKILL) {
-        tracing::info!("Cannot kill process group {pid}: {e}");
     }
 }
 
