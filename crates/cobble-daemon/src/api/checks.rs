@@ -1,26 +1,21 @@
-//! Checks, health and metrics.
-//!
-//! `/v1/health` is open (it is what Kubernetes probes over `--http`) and reads only the check
-//! manager's published snapshot, so it answers at once however busy the rest of the daemon is.
+//! `/v1/checks` and `/v1/checks/refresh`: the checks listed, started, stopped or run at once.
 
 use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use cobble_client::types::{
-    CheckInfo, ChecksAction, ChecksActionResult, HealthInfo, RefreshCheckRequest,
-    RefreshCheckResult,
+    CheckInfo, ChecksAction, ChecksActionResult, RefreshCheckRequest, RefreshCheckResult,
 };
 use cobble_plan::CheckLevel;
 
 use super::query::{first, multi_comma_list};
-use super::{Admin, ApiError, Metrics, Read, Shared, json_body, sync, sync_with_status};
+use super::{Admin, ApiError, Read, Shared, json_body, sync};
 use crate::checks::{CheckAction, CheckManagerError, CheckView};
 use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING, STRINGS};
 use crate::logging::{self, SecurityEvent};
 
 /// The `level` query parameter: empty, `alive` or `ready`.
-fn level(query: &[(String, String)]) -> Result<CheckLevel, ApiError> {
+pub(super) fn level(query: &[(String, String)]) -> Result<CheckLevel, ApiError> {
     match first(query, "level") {
         "" => Ok(CheckLevel::Unset),
         "alive" => Ok(CheckLevel::Alive),
@@ -50,21 +45,6 @@ fn check_info(view: &CheckView) -> CheckInfo {
             .map(|id| id.to_string())
             .unwrap_or_default(),
     }
-}
-
-pub(super) async fn health(
-    State(api): State<Shared>,
-    Query(query): Query<Vec<(String, String)>>,
-) -> Result<Response, ApiError> {
-    let level = level(&query)?;
-    let names = multi_comma_list(&query, "names");
-    let healthy = api.checks.healthy(level, &names);
-    let status = if healthy {
-        StatusCode::OK
-    } else {
-        StatusCode::BAD_GATEWAY
-    };
-    Ok(sync_with_status(status, HealthInfo { healthy }))
 }
 
 pub(super) async fn get_checks(
@@ -165,15 +145,4 @@ pub(super) async fn post_checks_refresh(
         info: check_info(&view),
         error: error.map(|e| e.log_text()).unwrap_or_default(),
     }))
-}
-
-/// OpenMetrics text, with the content type Go's server sniffs for it.
-pub(super) async fn get_metrics(_: Metrics, State(api): State<Shared>) -> Response {
-    let body = crate::metrics::current(&api.plan, &api.services, &api.checks, &api.forward).await;
-    let mut response = (StatusCode::OK, body).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
 }

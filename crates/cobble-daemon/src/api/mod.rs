@@ -11,16 +11,21 @@ mod changes;
 mod checks;
 mod exec;
 mod files;
+mod health;
 mod identities;
+mod layers;
 mod logs;
+mod metrics;
 mod notices;
 mod pairing;
 #[cfg(test)]
 mod payload_tests;
+mod plan;
 mod query;
 pub(crate) mod request_log;
 pub(crate) mod serve;
 mod services;
+mod signals;
 mod system;
 
 use std::sync::Arc;
@@ -298,7 +303,7 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyError> {
 pub(crate) fn router(state: Shared) -> Router {
     let endpoints = Router::new()
         .route("/v1/system-info", get(system::system_info))
-        .route("/v1/health", get(checks::health))
+        .route("/v1/health", get(health::health))
         .route(
             "/v1/checks",
             get(checks::get_checks).post(checks::post_checks),
@@ -307,7 +312,7 @@ pub(crate) fn router(state: Shared) -> Router {
             "/v1/checks/refresh",
             axum::routing::post(checks::post_checks_refresh),
         )
-        .route("/v1/metrics", get(checks::get_metrics))
+        .route("/v1/metrics", get(metrics::get_metrics))
         .route(
             "/v1/services",
             get(services::get_services).post(services::post_services),
@@ -316,9 +321,9 @@ pub(crate) fn router(state: Shared) -> Router {
             "/v1/services/{name}",
             get(services::not_implemented).post(services::not_implemented_admin),
         )
-        .route("/v1/plan", get(services::get_plan))
-        .route("/v1/layers", axum::routing::post(services::post_layers))
-        .route("/v1/signals", axum::routing::post(services::post_signals))
+        .route("/v1/plan", get(plan::get_plan))
+        .route("/v1/layers", axum::routing::post(layers::post_layers))
+        .route("/v1/signals", axum::routing::post(signals::post_signals))
         .route("/v1/changes", get(changes::get_changes))
         .route(
             "/v1/changes/{id}",
@@ -416,7 +421,7 @@ async fn head_is_not_get(mut request: Request, next: axum::middleware::Next) -> 
 /// 503 for everything else.
 pub(crate) fn reserve_router(state: Shared) -> Router {
     Router::new()
-        .route("/v1/health", get(checks::health))
+        .route("/v1/health", get(health::health))
         .fallback(too_many_connections)
         .with_state(state)
 }

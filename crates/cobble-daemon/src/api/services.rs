@@ -1,15 +1,14 @@
-//! Services, layers, plan and signals.
+//! `/v1/services`: the services listed, and started, stopped, restarted, replanned or
+//! autostarted.
 
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::response::Response;
-use cobble_client::types::{LayersRequest, ServicesAction, SignalsRequest};
-use cobble_plan::Layer;
+use cobble_client::types::ServicesAction;
 
 use super::query::{first, multi_comma_list};
-use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync, sync_json};
+use super::{Admin, ApiError, Read, Shared, async_change, json_body, sync_json};
 use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING, STRINGS};
-use crate::logging::{self, SecurityEvent};
 use crate::services::changes::{ActionError, ServiceChange};
 
 pub(super) async fn get_services(
@@ -71,89 +70,4 @@ pub(super) async fn not_implemented(_: Read) -> ApiError {
 
 pub(super) async fn not_implemented_admin(_: Admin) -> ApiError {
     ApiError::bad_request("not implemented")
-}
-
-pub(super) async fn get_plan(
-    _: Admin,
-    State(api): State<Shared>,
-    Query(query): Query<Vec<(String, String)>>,
-) -> Result<Response, ApiError> {
-    let format = first(&query, "format");
-    if format != "yaml" {
-        return Err(ApiError::bad_request(format!(
-            "invalid format \"{format}\""
-        )));
-    }
-    Ok(sync(api.plan.plan().to_yaml()))
-}
-
-impl GoPayload for LayersRequest {
-    const GO: GoType = GoType::Struct(&GoStruct {
-        name: "",
-        fields: &[
-            GoField::new("Action", "action", STRING),
-            GoField::new("Combine", "combine", GoType::Bool),
-            GoField::new("Inner", "inner", GoType::Bool),
-            GoField::new("Label", "label", STRING),
-            GoField::new("Format", "format", STRING),
-            GoField::new("Layer", "layer", STRING),
-        ],
-    });
-}
-
-pub(super) async fn post_layers(
-    admin: Admin,
-    State(api): State<Shared>,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let request: LayersRequest = json_body(body, "cannot decode request body").await?;
-    // Adding is the only layer action; nothing past this point sees the name.
-    if request.action != "add" {
-        return Err(ApiError::invalid_action(&request.action));
-    }
-    if request.label.is_empty() {
-        return Err(ApiError::bad_request("label must be set"));
-    }
-    if request.format != "yaml" {
-        return Err(ApiError::bad_request(format!(
-            "invalid format \"{}\"",
-            request.format
-        )));
-    }
-    let layer = Layer::parse(0, &request.label, &request.layer)
-        .map_err(|e| ApiError::bad_request(format!("cannot parse layer YAML: {e}")))?;
-    logging::security(SecurityEvent::AddLayer {
-        user: &admin.user,
-        label: &request.label,
-    });
-    api.plan
-        .add_layer(layer, request.combine, request.inner)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    Ok(sync(true))
-}
-
-impl GoPayload for SignalsRequest {
-    const GO: GoType = GoType::Struct(&GoStruct {
-        name: "daemon.signalsPayload",
-        fields: &[
-            GoField::new("Signal", "signal", STRING),
-            GoField::new("Services", "services", STRINGS),
-        ],
-    });
-}
-
-pub(super) async fn post_signals(
-    _: Admin,
-    State(api): State<Shared>,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let request: SignalsRequest = json_body(body, "cannot decode request body").await?;
-    if request.services.is_empty() {
-        return Err(ApiError::bad_request("must specify one or more services"));
-    }
-    api.services
-        .signal(request.services, request.signal)
-        .await
-        .map_err(ApiError::internal)?;
-    Ok(sync(true))
 }
