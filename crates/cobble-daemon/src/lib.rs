@@ -23,10 +23,11 @@
 //! - [`http_client`]: the outgoing HTTP client of http checks and log forwarding, with Go's
 //!   defaults.
 //! - [`lock`]: one daemon per `$PEBBLE`, an exclusive lock taken before anything else.
-//! - [`output`]: stdout and stderr written by dedicated threads from bounded queues, so a
-//!   stalled log pipe never blocks the daemon.
-//! - [`logging`]: the daemon log in Pebble's layout, `<time> [pebble] message`, request
-//!   lines and security events, written through [`output`].
+//! - [`sink`]: the daemon's own stdout and stderr, written by dedicated threads from bounded
+//!   queues, so a stalled log pipe never blocks the daemon.
+//! - [`daemon_log`]: the daemon's own log in Pebble's layout, `<time> [pebble] message`,
+//!   request lines and security events, written through [`sink`]. (A service's output is
+//!   [`logs`], a manager.)
 //! - [`process`]: spawning and tracking OS processes: launching services, exec checks and
 //!   exec commands (path lookup, user, group, pipes or a terminal), the registry of running
 //!   process groups, and which processes belong to one run of a service.
@@ -77,7 +78,7 @@ mod views;
 mod api;
 mod daemon;
 
-pub(crate) use base::{atomic, go_json, http_client, lock, logging, output, process, tls, watch};
+pub(crate) use base::{atomic, daemon_log, go_json, http_client, lock, process, sink, tls, watch};
 pub(crate) use managers::{checks, exec, files, identities, layers, logs, services, state};
 pub(crate) use views::{listing, metrics};
 
@@ -155,7 +156,7 @@ pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
     // threads inherit the signal mask.
     cobble_sys::memory::tune_allocator();
     let nofile = cobble_sys::inherit::prepare_daemon();
-    logging::init(opts.debug, embedding.silent);
+    daemon_log::init(opts.debug, embedding.silent);
     match nofile {
         Ok(limit) if limit.current != limit.original => tracing::debug!(
             "Raised the descriptor limit from {} to {}",
@@ -184,13 +185,13 @@ pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
     let code = match code {
         Ok(code) => code,
         Err(e) => {
-            logging::stderr().text(format!("error: cannot run daemon: {e}\n").as_bytes());
+            daemon_log::stderr().text(format!("error: cannot run daemon: {e}\n").as_bytes());
             1
         }
     };
     // What is still queued goes out, unless the stream is stalled for good.
     log_files.flush(EXIT_FLUSH);
-    logging::flush_all(EXIT_FLUSH);
+    daemon_log::flush_all(EXIT_FLUSH);
     code
 }
 

@@ -31,7 +31,8 @@
 //! - [`reaper`]: the subreaper, the `SIGCHLD` loop and the pid registry.
 //! - [`process`]: signalling processes and process groups, signal names, `/proc`.
 //! - [`user`]: the passwd/group parser and Pebble's uid/gid normalisation.
-//! - [`output`]: a merged stdout+stderr pipe with an async read end.
+//! - [`pipe`]: a service's output pipe (stdout and stderr merged) with an async read end,
+//!   and the size, pending bytes and splicing of pipes.
 //! - [`fs`]: file system calls std lacks (early writeback for long writes).
 //! - [`inherit`]: what the commands the daemon runs inherit from it: every signal at its
 //!   default, none blocked, the daemon's original descriptor limit.
@@ -63,7 +64,7 @@ pub mod math;
 pub mod memory;
 pub mod notify;
 pub mod nss;
-pub mod output;
+pub mod pipe;
 pub mod process;
 pub mod pty;
 pub mod reaper;

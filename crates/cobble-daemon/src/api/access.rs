@@ -25,8 +25,8 @@ use axum::http::request::Parts;
 use base64::Engine as _;
 
 use super::{ApiError, Shared};
+use crate::daemon_log::{self, SecurityEvent, User};
 use crate::identities::{self, Access, Candidate, Credentials};
-use crate::logging::{self, SecurityEvent, User};
 
 /// How a connection reached the daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,7 +153,7 @@ pub(super) async fn caller_of(parts: &Parts, api: &Shared) -> Option<Caller> {
             Some(cert) => match identities::verify_self_signed(cert, jiff::ZonedDateTime::now()) {
                 Ok(()) => Some((name, access, None)),
                 Err(error) => {
-                    logging::security(SecurityEvent::CertificateNotVerified {
+                    daemon_log::security(SecurityEvent::CertificateNotVerified {
                         name: &name,
                         error: &error,
                     });
@@ -213,7 +213,7 @@ async fn require(parts: &Parts, api: &Shared, need: Access) -> Result<User, ApiE
 /// `authz_fail` only for a known user), and makes its answer.
 fn refuse(parts: &Parts, caller: Option<&Caller>) -> ApiError {
     if let Some(caller) = caller {
-        logging::security(SecurityEvent::AuthzFail {
+        daemon_log::security(SecurityEvent::AuthzFail {
             user: &caller.user,
             path: parts.uri.path(),
         });

@@ -11,8 +11,8 @@ use cobble_plan::CheckLevel;
 use super::query::{first, multi_comma_list};
 use super::{Admin, ApiError, Read, Shared, json_body, sync};
 use crate::checks::{CheckAction, CheckManagerError, CheckView};
+use crate::daemon_log::{self, SecurityEvent};
 use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING, STRINGS};
-use crate::logging::{self, SecurityEvent};
 
 /// The `level` query parameter: empty, `alive` or `ready`.
 pub(super) fn level(query: &[(String, String)]) -> Result<CheckLevel, ApiError> {
@@ -94,7 +94,7 @@ pub(super) async fn post_checks(
     if action == CheckAction::Stop {
         // Every named check is audited, whether or not it exists or is running.
         for check in &request.checks {
-            logging::security(SecurityEvent::MonitorDisabled {
+            daemon_log::security(SecurityEvent::MonitorDisabled {
                 user: &admin.user,
                 check,
             });

@@ -7,9 +7,9 @@ use axum::response::{IntoResponse, Response};
 use cobble_client::types::ExecRequest;
 
 use super::{Admin, ApiError, Shared, async_change_with, json_body};
+use crate::daemon_log::{self, SecurityEvent};
 use crate::exec::{ConnectError, SetupError, ws};
 use crate::go_json::{GoField, GoPayload, GoStruct, GoType, INT, STRING, STRINGS};
-use crate::logging::{self, SecurityEvent};
 
 impl GoPayload for ExecRequest {
     const GO: GoType = GoType::Struct(&GoStruct {
@@ -50,7 +50,7 @@ pub(super) async fn post_exec(
                 ApiError::internal(e.to_string())
             }
         })?;
-    logging::security(SecurityEvent::Exec {
+    daemon_log::security(SecurityEvent::Exec {
         user: &admin.user,
         command: &program,
     });

@@ -11,9 +11,9 @@ use futures_util::StreamExt;
 
 use super::query::{all, first};
 use super::{Admin, ApiError, Shared, json_body, sync};
+use crate::daemon_log::{self, SecurityEvent};
 use crate::files::{self, ErrorKind, FileError, gopath, multipart};
 use crate::go_json::{GoField, GoPayload, GoStruct, GoType, INT, STRING};
-use crate::logging::{self, SecurityEvent};
 
 /// The shortest multipart boundary Pebble takes (it sets no longest: Go's reader has none).
 const MIN_BOUNDARY: usize = 32;
@@ -34,7 +34,7 @@ pub(super) async fn get_files(
                 return Err(ApiError::bad_request("must accept multipart/form-data"));
             }
             for path in &paths {
-                logging::security(SecurityEvent::PullFile {
+                daemon_log::security(SecurityEvent::PullFile {
                     user: &admin.user,
                     path,
                 });
@@ -160,7 +160,7 @@ pub(super) async fn post_files(
                 .map(|r| r.map_err(axum::Error::into_inner));
             let audit = |files: &[WriteFilesItem]| {
                 for file in files {
-                    logging::security(SecurityEvent::PushFile {
+                    daemon_log::security(SecurityEvent::PushFile {
                         user: &admin.user,
                         path: &file.path,
                     });

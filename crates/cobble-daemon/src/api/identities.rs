@@ -10,9 +10,9 @@ use cobble_client::identities::{IdentitiesRequest, Identity as WireIdentity};
 use serde::Serialize;
 
 use super::{Admin, ApiError, Read, Shared, json_body, sync};
+use crate::daemon_log::{self, SecurityEvent};
 use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING, UINT32};
 use crate::identities::{self, Action};
-use crate::logging::{self, SecurityEvent};
 use crate::state::IdentitiesError;
 
 pub(super) async fn get_identities(_: Read, State(api): State<Shared>) -> Response {
@@ -94,21 +94,21 @@ pub(super) async fn post_identities(
             e @ IdentitiesError::NotRecorded(_) => ApiError::internal(e.to_string()),
         })?;
     for (name, access) in &applied.created {
-        logging::security(SecurityEvent::UserCreated {
+        daemon_log::security(SecurityEvent::UserCreated {
             user: &admin.user,
             name,
             access: access.as_str(),
         });
     }
     for (name, access) in &applied.updated {
-        logging::security(SecurityEvent::UserUpdated {
+        daemon_log::security(SecurityEvent::UserUpdated {
             user: &admin.user,
             name,
             access: access.as_str(),
         });
     }
     for name in &applied.deleted {
-        logging::security(SecurityEvent::UserDeleted {
+        daemon_log::security(SecurityEvent::UserDeleted {
             user: &admin.user,
             name,
         });

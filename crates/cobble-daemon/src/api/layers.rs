@@ -7,8 +7,8 @@ use cobble_client::types::LayersRequest;
 use cobble_plan::Layer;
 
 use super::{Admin, ApiError, Shared, json_body, sync};
+use crate::daemon_log::{self, SecurityEvent};
 use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING};
-use crate::logging::{self, SecurityEvent};
 
 impl GoPayload for LayersRequest {
     const GO: GoType = GoType::Struct(&GoStruct {
@@ -45,7 +45,7 @@ pub(super) async fn post_layers(
     }
     let layer = Layer::parse(0, &request.label, &request.layer)
         .map_err(|e| ApiError::bad_request(format!("cannot parse layer YAML: {e}")))?;
-    logging::security(SecurityEvent::AddLayer {
+    daemon_log::security(SecurityEvent::AddLayer {
         user: &admin.user,
         label: &request.label,
     });

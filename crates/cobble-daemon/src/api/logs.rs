@@ -17,7 +17,7 @@ use jiff::Timestamp;
 
 use super::query::{first, multi_comma_list};
 use super::{ApiError, Read, Shared};
-use crate::logs::{self, Line, ServiceLog, Tail};
+use crate::logs::{self, Follow, Line, ServiceLog};
 use cobble_client::time::format_utc_millis;
 
 /// Lines sent when `n` is not given and the request does not follow.
@@ -80,13 +80,13 @@ pub(super) async fn get_logs(
         }
         return Ok(ndjson(Body::from(body)));
     }
-    let mut tail = Tail::new(&logs, older, n);
+    let mut follow = Follow::new(&logs, older, n);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(2);
     tokio::spawn(async move {
         let mut chunk = Vec::new();
         loop {
             let lines = tokio::select! {
-                lines = tail.next() => lines,
+                lines = follow.next() => lines,
                 () = tx.closed() => return,
             };
             chunk.clear();

@@ -1,4 +1,4 @@
-//! The daemon log's line per API request ([`crate::logging::RequestLine`]), taken around
+//! The daemon log's line per API request ([`crate::daemon_log::RequestLine`]), taken around
 //! the router for each request a connection serves ([`super::serve`]), so that it costs
 //! no layer of boxing.
 //!
@@ -24,13 +24,14 @@ use axum::response::Response;
 use hyper::body::{Body as _, Frame, SizeHint};
 
 use super::{Peer, Transport};
-use crate::logging::{self, Remote, RequestLine};
+use crate::daemon_log::{self, Remote, RequestLine};
 
 /// The line of `request` from `peer`, begun now: `None` when it is not logged (a polled
 /// `GET`, or a silent log), which then costs nothing more.
 pub(crate) fn start(request: &Request, peer: &Peer) -> Option<Started> {
-    (logging::logs_requests() && logging::request_is_logged(request.method(), request.uri().path()))
-        .then(|| Started::of(request, peer))
+    (daemon_log::logs_requests()
+        && daemon_log::request_is_logged(request.method(), request.uri().path()))
+    .then(|| Started::of(request, peer))
 }
 
 /// What a request's line needs from the request itself.
@@ -74,7 +75,7 @@ impl Started {
             StatusCode::SWITCHING_PROTOCOLS => 200,
             other => other.as_u16(),
         };
-        logging::request(RequestLine {
+        daemon_log::request(RequestLine {
             at: jiff::Timestamp::now(),
             method: self.method,
             target: self.target,

@@ -3,11 +3,11 @@
 //! spawning and tracking OS processes, path watching and TLS.
 
 pub(crate) mod atomic;
+pub(crate) mod daemon_log;
 pub(crate) mod go_json;
 pub(crate) mod http_client;
 pub(crate) mod lock;
-pub(crate) mod logging;
-pub(crate) mod output;
 pub(crate) mod process;
+pub(crate) mod sink;
 pub(crate) mod tls;
 pub(crate) mod watch;

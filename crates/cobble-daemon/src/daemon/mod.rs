@@ -34,10 +34,10 @@ use tokio_util::sync::CancellationToken;
 use crate::api::serve::{ConnectionCap, Limits};
 use crate::api::{self, ApiState};
 use crate::checks::CheckManager;
+use crate::daemon_log::{self, SecurityEvent};
 use crate::exec::ExecManager;
 use crate::layers::PlanManager;
 use crate::lock::{self, DirLock, LockError};
-use crate::logging::{self, SecurityEvent};
 use crate::logs::forward::LogForwarder;
 use crate::logs::persist::LogFiles;
 use crate::process::OsProcesses;
@@ -133,7 +133,7 @@ pub(crate) async fn run(
     let (mut daemon, plan) = start_managers(&opts, plan, store, log_files).await?;
     let listeners = listen(&opts, first_write, &mut daemon).await?;
     let servers = serve(&opts, listeners, &daemon, plan);
-    logging::security(SecurityEvent::Startup {
+    daemon_log::security(SecurityEvent::Startup {
         uid: cobble_sys::current_uid(),
     });
     tracing::info!("Started daemon.");
@@ -165,7 +165,7 @@ pub(crate) async fn run(
             (MANAGER_FAILED_EXIT_CODE, manager != Manager::Services)
         }
     };
-    logging::security(SecurityEvent::Shutdown {
+    daemon_log::security(SecurityEvent::Shutdown {
         uid: cobble_sys::current_uid(),
     });
     // systemd stops watching over a unit that is stopping.
@@ -319,7 +319,7 @@ async fn start_managers(
         processes.clone(),
         crate::logs::capture::Destinations {
             files: Some(log_files.clone()),
-            stdout: opts.verbose.then(logging::stdout),
+            stdout: opts.verbose.then(daemon_log::stdout),
             forward: forward_tap,
         },
         shutdown_tx,
@@ -404,7 +404,7 @@ async fn listen(
         );
     }
     let unix = bind_unix(&opts.socket_path)?;
-    logging::set_socket_path(&opts.socket_path);
+    daemon_log::set_socket_path(&opts.socket_path);
     let http = match &opts.http {
         Some(address) => Some(bind_tcp(address).await?),
         None => None,
@@ -526,14 +526,14 @@ fn log_own_request(
     asked: std::time::Instant,
     status: u16,
 ) {
-    logging::request(logging::RequestLine {
+    daemon_log::request(daemon_log::RequestLine {
         at: jiff::Timestamp::now(),
         method,
         target,
         elapsed: asked.elapsed(),
         status,
         transport: api::Transport::Unix.as_str(),
-        remote: logging::Remote::Unix {
+        remote: daemon_log::Remote::Unix {
             pid: i32::try_from(std::process::id()).ok(),
             uid: Some(cobble_sys::current_uid()),
         },

@@ -6,7 +6,7 @@
 //! `orphans_reaped` are only compared as "grew by at least".
 
 mod inherit;
-mod output;
+mod pipe;
 mod process;
 mod pty;
 mod reaper;

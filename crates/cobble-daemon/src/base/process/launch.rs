@@ -435,7 +435,7 @@ fn wire_pipes(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
     match wiring {
         Wiring::Merged => {
             cmd.process_group(0).stdin(Stdio::null());
-            let (output, stdout, stderr) = cobble_sys::output::merged_pipe()?;
+            let (output, stdout, stderr) = cobble_sys::pipe::merged_pipe()?;
             cmd.stdout(stdout).stderr(stderr);
             pipes.output = Some(output);
         }
@@ -448,7 +448,7 @@ fn wire_pipes(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
                 pipes.output = Some(output);
                 pipes.stderr = Some(stderr_pipe(cmd)?);
             } else {
-                let (output, stdout, stderr) = cobble_sys::output::merged_pipe()?;
+                let (output, stdout, stderr) = cobble_sys::pipe::merged_pipe()?;
                 cmd.stdout(stdout).stderr(stderr);
                 pipes.output = Some(output);
             }
@@ -461,7 +461,7 @@ fn wire_pipes(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
 /// Gives an exec's pipe [`EXEC_PIPE_SIZE`] where the kernel allows, once a stream has filled
 /// it; a pipe that keeps the default size works, only slower.
 pub(crate) fn grow_exec_pipe(pipe: &impl std::os::fd::AsFd) {
-    let _ = cobble_sys::output::set_pipe_size(pipe, EXEC_PIPE_SIZE);
+    let _ = cobble_sys::pipe::set_pipe_size(pipe, EXEC_PIPE_SIZE);
 }
 
 /// A pipe for one output stream of an exec: the daemon's read end and the child's write end.

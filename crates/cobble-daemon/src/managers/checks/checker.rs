@@ -129,8 +129,9 @@ pub(super) fn merge_service_context(plan: &Plan, config: &Check) -> Check {
     merged
 }
 
-/// Keeps the first [`MAX_ERROR_LINES`] lines of a body, marking a cut with `(...)`.
-pub(super) fn first_lines(text: &str) -> String {
+/// A failed response's error details: the first [`MAX_ERROR_LINES`] lines of its body,
+/// marking a cut with `(...)`.
+pub(super) fn details_from_body(text: &str) -> String {
     let lines: Vec<&str> = text.trim().split('\n').collect();
     if lines.len() > MAX_ERROR_LINES {
         let mut kept = lines[..MAX_ERROR_LINES].to_vec();
@@ -141,8 +142,8 @@ pub(super) fn first_lines(text: &str) -> String {
     }
 }
 
-/// Keeps the last [`MAX_ERROR_LINES`] lines of output.
-pub(super) fn last_lines(text: &str) -> String {
+/// A failed command's error details: the last [`MAX_ERROR_LINES`] lines of its output.
+pub(super) fn details_from_output(text: &str) -> String {
     let trimmed = text.trim_end_matches('\n');
     if trimmed.is_empty() {
         return String::new();
@@ -179,10 +180,16 @@ mod tests {
 
     #[test]
     fn body_and_output_lines_are_cut_like_pebble() {
-        assert_eq!(first_lines("  a\nb\n"), "a\nb");
-        assert_eq!(first_lines("1\n2\n3\n4\n5\n6\n7"), "1\n2\n3\n4\n5\n(...)");
-        assert_eq!(last_lines("1\n2\n3\n4\n5\n6\n7\n"), "3\n4\n5\n6\n7");
-        assert_eq!(last_lines(""), "");
+        assert_eq!(details_from_body("  a\nb\n"), "a\nb");
+        assert_eq!(
+            details_from_body("1\n2\n3\n4\n5\n6\n7"),
+            "1\n2\n3\n4\n5\n(...)"
+        );
+        assert_eq!(
+            details_from_output("1\n2\n3\n4\n5\n6\n7\n"),
+            "3\n4\n5\n6\n7"
+        );
+        assert_eq!(details_from_output(""), "");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use cobble_plan::ExecCheck;
 use futures_util::future::BoxFuture;
 use tokio::io::AsyncReadExt;
 
-use super::checker::{CheckError, Checker, MAX_ERROR_BYTES, last_lines};
+use super::checker::{CheckError, Checker, MAX_ERROR_BYTES, details_from_output};
 use crate::process::launch::{Launch, Wiring};
 use crate::process::launcher::Launcher;
 
@@ -66,7 +66,7 @@ impl ExecChecker {
             spawned.pid
         );
 
-        let mut tail = Tail::default();
+        let mut output = LastBytes::default();
         let mut buf = [0u8; 4096];
         let mut exit = spawned.exit;
         let mut eof = false;
@@ -75,7 +75,7 @@ impl ExecChecker {
                 status = &mut exit => break status,
                 read = reader.read(&mut buf), if !eof => match read {
                     Ok(0) | Err(_) => eof = true,
-                    Ok(n) => tail.push(&buf[..n]),
+                    Ok(n) => output.push(&buf[..n]),
                 },
             }
         };
@@ -85,7 +85,7 @@ impl ExecChecker {
                 loop {
                     match reader.read(&mut buf).await {
                         Ok(0) | Err(_) => break,
-                        Ok(n) => tail.push(&buf[..n]),
+                        Ok(n) => output.push(&buf[..n]),
                     }
                 }
             })
@@ -99,7 +99,7 @@ impl ExecChecker {
         }
         Err(CheckError {
             message: format!("exit status {code}"),
-            details: last_lines(&tail.text()),
+            details: details_from_output(&output.text()),
         })
     }
 }
@@ -112,9 +112,9 @@ impl Checker for ExecChecker {
 
 /// The last [`MAX_ERROR_BYTES`] bytes of output.
 #[derive(Default)]
-struct Tail(Vec<u8>);
+struct LastBytes(Vec<u8>);
 
-impl Tail {
+impl LastBytes {
     fn push(&mut self, bytes: &[u8]) {
         self.0.extend_from_slice(bytes);
         if self.0.len() > MAX_ERROR_BYTES {

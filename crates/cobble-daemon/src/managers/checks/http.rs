@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use cobble_plan::HttpCheck;
 use futures_util::future::BoxFuture;
 
-use super::checker::{CheckError, Checker, MAX_ERROR_BYTES, first_lines};
+use super::checker::{CheckError, Checker, MAX_ERROR_BYTES, details_from_body};
 use crate::http_client::{build_client, is_loopback, root_cause};
 
 /// GETs a URL with the configured headers.
@@ -74,7 +74,7 @@ impl HttpChecker {
             }
         };
         body.truncate(MAX_ERROR_BYTES);
-        let details = details.unwrap_or_else(|| first_lines(&String::from_utf8_lossy(&body)));
+        let details = details.unwrap_or_else(|| details_from_body(&String::from_utf8_lossy(&body)));
         Err(CheckError {
             message: format!("non-2xx status code {}", status.as_u16()),
             details,

@@ -532,7 +532,7 @@ async fn splice_pending(
         if pipe.readable().await.is_err() {
             return Ok(false);
         }
-        let pending = match cobble_sys::output::pending_bytes(pipe) {
+        let pending = match cobble_sys::pipe::pending_bytes(pipe) {
             Ok(pending) => pending,
             Err(_) => return Ok(false),
         };

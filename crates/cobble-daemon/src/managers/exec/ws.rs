@@ -299,7 +299,7 @@ impl Writer {
 
     /// Sends the next `len` bytes of `pipe` as a binary frame, moved from the pipe to the
     /// socket by the kernel. The caller must be the pipe's only reader and know that `len`
-    /// bytes wait in it ([`cobble_sys::output::pending_bytes`]): the header promises them.
+    /// bytes wait in it ([`cobble_sys::pipe::pending_bytes`]): the header promises them.
     pub(crate) async fn splice(&self, pipe: &pipe::Receiver, len: usize) -> io::Result<()> {
         if !self.splices {
             return Err(io::Error::new(
@@ -350,7 +350,7 @@ async fn splice_some(socket: &UnixStream, pipe: &pipe::Receiver, len: usize) -> 
     loop {
         socket.writable().await?;
         match socket.try_io(Interest::WRITABLE, || {
-            cobble_sys::output::splice(pipe, socket, len)
+            cobble_sys::pipe::splice(pipe, socket, len)
         }) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             moved => return moved,
@@ -765,7 +765,7 @@ mod tests {
         let mut sent = 0;
         while sent < output.len() {
             pipe.readable().await.unwrap();
-            let pending = cobble_sys::output::pending_bytes(&pipe).unwrap();
+            let pending = cobble_sys::pipe::pending_bytes(&pipe).unwrap();
             if pending > 0 {
                 sender.splice(&pipe, pending).await.unwrap();
                 sent += pending;

@@ -9,7 +9,7 @@ use crate::logs::forward::{ServiceTap, Tap};
 use crate::logs::lines::{LineSplitter, Split, format_lines};
 use crate::logs::persist;
 use crate::logs::ring::ServiceLog;
-use crate::output::Sink;
+use crate::sink::Sink;
 
 /// Where the output of every service may go: the daemon's own destinations, handed to the
 /// supervisor as values, so two daemons in one process share none of them.
@@ -121,7 +121,7 @@ pub(crate) async fn copy_output(reader: pipe::Receiver, name: String, outputs: O
                 // A fast service gets a larger pipe, so that it writes on while the daemon
                 // stores what it read instead of waiting for the pipe to empty. Where the
                 // kernel refuses, the default pipe works, only slower.
-                let _ = cobble_sys::output::set_pipe_size(&reader, FAST_PIPE_BYTES);
+                let _ = cobble_sys::pipe::set_pipe_size(&reader, FAST_PIPE_BYTES);
                 grown = true;
             }
         }
@@ -182,7 +182,7 @@ mod tests {
                 seen += batch.entries.len();
             }
         }
-        let size = cobble_sys::output::pipe_size(&writer).unwrap();
+        let size = cobble_sys::pipe::pipe_size(&writer).unwrap();
         drop(writer);
         copy.await.unwrap();
         size
@@ -199,7 +199,7 @@ mod tests {
     async fn a_service_that_writes_little_at_a_time_keeps_the_default_pipe() {
         let default = {
             let (reader, _writer) = std::io::pipe().unwrap();
-            cobble_sys::output::pipe_size(&reader).unwrap()
+            cobble_sys::pipe::pipe_size(&reader).unwrap()
         };
         // Every read fills its room but the last, which stops the room growing at 32 KiB.
         let slow = pipe_size_after(&[4096, 8192, 16384, 30000, 100, 100]).await;

@@ -25,5 +25,5 @@ pub(crate) mod persist;
 pub(crate) mod read;
 pub(crate) mod ring;
 
-pub(crate) use read::{Line, Tail, lost_message, older_than_rings, recent};
+pub(crate) use read::{Follow, Line, lost_message, older_than_rings, recent};
 pub(crate) use ring::ServiceLog;

@@ -195,7 +195,7 @@ impl PersistTarget {
         let shared = &self.files.shared;
         let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
         let room = QUEUE_BYTES.saturating_sub(queue.bytes);
-        let (len, fit) = crate::output::fitting_lines(text, lines, room);
+        let (len, fit) = crate::sink::fitting_lines(text, lines, room);
         let was_empty = queue.bytes == 0;
         let index = match queue
             .pending

@@ -119,7 +119,7 @@ fn keep_last(mut lines: Vec<Line>, n: Option<usize>) -> Vec<Line> {
 }
 
 /// Follows the logs of several services.
-pub(crate) struct Tail {
+pub(crate) struct Follow {
     followers: Vec<Follower>,
     wake: Arc<Notify>,
     /// The last `n` lines still to be served first, if any.
@@ -128,14 +128,14 @@ pub(crate) struct Tail {
     older: Vec<Vec<LogEntry>>,
 }
 
-impl Tail {
+impl Follow {
     /// Starts following `logs`: first the last `n` lines of all of them together (all that is
     /// held for `None`, counting the `older` lines read back from files), then every line
     /// written after.
-    pub(crate) fn new(logs: &[ServiceLog], older: Vec<Vec<LogEntry>>, n: Option<usize>) -> Tail {
+    pub(crate) fn new(logs: &[ServiceLog], older: Vec<Vec<LogEntry>>, n: Option<usize>) -> Follow {
         let wake = Arc::new(Notify::new());
         let followers = logs.iter().map(|log| log.follow(n, wake.clone())).collect();
-        Tail {
+        Follow {
             followers,
             wake,
             initial: Some(n),
@@ -277,12 +277,12 @@ mod tests {
         a.push(at(1), "a1".into());
         b.push(at(2), "b2".into());
         a.push(at(3), "a3".into());
-        let mut tail = Tail::new(&[a.clone(), b.clone()], Vec::new(), Some(2));
-        assert_eq!(messages(&tail.next().await), ["b2", "a3"]);
+        let mut follow = Follow::new(&[a.clone(), b.clone()], Vec::new(), Some(2));
+        assert_eq!(messages(&follow.next().await), ["b2", "a3"]);
         b.push(at(4), "b4".into());
         a.push(at(5), "a5".into());
-        assert_eq!(messages(&tail.next().await), ["b4", "a5"]);
-        let waiting = tokio::spawn(async move { messages(&tail.next().await) });
+        assert_eq!(messages(&follow.next().await), ["b4", "a5"]);
+        let waiting = tokio::spawn(async move { messages(&follow.next().await) });
         tokio::task::yield_now().await;
         a.push(at(6), "a6".into());
         assert_eq!(waiting.await.unwrap(), ["a6"]);

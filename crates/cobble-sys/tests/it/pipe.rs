@@ -4,7 +4,7 @@ use std::process::{Command, Stdio};
 
 use tokio::io::AsyncReadExt;
 
-use cobble_sys::output::merged_pipe;
+use cobble_sys::pipe::merged_pipe;
 use cobble_sys::reaper::{self, ExitStatus};
 
 use crate::{TIMEOUT, exit_of, sh};

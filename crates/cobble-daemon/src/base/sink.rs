@@ -1,5 +1,5 @@
 //! Output streams written without ever blocking the daemon (its stdout and stderr, made in
-//! [`crate::logging`]).
+//! [`crate::daemon_log`]).
 //!
 //! Juju starts the daemon with `--verbose` and its stdout going into the container's log pipe.
 //! When nobody drains that pipe (a stalled log collector), a `write` to it blocks until there is

@@ -16,11 +16,11 @@
 //! `--http` and `--https`, the time taken in Go's duration format. With `PEBBLE_DEBUG=1` a
 //! request over the unix socket is also logged with the peer's pid and uid, at debug level,
 //! as Pebble does. A [`RequestLine`] holds only what the request's task copies cheaply; its
-//! text is built on the writer thread ([`crate::output::Record`]).
+//! text is built on the writer thread ([`crate::sink::Record`]).
 //!
 //! Formatting is kept apart from writing: [`format_line`] builds a line; the tracing layer that
 //! [`init`] installs calls it and hands each line to [`stderr`], a bounded queue written by
-//! its own thread ([`crate::output::Sink`]), so a stalled stderr never blocks the thread that
+//! its own thread ([`crate::sink::Sink`]), so a stalled stderr never blocks the thread that
 //! logs. The daemon's two streams are made here, with the line each writes in place of the
 //! lines it had to drop: [`stderr`] for the daemon log, [`stdout`] for service output under
 //! `--verbose`.
@@ -42,7 +42,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use cobble_client::time::{format_utc_millis, format_utc_secs};
 
-use crate::output::Sink;
+use crate::sink::Sink;
 
 /// The name in brackets on every line, and the `appid` of security events.
 const APP_ID: &str = "pebble";
@@ -490,7 +490,7 @@ impl RequestLine {
     }
 }
 
-impl crate::output::Record for RequestLine {
+impl crate::sink::Record for RequestLine {
     fn write(&self, out: &mut Vec<u8>) {
         self.write_to(out, REQUESTS.load(Ordering::Relaxed) == REQUESTS_DEBUG);
     }
