@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::handle::{Request, StartReply};
 use super::machine::{self, Action, Event, Machine, StartOutcome, StopOutcome};
+use super::messages::{Request, StartReply};
 use super::policy::policy;
 use super::{LAST_LOG_LINES, hints, status};
 use crate::checks::CheckSignals;
