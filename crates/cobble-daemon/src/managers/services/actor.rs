@@ -15,10 +15,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::handle::{Request, StartReply};
 use super::machine::{self, Action, Event, Machine, StartOutcome, StopOutcome};
+use super::messages::{Request, StartReply};
 use super::policy::policy;
-use super::{LAST_LOG_LINES, hints, status};
+use super::status::{self, ServiceStatus};
+use super::{LAST_LOG_LINES, hints};
 use crate::checks::CheckSignals;
 use crate::logs::ServiceLog;
 use crate::logs::capture::{self, Destinations};
@@ -95,46 +96,46 @@ pub(super) fn spawn(
 }
 
 /// One supervised service.
-pub(super) struct Slot {
+struct Slot {
     /// Its lifecycle.
-    pub(super) machine: Machine,
+    machine: Machine,
     /// The configuration stored at the last explicit start; restarts use it.
-    pub(super) config: Arc<Service>,
+    config: Arc<Service>,
     /// Its recent output.
-    pub(super) log: ServiceLog,
+    log: ServiceLog,
     /// The file its output also goes to, under `persist-logs: true`.
-    pub(super) file: persist::Switch,
+    file: persist::Switch,
     /// Requests waiting for the current start to resolve.
-    pub(super) start_waiters: Vec<oneshot::Sender<StartReply>>,
+    start_waiters: Vec<oneshot::Sender<StartReply>>,
     /// Requests waiting for the current stop to resolve.
-    pub(super) stop_waiters: Vec<oneshot::Sender<StopOutcome>>,
+    stop_waiters: Vec<oneshot::Sender<StopOutcome>>,
     /// When the reported status last changed.
-    pub(super) since: Option<Timestamp>,
+    since: Option<Timestamp>,
     /// `since`, as last rendered for a client.
-    pub(super) rendered_since: status::RenderedSince,
+    rendered_since: status::RenderedSince,
     /// Processes spawned.
-    pub(super) start_count: u64,
+    start_count: u64,
     /// Descendants of the process being stopped that had left its process group.
-    pub(super) escaped: Vec<Escaped>,
+    escaped: Vec<Escaped>,
     /// What a service with `readiness: notify` has said, and where it says it.
-    pub(super) notify: Notify,
+    notify: Notify,
     /// What of its `resources:` was not enforced at its last spawn, and why.
-    pub(super) unenforced: Option<String>,
+    unenforced: Option<String>,
 }
 
 /// A `readiness: notify` service's socket and what it said on it.
 #[derive(Debug, Default)]
-pub(super) struct Notify {
+struct Notify {
     /// The socket's address, once it has one (bound at its first spawn).
     address: Option<String>,
     /// The main process of the running instance, for the socket's reader (0: none).
     leader: Arc<AtomicU32>,
     /// The last `STATUS=` text of the running instance.
-    pub(super) status: Option<String>,
+    status: Option<String>,
     /// It said `RELOADING=1` and not `READY=1` since.
-    pub(super) reloading: bool,
+    reloading: bool,
     /// It said `STOPPING=1`.
-    pub(super) stopping: bool,
+    stopping: bool,
     /// A message from a process not its own was logged for this instance.
     refusal_logged: bool,
 }
@@ -147,6 +148,23 @@ impl Notify {
         self.reloading = false;
         self.stopping = false;
         self.refusal_logged = false;
+    }
+}
+
+impl Slot {
+    /// What the supervisor reports of this service: its machine, and what is kept beside it.
+    fn status(&mut self, name: &str, with_details: bool) -> ServiceStatus {
+        let tracked = status::Tracked {
+            since: self.since,
+            rendered_since: &mut self.rendered_since,
+            start_count: self.start_count,
+            unenforced: self.unenforced.as_deref(),
+            log: &self.log,
+            said_status: self.notify.status.as_deref(),
+            reloading: self.notify.reloading,
+            stopping: self.notify.stopping,
+        };
+        status::status(name, &self.machine, tracked, with_details)
     }
 }
 
@@ -533,7 +551,7 @@ impl Actor {
                 details,
                 reply,
             } => {
-                let _ = reply.send(status::statuses(&mut self.services, &names, details));
+                let _ = reply.send(self.statuses(&names, details));
             }
             Request::Signal {
                 names,
@@ -594,6 +612,24 @@ impl Actor {
                 let _ = reply.send(logs);
             }
         }
+    }
+
+    /// The statuses of the started services among `names` (all of them when `names` is
+    /// empty), sorted by name, with details if `with_details`.
+    fn statuses(&mut self, names: &[String], with_details: bool) -> Vec<ServiceStatus> {
+        if names.is_empty() {
+            return self
+                .services
+                .iter_mut()
+                .map(|(name, slot)| slot.status(name, with_details))
+                .collect();
+        }
+        // Sorted and without repeats, as the listing must be.
+        let wanted: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        wanted
+            .into_iter()
+            .filter_map(|name| Some(self.services.get_mut(name)?.status(name, with_details)))
+            .collect()
     }
 
     fn start(&mut self, name: String, reply: oneshot::Sender<StartReply>) {

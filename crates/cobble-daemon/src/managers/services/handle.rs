@@ -1,6 +1,6 @@
-//! The handle to the supervisor: the requests it takes, and [`ServiceManager`], the cheap
-//! handle that sends them and awaits each answer on a oneshot channel (a "ticket" resolved
-//! once the actor has processed the request).
+//! The handle to the supervisor: [`ServiceManager`], the cheap handle that sends the actor
+//! its requests ([`super::messages`]) and awaits each answer on a oneshot channel (a "ticket"
+//! resolved once the actor has processed the request).
 
 use std::sync::Arc;
 
@@ -10,61 +10,12 @@ use tokio::task::JoinHandle;
 
 use super::accounting::Accounting;
 use super::machine::{StartOutcome, StopOutcome};
+use super::messages::{Request, StartReply};
 use super::{ServiceStatus, actor};
 use crate::checks::CheckSignals;
 use crate::logs::ServiceLog;
 use crate::logs::capture::Destinations;
 use crate::process::{Processes, Usage};
-
-/// The reply to a start request: the outcome and, for failures that ask for it, the service's
-/// most recent output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StartReply {
-    pub outcome: StartOutcome,
-    pub output: Vec<String>,
-}
-
-/// What the handle asks of the actor.
-pub(super) enum Request {
-    Start {
-        name: String,
-        reply: oneshot::Sender<StartReply>,
-    },
-    Stop {
-        name: String,
-        reply: oneshot::Sender<StopOutcome>,
-    },
-    AbortStart {
-        name: String,
-    },
-    Statuses {
-        names: Vec<String>,
-        details: bool,
-        reply: oneshot::Sender<Vec<ServiceStatus>>,
-    },
-    Signal {
-        names: Vec<String>,
-        signal: String,
-        reply: oneshot::Sender<Result<(), String>>,
-    },
-    Outdated {
-        reply: oneshot::Sender<Vec<String>>,
-    },
-    Active {
-        reply: oneshot::Sender<Vec<String>>,
-    },
-    Logs {
-        names: Vec<String>,
-        reply: oneshot::Sender<Vec<(String, ServiceLog)>>,
-    },
-    /// Answered at once: proof that the actor takes requests.
-    Ping {
-        reply: oneshot::Sender<()>,
-    },
-    /// Stops the actor from taking anything more, as a bug that blocks it would.
-    #[cfg(test)]
-    Wedge,
-}
 
 /// Handle to the service manager actor. Cheap to clone.
 #[derive(Clone)]

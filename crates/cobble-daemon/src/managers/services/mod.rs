@@ -23,8 +23,8 @@
 //!
 //! # Layout
 //!
-//! - `handle`: [`ServiceManager`], the requests it sends and the one helper that awaits each
-//!   answer.
+//! - `handle`: [`ServiceManager`], which sends the requests and awaits each answer.
+//! - `messages`: the requests and the reply to a start, which the handle and the actor share.
 //! - `actor`: the task that owns the services and performs their machines' actions.
 //! - [`machine`]: the pure per-service state machine, table- and property-tested.
 //! - `policy`: the plan's service configuration as the machine's [`machine::Policy`].
@@ -39,12 +39,14 @@ pub(crate) mod changes;
 mod handle;
 pub(crate) mod hints;
 pub(crate) mod machine;
+mod messages;
 mod policy;
 pub(crate) mod status;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use handle::{ServiceManager, StartReply};
+pub(crate) use handle::ServiceManager;
+pub(crate) use messages::StartReply;
 pub(crate) use status::ServiceStatus;
 
 /// Lines of output copied into the task log when a start fails.

@@ -6,20 +6,22 @@
 //!
 //! - Only started services are reported. A service the supervisor never started is
 //!   `inactive` with nothing more to say; the API reads it from the plan alone.
-//! - `current-since` is rendered once per status change and kept in the slot, not on every
+//! - `current-since` is rendered once per status change and kept by the actor, not on every
 //!   request.
 //! - The details behind `cobble why` (the last lines of output, backoff figures) are
 //!   gathered only when asked for; the one-line reason is worked out from the machine.
+//!
+//! The report reads the service's [`Machine`], and beside it only what the actor keeps that
+//! is no part of the lifecycle ([`Tracked`]).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::LAST_LOG_LINES;
-use super::actor::Slot;
-use super::machine::{Phase, Status};
+use super::machine::{Machine, Phase, Status};
+use crate::logs::ServiceLog;
 use cobble_client::time::{format_rfc3339_nano, format_rfc3339_secs};
 
 /// What the supervisor reports about a service it has started.
@@ -94,55 +96,64 @@ impl RenderedSince {
     }
 }
 
-/// The statuses of the started services among `names` (all of them when `names` is empty),
-/// sorted by name, with details if `with_details`.
-pub(super) fn statuses(
-    services: &mut BTreeMap<String, Slot>,
-    names: &[String],
-    with_details: bool,
-) -> Vec<ServiceStatus> {
-    if names.is_empty() {
-        services
-            .iter_mut()
-            .map(|(name, slot)| status(name, slot, with_details))
-            .collect()
-    } else {
-        // Sorted and without repeats, as the listing must be.
-        let wanted: BTreeSet<&str> = names.iter().map(String::as_str).collect();
-        wanted
-            .into_iter()
-            .filter_map(|name| Some(status(name, services.get_mut(name)?, with_details)))
-            .collect()
-    }
+/// What the actor keeps of a started service beside its machine, which the report needs
+/// too. None of it is the lifecycle, so none of it is the machine's: the wall-clock time of
+/// the last status change (the machine reads no clock), what the spawns the actor performs
+/// came to (how many, what they left unenforced), the output, and what a `readiness: notify`
+/// service last said of itself on the socket the actor reads (the machine hears `READY=1`
+/// alone).
+pub(super) struct Tracked<'a> {
+    /// When the reported status last changed.
+    pub(super) since: Option<Timestamp>,
+    /// `since`, as last rendered for a client.
+    pub(super) rendered_since: &'a mut RenderedSince,
+    /// Processes spawned.
+    pub(super) start_count: u64,
+    /// What of its `resources:` was not enforced at its last spawn, and why.
+    pub(super) unenforced: Option<&'a str>,
+    /// Its recent output.
+    pub(super) log: &'a ServiceLog,
+    /// The last `STATUS=` text of its running instance.
+    pub(super) said_status: Option<&'a str>,
+    /// It said `RELOADING=1` and not `READY=1` since.
+    pub(super) reloading: bool,
+    /// It said `STOPPING=1`.
+    pub(super) stopping: bool,
 }
 
-fn status(name: &str, slot: &mut Slot, with_details: bool) -> ServiceStatus {
+/// What the supervisor reports of the started service `name`, with details if
+/// `with_details`.
+pub(super) fn status(
+    name: &str,
+    machine: &Machine,
+    tracked: Tracked<'_>,
+    with_details: bool,
+) -> ServiceStatus {
     ServiceStatus {
         name: name.to_owned(),
-        current: slot.machine.status(),
-        since: slot.since.map(|at| slot.rendered_since.render(at)),
-        reason: reason(slot),
-        start_count: slot.start_count,
-        pid: slot.machine.pid(),
-        details: with_details.then(|| details(slot)),
+        current: machine.status(),
+        since: tracked.since.map(|at| tracked.rendered_since.render(at)),
+        reason: reason(machine, &tracked),
+        start_count: tracked.start_count,
+        pid: machine.pid(),
+        details: with_details.then(|| details(machine, &tracked)),
     }
 }
 
 /// What the supervisor knows about a started service.
-fn details(slot: &Slot) -> ServiceDetails {
-    let machine = &slot.machine;
+fn details(machine: &Machine, tracked: &Tracked<'_>) -> ServiceDetails {
     let now = Instant::now();
     ServiceDetails {
         last_exit: machine.last_exit(),
         last_exit_cause: machine.last_exit_cause().map(str::to_owned),
-        unenforced: slot.unenforced.clone(),
+        unenforced: tracked.unenforced.map(str::to_owned),
         usage: None,
-        last_output: slot.log.last_lines(LAST_LOG_LINES),
+        last_output: tracked.log.last_lines(LAST_LOG_LINES),
         backoff_count: machine.backoff_num(),
         backoff_delay: machine.backoff_time(),
-        backoff_until: backoff_until(slot),
+        backoff_until: backoff_until(machine),
         waiting_for: machine.waiting_for().to_vec(),
-        hints: slot.machine.hints().to_vec(),
+        hints: machine.hints().to_vec(),
         waiting_checks: machine.waiting_checks().to_vec(),
         grace_until: machine.grace_until(now).map(|at| timestamp(now, at)),
         held: machine
@@ -175,8 +186,8 @@ fn timestamp(now: Instant, at: Instant) -> Timestamp {
 }
 
 /// When the current backoff ends, if backing off.
-fn backoff_until(slot: &Slot) -> Option<Timestamp> {
-    match slot.machine.phase() {
+fn backoff_until(machine: &Machine) -> Option<Timestamp> {
+    match machine.phase() {
         Phase::Backoff { until } => Some(timestamp(Instant::now(), until)),
         _ => None,
     }
@@ -184,23 +195,22 @@ fn backoff_until(slot: &Slot) -> Option<Timestamp> {
 
 /// One line on why a service is not simply running, for clients that want it (Pebble clients
 /// ignore the field), with what a `readiness: notify` service last said of itself.
-fn reason(slot: &Slot) -> Option<String> {
-    let notify = &slot.notify;
+fn reason(machine: &Machine, tracked: &Tracked<'_>) -> Option<String> {
     let mut said = Vec::new();
-    if notify.reloading {
+    if tracked.reloading {
         said.push("reloading".to_owned());
     }
-    if notify.stopping {
+    if tracked.stopping {
         said.push("stopping".to_owned());
     }
-    if let Some(status) = &notify.status {
+    if let Some(status) = tracked.said_status {
         said.push(format!("says \"{status}\""));
     }
-    let mut phase = phase_reason(slot);
-    if let Some(unenforced) = &slot.unenforced {
+    let mut phase = phase_reason(machine);
+    if let Some(unenforced) = tracked.unenforced {
         phase = Some(match phase {
             Some(phase) => format!("{phase}; {unenforced}"),
-            None => unenforced.clone(),
+            None => unenforced.to_owned(),
         });
     }
     if said.is_empty() {
@@ -214,33 +224,28 @@ fn reason(slot: &Slot) -> Option<String> {
 }
 
 /// Why the service's phase is not simply running.
-fn phase_reason(slot: &Slot) -> Option<String> {
+fn phase_reason(machine: &Machine) -> Option<String> {
     let exit = || {
-        let cause = slot
-            .machine
+        let cause = machine
             .last_exit_cause()
             .map_or(String::new(), |cause| format!(" ({cause})"));
-        slot.machine.last_exit().map_or(String::new(), |code| {
+        machine.last_exit().map_or(String::new(), |code| {
             format!(" after exit code {code}{cause}")
         })
     };
-    match slot.machine.phase() {
-        Phase::Waiting if !slot.machine.waiting_checks().is_empty() => {
-            let checks = slot.machine.waiting_checks();
+    match machine.phase() {
+        Phase::Waiting if !machine.waiting_checks().is_empty() => {
+            let checks = machine.waiting_checks();
             let noun = if checks.len() == 1 { "check" } else { "checks" };
             Some(format!(
                 "waiting for {noun} {} to succeed",
                 checks.join(", ")
             ))
         }
-        Phase::Waiting => Some(format!(
-            "waiting for {}",
-            slot.machine.waiting_for().join(", ")
-        )),
-        Phase::Running { .. } if !slot.machine.held().is_empty() => {
+        Phase::Waiting => Some(format!("waiting for {}", machine.waiting_for().join(", "))),
+        Phase::Running { .. } if !machine.held().is_empty() => {
             let now = Instant::now();
-            let held: Vec<String> = slot
-                .machine
+            let held: Vec<String> = machine
                 .held()
                 .iter()
                 .map(|(check, at)| {
@@ -250,18 +255,18 @@ fn phase_reason(slot: &Slot) -> Option<String> {
             Some(format!("check action held: {}", held.join(", ")))
         }
         Phase::Backoff { .. } => {
-            let until = backoff_until(slot).map_or(String::new(), |t| {
+            let until = backoff_until(machine).map_or(String::new(), |t| {
                 format!(" until {}", format_rfc3339_secs(t))
             });
-            let hint = if slot.machine.hints().is_empty() {
+            let hint = if machine.hints().is_empty() {
                 String::new()
             } else {
                 format!(
                     "; retrying as soon as {} exists",
-                    slot.machine.hints().join(", ")
+                    machine.hints().join(", ")
                 )
             };
-            let after = match slot.machine.spawn_error() {
+            let after = match machine.spawn_error() {
                 Some(error) => format!(" after: {error}"),
                 None => exit(),
             };
@@ -276,8 +281,7 @@ fn phase_reason(slot: &Slot) -> Option<String> {
             "starting: waiting for READY=1 until {}",
             format_rfc3339_secs(timestamp(Instant::now(), okay_at))
         )),
-        Phase::Terminating { .. } | Phase::Killing { .. } => slot
-            .machine
+        Phase::Terminating { .. } | Phase::Killing { .. } => machine
             .restarting_for_check()
             .map(|check| format!("restarting: check \"{check}\" failed")),
         _ => None,
@@ -297,5 +301,50 @@ mod tests {
         assert_eq!(*text, *format_rfc3339_nano(first));
         let second: Timestamp = "2024-01-01T00:00:01Z".parse().unwrap();
         assert_eq!(*since.render(second), *format_rfc3339_nano(second));
+    }
+
+    #[test]
+    fn a_status_is_read_from_the_machine_and_what_the_actor_tracks_beside_it() {
+        use crate::services::machine::{Event, Policy};
+
+        let mut machine = Machine::new("svc", 1);
+        let now = Instant::now();
+        machine.step(now, Event::Start(Policy::default()));
+        machine.step(
+            now,
+            Event::PathsMissing {
+                missing: vec!["/certs/cert.pem".into()],
+            },
+        );
+        let mut rendered_since = RenderedSince::default();
+        let log = ServiceLog::new();
+        let since: Timestamp = "2024-01-01T00:00:00Z".parse().unwrap();
+        let tracked = Tracked {
+            since: Some(since),
+            rendered_since: &mut rendered_since,
+            start_count: 3,
+            unenforced: Some("memory-max is not enforced: no cgroup"),
+            log: &log,
+            said_status: Some("warming up"),
+            reloading: true,
+            stopping: false,
+        };
+        let status = status("svc", &machine, tracked, true);
+        assert_eq!(status.current, Status::Waiting);
+        assert_eq!(status.since.as_deref(), Some(&*format_rfc3339_nano(since)));
+        assert_eq!(status.start_count, 3);
+        assert_eq!(status.pid, None);
+        assert_eq!(
+            status.reason.as_deref(),
+            Some(
+                "waiting for /certs/cert.pem; memory-max is not enforced: no cgroup; reloading, says \"warming up\""
+            )
+        );
+        let details = status.details.expect("asked for");
+        assert_eq!(details.waiting_for, ["/certs/cert.pem"]);
+        assert_eq!(
+            details.unenforced.as_deref(),
+            Some("memory-max is not enforced: no cgroup")
+        );
     }
 }

@@ -1,0 +1,387 @@
+//! The per-service lifecycle as a pure state machine.
+//!
+//! [`Machine::step`] takes the current time and one [`Event`] and returns the [`Action`]s the
+//! executor must perform: spawn the process, signal its group, resolve a waiting start or stop
+//! request, shut the daemon down. It does no IO and reads no clock, so every transition is
+//! table-tested with plain `Instant`s. Timers are not armed anywhere: the machine exposes its
+//! next [`Machine::deadline`] and the executor feeds [`Event::Tick`] once that instant passes.
+//! Every deadline is re-read from the phase when it fires, so a timer never acts on the
+//! state it was armed in; the same holds for checks: the machine is told which checks are
+//! down *now* ([`Event::Checks`]) and acts on a firing only while its check is still down.
+//!
+//! The policy is all here too, so the executor only performs: which paths the service cares
+//! about ([`Machine::watched_paths`]) and what a change of one means
+//! ([`Machine::path_events`]), what the failure output named as missing, when the leftovers of
+//! a stopped process group must go ([`Action::EndGroup`]). Spawning happens off the machine
+//! and may take a while; `Spawning` is a real phase that a stop can meet.
+//!
+//! The phases and their observable texts follow Pebble's service state machine (okay delay,
+//! backoff with jitter and reset, SIGTERM then SIGKILL then give up). Where Pebble lets a
+//! workload stay dead, the machine is level-triggered instead: a service that is wanted
+//! running is always starting, running, backing off with a deadline, or waiting for named
+//! paths. Spawn failures back off and retry like quick exits (the start still fails with
+//! Pebble's text); a restart whose process survives SIGKILL backs off rather than stopping;
+//! a missing `requires-paths` path makes the service wait instead of failing; a path named in
+//! failure output, once it appears, ends the backoff early; a check-caused backoff ends when
+//! the check is up again; and `on-file-change` actions are coalesced over
+//! [`FILE_CHANGE_DEBOUNCE`](types::FILE_CHANGE_DEBOUNCE).
+//!
+//! Checks gate and pace the service too, each from the signals the check manager publishes
+//! ([`CheckSignals`]): a service with `requires-checks` is not spawned until each of those
+//! checks passes (it waits, like a missing required path, and spawns the moment the last one
+//! passes); `start-grace` holds a check's action after a start until that check has succeeded
+//! once since the start or the grace has run out; and the restarts one check causes while it
+//! stays down are spaced by the service's backoff schedule, growing until the check is up.
+//!
+//! # Layout
+//!
+//! - `types`: the constants, the [`Policy`], the [`Phase`]s, [`Event`]s and [`Action`]s.
+//! - here: the [`Machine`], what it reports, [`Machine::step`]'s dispatch, and the helpers
+//!   every kind of transition uses (terminating, backing off).
+//! - `service`: the process's own transitions: start (or wait for `requires-checks`), spawn,
+//!   ready, stop, exit, and its timers.
+//! - `checks`: what the checks do: `on-check-failure` actions, held by `start-grace` or spaced
+//!   by a check's restart streak, and the end of a wait for `requires-checks`.
+//! - `paths`: `requires-paths`, missing paths named by failure output, `on-file-change`.
+//!
+//! Each has its transition tables beside it (`tests` under it, on the shared `harness`);
+//! `tests` here holds the property test of the whole machine.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::checks::CheckSignals;
+
+mod checks;
+mod paths;
+mod service;
+mod types;
+
+use types::AfterExit;
+pub(crate) use types::{
+    Action, Event, ExitAction, FileAction, GroupSignal, Phase, Policy, StartOutcome, Status,
+    StopOutcome, Streak, Wanted,
+};
+
+/// The lifecycle of one service.
+#[derive(Debug, Clone)]
+pub(crate) struct Machine {
+    /// The service name, for messages.
+    name: String,
+    /// Where the lifecycle is.
+    phase: Phase,
+    /// What a client last asked for.
+    wanted: Wanted,
+    /// The policy stored at the last explicit start; restarts after backoff keep using it.
+    policy: Policy,
+    /// Backoffs since the last reset.
+    backoff_num: u32,
+    /// The last backoff delay (before jitter); zero after a reset.
+    backoff_time: Duration,
+    /// When a process that is still running resets the backoff; armed at every spawn.
+    reset_at: Option<Instant>,
+    /// What follows when the terminating process exits.
+    after_exit: AfterExit,
+    /// The missing `requires-paths` while waiting.
+    waiting_for: Vec<String>,
+    /// Paths the last failure output named as missing; their appearance ends the backoff.
+    hints: Vec<String>,
+    /// The checks of `on-check-failure` last seen down, with the firing number acted on.
+    checks_down: BTreeMap<String, u64>,
+    /// The check whose action caused the current backoff, if one did.
+    backoff_check: Option<String>,
+    /// A coalesced file-change action and when it is due.
+    file_change: Option<(Instant, FileAction)>,
+    /// The last stop came from a client; nothing but a client's start runs it again.
+    client_stopped: bool,
+    /// Exit code of the last process, if any.
+    last_exit: Option<i32>,
+    /// What killed the last process, when the kernel did ([`Event::KilledBy`]), with its pid.
+    exit_cause: Option<(u32, String)>,
+    /// Why the last spawn failed, until a spawn succeeds.
+    spawn_error: Option<String>,
+    /// The checks as last reported.
+    checks: Arc<CheckSignals>,
+    /// The `requires-checks` that do not pass, while waiting for them.
+    waiting_checks: Vec<String>,
+    /// When the live process was spawned: the start `start-grace` counts from.
+    spawned_at: Option<Instant>,
+    /// Per check of `on-check-failure`, the restarts it caused while it stayed down.
+    streaks: BTreeMap<String, Streak>,
+    /// Checks whose action is held (by the start grace or a streak's spacing) until
+    /// [`Machine::hold_until`] has passed; acted on then if still down.
+    held: BTreeMap<String, Instant>,
+    /// State of the jitter generator (xorshift64*).
+    rng: u64,
+}
+
+impl Machine {
+    /// A machine for a service that has never been started. `seed` drives the backoff jitter.
+    pub(crate) fn new(name: impl Into<String>, seed: u64) -> Machine {
+        Machine {
+            name: name.into(),
+            phase: Phase::Idle,
+            wanted: Wanted::Stopped,
+            policy: Policy::default(),
+            backoff_num: 0,
+            backoff_time: Duration::ZERO,
+            reset_at: None,
+            after_exit: AfterExit::Stop,
+            waiting_for: Vec::new(),
+            hints: Vec::new(),
+            checks_down: BTreeMap::new(),
+            backoff_check: None,
+            file_change: None,
+            client_stopped: false,
+            last_exit: None,
+            exit_cause: None,
+            spawn_error: None,
+            checks: Arc::default(),
+            waiting_checks: Vec::new(),
+            spawned_at: None,
+            streaks: BTreeMap::new(),
+            held: BTreeMap::new(),
+            rng: seed | 1,
+        }
+    }
+
+    pub(crate) fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    #[cfg(test)]
+    pub(crate) fn wanted(&self) -> Wanted {
+        self.wanted
+    }
+
+    pub(crate) fn backoff_num(&self) -> u32 {
+        self.backoff_num
+    }
+
+    pub(crate) fn last_exit(&self) -> Option<i32> {
+        self.last_exit
+    }
+
+    /// Why the last spawn failed, if the spawns since have all failed.
+    pub(crate) fn spawn_error(&self) -> Option<&str> {
+        self.spawn_error.as_deref()
+    }
+
+    /// What killed the last process, when the kernel did.
+    pub(crate) fn last_exit_cause(&self) -> Option<&str> {
+        self.exit_cause.as_ref().map(|(_, cause)| cause.as_str())
+    }
+
+    /// The missing paths a waiting service waits for.
+    pub(crate) fn waiting_for(&self) -> &[String] {
+        &self.waiting_for
+    }
+
+    /// Paths the last failure output named as missing (while backing off after it).
+    pub(crate) fn hints(&self) -> &[String] {
+        &self.hints
+    }
+
+    /// The `requires-checks` a waiting service waits for.
+    pub(crate) fn waiting_checks(&self) -> &[String] {
+        &self.waiting_checks
+    }
+
+    /// The checks as the machine last saw them.
+    pub(crate) fn checks(&self) -> &Arc<CheckSignals> {
+        &self.checks
+    }
+
+    /// Until when the start grace holds check actions, while it does.
+    pub(crate) fn grace_until(&self, now: Instant) -> Option<Instant> {
+        let until = self.spawned_at? + self.policy.start_grace?;
+        (now < until).then_some(until)
+    }
+
+    /// Checks whose action is held, each until when.
+    pub(crate) fn held(&self) -> &BTreeMap<String, Instant> {
+        &self.held
+    }
+
+    /// The restart streaks of the checks that are down.
+    pub(crate) fn streaks(&self) -> &BTreeMap<String, Streak> {
+        &self.streaks
+    }
+
+    /// The current backoff delay before jitter (zero before the first backoff).
+    pub(crate) fn backoff_time(&self) -> Duration {
+        self.backoff_time
+    }
+
+    /// The policy stored at the last explicit start.
+    pub(crate) fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The check whose failure is restarting the service, while its process is being ended.
+    pub(crate) fn restarting_for_check(&self) -> Option<&str> {
+        match (&self.phase, &self.after_exit) {
+            (Phase::Terminating { .. } | Phase::Killing { .. }, AfterExit::CheckRestart(check)) => {
+                Some(check)
+            }
+            _ => None,
+        }
+    }
+
+    /// The pid of the live process, if there is one.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        match self.phase {
+            Phase::Starting { pid, .. }
+            | Phase::Running { pid }
+            | Phase::Terminating { pid, .. }
+            | Phase::Killing { pid, .. } => Some(pid),
+            _ => None,
+        }
+    }
+
+    /// Whether a process has been asked for and its pid is not known yet.
+    pub(crate) fn is_spawning(&self) -> bool {
+        matches!(self.phase, Phase::Spawning { .. })
+    }
+
+    /// Whether the process may be signalled through `/v1/signals`.
+    pub(crate) fn is_running(&self) -> bool {
+        matches!(self.phase, Phase::Starting { .. } | Phase::Running { .. })
+    }
+
+    /// The status the API reports. A service that is wanted running is never `inactive`:
+    /// while a check's restart ends its process it is `backoff`, as Pebble lists it once the
+    /// process has exited (Pebble lists the moment before as `inactive`, which tells a client
+    /// that polls the service that it was stopped); while a file change's restart does, it
+    /// is `active`, for it comes back at once.
+    pub(crate) fn status(&self) -> Status {
+        match self.phase {
+            Phase::Starting {
+                ready_signal: true, ..
+            } => Status::Starting,
+            Phase::Spawning { .. } | Phase::Starting { .. } | Phase::Running { .. } => {
+                Status::Active
+            }
+            Phase::Terminating { .. } | Phase::Killing { .. } => match self.after_exit {
+                AfterExit::Stop => Status::Inactive,
+                AfterExit::CheckRestart(_) | AfterExit::Failed => Status::Backoff,
+                AfterExit::Respawn => Status::Active,
+            },
+            Phase::Idle | Phase::Stopped => Status::Inactive,
+            Phase::Backoff { .. } => Status::Backoff,
+            Phase::Exited => Status::Error,
+            Phase::Waiting => Status::Waiting,
+        }
+    }
+
+    /// The next instant at which the machine wants a `Tick`.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        let phase = match self.phase {
+            Phase::Starting { okay_at, .. } => Some(okay_at),
+            Phase::Running { .. } => self.reset_at,
+            Phase::Terminating { kill_at, .. } => Some(kill_at),
+            Phase::Killing { give_up_at, .. } => Some(give_up_at),
+            Phase::Backoff { until } => Some(until),
+            _ => None,
+        };
+        let file_change = self.file_change.as_ref().map(|(at, _)| *at);
+        let held = self.held.values().min().copied();
+        [phase, file_change, held].into_iter().flatten().min()
+    }
+
+    /// Advances the machine by one event.
+    pub(crate) fn step(&mut self, now: Instant, event: Event) -> Vec<Action> {
+        let mut actions = Vec::new();
+        self.catch_up(now, &mut actions);
+        match event {
+            Event::Start(policy) => self.on_start(policy, &mut actions),
+            Event::Stop => self.on_stop(now, &mut actions),
+            Event::AbortStart => self.on_abort_start(&mut actions),
+            Event::Spawned { pid } => self.on_spawned(now, pid, &mut actions),
+            Event::SpawnFailed { error } => self.on_spawn_failed(now, error, &mut actions),
+            Event::Exited { pid, code } => self.on_exited(now, pid, code, &mut actions),
+            Event::KilledBy { pid, cause } => self.on_killed_by(pid, cause),
+            Event::Tick => {
+                self.on_tick(now, &mut actions);
+                self.on_file_change_due(now, &mut actions);
+                self.release_held(now, &mut actions);
+            }
+            Event::PathsMissing { missing } => self.on_paths_missing(missing, &mut actions),
+            Event::PathAppeared(path) => self.on_path_appeared(path, &mut actions),
+            Event::MissingNamed(paths) => self.on_missing_named(paths, &mut actions),
+            Event::RetryNow => self.on_retry_now(&mut actions),
+            Event::FileChanged(action) => self.on_file_changed(now, action),
+            Event::Checks(signals) => self.on_checks(now, &signals, &mut actions),
+            Event::Ready { pid } => self.on_ready(now, pid, &mut actions),
+        }
+        actions
+    }
+
+    fn terminate(&mut self, now: Instant, pid: u32, after: AfterExit, actions: &mut Vec<Action>) {
+        actions.push(Action::Signal {
+            pid,
+            signal: GroupSignal::Term,
+        });
+        self.after_exit = after;
+        self.reset_at = None;
+        self.phase = Phase::Terminating {
+            pid,
+            kill_at: now + self.policy.kill_delay,
+        };
+    }
+
+    fn back_off(&mut self, now: Instant, on_type: &str, actions: &mut Vec<Action>) {
+        self.after_exit = AfterExit::Stop;
+        self.backoff_check = None;
+        self.backoff_num += 1;
+        self.backoff_time = next_backoff(&self.policy, self.backoff_time);
+        let jitter = self.jitter(self.backoff_time);
+        actions.push(Action::Log(format!(
+            "Service \"{}\" {on_type} action is \"restart\", waiting ~{} before restart (backoff {})",
+            self.name,
+            format_secs(self.backoff_time),
+            self.backoff_num
+        )));
+        self.phase = Phase::Backoff {
+            until: now + self.backoff_time + jitter,
+        };
+    }
+
+    /// A uniformly random 0-10 % of `base`.
+    fn jitter(&mut self, base: Duration) -> Duration {
+        // xorshift64*: plenty for spreading restarts, and reproducible from the seed.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let r = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        let unit = (r >> 11) as f64 / (1u64 << 53) as f64;
+        base.mul_f64(0.1 * unit)
+    }
+}
+
+/// The backoff delay that follows `current` (zero means "no backoff yet").
+pub(crate) fn next_backoff(policy: &Policy, current: Duration) -> Duration {
+    if current.is_zero() {
+        return policy.backoff_delay;
+    }
+    if current >= policy.backoff_limit {
+        return policy.backoff_limit;
+    }
+    current
+        .mul_f64(policy.backoff_factor)
+        .min(policy.backoff_limit)
+}
+
+/// Formats a whole or fractional number of seconds the way Go prints small durations.
+fn format_secs(d: Duration) -> String {
+    let nanos = i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    cobble_plan::duration::format_duration(nanos)
+}
+
+#[cfg(test)]
+mod harness;
+#[cfg(test)]
+mod tests;
