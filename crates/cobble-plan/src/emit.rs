@@ -114,6 +114,20 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
             out.string(depth + 1, field, &value);
         }
     }
+    if !s.sockets.is_empty() {
+        out.key(depth, "sockets");
+        for (name, socket) in &s.sockets {
+            out.key(depth + 1, name);
+            let start = out.text.len();
+            out.string(depth + 2, "listen", &socket.listen);
+            out.int(depth + 2, "backlog", socket.backlog);
+            out.string(depth + 2, "mode", &socket.mode);
+            out.string(depth + 2, "user", &socket.user);
+            out.string(depth + 2, "group", &socket.group);
+            out.close_if_empty(start);
+        }
+    }
+    out.duration(depth, "watchdog", s.watchdog);
     out.close_if_empty(start);
 }
 

@@ -216,6 +216,74 @@ pub enum PlanError {
         /// What the value must be.
         reason: String,
     },
+    /// A `sockets` name that cannot be passed in `LISTEN_FDNAMES` (cobble extension).
+    #[error(
+        "plan service {} socket name {} invalid: must be 1 to 255 characters, none of them a colon or a control character",
+        go_quote(.service),
+        go_quote(.socket)
+    )]
+    InvalidSocketName {
+        /// The service.
+        service: String,
+        /// The rejected name.
+        socket: String,
+    },
+    /// A field of a held socket that is not what it must be (cobble extension).
+    #[error(
+        "plan service {} socket {} {field} {} invalid: {reason}",
+        go_quote(.service),
+        go_quote(.socket),
+        go_quote(.value)
+    )]
+    InvalidSocket {
+        /// The service.
+        service: String,
+        /// The socket's name.
+        socket: String,
+        /// The field.
+        field: &'static str,
+        /// The rejected value.
+        value: String,
+        /// What the value must be.
+        reason: String,
+    },
+    /// Two held sockets of the plan that cannot both be bound (cobble extension).
+    #[error(
+        "plan service {} socket {} listens on {address}, as service {} socket {} does",
+        go_quote(.service),
+        go_quote(.socket),
+        go_quote(.other_service),
+        go_quote(.other_socket)
+    )]
+    SocketAddressTwice {
+        /// The service named second.
+        service: String,
+        /// Its socket.
+        socket: String,
+        /// The address.
+        address: String,
+        /// The service named first.
+        other_service: String,
+        /// Its socket.
+        other_socket: String,
+    },
+    /// A `watchdog` of zero or less (cobble extension).
+    #[error("plan service {} watchdog must be a positive duration, not {}", go_quote(.service), .value)]
+    InvalidWatchdog {
+        /// The service.
+        service: String,
+        /// The rejected duration.
+        value: GoDuration,
+    },
+    /// A `watchdog` on a service that does not speak the notify protocol (cobble extension).
+    #[error(
+        "plan service {} watchdog needs readiness \"notify\": its pings come on the notify socket",
+        go_quote(.service)
+    )]
+    WatchdogWithoutNotify {
+        /// The service.
+        service: String,
+    },
     /// A negative `start-grace` (cobble extension).
     #[error("plan service {} start-grace must not be negative, not {}", go_quote(.service), .value)]
     NegativeStartGrace {

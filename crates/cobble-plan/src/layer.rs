@@ -25,6 +25,7 @@ use crate::service::{
 };
 use crate::shell::shell_split;
 use crate::simple_yaml;
+use crate::sockets::{HeldSocket, ListenAddress};
 use crate::workload::{PairingMode, Workload};
 use crate::{Check, LogTarget, Service};
 
@@ -172,6 +173,25 @@ struct ServiceDoc {
     rlimits: BTreeMap<String, String>,
     #[serde(default, deserialize_with = "nullable")]
     resources: ResourcesDoc,
+    #[serde(default, deserialize_with = "nullable")]
+    sockets: BTreeMap<String, Option<SocketDoc>>,
+    #[serde(default)]
+    watchdog: Option<GoDuration>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct SocketDoc {
+    #[serde(default, deserialize_with = "nullable")]
+    listen: String,
+    #[serde(default)]
+    backlog: Option<u32>,
+    #[serde(default, deserialize_with = "nullable")]
+    mode: String,
+    #[serde(default, deserialize_with = "nullable")]
+    user: String,
+    #[serde(default, deserialize_with = "nullable")]
+    group: String,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -692,6 +712,13 @@ fn service_from_doc(name: &str, doc: Option<ServiceDoc>) -> Result<Service, Plan
                 reason,
             })?;
     }
+    if let Some(value) = doc.watchdog.filter(|d| d.0 <= 0) {
+        return Err(PlanError::InvalidWatchdog {
+            service: name.into(),
+            value,
+        });
+    }
+    let sockets = sockets_from_doc(name, doc.sockets)?;
     let mut on_file_change = BTreeMap::new();
     for (path, text) in doc.on_file_change {
         absolute("on-file-change", &path)?;
@@ -735,7 +762,55 @@ fn service_from_doc(name: &str, doc: Option<ServiceDoc>) -> Result<Service, Plan
         readiness,
         rlimits,
         resources,
+        sockets,
+        watchdog: doc.watchdog,
     })
+}
+
+/// A service's `sockets:`, each checked as far as one layer can: a `merge` layer may leave
+/// `listen` to an earlier one, so that a socket has one at all is the combined plan's check.
+fn sockets_from_doc(
+    service: &str,
+    docs: BTreeMap<String, Option<SocketDoc>>,
+) -> Result<BTreeMap<String, HeldSocket>, PlanError> {
+    let mut sockets = BTreeMap::new();
+    for (name, doc) in docs {
+        // The names reach the service in `LISTEN_FDNAMES`, separated by colons.
+        if name.is_empty() || name.len() > 255 || name.chars().any(|c| c == ':' || c.is_control()) {
+            return Err(PlanError::InvalidSocketName {
+                service: service.into(),
+                socket: name,
+            });
+        }
+        let doc = doc.unwrap_or_default();
+        let invalid =
+            |field: &'static str, value: String, reason: String| PlanError::InvalidSocket {
+                service: service.into(),
+                socket: name.clone(),
+                field,
+                value,
+                reason,
+            };
+        if !doc.listen.is_empty() {
+            ListenAddress::parse(&doc.listen)
+                .map_err(|reason| invalid("listen", doc.listen.clone(), reason))?;
+        }
+        if doc.backlog == Some(0) {
+            return Err(invalid("backlog", "0".into(), "must be at least 1".into()));
+        }
+        let socket = HeldSocket {
+            listen: doc.listen,
+            backlog: doc.backlog,
+            mode: doc.mode,
+            user: doc.user,
+            group: doc.group,
+        };
+        socket
+            .file_mode()
+            .map_err(|reason| invalid("mode", socket.mode.clone(), reason))?;
+        sockets.insert(name, socket);
+    }
+    Ok(sockets)
 }
 
 fn check_from_doc(name: &str, doc: Option<CheckDoc>) -> Result<Check, PlanError> {

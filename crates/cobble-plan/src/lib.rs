@@ -67,6 +67,7 @@ mod plan;
 mod service;
 mod shell;
 mod simple_yaml;
+mod sockets;
 mod workload;
 
 pub use check::{
@@ -91,4 +92,5 @@ pub use service::{
     command_string,
 };
 pub use shell::{ShellError, shell_join, shell_quote, shell_split};
+pub use sockets::{HeldSocket, ListenAddress};
 pub use workload::{PairingMode, Workload};

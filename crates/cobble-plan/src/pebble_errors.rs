@@ -435,6 +435,8 @@ const SERVICE: GoType = GoType::Struct(
         ("readiness", GoType::Cobble),
         ("rlimits", GoType::Cobble),
         ("resources", GoType::Cobble),
+        ("sockets", GoType::Cobble),
+        ("watchdog", GoType::Cobble),
     ],
 );
 

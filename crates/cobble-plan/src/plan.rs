@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use crate::check::LOG_TARGET_TYPES;
 use crate::error::PlanError;
-use crate::service::{Override, Startup, command_string};
+use crate::service::{Override, Readiness, Startup, command_string};
+use crate::sockets::ListenAddress;
 use crate::workload::{PairingMode, Workload, combine_workloads};
 use crate::{Check, Layer, LogTarget, Service};
 
@@ -338,6 +339,14 @@ impl Plan {
                 });
             }
         }
+        self.validate_held_sockets()?;
+        for (name, service) in &self.services {
+            if service.watchdog.is_some() && service.readiness != Readiness::Notify {
+                return Err(PlanError::WatchdogWithoutNotify {
+                    service: name.clone(),
+                });
+            }
+        }
         for (name, check) in &self.checks {
             let missing = |kind, field| PlanError::MissingCheckField {
                 check: name.clone(),
@@ -399,6 +408,36 @@ impl Plan {
         let all: Vec<String> = self.services.keys().cloned().collect();
         self.start_order(&all)?;
         self.validate_workloads()
+    }
+
+    /// The sockets extension's checks of the whole plan: every held socket has an address
+    /// (a `merge` layer may have left it to an earlier one), and no two of them overlap.
+    fn validate_held_sockets(&self) -> Result<(), PlanError> {
+        let mut bound: Vec<(&str, &str, ListenAddress)> = Vec::new();
+        for (service, config) in &self.services {
+            for (socket, held) in &config.sockets {
+                let address = held.address().map_err(|reason| PlanError::InvalidSocket {
+                    service: service.clone(),
+                    socket: socket.clone(),
+                    field: "listen",
+                    value: held.listen.clone(),
+                    reason,
+                })?;
+                if let Some((other_service, other_socket, _)) =
+                    bound.iter().find(|(_, _, other)| other.overlaps(&address))
+                {
+                    return Err(PlanError::SocketAddressTwice {
+                        service: service.clone(),
+                        socket: socket.clone(),
+                        address: held.listen.clone(),
+                        other_service: (*other_service).to_owned(),
+                        other_socket: (*other_socket).to_owned(),
+                    });
+                }
+                bound.push((service, socket, address));
+            }
+        }
+        Ok(())
     }
 
     /// The workloads extension's checks of the whole plan: each service's workload exists

@@ -8,6 +8,7 @@ use crate::duration::GoDuration;
 use crate::error::{CommandError, PlanError};
 use crate::limits::{Resources, Rlimits};
 use crate::shell::{shell_join, shell_split};
+use crate::sockets::HeldSocket;
 
 /// Backoff before the first automatic restart.
 pub const DEFAULT_BACKOFF_DELAY: Duration = Duration::from_millis(500);
@@ -224,6 +225,13 @@ pub struct Service {
     /// cobble extension: the limits of the cgroup the daemon gives the service, where it can
     /// have one. Merged per field.
     pub resources: Resources,
+    /// cobble extension: listening sockets the daemon holds for the service across its
+    /// restarts and passes to each run (systemd's socket activation), by the name passed in
+    /// `LISTEN_FDNAMES`. Merged per socket, then per field.
+    pub sockets: BTreeMap<String, HeldSocket>,
+    /// cobble extension: with `readiness: notify`, the longest the service may go without
+    /// sending `WATCHDOG=1`; past it the service has failed.
+    pub watchdog: Option<GoDuration>,
 }
 
 /// How a service tells cobble it has started (cobble extension, `readiness:`).
@@ -422,6 +430,10 @@ impl Service {
         self.rlimits
             .extend(other.rlimits.iter().map(|(k, v)| (*k, *v)));
         self.resources.merge(&other.resources);
+        for (name, socket) in &other.sockets {
+            self.sockets.entry(name.clone()).or_default().merge(socket);
+        }
+        merge_option(&mut self.watchdog, other.watchdog);
     }
 }
 

@@ -1,9 +1,9 @@
-//! cobble's service extensions: `requires-paths`, `on-file-change`, `requires-checks`, `start-grace`
-//! `readiness`, `rlimits` and
-//! `resources`.
+//! cobble's service extensions: `requires-paths`, `on-file-change`, `requires-checks`,
+//! `start-grace`, `readiness`, `rlimits`, `resources`, `sockets` and `watchdog`.
 
 use cobble_plan::{
-    CpuMax, FileChangeAction, Layer, LimitValue, MemoryLimit, Plan, Readiness, Rlimit, RlimitValue,
+    CpuMax, FileChangeAction, GoDuration, HeldSocket, Layer, LimitValue, ListenAddress,
+    MemoryLimit, Plan, Readiness, Rlimit, RlimitValue,
 };
 
 use crate::{dedent, parse, plan, strings};
@@ -352,4 +352,147 @@ fn bad_rlimits_and_resources_refuse_the_layer_with_clear_errors() {
     );
     assert!(bad.is_err());
     assert_eq!(base.services["web"].rlimits.len(), 1);
+}
+
+#[test]
+fn sockets_merge_per_socket_then_per_field_and_watchdog_replaces() {
+    let p = plan(&[
+        r#"
+        services:
+            web:
+                override: replace
+                command: webhook --port 4443
+                readiness: notify
+                watchdog: 30s
+                sockets:
+                    https:
+                        listen: 0.0.0.0:4443
+                    admin:
+                        listen: /run/web/admin.sock
+                        mode: "0660"
+        "#,
+        r#"
+        services:
+            web:
+                override: merge
+                watchdog: 1m
+                sockets:
+                    https:
+                        backlog: 512
+                    metrics:
+                        listen: 127.0.0.1:9090
+        "#,
+    ])
+    .unwrap();
+    let web = &p.services["web"];
+    assert_eq!(
+        web.watchdog,
+        Some(GoDuration::from_std(std::time::Duration::from_secs(60)))
+    );
+    assert_eq!(
+        web.sockets["https"],
+        HeldSocket {
+            listen: "0.0.0.0:4443".into(),
+            backlog: Some(512),
+            ..HeldSocket::default()
+        }
+    );
+    assert_eq!(web.sockets["admin"].mode, "0660");
+    assert_eq!(
+        web.sockets["metrics"].address(),
+        Ok(ListenAddress::Tcp("127.0.0.1:9090".parse().unwrap()))
+    );
+    // Printed back in the plan, and read again to the same services.
+    let yaml = p.to_yaml();
+    assert!(
+        yaml.contains(
+            "        sockets:\n            admin:\n                listen: /run/web/admin.sock\n                mode: \"0660\"\n"
+        ),
+        "{yaml}"
+    );
+    assert!(yaml.contains("        watchdog: 1m0s\n"), "{yaml}");
+    let again = Plan::from_layers(vec![Layer::parse(0, "again", &yaml).unwrap()]).unwrap();
+    assert_eq!(again.services["web"].sockets, web.sockets);
+    assert_eq!(again.services["web"].watchdog, web.watchdog);
+}
+
+#[test]
+fn bad_sockets_and_watchdogs_are_refused_with_clear_errors() {
+    let layer_cases = [
+        (
+            "sockets: {https: {listen: \"localhost:4443\"}}",
+            r#"plan service "web" socket "https" listen "localhost:4443" invalid: must be HOST:PORT, [HOST]:PORT, :PORT or PORT with a numeric host, or the absolute path of a unix socket"#,
+        ),
+        (
+            "sockets: {https: {listen: \":0\"}}",
+            r#"plan service "web" socket "https" listen ":0" invalid: must name a port other than 0"#,
+        ),
+        (
+            "sockets: {\"a:b\": {listen: \":80\"}}",
+            r#"plan service "web" socket name "a:b" invalid: must be 1 to 255 characters, none of them a colon or a control character"#,
+        ),
+        (
+            "sockets: {https: {listen: /run/a.sock, mode: rw}}",
+            r#"plan service "web" socket "https" mode "rw" invalid: must be an octal file mode such as "0660""#,
+        ),
+        (
+            "sockets: {https: {listen: \":80\", backlog: 0}}",
+            r#"plan service "web" socket "https" backlog "0" invalid: must be at least 1"#,
+        ),
+        (
+            "watchdog: 0s",
+            r#"plan service "web" watchdog must be a positive duration, not 0s"#,
+        ),
+        (
+            "watchdog: -5s",
+            r#"plan service "web" watchdog must be a positive duration, not -5s"#,
+        ),
+    ];
+    for (field, want) in layer_cases {
+        let yaml = format!(
+            "services:\n    web:\n        override: replace\n        command: webhook\n        {field}\n"
+        );
+        let err = parse(1, &yaml).unwrap_err();
+        assert_eq!(err.to_string(), want, "{field}");
+    }
+    let sockets_err = parse(
+        1,
+        "services:\n    web:\n        override: replace\n        sockets: {https: {port: 80}}\n",
+    )
+    .unwrap_err();
+    assert!(
+        sockets_err.to_string().contains("unknown field `port`"),
+        "{sockets_err}"
+    );
+    let plan_cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "services:\n    web:\n        override: replace\n        command: webhook\n        watchdog: 10s\n",
+            ],
+            r#"plan service "web" watchdog needs readiness "notify": its pings come on the notify socket"#,
+        ),
+        (
+            &[
+                "services:\n    web:\n        override: replace\n        command: webhook\n        sockets: {https: {backlog: 5}}\n",
+            ],
+            r#"plan service "web" socket "https" listen "" invalid: must be set"#,
+        ),
+        (
+            &[
+                "services:\n    api:\n        override: replace\n        command: a\n        sockets: {http: {listen: \":8080\"}}\n",
+                "services:\n    web:\n        override: replace\n        command: b\n        sockets: {main: {listen: \"127.0.0.1:8080\"}}\n",
+            ],
+            r#"plan service "web" socket "main" listens on 127.0.0.1:8080, as service "api" socket "http" does"#,
+        ),
+    ];
+    for (layers, want) in plan_cases {
+        let err = plan(layers).unwrap_err();
+        assert_eq!(err.to_string(), want);
+    }
+    // A merge layer may add the watchdog to a notify service an earlier layer made.
+    plan(&[
+        "services:\n    web:\n        override: replace\n        command: webhook\n        readiness: notify\n",
+        "services:\n    web:\n        override: merge\n        watchdog: 10s\n",
+    ])
+    .unwrap();
 }
