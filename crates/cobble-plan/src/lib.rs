@@ -92,5 +92,5 @@ pub use service::{
     command_string,
 };
 pub use shell::{ShellError, shell_join, shell_quote, shell_split};
-pub use sockets::{HeldSocket, ListenAddress};
+pub use sockets::{HeldProbe, HeldSocket, ListenAddress};
 pub use workload::{PairingMode, Workload};

@@ -8,7 +8,7 @@
 //! an address means. Binding is the daemon's.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// One socket the daemon holds for a service.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -159,6 +159,68 @@ impl fmt::Display for ListenAddress {
     }
 }
 
+/// A `tcp` check whose target is an address the daemon holds for a service. The kernel
+/// accepts connections on a held socket whether or not the service runs, so such a check
+/// succeeds while the service is down: it says nothing of the service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldProbe {
+    /// The check.
+    pub check: String,
+    /// The service holding the address.
+    pub service: String,
+    /// Its socket.
+    pub socket: String,
+    /// The check's target, `host:port`.
+    pub target: String,
+}
+
+impl crate::Plan {
+    /// The `tcp` checks that probe a held socket. A check's host is matched when it is an IP
+    /// address or `localhost` (its default); another name cannot be told without resolving it.
+    pub fn tcp_checks_on_held_sockets(&self) -> Vec<HeldProbe> {
+        let mut found = Vec::new();
+        for (check, config) in &self.checks {
+            let Some(tcp) = &config.tcp else { continue };
+            let Ok(port) = u16::try_from(tcp.port) else {
+                continue;
+            };
+            let ips: Vec<IpAddr> = match tcp.host.as_str() {
+                "" | "localhost" => vec![Ipv4Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into()],
+                host => match host.parse() {
+                    Ok(ip) => vec![ip],
+                    Err(_) => continue,
+                },
+            };
+            let host = if tcp.host.is_empty() {
+                "localhost"
+            } else {
+                &tcp.host
+            };
+            let target = if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            };
+            for (service, config) in &self.services {
+                for (socket, held) in &config.sockets {
+                    let Ok(address) = held.address() else {
+                        continue;
+                    };
+                    if ips.iter().any(|&ip| address.accepts(ip, port)) {
+                        found.push(HeldProbe {
+                            check: check.clone(),
+                            service: service.clone(),
+                            socket: socket.clone(),
+                            target: target.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        found
+    }
+}
+
 /// The longest path a unix socket address holds (`sun_path` less its terminating zero).
 const MAX_UNIX_PATH: usize = 107;
 
@@ -237,6 +299,37 @@ mod tests {
         assert!(!parse("127.0.0.1:4443").accepts(local, 4444));
         assert!(!parse("10.0.0.1:4443").accepts(local, 4443));
         assert!(!parse("[::1]:4443").accepts(local, 4443));
+    }
+
+    #[test]
+    fn tcp_checks_on_a_held_address_are_found_and_others_are_not() {
+        let plan = crate::Plan::from_layers(vec![
+            crate::Layer::parse(
+                0,
+                "base",
+                "services:\n  web:\n    override: replace\n    command: web\n    sockets:\n      https: {listen: \":4443\"}\n      admin: {listen: \"127.0.0.1:9000\"}\nchecks:\n  \
+                 up: {override: replace, tcp: {port: 4443}}\n  \
+                 admin: {override: replace, tcp: {host: 127.0.0.1, port: 9000}}\n  \
+                 elsewhere: {override: replace, tcp: {host: 10.1.2.3, port: 9000}}\n  \
+                 named: {override: replace, tcp: {host: db.internal, port: 4443}}\n  \
+                 other-port: {override: replace, tcp: {port: 4444}}\n  \
+                 http: {override: replace, http: {url: \"http://localhost:4443/\"}}\n",
+            )
+            .unwrap(),
+        ])
+        .unwrap();
+        let found: Vec<(String, String, String)> = plan
+            .tcp_checks_on_held_sockets()
+            .into_iter()
+            .map(|p| (p.check, p.socket, p.target))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("admin".into(), "admin".into(), "127.0.0.1:9000".into()),
+                ("up".into(), "https".into(), "localhost:4443".into()),
+            ]
+        );
     }
 
     #[test]

@@ -43,6 +43,8 @@
 //! - [`notify`]: the sd_notify socket's receiving end, with the kernel's word on the sender.
 //! - [`terminal`]: the user's terminal for `cobble exec`: its size, and raw mode.
 //! - [`vspawn`]: starting an exec command without copying the daemon's memory.
+//! - [`activation`]: systemd's socket activation: listening sockets, and the exec that
+//!   passes them at descriptors 3 and on with the command's own pid in its environment.
 //!
 //! # Unsafe code
 //!
@@ -57,6 +59,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+pub mod activation;
 pub mod fs;
 pub mod inherit;
 pub mod limits;

@@ -298,6 +298,9 @@ pub struct AfterGate {
     pub ids: Option<(u32, u32)>,
     /// Then the directory to change to.
     pub working_dir: Option<std::ffi::CString>,
+    /// Then the child execs this image itself, instead of the command's program: for a
+    /// command that is passed descriptors or its own pid (see [`crate::activation`]).
+    pub exec: Option<crate::activation::ExecImage>,
 }
 
 /// [`spawn_gated`], with `after` done by the child once its gate has opened.
@@ -312,6 +315,7 @@ where
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
 
+    let mut after = after;
     start()?;
     let (pid_read, pid_write) = io::pipe()?;
     let (gate_read, gate_write) = io::pipe()?;
@@ -320,8 +324,8 @@ where
     let gate_write_fd = gate_write.as_raw_fd();
     // SAFETY: the hook runs in the child between fork and exec, where only
     // async-signal-safe calls are allowed: close(2), getpid(2), sigaction(2),
-    // pthread_sigmask(3), setrlimit(2), write(2), read(2), setgid(2), setgroups(2), setuid(2)
-    // and chdir(2) are (SIGRTMAX reads a constant in glibc and musl; the child has one thread,
+    // pthread_sigmask(3), setrlimit(2), write(2), read(2), setgid(2), setgroups(2), setuid(2),
+    // chdir(2), and the fcntl(2), dup2(2), getpid(2) and execve(2) of an `ExecImage` are (SIGRTMAX reads a constant in glibc and musl; the child has one thread,
     // so glibc's set*id broadcast to other threads has no one to reach);
     // nothing allocates or takes a lock (an io::Error from a raw code does not allocate).
     // The fds are the child's inherited copies of pipes the parent keeps open until
@@ -360,6 +364,10 @@ where
                         && libc::chdir(dir.as_ptr()) == -1
                     {
                         return Err(io::Error::last_os_error());
+                    }
+                    if let Some(image) = &mut after.exec {
+                        // Returns only if the exec failed.
+                        return Err(image.exec_in_child());
                     }
                     return Ok(());
                 }

@@ -17,6 +17,7 @@
 //! tasks; if one ends, it logs why, stops every service and exits with
 //! [`MANAGER_FAILED_EXIT_CODE`], so that the container is restarted.
 
+mod sockets;
 pub(crate) mod systemd;
 
 use std::os::unix::fs::PermissionsExt;
@@ -312,6 +313,7 @@ async fn start_managers(
     let check_launcher = Launcher::new(CHECK_LAUNCHES).recording(processes.clone());
     let (checks, checks_task) =
         CheckManager::spawn(plan.subscribe(), store.clone(), check_launcher);
+    sockets::hold(plan.subscribe(), processes.clone());
     let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe());
     let (services, services_task) = ServiceManager::spawn(
         plan.subscribe(),

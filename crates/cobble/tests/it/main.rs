@@ -42,6 +42,7 @@ mod robustness;
 mod scenarios;
 mod self_healing;
 mod services;
+mod sockets;
 mod supervision;
 mod systemd;
 mod workloads;

@@ -16,10 +16,11 @@
 //! [`super::launcher`] or [`super::supervise`], which record the command's group first.
 
 use std::collections::BTreeMap;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::Mutex;
 
 use cobble_plan::ContextOptions;
@@ -63,6 +64,22 @@ pub(crate) struct Launch {
     pub clear_environment: bool,
     /// The cgroup the process runs in, entered before it runs (services with `resources:`).
     pub cgroup: Option<ServiceCgroup>,
+    /// Listening sockets passed as descriptors 3 and on, named in `LISTEN_FDNAMES`, with
+    /// `LISTEN_FDS` and `LISTEN_PID` set as `sd_listen_fds(3)` reads them (services with
+    /// `sockets:`; never exec checks or exec requests).
+    pub passed_fds: Vec<PassedFd>,
+    /// Variables set to the command's own pid, which exists only once it is forked
+    /// (`WATCHDOG_PID`).
+    pub pid_variables: Vec<&'static str>,
+}
+
+/// A listening socket passed to a command.
+#[derive(Debug, Clone)]
+pub(crate) struct PassedFd {
+    /// Its name in `LISTEN_FDNAMES`.
+    pub name: String,
+    /// The daemon's descriptor, which the daemon keeps open across runs.
+    pub fd: Arc<OwnedFd>,
 }
 
 impl Launch {
@@ -174,7 +191,7 @@ fn launch_command(
     // What must happen between fork and exec: the caller's record, then the cgroup and the
     // limits. Only then is the spawn gated; a setup that fails keeps the command from running
     // and is the launch's error.
-    let gated = before_exec.is_some() || launch.sets_up_child();
+    let gated = before_exec.is_some() || launch.sets_up_child() || launch.execs_itself();
     let failed = Mutex::new(None::<String>);
     let setup = gated.then(|| {
         let failed = &failed;
@@ -200,6 +217,56 @@ impl Launch {
     /// cgroup.
     fn sets_up_child(&self) -> bool {
         !self.context.rlimits.is_empty() || self.cgroup.is_some()
+    }
+
+    /// Whether the child execs the command itself, from an image the daemon prepared: to pass
+    /// it descriptors, or its own pid (see [`cobble_sys::activation`]).
+    fn execs_itself(&self) -> bool {
+        !self.passed_fds.is_empty() || !self.pid_variables.is_empty()
+    }
+
+    /// The image the child execs when [`Launch::execs_itself`]: the program at `path`, the
+    /// whole environment it would get from `Command` (the daemon's unless cleared, then
+    /// `environment`), and the socket-activation variables.
+    fn exec_image(
+        &self,
+        path: &Path,
+        environment: &BTreeMap<String, String>,
+    ) -> Result<cobble_sys::activation::ExecImage, LaunchError> {
+        use std::ffi::OsString;
+        let mut full: BTreeMap<OsString, OsString> = if self.clear_environment {
+            BTreeMap::new()
+        } else {
+            std::env::vars_os().collect()
+        };
+        full.extend(
+            environment
+                .iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+        );
+        let mut pid_variables = self.pid_variables.clone();
+        if !self.passed_fds.is_empty() {
+            let names: Vec<&str> = self.passed_fds.iter().map(|p| p.name.as_str()).collect();
+            full.insert(
+                "LISTEN_FDS".into(),
+                self.passed_fds.len().to_string().into(),
+            );
+            full.insert("LISTEN_FDNAMES".into(), names.join(":").into());
+            pid_variables.push("LISTEN_PID");
+        }
+        let argv: Vec<OsString> = self.argv.iter().map(OsString::from).collect();
+        let fds = self.passed_fds.iter().map(|p| p.fd.as_raw_fd()).collect();
+        cobble_sys::activation::ExecImage::new(
+            path,
+            &argv,
+            full.into_iter().collect(),
+            &pid_variables,
+            fds,
+        )
+        .map_err(|error| LaunchError::Fork {
+            path: path.to_owned(),
+            error,
+        })
     }
 }
 
@@ -269,6 +336,9 @@ fn start_command(
         );
     }
     let mut after = reaper::AfterGate::default();
+    if launch.execs_itself() {
+        after.exec = Some(launch.exec_image(&path, &environment)?);
+    }
     if after_gate {
         after.ids = switch;
         if !context.working_dir.is_empty() {

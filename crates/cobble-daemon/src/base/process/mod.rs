@@ -15,6 +15,8 @@
 //!   left its process group or were orphaned.
 //! - [`supervise`]: what the supervisor does to processes, behind the [`Processes`] trait
 //!   (the real [`OsProcesses`], or scripted ones in tests).
+//! - [`sockets`]: the listening sockets held for services across their restarts, passed to
+//!   each run with systemd's socket-activation protocol.
 //! - [`cgroup`]: a cgroup per run of a service with `resources:`, where one can be had.
 //! - [`notify`]: the socket a service with `readiness: notify` says it is ready on.
 //!
@@ -27,6 +29,7 @@ pub(crate) mod launcher;
 pub(crate) mod members;
 pub(crate) mod notify;
 pub(crate) mod registry;
+pub(crate) mod sockets;
 pub(crate) mod supervise;
 
 pub(crate) use supervise::{

@@ -22,6 +22,7 @@ use super::cgroup::{Cgroups, ServiceCgroup};
 use super::launch::{self, Launch, LaunchError, Wiring};
 use super::members::{self, INVOCATION_VARIABLE};
 use super::registry::ProcessRegistry;
+use super::sockets::HeldSockets;
 use cobble_sys::notify::Sender;
 use cobble_sys::process::{self as sys, Signal};
 use cobble_sys::reaper;
@@ -147,6 +148,8 @@ pub(crate) struct OsProcesses {
     cpu_done: Mutex<HashMap<String, Duration>>,
     /// Services whose unenforced resources the daemon log has told of, with what it said.
     told: Mutex<HashSet<(String, String)>>,
+    /// The listening sockets held for services across their runs.
+    sockets: HeldSockets,
 }
 
 /// What names the processes of one run of a service.
@@ -186,7 +189,13 @@ impl OsProcesses {
             cgroups_tag: Cgroups::tag_for(state_dir.unwrap_or(std::path::Path::new("/"))),
             cpu_done: Mutex::new(HashMap::new()),
             told: Mutex::new(HashSet::new()),
+            sockets: HeldSockets::default(),
         }
+    }
+
+    /// The listening sockets held for services (`sockets:`).
+    pub(crate) fn sockets(&self) -> &HeldSockets {
+        &self.sockets
     }
 
     fn cgroups(&self) -> &Cgroups {
@@ -448,6 +457,10 @@ impl Processes for OsProcesses {
                 "cannot start service: no command for service \"{name}\""
             )));
         }
+        let passed_fds = self
+            .sockets
+            .for_service(name, config)
+            .map_err(|e| SpawnError::Failed(format!("cannot start service: {e}")))?;
         let invocation = format!(
             "{}{:08x}",
             self.invocation_prefix,
@@ -458,9 +471,20 @@ impl Processes for OsProcesses {
         context
             .environment
             .insert(INVOCATION_VARIABLE.to_owned(), invocation.clone());
+        let mut pid_variables = Vec::new();
+        if let Some(interval) = config.watchdog {
+            // As systemd tells a service its watchdog: the interval, and whose it is.
+            context.environment.insert(
+                "WATCHDOG_USEC".to_owned(),
+                interval.as_std().as_micros().to_string(),
+            );
+            pid_variables.push("WATCHDOG_PID");
+        }
         let launch = Launch {
             user_environment: true,
             cgroup: cgroup.clone(),
+            passed_fds,
+            pid_variables,
             ..Launch::new(argv, context)
         };
         tracing::info!("Service \"{name}\" starting: {}", config.command);

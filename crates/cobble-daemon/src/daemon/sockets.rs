@@ -1,0 +1,49 @@
+//! The plan's listening sockets, held from the moment the plan names them.
+//!
+//! On every plan change the daemon brings what it holds in line with the plan (see
+//! [`crate::process::sockets`]) on the blocking pool, so that clients of a service with
+//! `sockets:` wait in the kernel's backlog from then on, before the service first starts. A
+//! socket that cannot be bound is said once in the daemon's log, and is tried again at each
+//! spawn of its service. A `tcp` check that probes a held address is said once too: it
+//! succeeds while its service is down, so it cannot tell whether the service works.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use cobble_plan::Plan;
+use tokio::sync::watch;
+
+use crate::process::OsProcesses;
+
+/// Holds what each plan names, until the plan channel closes.
+pub(super) fn hold(mut plan: watch::Receiver<Arc<Plan>>, processes: Arc<OsProcesses>) {
+    tokio::spawn(async move {
+        let mut said = BTreeSet::new();
+        loop {
+            let current = plan.borrow_and_update().clone();
+            let synced = {
+                let (processes, current) = (processes.clone(), current.clone());
+                tokio::task::spawn_blocking(move || processes.sockets().sync(&current)).await
+            };
+            let mut now = BTreeSet::new();
+            for (service, _socket, error) in synced.unwrap_or_default() {
+                now.insert(format!("Service \"{service}\": {error}"));
+            }
+            for probe in current.tcp_checks_on_held_sockets() {
+                now.insert(format!(
+                    "Check \"{}\" (TCP) probes {}, which cobble holds for service \"{}\" \
+                     (socket \"{}\"): it succeeds while the service is down; an http or exec \
+                     check, or the service's watchdog, tells whether the service answers",
+                    probe.check, probe.target, probe.service, probe.socket
+                ));
+            }
+            for line in now.difference(&said) {
+                tracing::info!("{line}");
+            }
+            said = now;
+            if plan.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
