@@ -44,4 +44,5 @@ mod self_healing;
 mod services;
 mod supervision;
 mod systemd;
+mod watchdog;
 mod workloads;
