@@ -247,6 +247,25 @@ pub struct ServiceDetails {
     /// What the service uses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<ServiceUsage>,
+    /// Its watchdog, when it has one (`watchdog:` with `readiness: notify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watchdog: Option<WatchdogDetails>,
+}
+
+/// Where a service's watchdog stands (cobble extension).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WatchdogDetails {
+    /// The interval, as a Go duration (`"30s"`): the running process's, which it may have
+    /// changed with `WATCHDOG_USEC=`, or the layer's between runs; `"0s"` once the running
+    /// process turned the watchdog off with `WATCHDOG_USEC=0`.
+    pub interval: String,
+    /// When the running process last said `WATCHDOG=1`.
+    #[serde(rename = "last-ping", default, skip_serializing_if = "Option::is_none")]
+    pub last_ping: Option<String>,
+    /// When the running process has failed unless it pings before (absent before `READY=1`,
+    /// between runs and while the watchdog is off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
 }
 
 /// What a service uses (cobble extension), read at most once a second.

@@ -17,6 +17,7 @@ use std::iter::Peekable;
 
 use cobble_client::types::{
     CheckRestarts, FailingCheck, HeldAction, ServiceDetails as WireDetails, ServiceUsage,
+    WatchdogDetails,
 };
 use cobble_plan::{Plan, Service};
 
@@ -309,9 +310,7 @@ fn wire_details(status: &ServiceStatus, failing: &[&CheckView]) -> Option<WireDe
         backoff_delay: if d.backoff_delay.is_zero() {
             String::new()
         } else {
-            cobble_plan::format_duration(
-                i64::try_from(d.backoff_delay.as_nanos()).unwrap_or(i64::MAX),
-            )
+            go_duration(d.backoff_delay)
         },
         backoff_until: d.backoff_until.map(format_rfc3339_nano),
         waiting_for: d.waiting_for.clone(),
@@ -360,7 +359,17 @@ fn wire_details(status: &ServiceStatus, failing: &[&CheckView]) -> Option<WireDe
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
         }),
+        watchdog: d.watchdog.as_ref().map(|w| WatchdogDetails {
+            interval: go_duration(w.interval.unwrap_or_default()),
+            last_ping: w.last_ping.map(format_rfc3339_nano),
+            deadline: w.deadline.map(format_rfc3339_nano),
+        }),
     })
+}
+
+/// `d` as Go prints a duration (`"4s"`).
+fn go_duration(d: std::time::Duration) -> String {
+    cobble_plan::format_duration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]
@@ -539,6 +548,7 @@ mod tests {
             last_exit_cause: None,
             unenforced: None,
             usage: None,
+            watchdog: None,
         });
         let names: BTreeSet<&str> = ["a", "c"].into_iter().collect();
         let reports = [report];

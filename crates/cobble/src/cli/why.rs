@@ -6,7 +6,7 @@
 
 use clap::Args;
 use cobble_client::Client;
-use cobble_client::types::ServiceInfo;
+use cobble_client::types::{ServiceInfo, WatchdogDetails};
 use cobble_plan::{Layer, Plan};
 
 use super::format::tabulate;
@@ -82,6 +82,26 @@ fn describe_usage(usage: &cobble_client::types::ServiceUsage) -> String {
     )
 }
 
+/// `every 30s, last ping <time>, fails at <time> without one`, or what stands instead.
+fn describe_watchdog(watchdog: &WatchdogDetails, times: &TimeFormatter) -> String {
+    if watchdog.interval == "0s" {
+        return "turned off for this run by the service (WATCHDOG_USEC=0)".into();
+    }
+    let mut text = format!("every {}", watchdog.interval);
+    match &watchdog.last_ping {
+        Some(ping) => text.push_str(&format!(", last ping {}", times.format(ping))),
+        None if watchdog.deadline.is_some() => text.push_str(", no ping since it was ready"),
+        None => {}
+    }
+    if let Some(deadline) = &watchdog.deadline {
+        text.push_str(&format!(
+            ", fails at {} without one",
+            times.format(deadline)
+        ));
+    }
+    text
+}
+
 /// A size in the largest binary unit that keeps it above one, one decimal.
 fn bytes(n: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -140,6 +160,9 @@ fn explain(service: &ServiceInfo, schedule: Option<String>, times: &TimeFormatte
                     .unwrap_or_default();
                 row("Cgroup", format!("{}{charged}", usage.cgroup));
             }
+        }
+        if let Some(watchdog) = &d.watchdog {
+            row("Watchdog", describe_watchdog(watchdog, times));
         }
         if !d.resources_not_enforced.is_empty() {
             row("Resources", d.resources_not_enforced.clone());
@@ -393,6 +416,66 @@ Cgroup:     /sys/fs/cgroup/memory/cobble-1/leaky.1 (60.0 MiB charged)
 Resources:  pids-max not enforced: no cgroup v1 pids hierarchy is mounted
 "
         );
+    }
+
+    #[test]
+    fn explains_a_watchdog_and_the_timeout_that_ended_the_last_run() {
+        let cause = "watchdog timeout after 30s, last ping 31.2s ago";
+        let service = ServiceInfo {
+            name: "api".into(),
+            startup: "enabled".into(),
+            current: "active".into(),
+            current_since: Some("2026-01-02T03:04:05Z".into()),
+            reason: None,
+            details: Some(ServiceDetails {
+                last_exit_code: Some(134),
+                last_exit_cause: cause.into(),
+                start_count: 2,
+                watchdog: Some(WatchdogDetails {
+                    interval: "30s".into(),
+                    last_ping: Some("2026-01-02T03:04:20Z".into()),
+                    deadline: Some("2026-01-02T03:04:50Z".into()),
+                }),
+                ..ServiceDetails::default()
+            }),
+        };
+        assert_eq!(
+            explain(&service, None, &TimeFormatter::new(true)),
+            format!(
+                "\
+Service:    api
+Current:    active since 2026-01-02T03:04:05Z
+Startup:    enabled
+Why:        running
+Starts:     2
+Last exit:  code 134 ({cause})
+Watchdog:   every 30s, last ping 2026-01-02T03:04:20Z, fails at 2026-01-02T03:04:50Z without one
+"
+            )
+        );
+        let off = WatchdogDetails {
+            interval: "0s".into(),
+            ..WatchdogDetails::default()
+        };
+        let times = TimeFormatter::new(true);
+        assert_eq!(
+            describe_watchdog(&off, &times),
+            "turned off for this run by the service (WATCHDOG_USEC=0)"
+        );
+        let silent = WatchdogDetails {
+            interval: "1s".into(),
+            last_ping: None,
+            deadline: Some("2026-01-02T03:04:50Z".into()),
+        };
+        assert_eq!(
+            describe_watchdog(&silent, &times),
+            "every 1s, no ping since it was ready, fails at 2026-01-02T03:04:50Z without one"
+        );
+        let between_runs = WatchdogDetails {
+            interval: "1s".into(),
+            ..WatchdogDetails::default()
+        };
+        assert_eq!(describe_watchdog(&between_runs, &times), "every 1s");
     }
 
     #[test]

@@ -45,4 +45,5 @@ mod services;
 mod sockets;
 mod supervision;
 mod systemd;
+mod watchdog;
 mod workloads;

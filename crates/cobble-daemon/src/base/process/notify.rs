@@ -9,9 +9,11 @@
 //! read from `/proc/net/unix` by anyone.
 //!
 //! The messages are newline-separated `KEY=VALUE` assignments (sd_notify(3)). cobble acts on
-//! `READY=1`, `RELOADING=1`, `STOPPING=1`, `STATUS=...` and `MAINPID=...` and ignores the
-//! rest (`WATCHDOG=1`, `ERRNO=`, file-descriptor store messages and anything unknown), as a
-//! client of the protocol may send what its manager does not use.
+//! `READY=1`, `RELOADING=1`, `STOPPING=1`, `STATUS=...`, `MAINPID=...` and the watchdog's
+//! `WATCHDOG=1`, `WATCHDOG=trigger` and `WATCHDOG_USEC=<microseconds>`, and ignores the rest
+//! (`ERRNO=`, file-descriptor store messages, a `WATCHDOG=` or `WATCHDOG_USEC=` it cannot
+//! read, as systemd ignores them, and anything unknown), as a client of the protocol may send
+//! what its manager does not use.
 
 use std::io;
 use std::os::linux::net::SocketAddrExt;
@@ -90,6 +92,13 @@ pub(crate) enum NotifyField {
     Status(String),
     /// `MAINPID=...`: another process claims to be the main one.
     MainPid(String),
+    /// `WATCHDOG=1`: still alive, the watchdog's keep-alive ping.
+    WatchdogPing,
+    /// `WATCHDOG=trigger`: it found itself broken; act as if the watchdog had run out.
+    WatchdogTrigger,
+    /// `WATCHDOG_USEC=n`: the watchdog's interval for the rest of this run, in microseconds
+    /// (0 turns it off for this run).
+    WatchdogUsec(u64),
 }
 
 /// The assignments of one message that cobble acts on, in order.
@@ -104,6 +113,9 @@ pub(crate) fn parse(message: &str) -> Vec<NotifyField> {
                 ("STOPPING", "1") => Some(NotifyField::Stopping),
                 ("STATUS", text) => Some(NotifyField::Status(text.to_owned())),
                 ("MAINPID", pid) => Some(NotifyField::MainPid(pid.to_owned())),
+                ("WATCHDOG", "1") => Some(NotifyField::WatchdogPing),
+                ("WATCHDOG", "trigger") => Some(NotifyField::WatchdogTrigger),
+                ("WATCHDOG_USEC", usec) => usec.parse().ok().map(NotifyField::WatchdogUsec),
                 _ => None,
             }
         })
@@ -120,7 +132,18 @@ mod tests {
             parse("STATUS=loading cache\nWATCHDOG=1\nREADY=1\nERRNO=2\nbogus\nREADY=0\n"),
             [
                 NotifyField::Status("loading cache".into()),
+                NotifyField::WatchdogPing,
                 NotifyField::Ready
+            ]
+        );
+        assert_eq!(
+            parse(
+                "WATCHDOG=trigger\nWATCHDOG_USEC=20000000\nWATCHDOG_USEC=0\nWATCHDOG=2\nWATCHDOG_USEC=-1\nWATCHDOG_USEC=soon"
+            ),
+            [
+                NotifyField::WatchdogTrigger,
+                NotifyField::WatchdogUsec(20_000_000),
+                NotifyField::WatchdogUsec(0)
             ]
         );
         assert_eq!(

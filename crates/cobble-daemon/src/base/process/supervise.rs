@@ -32,6 +32,8 @@ use cobble_sys::reaper;
 pub(crate) enum GroupSignal {
     Term,
     Kill,
+    /// SIGABRT: what a missed watchdog sends first, as systemd's `WatchdogSignal=` does.
+    Abort,
 }
 
 /// A process of a service outside its main process's reach by group signal (or, once the
@@ -519,6 +521,7 @@ impl Processes for OsProcesses {
         let sig = match signal {
             GroupSignal::Term => Signal::SIGTERM,
             GroupSignal::Kill => Signal::SIGKILL,
+            GroupSignal::Abort => Signal::SIGABRT,
         };
         // Processes that left the group (setsid, setpgid, orphans) would survive the group
         // signal: find them first (once the leader dies its tree is gone).
@@ -575,6 +578,7 @@ impl Processes for OsProcesses {
         let sig = match signal {
             GroupSignal::Term => Signal::SIGTERM,
             GroupSignal::Kill => Signal::SIGKILL,
+            GroupSignal::Abort => Signal::SIGABRT,
         };
         let instance = self.instances().remove(&pid);
         let remains = self.members_of(pid, instance.clone());

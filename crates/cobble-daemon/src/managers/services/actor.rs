@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::machine::{self, Action, Event, Machine, StartOutcome, StopOutcome};
+use super::machine::{self, Action, Event, Machine, StartOutcome, StopOutcome, WatchdogSaid};
 use super::messages::{Request, StartReply};
 use super::policy::policy;
 use super::status::{self, ServiceStatus};
@@ -461,6 +461,9 @@ impl Actor {
             return;
         }
         let mut ready = false;
+        // Said after READY=1 whatever their order in the message: a ping in the message that
+        // says it is ready is the first of its run.
+        let mut watchdog = Vec::new();
         for field in fields {
             match field {
                 NotifyField::Ready => {
@@ -479,10 +482,18 @@ impl Actor {
                         );
                     }
                 }
+                NotifyField::WatchdogPing => watchdog.push(WatchdogSaid::Ping),
+                NotifyField::WatchdogTrigger => watchdog.push(WatchdogSaid::Trigger),
+                NotifyField::WatchdogUsec(usec) => watchdog.push(WatchdogSaid::Interval(
+                    std::time::Duration::from_micros(usec),
+                )),
             }
         }
         if ready {
             self.feed(name, Event::Ready { pid: leader });
+        }
+        for said in watchdog {
+            self.feed(name, Event::Watchdog { pid: leader, said });
         }
     }
 
@@ -791,6 +802,9 @@ impl Actor {
                     let _ = self.shutdown.send(code);
                 }
                 Action::Log(message) => tracing::info!("{message}"),
+                Action::OutputNote(note) => {
+                    slot.log.push(Timestamp::now(), format!("cobble: {note}"));
+                }
             }
         }
         if let Some(request) = request {

@@ -34,6 +34,7 @@ pub(super) fn policy(config: &Service) -> Policy {
         requires_checks: config.requires_checks.clone(),
         start_grace: config.start_grace(),
         notify: config.readiness == Readiness::Notify,
+        watchdog: config.watchdog.map(|d| d.as_std()),
     }
 }
 

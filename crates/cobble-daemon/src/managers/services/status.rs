@@ -76,6 +76,21 @@ pub(crate) struct ServiceDetails {
     /// Checks that are down and have restarted the service in their current streak: how
     /// many times, and when the next restart may follow.
     pub check_restarts: Vec<(String, u32, Timestamp)>,
+    /// Its watchdog, when its policy has one.
+    pub watchdog: Option<WatchdogStatus>,
+}
+
+/// Where a service's watchdog stands.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct WatchdogStatus {
+    /// The interval: its run's (which `WATCHDOG_USEC=` may have changed), or the policy's
+    /// between runs; `None` once the run turned it off.
+    pub interval: Option<std::time::Duration>,
+    /// The last `WATCHDOG=1` of the running process.
+    pub last_ping: Option<Timestamp>,
+    /// When the running process has failed unless it pings before; `None` before it is
+    /// ready, while it is not running and once it turned the watchdog off.
+    pub deadline: Option<Timestamp>,
 }
 
 /// A `current-since` rendered for the instant it was rendered from.
@@ -172,7 +187,29 @@ fn details(machine: &Machine, tracked: &Tracked<'_>) -> ServiceDetails {
                 )
             })
             .collect(),
+        watchdog: watchdog(machine, now),
     }
+}
+
+/// Where the service's watchdog stands, if its policy has one.
+fn watchdog(machine: &Machine, now: Instant) -> Option<WatchdogStatus> {
+    let interval = machine.policy().watchdog?;
+    let Some(run) = machine.watchdog() else {
+        return Some(WatchdogStatus {
+            interval: Some(interval),
+            last_ping: None,
+            deadline: None,
+        });
+    };
+    let running = matches!(machine.phase(), Phase::Running { .. });
+    Some(WatchdogStatus {
+        interval: run.interval,
+        last_ping: run.last_ping.map(|at| timestamp(now, at)),
+        deadline: run
+            .deadline()
+            .filter(|_| running)
+            .map(|at| timestamp(now, at)),
+    })
 }
 
 /// The wall-clock time of the monotonic instant `at`, as seen from `now`.
@@ -283,7 +320,12 @@ fn phase_reason(machine: &Machine) -> Option<String> {
         )),
         Phase::Terminating { .. } | Phase::Killing { .. } => machine
             .restarting_for_check()
-            .map(|check| format!("restarting: check \"{check}\" failed")),
+            .map(|check| format!("restarting: check \"{check}\" failed"))
+            .or_else(|| {
+                machine
+                    .failing_for_watchdog()
+                    .map(|cause| format!("failed: {cause}"))
+            }),
         _ => None,
     }
 }
@@ -346,5 +388,72 @@ mod tests {
             details.unenforced.as_deref(),
             Some("memory-max is not enforced: no cgroup")
         );
+    }
+
+    #[test]
+    fn a_watchdog_is_reported_with_its_last_ping_and_deadline_and_a_failure_as_the_reason() {
+        use crate::services::machine::{Event, Policy, WatchdogSaid};
+        use std::time::Duration;
+
+        let mut machine = Machine::new("svc", 1);
+        let now = Instant::now();
+        machine.step(
+            now,
+            Event::Start(Policy {
+                notify: true,
+                watchdog: Some(Duration::from_secs(30)),
+                ..Policy::default()
+            }),
+        );
+        machine.step(now, Event::Spawned { pid: 10 });
+        let log = ServiceLog::new();
+        let report = |machine: &Machine| {
+            let mut rendered_since = RenderedSince::default();
+            let tracked = Tracked {
+                since: None,
+                rendered_since: &mut rendered_since,
+                start_count: 1,
+                unenforced: None,
+                log: &log,
+                said_status: None,
+                reloading: false,
+                stopping: false,
+            };
+            status("svc", machine, tracked, true)
+        };
+        let before = report(&machine).details.unwrap().watchdog.unwrap();
+        assert_eq!(before.interval, Some(Duration::from_secs(30)));
+        assert_eq!((before.last_ping, before.deadline), (None, None));
+
+        machine.step(now, Event::Ready { pid: 10 });
+        machine.step(
+            now,
+            Event::Watchdog {
+                pid: 10,
+                said: WatchdogSaid::Ping,
+            },
+        );
+        let watched = report(&machine).details.unwrap().watchdog.unwrap();
+        let (ping, deadline) = (watched.last_ping.unwrap(), watched.deadline.unwrap());
+        let interval = deadline.duration_since(ping).unsigned_abs();
+        assert!(
+            interval.abs_diff(Duration::from_secs(30)) < Duration::from_millis(50),
+            "{interval:?}"
+        );
+
+        machine.step(
+            now,
+            Event::Watchdog {
+                pid: 10,
+                said: WatchdogSaid::Trigger,
+            },
+        );
+        let failing = report(&machine);
+        assert_eq!(failing.current, Status::Backoff);
+        assert_eq!(
+            failing.reason.as_deref(),
+            Some("failed: watchdog triggered by the service")
+        );
+        assert_eq!(failing.details.unwrap().watchdog.unwrap().deadline, None);
     }
 }

@@ -33,6 +33,13 @@
 //! once since the start or the grace has run out; and the restarts one check causes while it
 //! stays down are spaced by the service's backoff schedule, growing until the check is up.
 //!
+//! A `readiness: notify` service with a `watchdog` is watched once it is ready: each
+//! `WATCHDOG=1` pushes its deadline one interval on, and a deadline that passes (read when its
+//! tick comes, so a ping the executor handled first still counts, as systemd lets everything
+//! else run before its watchdog) or a `WATCHDOG=trigger` is a failure of the service: SIGABRT,
+//! then SIGKILL after the kill delay, then its `on-failure` action, with the reason kept as
+//! the cause of its exit.
+//!
 //! # Layout
 //!
 //! - `types`: the constants, the [`Policy`], the [`Phase`]s, [`Event`]s and [`Action`]s.
@@ -43,6 +50,7 @@
 //! - `checks`: what the checks do: `on-check-failure` actions, held by `start-grace` or spaced
 //!   by a check's restart streak, and the end of a wait for `requires-checks`.
 //! - `paths`: `requires-paths`, missing paths named by failure output, `on-file-change`.
+//! - `watchdog`: what a service says to its watchdog, and a deadline it missed.
 //!
 //! Each has its transition tables beside it (`tests` under it, on the shared `harness`);
 //! `tests` here holds the property test of the whole machine.
@@ -59,11 +67,12 @@ mod checks;
 mod paths;
 mod service;
 mod types;
+mod watchdog;
 
 use types::AfterExit;
 pub(crate) use types::{
     Action, Event, ExitAction, FileAction, GroupSignal, Phase, Policy, StartOutcome, Status,
-    StopOutcome, Streak, Wanted,
+    StopOutcome, Streak, Wanted, Watchdog, WatchdogSaid,
 };
 
 /// The lifecycle of one service.
@@ -109,6 +118,8 @@ pub(crate) struct Machine {
     waiting_checks: Vec<String>,
     /// When the live process was spawned: the start `start-grace` counts from.
     spawned_at: Option<Instant>,
+    /// The watchdog of the live process, when its policy has one; until its exit.
+    watchdog: Option<Watchdog>,
     /// Per check of `on-check-failure`, the restarts it caused while it stayed down.
     streaks: BTreeMap<String, Streak>,
     /// Checks whose action is held (by the start grace or a streak's spacing) until
@@ -142,6 +153,7 @@ impl Machine {
             checks: Arc::default(),
             waiting_checks: Vec::new(),
             spawned_at: None,
+            watchdog: None,
             streaks: BTreeMap::new(),
             held: BTreeMap::new(),
             rng: seed | 1,
@@ -173,6 +185,11 @@ impl Machine {
     /// What killed the last process, when the kernel did.
     pub(crate) fn last_exit_cause(&self) -> Option<&str> {
         self.exit_cause.as_ref().map(|(_, cause)| cause.as_str())
+    }
+
+    /// The watchdog of the live process, when its policy has one.
+    pub(crate) fn watchdog(&self) -> Option<&Watchdog> {
+        self.watchdog.as_ref()
     }
 
     /// The missing paths a waiting service waits for.
@@ -231,6 +248,16 @@ impl Machine {
         }
     }
 
+    /// Why the watchdog failed the service, while its process is being ended for it.
+    pub(crate) fn failing_for_watchdog(&self) -> Option<&str> {
+        match (&self.phase, &self.after_exit) {
+            (Phase::Terminating { .. } | Phase::Killing { .. }, AfterExit::Watchdog) => {
+                self.last_exit_cause()
+            }
+            _ => None,
+        }
+    }
+
     /// The pid of the live process, if there is one.
     pub(crate) fn pid(&self) -> Option<u32> {
         match self.phase {
@@ -267,7 +294,9 @@ impl Machine {
             }
             Phase::Terminating { .. } | Phase::Killing { .. } => match self.after_exit {
                 AfterExit::Stop => Status::Inactive,
-                AfterExit::CheckRestart(_) | AfterExit::Failed => Status::Backoff,
+                AfterExit::CheckRestart(_) | AfterExit::Failed | AfterExit::Watchdog => {
+                    Status::Backoff
+                }
                 AfterExit::Respawn => Status::Active,
             },
             Phase::Idle | Phase::Stopped => Status::Inactive,
@@ -281,7 +310,10 @@ impl Machine {
     pub(crate) fn deadline(&self) -> Option<Instant> {
         let phase = match self.phase {
             Phase::Starting { okay_at, .. } => Some(okay_at),
-            Phase::Running { .. } => self.reset_at,
+            Phase::Running { .. } => {
+                let watchdog = self.watchdog.as_ref().and_then(Watchdog::deadline);
+                [self.reset_at, watchdog].into_iter().flatten().min()
+            }
             Phase::Terminating { kill_at, .. } => Some(kill_at),
             Phase::Killing { give_up_at, .. } => Some(give_up_at),
             Phase::Backoff { until } => Some(until),
@@ -316,15 +348,26 @@ impl Machine {
             Event::FileChanged(action) => self.on_file_changed(now, action),
             Event::Checks(signals) => self.on_checks(now, &signals, &mut actions),
             Event::Ready { pid } => self.on_ready(now, pid, &mut actions),
+            Event::Watchdog { pid, said } => self.on_watchdog(now, pid, said, &mut actions),
         }
         actions
     }
 
     fn terminate(&mut self, now: Instant, pid: u32, after: AfterExit, actions: &mut Vec<Action>) {
-        actions.push(Action::Signal {
-            pid,
-            signal: GroupSignal::Term,
-        });
+        self.end_with(now, pid, GroupSignal::Term, after, actions);
+    }
+
+    /// Ends the process as a stop does, but with `signal` first; SIGKILL follows after the
+    /// kill delay.
+    fn end_with(
+        &mut self,
+        now: Instant,
+        pid: u32,
+        signal: GroupSignal,
+        after: AfterExit,
+        actions: &mut Vec<Action>,
+    ) {
+        actions.push(Action::Signal { pid, signal });
         self.after_exit = after;
         self.reset_at = None;
         self.phase = Phase::Terminating {

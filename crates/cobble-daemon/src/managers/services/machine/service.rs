@@ -1,6 +1,7 @@
 //! The transitions of the service's own process: start (or, while its `requires-checks` do
 //! not pass, a wait), spawn, ready, stop, abort, exit, and the timers that a live or ending
-//! process runs on (the okay delay, the backoff reset, the kill delay and the give-up).
+//! process runs on (the okay delay, the backoff reset, the kill delay and the give-up). The
+//! watchdog's own transitions are in `watchdog`.
 
 use std::time::Duration;
 
@@ -112,6 +113,7 @@ impl Machine {
         }
         self.reset_at = Some(now + self.policy.backoff_limit);
         self.spawned_at = Some(now);
+        self.watchdog = self.new_watchdog();
         self.phase = if self.policy.notify {
             // Every run, a restart's too, starts when the service says it is ready.
             Phase::Starting {
@@ -145,6 +147,7 @@ impl Machine {
         }
         actions.push(Action::Log(format!("Service \"{}\" is ready", self.name)));
         self.phase = Phase::Running { pid };
+        self.watch_from(now);
         actions.push(Action::StartDone(StartOutcome::Started));
         // A file change that came while it started is due now that it runs.
         if let Some((at, _)) = &mut self.file_change {
@@ -277,6 +280,7 @@ impl Machine {
         }
         self.reset_at = None;
         self.spawned_at = None;
+        self.watchdog = None;
         // A hold is for a running process; the checks act again on what comes next.
         self.held.clear();
         match self.phase {
@@ -302,7 +306,7 @@ impl Machine {
                     pid,
                     kill_delay: self.policy.kill_delay,
                 });
-                self.apply_exit_action(now, code, action, on_type, actions);
+                self.apply_exit_action(now, code != 0, action, on_type, actions);
             }
             Phase::Terminating { .. } | Phase::Killing { .. } => {
                 actions.push(Action::EndGroup { pid });
@@ -323,7 +327,16 @@ impl Machine {
                     }
                     AfterExit::Failed => {
                         let action = self.policy.on_failure;
-                        self.apply_exit_action(now, code, action, "on-failure", actions);
+                        self.apply_exit_action(now, code != 0, action, "on-failure", actions);
+                    }
+                    AfterExit::Watchdog => {
+                        actions.push(Action::Log(format!(
+                            "Service \"{}\" ended after its watchdog failure with code {code}",
+                            self.name
+                        )));
+                        // Whatever the code: the watchdog decided that it failed.
+                        let action = self.policy.on_failure;
+                        self.apply_exit_action(now, true, action, "on-failure", actions);
                     }
                     AfterExit::Stop => {
                         actions.push(Action::Log(format!("Service \"{}\" stopped", self.name)));
@@ -359,10 +372,11 @@ impl Machine {
         }
     }
 
+    /// What follows an exit that `failed` (a non-zero code, or a failure cobble found).
     fn apply_exit_action(
         &mut self,
         now: Instant,
-        code: i32,
+        failed: bool,
         action: ExitAction,
         on_type: &str,
         actions: &mut Vec<Action>,
@@ -378,15 +392,15 @@ impl Machine {
                 actions.push(Action::Log(format!(
                     "Service \"{name}\" {on_type} action is \"{action_name}\", not doing anything further"
                 )));
-                self.phase = if code == 0 {
-                    Phase::Stopped
-                } else {
+                self.phase = if failed {
                     Phase::Exited
+                } else {
+                    Phase::Stopped
                 };
                 self.wanted = Wanted::Stopped;
                 return;
             }
-            ExitAction::Shutdown if code == 0 => 0,
+            ExitAction::Shutdown if !failed => 0,
             ExitAction::Shutdown | ExitAction::FailureShutdown => 10,
             ExitAction::SuccessShutdown => 0,
         };
@@ -469,6 +483,7 @@ impl Machine {
                 }
             }
             Phase::Backoff { until } if now >= until => self.respawn(actions),
+            Phase::Running { pid } => self.on_watchdog_due(now, pid, actions),
             _ => {}
         }
     }

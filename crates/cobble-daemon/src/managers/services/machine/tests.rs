@@ -20,7 +20,7 @@ mod invariant {
             ignore_failures: bool,
             /// The policy requires the check "ready" to pass before spawning.
             requires: bool,
-            /// The policy has a start grace, and says when it is ready.
+            /// The policy has a start grace, says when it is ready and has a watchdog.
             grace: bool,
         },
         Stop,
@@ -54,6 +54,8 @@ mod invariant {
         },
         /// The running process says it is ready.
         Ready,
+        /// The running process says this to its watchdog.
+        Watchdog(WatchdogSaid),
     }
 
     const CHECKS: [&str; 2] = ["alive", "ready"];
@@ -76,6 +78,11 @@ mod invariant {
             1 => (0..CHECKS.len()).prop_map(|which| Op::CheckUp { which }),
             1 => (0..CHECKS.len()).prop_map(|which| Op::CheckPasses { which }),
             1 => Just(Op::Ready),
+            2 => prop_oneof![
+                4 => Just(WatchdogSaid::Ping),
+                1 => Just(WatchdogSaid::Trigger),
+                1 => (0..3_000u64).prop_map(|millis| WatchdogSaid::Interval(Duration::from_millis(millis))),
+            ].prop_map(Op::Watchdog),
         ]
     }
 
@@ -120,6 +127,7 @@ mod invariant {
                 },
                 start_grace: grace.then_some(Duration::from_secs(5)),
                 notify: grace,
+                watchdog: grace.then_some(Duration::from_secs(2)),
                 on_failure: if ignore_failures {
                     ExitAction::Ignore
                 } else {
@@ -142,6 +150,17 @@ mod invariant {
         fn feed(&mut self, event: Event) -> Result<Vec<Action>, TestCaseError> {
             let actions = self.m.step(self.now, event);
             for action in &actions {
+                if let Action::Signal {
+                    signal: GroupSignal::Abort,
+                    ..
+                } = action
+                {
+                    // The run's watchdog: a start while it runs may have changed the policy.
+                    prop_assert!(
+                        self.m.watchdog().is_some(),
+                        "SIGABRT for a run without a watchdog"
+                    );
+                }
                 if *action == Action::Spawn {
                     prop_assert!(!self.spawn_pending, "a second spawn while one is pending");
                     self.spawn_pending = true;
@@ -206,6 +225,17 @@ mod invariant {
                     | Phase::Killing { .. }
             ) {
                 prop_assert!(self.m.deadline().is_some(), "{phase:?} without a deadline");
+            }
+            if let (Phase::Running { .. }, Some(watchdog)) = (phase, self.m.watchdog())
+                && watchdog.ready_at.is_some()
+                && watchdog.interval.is_some()
+            {
+                prop_assert!(
+                    self.m.deadline().is_some_and(
+                        |at| at <= watchdog.since.unwrap() + watchdog.interval.unwrap()
+                    ),
+                    "a watched run without its deadline"
+                );
             }
             if self.m.wanted() == Wanted::Running {
                 let ok = match phase {
@@ -311,6 +341,10 @@ mod invariant {
                     }
                     Op::Ready => match sim.m.pid() {
                         Some(pid) => sim.feed(Event::Ready { pid })?,
+                        None => sim.feed(Event::Tick)?,
+                    },
+                    Op::Watchdog(said) => match sim.m.pid() {
+                        Some(pid) => sim.feed(Event::Watchdog { pid, said })?,
                         None => sim.feed(Event::Tick)?,
                     },
                     Op::CheckPasses { which } => {

@@ -74,6 +74,9 @@ pub(crate) struct Policy {
     /// `readiness: notify`: a start succeeds when the service sends `READY=1`, not when it
     /// has survived the okay delay.
     pub notify: bool,
+    /// `watchdog` (with `readiness: notify`): once ready, the service must say `WATCHDOG=1`
+    /// at least once per this interval, or it has failed.
+    pub watchdog: Option<Duration>,
 }
 
 impl Policy {
@@ -97,6 +100,7 @@ impl Default for Policy {
             requires_checks: Vec::new(),
             start_grace: None,
             notify: false,
+            watchdog: None,
         }
     }
 }
@@ -152,6 +156,9 @@ pub(super) enum AfterExit {
     Respawn,
     /// It failed to start (it never said it was ready): its `on-failure` action follows.
     Failed,
+    /// Its watchdog ran out or it triggered it: its `on-failure` action follows, whatever
+    /// code the ended process exits with.
+    Watchdog,
 }
 
 /// Whether the service is wanted running. Explicit start, restart, replan and autostart want it
@@ -235,6 +242,56 @@ pub(crate) enum Event {
     FileChanged(FileAction),
     /// The process `pid` (or one of its own) said it is ready (`READY=1`).
     Ready { pid: u32 },
+    /// The process `pid` (or one of its own) said something to its watchdog.
+    Watchdog { pid: u32, said: WatchdogSaid },
+}
+
+/// What a service says to its watchdog (sd_notify(3)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WatchdogSaid {
+    /// `WATCHDOG=1`: the keep-alive ping; the next interval starts now.
+    Ping,
+    /// `WATCHDOG=trigger`: it found itself broken, a failure as a missed ping is.
+    Trigger,
+    /// `WATCHDOG_USEC=`: the interval for the rest of this run, starting now; zero turns the
+    /// watchdog off for this run, as systemd does.
+    Interval(Duration),
+}
+
+/// The watchdog of one run of a service. Each run starts with the policy's interval; the
+/// first interval starts at `READY=1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Watchdog {
+    /// The interval of this run: the policy's until the service says another with
+    /// `WATCHDOG_USEC=`; `None` once it turned the watchdog off with `WATCHDOG_USEC=0`.
+    pub interval: Option<Duration>,
+    /// When it said `READY=1`; `None` before, when nothing is watched yet.
+    pub ready_at: Option<Instant>,
+    /// Its last `WATCHDOG=1` since it was ready.
+    pub last_ping: Option<Instant>,
+    /// When the current interval started: at `READY=1`, the last ping or the last new
+    /// interval.
+    pub since: Option<Instant>,
+}
+
+impl Watchdog {
+    /// The watchdog of a run that has not said it is ready yet.
+    pub(crate) fn new(interval: Duration) -> Watchdog {
+        Watchdog {
+            interval: Some(interval),
+            ready_at: None,
+            last_ping: None,
+            since: None,
+        }
+    }
+
+    /// When the run has failed unless it pings before: `None` before `READY=1`, once the
+    /// service turned the watchdog off, and for an interval without end.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        // An interval too long to add (`WATCHDOG_USEC=` near `u64::MAX`, systemd's infinity)
+        // never runs out.
+        self.since?.checked_add(self.interval?)
+    }
 }
 
 /// How a start request ended.
@@ -282,6 +339,9 @@ pub(crate) enum Action {
     StartDone(StartOutcome),
     /// Resolve the waiting stop requests.
     StopDone(StopOutcome),
+    /// A line the daemon adds to the service's own output log (after `cobble: `), where its
+    /// last words are, for a failure no output of its own explains.
+    OutputNote(String),
     /// Stop the daemon with this exit code.
     Shutdown(i32),
     /// A line for the daemon log.
