@@ -250,6 +250,25 @@ pub struct ServiceDetails {
     /// Its watchdog, when it has one (`watchdog:` with `readiness: notify`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watchdog: Option<WatchdogDetails>,
+    /// The listening sockets held for it (`sockets:`), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sockets: Vec<HeldSocketDetails>,
+}
+
+/// A listening socket held for a service (cobble extension).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeldSocketDetails {
+    /// Its name, as the service gets it in `LISTEN_FDNAMES`.
+    pub name: String,
+    /// Where it listens, as the plan says.
+    pub listen: String,
+    /// Why it is not held (it could not be bound), or why a change to it could not be
+    /// applied; empty while it is held as the plan says.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+    /// The `tcp` checks that probe it: they succeed while the service is down.
+    #[serde(rename = "probed-by", default, skip_serializing_if = "Vec::is_empty")]
+    pub probed_by: Vec<String>,
 }
 
 /// Where a service's watchdog stands (cobble extension).

@@ -178,9 +178,25 @@ impl crate::Plan {
     /// The `tcp` checks that probe a held socket. A check's host is matched when it is an IP
     /// address or `localhost` (its default); another name cannot be told without resolving it.
     pub fn tcp_checks_on_held_sockets(&self) -> Vec<HeldProbe> {
+        self.services
+            .keys()
+            .flat_map(|service| self.tcp_checks_on_sockets_of(service))
+            .collect()
+    }
+
+    /// [`Plan::tcp_checks_on_held_sockets`] for the sockets of one service.
+    pub fn tcp_checks_on_sockets_of(&self, service: &str) -> Vec<HeldProbe> {
+        let Some(config) = self.services.get(service) else {
+            return Vec::new();
+        };
         let mut found = Vec::new();
-        for (check, config) in &self.checks {
-            let Some(tcp) = &config.tcp else { continue };
+        if config.sockets.is_empty() {
+            return found;
+        }
+        for (check, check_config) in &self.checks {
+            let Some(tcp) = &check_config.tcp else {
+                continue;
+            };
             let Ok(port) = u16::try_from(tcp.port) else {
                 continue;
             };
@@ -191,29 +207,26 @@ impl crate::Plan {
                     Err(_) => continue,
                 },
             };
-            let host = if tcp.host.is_empty() {
-                "localhost"
-            } else {
-                &tcp.host
-            };
-            let target = if host.contains(':') {
-                format!("[{host}]:{port}")
-            } else {
-                format!("{host}:{port}")
-            };
-            for (service, config) in &self.services {
-                for (socket, held) in &config.sockets {
-                    let Ok(address) = held.address() else {
-                        continue;
+            for (socket, held) in &config.sockets {
+                let Ok(address) = held.address() else {
+                    continue;
+                };
+                if ips.iter().any(|&ip| address.accepts(ip, port)) {
+                    let host = if tcp.host.is_empty() {
+                        "localhost"
+                    } else {
+                        &tcp.host
                     };
-                    if ips.iter().any(|&ip| address.accepts(ip, port)) {
-                        found.push(HeldProbe {
-                            check: check.clone(),
-                            service: service.clone(),
-                            socket: socket.clone(),
-                            target: target.clone(),
-                        });
-                    }
+                    found.push(HeldProbe {
+                        check: check.clone(),
+                        service: service.to_owned(),
+                        socket: socket.clone(),
+                        target: if host.contains(':') {
+                            format!("[{host}]:{port}")
+                        } else {
+                            format!("{host}:{port}")
+                        },
+                    });
                 }
             }
         }

@@ -16,8 +16,8 @@ use std::collections::BTreeSet;
 use std::iter::Peekable;
 
 use cobble_client::types::{
-    CheckRestarts, FailingCheck, HeldAction, ServiceDetails as WireDetails, ServiceUsage,
-    WatchdogDetails,
+    CheckRestarts, FailingCheck, HeldAction, HeldSocketDetails, ServiceDetails as WireDetails,
+    ServiceUsage, WatchdogDetails,
 };
 use cobble_plan::{Plan, Service};
 
@@ -42,7 +42,7 @@ pub(crate) async fn current<R>(
     let plan = plan.plan();
     let mut started = services.statuses(names.clone(), details).await;
     if details {
-        started = services.with_usage(started).await;
+        started = services.with_process_details(started).await;
     }
     let selected: BTreeSet<&str> = names.iter().map(String::as_str).collect();
     let listing = ServiceListing::new(
@@ -214,7 +214,7 @@ impl ServiceListing<'_> {
                     }
                     if let Some(details) = self
                         .with_details
-                        .then(|| wire_details(status, &failing))
+                        .then(|| wire_details(status, &failing, self.plan))
                         .flatten()
                     {
                         out.extend_from_slice(b",\"details\":");
@@ -300,8 +300,17 @@ fn with_note<'s>(reason: Option<Cow<'s, str>>, note: Option<&'s String>) -> Opti
 }
 
 /// The facts behind the reason, for `details=true`.
-fn wire_details(status: &ServiceStatus, failing: &[&CheckView]) -> Option<WireDetails> {
+fn wire_details(
+    status: &ServiceStatus,
+    failing: &[&CheckView],
+    plan: &Plan,
+) -> Option<WireDetails> {
     let d = status.details.as_ref()?;
+    let probes = if d.sockets.is_empty() {
+        Vec::new()
+    } else {
+        plan.tcp_checks_on_sockets_of(&status.name)
+    };
     Some(WireDetails {
         last_exit_code: d.last_exit,
         last_output: d.last_output.clone(),
@@ -364,6 +373,20 @@ fn wire_details(status: &ServiceStatus, failing: &[&CheckView]) -> Option<WireDe
             last_ping: w.last_ping.map(format_rfc3339_nano),
             deadline: w.deadline.map(format_rfc3339_nano),
         }),
+        sockets: d
+            .sockets
+            .iter()
+            .map(|socket| HeldSocketDetails {
+                name: socket.name.clone(),
+                listen: socket.listen.clone(),
+                error: socket.error.clone().unwrap_or_default(),
+                probed_by: probes
+                    .iter()
+                    .filter(|probe| probe.socket == socket.name)
+                    .map(|probe| probe.check.clone())
+                    .collect(),
+            })
+            .collect(),
     })
 }
 
@@ -549,6 +572,7 @@ mod tests {
             unenforced: None,
             usage: None,
             watchdog: None,
+            sockets: Vec::new(),
         });
         let names: BTreeSet<&str> = ["a", "c"].into_iter().collect();
         let reports = [report];

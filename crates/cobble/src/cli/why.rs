@@ -6,7 +6,7 @@
 
 use clap::Args;
 use cobble_client::Client;
-use cobble_client::types::{ServiceInfo, WatchdogDetails};
+use cobble_client::types::{HeldSocketDetails, ServiceInfo, WatchdogDetails};
 use cobble_plan::{Layer, Plan};
 
 use super::format::tabulate;
@@ -102,6 +102,30 @@ fn describe_watchdog(watchdog: &WatchdogDetails, times: &TimeFormatter) -> Strin
     text
 }
 
+/// `https on 0.0.0.0:4443, held`, what keeps it from being held, and the `tcp` checks that
+/// cannot tell whether the service answers on it.
+fn describe_socket(socket: &HeldSocketDetails) -> String {
+    let mut text = format!("{} on {}", socket.name, socket.listen);
+    if socket.error.is_empty() {
+        text.push_str(", held");
+    } else {
+        text.push_str(&format!(", not held: {}", socket.error));
+    }
+    if !socket.probed_by.is_empty() {
+        let checks: Vec<String> = socket
+            .probed_by
+            .iter()
+            .map(|c| format!("\"{c}\""))
+            .collect();
+        text.push_str(&format!(
+            "; tcp check {} succeeds while the service is down (the kernel accepts for it): \
+             an http or exec check, or a watchdog, tells whether it answers",
+            checks.join(", ")
+        ));
+    }
+    text
+}
+
 /// A size in the largest binary unit that keeps it above one, one decimal.
 fn bytes(n: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -163,6 +187,9 @@ fn explain(service: &ServiceInfo, schedule: Option<String>, times: &TimeFormatte
         }
         if let Some(watchdog) = &d.watchdog {
             row("Watchdog", describe_watchdog(watchdog, times));
+        }
+        for socket in &d.sockets {
+            row("Socket", describe_socket(socket));
         }
         if !d.resources_not_enforced.is_empty() {
             row("Resources", d.resources_not_enforced.clone());
@@ -452,6 +479,28 @@ Last exit:  code 134 ({cause})
 Watchdog:   every 30s, last ping 2026-01-02T03:04:20Z, fails at 2026-01-02T03:04:50Z without one
 "
             )
+        );
+        let held = HeldSocketDetails {
+            name: "https".into(),
+            listen: "0.0.0.0:4443".into(),
+            error: String::new(),
+            probed_by: vec!["up".into()],
+        };
+        assert_eq!(
+            describe_socket(&held),
+            "https on 0.0.0.0:4443, held; tcp check \"up\" succeeds while the service is \
+             down (the kernel accepts for it): an http or exec check, or a watchdog, tells \
+             whether it answers"
+        );
+        let refused = HeldSocketDetails {
+            name: "admin".into(),
+            listen: "127.0.0.1:80".into(),
+            error: "cannot listen on 127.0.0.1:80 for socket \"admin\": permission denied".into(),
+            probed_by: Vec::new(),
+        };
+        assert_eq!(
+            describe_socket(&refused),
+            "admin on 127.0.0.1:80, not held: cannot listen on 127.0.0.1:80 for socket \"admin\": permission denied"
         );
         let off = WatchdogDetails {
             interval: "0s".into(),

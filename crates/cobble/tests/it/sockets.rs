@@ -8,7 +8,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::fixture::{Daemon, Test, act, free_port, lines, service, wait_for};
+use cobble_client::types::HeldSocketDetails;
+
+use crate::fixture::{Daemon, Test, act, details_of, free_port, lines, service, wait_for};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -155,6 +157,9 @@ fn a_socket_that_cannot_be_bound_fails_the_start_and_is_tried_again() {
         lines(&record).is_empty(),
         "the service never ran without its socket"
     );
+    let error =
+        format!("cannot listen on 127.0.0.1:{port} for socket \"http\": address already in use");
+    assert_eq!(details_of(&d, "web").sockets[0].error, error);
     drop(squatter);
     Test::daemon(&d).args(&["start", "web"]).any_stdout().run();
     let pid = answer(connect(format!("127.0.0.1:{port}").parse().unwrap()));
@@ -207,6 +212,23 @@ fn a_tcp_check_of_a_held_address_is_called_out() {
     d.wait_log(&format!(
         "Check \"up\" (TCP) probes localhost:{port}, which cobble holds for service \"web\" (socket \"http\"): it succeeds while the service is down"
     ));
+    // And where a user asks why the service is where it is.
+    act(&d, "start", &["web"]);
+    assert_eq!(
+        details_of(&d, "web").sockets,
+        [HeldSocketDetails {
+            name: "http".into(),
+            listen: format!(":{port}"),
+            error: String::new(),
+            probed_by: vec!["up".into()],
+        }]
+    );
+    Test::daemon(&d)
+        .args(&["why", "web"])
+        .stdout_contains(&format!(
+            "http on :{port}, held; tcp check \"up\" succeeds while the service is down"
+        ))
+        .run();
 }
 
 /// A service with a watchdog is told its interval and that the watchdog is its own, as

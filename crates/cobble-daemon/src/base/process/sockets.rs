@@ -46,7 +46,6 @@ struct Slot {
 
 /// A held socket as the daemon reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(dead_code)]
 pub(crate) struct SocketReport {
     /// Its name (`LISTEN_FDNAMES`).
     pub name: String,
@@ -123,7 +122,6 @@ impl HeldSockets {
     }
 
     /// What is held for service `name`, by socket name.
-    #[allow(dead_code)]
     pub(crate) fn report(&self, name: &str) -> Vec<SocketReport> {
         self.lock()
             .get(name)

@@ -122,6 +122,12 @@ pub(crate) trait Processes: Send + Sync + 'static {
         let _ = pid;
         None
     }
+    /// The listening sockets held for service `name` (`sockets:`). Takes a lock, never
+    /// blocks on IO.
+    fn held_sockets(&self, name: &str) -> Vec<super::sockets::SocketReport> {
+        let _ = name;
+        Vec::new()
+    }
     /// What of `config`'s `resources:` cannot be enforced here, and why.
     fn unenforced(&self, config: &Service) -> Option<String> {
         let _ = config;
@@ -656,6 +662,10 @@ impl Processes for OsProcesses {
             Some(max) => format!("killed by the OOM killer at memory-max {max}"),
             None => "killed by the OOM killer".to_owned(),
         })
+    }
+
+    fn held_sockets(&self, name: &str) -> Vec<super::sockets::SocketReport> {
+        self.sockets.report(name)
     }
 
     fn unenforced(&self, config: &Service) -> Option<String> {

@@ -23,6 +23,8 @@ pub(crate) struct ServiceManager {
     tx: mpsc::UnboundedSender<Request>,
     /// What the services use, read beside the actor (it is `/proc` work).
     accounting: Arc<Accounting>,
+    /// The processes' side, for what it knows of a service beside the actor (its sockets).
+    processes: Arc<dyn Processes>,
 }
 
 /// The manager's error when its task has gone (the daemon is shutting down).
@@ -42,8 +44,15 @@ impl ServiceManager {
         shutdown: mpsc::UnboundedSender<i32>,
     ) -> (ServiceManager, JoinHandle<()>) {
         let accounting = Arc::new(Accounting::new(processes.clone()));
-        let (tx, task) = actor::spawn(plan, checks, processes, output, shutdown);
-        (ServiceManager { tx, accounting }, task)
+        let (tx, task) = actor::spawn(plan, checks, processes.clone(), output, shutdown);
+        (
+            ServiceManager {
+                tx,
+                accounting,
+                processes,
+            },
+            task,
+        )
     }
 
     /// What each of `statuses` uses, read at most once a second per service (see
@@ -53,12 +62,17 @@ impl ServiceManager {
         self.accounting.usage(targets).await
     }
 
-    /// The statuses, each with its details' usage filled in.
-    pub(crate) async fn with_usage(&self, mut statuses: Vec<ServiceStatus>) -> Vec<ServiceStatus> {
+    /// The statuses, each with what the processes' side knows filled into its details: what
+    /// it uses, and the sockets held for it.
+    pub(crate) async fn with_process_details(
+        &self,
+        mut statuses: Vec<ServiceStatus>,
+    ) -> Vec<ServiceStatus> {
         let usage = self.usage(&statuses).await;
         for (status, usage) in statuses.iter_mut().zip(usage) {
             if let Some(details) = status.details.as_mut() {
                 details.usage = Some(usage);
+                details.sockets = self.processes.held_sockets(&status.name);
             }
         }
         statuses

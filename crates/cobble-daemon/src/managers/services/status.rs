@@ -78,6 +78,9 @@ pub(crate) struct ServiceDetails {
     pub check_restarts: Vec<(String, u32, Timestamp)>,
     /// Its watchdog, when its policy has one.
     pub watchdog: Option<WatchdogStatus>,
+    /// The listening sockets held for it; filled in by
+    /// [`crate::services::ServiceManager::with_process_details`], not by the actor.
+    pub sockets: Vec<crate::process::sockets::SocketReport>,
 }
 
 /// Where a service's watchdog stands.
@@ -188,6 +191,7 @@ fn details(machine: &Machine, tracked: &Tracked<'_>) -> ServiceDetails {
             })
             .collect(),
         watchdog: watchdog(machine, now),
+        sockets: Vec::new(),
     }
 }
 
