@@ -16,6 +16,7 @@
 //! [`super::launcher`] or [`super::supervise`], which record the command's group first.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -100,6 +101,10 @@ pub(crate) enum Wiring {
     /// process group of its own.
     #[default]
     Merged,
+    /// Exec checks: as [`Wiring::Merged`], but in a session of their own (and so a process
+    /// group of their own), started without a fork of the daemon (`cobble_sys::vspawn`): they
+    /// come every period, many at a time.
+    Probe,
     /// Exec without a terminal: a session of its own, stdin from a pipe, stdout on a pipe,
     /// stderr on a pipe of its own or on stdout's.
     Pipes {
@@ -233,7 +238,6 @@ impl Launch {
         path: &Path,
         environment: &BTreeMap<String, String>,
     ) -> Result<cobble_sys::activation::ExecImage, LaunchError> {
-        use std::ffi::OsString;
         let mut full: BTreeMap<OsString, OsString> = if self.clear_environment {
             BTreeMap::new()
         } else {
@@ -322,16 +326,31 @@ fn start_command(
     if let (Some((uid, _)), true) = (ids, launch.user_environment) {
         add_user_environment(&mut environment, uid);
     }
-    if let (Wiring::Pipes { split_stderr }, true) = (&wiring, launch.clear_environment) {
-        // Exec requests without a terminal, the kind that comes in bursts: started without
-        // copying the daemon (see `cobble_sys::vspawn`).
-        return spawn_pipes(
+    // Exec requests without a terminal and exec checks, the kinds that come in bursts:
+    // started without copying the daemon (see `cobble_sys::vspawn`).
+    let unforked = match &wiring {
+        Wiring::Pipes { split_stderr } if launch.clear_environment => Some((false, *split_stderr)),
+        Wiring::Probe => Some((true, false)),
+        _ => None,
+    };
+    if let Some((stdin_null, split_stderr)) = unforked {
+        // The child gets a whole environment: the command's, on the daemon's unless cleared.
+        let mut whole: BTreeMap<OsString, OsString> = if launch.clear_environment {
+            BTreeMap::new()
+        } else {
+            std::env::vars_os().collect()
+        };
+        whole.extend(environment.into_iter().map(|(k, v)| (k.into(), v.into())));
+        return spawn_unforked(
             launch,
             path,
-            environment,
-            switch,
-            after_gate,
-            *split_stderr,
+            whole.into_iter().collect(),
+            Unforked {
+                ids: switch,
+                ids_after_gate: after_gate,
+                stdin_null,
+                split_stderr,
+            },
             before_exec,
         );
     }
@@ -390,18 +409,42 @@ fn start_command(
     })
 }
 
-/// Launches an exec request's command on pipes (see [`Wiring::Pipes`]) with
-/// `cobble_sys::vspawn`, gated by `before_exec` when given.
-fn spawn_pipes(
+/// How [`spawn_unforked`] wires a command.
+struct Unforked {
+    /// The uid and gid to switch to, if any.
+    ids: Option<(u32, u32)>,
+    /// Whether it switches only once its gate has opened.
+    ids_after_gate: bool,
+    /// Stdin from `/dev/null` (exec checks) rather than a pipe (exec requests).
+    stdin_null: bool,
+    /// Stderr on a pipe of its own.
+    split_stderr: bool,
+}
+
+/// Launches an exec request's command on pipes (see [`Wiring::Pipes`]), or an exec check's
+/// (see [`Wiring::Probe`]), with `cobble_sys::vspawn`, gated by `before_exec` when given.
+/// `environment` is the whole environment.
+fn spawn_unforked(
     launch: &Launch,
     path: PathBuf,
-    environment: BTreeMap<String, String>,
-    ids: Option<(u32, u32)>,
-    ids_after_gate: bool,
-    split_stderr: bool,
+    environment: Vec<(OsString, OsString)>,
+    how: Unforked,
     before_exec: Option<impl FnOnce(u32) -> std::io::Result<()> + Send>,
 ) -> Result<Child, LaunchError> {
-    let (stdin_read, stdin_write) = std::io::pipe().map_err(LaunchError::Pipe)?;
+    let Unforked {
+        ids,
+        ids_after_gate,
+        stdin_null,
+        split_stderr,
+    } = how;
+    let (stdin_read, stdin_write) = if stdin_null {
+        // Above 0, 1 and 2, which a daemon started with them closed may hand out.
+        let null = OwnedFd::from(std::fs::File::open("/dev/null").map_err(LaunchError::Pipe)?);
+        (null.try_clone().map_err(LaunchError::Pipe)?, None)
+    } else {
+        let (read, write) = std::io::pipe().map_err(LaunchError::Pipe)?;
+        (OwnedFd::from(read), Some(write))
+    };
     let (output_read, output_write) = std::io::pipe().map_err(LaunchError::Pipe)?;
     let output_write = OwnedFd::from(output_write);
     let (stderr_read, stderr_write) = if split_stderr {
@@ -413,13 +456,10 @@ fn spawn_pipes(
     let spawn = cobble_sys::vspawn::Spawn {
         program: path.clone(),
         argv: launch.argv.iter().map(Into::into).collect(),
-        environment: environment
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect(),
+        environment,
         working_dir: (!launch.context.working_dir.is_empty())
             .then(|| launch.context.working_dir.clone().into()),
-        stdio: [stdin_read.into(), output_write, stderr_write],
+        stdio: [stdin_read, output_write, stderr_write],
         ids,
         ids_after_gate,
         new_session: true,
@@ -439,9 +479,10 @@ fn spawn_pipes(
         exit: spawned.exit,
         output: Some(receiver(output_read)?),
         stderr: stderr_read.map(receiver).transpose()?,
-        stdin: Some(
-            pipe::Sender::from_owned_fd(OwnedFd::from(stdin_write)).map_err(LaunchError::Pipe)?,
-        ),
+        stdin: stdin_write
+            .map(|write| pipe::Sender::from_owned_fd(OwnedFd::from(write)))
+            .transpose()
+            .map_err(LaunchError::Pipe)?,
         terminal: None,
     })
 }
@@ -524,6 +565,7 @@ fn wire_pipes(cmd: &mut Command, wiring: Wiring) -> std::io::Result<Pipes> {
             }
         }
         Wiring::Terminal { .. } => unreachable!("wire opens the terminal"),
+        Wiring::Probe => unreachable!("exec checks are started without a fork"),
     }
     Ok(pipes)
 }

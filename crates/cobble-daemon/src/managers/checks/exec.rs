@@ -1,8 +1,9 @@
 //! The exec probe: success is a command that exits 0.
 //!
-//! The command runs in its own process group with the daemon's environment plus the check's
-//! (already merged with its `service-context`), as the configured user and group when they
-//! differ from the daemon's, in the configured working directory (the daemon's otherwise).
+//! The command runs in a session (and so a process group) of its own with the daemon's
+//! environment plus the check's (already merged with its `service-context`), as the
+//! configured user and group when they differ from the daemon's, in the configured working
+//! directory (the daemon's otherwise), started without a fork of the daemon.
 //! Stdout and stderr share one pipe whose last 512 bytes are kept; on failure the details
 //! are the last lines of that output. The process is started by the checks' [`Launcher`],
 //! which records its group as `check NAME` while it runs and kills the whole group if the
@@ -53,7 +54,7 @@ impl ExecChecker {
         // killed, however far it got.
         let (spawned, group) = self
             .launcher
-            .launch(format!("check {}", self.name), launch, Wiring::Merged)
+            .launch(format!("check {}", self.name), launch, Wiring::Probe)
             .await
             .map_err(|e| CheckError::new(e.to_string()))?;
         let Some(mut reader) = spawned.output else {
