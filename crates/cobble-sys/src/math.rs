@@ -5,7 +5,7 @@
 //! tokio's scheduler calls `f64::powf` (its moving average of task poll times), the only
 //! call into libm in the daemon. Loading libm for it cost every daemon about 0.5 MiB of
 //! resident memory: the library's pages that mapping and fault-around brought in
-//! (BENCHMARKS.md, "Memory" under "Decisions these figures back"). A symbol defined in the
+//! (docs/architecture.md, "Decisions the benchmarks back"). A symbol defined in the
 //! executable is found before any shared library's, and the linker drops a library nothing
 //! needs (`--as-needed`, as rustc links).
 

@@ -14,7 +14,7 @@
 /// per core) and, once a freed block above its mmap threshold comes back, raises that
 /// threshold to the block's size, so later buffers of that size (a listing of a thousand
 /// changes, a state checkpoint) are carved from the arenas and stay there once freed. Under
-/// a soak of mixed traffic (BENCHMARKS.md, "The allocator") the daemon held about 4.5 MiB of live
+/// a soak of mixed traffic (docs/architecture.md, "The allocator") the daemon held about 4.5 MiB of live
 /// heap in 15 arenas totalling 13.3 MiB: two thirds of its anonymous memory was free heap.
 /// Two arenas are enough for a daemon whose runtime has two workers, and a fixed threshold
 /// sends every large buffer to its own mapping, returned to the kernel when freed.
@@ -24,7 +24,7 @@
 /// so with both mapped the copy's destination sat 10 bytes (the frame header) past its
 /// source modulo 4096: loads then alias the stores just made, and `memcpy` ran at 3.3 GB/s
 /// instead of 57 on this machine's CPU. At a 64 KiB threshold that copy made the relay
-/// cost 40-65 % more daemon CPU (BENCHMARKS.md, "The allocator").
+/// cost 40-65 % more daemon CPU (docs/architecture.md, "The allocator").
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn tune_allocator() {
     let tuned = std::env::vars_os().any(|(name, _)| {
