@@ -17,6 +17,9 @@ pub struct Options {
     pub kubeconfig: PathBuf,
     /// Serve from a watch-fed cache instead of a LIST per admission.
     pub cache: bool,
+    /// Which passed socket to accept on (`LISTEN_FDNAMES`); `None` (or empty, which Go
+    /// cannot tell from unset): the one named `https`, else the first.
+    pub listen_fd_name: Option<String>,
 }
 
 impl Default for Options {
@@ -27,6 +30,7 @@ impl Default for Options {
             webhook_port: 4443,
             kubeconfig: PathBuf::new(),
             cache: false,
+            listen_fd_name: None,
         }
     }
 }
@@ -58,6 +62,12 @@ const FLAGS: &[Flag] = &[
         name: "kubeconfig",
         kind: "string",
         usage: "Paths to a kubeconfig. Only required if out-of-cluster.",
+        default: "",
+    },
+    Flag {
+        name: "listen-fd-name",
+        kind: "string",
+        usage: "Accept on the listening socket of this name (LISTEN_FDNAMES) that a service manager\npassed (LISTEN_FDS, LISTEN_PID) instead of listening on -webhookPort. Unset: the\none named \"https\", else the first. Without passed sockets, -webhookPort is used.",
         default: "",
     },
     Flag {
@@ -149,6 +159,7 @@ where
         };
         match name {
             "kubeconfig" => options.kubeconfig = value.into(),
+            "listen-fd-name" => options.listen_fd_name = Some(value).filter(|v| !v.is_empty()),
             "tlsCertFile" => options.tls_cert_file = value.into(),
             "tlsKeyFile" => options.tls_key_file = value.into(),
             "webhookPort" => {
@@ -243,8 +254,18 @@ mod tests {
                 webhook_port: 8443,
                 kubeconfig: "/kc".into(),
                 cache: true,
+                listen_fd_name: None,
             }
         );
+        for args in [
+            &["-listen-fd-name=web"][..],
+            &["--listen-fd-name=web"],
+            &["-listen-fd-name", "web"],
+            &["--listen-fd-name", "web"],
+        ] {
+            assert_eq!(ok(args).listen_fd_name.as_deref(), Some("web"), "{args:?}");
+        }
+        assert_eq!(ok(&["-listen-fd-name="]).listen_fd_name, None);
         assert_eq!(ok(&[]), Options::default());
     }
 
@@ -326,6 +347,9 @@ mod tests {
         );
         assert!(text.contains(
             "  -tlsCertFile string\n    \tFile containing the x509 Certificate for HTTPS. (default \"/etc/webhook/certs/cert.pem\")\n"
+        ));
+        assert!(text.contains(
+            "  -listen-fd-name string\n    \tAccept on the listening socket of this name (LISTEN_FDNAMES) that a service manager\n    \tpassed"
         ));
         assert!(text.contains(
             "  -webhookPort int\n    \tPort number on which the webhook listens. (default 4443)\n"

@@ -15,9 +15,12 @@
 //! - [`cluster`]: the API server: configuration, LIST per admission, or a watch-fed cache.
 //! - [`certs`]: the certificate watcher and the TLS certificate resolver.
 //! - [`server`]: the HTTPS listener and its three paths.
+//! - [`activation`]: a listening socket passed by a service manager, used instead of
+//!   binding `-webhookPort`.
 //! - [`run`]: puts them together; `main` only parses flags and sets up logging.
 #![forbid(unsafe_code)]
 
+pub mod activation;
 pub mod aggregate;
 pub mod certs;
 pub mod cluster;
@@ -33,14 +36,34 @@ use std::sync::Arc;
 use tokio::signal::unix::{SignalKind, signal};
 
 /// Runs the webhook until SIGTERM or SIGINT (`Ok`), or until it cannot listen (`Err`, the
-/// message to print).
-pub async fn run(options: flags::Options) -> Result<(), String> {
+/// message to print). It accepts on `passed` when a service manager passed a socket (see
+/// [`activation`]), else on `-webhookPort`, bound once the certificate loads; either way it
+/// accepts nothing before.
+pub async fn run(
+    options: flags::Options,
+    passed: Option<activation::PassedListener>,
+) -> Result<(), String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     // kube's client builds its TLS from the process default; make it ring as well.
     let _ = rustls::crypto::ring::default_provider().install_default();
 
-    let port = u16::try_from(options.webhook_port)
-        .map_err(|_| format!("listen tcp :{}: invalid port", options.webhook_port))?;
+    // A passed socket already listens: until the certificate loads, connections wait in its
+    // backlog, unaccepted, as they do while the service manager restarts us.
+    let listen = match passed {
+        Some(passed) => {
+            let what = format!("the passed socket {:?} (fd {})", passed.name, passed.fd);
+            let listener = passed
+                .listener
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::TcpListener::from_std(passed.listener))
+                .map_err(|e| format!("cannot use {what}: {e}"))?;
+            Listen::Passed(listener)
+        }
+        None => Listen::Port(
+            u16::try_from(options.webhook_port)
+                .map_err(|_| format!("listen tcp :{}: invalid port", options.webhook_port))?,
+        ),
+    };
     let current = Arc::new(certs::CurrentCert::default());
     let (generation_tx, mut generation) = tokio::sync::watch::channel(0u64);
     certs::spawn_watcher(
@@ -69,12 +92,15 @@ pub async fn run(options: flags::Options) -> Result<(), String> {
         _ = generation.wait_for(|g| *g > 0) => {}
         _ = &mut stop => return Ok(()),
     }
-    let listener = server::bind(port)
-        .await
-        .map_err(|e| format!("listen tcp :{port}: {e}"))?;
+    let listener = match listen {
+        Listen::Passed(listener) => listener,
+        Listen::Port(port) => server::bind(port)
+            .await
+            .map_err(|e| format!("listen tcp :{port}: {e}"))?,
+    };
     let address = listener
         .local_addr()
-        .map_err(|e| format!("listen tcp :{port}: {e}"))?;
+        .map_err(|e| format!("cannot read the listening address: {e}"))?;
     let tls =
         server::tls_config(current, provider).map_err(|e| format!("cannot set up TLS: {e}"))?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
@@ -91,4 +117,12 @@ pub async fn run(options: flags::Options) -> Result<(), String> {
         _ = server::serve(listener, acceptor, webhook) => Ok(()),
         _ = &mut stop => Ok(()),
     }
+}
+
+/// Where the webhook accepts.
+enum Listen {
+    /// The socket a service manager passed, listening already.
+    Passed(tokio::net::TcpListener),
+    /// `:PORT` on every interface, bound once the certificate loads.
+    Port(u16),
 }

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use admission_webhook::activation::{self, Taken};
 use admission_webhook::flags::{self, Stop};
 
 fn main() -> ExitCode {
@@ -31,6 +32,39 @@ fn main() -> ExitCode {
                 }),
         )
         .init();
+    // Before the runtime: the process has one thread until then, and taking the passed
+    // sockets changes the environment (see `activation::take`).
+    let passed = match activation::take(options.listen_fd_name.as_deref()) {
+        Ok(Taken::Nothing) => {
+            if let Some(name) = &options.listen_fd_name {
+                tracing::info!(
+                    "no sockets passed (LISTEN_FDS) to take {name:?} from; listening on -webhookPort"
+                );
+            }
+            None
+        }
+        Ok(Taken::ForAnotherProcess {
+            listen_pid,
+            own_pid,
+        }) => {
+            tracing::warn!(
+                "ignoring the sockets in LISTEN_FDS: LISTEN_PID is {listen_pid}, not this process ({own_pid}); listening on -webhookPort"
+            );
+            None
+        }
+        Ok(Taken::Listener(passed)) => {
+            tracing::info!(
+                "using listening socket {:?} (fd {}) passed by the service manager",
+                passed.name,
+                passed.fd
+            );
+            Some(passed)
+        }
+        Err(err) => {
+            tracing::error!("{err}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -38,7 +72,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(admission_webhook::run(options));
+    let result = runtime.block_on(admission_webhook::run(options, passed));
     // A LIST or a configuration read may still be on a blocking thread: do not wait for it.
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     match result {

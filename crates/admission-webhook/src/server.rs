@@ -3,7 +3,9 @@
 //!
 //! The listener opens only once a certificate is loaded (see [`crate::certs`]), so a TCP
 //! check that connects knows TLS works. A port that cannot be bound ends the program with
-//! an error (the Go webhook exits 0 then, which looks like success to a supervisor).
+//! an error (the Go webhook exits 0 then, which looks like success to a supervisor). A
+//! socket passed by a service manager (see [`crate::activation`]) listens from the start,
+//! but nothing is accepted from it before a certificate loads either.
 //!
 //! Where the Go webhook answers garbage with garbage, this one says what is wrong: a
 //! Content-Type other than exactly `application/json` gets 415 (Go: an empty 200), a body

@@ -36,6 +36,11 @@ fn connector(ca_pem: &str) -> TlsConnector {
 impl Client {
     pub(crate) async fn connect(port: u16, ca_pem: &str) -> std::io::Result<Client> {
         let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
+        Client::handshake(tcp, ca_pem).await
+    }
+
+    /// TLS, then HTTP/1.1, over a connection already made.
+    pub(crate) async fn handshake(tcp: TcpStream, ca_pem: &str) -> std::io::Result<Client> {
         let tls = connector(ca_pem)
             .connect(ServerName::try_from("localhost").unwrap(), tcp)
             .await?;

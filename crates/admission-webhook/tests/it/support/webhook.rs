@@ -3,6 +3,7 @@
 //! can wait for what it says, killed on drop.
 
 use std::io::{BufRead as _, BufReader};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
@@ -19,14 +20,55 @@ impl Webhook {
     /// Starts the webhook with these arguments and extra environment. `home` stands in for
     /// `$HOME`, so no `~/.kube/config` of the machine is read.
     pub(crate) fn start(args: &[&str], env: &[(String, String)], home: &Path) -> Webhook {
-        let mut command = Command::new(BIN);
+        Webhook::spawn(Command::new(BIN), args, env, home, Stdio::null())
+    }
+
+    /// Starts the webhook as a service manager passes it a socket: `socket` at descriptor 3,
+    /// `LISTEN_FDS=1`, `LISTEN_FDNAMES=name`, and `LISTEN_PID` set to `listen_pid`, or to the
+    /// webhook's own pid when `None`. A shell gets the socket as its standard input, copies
+    /// it to 3 (a copy without close-on-exec, unlike every descriptor std makes) and execs
+    /// the webhook, which keeps the shell's pid (`$$`).
+    pub(crate) fn start_with_socket(
+        args: &[&str],
+        env: &[(String, String)],
+        home: &Path,
+        socket: OwnedFd,
+        name: &str,
+        listen_pid: Option<u32>,
+    ) -> Webhook {
+        let listen_pid = listen_pid.map_or("$$".to_owned(), |pid| pid.to_string());
+        let mut command = Command::new("/bin/sh");
+        command
+            .arg("-c")
+            .arg(format!(
+                "exec 3<&0 0</dev/null; LISTEN_PID={listen_pid} exec \"$0\" \"$@\""
+            ))
+            .arg(BIN);
+        let env = [
+            env,
+            &[
+                ("LISTEN_FDS".to_owned(), "1".to_owned()),
+                ("LISTEN_FDNAMES".to_owned(), name.to_owned()),
+            ],
+        ]
+        .concat();
+        Webhook::spawn(command, args, &env, home, Stdio::from(socket))
+    }
+
+    fn spawn(
+        mut command: Command,
+        args: &[&str],
+        env: &[(String, String)],
+        home: &Path,
+        stdin: Stdio,
+    ) -> Webhook {
         command
             .args(args)
             .env_clear()
             .env("HOME", home)
             .env("RUST_LOG", "info")
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = command.spawn().unwrap();
