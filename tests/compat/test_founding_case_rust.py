@@ -7,6 +7,9 @@ waits: the replan succeeds and the service stays active. The certificates are pu
 (`push(make_dirs=True)`, as the charm does), the identical layer is re-added without a
 replan, and the webhook must answer an AdmissionReview correctly within 2 s of the push.
 
+With the socket held by cobble (`sockets:`), admissions sent while the webhook restarts for a
+certificate rotation are all answered: they wait in the socket's backlog for the next run.
+
 The push comes `COMPAT_FOUNDING_PUSH_AFTER` seconds after the replan: 3 by default, and 45 in
 the charm's real timing (`COMPAT_FOUNDING_PUSH_AFTER=45 tests/compat/run.sh -k rust`).
 The binary is `ADMISSION_WEBHOOK_BIN` (run.sh defaults it to target/debug/admission-webhook).
@@ -20,12 +23,15 @@ import json
 import os
 import socket
 import ssl
+import subprocess
+import threading
 import time
 from pathlib import Path
 
 import ops
 import pytest
 
+from conftest import cobble_bin
 from fake_apiserver import FakeApiServer
 from helpers import wait_for
 
@@ -94,7 +100,7 @@ def charm_layer(command: str, port: int) -> dict:
     }
 
 
-def admission_review(port: int) -> dict | None:
+def admission_review(port: int, timeout: float = 2) -> dict | None:
     """POSTs an AdmissionReview v1 for the notebook pod; None while nothing answers."""
     context = ssl.create_default_context(cafile=str(FIXTURES / 'webhook-cert.pem'))
     context.check_hostname = False
@@ -107,7 +113,7 @@ def admission_review(port: int) -> dict | None:
         },
     })
     try:
-        conn = http.client.HTTPSConnection('127.0.0.1', port, context=context, timeout=2)
+        conn = http.client.HTTPSConnection('127.0.0.1', port, context=context, timeout=timeout)
         conn.request('POST', '/apply-poddefault', body, {'Content-Type': 'application/json'})
         response = conn.getresponse()
         data = response.read()
@@ -177,3 +183,82 @@ def test_rust_webhook_answers_within_two_seconds_of_a_late_push(held_daemon):
         assert service.current == ops.pebble.ServiceStatus.ACTIVE
         changes = client.get_changes(select=ops.pebble.ChangeState.ALL)
         assert [c.kind for c in changes if c.kind in ('restart', 'start')] in ([], ['start']), changes
+
+
+def test_rust_webhook_on_a_held_socket_answers_every_admission_across_restarts(held_daemon):
+    """The founding case with the socket held by cobble (`sockets:`): the webhook accepts on
+    the socket cobble passes (fd 3, LISTEN_FDS), and AdmissionReviews sent while it restarts
+    for a certificate rotation wait in the socket's backlog and are all answered; none is
+    refused, none fails. The layer goes in as YAML: ops' Layer keeps only Pebble's fields."""
+    client = held_daemon.client
+    certs = held_daemon.dir / 'etc' / 'webhook' / 'certs'
+    port = free_port()
+    client.push(str(certs / 'key.pem'), KEY, make_dirs=True)
+    client.push(str(certs / 'cert.pem'), CERT, make_dirs=True)
+    with FakeApiServer([POD_DEFAULT]) as api:
+        kubeconfig = held_daemon.dir / 'kubeconfig'
+        api.write_kubeconfig(kubeconfig)
+        command = ' '.join([
+            webhook_bin(),
+            f'-tlsCertFile={certs}/cert.pem',
+            f'-tlsKeyFile={certs}/key.pem',
+            f'-webhookPort={port}',
+            f'-kubeconfig={kubeconfig}',
+        ])
+        client.add_layer('admission-webhook', f"""
+services:
+  admission-webhook:
+    override: replace
+    startup: enabled
+    command: {command}
+    sockets:
+      https:
+        listen: 127.0.0.1:{port}
+""", combine=True)
+        client.replan_services()
+        wait_for(lambda: admission_review(port), timeout=10, what='a first AdmissionReview answer')
+        logs = subprocess.run(
+            [cobble_bin(), 'logs', 'admission-webhook'],
+            env={**os.environ, 'PEBBLE': str(held_daemon.pebble_dir)},
+            capture_output=True, text=True, check=True,
+        ).stdout
+        assert 'using listening socket "https" (fd 3) passed by the service manager' in logs
+
+        results: list[tuple[float, float, bool]] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    answer = admission_review(port, timeout=10)
+                    ok = answer is not None and answer['response']['allowed'] is True
+                except AssertionError:
+                    ok = False
+                results.append((started, time.monotonic(), ok))
+
+        sender = threading.Thread(target=load)
+        sender.start()
+        restarts = []
+        try:
+            for _ in range(5):
+                time.sleep(0.3)
+                # A rotation handled by restart: the pair pushed again, then the service restarted.
+                client.push(str(certs / 'key.pem'), KEY, make_dirs=True)
+                client.push(str(certs / 'cert.pem'), CERT, make_dirs=True)
+                began = time.monotonic()
+                client.restart_services(['admission-webhook'])
+                restarts.append((began, time.monotonic()))
+            time.sleep(0.3)
+        finally:
+            stop.set()
+            sender.join(timeout=30)
+
+    failed = [r for r in results if not r[2]]
+    assert not failed, f'{len(failed)} of {len(results)} admissions failed'
+    # Requests were in flight across every restart, and each was answered.
+    for began, ended in restarts:
+        during = [r for r in results if began <= r[0] <= ended]
+        assert during, f'no admission was sent during the restart at {began:.3f}'
+    changes = client.get_changes(select=ops.pebble.ChangeState.ALL)
+    assert sum(1 for c in changes if c.kind == 'restart') == 5

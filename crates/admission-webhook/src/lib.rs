@@ -113,10 +113,8 @@ pub async fn run(
         }
     );
     let webhook = Arc::new(server::Webhook { source });
-    tokio::select! {
-        _ = server::serve(listener, acceptor, webhook) => Ok(()),
-        _ = &mut stop => Ok(()),
-    }
+    server::serve(listener, acceptor, webhook, stop).await;
+    Ok(())
 }
 
 /// Where the webhook accepts.

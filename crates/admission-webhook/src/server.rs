@@ -65,38 +65,116 @@ pub fn tls_config(
     Ok(config)
 }
 
-/// Accepts connections until the future is dropped.
-pub async fn serve(listener: TcpListener, tls: TlsAcceptor, webhook: Arc<Webhook>) {
+/// How long a stopping webhook waits for the requests it holds.
+const DRAIN: Duration = Duration::from_secs(3);
+/// How long a stopping webhook waits for the first request of a connection it accepted and
+/// has read nothing from yet: the client sent it, or is about to.
+const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(1);
+
+/// Accepts connections until `stop` resolves, then stops accepting and lets the requests in
+/// hand finish (for at most [`DRAIN`]): each connection serves the request it is reading or
+/// answering, or the first one of a connection that has not sent it yet, and closes instead
+/// of waiting for another. Under a service manager that holds the listening socket, what
+/// arrives after that waits in the socket's backlog for the next run, so a restart (a
+/// certificate rotation, say) fails no admission.
+pub async fn serve(
+    listener: TcpListener,
+    tls: TlsAcceptor,
+    webhook: Arc<Webhook>,
+    stop: impl Future<Output = ()>,
+) {
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(stop);
     loop {
-        let (tcp, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                // Out of descriptors and the like: wait a moment rather than spin.
-                tracing::warn!("cannot accept a connection: {err}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // Out of descriptors and the like: wait a moment rather than spin.
+                    tracing::warn!("cannot accept a connection: {err}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            () = &mut stop => break,
         };
-        let tls = tls.clone();
-        let webhook = webhook.clone();
-        tokio::spawn(async move {
-            let _ = tcp.set_nodelay(true);
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(err)) => return tracing::debug!("TLS handshake with {peer} failed: {err}"),
-                Err(_) => return tracing::debug!("TLS handshake with {peer} timed out"),
+        connections.spawn(connection(
+            tcp,
+            peer,
+            tls.clone(),
+            webhook.clone(),
+            stopping.clone(),
+        ));
+    }
+    drop(listener);
+    let _ = stopping_tx.send(true);
+    let held = connections.len();
+    let drained = tokio::time::timeout(DRAIN, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::info!(
+            "stopping with {} of {held} connections still open after {DRAIN:?}",
+            connections.len()
+        );
+    }
+}
+
+/// Serves one connection until it closes, or, once the webhook is stopping, until the
+/// request in hand (or a first one on its way) is answered.
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    tls: TlsAcceptor,
+    webhook: Arc<Webhook>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let _ = tcp.set_nodelay(true);
+    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(err)) => return tracing::debug!("TLS handshake with {peer} failed: {err}"),
+        Err(_) => return tracing::debug!("TLS handshake with {peer} timed out"),
+    };
+    let first_request = Arc::new(tokio::sync::Notify::new());
+    let service = {
+        let first_request = first_request.clone();
+        hyper::service::service_fn(move |request| {
+            first_request.notify_one();
+            let webhook = webhook.clone();
+            async move { Ok::<_, Infallible>(handle(request, &webhook, peer).await) }
+        })
+    };
+    let served =
+        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(served);
+    let done = tokio::select! {
+        done = served.as_mut() => Some(done),
+        _ = stopping.wait_for(|stopping| *stopping) => None,
+    };
+    let done = match done {
+        Some(done) => done,
+        None => {
+            // Stopping. A connection that has not sent its first request yet gets a moment
+            // to (hyper would close it at once), then every connection finishes the request
+            // in hand and closes.
+            let early = tokio::select! {
+                done = served.as_mut() => Some(done),
+                _ = tokio::time::timeout(FIRST_REQUEST_WAIT, first_request.notified()) => None,
             };
-            let service = hyper::service::service_fn(move |request| {
-                let webhook = webhook.clone();
-                async move { Ok::<_, Infallible>(handle(request, &webhook, peer).await) }
-            });
-            if let Err(err) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!("connection from {peer}: {err}");
+            match early {
+                Some(done) => done,
+                None => {
+                    served.as_mut().graceful_shutdown();
+                    served.await
+                }
             }
-        });
+        }
+    };
+    if let Err(err) = done {
+        tracing::debug!("connection from {peer}: {err}");
     }
 }
 
