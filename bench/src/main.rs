@@ -310,6 +310,10 @@ struct Args {
     /// Restarts of the service per restarts case, alternately by the API and by SIGKILL.
     #[arg(long, value_name = "N", default_value_t = 20)]
     restarts: usize,
+    /// Rounds the restarts group's restarts are split into (one daemon per case each; the
+    /// cases take turns, reversed every other round).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    restart_rounds: usize,
     /// The time between two connections of the restarts group's client, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 5)]
     restart_interval_ms: u64,
@@ -502,6 +506,7 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
     if args.runs(Group::Restarts) {
         let settings = restarts::Settings {
             restarts: args.restarts,
+            rounds: args.restart_rounds,
             interval: Duration::from_millis(args.restart_interval_ms),
             settle: Duration::from_millis(args.restart_settle_ms),
             pebble: args.pebble.clone(),

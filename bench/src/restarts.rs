@@ -130,6 +130,9 @@ const REQUEST: &[u8] = b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
 pub(crate) struct Settings {
     /// Restarts per case, alternately by the API and by `SIGKILL` (the API first).
     pub restarts: usize,
+    /// Rounds the restarts of each case are split into, one daemon each; the cases take
+    /// turns in every round.
+    pub rounds: usize,
     /// The time between two connections of the client.
     pub interval: Duration,
     /// The pause after each restart has completed.
@@ -187,6 +190,8 @@ struct Restart {
     by: RestartBy,
     /// The run it ended.
     old_pid: u32,
+    /// The run it started.
+    new_pid: u32,
     /// Just before the request was sent or the signal.
     began: Instant,
     /// When the new run's pid file was seen: it accepts from then on.
@@ -228,9 +233,8 @@ struct Attempt {
     outcome: Outcome,
 }
 
-/// What one case measured.
-struct CaseResult {
-    label: String,
+/// One daemon's series of restarts under load.
+struct Series {
     attempts: Vec<Attempt>,
     restarts: Vec<Restart>,
     /// Ticks at which [`MAX_IN_FLIGHT`] connections were open.
@@ -239,21 +243,50 @@ struct CaseResult {
     accepted: HashMap<u32, HashSet<u16>>,
 }
 
+/// What one case measured: its series, one a round.
+struct Case {
+    label: String,
+    series: Vec<Series>,
+}
+
 /// Runs the group and returns its Markdown.
 pub(crate) async fn run(cobble: &Path, token: &str, settings: &Settings) -> Result<String> {
-    ensure!(settings.restarts > 0, "at least one restart");
+    ensure!(
+        settings.rounds > 0
+            && settings.restarts > 0
+            && settings.restarts.is_multiple_of(settings.rounds),
+        "the restarts must be a positive multiple of the rounds"
+    );
     ensure!(!settings.interval.is_zero(), "a positive interval");
     let python = resolve_python(&settings.python)?;
     let settings = &Settings {
         python,
         ..settings.clone()
     };
-    let mut cases = vec![
-        run_case(cobble, Setup::Held, token, settings).await?,
-        run_case(cobble, Setup::CobbleOwnPort, token, settings).await?,
-    ];
+    let mut setups = vec![(Setup::Held, cobble), (Setup::CobbleOwnPort, cobble)];
     if let Some(pebble) = &settings.pebble {
-        cases.push(run_case(pebble, Setup::PebbleOwnPort, token, settings).await?);
+        setups.push((Setup::PebbleOwnPort, pebble.as_path()));
+    }
+    let mut cases: Vec<Case> = Vec::new();
+    for round in 0..settings.rounds {
+        // The cases take turns, in the opposite order every other round, so that what else
+        // the machine does over the run weighs on each alike.
+        let mut order: Vec<usize> = (0..setups.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let (setup, binary) = setups[i];
+            let (label, series) = run_series(binary, setup, token, settings, round).await?;
+            // The first round, in the order of the setups, makes the cases.
+            match cases.iter_mut().find(|c| c.label == label) {
+                Some(case) => case.series.push(series),
+                None => cases.push(Case {
+                    label,
+                    series: vec![series],
+                }),
+            }
+        }
     }
     Ok(render(&cases, settings))
 }
@@ -292,12 +325,15 @@ fn service_layer(setup: Setup, command: &str, port: u16, token: &str) -> String 
     yaml
 }
 
-async fn run_case(
+/// One daemon running the service in `setup`: its first start, then a series of
+/// `restarts / rounds` restarts under load. Returns the case's label and the series.
+async fn run_series(
     binary: &Path,
     setup: Setup,
     token: &str,
     settings: &Settings,
-) -> Result<CaseResult> {
+    round: usize,
+) -> Result<(String, Series)> {
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.local_addr()?.port()
@@ -314,7 +350,12 @@ async fn run_case(
         // Cobble reports the Pebble version it answers for; Pebble its own.
         Setup::PebbleOwnPort => format!("Pebble {}, own port", client.system_info().await?.version),
     };
-    eprintln!("==> restarts: {label}, {} restarts", settings.restarts);
+    let restarts = settings.restarts / settings.rounds;
+    eprintln!(
+        "==> restarts: {label}, round {}/{}, {restarts} restarts",
+        round + 1,
+        settings.rounds
+    );
 
     let script = daemon.dir().join("server.py");
     std::fs::write(&script, SERVER).context("cannot write the server")?;
@@ -365,8 +406,10 @@ async fn run_case(
                 attempts.clone(),
                 not_sent.clone(),
             ));
-            let restarts =
-                restart_series(&daemon, &pid_file, setup, first_pid, settings, &attempts).await;
+            let restarts = restart_series(
+                &daemon, &pid_file, setup, first_pid, restarts, settings, &attempts,
+            )
+            .await;
             stop.set(true);
             load.await.context("the client's task")?;
             restarts
@@ -375,13 +418,15 @@ async fn run_case(
     let accepted = read_accept_log(&accept_log)?;
     daemon.stop_clean()?;
     let attempts = attempts.take();
-    Ok(CaseResult {
+    Ok((
         label,
-        attempts,
-        restarts,
-        not_sent: not_sent.get(),
-        accepted,
-    })
+        Series {
+            attempts,
+            restarts,
+            not_sent: not_sent.get(),
+            accepted,
+        },
+    ))
 }
 
 /// [`LEAD`] of load, the restarts one after another, [`LEAD`] more.
@@ -390,15 +435,16 @@ async fn restart_series(
     pid_file: &Path,
     setup: Setup,
     first_pid: u32,
+    count: usize,
     settings: &Settings,
     attempts: &RefCell<Vec<Attempt>>,
 ) -> Result<Vec<Restart>> {
     let client = daemon.client();
     let names = [SERVICE.to_string()];
-    let mut restarts = Vec::with_capacity(settings.restarts);
+    let mut restarts = Vec::with_capacity(count);
     let mut pid = first_pid;
     tokio::time::sleep(LEAD).await;
-    for i in 0..settings.restarts {
+    for i in 0..count {
         let by = if i % 2 == 0 {
             RestartBy::Api
         } else {
@@ -446,6 +492,7 @@ async fn restart_series(
         restarts.push(Restart {
             by,
             old_pid: pid,
+            new_pid,
             began,
             ready,
         });
@@ -618,7 +665,24 @@ struct Tally {
     failures: HashMap<&'static str, usize>,
 }
 
-impl CaseResult {
+impl Case {
+    /// Counts the connections of every series after restarts of kind `by` (all of them
+    /// when `None`).
+    fn tally(&self, by: Option<RestartBy>, interval: Duration) -> Tally {
+        let mut tally = Tally::default();
+        for series in &self.series {
+            series.count(&mut tally, by, interval);
+        }
+        tally
+    }
+
+    /// Ticks not sent because [`MAX_IN_FLIGHT`] connections were open.
+    fn not_sent(&self) -> usize {
+        self.series.iter().map(|s| s.not_sent).sum()
+    }
+}
+
+impl Series {
     /// The restart whose time an attempt's outcome falls in: the last one begun before the
     /// client knew it. (A connection a killed run took with it started before the kill;
     /// the client learns of it at the kill.)
@@ -629,16 +693,35 @@ impl CaseResult {
             .find(|r| r.began <= attempt.ended)
     }
 
-    /// Counts the connections after restarts of kind `by` (all of them when `None`).
-    fn tally(&self, by: Option<RestartBy>, interval: Duration) -> Tally {
-        let mut tally = Tally {
-            restarts: self
-                .restarts
-                .iter()
-                .filter(|r| by.is_none_or(|by| r.by == by))
-                .count(),
-            ..Tally::default()
+    /// The runs that accepted the attempt's connection: those that logged its client port
+    /// and could have held it, from the restart that began them (the first run: from the
+    /// start) to the end of the restart that ended them (the last: to the end). A client
+    /// port comes round again over a series, never within one run's few seconds.
+    fn accepted_by(&self, attempt: &Attempt) -> Vec<u32> {
+        let Some(port) = attempt.port else {
+            return Vec::new();
         };
+        self.accepted
+            .iter()
+            .filter(|(pid, ports)| {
+                let began = self.restarts.iter().find(|r| r.new_pid == **pid);
+                let ended = self.restarts.iter().find(|r| r.old_pid == **pid);
+                ports.contains(&port)
+                    && began.is_none_or(|r| r.began <= attempt.ended)
+                    && ended.is_none_or(|r| attempt.started <= r.ready)
+            })
+            .map(|(&pid, _)| pid)
+            .collect()
+    }
+
+    /// Adds the connections after restarts of kind `by` (all of them when `None`) to
+    /// `tally`.
+    fn count(&self, tally: &mut Tally, by: Option<RestartBy>, interval: Duration) {
+        tally.restarts += self
+            .restarts
+            .iter()
+            .filter(|r| by.is_none_or(|by| r.by == by))
+            .count();
         for restart in self
             .restarts
             .iter()
@@ -679,21 +762,11 @@ impl CaseResult {
                             Failure::Other => "other error",
                         })
                         .or_default() += 1;
-                    let accepted_by: Vec<u32> = attempt
-                        .port
-                        .map(|port| {
-                            self.accepted
-                                .iter()
-                                .filter(|(_, ports)| ports.contains(&port))
-                                .map(|(&pid, _)| pid)
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let killed = self.restarts.iter().any(|r| {
-                        r.by == RestartBy::Kill
-                            && accepted_by.contains(&r.old_pid)
-                            && attempt.ended >= r.began
-                    });
+                    let accepted_by = self.accepted_by(attempt);
+                    let killed = self
+                        .restarts
+                        .iter()
+                        .any(|r| r.by == RestartBy::Kill && accepted_by.contains(&r.old_pid));
                     if killed {
                         tally.lost_with_killed_run += 1;
                     } else if accepted_by.is_empty() {
@@ -709,25 +782,27 @@ impl CaseResult {
                 span.1 = span.1.max(attempt.ended);
             }
         }
-        tally.errors_for = unanswered
+        tally.errors_for += unanswered
             .values()
             .map(|(first, last)| *last - *first + interval)
-            .sum();
-        tally
+            .sum::<Duration>();
     }
 }
 
 /// The group's tables and notes.
-fn render(cases: &[CaseResult], settings: &Settings) -> String {
+fn render(cases: &[Case], settings: &Settings) -> String {
+    let per_round = settings.restarts / settings.rounds;
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{} restarts per case ({} by the API's `restart`, {} by `kill -9`, alternating), a new \
-         connection every {} ms ({:.0}/s) throughout; service settings in every case: \
+        "{} restarts per case ({} by the API's `restart`, {} by `kill -9`, alternating), in {} \
+         rounds of one daemon per case, the cases taking turns (reversed every other round); a \
+         new connection every {} ms ({:.0}/s) throughout; service settings in every case: \
          `backoff-delay: 500ms`, `backoff-factor: 1`.\n",
         settings.restarts,
-        settings.restarts.div_ceil(2),
-        settings.restarts / 2,
+        settings.rounds * per_round.div_ceil(2),
+        settings.rounds * (per_round / 2),
+        settings.rounds,
         settings.interval.as_millis(),
         1.0 / settings.interval.as_secs_f64(),
     );
@@ -833,7 +908,8 @@ fn render(cases: &[CaseResult], settings: &Settings) -> String {
         let _ = writeln!(
             out,
             "- {}: failures: {failures}; {} ticks not sent ({MAX_IN_FLIGHT} connections open).",
-            case.label, case.not_sent
+            case.label,
+            case.not_sent()
         );
     }
     out
