@@ -52,6 +52,9 @@
 //!   pollers, and the state writes of a check flapping every second.
 //! - `slow` ([`slow`]): `GET /v1/health` over `--http` while 600 and 2000 slow clients send
 //!   their request heads a byte a second.
+//! - `restarts` ([`restarts`]): a client opening 200 connections a second to an HTTP service
+//!   restarted 20 times, its port held by cobble, bound by the service under cobble, and
+//!   (with `--pebble PATH`) bound by the service under that Pebble.
 //!
 //! Every daemon runs a private copy of the binary, so a rebuild during the run changes
 //! nothing. Daemons are stopped with SIGTERM (once they catch it) and waited for; afterwards
@@ -77,6 +80,7 @@ mod forward;
 mod logs;
 mod notices;
 mod report;
+mod restarts;
 mod slow;
 mod stats;
 mod watch;
@@ -196,7 +200,8 @@ struct Args {
     )]
     scale: Vec<usize>,
     /// A Pebble binary launched side by side with cobble in the `scale` group's launch rows
-    /// (alternating, on the same layers), whose medians the rows then compare against.
+    /// (alternating, on the same layers), whose medians the rows then compare against; and
+    /// the third case of the `restarts` group.
     #[arg(long, value_name = "PATH")]
     pebble: Option<PathBuf>,
     /// Run only these groups (comma-separated or repeated); all of them by default.
@@ -302,6 +307,19 @@ struct Args {
     /// How long the slow clients run before the first probe, in seconds.
     #[arg(long, value_name = "S", default_value_t = 5)]
     slow_warmup_secs: u64,
+    /// Restarts of the service per restarts case, alternately by the API and by SIGKILL.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    restarts: usize,
+    /// Rounds the restarts group's restarts are split into (one daemon per case each; the
+    /// cases take turns, reversed every other round).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    restart_rounds: usize,
+    /// The time between two connections of the restarts group's client, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 5)]
+    restart_interval_ms: u64,
+    /// The pause after each restart has completed, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 300)]
+    restart_settle_ms: u64,
 }
 
 /// A group of measurements that can run alone.
@@ -327,6 +345,8 @@ enum Group {
     Forward,
     /// `/v1/health` over `--http` while many slow clients hold connections.
     Slow,
+    /// An HTTP service restarted under load: its port held, or bound by the service.
+    Restarts,
 }
 
 impl Args {
@@ -482,6 +502,19 @@ async fn run_groups(args: &Args, token: String) -> Result<()> {
         };
         let section = slow::run(&bench.cobble, &bench.token, &settings).await?;
         println!("### Slow clients on --http\n\n{section}");
+    }
+    if args.runs(Group::Restarts) {
+        let settings = restarts::Settings {
+            restarts: args.restarts,
+            rounds: args.restart_rounds,
+            interval: Duration::from_millis(args.restart_interval_ms),
+            settle: Duration::from_millis(args.restart_settle_ms),
+            pebble: args.pebble.clone(),
+            python: "python3".into(),
+            poll_launch,
+        };
+        let section = restarts::run(&bench.cobble, &bench.token, &settings).await?;
+        println!("### Restarts with held sockets\n\n{section}");
     }
     Ok(())
 }
