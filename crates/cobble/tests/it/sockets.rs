@@ -167,8 +167,8 @@ fn a_socket_that_cannot_be_bound_fails_the_start_and_is_tried_again() {
     assert_eq!(service(&d, "web").current, "active", "pid {pid}");
 }
 
-/// A socket the plan lets go of is closed, and a unix socket's file goes with it; a unix
-/// socket gets the mode the layer asks for.
+/// A socket the plan lets go of is closed, and a unix socket's file goes with it; one whose
+/// address changes moves; a unix socket gets the mode the layer asks for.
 #[test]
 fn sockets_the_plan_drops_are_closed_and_unix_sockets_get_their_mode() {
     let port = free_port();
@@ -187,6 +187,28 @@ fn sockets_the_plan_drops_are_closed_and_unix_sockets_get_their_mode() {
     assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
     std::os::unix::net::UnixStream::connect(&path).expect("held");
     TcpStream::connect(("127.0.0.1", port)).expect("held");
+
+    // An address that changes is bound anew, and the old one let go; a new mode is applied
+    // to the socket as it is.
+    let moved_port = free_port();
+    let moved = format!(
+        "services:\n  web:\n    override: merge\n    sockets:\n      \
+         http: {{listen: \"127.0.0.1:{moved_port}\"}}\n      admin: {{mode: \"0640\"}}\n"
+    );
+    let file = scratch.path().join("moved.yaml");
+    std::fs::write(&file, moved).unwrap();
+    Test::daemon(&d)
+        .args(&["add", "001-web", "--combine", file.to_str().unwrap()])
+        .any_stdout()
+        .run();
+    wait_for("the socket to move", LONG, || {
+        TcpStream::connect(("127.0.0.1", port)).is_err()
+            && TcpStream::connect(("127.0.0.1", moved_port)).is_ok()
+    });
+    wait_for("the new mode", LONG, || {
+        std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o7777 == 0o640)
+    });
+    let port = moved_port;
 
     let without = "services:\n  web:\n    override: replace\n    command: sleep 1000\n";
     let file = scratch.path().join("without.yaml");
