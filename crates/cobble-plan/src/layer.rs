@@ -534,6 +534,17 @@ impl Layer {
 }
 
 fn decode(label: &str, yaml: &str, words: Words) -> Result<LayerDoc, PlanError> {
+    // A tab where yaml.v3 wants a token: the YAML library takes some of these.
+    if words == Words::Pebble
+        && let Some(message) = crate::pebble_errors::tab_error(yaml)
+    {
+        return Err(PlanError::Parse {
+            label: label.to_owned(),
+            section: None,
+            line: None,
+            message,
+        });
+    }
     // Most layers are plain block YAML, which the quick reader takes at a fraction of the
     // cost; it declines anything else, and errors always come from the full parser.
     let quick = Progress::default();

@@ -260,6 +260,163 @@ fn syntax_message(text: &str, error: &ScanError, open_flow: Option<OpenFlow>) ->
     }
 }
 
+/// yaml.v3's refusal of a tab where its scanner expects the start of a token, which the YAML
+/// library cobble reads with accepts in some places (a tab before the first key) and words
+/// otherwise elsewhere: a tab in the indentation of a line of block context that holds more
+/// than a comment, and a tab right after a block sequence entry (`- `) or a complex key
+/// (`? `). yaml.v3 takes tabs after a mapping's `:`, inside flow collections, quoted and plain
+/// scalars and block scalars, and before comments; block scalars and lines that continue a
+/// plain scalar are left to the library (yaml.v3 words those otherwise), so this finds only
+/// what yaml.v3 refuses with `found character that cannot start any token`.
+pub(crate) fn tab_error(text: &str) -> Option<String> {
+    if !text.contains('\t') {
+        return None;
+    }
+    let mut flow = 0usize;
+    // While a block scalar's content runs: the indentation of the line that opened it, that
+    // line's number, and the content's indentation once its first line has set it.
+    let mut block_scalar: Option<(usize, usize, Option<usize>)> = None;
+    // Whether the previous content line ended in a plain scalar that the next, more indented
+    // line would continue.
+    let mut plain_open: Option<usize> = None;
+    for (number, line) in text.split('\n').enumerate() {
+        let indent = line.len() - line.trim_start_matches([' ', '\t']).len();
+        let rest = &line[indent..];
+        let spaces = line.len() - line.trim_start_matches(' ').len();
+        if let Some((parent, header, content)) = block_scalar.as_mut() {
+            // A tab where the content's indentation is read: yaml.v3 names the line that
+            // opened the scalar. A tab past that indentation is content.
+            let within = content.unwrap_or(usize::MAX);
+            if line
+                .chars()
+                .take(within)
+                .take_while(|c| *c == ' ' || *c == '\t')
+                .any(|c| c == '\t')
+            {
+                // yaml.v3 names the line of the scanner's context (the header) unless that is
+                // the first, then the line of the tab.
+                let named = if *header == 0 { number } else { *header };
+                return Some(at_line(
+                    named,
+                    "found a tab character where an indentation space is expected",
+                ));
+            }
+            if rest.is_empty() {
+                continue;
+            }
+            if spaces > *parent {
+                content.get_or_insert(spaces);
+                continue;
+            }
+            block_scalar = None;
+        }
+        if rest.is_empty() || rest.starts_with('#') {
+            if line.contains('\t') {
+                return None; // blanks or a comment after a tab: yaml.v3's words depend on more
+            }
+            continue;
+        }
+        if flow > 0 {
+            flow = flow_depth(rest, flow)?;
+            continue;
+        }
+        if line[..indent].contains('\t') {
+            if plain_open.is_some_and(|parent| spaces > parent || indent > spaces) {
+                return None; // a plain scalar's continuation: yaml.v3 words it otherwise
+            }
+            return Some(at_line(number, CANNOT_START));
+        }
+        // Block indicators, each perhaps followed by the next on the same line.
+        let mut rest = rest;
+        while let Some(after) = rest
+            .strip_prefix('-')
+            .or_else(|| rest.strip_prefix('?'))
+            .filter(|after| after.is_empty() || after.starts_with([' ', '\t']))
+        {
+            let next = after.trim_start_matches(' ');
+            if next.starts_with('\t') {
+                return Some(at_line(number, CANNOT_START));
+            }
+            rest = next;
+        }
+        plain_open = None;
+        match value_of(rest) {
+            Some(value) if value.starts_with(['[', '{']) => flow = flow_depth(value, 0)?,
+            Some(value) if value.starts_with(['|', '>']) => {
+                // A header of indicators alone; anything more is for the library to word.
+                let indicators = value[1..]
+                    .trim_start_matches(|c: char| c.is_ascii_digit() || c == '+' || c == '-');
+                let after = indicators.trim_start_matches([' ', '\t']);
+                if after.len() == indicators.len() && !indicators.is_empty()
+                    || !(after.is_empty() || after.starts_with('#'))
+                {
+                    return None;
+                }
+                block_scalar = Some((spaces, number, None));
+            }
+            Some(value) if value.starts_with(['\'', '"']) => return None,
+            // A comment ends a plain scalar: nothing continues it.
+            Some(value)
+                if !value.is_empty() && !value.starts_with('#') && !value.contains(" #") =>
+            {
+                plain_open = Some(spaces)
+            }
+            Some(_) => {}
+            // A key without a value on its line, or a bare scalar: nothing more to tell.
+            None if rest.starts_with(['\'', '"', '[', '{', '|', '>', '&', '*', '!']) => {
+                return None;
+            }
+            None => plain_open = Some(spaces),
+        }
+    }
+    None
+}
+
+const CANNOT_START: &str = "found character that cannot start any token";
+
+/// yaml.v3's `message` at 0-based line `number`, which it does not name on the first line.
+fn at_line(number: usize, message: &str) -> String {
+    if number == 0 {
+        format!("yaml: {message}")
+    } else {
+        format!("yaml: line {}: {message}", number + 1)
+    }
+}
+
+/// What follows the first `: ` (or `:` at the end) of a plain key on a line, if the line
+/// is `key: value`.
+fn value_of(line: &str) -> Option<&str> {
+    let mut from = 0;
+    while let Some(at) = line[from..].find(':') {
+        let at = from + at;
+        let after = &line[at + 1..];
+        if after.is_empty() || after.starts_with([' ', '\t']) {
+            let key = &line[..at];
+            if key.contains(" #") || key.starts_with(['\'', '"', '[', '{']) {
+                return None;
+            }
+            return Some(after.trim_start_matches([' ', '\t']));
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// The flow depth after `text`, from `depth`, counting brackets outside quotes and comments;
+/// `None` where a quote makes it unclear.
+fn flow_depth(text: &str, mut depth: usize) -> Option<usize> {
+    for c in text.chars() {
+        match c {
+            '[' | '{' => depth += 1,
+            ']' | '}' => depth = depth.saturating_sub(1),
+            '\'' | '"' => return None,
+            '#' => break,
+            _ => {}
+        }
+    }
+    Some(depth)
+}
+
 /// Pebble's error for a layer cobble could not read, if Pebble would have refused it.
 pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
     let error = |section: Option<&str>, message: String| PlanError::Parse {
@@ -609,5 +766,83 @@ fn go_name(ty: &GoType) -> &'static str {
         GoType::Str(name) | GoType::Map(name, _) | GoType::Struct(name, _) => name,
         GoType::Int => "int",
         _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tab_error;
+
+    /// Each input with yaml.v3's answer (from `yaml.Unmarshal` in Go 1.23), where this rule
+    /// gives one; `None` where yaml.v3 takes the text, or refuses it in words this rule
+    /// leaves to the YAML library.
+    #[test]
+    fn tabs_where_yaml_v3_wants_a_token_are_refused_in_its_words() {
+        const CANNOT: &str = "found character that cannot start any token";
+        const INDENT: &str = "found a tab character where an indentation space is expected";
+        let cases: &[(&str, Option<String>)] = &[
+            ("\tservices: {}\n", Some(format!("yaml: {CANNOT}"))),
+            (
+                "services:\n\tweb: {}\n",
+                Some(format!("yaml: line 2: {CANNOT}")),
+            ),
+            (
+                "services:\n  web:\n\tcommand: x\n",
+                Some(format!("yaml: line 3: {CANNOT}")),
+            ),
+            (
+                "services:\n  web:\n \t  command: x\n",
+                Some(format!("yaml: line 3: {CANNOT}")),
+            ),
+            (
+                "services:\n  - \tweb\n",
+                Some(format!("yaml: line 2: {CANNOT}")),
+            ),
+            (
+                "services:\n  -\tweb\n",
+                Some(format!("yaml: line 2: {CANNOT}")),
+            ),
+            ("?\tsummary\n: b\n", Some(format!("yaml: {CANNOT}"))),
+            (
+                "services:\n\t- b\n",
+                Some(format!("yaml: line 2: {CANNOT}")),
+            ),
+            (
+                "summary: x # c\n\tdescription: y\n",
+                Some(format!("yaml: line 2: {CANNOT}")),
+            ),
+            (
+                "summary: |\n  x\n\ty\n",
+                Some(format!("yaml: line 3: {INDENT}")),
+            ),
+            (
+                "summary: x\nsummary2: |\n\tx\n",
+                Some(format!("yaml: line 2: {INDENT}")),
+            ),
+            (
+                "a: 1\nb: >-\n  x\n\tc: 2\n",
+                Some(format!("yaml: line 2: {INDENT}")),
+            ),
+            // yaml.v3 takes these.
+            ("summary:\tx\n", None),
+            ("summary: \tx\n", None),
+            ("summary: x\t# c\n", None),
+            ("summary:\t# c\n", None),
+            ("summary: b\tc\n", None),
+            ("services: {web:\t{command: x}}\n", None),
+            ("summary: 'x\n\ty'\n", None),
+            ("summary: \"x\n\ty\"\n", None),
+            ("summary: x\n  \ty\n", None),
+            ("summary: |\n  x\n  \ty\n", None),
+            ("services:\n  web:\n    environment:\n      A:\t1\n", None),
+            ("services:\n  web:\n    command: x\t\n", None),
+            // yaml.v3 refuses these in other words: the library words them.
+            ("summary: x\n\ty\n", None),
+            ("\t\nsummary: 1\n", None),
+            ("summary: >\t-\n  x\n", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(tab_error(text).as_ref(), want.as_ref(), "{text:?}");
+        }
     }
 }
