@@ -122,8 +122,8 @@ pub(crate) trait Processes: Send + Sync + 'static {
         let _ = pid;
         None
     }
-    /// The listening sockets held for service `name` (`sockets:`). Takes a lock, never
-    /// blocks on IO.
+    /// The listening sockets held for service `name` (`sockets:`). May wait for a bind under
+    /// way.
     fn held_sockets(&self, name: &str) -> Vec<super::sockets::SocketReport> {
         let _ = name;
         Vec::new()

@@ -69,10 +69,26 @@ impl ServiceManager {
         mut statuses: Vec<ServiceStatus>,
     ) -> Vec<ServiceStatus> {
         let usage = self.usage(&statuses).await;
-        for (status, usage) in statuses.iter_mut().zip(usage) {
+        // The holder's lock is held while a socket is bound (a unix socket's owner may be
+        // looked up): read it on the blocking pool.
+        let names: Vec<String> = statuses.iter().map(|s| s.name.clone()).collect();
+        let processes = self.processes.clone();
+        let sockets = tokio::task::spawn_blocking(move || {
+            names
+                .iter()
+                .map(|name| processes.held_sockets(name))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for ((status, usage), sockets) in statuses
+            .iter_mut()
+            .zip(usage)
+            .zip(sockets.into_iter().chain(std::iter::repeat_with(Vec::new)))
+        {
             if let Some(details) = status.details.as_mut() {
                 details.usage = Some(usage);
-                details.sockets = self.processes.held_sockets(&status.name);
+                details.sockets = sockets;
             }
         }
         statuses
