@@ -68,6 +68,17 @@ def webhook_bin() -> str:
     return path
 
 
+def webhook_command(certs: Path, port: int, kubeconfig: Path) -> str:
+    """The webhook as the charm runs it, with this test's certificates, port and kubeconfig."""
+    return ' '.join([
+        webhook_bin(),
+        f'-tlsCertFile={certs}/cert.pem',
+        f'-tlsKeyFile={certs}/key.pem',
+        f'-webhookPort={port}',
+        f'-kubeconfig={kubeconfig}',
+    ])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
@@ -131,13 +142,7 @@ def test_rust_webhook_answers_within_two_seconds_of_a_late_push(held_daemon):
     with FakeApiServer([POD_DEFAULT]) as api:
         kubeconfig = held_daemon.dir / 'kubeconfig'
         api.write_kubeconfig(kubeconfig)
-        command = ' '.join([
-            webhook_bin(),
-            f'-tlsCertFile={certs}/cert.pem',
-            f'-tlsKeyFile={certs}/key.pem',
-            f'-webhookPort={port}',
-            f'-kubeconfig={kubeconfig}',
-        ])
+        command = webhook_command(certs, port, kubeconfig)
         layer = charm_layer(command, port)
 
         # config-changed runs first: the layer goes in and is replanned before the certs exist.
@@ -198,13 +203,7 @@ def test_rust_webhook_on_a_held_socket_answers_every_admission_across_restarts(h
     with FakeApiServer([POD_DEFAULT]) as api:
         kubeconfig = held_daemon.dir / 'kubeconfig'
         api.write_kubeconfig(kubeconfig)
-        command = ' '.join([
-            webhook_bin(),
-            f'-tlsCertFile={certs}/cert.pem',
-            f'-tlsKeyFile={certs}/key.pem',
-            f'-webhookPort={port}',
-            f'-kubeconfig={kubeconfig}',
-        ])
+        command = webhook_command(certs, port, kubeconfig)
         client.add_layer('admission-webhook', f"""
 services:
   admission-webhook:

@@ -780,21 +780,16 @@ fn a_check_command_a_killed_daemon_left_running_is_ended_by_the_next() {
         .trim()
         .parse()
         .unwrap();
-    let alive = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            !stat
-                .rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-    };
     // Nothing ends it now: the daemon that ran it, and would have at its timeout, is gone.
-    assert!(alive(pid), "the check's command ended with its daemon");
+    assert!(
+        crate::fixture::running(pid),
+        "the check's command ended with its daemon"
+    );
     d.restart(&["--hold"]);
     d.wait_log("Stopped leftover processes of check slow");
-    wait_for("the check's command to end", LONG, || !alive(pid));
+    wait_for("the check's command to end", LONG, || {
+        !crate::fixture::running(pid)
+    });
 }
 
 /// `/v1/metrics` as Pebble writes it: only services this daemon has started, each with

@@ -580,6 +580,19 @@ pub(crate) fn details_of(d: &Daemon, name: &str) -> cobble_client::types::Servic
     info.details.unwrap_or_default()
 }
 
+/// Whether process `pid` runs: it exists and is not a zombie waiting for whoever inherited
+/// it.
+pub(crate) fn running(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
 /// The pid a service wrote to `marker` (its `$$`), once it has.
 pub(crate) fn main_pid(marker: &Path) -> u32 {
     let mut pid = 0;

@@ -166,11 +166,6 @@ fn a_dead_supervisor_stops_the_services_and_the_daemon() {
         "{log}"
     );
     wait_for("the service to be gone", Duration::from_secs(10), || {
-        // Gone, or a zombie waiting for whoever inherited it.
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
-            stat.rsplit(')')
-                .next()
-                .is_some_and(|s| s.trim_start().starts_with('Z'))
-        })
+        !crate::fixture::running(pid.unsigned_abs())
     });
 }

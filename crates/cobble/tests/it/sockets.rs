@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use cobble_client::types::HeldSocketDetails;
 
-use crate::fixture::{Daemon, Test, act, details_of, free_port, lines, service, wait_for};
+use crate::fixture::{Daemon, Test, act, details_of, free_port, lines, running, service, wait_for};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -105,15 +105,7 @@ fn a_held_socket_outlives_stops_restarts_and_crashes_of_its_service() {
     .unwrap();
     // Connected once the killed run is gone, within the backoff before the next: a client
     // of a run that dies holding its connection loses it, as under any supervisor.
-    wait_for("the killed run to go", LONG, || {
-        std::fs::read_to_string(format!("/proc/{third}/stat")).map_or(true, |stat| {
-            stat.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-    });
+    wait_for("the killed run to go", LONG, || !running(third));
     let during = connect(address);
     let fourth = answer(during);
     assert_ne!(fourth, third);
