@@ -132,6 +132,9 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
     // whether it is one of them.
     let mut indents: Vec<usize> = Vec::new();
     let mut block: Vec<bool> = Vec::new();
+    // The line of the last token yaml.v3's scanner saved as a possible simple key (a scalar,
+    // an alias, a flow collection's start): the context its block depth error names.
+    let mut last_key_line = 0;
     let mut root = None;
     // yaml.v3's limit for flow collections; the parser's limit for block ones only backs up
     // the count below, since it counts a block sequence at its key's indentation too.
@@ -156,6 +159,15 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
             ReadError::Syntax(e, open)
         })?;
         let line = span.start.line();
+        if matches!(event, Event::Scalar(..) | Event::Alias(_))
+            || matches!(
+                event,
+                Event::SequenceStart(granit_parser::StructureStyle::Flow, ..)
+                    | Event::MappingStart(granit_parser::StructureStyle::Flow, ..)
+            )
+        {
+            last_key_line = line;
+        }
         // A collection opens: its node is reserved now, and its depth counted.
         let mut open = |style, anchor: usize, sequence: bool| {
             let flow = style == granit_parser::StructureStyle::Flow;
@@ -174,7 +186,10 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
                 if deeper {
                     indents.push(column);
                     if indents.len() > MAX_DEPTH {
-                        return Err(ReadError::Depth(depth_message(line)));
+                        // The context is that token's line, unless it is the first; then
+                        // the position the scanner is at.
+                        let named = if last_key_line > 1 { last_key_line } else { line };
+                        return Err(ReadError::Depth(depth_message(named)));
                     }
                 }
                 block.push(deeper);

@@ -129,4 +129,13 @@ fn nesting_yaml_v3_takes_is_read_and_refused_by_type() {
             "{depth}"
         );
     }
+    // As Pebble v1.32.1 answers: the 9997 sequences under three mappings are within the limit.
+    let block = format!(
+        "services:\n  s:\n    override: replace\n    command: x\n    environment:\n      {}x\n",
+        "- ".repeat(9_997)
+    );
+    assert_eq!(
+        refusal(block),
+        "cannot parse layer \"hostile\" section \"services\": yaml: unmarshal errors:\n  line 5: cannot unmarshal !!seq into map[string]string"
+    );
 }
