@@ -19,17 +19,34 @@ pub fn depth(u: &mut Unstructured<'_>) -> arbitrary::Result<usize> {
     Ok(match u.int_in_range(0..=2)? {
         0 => u.int_in_range(1..=300)?,
         1 => u.int_in_range(LIMIT - 3..=LIMIT + 3)?,
-        _ => u.int_in_range(LIMIT + 1..=60_000)?,
+        _ => u.int_in_range(LIMIT + 1..=20_000)?,
     })
 }
 
-/// Where a hostile value goes in a layer, as the line before it and its indentation.
-const PLACES: &[(&str, &str)] = &[
-    ("summary:", ""),
-    ("services:\n  s:\n    override: replace\n    command: x\n    environment:", "      "),
-    ("services:\n  s:\n    override: replace\n    command: x\n    after:", "      "),
-    ("services:\n  s:\n    override: replace\n    command: x\n    rlimits:", "      "),
-    ("checks:\n  c:\n    override: replace\n    http:\n      url: http://x\n      headers:", "        "),
+/// Where a hostile value goes in a layer: the lines before it, its indentation, and the block
+/// levels yaml.v3 counts before it (a sequence at its key's indentation adds none).
+const PLACES: &[(&str, &str, usize)] = &[
+    ("summary:", "", 0),
+    (
+        "services:\n  s:\n    override: replace\n    command: x\n    environment:",
+        "      ",
+        3,
+    ),
+    (
+        "services:\n  s:\n    override: replace\n    command: x\n    after:",
+        "      ",
+        3,
+    ),
+    (
+        "services:\n  s:\n    override: replace\n    command: x\n    rlimits:",
+        "      ",
+        3,
+    ),
+    (
+        "checks:\n  c:\n    override: replace\n    http:\n      url: http://x\n      headers:",
+        "        ",
+        4,
+    ),
 ];
 
 /// Runs `f` on a thread with a small stack.
@@ -44,13 +61,12 @@ fn on_a_small_stack<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -
 
 /// Hostile layers: deep flow or block nesting, alias bombs, repetition.
 pub fn hostile_layer(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
-    let (head, indent) = *u.choose(PLACES)?;
+    let (head, indent, levels_before) = *u.choose(PLACES)?;
     let mut past_limit = false;
     let value = match u.int_in_range(0..=3)? {
         // Flow collections, closed or not.
         0 => {
             let n = depth(u)?;
-            past_limit = n > LIMIT;
             let open = *u.choose(&["[", "{a: ", "[{a: "])?;
             let per_level = if open == "[{a: " { 2 } else { 1 };
             let close = match open {
@@ -59,13 +75,17 @@ pub fn hostile_layer(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                 _ => "}]",
             };
             past_limit = n * per_level > LIMIT;
-            let closed = if u.arbitrary()? { close.repeat(n) } else { String::new() };
+            let closed = if u.arbitrary()? {
+                close.repeat(n)
+            } else {
+                String::new()
+            };
             format!(" {}x{closed}\n", open.repeat(n))
         }
         // Block sequences, each indented past the last.
         1 => {
             let n = depth(u)?;
-            past_limit = n + 1 > LIMIT;
+            past_limit = levels_before + n > LIMIT;
             format!("\n{indent}{}x\n", "- ".repeat(n))
         }
         // An alias bomb: `levels` levels, each `fan` aliases of the one before.
@@ -84,7 +104,7 @@ pub fn hostile_layer(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
         }
         // Repetition: many keys, or one long list.
         _ => {
-            let n = u.int_in_range(1..=20_000)?;
+            let n = u.int_in_range(1..=5_000)?;
             if u.arbitrary()? {
                 let mut text = String::from("\n");
                 for i in 0..n {

@@ -188,7 +188,11 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
                     if indents.len() > MAX_DEPTH {
                         // The context is that token's line, unless it is the first; then
                         // the position the scanner is at.
-                        let named = if last_key_line > 1 { last_key_line } else { line };
+                        let named = if last_key_line > 1 {
+                            last_key_line
+                        } else {
+                            line
+                        };
                         return Err(ReadError::Depth(depth_message(named)));
                     }
                 }
