@@ -20,6 +20,8 @@
 //! # Layout
 //!
 //! - [`plan`]: Go durations, the layer parser, the plan merge.
+//! - [`hostile`]: layers built to hurt a parser: nesting around and past yaml.v3's limit,
+//!   alias bombs, huge repetition.
 //! - [`multipart`]: the multipart reader behind `POST /v1/files`.
 //! - [`daemon`]: a real daemon in this process (on a temporary directory, as an unprivileged
 //!   user when run as root) for request bodies of every endpoint and exec's control frames.
@@ -27,6 +29,7 @@
 use arbitrary::Unstructured;
 
 pub mod daemon;
+pub mod hostile;
 pub mod multipart;
 pub mod plan;
 pub mod watchdog;
@@ -41,6 +44,7 @@ pub const TARGETS: &[(&str, TargetFn)] = &[
     ("layer", plan::layer),
     ("layer_structured", plan::layer_structured),
     ("plan_merge", plan::plan_merge),
+    ("hostile_layer", hostile::hostile_layer),
     ("multipart", multipart::multipart),
     ("api_bodies", daemon::api_bodies),
     ("exec_control", daemon::exec_control),

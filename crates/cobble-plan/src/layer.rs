@@ -505,11 +505,17 @@ impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for Nullable<T> {
     }
 }
 
-/// How the YAML library reads layers.
+/// How the YAML library reads layers. Its budget bounds what a layer may ask of it (depth,
+/// nodes, alias replays); its own rule for aliases (more than ten per anchor) is off, since
+/// yaml.v3's, which Pebble's layers are held to, is applied before it reads a layer with
+/// aliases (`pebble_errors::aliasing_error`).
 fn options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         with_snippet: false,
         null_as_string: false,
+        budget: serde_saphyr::budget! {
+            enforce_alias_anchor_ratio: false,
+        },
     }
 }
 
@@ -556,6 +562,13 @@ fn decode(label: &str, yaml: &str, words: Words) -> Result<LayerDoc, PlanError> 
 
 /// [`decode`] with the full YAML library.
 fn decode_fully(label: &str, yaml: &str, words: Words) -> Result<LayerDoc, PlanError> {
+    // Aliases expand as the library reads them: what yaml.v3 would refuse to expand is
+    // refused first, in its words, so that a small layer cannot ask for a huge plan.
+    if yaml.contains('*')
+        && let Some(error) = crate::pebble_errors::aliasing_error(label, yaml)
+    {
+        return Err(error);
+    }
     let progress = Progress::default();
     let result = serde_saphyr::with_deserializer_from_str_with_options(yaml, options(), |de| {
         LayerSeed(&progress).deserialize(de)

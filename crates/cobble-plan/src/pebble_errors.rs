@@ -13,6 +13,7 @@
 //! failed: it walks the document against Pebble's Go types, as yaml.v3 would, and words the
 //! first failure Pebble would have met. When it finds none, cobble's own message stands.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 // The event parser serde-saphyr reads with, as it exports it (a dependency of our own would
@@ -22,39 +23,72 @@ use serde_saphyr::granit_parser::{self, ErrorKind, Event, Parser, ScalarStyle, S
 use crate::duration::parse_duration;
 use crate::error::PlanError;
 
+/// How deep yaml.v3 lets collections nest: flow collections one inside another
+/// (`max_flow_level`), and block collections each more indented than the last
+/// (`max_indents`), counted apart.
+pub(crate) const MAX_DEPTH: usize = 10_000;
+
 /// A YAML node as yaml.v3 sees it: its line and, for a scalar, its text and resolved tag.
-#[derive(Debug, Clone)]
-struct Node {
+/// Nodes live in a [`Doc`] and name each other by index, as yaml.v3's nodes point at each
+/// other: an alias is the node its anchor names, never a copy of it, so a document's nodes
+/// are as many as its text has, and dropping them takes no recursion.
+#[derive(Debug)]
+struct Node<'a> {
     line: usize,
-    kind: Kind,
+    kind: Kind<'a>,
 }
 
-#[derive(Debug, Clone)]
-enum Kind {
-    Scalar { value: String, tag: String },
-    Seq(Vec<Node>),
-    Map(Vec<(Node, Node)>),
+#[derive(Debug)]
+enum Kind<'a> {
+    Scalar {
+        value: Cow<'a, str>,
+        tag: Cow<'static, str>,
+    },
+    Seq(Vec<usize>),
+    Map(Vec<(usize, usize)>),
+    /// An alias: the anchor's name and the node it names.
+    Alias(String, usize),
 }
 
-impl Node {
-    /// yaml.v3's short tag: `!!str`, `!!int`, `!!seq`, `!!map` and so on.
-    fn tag(&self) -> &str {
-        match &self.kind {
-            Kind::Scalar { tag, .. } => tag,
-            Kind::Seq(_) => "!!seq",
-            Kind::Map(_) => "!!map",
+/// The nodes of one document.
+struct Doc<'a> {
+    nodes: Vec<Node<'a>>,
+    root: usize,
+}
+
+impl<'a> Doc<'a> {
+    fn node(&self, index: usize) -> &Node<'a> {
+        &self.nodes[index]
+    }
+
+    /// The node itself, or the one an alias names.
+    fn resolved(&self, index: usize) -> &Node<'a> {
+        match self.nodes[index].kind {
+            Kind::Alias(_, target) => &self.nodes[target],
+            _ => &self.nodes[index],
         }
     }
 
-    fn is_null(&self) -> bool {
-        self.tag() == "!!null"
+    /// yaml.v3's short tag: `!!str`, `!!int`, `!!seq`, `!!map` and so on.
+    fn tag(&self, index: usize) -> &str {
+        match &self.resolved(index).kind {
+            Kind::Scalar { tag, .. } => tag,
+            Kind::Seq(_) => "!!seq",
+            Kind::Map(_) => "!!map",
+            Kind::Alias(..) => "",
+        }
+    }
+
+    fn is_null(&self, index: usize) -> bool {
+        self.tag(index) == "!!null"
     }
 }
 
-/// A collection being read.
+/// A collection being read: its node (reserved when it opened, so that an alias inside it
+/// can name it), whether it is a flow collection, and what it holds so far.
 enum Open {
-    Seq(usize, usize, Vec<Node>),
-    Map(usize, usize, Vec<(Node, Node)>, Option<Node>),
+    Seq(usize, bool, Vec<usize>),
+    Map(usize, bool, Vec<(usize, usize)>, Option<usize>),
 }
 
 /// A flow collection left open: where it starts, and how it is read.
@@ -67,15 +101,51 @@ struct OpenFlow {
     as_key: bool,
 }
 
-/// Reads the first document of `text` into a tree (`None` when it is empty), or fails with
-/// the parser's error and the innermost flow collection left open.
-fn read(text: &str) -> Result<Option<Node>, (ScanError, Option<OpenFlow>)> {
+/// Why a document could not be read.
+enum ReadError {
+    /// The parser's error, and the innermost flow collection left open.
+    Syntax(ScanError, Option<OpenFlow>),
+    /// Nesting past [`MAX_DEPTH`], yaml.v3's message with its line.
+    Depth(String),
+}
+
+/// yaml.v3's refusal of nesting past its limit, where the collection one too deep opens
+/// (1-based; the first line is not named).
+fn depth_message(line: usize) -> String {
+    if line <= 1 {
+        format!("exceeded max depth of {MAX_DEPTH}")
+    } else {
+        format!("line {line}: exceeded max depth of {MAX_DEPTH}")
+    }
+}
+
+/// Reads the first document of `text` (`None` when it is empty), or fails as yaml.v3's parser
+/// would: with the parser's error and the innermost flow collection left open, or with
+/// yaml.v3's depth limit. The nodes are as many as the text's, whatever its aliases.
+fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
+    let mut nodes: Vec<Node<'_>> = Vec::new();
     let mut stack: Vec<Open> = Vec::new();
-    let mut anchors: HashMap<usize, Node> = HashMap::new();
+    let mut anchors: HashMap<usize, usize> = HashMap::new();
     let mut flows: Vec<OpenFlow> = Vec::new();
+    // The columns of the open block collections that each indent more than the last, as
+    // yaml.v3's scanner counts its indentation levels, and for each open block collection
+    // whether it is one of them.
+    let mut indents: Vec<usize> = Vec::new();
+    let mut block: Vec<bool> = Vec::new();
+    // The line of the last token yaml.v3's scanner saved as a possible simple key (a scalar,
+    // an alias, a flow collection's start): the context its block depth error names.
+    let mut last_key_line = 0;
     let mut root = None;
-    for next in Parser::new_from_str(text) {
+    // yaml.v3's limit for flow collections; the parser's limit for block ones only backs up
+    // the count below, since it counts a block sequence at its key's indentation too.
+    let mut options = granit_parser::Options::default();
+    options.flow_nesting_limit = MAX_DEPTH;
+    options.block_nesting_limit = 2 * MAX_DEPTH + 1;
+    for next in Parser::new_from_str_with_options(text, options) {
         let (event, span) = next.map_err(|e| {
+            if matches!(e.kind(), ErrorKind::RecursionLimitExceeded) {
+                return ReadError::Depth(depth_message(e.marker().line()));
+            }
             // The scanner may refuse a bracket before the parser reads it as a collection.
             let unread = match e.kind() {
                 ErrorKind::UnclosedFlowCollection { open } => Some(OpenFlow {
@@ -86,96 +156,137 @@ fn read(text: &str) -> Result<Option<Node>, (ScanError, Option<OpenFlow>)> {
                 _ => None,
             };
             let open = flows.last().copied().or(unread);
-            (e, open)
+            ReadError::Syntax(e, open)
         })?;
         let line = span.start.line();
-        let node = match event {
-            Event::Scalar(value, style, anchor, tag) => {
-                let tag = match tag {
-                    Some(tag) if tag.is_yaml_core_schema() => format!("!!{}", tag.suffix()),
-                    Some(tag) => format!("{}{}", tag.handle(), tag.suffix()),
-                    None if style == ScalarStyle::Plain => crate::emit::resolve(&value).to_owned(),
-                    None => "!!str".to_owned(),
-                };
-                let node = Node {
+        if matches!(event, Event::Scalar(..) | Event::Alias(_))
+            || matches!(
+                event,
+                Event::SequenceStart(granit_parser::StructureStyle::Flow, ..)
+                    | Event::MappingStart(granit_parser::StructureStyle::Flow, ..)
+            )
+        {
+            last_key_line = line;
+        }
+        // A collection opens: its node is reserved now, and its depth counted.
+        let mut open = |style, anchor: usize, sequence: bool| {
+            let flow = style == granit_parser::StructureStyle::Flow;
+            if flow {
+                flows.push(OpenFlow {
                     line,
-                    kind: Kind::Scalar {
-                        value: value.into_owned(),
-                        tag,
-                    },
-                };
-                if anchor != 0 {
-                    anchors.insert(anchor, node.clone());
+                    sequence,
+                    as_key: expects_key(&stack),
+                });
+                if flows.len() > MAX_DEPTH {
+                    return Err(ReadError::Depth(depth_message(line)));
                 }
-                node
+            } else {
+                let column = span.start.col();
+                let deeper = indents.last().is_none_or(|c| column > *c);
+                if deeper {
+                    indents.push(column);
+                    if indents.len() > MAX_DEPTH {
+                        // The context is that token's line, unless it is the first; then
+                        // the position the scanner is at.
+                        let named = if last_key_line > 1 {
+                            last_key_line
+                        } else {
+                            line
+                        };
+                        return Err(ReadError::Depth(depth_message(named)));
+                    }
+                }
+                block.push(deeper);
             }
-            Event::Alias(anchor) => match anchors.get(&anchor) {
-                Some(node) => node.clone(),
-                None => continue,
-            },
+            let index = nodes.len();
+            nodes.push(Node {
+                line,
+                kind: Kind::Seq(Vec::new()),
+            });
+            if anchor != 0 {
+                anchors.insert(anchor, index);
+            }
+            stack.push(if sequence {
+                Open::Seq(index, flow, Vec::new())
+            } else {
+                Open::Map(index, flow, Vec::new(), None)
+            });
+            Ok(())
+        };
+        let index = match event {
             Event::SequenceStart(style, anchor, _) => {
-                if style == granit_parser::StructureStyle::Flow {
-                    flows.push(OpenFlow {
-                        line,
-                        sequence: true,
-                        as_key: expects_key(&stack),
-                    });
-                }
-                stack.push(Open::Seq(line, anchor, Vec::new()));
+                open(style, anchor, true)?;
                 continue;
             }
             Event::MappingStart(style, anchor, _) => {
-                if style == granit_parser::StructureStyle::Flow {
-                    flows.push(OpenFlow {
-                        line,
-                        sequence: false,
-                        as_key: expects_key(&stack),
-                    });
-                }
-                stack.push(Open::Map(line, anchor, Vec::new(), None));
+                open(style, anchor, false)?;
                 continue;
             }
+            Event::Scalar(value, style, anchor, tag) => {
+                let tag: Cow<'static, str> = match tag {
+                    Some(tag) if tag.is_yaml_core_schema() => format!("!!{}", tag.suffix()).into(),
+                    Some(tag) => format!("{}{}", tag.handle(), tag.suffix()).into(),
+                    None if style == ScalarStyle::Plain => crate::emit::resolve(&value).into(),
+                    None => "!!str".into(),
+                };
+                let index = nodes.len();
+                nodes.push(Node {
+                    line,
+                    kind: Kind::Scalar { value, tag },
+                });
+                if anchor != 0 {
+                    anchors.insert(anchor, index);
+                }
+                index
+            }
+            Event::Alias(anchor) => {
+                let Some(target) = anchors.get(&anchor).copied() else {
+                    continue;
+                };
+                // The parser does not say what the anchor was called; yaml.v3's messages do.
+                let name = text
+                    .get(span.start.index()..span.end.index())
+                    .unwrap_or_default()
+                    .trim_start_matches('*')
+                    .to_owned();
+                nodes.push(Node {
+                    line,
+                    kind: Kind::Alias(name, target),
+                });
+                nodes.len() - 1
+            }
             Event::SequenceEnd | Event::MappingEnd => {
-                let (node, anchor, flow) = match stack.pop() {
-                    Some(Open::Seq(line, anchor, items)) => (
-                        Node {
-                            line,
-                            kind: Kind::Seq(items),
-                        },
-                        anchor,
-                        flows.last().is_some_and(|f| f.line == line),
-                    ),
-                    Some(Open::Map(line, anchor, pairs, _)) => (
-                        Node {
-                            line,
-                            kind: Kind::Map(pairs),
-                        },
-                        anchor,
-                        flows.last().is_some_and(|f| f.line == line),
-                    ),
+                let (index, flow) = match stack.pop() {
+                    Some(Open::Seq(index, flow, items)) => {
+                        nodes[index].kind = Kind::Seq(items);
+                        (index, flow)
+                    }
+                    Some(Open::Map(index, flow, pairs, _)) => {
+                        nodes[index].kind = Kind::Map(pairs);
+                        (index, flow)
+                    }
                     None => continue,
                 };
                 if flow {
                     flows.pop();
+                } else if block.pop() == Some(true) {
+                    indents.pop();
                 }
-                if anchor != 0 {
-                    anchors.insert(anchor, node.clone());
-                }
-                node
+                index
             }
             Event::DocumentEnd if stack.is_empty() => break,
             _ => continue,
         };
         match stack.last_mut() {
-            Some(Open::Seq(_, _, items)) => items.push(node),
+            Some(Open::Seq(_, _, items)) => items.push(index),
             Some(Open::Map(_, _, pairs, key)) => match key.take() {
-                Some(k) => pairs.push((k, node)),
-                None => *key = Some(node),
+                Some(k) => pairs.push((k, index)),
+                None => *key = Some(index),
             },
-            None => root = Some(node),
+            None => root = Some(index),
         }
     }
-    Ok(root)
+    Ok(root.map(|root| Doc { nodes, root }))
 }
 
 /// Whether the innermost collection being read is a mapping waiting for its next key.
@@ -419,6 +530,18 @@ fn flow_depth(text: &str, mut depth: usize) -> Option<usize> {
 
 /// Pebble's error for a layer cobble could not read, if Pebble would have refused it.
 pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
+    sections_error(label, text, false)
+}
+
+/// Pebble's refusal of a layer whose aliases expand too far for yaml.v3 (`document contains
+/// excessive aliasing`, or an anchor that contains itself), if it would refuse it so. Asked
+/// before cobble reads a layer with aliases, so that the expansion yaml.v3 refuses is never
+/// made.
+pub(crate) fn aliasing_error(label: &str, text: &str) -> Option<PlanError> {
+    sections_error(label, text, true)
+}
+
+fn sections_error(label: &str, text: &str, aliasing_only: bool) -> Option<PlanError> {
     let error = |section: Option<&str>, message: String| PlanError::Parse {
         label: label.to_owned(),
         section: section.map(str::to_owned),
@@ -426,31 +549,37 @@ pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
         message,
     };
     let whole = |message: String| error(None, message);
-    let root = match read(text) {
-        Ok(root) => root?,
-        Err((error, open_flow)) => {
+    let doc = match read(text) {
+        Ok(doc) => doc?,
+        Err(_) if aliasing_only => return None,
+        Err(ReadError::Depth(message)) => return Some(whole(format!("yaml: {message}"))),
+        Err(ReadError::Syntax(error, open_flow)) => {
             return Some(whole(format!(
                 "yaml: {}",
                 syntax_message(text, &error, open_flow)
             )));
         }
     };
+    let root = doc.resolved(doc.root);
     let sections = match &root.kind {
         Kind::Map(pairs) => pairs,
-        _ if root.is_null() => return None,
+        _ if doc.is_null(doc.root) || aliasing_only => return None,
         _ => {
             return Some(whole(format!(
                 "yaml: unmarshal errors:\n  {}",
-                type_error(&root, "map[string]yaml.Node", root.line)
+                type_error(&doc, doc.root, "map[string]yaml.Node", root.line)
             )));
         }
     };
-    if let Some(duplicate) = duplicate_keys(sections, |line| line).first() {
+    if let Some(duplicate) = duplicate_keys(&doc, sections, |line| line).first() {
+        if aliasing_only {
+            return None;
+        }
         return Some(whole(format!("yaml: unmarshal errors:\n  {duplicate}")));
     }
     let blank = blank_lines(text);
     for (key, value) in sections {
-        let name = scalar_text(key);
+        let name = scalar_text(&doc, *key);
         let ty = match name {
             "summary" | "description" => &STRING,
             "services" => &SERVICES,
@@ -458,16 +587,25 @@ pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
             "log-targets" => &LOG_TARGETS,
             // The extensions' sections have their own words; cobble's stand.
             "workloads" | "pairing" => continue,
+            _ if aliasing_only => continue,
             _ => return None,
         };
         let mut decode = Decode {
-            first_line: value.line,
+            doc: &doc,
+            first_line: doc.node(*value).line,
             blank: &blank,
             errors: Vec::new(),
+            // Pebble decodes each section as a document of its own.
+            decode_count: 1,
+            alias_count: 0,
+            aliases: Vec::new(),
+            merged: None,
         };
-        let message = match decode.value(value, ty) {
-            Err(message) => message,
-            Ok(()) if decode.errors.is_empty() => continue,
+        let message = match decode.value(*value, ty) {
+            Err(Stop::Aliasing(message)) => message,
+            Err(Stop::Field(_)) if aliasing_only => continue,
+            Err(Stop::Field(message)) => message,
+            Ok(()) if decode.errors.is_empty() || aliasing_only => continue,
             Ok(()) => format!("yaml: unmarshal errors:\n  {}", decode.errors.join("\n  ")),
         };
         return Some(error(Some(name), message));
@@ -475,8 +613,8 @@ pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
     None
 }
 
-fn scalar_text(node: &Node) -> &str {
-    match &node.kind {
+fn scalar_text<'d>(doc: &'d Doc<'_>, index: usize) -> &'d str {
+    match &doc.resolved(index).kind {
         Kind::Scalar { value, .. } => value,
         _ => "",
     }
@@ -492,8 +630,8 @@ fn blank_lines(text: &str) -> Vec<usize> {
 }
 
 /// yaml.v3's type error for `node` decoded into Go type `ty`, shown at `line`.
-fn type_error(node: &Node, ty: &str, line: usize) -> String {
-    let value = match &node.kind {
+fn type_error(doc: &Doc<'_>, index: usize, ty: &str, line: usize) -> String {
+    let value = match &doc.resolved(index).kind {
         Kind::Scalar { value, .. } if value.chars().count() > 10 => {
             format!(" `{}...`", value.chars().take(7).collect::<String>())
         }
@@ -502,15 +640,20 @@ fn type_error(node: &Node, ty: &str, line: usize) -> String {
     };
     format!(
         "line {line}: cannot unmarshal {}{value} into {ty}",
-        node.tag()
+        doc.tag(index)
     )
 }
 
 /// yaml.v3's errors for the keys a mapping gives twice, with lines as `line` numbers them.
-fn duplicate_keys(pairs: &[(Node, Node)], line: impl Fn(usize) -> usize) -> Vec<String> {
+fn duplicate_keys(
+    doc: &Doc<'_>,
+    pairs: &[(usize, usize)],
+    line: impl Fn(usize) -> usize,
+) -> Vec<String> {
     let mut errors = Vec::new();
     for (i, (first, _)) in pairs.iter().enumerate() {
         for (later, _) in &pairs[i + 1..] {
+            let (first, later) = (doc.node(*first), doc.node(*later));
             if let (Kind::Scalar { value: a, .. }, Kind::Scalar { value: b, .. }) =
                 (&first.kind, &later.kind)
                 && a == b
@@ -649,16 +792,46 @@ const LOG_TARGET: GoType = GoType::Struct(
     ],
 );
 
+/// What ends a section's decode before its type errors are told.
+enum Stop {
+    /// A field that reads itself refused its value, in its words.
+    Field(String),
+    /// yaml.v3's decoder gave up on the document's aliases.
+    Aliasing(String),
+}
+
+/// yaml.v3 allows this share of a document's decodes to come from aliases: 99 % up to
+/// 400 000 decodes, falling to 10 % at 4 000 000 (`allowedAliasRatio`).
+fn allowed_alias_ratio(decodes: usize) -> f64 {
+    const LOW: usize = 400_000;
+    const HIGH: usize = 4_000_000;
+    match decodes {
+        n if n <= LOW => 0.99,
+        n if n >= HIGH => 0.10,
+        n => 0.99 - 0.89 * ((n - LOW) as f64 / (HIGH - LOW) as f64),
+    }
+}
+
 /// yaml.v3's decoder over one section, as Pebble runs it (unknown fields refused).
-struct Decode<'a> {
+struct Decode<'a, 'd> {
+    doc: &'a Doc<'d>,
     /// The line the section's value starts on: line 1 of the section as Pebble rewrites it.
     first_line: usize,
     blank: &'a [usize],
     /// The type errors so far; yaml.v3 reports them together at the end.
     errors: Vec<String>,
+    /// yaml.v3's `decodeCount`: every node decoded, an alias's target each time again.
+    decode_count: usize,
+    /// yaml.v3's `aliasCount`: the decodes made through an alias.
+    alias_count: usize,
+    /// The aliases being decoded, innermost last.
+    aliases: Vec<usize>,
+    /// The keys a mapping with a merge key (`<<`) set itself, which the merged ones do not
+    /// override.
+    merged: Option<Vec<String>>,
 }
 
-impl Decode<'_> {
+impl Decode<'_, '_> {
     /// The line a node is on in the section as yaml.v3 writes it out again: counted from
     /// the section's start, without the blank lines it drops.
     fn line(&self, line: usize) -> usize {
@@ -670,21 +843,63 @@ impl Decode<'_> {
         line.saturating_sub(self.first_line) + 1 - blank
     }
 
-    fn type_error(&mut self, node: &Node, ty: &str) {
-        let error = type_error(node, ty, self.line(node.line));
+    fn type_error(&mut self, index: usize, ty: &str) {
+        let line = self.line(self.doc.node(index).line);
+        let error = type_error(self.doc, index, ty, line);
         self.errors.push(error);
     }
 
-    /// Decodes `node` into `ty`; a field that reads itself ends the decode with its error.
-    fn value(&mut self, node: &Node, ty: &GoType) -> Result<(), String> {
-        if node.is_null() {
+    /// yaml.v3 counts each node it decodes, and gives up once aliases make too much of the
+    /// document (`document contains excessive aliasing`).
+    fn count(&mut self) -> Result<(), Stop> {
+        self.count_as(false)
+    }
+
+    /// [`Self::count`] for a node reached through an alias (`aliased`) or not.
+    fn count_as(&mut self, aliased: bool) -> Result<(), Stop> {
+        self.decode_count += 1;
+        if aliased || !self.aliases.is_empty() {
+            self.alias_count += 1;
+        }
+        if self.alias_count > 100
+            && self.decode_count > 1000
+            && self.alias_count as f64 / self.decode_count as f64
+                > allowed_alias_ratio(self.decode_count)
+        {
+            return Err(Stop::Aliasing(
+                "yaml: document contains excessive aliasing".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Decodes node `index` into `ty`, as yaml.v3's `unmarshal` does; a field that reads
+    /// itself ends the decode with its error, and so does excessive aliasing. The recursion
+    /// follows the Go type, whose depth is fixed; only cobble's own fields, which Pebble does
+    /// not have, are walked without one, and without recursion.
+    fn value(&mut self, index: usize, ty: &GoType) -> Result<(), Stop> {
+        self.count()?;
+        let doc = self.doc;
+        let node = doc.node(index);
+        if let Kind::Alias(name, target) = &node.kind {
+            if self.aliases.contains(&index) {
+                return Err(Stop::Aliasing(format!(
+                    "yaml: anchor '{name}' value contains itself"
+                )));
+            }
+            self.aliases.push(index);
+            let result = self.value(*target, ty);
+            self.aliases.pop();
+            return result;
+        }
+        if doc.is_null(index) {
             return Ok(());
         }
         match (ty, &node.kind) {
-            (GoType::Cobble, _) => {}
+            (GoType::Cobble, _) => self.any(index)?,
             (GoType::Str(_), Kind::Scalar { .. }) => {}
             (GoType::Int, Kind::Scalar { value, tag }) => {
-                let integral = match tag.as_str() {
+                let integral = match &**tag {
                     "!!int" => true,
                     "!!float" => value
                         .replace('_', "")
@@ -693,72 +908,182 @@ impl Decode<'_> {
                     _ => false,
                 };
                 if !integral {
-                    self.type_error(node, "int");
+                    self.type_error(index, "int");
                 }
             }
             (GoType::Slice(elem), Kind::Seq(items)) => {
                 for item in items {
-                    self.value(item, elem)?;
+                    self.value(*item, elem)?;
                 }
             }
             (GoType::Map(_, elem), Kind::Map(pairs)) => {
                 if self.duplicates(pairs) {
                     return Ok(());
                 }
+                let mut merged = self.merged.take();
+                let mut merge = None;
                 for (key, value) in pairs {
-                    if !matches!(key.kind, Kind::Scalar { .. }) {
-                        self.type_error(key, "string");
+                    if is_merge(doc, *key) {
+                        merge = Some(*value);
+                        continue;
                     }
-                    self.value(value, elem)?;
+                    self.count()?;
+                    if !matches!(doc.resolved(*key).kind, Kind::Scalar { .. }) {
+                        self.type_error(*key, "string");
+                        continue;
+                    }
+                    if !first_setting(doc, &mut merged, *key) {
+                        continue;
+                    }
+                    self.value(*value, elem)?;
+                }
+                self.merged = merged;
+                if let Some(merge) = merge {
+                    self.merge(pairs, merge, ty)?;
                 }
             }
             (GoType::Struct(name, fields), Kind::Map(pairs)) => {
                 if self.duplicates(pairs) {
                     return Ok(());
                 }
+                let mut merged = self.merged.take();
+                let mut merge = None;
                 for (key, value) in pairs {
-                    let field = scalar_text(key);
+                    if is_merge(doc, *key) {
+                        merge = Some(*value);
+                        continue;
+                    }
+                    self.count()?;
+                    if !first_setting(doc, &mut merged, *key) {
+                        continue;
+                    }
+                    let field = scalar_text(doc, *key);
                     match fields.iter().find(|(f, _)| *f == field) {
-                        Some((_, ty)) => self.value(value, ty)?,
+                        Some((_, ty)) => self.value(*value, ty)?,
                         None => {
-                            let line = self.line(key.line);
+                            let line = self.line(doc.node(*key).line);
                             self.errors.push(format!(
                                 "line {line}: field {field} not found in type {name}"
                             ));
                         }
                     }
                 }
+                self.merged = merged;
+                if let Some(merge) = merge {
+                    self.merge(pairs, merge, ty)?;
+                }
             }
             (GoType::Duration, Kind::Scalar { value, .. }) => {
-                parse_duration(value)
-                    .map_err(|_| format!("invalid duration {}", crate::go_quote(value)))?;
-            }
-            (GoType::Duration, _) => return Err("duration must be a YAML string".to_owned()),
-            (GoType::Float, Kind::Scalar { value, .. }) => {
-                value.parse::<f64>().map_err(|_| {
-                    format!("invalid floating-point number {}", crate::go_quote(value))
+                parse_duration(value).map_err(|_| {
+                    Stop::Field(format!("invalid duration {}", crate::go_quote(value)))
                 })?;
             }
-            (GoType::Float, _) => return Err("value must be a YAML number".to_owned()),
-            (GoType::Str(name) | GoType::Map(name, _) | GoType::Struct(name, _), _) => {
-                self.type_error(node, name)
+            (GoType::Duration, _) => {
+                return Err(Stop::Field("duration must be a YAML string".to_owned()));
             }
-            (GoType::Int, _) => self.type_error(node, "int"),
+            (GoType::Float, Kind::Scalar { value, .. }) => {
+                value.parse::<f64>().map_err(|_| {
+                    Stop::Field(format!(
+                        "invalid floating-point number {}",
+                        crate::go_quote(value)
+                    ))
+                })?;
+            }
+            (GoType::Float, _) => {
+                return Err(Stop::Field("value must be a YAML number".to_owned()));
+            }
+            (GoType::Str(name) | GoType::Map(name, _) | GoType::Struct(name, _), _) => {
+                self.type_error(index, name)
+            }
+            (GoType::Int, _) => self.type_error(index, "int"),
             (GoType::Slice(elem), _) => {
                 let name = format!("[]{}", go_name(elem));
-                self.type_error(node, &name)
+                self.type_error(index, &name)
             }
         }
         Ok(())
     }
 
+    /// A merge key's mappings decoded into the mapping that holds it, as yaml.v3's `merge`
+    /// does: the keys it set itself stay.
+    fn merge(&mut self, parent: &[(usize, usize)], merge: usize, ty: &GoType) -> Result<(), Stop> {
+        let outer = self.merged.take();
+        let set = match &outer {
+            Some(set) => set.clone(),
+            None => {
+                let mut set = Vec::new();
+                for (key, _) in parent {
+                    self.count()?;
+                    set.push(scalar_text(self.doc, *key).to_owned());
+                }
+                set
+            }
+        };
+        self.merged = Some(set);
+        let doc = self.doc;
+        let result = match &doc.node(merge).kind {
+            Kind::Seq(items) => items.iter().try_for_each(|item| self.value(*item, ty)),
+            _ => self.value(merge, ty),
+        };
+        self.merged = outer;
+        result
+    }
+
+    /// A value of one of cobble's own fields, decoded as yaml.v3 decodes into `interface{}`,
+    /// which follows every alias: counted node by node, on a stack of its own, so that its
+    /// aliases are held to the same rule. An alias inside what it names is an expansion that
+    /// never ends, and ends there.
+    fn any(&mut self, index: usize) -> Result<(), Stop> {
+        let doc = self.doc;
+        // Each node to decode, and whether it is reached through an alias.
+        let mut pending: Vec<(usize, bool)> = Vec::new();
+        let children = |pending: &mut Vec<(usize, bool)>, index: usize, aliased: bool| match &doc
+            .node(index)
+            .kind
+        {
+            Kind::Scalar { .. } => {}
+            Kind::Alias(_, target) => pending.push((*target, true)),
+            Kind::Seq(items) => pending.extend(items.iter().rev().map(|i| (*i, aliased))),
+            Kind::Map(pairs) => pending.extend(
+                pairs
+                    .iter()
+                    .rev()
+                    .flat_map(|(k, v)| [(*v, aliased), (*k, aliased)]),
+            ),
+        };
+        children(&mut pending, index, false);
+        while let Some((next, aliased)) = pending.pop() {
+            self.count_as(aliased)?;
+            children(&mut pending, next, aliased);
+        }
+        Ok(())
+    }
+
     /// yaml.v3 refuses a mapping that gives a key twice before it decodes any of it.
-    fn duplicates(&mut self, pairs: &[(Node, Node)]) -> bool {
-        let duplicates = duplicate_keys(pairs, |line| self.line(line));
+    fn duplicates(&mut self, pairs: &[(usize, usize)]) -> bool {
+        let duplicates = duplicate_keys(self.doc, pairs, |line| self.line(line));
         let found = !duplicates.is_empty();
         self.errors.extend(duplicates);
         found
     }
+}
+
+/// Whether a key sets its value: not when the mapping that merges this one set it first.
+fn first_setting(doc: &Doc<'_>, merged: &mut Option<Vec<String>>, key: usize) -> bool {
+    let Some(merged) = merged else {
+        return true;
+    };
+    let text = scalar_text(doc, key);
+    if merged.iter().any(|k| k == text) {
+        return false;
+    }
+    merged.push(text.to_owned());
+    true
+}
+
+/// yaml.v3's merge key: a plain `<<`, or one tagged `!!merge`.
+fn is_merge(doc: &Doc<'_>, key: usize) -> bool {
+    matches!(&doc.node(key).kind, Kind::Scalar { value, tag } if value == "<<" && tag == "!!merge")
 }
 
 fn go_name(ty: &GoType) -> &'static str {

@@ -101,7 +101,11 @@ fn parse(input: &str) -> Option<Node<'_>> {
     if lines.first()?.indent != 0 {
         return None;
     }
-    let mut reader = Reader { lines, next: 0 };
+    let mut reader = Reader {
+        lines,
+        next: 0,
+        depth: 0,
+    };
     let node = reader.block(0)?;
     (reader.next == reader.lines.len()).then_some(node)
 }
@@ -117,9 +121,16 @@ fn simple_char(c: char) -> bool {
     }
 }
 
+/// How deep this reader nests block mappings. Layers need four levels (checks, a check,
+/// `http`, `headers`); anything deeper is left to the full parser, which bounds its own depth,
+/// so no depth a layer asks for costs this reader more than this much recursion.
+const MAX_DEPTH: usize = 32;
+
 struct Reader<'a> {
     lines: Vec<Line<'a>>,
     next: usize,
+    /// The block collections open.
+    depth: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -130,14 +141,18 @@ impl<'a> Reader<'a> {
     /// The block collection whose first line is the next one, at `indent`.
     fn block(&mut self, indent: usize) -> Option<Node<'a>> {
         let line = self.peek()?;
-        if line.indent != indent {
+        if line.indent != indent || self.depth == MAX_DEPTH {
             return None;
         }
-        if is_item(line.text) {
+        let item = is_item(line.text);
+        self.depth += 1;
+        let node = if item {
             self.sequence(indent)
         } else {
             self.mapping(indent)
-        }
+        };
+        self.depth -= 1;
+        node
     }
 
     fn sequence(&mut self, indent: usize) -> Option<Node<'a>> {
@@ -618,6 +633,21 @@ mod tests {
 
     fn scalar(text: &str) -> Node<'_> {
         Node::Scalar(plain(text))
+    }
+
+    #[test]
+    fn nesting_past_its_depth_is_left_to_the_full_parser() {
+        let nested = |levels: usize| {
+            let mut yaml = String::new();
+            for level in 0..levels {
+                yaml.push_str(&format!("{}k{level}:\n", " ".repeat(level)));
+            }
+            yaml.push_str(&format!("{}x: y\n", " ".repeat(levels)));
+            yaml
+        };
+        assert!(parse(&nested(MAX_DEPTH - 1)).is_some());
+        assert!(parse(&nested(MAX_DEPTH)).is_none());
+        assert!(parse(&nested(5000)).is_none());
     }
 
     #[test]

@@ -243,7 +243,7 @@ pub(super) async fn post_notices(
         .map_err(|e| ApiError::bad_request(format!("cannot decode request body: {e}")))?;
     let request: AddNoticeRequest = crate::go_json::decode(&raw)
         .map_err(|e| ApiError::bad_request(format!("cannot decode request body: {e}")))?;
-    let occurrence = occurrence(requester.uid, &request, &raw)?;
+    let occurrence = occurrence(requester.uid, &request)?;
     // The client is told the ID: it must survive a crash.
     let id = api
         .state
@@ -256,7 +256,7 @@ pub(super) async fn post_notices(
 }
 
 /// Validates a request to add a notice, in Pebble's order and words.
-fn occurrence(uid: u32, request: &AddNoticeRequest, raw: &[u8]) -> Result<Occurrence, ApiError> {
+fn occurrence(uid: u32, request: &AddNoticeRequest) -> Result<Occurrence, ApiError> {
     if request.action != "add" {
         return Err(ApiError::invalid_action(&request.action));
     }
@@ -283,12 +283,14 @@ fn occurrence(uid: u32, request: &AddNoticeRequest, raw: &[u8]) -> Result<Occurr
         parse_duration(&request.repeat_after)
             .map_err(|e| ApiError::bad_request(format!("invalid repeat-after: {e}")))?
     };
-    if raw_data_len(raw) > MAX_DATA_SIZE {
+    // `json.RawMessage` keeps the value's text: its length is what was sent.
+    let data = request.data.as_ref().and_then(Value::as_str);
+    if data.map_or(0, str::len) > MAX_DATA_SIZE {
         return Err(ApiError::bad_request(format!(
             "total size of data must be {MAX_DATA_SIZE} bytes or less"
         )));
     }
-    let data = string_map(request.data.as_ref())
+    let data = string_map(data)
         .map_err(|e| ApiError::bad_request(format!("cannot decode notice data: {e}")))?;
     Ok(Occurrence {
         user_id: Some(uid),
@@ -323,135 +325,16 @@ fn valid_custom_key(key: &str) -> bool {
         && path.iter().all(|s| word(s))
 }
 
-/// Data as Go decodes it into `map[string]string`, with Go's error words.
-fn string_map(data: Option<&Value>) -> Result<BTreeMap<String, String>, String> {
-    let go_type = |v: &Value| match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    };
+/// Data as Go decodes the `json.RawMessage` it kept into `map[string]string`, with Go's
+/// error words (a `null` value is an empty string, as in Go).
+fn string_map(data: Option<&str>) -> Result<BTreeMap<String, String>, String> {
+    const MAP: GoType = GoType::Map(&STRING);
     match data {
-        None | Some(Value::Null) => Ok(BTreeMap::new()),
-        Some(Value::Object(map)) => map
-            .iter()
-            .filter(|(_, v)| !v.is_null())
-            .map(|(k, v)| match v {
-                Value::String(s) => Ok((k.clone(), s.clone())),
-                other => Err(format!(
-                    "json: cannot unmarshal {} into Go value of type string",
-                    go_type(other)
-                )),
-            })
-            .collect(),
-        Some(other) => Err(format!(
-            "json: cannot unmarshal {} into Go value of type map[string]string",
-            go_type(other)
-        )),
-    }
-}
-
-/// The length in bytes of the raw JSON text of the body's top-level `data` member (the last
-/// one, as Go keeps), or 0 without one. The body is already known to be valid JSON.
-fn raw_data_len(body: &[u8]) -> usize {
-    let mut scanner = Scanner { s: body, i: 0 };
-    scanner.ws();
-    if !scanner.eat(b'{') {
-        return 0;
-    }
-    let mut found = 0;
-    loop {
-        scanner.ws();
-        if scanner.eat(b'}') || scanner.i >= body.len() {
-            return found;
-        }
-        let key_start = scanner.i;
-        scanner.string();
-        let key: String = serde_json::from_slice(&body[key_start..scanner.i]).unwrap_or_default();
-        scanner.ws();
-        scanner.eat(b':');
-        scanner.ws();
-        let value_start = scanner.i;
-        scanner.value();
-        if key == "data" {
-            found = scanner.i - value_start;
-        }
-        scanner.ws();
-        scanner.eat(b',');
-    }
-}
-
-/// Just enough of a JSON scanner to find where values end.
-struct Scanner<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl Scanner<'_> {
-    fn ws(&mut self) {
-        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
-            self.i += 1;
-        }
-    }
-
-    fn eat(&mut self, b: u8) -> bool {
-        let hit = self.s.get(self.i) == Some(&b);
-        if hit {
-            self.i += 1;
-        }
-        hit
-    }
-
-    /// Skips a string starting at its opening quote.
-    fn string(&mut self) {
-        self.i += 1;
-        while self.i < self.s.len() {
-            match self.s[self.i] {
-                b'\\' => self.i += 2,
-                b'"' => {
-                    self.i += 1;
-                    return;
-                }
-                _ => self.i += 1,
-            }
-        }
-    }
-
-    fn value(&mut self) {
-        match self.s.get(self.i) {
-            Some(b'"') => self.string(),
-            Some(b'{' | b'[') => {
-                let mut depth = 0usize;
-                while self.i < self.s.len() {
-                    match self.s[self.i] {
-                        b'"' => {
-                            self.string();
-                            continue;
-                        }
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                self.i += 1;
-                                return;
-                            }
-                        }
-                        _ => {}
-                    }
-                    self.i += 1;
-                }
-            }
-            _ => {
-                while self.i < self.s.len()
-                    && !matches!(self.s[self.i], b',' | b'}' | b']')
-                    && !self.s[self.i].is_ascii_whitespace()
-                {
-                    self.i += 1;
-                }
-            }
-        }
+        None => Ok(BTreeMap::new()),
+        Some(raw) => Ok(
+            crate::go_json::decode_as::<Option<BTreeMap<String, String>>>(raw.as_bytes(), &MAP)?
+                .unwrap_or_default(),
+        ),
     }
 }
 
@@ -484,31 +367,42 @@ mod tests {
     }
 
     #[test]
-    fn raw_data_length_is_the_text_as_sent() {
-        let body = br#"{"action": "add", "data": {"k": "v, \"}"}, "key": "a.com/b"}"#;
-        assert_eq!(raw_data_len(body), r#"{"k": "v, \"}"}"#.len());
-        assert_eq!(raw_data_len(br#"{"data":null}"#), 4);
-        assert_eq!(raw_data_len(br#"{"data":[1,[2]],"x":1}"#), 7);
-        assert_eq!(raw_data_len(br#"{"key":"a.com/b"}"#), 0);
+    fn data_is_the_text_as_sent_and_decodes_as_go_decodes_a_string_map() {
+        let data = |body: &str| {
+            crate::go_json::decode::<AddNoticeRequest>(body.as_bytes())
+                .unwrap()
+                .data
+                .and_then(|d| d.as_str().map(str::to_owned))
+        };
+        let body = r#"{"action": "add", "data": {"k": "v, \"}"}, "key": "a.com/b"}"#;
+        assert_eq!(data(body).as_deref(), Some(r#"{"k": "v, \"}"}"#));
+        assert_eq!(data(r#"{"data":null}"#).as_deref(), Some("null"));
         assert_eq!(
-            raw_data_len(br#"{"data":"x","data":"long"}"#),
-            6,
-            "the last wins"
+            data(r#"{"data":[1,[2]],"x":1}"#).as_deref(),
+            Some("[1,[2]]")
         );
-    }
-
-    #[test]
-    fn data_decodes_as_go_decodes_a_string_map() {
-        let ok = serde_json::json!({"a": "1", "b": null});
-        assert_eq!(string_map(Some(&ok)).unwrap().len(), 1);
-        let number = serde_json::json!({"a": 1});
+        assert_eq!(data(r#"{"key":"a.com/b"}"#), None);
         assert_eq!(
-            string_map(Some(&number)).unwrap_err(),
+            data(r#"{"data":"x","DATA":"long"}"#).as_deref(),
+            Some(r#""long""#),
+            "the last wins, its key matched as Go matches it"
+        );
+        let map = string_map(Some(r#"{"a": "1", "b": null}"#)).unwrap();
+        assert_eq!(map.get("b").map(String::as_str), Some(""));
+        assert_eq!(string_map(Some("null")), Ok(BTreeMap::new()));
+        assert_eq!(
+            string_map(Some(r#"{"a": 1}"#)).unwrap_err(),
             "json: cannot unmarshal number into Go value of type string"
         );
         assert_eq!(
-            string_map(Some(&serde_json::json!([1]))).unwrap_err(),
+            string_map(Some("[1]")).unwrap_err(),
             "json: cannot unmarshal array into Go value of type map[string]string"
+        );
+        // Deep data within the size limit is a type error, as in Go, not a parser's limit.
+        let deep = format!("{{\"a\": {}{}}}", "[".repeat(2000), "]".repeat(2000));
+        assert_eq!(
+            string_map(Some(&deep)).unwrap_err(),
+            "json: cannot unmarshal array into Go value of type string"
         );
     }
 

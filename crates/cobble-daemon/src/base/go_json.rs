@@ -8,11 +8,12 @@
 //! cannot unmarshal number into Go struct field signalsPayload.services of type string`).
 //!
 //! [`decode`] therefore does what Go does, in Go's order. It scans the first value, failing with
-//! the scanner's words, into a tree. It then walks the tree against the payload's Go type
+//! the scanner's words (nesting included: past [`MAX_DEPTH`], `exceeded max depth`). It then
+//! reads the value again against the payload's Go type
 //! ([`GoPayload::GO`]): keys match fields case-insensitively when no field matches exactly,
 //! the last of repeated keys wins, `null` leaves a value as it was (or empties a pointer, slice
-//! or map), unknown keys are kept for serde to ignore, and the first value of the wrong type
-//! is the error. Only then does serde read what the walk produced, so serde's words are left
+//! or map), unknown keys are skipped, `json.RawMessage` keeps the value's text, and the first
+//! value of the wrong type is the error. Only then does serde read what the walk produced, so serde's words are left
 //! for what Go would not have refused at all.
 
 use serde::de::DeserializeOwned;
@@ -140,63 +141,55 @@ impl GoStruct {
     }
 }
 
+/// How deep Go's scanner lets values nest (`maxNestingDepth`): the array or object that would
+/// open one level deeper is refused with `exceeded max depth`.
+pub(crate) const MAX_DEPTH: usize = 10_000;
+
 /// Decodes the first JSON value of `bytes` into `T`, as Go's decoder would decode it into
 /// `T`'s Go type.
+///
+/// Like Go's, it takes two passes and no recursion the input controls: the scanner checks
+/// the first value's syntax with a stack of at most [`MAX_DEPTH`] open collections, then the
+/// walk reads the checked text again as the Go type directs, so it goes only as deep as the
+/// type does and skips over anything the type does not take. Nothing is built but the value
+/// the type takes.
 pub(crate) fn decode<T: GoPayload>(bytes: &[u8]) -> Result<T, String> {
+    decode_as(bytes, &T::GO)
+}
+
+/// [`decode`] into `T` as Go would decode into `ty`: for values that are no request's
+/// payload, such as the text a `json.RawMessage` kept.
+pub(crate) fn decode_as<T: DeserializeOwned>(bytes: &[u8], ty: &GoType) -> Result<T, String> {
     let start = bytes
         .iter()
         .position(|b| !is_space(*b))
         .ok_or_else(|| "EOF".to_owned())?;
     let mut scan = Scan { b: bytes, i: start };
-    let tree = scan.value()?;
-    let mut walk = Walk::default();
-    let mut out = zero(&T::GO);
-    walk.value(&tree, &T::GO, &mut out);
+    scan.value()?;
+    let mut walk = Walk {
+        b: &bytes[..scan.i],
+        i: start,
+        error: None,
+        in_struct: "",
+        path: Vec::new(),
+    };
+    let mut out = zero(ty);
+    walk.value(ty, &mut out);
     if let Some(error) = walk.error {
         return Err(error);
     }
     serde_json::from_value(out).map_err(|e| e.to_string())
 }
 
-/// A JSON value as scanned: numbers keep their text, which Go's errors quote.
-#[derive(Debug)]
-enum Json<'a> {
-    Null,
-    Bool(bool),
-    Number(&'a [u8]),
-    String(String),
-    Array(Vec<Json<'a>>),
-    Object(Vec<(String, Json<'a>)>),
-}
-
-impl Json<'_> {
-    /// What Go's type errors call the value.
-    fn kind(&self) -> String {
-        match self {
-            Json::Null => "null".into(),
-            Json::Bool(_) => "bool".into(),
-            Json::Number(_) => "number".into(),
-            Json::String(_) => "string".into(),
-            Json::Array(_) => "array".into(),
-            Json::Object(_) => "object".into(),
-        }
-    }
-
-    /// The value with no Go type to guide it (`json.RawMessage`, unknown keys).
-    fn to_value(&self) -> Value {
-        match self {
-            Json::Null => Value::Null,
-            Json::Bool(b) => Value::Bool(*b),
-            Json::Number(n) => serde_json::from_slice(n).unwrap_or(Value::Null),
-            Json::String(s) => Value::String(s.clone()),
-            Json::Array(items) => Value::Array(items.iter().map(Json::to_value).collect()),
-            Json::Object(members) => Value::Object(
-                members
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.to_value()))
-                    .collect(),
-            ),
-        }
+/// What Go's type errors call a value, from its first byte.
+fn kind(first: u8) -> &'static str {
+    match first {
+        b'n' => "null",
+        b't' | b'f' => "bool",
+        b'"' => "string",
+        b'[' => "array",
+        b'{' => "object",
+        _ => "number",
     }
 }
 
@@ -211,9 +204,12 @@ fn zero(ty: &GoType) -> Value {
     }
 }
 
-/// Go's `decodeState` over a scanned tree: the first type error, and where it was.
-#[derive(Default)]
-struct Walk {
+/// Go's `decodeState` over text the scanner has checked: the first type error, and where it
+/// was.
+struct Walk<'a> {
+    /// The first value, checked.
+    b: &'a [u8],
+    i: usize,
     error: Option<String>,
     /// The innermost struct whose field is being decoded, as Go's errors name it.
     in_struct: &'static str,
@@ -221,24 +217,125 @@ struct Walk {
     path: Vec<&'static str>,
 }
 
-impl Walk {
-    /// Decodes `json` into `out`, a value of type `ty`, as Go's `decodeState.value` does.
-    fn value(&mut self, json: &Json<'_>, ty: &GoType, out: &mut Value) {
-        match (json, ty) {
-            (Json::Null, GoType::Ptr(_) | GoType::Slice(_) | GoType::Map(_) | GoType::Raw) => {
+impl Walk<'_> {
+    /// The next byte that is not white space (the text is checked: there is one).
+    fn token(&mut self) -> u8 {
+        while self.b.get(self.i).copied().is_some_and(is_space) {
+            self.i += 1;
+        }
+        self.b.get(self.i).copied().unwrap_or(b'n')
+    }
+
+    /// Steps over the next value, however deep: the text is checked, so brackets outside
+    /// strings are counted and nothing else is read.
+    fn skip(&mut self) {
+        let mut depth = 0usize;
+        while self.i < self.b.len() {
+            match self.token() {
+                b'"' => self.i = self.string_end(),
+                b'[' | b'{' => {
+                    depth += 1;
+                    self.i += 1;
+                }
+                b']' | b'}' => {
+                    depth -= 1;
+                    self.i += 1;
+                }
+                b',' | b':' => self.i += 1,
+                _ => {
+                    while self
+                        .b
+                        .get(self.i)
+                        .is_some_and(|c| !matches!(c, b',' | b']' | b'}' | b':') && !is_space(*c))
+                    {
+                        self.i += 1;
+                    }
+                }
+            }
+            if depth == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Where the string that opens at `self.i` ends (past its closing quote).
+    fn string_end(&self) -> usize {
+        let mut j = self.i + 1;
+        while let Some(c) = self.b.get(j) {
+            match c {
+                b'\\' => j += 2,
+                b'"' => return j + 1,
+                _ => j += 1,
+            }
+        }
+        j
+    }
+
+    /// The string at `self.i`, unquoted.
+    fn string(&mut self) -> String {
+        let end = self.string_end();
+        let text = unquote(&self.b[self.i + 1..end - 1]);
+        self.i = end;
+        text
+    }
+
+    /// The literal or number at `self.i`, its text.
+    fn scalar(&mut self) -> &[u8] {
+        let start = self.i;
+        self.skip();
+        &self.b[start..self.i]
+    }
+
+    /// The members of the object at `self.i`: calls `member` with each key, positioned at
+    /// its value, which `member` must read or skip.
+    fn members(&mut self, mut member: impl FnMut(&mut Self, String)) {
+        self.i += 1;
+        while self.i < self.b.len() {
+            match self.token() {
+                b'}' => {
+                    self.i += 1;
+                    return;
+                }
+                b',' => self.i += 1,
+                _ => {
+                    let key = self.string();
+                    self.token();
+                    self.i += 1; // the ':'
+                    member(self, key);
+                }
+            }
+        }
+    }
+
+    /// Decodes the next value into `out`, a value of type `ty`, as Go's `decodeState.value`
+    /// does.
+    fn value(&mut self, ty: &GoType, out: &mut Value) {
+        let first = self.token();
+        match (first, ty) {
+            (b'n', GoType::Ptr(_) | GoType::Slice(_) | GoType::Map(_)) => {
+                self.skip();
                 *out = Value::Null;
             }
-            (Json::Null, _) => {}
-            (_, GoType::Raw) => *out = json.to_value(),
+            (_, GoType::Raw) => {
+                // `json.RawMessage`: the value's text as it was sent.
+                let start = self.i;
+                self.skip();
+                *out = Value::String(String::from_utf8_lossy(&self.b[start..self.i]).into_owned());
+            }
+            (b'n', _) => self.skip(),
             (_, GoType::Ptr(elem)) => {
                 if out.is_null() {
                     *out = zero(elem);
                 }
-                self.value(json, elem, out);
+                self.value(elem, out);
             }
-            (Json::String(s), GoType::Str(_)) => *out = Value::String(s.clone()),
-            (Json::Bool(b), GoType::Bool) => *out = Value::Bool(*b),
-            (Json::Number(n), GoType::Int(_, min, max)) => {
+            (b'"', GoType::Str(_)) => *out = Value::String(self.string()),
+            (b't' | b'f', GoType::Bool) => {
+                *out = Value::Bool(first == b't');
+                self.skip();
+            }
+            (b'-' | b'0'..=b'9', GoType::Int(_, min, max)) => {
+                let n = self.scalar();
                 let parsed = std::str::from_utf8(n)
                     .ok()
                     .and_then(|n| n.parse::<i128>().ok())
@@ -255,54 +352,67 @@ impl Walk {
                     }
                 }
             }
-            (Json::Array(items), GoType::Slice(elem)) => {
-                let items = items
-                    .iter()
-                    .map(|item| {
-                        let mut out = zero(elem);
-                        self.value(item, elem, &mut out);
-                        out
-                    })
-                    .collect();
+            (b'[', GoType::Slice(elem)) => {
+                let mut items = Vec::new();
+                self.i += 1;
+                while self.i < self.b.len() {
+                    match self.token() {
+                        b']' => {
+                            self.i += 1;
+                            break;
+                        }
+                        b',' => self.i += 1,
+                        _ => {
+                            let mut item = zero(elem);
+                            self.value(elem, &mut item);
+                            items.push(item);
+                        }
+                    }
+                }
                 *out = Value::Array(items);
             }
-            (Json::Object(members), GoType::Map(elem)) => {
+            (b'{', GoType::Map(elem)) => {
                 let mut map = match std::mem::take(out) {
                     Value::Object(map) => map,
                     _ => Map::new(),
                 };
-                for (key, member) in members {
+                self.members(|walk, key| {
                     // Each key decodes into a new element, as Go's map decoding does.
                     let mut value = zero(elem);
-                    self.value(member, elem, &mut value);
-                    map.insert(key.clone(), value);
-                }
+                    walk.value(elem, &mut value);
+                    map.insert(key, value);
+                });
                 *out = Value::Object(map);
             }
-            (Json::Object(members), GoType::Struct(s)) => {
+            (b'{', GoType::Struct(s)) => {
                 let mut map = match std::mem::take(out) {
                     Value::Object(map) => map,
                     _ => Map::new(),
                 };
-                for (key, member) in members {
-                    let Some(field) = s.field(key) else {
-                        map.insert(key.clone(), member.to_value());
-                        continue;
+                self.members(|walk, key| {
+                    // Go ignores a key no field takes, and so does serde.
+                    let Some(field) = s.field(&key) else {
+                        walk.skip();
+                        return;
                     };
-                    let outer = std::mem::replace(&mut self.in_struct, s.short_name());
-                    self.path.push(field.json);
+                    let outer = std::mem::replace(&mut walk.in_struct, s.short_name());
+                    walk.path.push(field.json);
                     let mut value = map.remove(field.json).unwrap_or_else(|| zero(&field.ty));
-                    self.value(member, &field.ty, &mut value);
+                    walk.value(&field.ty, &mut value);
                     // Absent and nil read the same to serde's defaults.
                     if !value.is_null() {
                         map.insert(field.json.to_owned(), value);
                     }
-                    self.path.pop();
-                    self.in_struct = outer;
-                }
+                    walk.path.pop();
+                    walk.in_struct = outer;
+                });
                 *out = Value::Object(map);
             }
-            _ => self.mismatch(json.kind(), ty),
+            _ => {
+                let kind = kind(first).to_owned();
+                self.skip();
+                self.mismatch(kind, ty);
+            }
         }
     }
 
@@ -409,13 +519,21 @@ fn unquote(raw: &[u8]) -> String {
     out
 }
 
-/// A scanner over one JSON value, with the messages of Go's `encoding/json` scanner.
+/// A scanner over one JSON value, with the messages of Go's `encoding/json` scanner. It only
+/// checks: [`Walk`] reads what it has checked.
 struct Scan<'a> {
     b: &'a [u8],
     i: usize,
 }
 
-impl<'a> Scan<'a> {
+/// A collection the scanner is inside of.
+#[derive(Clone, Copy, PartialEq)]
+enum Open {
+    Array,
+    Object,
+}
+
+impl Scan<'_> {
     fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
@@ -436,69 +554,83 @@ impl<'a> Scan<'a> {
         format!("invalid character {} {context}", quote_char(c))
     }
 
-    fn value(&mut self) -> Result<Json<'a>, String> {
-        match self.next_token()? {
-            b'{' => self.object(),
-            b'[' => self.array(),
-            b'"' => self.string().map(Json::String),
-            b'-' | b'0'..=b'9' => self.number(),
-            b't' => self.literal("true").map(|()| Json::Bool(true)),
-            b'f' => self.literal("false").map(|()| Json::Bool(false)),
-            b'n' => self.literal("null").map(|()| Json::Null),
-            c => Err(Self::invalid(c, "looking for beginning of value")),
-        }
-    }
-
-    fn object(&mut self) -> Result<Json<'a>, String> {
-        self.i += 1;
-        let mut members = Vec::new();
-        if self.next_token()? == b'}' {
-            self.i += 1;
-            return Ok(Json::Object(members));
-        }
+    /// Checks one value, leaving `self.i` just past it. Collections are kept on a stack of
+    /// their own, as Go's scanner keeps them, so no depth the input asks for costs recursion.
+    fn value(&mut self) -> Result<(), String> {
+        let mut open: Vec<Open> = Vec::new();
         loop {
-            let key = match self.next_token()? {
+            // A value starts here.
+            let c = self.next_token()?;
+            match c {
+                b'{' | b'[' => {
+                    if open.len() >= MAX_DEPTH {
+                        return Err(Self::invalid(c, "exceeded max depth"));
+                    }
+                    self.i += 1;
+                    let close = if c == b'[' { b']' } else { b'}' };
+                    if self.next_token()? == close {
+                        self.i += 1;
+                    } else {
+                        if c == b'{' {
+                            self.key()?;
+                            open.push(Open::Object);
+                        } else {
+                            open.push(Open::Array);
+                        }
+                        continue;
+                    }
+                }
                 b'"' => self.string()?,
-                c => {
-                    return Err(Self::invalid(
-                        c,
-                        "looking for beginning of object key string",
-                    ));
-                }
-            };
-            match self.next_token()? {
-                b':' => self.i += 1,
-                c => return Err(Self::invalid(c, "after object key")),
+                b'-' | b'0'..=b'9' => self.number()?,
+                b't' => self.literal("true")?,
+                b'f' => self.literal("false")?,
+                b'n' => self.literal("null")?,
+                c => return Err(Self::invalid(c, "looking for beginning of value")),
             }
-            members.push((key, self.value()?));
-            match self.next_token()? {
-                b',' => self.i += 1,
-                b'}' => {
-                    self.i += 1;
-                    return Ok(Json::Object(members));
+            // A value ended: close the collections that end with it.
+            loop {
+                let Some(&innermost) = open.last() else {
+                    return Ok(());
+                };
+                let c = self.next_token()?;
+                match (innermost, c) {
+                    (_, b',') => {
+                        self.i += 1;
+                        if innermost == Open::Object {
+                            self.key()?;
+                        }
+                        break;
+                    }
+                    (Open::Array, b']') | (Open::Object, b'}') => {
+                        self.i += 1;
+                        open.pop();
+                    }
+                    (Open::Array, c) => return Err(Self::invalid(c, "after array element")),
+                    (Open::Object, c) => {
+                        return Err(Self::invalid(c, "after object key:value pair"));
+                    }
                 }
-                c => return Err(Self::invalid(c, "after object key:value pair")),
             }
         }
     }
 
-    fn array(&mut self) -> Result<Json<'a>, String> {
-        self.i += 1;
-        let mut items = Vec::new();
-        if self.next_token()? == b']' {
-            self.i += 1;
-            return Ok(Json::Array(items));
-        }
-        loop {
-            items.push(self.value()?);
-            match self.next_token()? {
-                b',' => self.i += 1,
-                b']' => {
-                    self.i += 1;
-                    return Ok(Json::Array(items));
-                }
-                c => return Err(Self::invalid(c, "after array element")),
+    /// An object's key and its colon.
+    fn key(&mut self) -> Result<(), String> {
+        match self.next_token()? {
+            b'"' => self.string()?,
+            c => {
+                return Err(Self::invalid(
+                    c,
+                    "looking for beginning of object key string",
+                ));
             }
+        }
+        match self.next_token()? {
+            b':' => {
+                self.i += 1;
+                Ok(())
+            }
+            c => Err(Self::invalid(c, "after object key")),
         }
     }
 
@@ -509,13 +641,12 @@ impl<'a> Scan<'a> {
         Ok(c)
     }
 
-    /// A string, unquoted as Go unquotes it.
-    fn string(&mut self) -> Result<String, String> {
+    /// A string: its escapes are checked, [`Walk`] unquotes it.
+    fn string(&mut self) -> Result<(), String> {
         self.i += 1;
-        let start = self.i;
         loop {
             match self.take()? {
-                b'"' => return Ok(unquote(&self.b[start..self.i - 1])),
+                b'"' => return Ok(()),
                 b'\\' => match self.take()? {
                     b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
                     b'u' => {
@@ -544,8 +675,7 @@ impl<'a> Scan<'a> {
     }
 
     /// A number; what ends it is for the enclosing value to judge.
-    fn number(&mut self) -> Result<Json<'a>, String> {
-        let start = self.i;
+    fn number(&mut self) -> Result<(), String> {
         if self.peek() == Some(b'-') {
             self.i += 1;
             match self.take()? {
@@ -573,7 +703,7 @@ impl<'a> Scan<'a> {
                 c => return Err(Self::invalid(c, "in exponent of numeric literal")),
             }
         }
-        Ok(Json::Number(&self.b[start..self.i]))
+        Ok(())
     }
 
     fn literal(&mut self, word: &str) -> Result<(), String> {
@@ -744,5 +874,95 @@ mod tests {
             "{}",
             error(r#"{"small": 300}"#)
         );
+    }
+
+    /// Runs `f` on a thread with a small stack: what the input nests must cost no stack.
+    fn on_a_small_stack<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+        std::thread::Builder::new()
+            .stack_size(128 * 1024)
+            .spawn(f)
+            .expect("a thread")
+            .join()
+            .expect("no overflow")
+    }
+
+    #[test]
+    fn nesting_deeper_than_gos_limit_is_refused_in_its_words() {
+        let nested = |open: &str, close: &str, depth: usize| {
+            format!(
+                r#"{{"action": "x", "services": {}{}}}"#,
+                open.repeat(depth),
+                close.repeat(depth)
+            )
+        };
+        on_a_small_stack(move || {
+            // The payload's object is the first level.
+            assert_eq!(
+                error(&nested("[", "]", MAX_DEPTH)),
+                "invalid character '[' exceeded max depth"
+            );
+            assert_eq!(
+                error(&nested("[", "]", MAX_DEPTH - 1)),
+                "json: cannot unmarshal array into Go struct field .services of type string"
+            );
+            assert_eq!(
+                error(&nested(r#"{"a":"#, "}", MAX_DEPTH)),
+                "invalid character '{' exceeded max depth"
+            );
+            // An empty collection past the limit is refused too, and so is a body that is cut
+            // after the limit: the scanner stops at the first bracket too many.
+            let empty = format!("{}{}", "[".repeat(MAX_DEPTH), "[]");
+            assert_eq!(error(&empty), "invalid character '[' exceeded max depth");
+            assert_eq!(
+                error(&"[".repeat(100_000)),
+                "invalid character '[' exceeded max depth"
+            );
+            assert_eq!(error(&"[".repeat(MAX_DEPTH)), "unexpected EOF");
+        });
+    }
+
+    #[test]
+    fn deep_values_no_field_takes_cost_no_stack() {
+        let depth = MAX_DEPTH - 1;
+        let body = format!(
+            r#"{{"other": {}1{}, "action": "stop", "services": [{}"a"{}]}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth),
+            r#"{"x":"#.repeat(depth - 1),
+            "}".repeat(depth - 1),
+        );
+        let got = on_a_small_stack(move || decode::<Payload>(body.as_bytes()));
+        assert_eq!(
+            got,
+            Err(
+                "json: cannot unmarshal object into Go struct field .services of type string"
+                    .into()
+            )
+        );
+        let body = format!(
+            r#"{{"other": {}1{}, "action": "stop"}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        let got = on_a_small_stack(move || decode::<Payload>(body.as_bytes()));
+        assert_eq!(got.map(|p| p.action), Ok("stop".to_owned()));
+    }
+
+    #[test]
+    fn a_raw_message_keeps_the_text_as_sent() {
+        const RAW: GoType = GoType::Struct(&GoStruct {
+            name: "",
+            fields: &[GoField::new("Data", "data", GoType::Raw)],
+        });
+        let raw = |body: &str| {
+            decode_as::<Value>(body.as_bytes(), &RAW).map(|v| v["data"].as_str().map(str::to_owned))
+        };
+        assert_eq!(
+            raw(r#"{"data": [ 1, {"a" : 2} ] }"#),
+            Ok(Some(r#"[ 1, {"a" : 2} ]"#.into()))
+        );
+        assert_eq!(raw(r#"{"data": null}"#), Ok(Some("null".into())));
+        assert_eq!(raw(r#"{"data": "x"}"#), Ok(Some(r#""x""#.into())));
+        assert_eq!(raw("{}"), Ok(None));
     }
 }

@@ -29,6 +29,11 @@ fn fuzz_plan_merge() {
 }
 
 #[test]
+fn fuzz_hostile_layer() {
+    run("hostile_layer", 2000);
+}
+
+#[test]
 fn fuzz_multipart() {
     run("multipart", 2000);
 }

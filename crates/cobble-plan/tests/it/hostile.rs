@@ -1,0 +1,141 @@
+//! Layers a client can send to hurt a parser: nesting deeper than yaml.v3 takes, and aliases
+//! that expand past what yaml.v3 expands. Each is refused in Pebble v1.32.1's words, at once,
+//! on a small stack.
+
+use cobble_plan::Layer;
+
+/// Parses `yaml` as layer `hostile` on a thread with a small stack (the depth a layer asks
+/// for must cost no recursion), and returns the error's text.
+fn refusal(yaml: String) -> String {
+    std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(move || Layer::parse(1, "hostile", &yaml).map(drop))
+        .expect("a thread")
+        .join()
+        .expect("no overflow")
+        .expect_err("refused")
+        .to_string()
+}
+
+/// Nine levels, each a flow sequence of nine aliases of the one before: 9^9 strings expanded.
+fn billion_laughs(indent: &str) -> String {
+    let mut yaml = format!(
+        "{indent}a: &a [\"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\"]\n"
+    );
+    for (prev, level) in ('a'..='h').zip('b'..='i') {
+        let aliases = vec![format!("*{prev}"); 9].join(", ");
+        yaml.push_str(&format!("{indent}{level}: &{level} [{aliases}]\n"));
+    }
+    yaml
+}
+
+#[test]
+fn a_billion_laughs_where_strings_belong_is_a_type_error_per_key() {
+    // yaml.v3 refuses each sequence where a string belongs without looking inside it.
+    let yaml = format!(
+        "services:\n  bomb:\n    override: replace\n    command: sleep 1\n    environment:\n{}",
+        billion_laughs("      ")
+    );
+    let lines: Vec<String> = (5..=13)
+        .map(|line| format!("\n  line {line}: cannot unmarshal !!seq into string"))
+        .collect();
+    assert_eq!(
+        refusal(yaml),
+        format!(
+            "cannot parse layer \"hostile\" section \"services\": yaml: unmarshal errors:{}",
+            lines.concat()
+        )
+    );
+}
+
+#[test]
+fn a_billion_laughs_in_cobbles_own_fields_is_excessive_aliasing() {
+    // A field Pebble does not have takes any YAML: every alias would be expanded.
+    let yaml = format!(
+        "services:\n  bomb:\n    override: replace\n    command: sleep 1\n    rlimits:\n{}",
+        billion_laughs("      ")
+    );
+    assert_eq!(
+        refusal(yaml),
+        "cannot parse layer \"hostile\" section \"services\": yaml: document contains excessive aliasing"
+    );
+}
+
+/// A service with 1000 environment entries, and `copies` services that are aliases of it.
+fn aliased_services(copies: usize) -> String {
+    let environment: Vec<String> = (0..1000).map(|i| format!("e{i}: v")).collect();
+    let mut yaml = format!(
+        "services:\n  base: &base\n    override: replace\n    command: sleep 1\n    environment: {{{}}}\n",
+        environment.join(", ")
+    );
+    for i in 0..copies {
+        yaml.push_str(&format!("  s{i}: *base\n"));
+    }
+    yaml
+}
+
+#[test]
+fn aliases_are_expanded_as_far_as_yaml_v3_expands_them_and_no_further() {
+    // yaml.v3 lets 99 % of a small document's decodes come from aliases: the 111th copy of
+    // a service of 2000 nodes crosses that line (Pebble v1.32.1 takes 110 and refuses 111).
+    let layer = Layer::parse(1, "aliases", &aliased_services(110)).expect("within yaml.v3's ratio");
+    assert_eq!(layer.services.len(), 111);
+    assert_eq!(layer.services["s109"].environment.len(), 1000);
+    assert_eq!(
+        refusal(aliased_services(111)),
+        "cannot parse layer \"hostile\" section \"services\": yaml: document contains excessive aliasing"
+    );
+}
+
+#[test]
+fn nesting_deeper_than_yaml_v3_takes_is_refused_in_its_words() {
+    let cases = [
+        // Flow collections on the first line, which yaml.v3 does not name.
+        (
+            format!("summary: {}", "[".repeat(100_000)),
+            "yaml: exceeded max depth of 10000",
+        ),
+        (
+            format!("summary: {}", "{a: ".repeat(10_001)),
+            "yaml: exceeded max depth of 10000",
+        ),
+        (
+            format!("services:\n  web:\n    after: {}", "[".repeat(10_001)),
+            "yaml: line 3: exceeded max depth of 10000",
+        ),
+        // Block sequences, each indented past the last.
+        (
+            format!("{}x\n", "- ".repeat(10_001)),
+            "yaml: exceeded max depth of 10000",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let head: String = yaml.chars().take(40).collect();
+        assert_eq!(
+            refusal(yaml),
+            format!("cannot parse layer \"hostile\": {want}"),
+            "{head}"
+        );
+    }
+}
+
+#[test]
+fn nesting_yaml_v3_takes_is_read_and_refused_by_type() {
+    let deep = |n: usize| format!("summary: {}{}\n", "[".repeat(n), "]".repeat(n));
+    for depth in [300, 10_000] {
+        assert_eq!(
+            refusal(deep(depth)),
+            "cannot parse layer \"hostile\" section \"summary\": yaml: unmarshal errors:\n  line 1: cannot unmarshal !!seq into string",
+            "{depth}"
+        );
+    }
+    // As Pebble v1.32.1 answers: the 9997 sequences under three mappings are within the limit.
+    let block = format!(
+        "services:\n  s:\n    override: replace\n    command: x\n    environment:\n      {}x\n",
+        "- ".repeat(9_997)
+    );
+    assert_eq!(
+        refusal(block),
+        "cannot parse layer \"hostile\" section \"services\": yaml: unmarshal errors:\n  line 5: cannot unmarshal !!seq into map[string]string"
+    );
+}
