@@ -154,13 +154,12 @@ impl Runner {
                 Effect::LogError(message) => store.task_error(self.task_id, &message),
                 Effect::LogInfo(message) => store.task_info(self.task_id, &message),
                 Effect::ThresholdHit { error } => {
-                    store.task_error(self.task_id, &error);
-                    store.set_task_status(self.task_id, TaskStatus::Error);
                     tracing::info!(
                         "Check \"{}\" threshold {} hit, triggering action and recovering",
                         self.name,
                         self.run.threshold
                     );
+                    store.fail_task(self.task_id, &error);
                     actions_fired += 1;
                     self.prev_change_id = Some(self.change_id);
                     (self.change_id, self.task_id) =

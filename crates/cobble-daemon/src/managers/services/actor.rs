@@ -709,7 +709,12 @@ impl Actor {
         };
         self.watches_stale = true;
         let before = slot.machine.status();
-        for action in slot.machine.step(Instant::now(), event) {
+        let mut actions = slot.machine.step(Instant::now(), event);
+        // A start is answered after the step's other actions: the start's task fails (and
+        // says so in the daemon log) only once the exit that failed it is logged, with the
+        // action it takes, as in Pebble.
+        actions.sort_by_key(|action| matches!(action, Action::StartDone(_)));
+        for action in actions {
             match action {
                 Action::Spawn => {
                     let mut config = slot.config.clone();
