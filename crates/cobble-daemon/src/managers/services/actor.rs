@@ -92,6 +92,8 @@ pub(super) fn spawn(
         checks: checks.borrow().clone(),
         held_signals: Vec::new(),
     };
+    // The checks as they are at the start are the actor's: their runners may wait for it.
+    actor.checks.acted();
     (tx, tokio::spawn(actor.run(rx, done_rx, paths_rx, checks)))
 }
 
@@ -272,6 +274,7 @@ impl Actor {
                 Ok(()) = checks.changed() => {
                     self.checks = checks.borrow_and_update().clone();
                     self.checks_changed();
+                    self.checks.acted();
                 }
                 () = sleep => {
                     let now = Instant::now();
