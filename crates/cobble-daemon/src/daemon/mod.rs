@@ -135,12 +135,14 @@ pub(crate) async fn run(
     } = load(&opts).await?;
     let (mut daemon, plan) = start_managers(&opts, plan, store, log_files).await?;
     let listeners = listen(&opts, first_write, &mut daemon).await?;
-    let servers = serve(&opts, listeners, &daemon, plan);
+    // Logged before the first request is served, as Pebble logs them before it serves: a
+    // client that has connected sees its request's line after these.
     daemon_log::security(SecurityEvent::Startup {
         uid: cobble_sys::current_uid(),
     });
     log_listening(&opts);
     tracing::info!("Started daemon.");
+    let servers = serve(&opts, listeners, &daemon, plan);
     // Every listener is bound and served: systemd may take the unit as started.
     notifier.notify("READY=1");
     let watchdog = watchdog_interval.map(|interval| {
