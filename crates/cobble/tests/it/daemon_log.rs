@@ -35,7 +35,7 @@ fn every_line_of_the_daemon_log_has_pebbles_layout() {
         )],
         &[],
     );
-    crate::fixture::act(&d, "stop", &["s"]);
+    act(&d, "stop", &["s"]);
     assert_eq!(d.stop(), Some(0));
     let log = d.log();
     assert!(log.contains(" [pebble] Started daemon.\n"), "{log}");
