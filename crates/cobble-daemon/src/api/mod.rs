@@ -12,7 +12,7 @@ mod checks;
 mod exec;
 mod files;
 mod health;
-mod identities;
+pub(crate) mod identities;
 mod layers;
 mod logs;
 mod metrics;

@@ -473,7 +473,7 @@ impl RequestLine {
             Remote::Tcp(addr) => {
                 start(out, false);
                 if let Some(addr) = addr {
-                    let _ = write!(out, "{addr} ");
+                    let _ = write!(out, "{} ", go_peer_address(addr));
                 }
             }
         }
@@ -487,6 +487,19 @@ impl RequestLine {
         let mut out = Vec::with_capacity(128 + self.target.len());
         self.write_to(&mut out, debug);
         String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+/// A TCP peer's address as Go's server names it: an IPv4 client of a dual-stack listener
+/// (`--http :4000` listens on `[::]`) reaches it as `::ffff:127.0.0.1`, which Go writes as
+/// the IPv4 address it is (`127.0.0.1:54321`).
+fn go_peer_address(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => addr,
+        },
+        SocketAddr::V4(_) => addr,
     }
 }
 
@@ -734,6 +747,28 @@ mod tests {
         assert_eq!(
             request("GET", "/v1/changes/2/wait", 1_004_404_658, unix).text(false),
             "2026-12-01T20:21:23.395Z [pebble] GET /v1/changes/2/wait 1.004404658s 202 (http+unix)\n"
+        );
+    }
+
+    #[test]
+    fn an_ipv4_peer_of_a_dual_stack_listener_is_named_as_go_names_it() {
+        let line = |peer: &str| {
+            request(
+                "GET",
+                "/v1/services",
+                52_000,
+                Remote::Tcp(Some(peer.parse().unwrap())),
+            )
+            .text(false)
+        };
+        assert_eq!(
+            line("[::ffff:127.0.0.1]:41128"),
+            "2026-12-01T20:21:23.395Z [pebble] 127.0.0.1:41128 GET /v1/services 52µs 202 (http)\n"
+        );
+        // A real IPv6 peer keeps Go's brackets.
+        assert_eq!(
+            line("[::1]:41128"),
+            "2026-12-01T20:21:23.395Z [pebble] [::1]:41128 GET /v1/services 52µs 202 (http)\n"
         );
     }
 

@@ -20,6 +20,7 @@
 mod sockets;
 pub(crate) mod systemd;
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -130,14 +131,18 @@ pub(crate) async fn run(
         plan,
         store,
         first_write,
+        identities,
     } = load(&opts).await?;
     let (mut daemon, plan) = start_managers(&opts, plan, store, log_files).await?;
     let listeners = listen(&opts, first_write, &mut daemon).await?;
-    let servers = serve(&opts, listeners, &daemon, plan);
+    // Logged before the first request is served, as Pebble logs them before it serves: a
+    // client that has connected sees its request's line after these.
     daemon_log::security(SecurityEvent::Startup {
         uid: cobble_sys::current_uid(),
     });
+    log_listening(&opts);
     tracing::info!("Started daemon.");
+    let servers = serve(&opts, listeners, &daemon, plan);
     // Every listener is bound and served: systemd may take the unit as started.
     notifier.notify("READY=1");
     let watchdog = watchdog_interval.map(|interval| {
@@ -151,6 +156,9 @@ pub(crate) async fn run(
             },
         ))
     });
+    if let Some(identities) = identities {
+        log_identities(&identities);
+    }
     if !opts.hold {
         autostart(&daemon, embedding.ready.is_some()).await;
     }
@@ -176,8 +184,24 @@ pub(crate) async fn run(
     notifier.notify("STOPPING=1");
     shut_down(daemon, servers, supervisor_alive).await;
     let _ = std::fs::remove_file(&opts.socket_path);
-    tracing::info!("Server exiting!");
     Ok(code)
+}
+
+/// Logs the TCP addresses the API is served on, as Pebble does between its start-up event
+/// and `Started daemon.`: the address as the option gave it (`":4000"`), Go-quoted.
+fn log_listening(opts: &RunOptions) {
+    if let Some(address) = &opts.http {
+        tracing::info!(
+            "HTTP API server listening on {}.",
+            cobble_plan::go_quote(address)
+        );
+    }
+    if let Some(address) = &opts.https {
+        tracing::info!(
+            "HTTPS API server listening on {}.",
+            cobble_plan::go_quote(address)
+        );
+    }
 }
 
 /// The state file's first write, and the persister that made it.
@@ -191,6 +215,8 @@ struct Loaded {
     store: StateStore,
     /// The state file's first write, under way (none under `PEBBLE_PERSIST=never`).
     first_write: Option<FirstWrite>,
+    /// The `--identities` applied, to be logged once the daemon has started.
+    identities: Option<BTreeMap<String, Option<crate::identities::Identity>>>,
 }
 
 /// The first phase: refuses options that cannot work, prepares and locks `$PEBBLE`, loads
@@ -225,13 +251,17 @@ async fn load(opts: &RunOptions) -> Result<Loaded, DaemonError> {
     } else {
         StateData::default()
     };
-    if let Some(identities) = &opts.identities {
-        let action = crate::identities::Action::Replace;
-        let changes = crate::identities::decode_request(action, identities)
-            .map_err(DaemonError::Identities)?;
-        data.apply_identities(action, changes)
-            .map_err(DaemonError::Identities)?;
-    }
+    let identities = match &opts.identities {
+        Some(identities) => {
+            let action = crate::identities::Action::Replace;
+            let changes = crate::identities::decode_request(action, identities)
+                .map_err(DaemonError::Identities)?;
+            data.apply_identities(action, changes.clone())
+                .map_err(DaemonError::Identities)?;
+            Some(changes)
+        }
+        None => None,
+    };
     let store = StateStore::new(data);
     // Clients and tests take the state file as the sign of a started daemon, so it is there
     // before the socket is, even when nothing has happened yet. Its fsyncs wait on the disk,
@@ -248,6 +278,7 @@ async fn load(opts: &RunOptions) -> Result<Loaded, DaemonError> {
         plan,
         store,
         first_write,
+        identities,
     })
 }
 
@@ -521,6 +552,22 @@ async fn autostart(daemon: &Daemon, wait: bool) {
     }
 }
 
+/// Logs the `--identities` the daemon applied at start-up as Pebble's `run` logs them: it
+/// sends them to its own daemon as a `replace` once the daemon has started, so its log has
+/// that request's security events and its line. cobble applies them before it serves anyone
+/// (see `load`) and logs the same lines at the same point.
+fn log_identities(changes: &BTreeMap<String, Option<crate::identities::Identity>>) {
+    let asked = std::time::Instant::now();
+    let user = daemon_log::User::uid(Some(cobble_sys::current_uid()));
+    api::identities::log_request(&user, crate::identities::Action::Replace, changes);
+    log_own_request(
+        axum::http::Method::POST,
+        "/v1/identities".into(),
+        asked,
+        200,
+    );
+}
+
 /// Logs a request the daemon makes of itself, as Pebble's client makes it over the socket.
 fn log_own_request(
     method: axum::http::Method,
@@ -559,7 +606,7 @@ async fn shut_down(daemon: Daemon, servers: Servers, supervisor_alive: bool) {
         .await
         .is_err()
         {
-            tracing::info!("Timed out stopping services");
+            tracing::info!("Cannot stop running services: timeout stopping running services");
         }
     } else {
         // Nobody supervises the services any more: end every recorded process group.
@@ -695,7 +742,12 @@ impl StopSignals {
             _ = self.term.recv() => { tracing::info!("Exiting on terminated signal."); 0 }
             _ = self.int.recv() => { tracing::info!("Exiting on interrupt signal."); 0 }
             _ = self.quit.recv() => { tracing::info!("Exiting on quit signal."); 0 }
-            Some(code) = shutdown.recv() => code,
+            Some(code) = shutdown.recv() => {
+                // Pebble's words when its daemon stops itself: a service's action asked for
+                // it, which gives no error as the reason.
+                tracing::info!("Server exiting! Reason: <nil>");
+                code
+            }
         }
     }
 }

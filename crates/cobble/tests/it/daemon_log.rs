@@ -3,7 +3,9 @@
 
 use cobble_client::{Client, ClientConfig, Method};
 
-use crate::fixture::{Daemon, Test, free_port, glob_matches, rt};
+use std::time::Duration;
+
+use crate::fixture::{Daemon, Test, act, free_port, glob_matches, rt};
 
 /// The start of every daemon log line: `2006-01-02T15:04:05.000Z [pebble] `.
 const LINE_START: &str = "????-??-??T??:??:??.???Z [pebble] ";
@@ -33,7 +35,7 @@ fn every_line_of_the_daemon_log_has_pebbles_layout() {
         )],
         &[],
     );
-    crate::fixture::act(&d, "stop", &["s"]);
+    act(&d, "stop", &["s"]);
     assert_eq!(d.stop(), Some(0));
     let log = d.log();
     assert!(log.contains(" [pebble] Started daemon.\n"), "{log}");
@@ -334,4 +336,287 @@ fn no_state_file_is_written_when_persistence_is_off() {
     let mut d = Daemon::start_with_env(&[], &["--hold"], &[("PEBBLE_PERSIST", "never")]);
     assert_eq!(d.stop(), Some(0));
     assert!(!d.pebble_dir().join(".pebble.state").exists());
+}
+
+/// The index of the first of `log`'s messages that matches `pattern`, if any.
+fn position(log: &str, pattern: &str) -> Option<usize> {
+    messages(log)
+        .iter()
+        .position(|message| glob_matches(pattern, message))
+}
+
+/// Asserts that `log` has a message for each of `patterns`, in that order (others may come
+/// between them).
+fn assert_in_order(log: &str, patterns: &[&str]) {
+    let mut from = 0;
+    let lines = messages(log);
+    for pattern in patterns {
+        match lines[from..]
+            .iter()
+            .position(|message| glob_matches(pattern, message))
+        {
+            Some(i) => from += i + 1,
+            None => panic!("no {pattern:?} in order in the log:\n{log}"),
+        }
+    }
+}
+
+/// Juju starts Pebble with `--http :PORT`: the address is announced between the start-up
+/// event and `Started daemon.`, as given and Go-quoted, and an IPv4 client of that
+/// dual-stack listener is named by its IPv4 address, as Go names it.
+#[test]
+fn the_http_address_is_announced_and_its_ipv4_clients_named_as_pebble_does() {
+    let port = free_port();
+    let address = format!(":{port}");
+    let mut d = Daemon::start(&[], &["--hold", "--http", &address, "--verbose"]);
+    let http = Client::new(ClientConfig {
+        socket: d.pebble_dir().join(".pebble.socket"),
+        base_url: Some(format!("http://127.0.0.1:{port}")),
+    })
+    .unwrap();
+    let refused = rt()
+        .block_on(http.raw_request(Method::GET, "/v1/services", None))
+        .unwrap();
+    assert_eq!(refused.status_code, 401);
+    d.wait_log(" GET /v1/services ");
+    assert_eq!(d.stop(), Some(0));
+    let log = d.log();
+    let uid = nix::unistd::getuid().as_raw();
+    let startup = event(&format!("sys_startup:{uid}"), "Starting daemon");
+    let listening = format!("HTTP API server listening on \":{port}\".");
+    assert_in_order(
+        &log,
+        &[
+            &startup,
+            &listening,
+            "Started daemon.",
+            "127.0.0.1:* GET /v1/services * 401 (http)",
+        ],
+    );
+    let lines = messages(&log);
+    let at = position(&log, &listening).unwrap();
+    assert!(glob_matches(&startup, lines[at - 1]), "{log}");
+    assert_eq!(lines[at + 1], "Started daemon.", "{log}");
+    assert!(!log.contains("[::ffff:"), "{log}");
+}
+
+#[test]
+fn without_http_no_address_is_announced() {
+    let mut d = Daemon::hold(&[]);
+    assert_eq!(d.stop(), Some(0));
+    assert!(!d.log().contains("API server listening"), "{}", d.log());
+}
+
+/// Pebble logs every failed task with its change and summary, the task's error as its task
+/// log has it: starts that exit quickly (restarted or not), exec checks, exec requests.
+#[test]
+fn every_failed_task_is_logged_with_its_change_and_summary() {
+    let layer = "services:
+  quick:
+    override: replace
+    command: /bin/sh -c 'exit 3'
+    backoff-delay: 1m
+  once:
+    override: replace
+    command: /bin/sh -c 'exit 0'
+    on-success: ignore
+checks:
+  chk:
+    override: replace
+    period: 100ms
+    threshold: 1
+    exec:
+      command: /bin/sh -c 'exit 1'
+";
+    let d = Daemon::start(&[("001-base", layer)], &["--hold"]);
+    act(&d, "start", &["quick"]);
+    act(&d, "start", &["once"]);
+    d.wait_log("Change 1 task (Perform exec check \"chk\") failed: exit status 1\n");
+    d.wait_log(
+        "Change 2 task (Start service \"quick\") failed: service start attempt: exited quickly with code 3, will restart\n",
+    );
+    d.wait_log(
+        "Change 3 task (Start service \"once\") failed: service start attempt: exited quickly with code 0, will ignore\n",
+    );
+    let log = d.log();
+    // Each after the service's own lines about the exit, as in Pebble.
+    assert_in_order(
+        &log,
+        &[
+            "Service \"quick\" stopped unexpectedly with code 3",
+            "Service \"quick\" on-failure action is \"restart\", waiting ~1m0s before restart (backoff 1)",
+            "Change 2 task (Start service \"quick\") failed: *",
+        ],
+    );
+    assert_in_order(
+        &log,
+        &[
+            "Check \"chk\" failure 1/1: exit status 1",
+            "Check \"chk\" threshold 1 hit, triggering action and recovering",
+            "Change 1 task (Perform exec check \"chk\") failed: *",
+        ],
+    );
+    // The recover change's failures are its task log's, not failed tasks.
+    assert_eq!(log.matches(" task (Recover exec check").count(), 0, "{log}");
+}
+
+#[test]
+fn an_exec_that_times_out_is_a_failed_task_in_the_log() {
+    let d = Daemon::hold(&[]);
+    Test::daemon(&d)
+        .args(&["exec", "--timeout", "100ms", "--", "sleep", "10"])
+        .stderr_contains("timed out")
+        .status(1)
+        .any_stdout()
+        .run();
+    d.wait_log(
+        "Change 1 task (Execute command \"sleep\") failed: timed out after 100ms: context deadline exceeded\n",
+    );
+}
+
+/// A daemon stopped with services running says so before it stops them; one with nothing
+/// to stop does not; neither writes a line of its own at exit.
+#[test]
+fn stopping_the_daemon_says_it_stops_the_running_services() {
+    let layer = "services:
+  web:
+    override: replace
+    command: sleep 1000
+  idle:
+    override: replace
+    command: sleep 1000
+";
+    let mut d = Daemon::start(&[("001-base", layer)], &["--hold"]);
+    act(&d, "start", &["web"]);
+    assert_eq!(d.stop(), Some(0));
+    let log = d.log();
+    let uid = nix::unistd::getuid().as_raw();
+    let shutdown = event(&format!("sys_shutdown:{uid}"), "Shutting down daemon");
+    assert_in_order(
+        &log,
+        &[
+            "Exiting on terminated signal.",
+            &shutdown,
+            "Stopping all running services.",
+            "Service \"web\" stopped",
+        ],
+    );
+    assert_eq!(log.matches("Stopping all running services.").count(), 1);
+    assert!(!log.contains("Server exiting"), "{log}");
+    assert_eq!(
+        messages(&log).last().copied(),
+        Some("Service \"web\" stopped"),
+        "{log}"
+    );
+
+    let mut d = Daemon::start(&[("001-base", layer)], &["--hold"]);
+    assert_eq!(d.stop(), Some(0));
+    let log = d.log();
+    assert!(!log.contains("Stopping all running services."), "{log}");
+    assert!(
+        glob_matches(&shutdown, messages(&log).last().unwrap()),
+        "{log}"
+    );
+}
+
+/// A daemon that a service's action stops logs it in Pebble's words, before its shutdown
+/// event.
+#[test]
+fn a_shutdown_asked_for_by_a_service_is_logged_as_pebble_logs_it() {
+    let layer = "services:
+  main:
+    override: replace
+    command: sleep 1000
+    startup: enabled
+  finisher:
+    override: replace
+    command: /bin/sh -c 'sleep 1.5'
+    startup: enabled
+    on-success: shutdown
+";
+    let mut d = Daemon::start(&[("001-base", layer)], &[]);
+    assert_eq!(d.wait_exit(Duration::from_secs(30)), Some(0));
+    let log = d.log();
+    let uid = nix::unistd::getuid().as_raw();
+    assert_in_order(
+        &log,
+        &[
+            "Service \"finisher\" stopped unexpectedly with code 0",
+            "Service \"finisher\" on-success action is \"shutdown\", triggering success shutdown",
+            "Server exiting! Reason: <nil>",
+            &event(&format!("sys_shutdown:{uid}"), "Shutting down daemon"),
+            "Stopping all running services.",
+            "Service \"main\" stopped",
+        ],
+    );
+}
+
+/// Pebble logs an identities request by what it asks for, before applying it: `replace`
+/// updates (even a new name), and a refused request is logged all the same.
+#[test]
+fn identities_requests_are_logged_by_what_they_ask_for() {
+    let d = Daemon::hold(&[]);
+    let post = |body: &str| crate::fixture::raw(&d, Method::POST, "/v1/identities", Some(body)).0;
+    assert_eq!(
+        post(
+            r#"{"action":"replace","identities":{"alice":{"access":"admin","local":{"user-id":1000}}}}"#
+        ),
+        200
+    );
+    assert_eq!(
+        post(r#"{"action":"remove","identities":{"nobody":null}}"#),
+        400
+    );
+    d.wait_log(" 400 (http+unix)");
+    let log = d.log();
+    let uid = nix::unistd::getuid().as_raw();
+    assert_in_order(
+        &log,
+        &[
+            &event(
+                &format!("user_updated:{uid},alice,admin"),
+                "Updating admin user alice",
+            ),
+            "POST /v1/identities * 200 (http+unix)",
+            &event(
+                &format!("user_deleted:{uid},nobody"),
+                "Deleting user nobody",
+            ),
+            "POST /v1/identities * 400 (http+unix)",
+        ],
+    );
+    assert!(!log.contains("Creating admin user alice"), "{log}");
+}
+
+/// `--identities` are applied before the daemon serves, and logged where Pebble's `run`
+/// logs them: after `Started daemon.`, as the `replace` request it sends its own daemon.
+#[test]
+fn identities_given_at_start_up_are_logged_as_pebbles_run_logs_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = dir.path().join("ids.yaml");
+    std::fs::write(
+        &ids,
+        "identities:\n  alice:\n    access: admin\n    local:\n      user-id: 1000\n",
+    )
+    .unwrap();
+    let mut d = Daemon::start(&[], &["--hold", "--identities", ids.to_str().unwrap()]);
+    assert_eq!(d.stop(), Some(0));
+    let log = d.log();
+    let uid = nix::unistd::getuid().as_raw();
+    let lines = messages(&log);
+    let started = position(&log, "Started daemon.").unwrap();
+    assert!(
+        glob_matches(
+            &event(
+                &format!("user_updated:{uid},alice,admin"),
+                "Updating admin user alice"
+            ),
+            lines[started + 1]
+        ),
+        "{log}"
+    );
+    assert!(
+        glob_matches("POST /v1/identities * 200 (http+unix)", lines[started + 2]),
+        "{log}"
+    );
 }

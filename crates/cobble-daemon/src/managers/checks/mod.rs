@@ -139,7 +139,8 @@ pub(crate) type Firing = BTreeMap<String, u64>;
 /// `requires-checks` wait and every `start-grace` against it as it is when it acts, so an
 /// action is never taken for a check that is up again by then. It changes only when a check
 /// goes down, fires again, comes up or passes for the first time, never per successful run.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Two signals are equal when they say the same of the checks, whatever their `seq`.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct CheckSignals {
     /// The checks that are down, with their firing numbers.
     pub firing: Firing,
@@ -150,7 +151,36 @@ pub(crate) struct CheckSignals {
     /// `requires-checks` waits for. A check that has never run is up with no successes, and
     /// does not pass.
     pub passing: BTreeSet<String>,
+    /// Which publication these are: each change of the signals counts one up.
+    pub seq: u64,
+    /// Where the supervisor says which publication it has acted on.
+    pub receipt: Receipt,
 }
+
+impl PartialEq for CheckSignals {
+    fn eq(&self, other: &CheckSignals) -> bool {
+        self.firing == other.firing
+            && self.last_success == other.last_success
+            && self.passing == other.passing
+    }
+}
+
+impl Eq for CheckSignals {}
+
+/// The `seq` of the last [`CheckSignals`] the supervisor has acted on (`None` until it
+/// takes in its first), shared by every publication of one publisher.
+#[derive(Debug, Clone)]
+pub(crate) struct Receipt(Arc<watch::Sender<Option<u64>>>);
+
+impl Default for Receipt {
+    fn default() -> Receipt {
+        Receipt(Arc::new(watch::Sender::new(None)))
+    }
+}
+
+/// How long a check's runner waits for the supervisor to act on a failure before it fails
+/// the check's task all the same (a supervisor that answers acts within milliseconds).
+const ACT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One check's part of the [`CheckSignals`]: its firing number, its last success before it
 /// went down, and whether it passes.
@@ -196,6 +226,18 @@ impl CheckSignals {
         }
     }
 
+    /// Says that the supervisor has acted on these signals: every `on-check-failure` action
+    /// they call for is taken (see [`Publisher::acted_on_latest`]).
+    pub(crate) fn acted(&self) {
+        self.receipt.0.send_if_modified(|acted| {
+            if acted.is_some_and(|n| n >= self.seq) {
+                return false;
+            }
+            *acted = Some(self.seq);
+            true
+        });
+    }
+
     /// The signals of a whole snapshot.
     fn of(snapshot: &Snapshot) -> CheckSignals {
         let mut signals = CheckSignals::default();
@@ -235,11 +277,13 @@ impl Publisher {
     /// Changes any part of the snapshot, then brings the whole of the signals in step.
     pub(crate) fn send_modify(&self, modify: impl FnOnce(&mut Snapshot)) {
         self.snapshot.send_modify(modify);
-        let signals = CheckSignals::of(&self.snapshot.borrow());
+        let mut signals = CheckSignals::of(&self.snapshot.borrow());
         self.signals.send_if_modified(|current| {
             if **current == signals {
                 return false;
             }
+            signals.seq = current.seq + 1;
+            signals.receipt = current.receipt.clone();
             *current = Arc::new(signals);
             true
         });
@@ -257,9 +301,29 @@ impl Publisher {
             if current.entry(name) == entry {
                 return false;
             }
-            Arc::make_mut(current).set(name, entry);
+            let signals = Arc::make_mut(current);
+            signals.set(name, entry);
+            signals.seq += 1;
             true
         });
+    }
+
+    /// Waits until the supervisor has acted on the signals as they are now, as Pebble's
+    /// check takes its failure action before its task fails; at once when no supervisor
+    /// takes the signals in, and for at most [`ACT_WAIT`] when it does not act.
+    pub(crate) async fn acted_on_latest(&self) {
+        let (seq, mut acted) = {
+            let signals = self.signals.borrow();
+            (signals.seq, signals.receipt.0.subscribe())
+        };
+        if acted.borrow().is_none() {
+            return;
+        }
+        let _ = tokio::time::timeout(
+            ACT_WAIT,
+            acted.wait_for(|acted| acted.is_some_and(|n| n >= seq)),
+        )
+        .await;
     }
 }
 

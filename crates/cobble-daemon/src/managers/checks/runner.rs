@@ -121,7 +121,12 @@ impl Runner {
                 result = checker::probe(&*self.checker, timeout) => result,
             };
             let change_before = self.change_id;
-            self.record(&result);
+            if let Some((task_id, error)) = self.record(&result) {
+                // Pebble takes a check's failure action before its task fails, and logs
+                // them in that order.
+                self.shared.publisher.acted_on_latest().await;
+                self.shared.store.fail_task(task_id, &error);
+            }
             if self.change_id != change_before {
                 abort = self.shared.store.abort_token(self.change_id);
                 // Each change runs its own ticker in Pebble: the first probe of a recover
@@ -135,8 +140,10 @@ impl Runner {
         self.finish();
     }
 
-    /// Records one probe result: task log, transitions, failure action, snapshot.
-    pub(super) fn record(&mut self, result: &Result<(), CheckError>) {
+    /// Records one probe result: task log, transitions, failure action, snapshot. Returns
+    /// the task that failed and why, when the check went down: failed once its action is
+    /// taken.
+    pub(super) fn record(&mut self, result: &Result<(), CheckError>) -> Option<(u64, String)> {
         let effects = self.run.record(result.as_ref().map(|_| ()));
         if let Err(error) = result {
             tracing::info!(
@@ -149,18 +156,18 @@ impl Runner {
         }
         let store = &self.shared.store;
         let mut actions_fired = 0;
+        let mut failed = None;
         for effect in effects {
             match effect {
                 Effect::LogError(message) => store.task_error(self.task_id, &message),
                 Effect::LogInfo(message) => store.task_info(self.task_id, &message),
                 Effect::ThresholdHit { error } => {
-                    store.task_error(self.task_id, &error);
-                    store.set_task_status(self.task_id, TaskStatus::Error);
                     tracing::info!(
                         "Check \"{}\" threshold {} hit, triggering action and recovering",
                         self.name,
                         self.run.threshold
                     );
+                    failed = Some((self.task_id, error));
                     actions_fired += 1;
                     self.prev_change_id = Some(self.change_id);
                     (self.change_id, self.task_id) =
@@ -201,6 +208,7 @@ impl Runner {
                 _ => {}
             }
         });
+        failed
     }
 
     /// The check as it stands, for refresh replies.

@@ -217,7 +217,6 @@ impl ExecManager {
         let session = session::Session {
             task_id,
             change_id,
-            summary,
             state: state.clone(),
             prepared,
             sockets,

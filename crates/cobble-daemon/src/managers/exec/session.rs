@@ -61,8 +61,6 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 pub(super) struct Session {
     pub task_id: u64,
     pub change_id: u64,
-    /// `Execute command "x"`, for the daemon log.
-    pub summary: String,
     pub state: StateStore,
     pub prepared: Prepared,
     /// Websockets as the client connects them.
@@ -138,14 +136,7 @@ impl Session {
                     self.state
                         .set_task_data(self.task_id, "exit-code", code.into());
                 }
-                tracing::info!(
-                    "Change {} task ({}) failed: {}",
-                    self.change_id,
-                    self.summary,
-                    failure.message
-                );
-                self.state.task_error(self.task_id, &failure.message);
-                self.state.set_task_status(self.task_id, TaskStatus::Error);
+                self.state.fail_task(self.task_id, &failure.message);
             }
         }
     }

@@ -92,6 +92,8 @@ pub(super) fn spawn(
         checks: checks.borrow().clone(),
         held_signals: Vec::new(),
     };
+    // The checks as they are at the start are the actor's: their runners may wait for it.
+    actor.checks.acted();
     (tx, tokio::spawn(actor.run(rx, done_rx, paths_rx, checks)))
 }
 
@@ -272,6 +274,7 @@ impl Actor {
                 Ok(()) = checks.changed() => {
                     self.checks = checks.borrow_and_update().clone();
                     self.checks_changed();
+                    self.checks.acted();
                 }
                 () = sleep => {
                     let now = Instant::now();
@@ -709,7 +712,12 @@ impl Actor {
         };
         self.watches_stale = true;
         let before = slot.machine.status();
-        for action in slot.machine.step(Instant::now(), event) {
+        let mut actions = slot.machine.step(Instant::now(), event);
+        // A start is answered after the step's other actions: the start's task fails (and
+        // says so in the daemon log) only once the exit that failed it is logged, with the
+        // action it takes, as in Pebble.
+        actions.sort_by_key(|action| matches!(action, Action::StartDone(_)));
+        for action in actions {
             match action {
                 Action::Spawn => {
                     let mut config = slot.config.clone();

@@ -265,12 +265,14 @@ impl ServiceChanges {
     }
 
     /// Stops every service that is starting, running or backing off, in stop order, as one
-    /// change; returns when they have all stopped (or failed to).
+    /// change; returns when they have all stopped (or failed to). Logged as Pebble logs it,
+    /// and only when there is something to stop.
     pub(crate) async fn stop_all(&self) {
         let active = self.manager.active().await;
         if active.is_empty() {
             return;
         }
+        tracing::info!("Stopping all running services.");
         let plan = self.plan.borrow().clone();
         let order = plan.stop_order(&active).unwrap_or(active.clone());
         let lanes: Vec<Vec<String>> = plan
@@ -461,8 +463,7 @@ impl ServiceChanges {
                 if with_output {
                     self.state.task_info(id, &most_recent_output(&reply.output));
                 }
-                self.state.task_error(id, &error);
-                self.state.set_task_status(id, TaskStatus::Error);
+                self.state.fail_task(id, &error);
                 false
             }
         }
@@ -481,8 +482,7 @@ impl ServiceChanges {
             StopOutcome::HadExited => Some(format!("Service \"{name}\" had already exited.")),
             StopOutcome::Failed(error) => {
                 self.state
-                    .task_error(id, &format!("cannot stop service: {error}"));
-                self.state.set_task_status(id, TaskStatus::Error);
+                    .fail_task(id, &format!("cannot stop service: {error}"));
                 return false;
             }
         };

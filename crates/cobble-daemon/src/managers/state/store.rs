@@ -531,6 +531,23 @@ impl StateStore {
         self.task_log(task_id, "INFO", message);
     }
 
+    /// Fails a task as Pebble's task runner fails one: the error in the task's log, the
+    /// task in `Error`, and the error in the daemon's log as well
+    /// (`Change 3 task (Start service "web") failed: ...`), where operators read it.
+    pub(crate) fn fail_task(&self, task_id: u64, error: &str) {
+        self.task_error(task_id, error);
+        self.set_task_status(task_id, TaskStatus::Error);
+        let task = {
+            let d = self.lock();
+            d.tasks
+                .get(&task_id)
+                .map(|t| (t.change_id, t.summary.clone()))
+        };
+        if let Some((change_id, summary)) = task {
+            tracing::info!("Change {change_id} task ({summary}) failed: {error}");
+        }
+    }
+
     /// Appends an ERROR entry to a task's log; these make up the change's `err`.
     pub(crate) fn task_error(&self, task_id: u64, message: &str) {
         self.task_log(task_id, "ERROR", message);

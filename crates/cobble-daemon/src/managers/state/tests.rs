@@ -78,6 +78,30 @@ fn task_log_keeps_the_last_ten_entries() {
 }
 
 #[test]
+fn a_failed_task_is_in_error_with_its_error_logged() {
+    let s = store();
+    let c = s.new_change("start", "Start service \"web\"", vec![]);
+    let t = s.add_task(c, "start", "Start service \"web\"", Some("web"));
+    s.set_task_status(t, TaskStatus::Doing);
+    s.fail_task(
+        t,
+        "service start attempt: exited quickly with code 3, will restart",
+    );
+    assert_eq!(s.task_status(t), Some(TaskStatus::Error));
+    let info = s.change_info(c).unwrap();
+    assert_eq!(info.status, "Error");
+    assert!(
+        info.tasks[0]
+            .log
+            .last()
+            .unwrap()
+            .ends_with(" ERROR service start attempt: exited quickly with code 3, will restart"),
+        "{:?}",
+        info.tasks[0].log
+    );
+}
+
+#[test]
 fn select_and_for_filters() {
     let s = store();
     let a = s.new_change("start", "a", vec!["a".into()]);
