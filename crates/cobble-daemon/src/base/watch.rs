@@ -16,10 +16,13 @@
 //!
 //! Looking means `stat` calls, which can block (a hung network mount), so the watcher is a
 //! dedicated thread, not a task on the runtime: nothing it waits for can stall the daemon.
+//! The thread (and inotify's own) starts with the first path anyone watches: most daemons
+//! watch none, and start-up need not pay for two threads that would only wait.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
@@ -60,10 +63,18 @@ pub(crate) struct PathEvent {
     pub initial: bool,
 }
 
-/// Handle to the watcher thread.
+/// Handle to the watcher thread, which starts with the first path to watch.
 #[derive(Clone)]
 pub(crate) struct PathWatcher {
-    tx: std::sync::mpsc::Sender<Message>,
+    thread: Arc<Mutex<Thread>>,
+}
+
+/// The watcher thread, or what it will be started with.
+enum Thread {
+    /// Nothing watched yet: no thread.
+    NotStarted(mpsc::UnboundedSender<PathEvent>),
+    /// Started: its messages.
+    Running(std::sync::mpsc::Sender<Message>),
 }
 
 enum Message {
@@ -74,37 +85,58 @@ enum Message {
 }
 
 impl PathWatcher {
-    /// Starts the watcher thread; changes are sent to `events`. The thread ends once every
-    /// handle is gone.
+    /// A watcher whose changes are sent to `events`. Its thread starts with the first
+    /// non-empty set of paths, and ends once every handle is gone.
     pub(crate) fn spawn(events: mpsc::UnboundedSender<PathEvent>) -> PathWatcher {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let wake = tx.clone();
-        let watcher = notify::recommended_watcher(move |_event: notify::Result<notify::Event>| {
-            let _ = wake.send(Message::Look);
-        });
-        if let Err(e) = &watcher {
-            tracing::info!("Cannot use inotify, polling watched paths instead: {e}");
+        PathWatcher {
+            thread: Arc::new(Mutex::new(Thread::NotStarted(events))),
         }
-        let state = State {
-            paths: BTreeMap::new(),
-            dirs: BTreeSet::new(),
-            watcher: watcher.ok(),
-            events,
-        };
-        std::thread::Builder::new()
-            .name("cobble-watch".into())
-            .spawn(move || run(state, rx))
-            .expect("cannot start the path watcher thread");
-        PathWatcher { tx }
     }
 
     /// Replaces the set of watched paths. Paths newly watched are reported only when they
     /// change after the returned ticket resolves (callers that do not care may drop it).
     pub(crate) fn set(&self, paths: BTreeSet<PathBuf>) -> tokio::sync::oneshot::Receiver<()> {
         let (armed, ticket) = tokio::sync::oneshot::channel();
-        let _ = self.tx.send(Message::Set(paths, Some(armed)));
+        let mut thread = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = match &*thread {
+            Thread::Running(tx) => tx.clone(),
+            // Nothing was watched and nothing is: nothing to arm.
+            Thread::NotStarted(_) if paths.is_empty() => {
+                let _ = armed.send(());
+                return ticket;
+            }
+            Thread::NotStarted(events) => {
+                let tx = start(events.clone());
+                *thread = Thread::Running(tx.clone());
+                tx
+            }
+        };
+        let _ = tx.send(Message::Set(paths, Some(armed)));
         ticket
     }
+}
+
+/// Starts the watcher thread, which sends changes to `events`; returns its messages' sender.
+fn start(events: mpsc::UnboundedSender<PathEvent>) -> std::sync::mpsc::Sender<Message> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let wake = tx.clone();
+    let watcher = notify::recommended_watcher(move |_event: notify::Result<notify::Event>| {
+        let _ = wake.send(Message::Look);
+    });
+    if let Err(e) = &watcher {
+        tracing::info!("Cannot use inotify, polling watched paths instead: {e}");
+    }
+    let state = State {
+        paths: BTreeMap::new(),
+        dirs: BTreeSet::new(),
+        watcher: watcher.ok(),
+        events,
+    };
+    std::thread::Builder::new()
+        .name("cobble-watch".into())
+        .spawn(move || run(state, rx))
+        .expect("cannot start the path watcher thread");
+    tx
 }
 
 struct State {

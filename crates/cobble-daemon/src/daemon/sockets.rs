@@ -21,12 +21,19 @@ pub(super) fn hold(mut plan: watch::Receiver<Arc<Plan>>, processes: Arc<OsProces
         let mut said = BTreeSet::new();
         loop {
             let current = plan.borrow_and_update().clone();
-            let synced = {
+            // A plan that names no socket, with none held, has nothing to sync: most plans,
+            // and every daemon's first, need no thread of the blocking pool for it.
+            let names_sockets = current.services.values().any(|s| !s.sockets.is_empty());
+            let synced = if names_sockets || !processes.sockets().is_idle_and_empty() {
                 let (processes, current) = (processes.clone(), current.clone());
-                tokio::task::spawn_blocking(move || processes.sockets().sync(&current)).await
+                tokio::task::spawn_blocking(move || processes.sockets().sync(&current))
+                    .await
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
             };
             let mut now = BTreeSet::new();
-            for (service, _socket, error) in synced.unwrap_or_default() {
+            for (service, _socket, error) in synced {
                 now.insert(format!("Service \"{service}\": {error}"));
             }
             for probe in current.tcp_checks_on_held_sockets() {

@@ -60,6 +60,16 @@ impl HeldSockets {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether nothing is held, and nobody is binding or releasing a socket now. Never
+    /// blocks: a holder whose lock is taken is not known to be empty.
+    pub(crate) fn is_idle_and_empty(&self) -> bool {
+        match self.held.try_lock() {
+            Ok(held) => held.is_empty(),
+            Err(std::sync::TryLockError::Poisoned(held)) => held.into_inner().is_empty(),
+            Err(std::sync::TryLockError::WouldBlock) => false,
+        }
+    }
+
     /// Holds what `plan` names: binds new sockets (and those that failed before), rebinds
     /// those whose address changed, applies other changes in place and closes the rest.
     /// Returns the failures, as `(service, socket, error)`. Blocking.

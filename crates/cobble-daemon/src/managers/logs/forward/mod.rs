@@ -196,13 +196,19 @@ async fn follow_plan(
     stats: Arc<Mutex<BTreeMap<String, Arc<TargetQueue>>>>,
     stop: CancellationToken,
 ) {
-    let hostname: Arc<str> = tokio::task::spawn_blocking(hostname)
-        .await
-        .unwrap_or_else(|_| "-".to_owned())
-        .into();
+    // Read when the first plan with a log target comes: most daemons forward nothing, and
+    // start-up need not wait for a thread of the blocking pool to learn a name no one sends.
+    let mut host: Option<Arc<str>> = None;
     let mut targets: BTreeMap<String, Target> = BTreeMap::new();
     loop {
         let current = plan.borrow_and_update().clone();
+        if host.is_none() && !current.log_targets.is_empty() {
+            let name = tokio::task::spawn_blocking(hostname)
+                .await
+                .unwrap_or_else(|_| "-".to_owned());
+            host = Some(name.into());
+        }
+        let hostname = host.clone().unwrap_or_else(|| Arc::from("-"));
         apply(&current, &mut targets, &tap, &hostname);
         *stats.lock().unwrap_or_else(|e| e.into_inner()) = targets
             .iter()
