@@ -120,8 +120,10 @@ impl TrustedRoots {
     }
 }
 
-/// Verifies a server's certificate against [`TrustedRoots`], read when first needed; with
-/// no roots at all, every certificate is signed by an unknown authority.
+/// Verifies a server's certificate in Go's order (`x509.Certificate.Verify`): the leaf's
+/// validity period, then the host name, then the chain to [`TrustedRoots`], read when first
+/// needed. With no roots at all, every certificate is signed by an unknown authority; a
+/// certificate for another name says so first, as Go's does.
 #[derive(Debug)]
 struct RootsVerifier {
     roots: Arc<TrustedRoots>,
@@ -137,6 +139,9 @@ impl ServerCertVerifier for RootsVerifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        leaf_is_current(end_entity, now)?;
+        let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_name(&parsed, server_name)?;
         match self.roots.verifier() {
             Some(verifier) => verifier.verify_server_cert(
                 end_entity,
@@ -184,6 +189,38 @@ impl ServerCertVerifier for RootsVerifier {
             .signature_verification_algorithms
             .supported_schemes()
     }
+}
+
+/// Go's first test of a server certificate: now is within the leaf's validity period.
+fn leaf_is_current(leaf: &CertificateDer<'_>, now: UnixTime) -> Result<(), rustls::Error> {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(leaf) else {
+        // Unparsable: the chain's verification says why.
+        return Ok(());
+    };
+    let at = |t: x509_parser::time::ASN1Time| {
+        UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+            u64::try_from(t.timestamp()).unwrap_or(0),
+        ))
+    };
+    let validity = cert.validity();
+    let (not_before, not_after) = (at(validity.not_before), at(validity.not_after));
+    if now.as_secs() < not_before.as_secs() {
+        return Err(rustls::Error::InvalidCertificate(
+            CertificateError::NotValidYetContext {
+                time: now,
+                not_before,
+            },
+        ));
+    }
+    if now.as_secs() > not_after.as_secs() {
+        return Err(rustls::Error::InvalidCertificate(
+            CertificateError::ExpiredContext {
+                time: now,
+                not_after,
+            },
+        ));
+    }
+    Ok(())
 }
 
 /// A client with Go's defaults: 10 redirects, TLS verified against `roots`, and proxies

@@ -272,6 +272,11 @@ mod tests {
     /// A certificate authority and an HTTPS server on loopback whose certificate it signed
     /// for `names`, answering every request 200. Returns the port and the authority's PEM.
     async fn serve_tls(names: &[&str]) -> (u16, String) {
+        serve_tls_until(names, None).await
+    }
+
+    /// [`serve_tls`] with a certificate that expired on `expired` (year, month, day).
+    async fn serve_tls_until(names: &[&str], expired: Option<(i32, u8, u8)>) -> (u16, String) {
         use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -280,10 +285,12 @@ mod tests {
         let issuer = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
         let key = KeyPair::generate().unwrap();
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let leaf = CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
+        let mut params = CertificateParams::new(names).unwrap();
+        if let Some((year, month, day)) = expired {
+            params.not_before = rcgen::date_time_ymd(year - 1, month, day);
+            params.not_after = rcgen::date_time_ymd(year, month, day);
+        }
+        let leaf = params.signed_by(&key, &issuer).unwrap();
         let config = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
@@ -400,6 +407,43 @@ mod tests {
             format!(
                 "Get \"{url}\": tls: failed to verify certificate: x509: certificate is valid for web.example, not localhost"
             )
+        );
+    }
+
+    #[tokio::test]
+    async fn the_name_and_the_dates_are_checked_before_the_authority_as_go_does() {
+        let dir = tempfile::tempdir().unwrap();
+        // No roots at all, and a certificate for another name: Go names the name.
+        let (port, _ca) = serve_tls(&["localhost"]).await;
+        let url = format!("https://127.0.0.1:{port}/");
+        let error = checker_trusting(&url, no_roots(dir.path()))
+            .check()
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.message,
+            format!(
+                "Get \"{url}\": tls: failed to verify certificate: x509: cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs"
+            )
+        );
+        // An expired certificate, whoever signed it: Go gives the dates.
+        let (port, _ca) = serve_tls_until(&["127.0.0.1"], Some((2020, 1, 2))).await;
+        let url = format!("https://127.0.0.1:{port}/");
+        let error = checker_trusting(&url, no_roots(dir.path()))
+            .check()
+            .await
+            .unwrap_err();
+        let prefix = format!(
+            "Get \"{url}\": tls: failed to verify certificate: x509: certificate has expired or is not yet valid: current time "
+        );
+        let rest = error.message.strip_prefix(&prefix).unwrap_or_else(|| {
+            panic!("{}", error.message);
+        });
+        let (now, not_after) = rest.split_once(" is after ").expect(rest);
+        assert_eq!(not_after, "2020-01-02T00:00:00Z");
+        assert!(
+            now.parse::<jiff::Timestamp>().is_ok() && now.ends_with('Z'),
+            "{now}"
         );
     }
 }
