@@ -9,12 +9,16 @@
  *   workload echo WORDS    prints its words on one line.
  *   workload ls DIR        prints the names in DIR, one a line, sorted.
  *   workload exit N        exits with status N.
+ *   workload http PORT     serves HTTP on 127.0.0.1:PORT: 200 and "ok" to every request.
  */
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +29,38 @@ static int by_name(const void *a, const void *b) {
 
 static void sleep_forever(void) {
     for (;;) pause();
+}
+
+static int serve_http(int port) {
+    int listener = socket(AF_INET, SOCK_STREAM, 0);
+    int on = 1;
+    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(listener, (struct sockaddr *)&addr, sizeof addr) || listen(listener, 16)) {
+        perror("http");
+        return 1;
+    }
+    printf("serving http on 127.0.0.1:%d\n", port);
+    static const char reply[] =
+        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n";
+    for (;;) {
+        int conn = accept(listener, NULL, NULL);
+        if (conn < 0) continue;
+        /* Read the request head (bounded), then answer and close. */
+        char head[4096];
+        size_t len = 0;
+        while (len < sizeof head - 1) {
+            ssize_t n = read(conn, head + len, sizeof head - 1 - len);
+            if (n <= 0) break;
+            len += n;
+            head[len] = 0;
+            if (strstr(head, "\r\n\r\n")) break;
+        }
+        ssize_t ignored = write(conn, reply, sizeof reply - 1);
+        (void)ignored;
+        close(conn);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -68,6 +104,8 @@ int main(int argc, char **argv) {
         closedir(dir);
         qsort(names, n, sizeof names[0], by_name);
         for (int i = 0; i < n; i++) printf("%s\n", names[i]);
+    } else if (strcmp(mode, "http") == 0 && argc == 3) {
+        return serve_http(atoi(argv[2]));
     } else if (strcmp(mode, "exit") == 0 && argc == 3) {
         return atoi(argv[2]);
     } else {

@@ -28,7 +28,8 @@
 //!
 //! A missing file behaves as an empty one (the user is unknown), which is what
 //! Pebble's workaround for golang/go#67912 achieves; any other read error is a
-//! [`SysError::Io`].
+//! [`SysError::Io`]. [`UserDb::lookup_id`] alone says that the file is missing, as the
+//! places where Pebble calls `user.LookupId` without that workaround do.
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -96,6 +97,23 @@ impl UserDb {
     pub fn user_by_uid(&self, uid: u32) -> Result<Option<User>, SysError> {
         let uid = uid.to_string();
         self.find_user(|fields| fields[2] == uid)
+    }
+
+    /// Go's `user.LookupId` as Pebble is built (`os/user` reading the file itself): the
+    /// first user with uid `uid`; `user: unknown userid 4242` when none has it, and, unlike
+    /// the other lookups, `open /etc/passwd: no such file or directory` when there is no
+    /// passwd file at all (the words of Pebble's `Cannot look up user` notices).
+    pub fn lookup_id(&self, uid: u32) -> Result<User, SysError> {
+        if let Err(source) = std::fs::metadata(&self.passwd)
+            && source.kind() == io::ErrorKind::NotFound
+        {
+            return Err(SysError::Io {
+                op: "open",
+                path: self.passwd.clone(),
+                source,
+            });
+        }
+        self.user_by_uid(uid)?.ok_or(SysError::UnknownUserId(uid))
     }
 
     /// The first group named `name`, or `None` if there is none.

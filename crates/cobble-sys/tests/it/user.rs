@@ -112,6 +112,36 @@ fn missing_files_mean_unknown_and_unreadable_files_are_errors() {
 }
 
 #[test]
+fn lookup_id_words_a_missing_passwd_file_as_go_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let passwd = dir.path().join("passwd");
+    let missing = UserDb::new(&passwd, dir.path().join("group"));
+    assert_eq!(
+        missing.lookup_id(0).unwrap_err().to_string(),
+        format!("open {}: no such file or directory", passwd.display())
+    );
+    // The same words as Pebble's notice in an image without /etc.
+    let system_words = UserDb::new("/nonexistent/etc/passwd", "/nonexistent/etc/group")
+        .lookup_id(0)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        system_words,
+        "open /nonexistent/etc/passwd: no such file or directory"
+    );
+    // A file without the user: Go's unknown userid.
+    let db = db();
+    assert_eq!(
+        db.lookup_id(4242).unwrap_err().to_string(),
+        "user: unknown userid 4242"
+    );
+    assert_eq!(
+        db.lookup_id(1001).unwrap(),
+        user("bob", 1001, 1000, "/home/bob")
+    );
+}
+
+#[test]
 fn normalize_uid_gid_matches_pebble() {
     let db = db();
     let ok = |uid: Option<u32>, user: &str, gid: Option<u32>, group: &str| {

@@ -874,3 +874,89 @@ fn metrics_list_started_services_active_first_and_only_metrics_identities_over_h
         d.log()
     );
 }
+
+/// In an image with no trusted certificates (chiselled, distroless), an http check runs as
+/// anywhere else and an https check fails alone, in Go's words; the kubelet's liveness probe
+/// of `/v1/health?level=alive` over `--http` follows the http check only. The https check is
+/// on the daemon's own `--https`, whose certificate, like Pebble's, names no host: Go checks
+/// the name before the authority, and Pebble v1.32.1 fails this check with these words.
+#[test]
+fn without_trusted_certificates_http_checks_run_and_an_https_check_fails_alone() {
+    let server = HttpServer::start();
+    let (http_port, https_port) = (free_port(), free_port());
+    let layer = format!(
+        r#"
+checks:
+  web:
+    override: replace
+    level: alive
+    period: 100ms
+    threshold: 1
+    http:
+      url: {url}
+  secure:
+    override: replace
+    level: ready
+    period: 100ms
+    threshold: 1
+    http:
+      url: https://127.0.0.1:{https_port}/v1/health
+"#,
+        url = server.url
+    );
+    let nowhere = tempfile::tempdir().unwrap();
+    let (file, dir) = (
+        nowhere.path().join("ca-certificates.crt"),
+        nowhere.path().join("certs"),
+    );
+    let d = Daemon::start_with_env(
+        &[("001-layer", &layer)],
+        &[
+            "--hold",
+            "--http",
+            &format!("127.0.0.1:{http_port}"),
+            "--https",
+            &format!("127.0.0.1:{https_port}"),
+        ],
+        &[
+            ("SSL_CERT_FILE", file.to_str().unwrap()),
+            ("SSL_CERT_DIR", dir.to_str().unwrap()),
+        ],
+    );
+    wait_for("secure to go down", LONG, || {
+        check(&d, "secure").status == "down"
+    });
+    let url = format!("https://127.0.0.1:{https_port}/v1/health");
+    // Any failure of it: the first run may come before the --https listener is up.
+    let words = format!(
+        ": Get \"{url}\": tls: failed to verify certificate: x509: cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs"
+    );
+    wait_for("secure's failure in the log", LONG, || {
+        d.log()
+            .lines()
+            .any(|line| line.contains("Check \"secure\" failure ") && line.ends_with(&words))
+    });
+    assert_eq!(check(&d, "web").status, "up");
+    assert!(!d.log().contains("cannot build client"), "{}", d.log());
+
+    let health = |query: &str| {
+        let http = Client::new(ClientConfig {
+            socket: d.pebble_dir().join(".pebble.socket"),
+            base_url: Some(format!("http://127.0.0.1:{http_port}")),
+        })
+        .unwrap();
+        rt().block_on(http.raw_request(Method::GET, query, None))
+            .unwrap()
+            .status_code
+    };
+    assert_eq!(health("/v1/health?level=alive"), 200);
+    assert_eq!(health("/v1/health?level=ready"), 502);
+    server.status.store(500, Ordering::SeqCst);
+    wait_for("the alive probe to fail", LONG, || {
+        health("/v1/health?level=alive") == 502
+    });
+    server.status.store(200, Ordering::SeqCst);
+    wait_for("the alive probe to pass again", LONG, || {
+        health("/v1/health?level=alive") == 200
+    });
+}

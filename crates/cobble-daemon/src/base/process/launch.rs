@@ -597,20 +597,24 @@ fn stdin_pipe(cmd: &mut Command) -> std::io::Result<pipe::Sender> {
     pipe::Sender::from_owned_fd(OwnedFd::from(writer))
 }
 
-/// `HOME` and `USER` of user `uid`, where the environment leaves them unset or empty.
+/// `HOME` and `USER` of user `uid`, where the environment leaves them unset or empty; a
+/// user that cannot be looked up is noted in the daemon's log, as Pebble notes it.
 fn add_user_environment(environment: &mut BTreeMap<String, String>, uid: u32) {
     let home_missing = environment.get("HOME").is_none_or(String::is_empty);
     let user_missing = environment.get("USER").is_none_or(String::is_empty);
     if !(home_missing || user_missing) {
         return;
     }
-    if let Ok(Some(user)) = cobble_sys::user::user_by_uid(uid) {
-        if home_missing {
-            environment.insert("HOME".into(), user.home);
+    match cobble_sys::user::UserDb::system().lookup_id(uid) {
+        Ok(user) => {
+            if home_missing {
+                environment.insert("HOME".into(), user.home);
+            }
+            if user_missing {
+                environment.insert("USER".into(), user.name);
+            }
         }
-        if user_missing {
-            environment.insert("USER".into(), user.name);
-        }
+        Err(e) => tracing::info!("Cannot look up user {uid}: {e}"),
     }
 }
 

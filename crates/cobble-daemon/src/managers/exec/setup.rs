@@ -205,17 +205,14 @@ fn build_environment(
     };
     if empty(&environment, "HOME") || empty(&environment, "USER") {
         let uid = uid.unwrap_or(host.uid);
-        match host.users.user_by_uid(uid) {
-            Ok(Some(user)) => {
+        match host.users.lookup_id(uid) {
+            Ok(user) => {
                 if empty(&environment, "HOME") {
                     environment.insert("HOME".into(), user.home);
                 }
                 if empty(&environment, "USER") {
                     environment.insert("USER".into(), user.name);
                 }
-            }
-            Ok(None) => {
-                tracing::info!("Cannot look up user {uid}: user: unknown userid {uid}")
             }
             Err(e) => tracing::info!("Cannot look up user {uid}: {e}"),
         }

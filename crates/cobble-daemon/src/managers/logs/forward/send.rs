@@ -90,7 +90,10 @@ impl Client {
         };
         let direct = reqwest::Url::parse(&url).is_ok_and(|u| crate::http_client::is_loopback(&u));
         Client::Http {
-            client: crate::http_client::build_client(direct),
+            client: crate::http_client::build_client(
+                direct,
+                &crate::http_client::TrustedRoots::system(),
+            ),
             url,
             body,
         }
@@ -103,6 +106,9 @@ impl Client {
                     Ok(client) => client,
                     Err(e) => return Outcome::Retry(e.clone()),
                 };
+                if crate::http_client::is_https(url) {
+                    crate::http_client::TrustedRoots::system().load().await;
+                }
                 let request = client
                     .post(url.as_str())
                     .timeout(REQUEST_TIMEOUT)
