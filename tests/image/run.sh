@@ -187,7 +187,7 @@ echo "    PID 1 exited $took s after SIGTERM"
 awk -v t="$took" -v d="$kill_delay" 'BEGIN { exit !(t >= d - 0.2 && t < d + 5) }' \
     || fail "PID 1 took $took s; expected kill-delay ($kill_delay s) plus a margin"
 [ "$status" = 0 ] || fail "PID 1 exited with status $status after SIGTERM"
-for line in 'Service "orphans" stopped' 'Service "stubborn" stopped' 'Server exiting!'; do
+for line in 'Stopping all running services.' 'Service "orphans" stopped' 'Service "stubborn" stopped'; do
     grep -qF "$line" "$SCRATCH/pid1.log" || fail "no '$line' in the daemon's log"
 done
 [ ! -S "$SOCKET" ] || fail "the socket is still there after PID 1 exited"
