@@ -90,6 +90,8 @@ fn checks_of_every_type_run_under_hold_and_cycle_through_perform_and_recover() {
     let tcp_port = tcp.local_addr().unwrap().port();
     let scratch = tempfile::tempdir().unwrap();
     let flag = scratch.path().join("flag");
+    // Periods of 1s: a check's timeout is its period, so a run slowed by a busy machine
+    // does not fail a check that only the test means to fail.
     let layer = format!(
         r#"
 services:
@@ -102,7 +104,7 @@ checks:
   web:
     override: replace
     level: ready
-    period: 200ms
+    period: 1s
     threshold: 2
     http:
       url: {url}
@@ -111,14 +113,14 @@ checks:
   port:
     override: replace
     level: alive
-    period: 200ms
+    period: 1s
     threshold: 1
     tcp:
       port: {tcp_port}
       host: 127.0.0.1
   cmd:
     override: replace
-    period: 200ms
+    period: 1s
     threshold: 1
     exec:
       command: /bin/sh -c 'test "$CONTEXT_VAR" = from-service && test "$OWN" = yes && test ! -f {flag}'
@@ -560,7 +562,8 @@ checks:
   good:
     override: replace
     level: alive
-    period: 100ms
+    # Long enough that a busy machine cannot fail it by timeout (the timeout is the period).
+    period: 1s
     exec:
       command: "true"
   bad:
@@ -641,7 +644,8 @@ checks:
   good:
     override: replace
     level: alive
-    period: 100ms
+    # Long enough that a busy machine cannot fail it by timeout (the timeout is the period).
+    period: 1s
     exec:
       command: "true"
   bad:
