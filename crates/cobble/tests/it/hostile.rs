@@ -253,3 +253,97 @@ fn long_query_strings_get_pebbles_answers_up_to_the_longest_uri_taken() {
     );
     still_answers(&d, pid);
 }
+
+/// Sends a request with `content_type` and `body` on a connection of its own; the status
+/// and the result's message.
+fn post_typed(d: &Daemon, path: &str, content_type: &str, body: &[u8]) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(d.pebble_dir().join(".pebble.socket")).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let _ = stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(body));
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text.split_once("\r\n\r\n").expect("an answer");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let message = body["result"]["message"].as_str().unwrap_or_default();
+    (status, message.to_owned())
+}
+
+#[test]
+fn hostile_multipart_pushes_get_pebbles_answers() {
+    let d = Daemon::hold(&[]);
+    let pid = d.pid();
+    let boundary = "B".repeat(40);
+    let multipart = format!("multipart/form-data; boundary={boundary}");
+    let form = |metadata: &str| {
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n{metadata}\r\n--{boundary}--\r\n"
+        )
+        .into_bytes()
+    };
+    // Metadata nested past Go's limit: its decoder's words.
+    let deep = format!(r#"{{"action":"write","files":{}"#, "[".repeat(20_000));
+    assert_eq!(
+        post_typed(&d, "/v1/files", &multipart, &form(&deep)),
+        (
+            400,
+            "cannot decode request metadata: invalid character '[' exceeded max depth".to_owned()
+        )
+    );
+    // Metadata past cobble's 4 MiB bound (Pebble decodes any size).
+    let huge = format!(
+        r#"{{"action":"write","files":[],"x":"{}"}}"#,
+        "a".repeat(5 << 20)
+    );
+    assert_eq!(
+        post_typed(&d, "/v1/files", &multipart, &form(&huge)),
+        (400, "cannot decode request metadata: too large".to_owned())
+    );
+    // No boundary, a boundary too short, an empty one: Pebble's words.
+    let good = form(r#"{"action":"write","files":[{"path":"/x"}]}"#);
+    assert_eq!(
+        post_typed(&d, "/v1/files", "multipart/form-data", &good),
+        (400, r#"invalid boundary """#.to_owned())
+    );
+    assert_eq!(
+        post_typed(
+            &d,
+            "/v1/files",
+            "multipart/form-data; boundary=BOUND",
+            &good
+        ),
+        (400, r#"invalid boundary "BOUND""#.to_owned())
+    );
+    assert_eq!(
+        post_typed(&d, "/v1/files", "multipart/form-data; boundary=", &good),
+        (
+            400,
+            r#"invalid Content-Type "multipart/form-data; boundary=""#.to_owned()
+        )
+    );
+    // Thousands of empty parts before the metadata: the first is the one Pebble names.
+    let mut many = Vec::new();
+    for _ in 0..20_000 {
+        many.extend_from_slice(format!("--{boundary}\r\nX: y\r\n\r\n\r\n").as_bytes());
+    }
+    many.extend_from_slice(&good);
+    assert_eq!(
+        post_typed(&d, "/v1/files", &multipart, &many),
+        (
+            400,
+            r#"metadata field name must be "request", got """#.to_owned()
+        )
+    );
+    still_answers(&d, pid);
+}
