@@ -866,6 +866,22 @@ mod tests {
     }
 
     #[test]
+    fn unmarshal_takes_one_value_and_nothing_after_it() {
+        let unmarshal = |text: &str| unmarshal_as::<Payload>(text.as_bytes(), &Payload::GO);
+        assert_eq!(unmarshal(" null \n"), Ok(Payload::default()));
+        assert_eq!(
+            unmarshal("{} x").unwrap_err(),
+            "invalid character 'x' after top-level value"
+        );
+        assert_eq!(unmarshal("").unwrap_err(), "unexpected end of JSON input");
+        assert_eq!(unmarshal("{").unwrap_err(), "unexpected end of JSON input");
+        assert_eq!(
+            unmarshal(&"[".repeat(20_000)).unwrap_err(),
+            "invalid character '[' exceeded max depth"
+        );
+    }
+
+    #[test]
     fn null_is_the_empty_payload() {
         assert_eq!(decode::<Payload>(b"null"), Ok(Payload::default()));
         assert_eq!(decode::<Payload>(b" null x"), Ok(Payload::default()));
