@@ -433,6 +433,148 @@ pub fn api_bodies(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Hostile request bodies
+
+/// The endpoints that decode a JSON body, the key of theirs a hostile value goes under, and
+/// the words before the decoder's error.
+const DECODERS: &[(&str, &str, &str)] = &[
+    (
+        "/v1/services",
+        "services",
+        "cannot decode data from request body",
+    ),
+    (
+        "/v1/checks",
+        "checks",
+        "cannot decode data from request body",
+    ),
+    (
+        "/v1/changes/{id}",
+        "action",
+        "cannot decode data from request body",
+    ),
+    ("/v1/layers", "layer", "cannot decode request body"),
+    ("/v1/exec", "environment", "cannot decode request body"),
+    ("/v1/identities", "identities", "cannot decode request body"),
+    ("/v1/notices", "data", "cannot decode request body"),
+];
+
+/// Bodies built to hurt the decoder: nesting around and past Go's limit (at the top or
+/// under a payload's key, closed or cut, arrays, objects or both), arrays and strings as
+/// long as the daemon takes a body, one key repeated many times, and text that is not UTF-8.
+/// Each is answered in time with a 4xx in a well-formed envelope (a 5xx is a failure, see
+/// [`request`]); nesting past the limit is refused in Go's words, nesting within it never is;
+/// and the daemon keeps answering.
+pub fn hostile_bodies(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
+    use crate::hostile::{LIMIT, depth};
+    let h = harness();
+    let (path, key, context) = *u.choose(DECODERS)?;
+    // A change that exists: the daemon looks it up before it reads the body.
+    static A_CHANGE: std::sync::Once = std::sync::Once::new();
+    A_CHANGE.call_once(|| {
+        let start = json!({"action": "start", "services": ["quick"]}).to_string();
+        let (status, envelope) = request(h, Method::POST, "/v1/services", Some(start.into_bytes()));
+        assert_eq!(status, 202, "a change: {envelope}");
+    });
+    let path = &path.replace("{id}", &last_change());
+    let at_top: bool = u.arbitrary()?;
+    // The levels the payload's object adds before the hostile value.
+    let outer = usize::from(!at_top);
+    let mut past_limit = None;
+    let value = match u.int_in_range(0..=4)? {
+        0 => {
+            let n = depth(u)?;
+            let (open, close, per_level, first) = *u.choose(&[
+                ("[", "]", 1, '['),
+                ("{\"a\":", "}", 1, '{'),
+                ("[{\"a\":", "}]", 2, '['),
+            ])?;
+            let closed: bool = u.arbitrary()?;
+            if outer + n * per_level > LIMIT {
+                // The byte that opens level LIMIT + 1.
+                let opener = if per_level == 2 && (LIMIT - outer) % 2 == 1 {
+                    '{'
+                } else {
+                    first
+                };
+                let mut text = open.repeat(n);
+                if closed {
+                    text.push_str(&close.repeat(n));
+                }
+                let body = wrap(at_top, key, &text);
+                let (status, envelope) = request(h, Method::POST, path, Some(body));
+                let message = envelope["result"]["message"].as_str().unwrap_or_default();
+                assert_eq!(status, 400, "{path}: nesting past {LIMIT}: {envelope}");
+                assert_eq!(
+                    message,
+                    format!("{context}: invalid character '{opener}' exceeded max depth"),
+                    "{path}"
+                );
+                alive(h);
+                return Ok(());
+            }
+            past_limit = Some(false);
+            let mut text = open.repeat(n);
+            if closed {
+                text.push_str(&close.repeat(n));
+            }
+            text
+        }
+        // A long array of short values, up to about the body limit.
+        1 => {
+            let n = u.int_in_range(1..=400_000)?;
+            let item = *u.choose(&["1", "\"x\"", "null", "[]", "{}", "\"\\u00e9\""])?;
+            format!("[{}]", vec![item; n].join(","))
+        }
+        // A long string, around the body limit.
+        2 => {
+            let n = *u.choose(&[1, 1 << 20, (4 << 20) - 64, (4 << 20) + 1])?;
+            let c = *u.choose(&["a", "\\n", "\\u0000", "é"])?;
+            format!("\"{}\"", c.repeat(n))
+        }
+        // The same key, many times over (the last wins, in Go).
+        3 => {
+            let n = u.int_in_range(1..=100_000)?;
+            let member = format!("\"{key}\":[]");
+            format!("{{{}}}", vec![member; n].join(","))
+        }
+        // Bytes that are not UTF-8, inside a string.
+        _ => {
+            let bad = take(u, 16)?;
+            let mut body = format!("{{\"{key}\":\"").into_bytes();
+            body.extend(bad.iter().map(|b| b | 0x80));
+            body.extend_from_slice(b"\"}");
+            request(h, Method::POST, path, Some(body));
+            alive(h);
+            return Ok(());
+        }
+    };
+    let body = wrap(at_top, key, &value);
+    let (status, envelope) = request(h, Method::POST, path, Some(body));
+    let message = envelope["result"]["message"].as_str().unwrap_or_default();
+    if past_limit == Some(false) {
+        assert!(
+            !message.contains("exceeded max depth"),
+            "{path}: nesting within {LIMIT} refused for its depth: {message}"
+        );
+    }
+    // Nothing here is a valid request but a few long-but-legal ones; none may be slow to
+    // refuse or leave the daemon unwell.
+    assert!(status < 500, "{path}: {status} {envelope}");
+    alive(h);
+    Ok(())
+}
+
+/// `value` as the whole body, or under `key` in the payload's object.
+fn wrap(at_top: bool, key: &str, value: &str) -> Vec<u8> {
+    if at_top {
+        value.as_bytes().to_vec()
+    } else {
+        format!("{{\"{key}\": {value}}}").into_bytes()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Exec control frames
 
 type Socket = tokio_tungstenite::WebSocketStream<tokio::net::UnixStream>;

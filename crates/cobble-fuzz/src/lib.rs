@@ -24,7 +24,8 @@
 //!   alias bombs, huge repetition.
 //! - [`multipart`]: the multipart reader behind `POST /v1/files`.
 //! - [`daemon`]: a real daemon in this process (on a temporary directory, as an unprivileged
-//!   user when run as root) for request bodies of every endpoint and exec's control frames.
+//!   user when run as root) for request bodies of every endpoint, hostile bodies (deep,
+//!   huge, repeated, not UTF-8) and exec's control frames.
 
 use arbitrary::Unstructured;
 
@@ -47,6 +48,7 @@ pub const TARGETS: &[(&str, TargetFn)] = &[
     ("hostile_layer", hostile::hostile_layer),
     ("multipart", multipart::multipart),
     ("api_bodies", daemon::api_bodies),
+    ("hostile_bodies", daemon::hostile_bodies),
     ("exec_control", daemon::exec_control),
 ];
 

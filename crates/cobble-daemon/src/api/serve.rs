@@ -545,6 +545,15 @@ pub(crate) async fn serve<L>(
     connections.wait().await;
 }
 
+/// The longest request head (request line and headers) the daemon reads, as Go's server
+/// reads one (`http.DefaultMaxHeaderBytes` and its 4 KiB of slack); a longer one is answered
+/// `431 Request Header Fields Too Large`, as Pebble answers it. The buffer grows only as the
+/// head does.
+const MAX_HEAD: usize = (1 << 20) + 4096;
+/// The most header fields a request may have (Go counts none, only bytes): past it, `431`,
+/// as for a head too long. Each parse of a head sets aside room for this many, about 64 KiB.
+const MAX_HEADERS: usize = 1000;
+
 /// Serves one HTTP/1 connection until it closes, it is evicted, it misses a deadline, or
 /// `cancel` and the request in progress is answered.
 async fn serve_connection<I>(
@@ -562,6 +571,10 @@ async fn serve_connection<I>(
         .half_close(true)
         .keep_alive(keep_alive)
         .timer(TokioTimer::new())
+        .max_header_size(MAX_HEAD)
+        // Room for a whole head of the longest kind, and what follows it in the same read.
+        .max_buf_size(MAX_HEAD + 64 * 1024)
+        .max_headers(MAX_HEADERS)
         // The deadlines are the slot's, below.
         .header_read_timeout(None);
     let conn = builder

@@ -181,6 +181,29 @@ pub(crate) fn decode_as<T: DeserializeOwned>(bytes: &[u8], ty: &GoType) -> Resul
     serde_json::from_value(out).map_err(|e| e.to_string())
 }
 
+/// [`decode_as`], but as Go's `json.Unmarshal` reads: the whole text is one value, so
+/// anything but white space after it is refused in the scanner's words (`invalid character
+/// 'x' after top-level value`), and text that ends early is `unexpected end of JSON input`.
+pub(crate) fn unmarshal_as<T: DeserializeOwned>(bytes: &[u8], ty: &GoType) -> Result<T, String> {
+    const END: &str = "unexpected end of JSON input";
+    let Some(start) = bytes.iter().position(|b| !is_space(*b)) else {
+        return Err(END.to_owned());
+    };
+    let mut scan = Scan { b: bytes, i: start };
+    scan.value().map_err(|e| {
+        if e == UNEXPECTED_EOF {
+            END.to_owned()
+        } else {
+            e
+        }
+    })?;
+    scan.skip_space();
+    if let Some(c) = scan.peek() {
+        return Err(Scan::invalid(c, "after top-level value"));
+    }
+    decode_as(bytes, ty)
+}
+
 /// What Go's type errors call a value, from its first byte.
 fn kind(first: u8) -> &'static str {
     match first {
@@ -840,6 +863,22 @@ mod tests {
                 "{body}"
             );
         }
+    }
+
+    #[test]
+    fn unmarshal_takes_one_value_and_nothing_after_it() {
+        let unmarshal = |text: &str| unmarshal_as::<Payload>(text.as_bytes(), &Payload::GO);
+        assert_eq!(unmarshal(" null \n"), Ok(Payload::default()));
+        assert_eq!(
+            unmarshal("{} x").unwrap_err(),
+            "invalid character 'x' after top-level value"
+        );
+        assert_eq!(unmarshal("").unwrap_err(), "unexpected end of JSON input");
+        assert_eq!(unmarshal("{").unwrap_err(), "unexpected end of JSON input");
+        assert_eq!(
+            unmarshal(&"[".repeat(20_000)).unwrap_err(),
+            "invalid character '[' exceeded max depth"
+        );
     }
 
     #[test]

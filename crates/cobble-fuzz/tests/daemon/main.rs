@@ -7,12 +7,13 @@ mod common;
 
 use common::run;
 
-/// One test for both, so that the daemon they share is stopped (with what it started) and
+/// One test for all of them, so that the daemon they share is stopped (with what it started) and
 /// its directory removed once both are done.
 #[test]
 fn fuzz_daemon_targets() {
     let outcome = std::panic::catch_unwind(|| {
         run("api_bodies", 3000);
+        run("hostile_bodies", 3000);
         run("exec_control", 3000);
     });
     cobble_fuzz::daemon::shutdown();

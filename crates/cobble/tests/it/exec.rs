@@ -901,3 +901,92 @@ sys.stdout.write(f"\n{first[0]} {first[1]} {stdin} {len(data)} {grown(1)}\n")
         assert_eq!(exit_code(&wait_change(&daemon, &exec.change).await), Some(0));
     });
 }
+
+/// The daemon's peak resident memory, in KiB.
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM")
+}
+
+#[test]
+fn hostile_control_and_stream_messages_get_gos_words_and_cost_no_memory() {
+    let daemon = Daemon::hold(&[]);
+    let pid = daemon.pid();
+    let deep = "[".repeat(20_000);
+    rt().block_on(async {
+        let exec = start(
+            &daemon,
+            json!({"command": ["/bin/sh", "-c", "echo ready; exec cat"]}),
+        )
+        .await;
+        let mut control = connect(&daemon, &exec.task, "control").await.unwrap();
+        let mut stdio = connect(&daemon, &exec.task, "stdio").await.unwrap();
+        let mut text = String::new();
+        read_until(&mut stdio, &mut text, "ready\n").await;
+        // Nested past Go's limit, on control (a decoder's first value) and on stdio (a whole
+        // message, as `json.Unmarshal` reads it).
+        control.send(Message::text(deep.clone())).await.unwrap();
+        stdio.send(Message::text(deep.clone())).await.unwrap();
+        stdio
+            .send(Message::text(r#"{"command": "end"} x"#))
+            .await
+            .unwrap();
+        // Binary commands of a mebibyte each, 64 of them: each is cut at the control
+        // channel's bound (64 KiB), never held whole.
+        let before = peak_kib(pid);
+        let chunk = vec![b' '; 1 << 20];
+        for _ in 0..64 {
+            control.send(Message::binary(chunk.clone())).await.unwrap();
+        }
+        let grown = peak_kib(pid).saturating_sub(before);
+        assert!(
+            grown < 16 * 1024,
+            "64 MiB of control messages cost {grown} KiB"
+        );
+        // The channel still works.
+        send_bytes(&mut stdio, b"after\n").await;
+        read_until(&mut stdio, &mut text, "after\n").await;
+        control
+            .send(Message::text(
+                r#"{"command": "signal", "signal": {"name": "SIGTERM"}}"#,
+            ))
+            .await
+            .unwrap();
+        read_to_end(&mut stdio).await;
+        let change = wait_change(&daemon, &exec.change).await;
+        assert_eq!(exit_code(&change), Some(143));
+    });
+    daemon.wait_log(
+        ": cannot decode control websocket command: invalid character '[' exceeded max depth",
+    );
+    daemon.wait_log("Cannot decode I/O command: invalid character '[' exceeded max depth");
+    daemon.wait_log("Cannot decode I/O command: invalid character 'x' after top-level value");
+    // A text message past the daemon's bound closes control as too big (1009), which, like
+    // a dropped control websocket, ends the command.
+    rt().block_on(async {
+        let exec = start(&daemon, json!({"command": ["cat"]})).await;
+        let mut control = connect(&daemon, &exec.task, "control").await.unwrap();
+        let _stdio = connect(&daemon, &exec.task, "stdio").await.unwrap();
+        let huge = " ".repeat(4 << 20);
+        let _ = control.send(Message::text(huge)).await;
+        let closed = tokio::time::timeout(LONG, async {
+            loop {
+                match control.next().await {
+                    Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                    Some(Ok(_)) => {}
+                    _ => return None,
+                }
+            }
+        })
+        .await
+        .expect("control closes");
+        assert_eq!(closed, Some(1009));
+        let change = wait_change(&daemon, &exec.change).await;
+        assert_eq!(exit_code(&change), Some(137));
+    });
+    assert!(crate::fixture::running(pid));
+}

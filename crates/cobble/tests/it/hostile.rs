@@ -139,3 +139,211 @@ fn a_layers_directory_layer_nested_past_yaml_v3s_limit_stops_the_start_in_its_wo
         .status(1)
         .run();
 }
+
+/// Sends `head` (a request line and headers, without the blank line that ends them) on a
+/// connection of its own; the status line of the answer.
+fn status_line(d: &Daemon, head: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(d.pebble_dir().join(".pebble.socket")).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    // The daemon may answer and close before it has read all of a head it refuses.
+    let _ = stream
+        .write_all(head)
+        .and_then(|()| stream.write_all(b"\r\n\r\n"));
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    text.lines().next().unwrap_or_default().to_owned()
+}
+
+/// A request head of `len` bytes in all (its blank line included): one long header.
+fn head_of(len: usize) -> Vec<u8> {
+    let mut head = b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Long: ".to_vec();
+    head.resize(len - 4, b'a');
+    head
+}
+
+#[test]
+fn request_heads_are_bounded_where_gos_server_bounds_them() {
+    let d = Daemon::hold(&[]);
+    let pid = d.pid();
+    // Go's server reads a head of up to 1 MiB and 4 KiB, and answers 431 past it.
+    let most = (1 << 20) + 4096;
+    assert_eq!(status_line(&d, &head_of(most)), "HTTP/1.1 200 OK");
+    assert_eq!(
+        status_line(&d, &head_of(most + 1)),
+        "HTTP/1.1 431 Request Header Fields Too Large"
+    );
+    assert_eq!(
+        status_line(&d, &head_of(64 << 20)),
+        "HTTP/1.1 431 Request Header Fields Too Large"
+    );
+    // Go counts no header fields; cobble takes a thousand, and answers as for a long head
+    // past them.
+    let many = |n: usize| {
+        let mut head = b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close".to_vec();
+        for i in 0..n - 2 {
+            head.extend_from_slice(format!("\r\nX-{i}: a").as_bytes());
+        }
+        head
+    };
+    assert_eq!(status_line(&d, &many(1000)), "HTTP/1.1 200 OK");
+    assert_eq!(
+        status_line(&d, &many(1001)),
+        "HTTP/1.1 431 Request Header Fields Too Large"
+    );
+    still_answers(&d, pid);
+}
+
+#[test]
+fn long_query_strings_get_pebbles_answers_up_to_the_longest_uri_taken() {
+    let d = Daemon::hold(&[]);
+    let pid = d.pid();
+    // Thousands of names, listed or repeated: an empty list, as from Pebble.
+    let listed: Vec<String> = (0..6000).map(|i| format!("svc{i}")).collect();
+    let (status, text) = raw(
+        &d,
+        Method::GET,
+        &format!("/v1/services?names={}", listed.join(",")),
+        None,
+    );
+    assert_eq!(
+        (status, text.as_str()),
+        (
+            200,
+            r#"{"type":"sync","status-code":200,"status":"OK","result":[]}"#
+        )
+    );
+    let repeated: Vec<String> = (0..4000).map(|i| format!("names=s{i}")).collect();
+    let (status, text) = raw(
+        &d,
+        Method::GET,
+        &format!("/v1/services?{}", repeated.join("&")),
+        None,
+    );
+    assert_eq!(
+        (status, text.as_str()),
+        (
+            200,
+            r#"{"type":"sync","status-code":200,"status":"OK","result":[]}"#
+        )
+    );
+    // Of a repeated key, the first counts, as in Go.
+    let selects = format!("/v1/changes?select=all{}", "&select=x".repeat(6000));
+    assert_eq!(raw(&d, Method::GET, &selects, None).0, 200);
+    let selects = format!("/v1/changes?select=x{}", "&select=all".repeat(4000));
+    assert_eq!(
+        answer(&d, Method::GET, &selects, ""),
+        (
+            400,
+            "select should be one of: all,in-progress,ready".to_owned()
+        )
+    );
+    // A target longer than the HTTP library takes (64 KiB), within Go's 1 MiB head: 414.
+    let huge = format!(
+        "GET /v1/services?names={} HTTP/1.1\r\nHost: x\r\nConnection: close",
+        "a,".repeat(100_000)
+    );
+    assert_eq!(
+        status_line(&d, huge.as_bytes()),
+        "HTTP/1.1 414 URI Too Long"
+    );
+    still_answers(&d, pid);
+}
+
+/// Sends a request with `content_type` and `body` on a connection of its own; the status
+/// and the result's message.
+fn post_typed(d: &Daemon, path: &str, content_type: &str, body: &[u8]) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(d.pebble_dir().join(".pebble.socket")).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let _ = stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(body));
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text.split_once("\r\n\r\n").expect("an answer");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let message = body["result"]["message"].as_str().unwrap_or_default();
+    (status, message.to_owned())
+}
+
+#[test]
+fn hostile_multipart_pushes_get_pebbles_answers() {
+    let d = Daemon::hold(&[]);
+    let pid = d.pid();
+    let boundary = "B".repeat(40);
+    let multipart = format!("multipart/form-data; boundary={boundary}");
+    let form = |metadata: &str| {
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n{metadata}\r\n--{boundary}--\r\n"
+        )
+        .into_bytes()
+    };
+    // Metadata nested past Go's limit: its decoder's words.
+    let deep = format!(r#"{{"action":"write","files":{}"#, "[".repeat(20_000));
+    assert_eq!(
+        post_typed(&d, "/v1/files", &multipart, &form(&deep)),
+        (
+            400,
+            "cannot decode request metadata: invalid character '[' exceeded max depth".to_owned()
+        )
+    );
+    // Metadata past cobble's 4 MiB bound (Pebble decodes any size).
+    let huge = format!(
+        r#"{{"action":"write","files":[],"x":"{}"}}"#,
+        "a".repeat(5 << 20)
+    );
+    assert_eq!(
+        post_typed(&d, "/v1/files", &multipart, &form(&huge)),
+        (400, "cannot decode request metadata: too large".to_owned())
+    );
+    // No boundary, a boundary too short, an empty one: Pebble's words.
+    let good = form(r#"{"action":"write","files":[{"path":"/x"}]}"#);
+    assert_eq!(
+        post_typed(&d, "/v1/files", "multipart/form-data", &good),
+        (400, r#"invalid boundary """#.to_owned())
+    );
+    assert_eq!(
+        post_typed(
+            &d,
+            "/v1/files",
+            "multipart/form-data; boundary=BOUND",
+            &good
+        ),
+        (400, r#"invalid boundary "BOUND""#.to_owned())
+    );
+    assert_eq!(
+        post_typed(&d, "/v1/files", "multipart/form-data; boundary=", &good),
+        (
+            400,
+            r#"invalid Content-Type "multipart/form-data; boundary=""#.to_owned()
+        )
+    );
+    // Thousands of empty parts before the metadata: the first is the one Pebble names.
+    let mut many = Vec::new();
+    for _ in 0..20_000 {
+        many.extend_from_slice(format!("--{boundary}\r\nX: y\r\n\r\n\r\n").as_bytes());
+    }
+    many.extend_from_slice(&good);
+    assert_eq!(
+        post_typed(&d, "/v1/files", &multipart, &many),
+        (
+            400,
+            r#"metadata field name must be "request", got """#.to_owned()
+        )
+    );
+    still_answers(&d, pid);
+}

@@ -215,12 +215,23 @@ fn cobble_takes_over_older_pebble_releases() {
 
 #[test]
 fn a_state_file_cobble_cannot_read_stops_it_with_the_file_named() {
+    // Nested far past any depth a state file has: refused at serde_json's 128 levels, with
+    // exit status 1 as Pebble's refusal past Go's 10 000, never a crash.
+    let deep = format!(
+        "{{\"data\":{}{}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
     for (content, wanted) in [
         (
             &b"{\"data\":{\"patch-level\":9}}"[..],
             "newer Pebble (patch level 9",
         ),
         (b"{not json", "it cannot be parsed"),
+        (
+            deep.as_bytes(),
+            "it cannot be parsed (recursion limit exceeded",
+        ),
     ] {
         let root = tempfile::tempdir().unwrap();
         let pebble = root.path().join("pebble");

@@ -40,6 +40,7 @@ use tokio_util::task::TaskTracker;
 use super::setup::Prepared;
 use super::ws::{Event, Reader, Socket, Writer, close_code};
 use super::{CONNECT_TIMEOUT, Channel, Registration};
+use crate::go_json::{self, GoField, GoStruct, GoType, INT, STRING};
 use crate::process::launch::{self, Launch, Wiring};
 use crate::process::launcher::{Group, Launcher};
 use crate::state::{StateStore, TaskStatus};
@@ -54,6 +55,39 @@ const SPLICED_CHUNK: usize = launch::EXEC_PIPE_SIZE;
 pub(super) const TERMINAL_DRAIN_IDLE: Duration = Duration::from_millis(100);
 /// The most bytes of a control command sent as a binary message.
 const MAX_COMMAND: usize = 64 * 1024;
+/// A control command as Pebble decodes it (`json.NewDecoder(r).Decode`): the first value of
+/// the message, bounded as request bodies are (Go's depth limit, in its words).
+const CONTROL_COMMAND: GoType = GoType::Struct(&GoStruct {
+    name: "cmdstate.execCommand",
+    fields: &[
+        GoField::new("Command", "command", STRING),
+        GoField::new(
+            "Signal",
+            "signal",
+            GoType::Ptr(&GoType::Struct(&GoStruct {
+                name: "cmdstate.execSignalArgs",
+                fields: &[GoField::new("Name", "name", STRING)],
+            })),
+        ),
+        GoField::new(
+            "Resize",
+            "resize",
+            GoType::Ptr(&GoType::Struct(&GoStruct {
+                name: "cmdstate.execResizeArgs",
+                fields: &[
+                    GoField::new("Width", "width", INT),
+                    GoField::new("Height", "height", INT),
+                ],
+            })),
+        ),
+    ],
+});
+/// A stream's command (`end`) as Pebble reads it (`json.Unmarshal` into an anonymous struct):
+/// the whole message is one value.
+const IO_COMMAND: GoType = GoType::Struct(&GoStruct {
+    name: "",
+    fields: &[GoField::new("Command", "command", STRING)],
+});
 /// How long closing the control websocket may take.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
@@ -369,7 +403,7 @@ impl Session {
             }
             ControlEvent::Command(text) => text,
         };
-        let command: ExecCommand = match serde_json::from_str(&text) {
+        let command: ExecCommand = match go_json::decode_as(text.as_bytes(), &CONTROL_COMMAND) {
             Ok(command) => command,
             Err(e) => {
                 tracing::info!("Exec {id}: cannot decode control websocket command: {e}");
@@ -629,11 +663,13 @@ async fn relay_stdin(
                     () = shutdown.cancelled() => return,
                 }
             }
-            Event::Text(text) => match serde_json::from_str::<ExecCommand>(&text) {
-                Ok(command) if command.command == "end" => stdin.end().await,
-                Ok(command) => tracing::info!("Invalid I/O command {:?}", command.command),
-                Err(e) => tracing::info!("Cannot decode I/O command: {e}"),
-            },
+            Event::Text(text) => {
+                match go_json::unmarshal_as::<ExecCommand>(text.as_bytes(), &IO_COMMAND) {
+                    Ok(command) if command.command == "end" => stdin.end().await,
+                    Ok(command) => tracing::info!("Invalid I/O command {:?}", command.command),
+                    Err(e) => tracing::info!("Cannot decode I/O command: {e}"),
+                }
+            }
             Event::Closed { .. } => break,
         }
     }
