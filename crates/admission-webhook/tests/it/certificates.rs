@@ -97,7 +97,7 @@ async fn a_pair_pushed_as_the_charm_pushes_it_is_loaded_from_the_push_events() {
             let mut rounds = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let _ = std::fs::read(etc.join("ld.so.cache"));
-                if rounds % 10 == 0 {
+                if rounds.is_multiple_of(10) {
                     let _ = std::fs::write(etc.join("mtab.tmp"), "x");
                     let _ = std::fs::remove_file(etc.join("mtab.tmp"));
                 }
