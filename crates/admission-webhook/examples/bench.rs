@@ -10,7 +10,8 @@
 //!
 //! Flags (defaults in brackets): --bin PATH [target/release/admission-webhook],
 //! --requests N [2000], --warmup N [200], --connections N [4], --load-secs S [10],
-//! --poddefaults N [10].
+//! --poddefaults N [10], --pushes N [20] (runs of the pushed-pair case; 0 skips it), --only-pushes (that case
+//! alone).
 
 #[allow(unused_imports)]
 #[path = "../tests/it/support/apiserver.rs"]
@@ -38,6 +39,8 @@ struct Args {
     connections: usize,
     load_secs: u64,
     poddefaults: usize,
+    pushes: usize,
+    only_pushes: bool,
 }
 
 fn args() -> Args {
@@ -56,9 +59,15 @@ fn args() -> Args {
         connections: 4,
         load_secs: 10,
         poddefaults: 10,
+        pushes: 20,
+        only_pushes: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--only-pushes" {
+            args.only_pushes = true;
+            continue;
+        }
         let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
             "--bin" => args.bin = value().into(),
@@ -67,6 +76,7 @@ fn args() -> Args {
             "--connections" => args.connections = value().parse().unwrap(),
             "--load-secs" => args.load_secs = value().parse().unwrap(),
             "--poddefaults" => args.poddefaults = value().parse().unwrap(),
+            "--pushes" => args.pushes = value().parse().unwrap(),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -125,6 +135,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 struct Webhook {
     child: Child,
     port: u16,
+    /// Until waited for: the port, once it serves...
+    serving: Option<std::sync::mpsc::Receiver<u16>>,
+    /// ...and every line it logs.
+    lines: Option<std::sync::mpsc::Receiver<String>>,
 }
 
 impl Drop for Webhook {
@@ -140,6 +154,7 @@ fn start_webhook(
     env: &[(String, String)],
     home: &Path,
     cache: bool,
+    wait: bool,
 ) -> Webhook {
     let mut command = Command::new(bin);
     command
@@ -162,10 +177,12 @@ fn start_webhook(
         .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
     let (tx, rx) = std::sync::mpsc::channel();
     let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut sent = false;
         // Keep draining so the webhook never blocks on a full pipe.
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line.clone());
             if !sent && let Some(rest) = line.split("serving webhooks on ").nth(1) {
                 let port: u16 = rest
                     .split_whitespace()
@@ -181,10 +198,110 @@ fn start_webhook(
             }
         }
     });
+    if !wait {
+        return Webhook {
+            child,
+            port: 0,
+            serving: Some(rx),
+            lines: Some(lines),
+        };
+    }
     let port = rx
         .recv_timeout(Duration::from_secs(30))
         .expect("the webhook did not start serving");
-    Webhook { child, port }
+    Webhook {
+        child,
+        port,
+        serving: None,
+        lines: None,
+    }
+}
+
+/// Writes `contents` to `path` as `push(make_dirs=True)` does: the missing directories,
+/// then a temporary file beside the target, renamed over it.
+fn push(path: &Path, contents: &str) {
+    let dir = path.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let temporary = dir.join(format!(
+        ".{}~push",
+        path.file_name().unwrap().to_str().unwrap()
+    ));
+    std::fs::write(&temporary, contents).unwrap();
+    std::fs::rename(&temporary, path).unwrap();
+}
+
+/// The charm's flow, `runs` times: the webhook starts before `etc/webhook/certs` exists,
+/// then `key.pem` and `cert.pem` are pushed into it in that order; the time from the second
+/// push to the first answered AdmissionReview (connections tried every millisecond). With
+/// `busy`, the ancestor watched meanwhile is busy as `/etc` is: a file read every 2 ms and
+/// another created and removed every 20 ms.
+async fn measure_push(args: &Args, api: &FakeApiServer, busy: bool) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for run in 0..args.pushes {
+        let scratch = tempfile::tempdir().unwrap();
+        let ca = apiserver::Ca::new("bench-ca");
+        let leaf = ca.leaf();
+        std::fs::create_dir_all(scratch.path().join("etc")).unwrap();
+        let certs = scratch.path().join("etc/webhook/certs");
+        let env = api.write_service_account(&scratch.path().join("sa"));
+        let webhook = start_webhook(&args.bin, &certs, &env, scratch.path(), false, false);
+        let stop = Arc::new(AtomicBool::new(false));
+        let noise = busy.then(|| {
+            let (stop, etc) = (stop.clone(), scratch.path().join("etc"));
+            std::thread::spawn(move || {
+                std::fs::write(etc.join("ld.so.cache"), "cache").unwrap();
+                for round in 0u64.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let _ = std::fs::read(etc.join("ld.so.cache"));
+                    if round.is_multiple_of(10) {
+                        let _ = std::fs::write(etc.join("mtab.tmp"), "x");
+                        let _ = std::fs::remove_file(etc.join("mtab.tmp"));
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            })
+        });
+        let lines = webhook.lines.as_ref().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("the webhook did not say it waits for its certificates")
+            .contains("waiting for a valid certificate")
+        {}
+        push(&certs.join("key.pem"), &leaf.key_pem);
+        push(&certs.join("cert.pem"), &leaf.cert_pem);
+        let pushed = Instant::now();
+        let port = loop {
+            match webhook.serving.as_ref().unwrap().try_recv() {
+                Ok(port) => break port,
+                Err(_) if pushed.elapsed() < Duration::from_secs(30) => {
+                    tokio::time::sleep(Duration::from_millis(1)).await
+                }
+                Err(_) => panic!("run {run}: not serving 30 s after the push"),
+            }
+        };
+        let mut client = loop {
+            match Client::connect(port, &ca.pem).await {
+                Ok(client) => break client,
+                Err(_) if pushed.elapsed() < Duration::from_secs(30) => {
+                    tokio::time::sleep(Duration::from_millis(1)).await
+                }
+                Err(err) => panic!("run {run}: cannot connect: {err}"),
+            }
+        };
+        let answer = client.review(&review(run)).await;
+        let elapsed = pushed.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        if let Some(noise) = noise {
+            noise.join().unwrap();
+        }
+        assert_eq!(answer["response"]["allowed"], true, "{answer}");
+        times.push(elapsed);
+    }
+    times.sort();
+    times
 }
 
 struct Row {
@@ -210,7 +327,7 @@ async fn measure(args: &Args, api: &FakeApiServer, cache: bool) -> Row {
     let env = api.write_service_account(&scratch.path().join("sa"));
     let home = scratch.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let webhook = start_webhook(&args.bin, &certs, &env, &home, cache);
+    let webhook = start_webhook(&args.bin, &certs, &env, &home, cache, true);
     let pid = webhook.child.id();
 
     let mut client = Client::connect(webhook.port, &ca.pem).await.unwrap();
@@ -296,7 +413,7 @@ fn main() {
             api.put(poddefault(i));
         }
         let mut rows = Vec::new();
-        for cache in [false, true] {
+        for cache in [false, true].into_iter().filter(|_| !args.only_pushes) {
             eprintln!("==> {}", if cache { "-cache" } else { "LIST per admission" });
             rows.push(measure(&args, &api, cache).await);
         }
@@ -312,6 +429,7 @@ fn main() {
             args.connections,
             args.load_secs
         );
+        if !rows.is_empty() {
         println!("| PodDefaults from | median | p99 | max | LISTs in the series | requests/s ({} conns) | RSS idle | RSS under load (max) | RSS after load |", args.connections);
         println!("|---|---|---|---|---|---|---|---|---|");
         for row in rows {
@@ -327,6 +445,27 @@ fn main() {
                 mib(row.rss_load),
                 mib(row.rss_after)
             );
+        }
+        }
+        if args.pushes > 0 {
+            println!(
+                "\nFirst answer after the pair is pushed ({} runs each: the directory absent at start, key.pem then cert.pem, each a temporary file renamed; from the second push to the first answered AdmissionReview):\n",
+                args.pushes
+            );
+            println!("| watched ancestor | min | median | p90 | max |");
+            println!("|---|---|---|---|---|");
+            for busy in [false, true] {
+                eprintln!("==> the pair pushed as the charm pushes it{}", if busy { ", busy ancestor" } else { "" });
+                let times = measure_push(&args, &api, busy).await;
+                println!(
+                    "| {} | {} | {} | {} | {} |",
+                    if busy { "busy (a read every 2 ms)" } else { "quiet" },
+                    ms(times[0]),
+                    ms(percentile(&times, 50.0)),
+                    ms(percentile(&times, 90.0)),
+                    ms(times[times.len() - 1])
+                );
+            }
         }
     });
 }

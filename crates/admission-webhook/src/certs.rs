@@ -9,6 +9,14 @@
 //!   existing ancestors) are watched with inotify, so an atomic rename, an in-place write
 //!   or the kubelet's `..data` symlink swap is seen at once; a 1 s poll backs the events up
 //!   (a missed event, a file system without inotify);
+//! - only events that can change what the files read count: not opens and reads (its own
+//!   reads among them), and in an ancestor watched while the directory is missing (`/etc`
+//!   for `/etc/webhook/certs`), only the directories on the way to the files, so a busy
+//!   ancestor neither delays a load nor stands in for the poll;
+//! - a directory created on the way (`push(make_dirs=True)` makes the whole chain, then the
+//!   file) is watched before the files are read again, and watches are added until the
+//!   nearest existing directory stops changing, so a directory made while a watch was being
+//!   added is not missed;
 //! - a new pair is used only if both files parse and the key matches the certificate; until
 //!   then the previous pair keeps serving (a cert written before its key is such a moment);
 //! - each pair that loads bumps a generation on a `watch` channel: the server opens its
@@ -20,9 +28,10 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use notify::{RecursiveMode, Watcher};
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecursiveMode, Watcher};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -30,9 +39,32 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 /// How often the files are read even without an event.
-const POLL: Duration = Duration::from_secs(1);
-/// How long to wait for more events after one, so a burst is one reload.
-const SETTLE: Duration = Duration::from_millis(50);
+pub const POLL: Duration = Duration::from_secs(1);
+/// `ADMISSION_WEBHOOK_CERT_POLL_SECONDS` sets another poll interval, in whole seconds (for
+/// tests that must see a load come from an event, not from the poll).
+pub const POLL_ENV: &str = "ADMISSION_WEBHOOK_CERT_POLL_SECONDS";
+/// How long to wait for more events after one, so a burst (a temporary file written and
+/// renamed) is one reload...
+const SETTLE: Duration = Duration::from_millis(20);
+/// ...but never longer than this after the first event of the burst.
+const SETTLE_MAX: Duration = Duration::from_millis(100);
+
+/// The poll interval: [`POLL`], or whole seconds from [`POLL_ENV`].
+pub fn poll_interval() -> Duration {
+    match std::env::var(POLL_ENV) {
+        Err(_) => POLL,
+        Ok(value) => match value.parse::<u64>() {
+            Ok(secs) if secs > 0 => Duration::from_secs(secs),
+            _ => {
+                tracing::warn!(
+                    "ignoring {POLL_ENV}={value:?}: not a positive number of seconds; polling every {}s",
+                    POLL.as_secs()
+                );
+                POLL
+            }
+        },
+    }
+}
 
 /// The pair in use, shared with every TLS handshake.
 #[derive(Debug, Default)]
@@ -76,10 +108,12 @@ pub fn load_pair(
         .map_err(|e| format!("cannot use the certificate and key: {e}"))
 }
 
-/// Starts the watcher thread. `generation` goes up by one for every pair that is loaded.
+/// Starts the watcher thread, which also reads the files every `poll`. `generation` goes up
+/// by one for every pair that is loaded.
 pub fn spawn_watcher(
     cert: PathBuf,
     key: PathBuf,
+    poll: Duration,
     current: Arc<CurrentCert>,
     provider: Arc<CryptoProvider>,
     generation: tokio::sync::watch::Sender<u64>,
@@ -87,9 +121,14 @@ pub fn spawn_watcher(
     std::thread::Builder::new()
         .name("cert-watcher".into())
         .spawn(move || {
+            // Watches and events speak of absolute paths; messages keep the flags' words.
+            let targets =
+                [&cert, &key].map(|path| std::path::absolute(path).unwrap_or(path.clone()));
             CertWatcher {
+                targets,
                 cert,
                 key,
+                poll,
                 current,
                 provider,
                 generation,
@@ -103,6 +142,9 @@ pub fn spawn_watcher(
 struct CertWatcher {
     cert: PathBuf,
     key: PathBuf,
+    /// The two files as absolute paths.
+    targets: [PathBuf; 2],
+    poll: Duration,
     current: Arc<CurrentCert>,
     provider: Arc<CryptoProvider>,
     generation: tokio::sync::watch::Sender<u64>,
@@ -115,8 +157,8 @@ struct CertWatcher {
 impl CertWatcher {
     fn run(mut self) {
         let (events_tx, events) = mpsc::channel();
-        let mut watcher = match notify::recommended_watcher(move |_event| {
-            let _ = events_tx.send(());
+        let mut watcher = match notify::recommended_watcher(move |event| {
+            let _ = events_tx.send(event);
         }) {
             Ok(watcher) => Some(watcher),
             Err(err) => {
@@ -130,13 +172,19 @@ impl CertWatcher {
                 self.update_watches(watcher, &mut watched);
             }
             self.reload();
-            match events.recv_timeout(POLL) {
-                Ok(()) => while events.recv_timeout(SETTLE).is_ok() {},
+            let holding = self
+                .targets
+                .iter()
+                .flat_map(|path| holding_dirs(path))
+                .collect();
+            match self.wait(&events, &holding) {
+                Ok(()) => {}
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     // The watcher died: keep polling.
                     watcher = None;
-                    std::thread::sleep(POLL);
+                    watched.clear();
+                    std::thread::sleep(self.poll);
                 }
             }
             if self.generation.is_closed() {
@@ -145,20 +193,67 @@ impl CertWatcher {
         }
     }
 
-    /// Watches the directories that matter now; directories that appear later are added on
-    /// the next round, which always rereads the files after adding watches.
-    fn update_watches(&self, watcher: &mut impl Watcher, watched: &mut HashSet<PathBuf>) {
-        let wanted: HashSet<PathBuf> = [&self.cert, &self.key]
-            .into_iter()
-            .flat_map(|path| watch_dirs(path))
-            .collect();
-        for dir in watched.difference(&wanted) {
-            let _ = watcher.unwatch(dir);
+    /// Waits for an event that can change the files (then for the rest of its burst), or
+    /// for the poll interval.
+    fn wait(
+        &self,
+        events: &mpsc::Receiver<notify::Result<notify::Event>>,
+        holding: &HashSet<PathBuf>,
+    ) -> Result<(), RecvTimeoutError> {
+        let poll_at = Instant::now() + self.poll;
+        loop {
+            let event = events.recv_timeout(poll_at.saturating_duration_since(Instant::now()))?;
+            if matters(&self.targets, &event, holding) {
+                break;
+            }
         }
-        watched.retain(|dir| wanted.contains(dir));
-        for dir in wanted {
-            if !watched.contains(&dir) && watcher.watch(&dir, RecursiveMode::NonRecursive).is_ok() {
-                watched.insert(dir);
+        let settled_by = Instant::now() + SETTLE_MAX;
+        loop {
+            let now = Instant::now();
+            if now >= settled_by {
+                return Ok(());
+            }
+            match events.recv_timeout(SETTLE.min(settled_by - now)) {
+                // Events that do not matter neither extend the burst nor end it.
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => return Ok(()),
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+        }
+    }
+
+    /// Watches the directories that matter now, again and again until they stop changing:
+    /// a directory made on the way while a watch was being added is then watched too (its
+    /// own creation was not seen). The files are reread after this, so whatever was written
+    /// into a directory before it was watched is read.
+    fn update_watches(&self, watcher: &mut impl Watcher, watched: &mut HashSet<PathBuf>) {
+        // Bounded by the depth of the paths; the bound only guards against a file system
+        // that keeps changing under us.
+        for _ in 0..64 {
+            let wanted: HashSet<PathBuf> = self
+                .targets
+                .iter()
+                .flat_map(|path| watch_dirs(path))
+                .collect();
+            if wanted == *watched {
+                return;
+            }
+            for dir in watched.difference(&wanted) {
+                let _ = watcher.unwatch(dir);
+            }
+            watched.retain(|dir| wanted.contains(dir));
+            let mut added = false;
+            for dir in wanted {
+                if !watched.contains(&dir)
+                    && watcher.watch(&dir, RecursiveMode::NonRecursive).is_ok()
+                {
+                    watched.insert(dir);
+                    added = true;
+                }
+            }
+            if !added {
+                // A directory that cannot be watched is left to the poll.
+                return;
             }
         }
     }
@@ -237,6 +332,50 @@ fn watch_dirs(path: &Path) -> Vec<PathBuf> {
     dirs
 }
 
+/// Whether an event can change what the files read, or which directories to watch.
+fn matters(
+    targets: &[PathBuf; 2],
+    event: &notify::Result<notify::Event>,
+    holding: &HashSet<PathBuf>,
+) -> bool {
+    let event = match event {
+        Ok(event) => event,
+        // An overflowed queue and the like: something may have been missed.
+        Err(_) => return true,
+    };
+    match event.kind {
+        // The end of a write counts; opens and reads (the watcher's own among them) do not.
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
+        EventKind::Access(_) => return false,
+        _ => {}
+    }
+    if event.paths.is_empty() || event.need_rescan() {
+        return true;
+    }
+    event.paths.iter().any(|path| {
+        // A file itself, or a directory on the way to one (made, moved or removed)...
+        targets.iter().any(|file| file.starts_with(path))
+            // ...or anything in a directory that holds a file or what it resolves to (a
+            // temporary file renamed over it, the kubelet's `..data` swap). Other entries
+            // of an ancestor watched while the directories below it are missing do not.
+            || path.parent().is_some_and(|dir| holding.contains(dir))
+    })
+}
+
+/// The directories whose entries can change what `path` reads: its parent, and the parent of
+/// what it resolves to through symlinks.
+fn holding_dirs(path: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = path.parent().map(Path::to_path_buf).into_iter().collect();
+    if let Some(parent) = std::fs::canonicalize(path)
+        .ok()
+        .as_deref()
+        .and_then(Path::parent)
+    {
+        dirs.push(parent.to_path_buf());
+    }
+    dirs
+}
+
 /// An IO error in the words Go uses, which is what people search for
 /// ("no such file or directory", not "No such file or directory (os error 2)").
 fn io_text(err: &std::io::Error) -> String {
@@ -257,6 +396,48 @@ mod tests {
     fn io_errors_read_like_go() {
         let err = std::fs::read("/nonexistent/x").unwrap_err();
         assert_eq!(io_text(&err), "no such file or directory");
+    }
+
+    #[test]
+    fn only_events_that_can_change_the_files_matter() {
+        use notify::event::{CreateKind, ModifyKind, RemoveKind, RenameMode};
+        let targets = [
+            PathBuf::from("/etc/webhook/certs/cert.pem"),
+            PathBuf::from("/etc/webhook/certs/key.pem"),
+        ];
+        let holding: HashSet<PathBuf> = [PathBuf::from("/etc/webhook/certs")].into();
+        let event = |kind, path: &str| Ok(notify::Event::new(kind).add_path(path.into()));
+        let open = EventKind::Access(AccessKind::Open(AccessMode::Any));
+        let written = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        let created = EventKind::Create(CreateKind::Any);
+        let renamed = EventKind::Modify(ModifyKind::Name(RenameMode::To));
+        for (kind, path, want) in [
+            // The busy ancestor watched while /etc/webhook is missing.
+            (open, "/etc/ld.so.cache", false),
+            (created, "/etc/mtab.tmp", false),
+            (EventKind::Remove(RemoveKind::Any), "/etc/mtab.tmp", false),
+            // The directories of the push, on the way to the files.
+            (created, "/etc/webhook", true),
+            (created, "/etc/webhook/certs", true),
+            // The push itself, and the watcher's own reads.
+            (created, "/etc/webhook/certs/.cert.pem~push", true),
+            (written, "/etc/webhook/certs/.cert.pem~push", true),
+            (renamed, "/etc/webhook/certs/cert.pem", true),
+            (open, "/etc/webhook/certs/cert.pem", false),
+            // The kubelet's swap in the directory itself.
+            (renamed, "/etc/webhook/certs/..data", true),
+        ] {
+            assert_eq!(
+                matters(&targets, &event(kind, path), &holding),
+                want,
+                "{kind:?} {path}"
+            );
+        }
+        assert!(matters(
+            &targets,
+            &Err(notify::Error::generic("queue overflow")),
+            &holding
+        ));
     }
 
     #[test]

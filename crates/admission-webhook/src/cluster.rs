@@ -308,12 +308,22 @@ impl Readiness for Cache {
 pub trait Source: PodDefaults + Readiness {}
 impl<T: PodDefaults + Readiness> Source for T {}
 
-/// Picks the source the flags ask for.
+/// Picks the source the flags ask for; with a LIST per admission, starts building its
+/// client at once.
 pub fn source(kubeconfig: PathBuf, cache: bool) -> Arc<dyn Source> {
     if cache {
         Arc::new(Cache::start(kubeconfig))
     } else {
-        Arc::new(ListPerRequest::new(kubeconfig))
+        let source = Arc::new(ListPerRequest::new(kubeconfig));
+        // Build the client now, while the webhook waits for its certificates, rather than
+        // in the first admission; a failure is left for that admission to report and retry.
+        let early = source.clone();
+        tokio::spawn(async move {
+            if let Err(err) = early.client.get().await {
+                tracing::debug!("not ready to talk to the API server yet: {err}");
+            }
+        });
+        source
     }
 }
 

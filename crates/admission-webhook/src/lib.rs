@@ -69,6 +69,7 @@ pub async fn run(
     certs::spawn_watcher(
         options.tls_cert_file.clone(),
         options.tls_key_file.clone(),
+        certs::poll_interval(),
         current.clone(),
         provider.clone(),
         generation_tx,

@@ -2,6 +2,8 @@
 //! once they are written, follows rotations, and keeps its pair when a new one is broken.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -51,6 +53,88 @@ async fn it_waits_for_missing_certificates_and_serves_once_they_are_written() {
         webhook.count_log("waiting for a valid certificate and key"),
         1,
         "logged once"
+    );
+}
+
+/// Writes `contents` to `path` as Pebble's and cobble's `push(make_dirs=True)` do: the
+/// missing directories first, then a temporary file beside the target, renamed over it.
+fn push(path: &Path, contents: &str) {
+    let dir = path.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let name = path.file_name().unwrap().to_str().unwrap();
+    let temporary = dir.join(format!(".{name}~push"));
+    std::fs::write(&temporary, contents).unwrap();
+    std::fs::rename(&temporary, path).unwrap();
+}
+
+/// The charm's flow: `/etc/webhook/certs` does not exist when the webhook starts, then
+/// `key.pem` and `cert.pem` are pushed with `make_dirs=True`, in that order. The directory
+/// watched meanwhile is a busy ancestor (as `/etc` is: every program that starts opens
+/// `/etc/ld.so.cache`, and files come and go there), which must neither hold the load back
+/// nor be needed for it. The poll is an hour, so only the events of the push can load the
+/// pair within the wait: the first AdmissionReview is answered from them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pair_pushed_as_the_charm_pushes_it_is_loaded_from_the_push_events() {
+    let scratch = Scratch::new();
+    let api = FakeApiServer::start().await;
+    api.put(access_ml_pipeline());
+    let etc = scratch.path("etc");
+    std::fs::create_dir_all(&etc).unwrap();
+    let certs = etc.join("webhook/certs");
+    let mut env = api.write_service_account(&scratch.path("serviceaccount"));
+    env.push(("ADMISSION_WEBHOOK_CERT_POLL_SECONDS".into(), "3600".into()));
+    let webhook = Webhook::start(&strs(&cert_args(&certs)), &env, &scratch.home());
+    webhook.wait_for_log("waiting for a valid certificate and key", STARTUP);
+
+    // The busy ancestor: opens and reads of one file, and another file created and removed,
+    // without a pause of more than a few milliseconds, until the first answer.
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = {
+        let stop = stop.clone();
+        let etc = etc.clone();
+        std::thread::spawn(move || {
+            std::fs::write(etc.join("ld.so.cache"), "cache").unwrap();
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = std::fs::read(etc.join("ld.so.cache"));
+                if rounds.is_multiple_of(10) {
+                    let _ = std::fs::write(etc.join("mtab.tmp"), "x");
+                    let _ = std::fs::remove_file(etc.join("mtab.tmp"));
+                }
+                rounds += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            rounds
+        })
+    };
+    // The noise is under way before the push (this wait is not a timing assumption: the
+    // push may come at any moment).
+    std::thread::sleep(Duration::from_millis(200));
+
+    push(&certs.join("key.pem"), &scratch.a.key_pem);
+    push(&certs.join("cert.pem"), &scratch.a.cert_pem);
+
+    // STARTUP (10 s) is far below the hour-long poll: only an event-driven load passes.
+    let mut client =
+        Client::connect_when_ready(webhook.port(STARTUP), &scratch.ca.pem, STARTUP).await;
+    let pod = notebook_pod();
+    let answer = client.review(&review("v1", "first", &pod)).await;
+    stop.store(true, Ordering::Relaxed);
+    let rounds = busy.join().unwrap();
+    assert!(rounds > 0, "the ancestor was busy");
+    assert_eq!(client.peer, scratch.a.der);
+    assert_eq!(answer["response"]["uid"], "first");
+    let after = outcome(&pod, &answer).unwrap();
+    assert_eq!(
+        after["spec"]["containers"][0]["env"][0]["name"],
+        "KF_PIPELINES_SA_TOKEN_PATH"
+    );
+    assert_eq!(webhook.count_log("loaded certificate"), 1);
+    // The half pair (the key alone) was not a new problem worth a line: the cert was missing
+    // before and after it.
+    assert_eq!(
+        webhook.count_log("waiting for a valid certificate and key"),
+        1
     );
 }
 
