@@ -356,7 +356,7 @@ fn a_service_requiring_a_check_waits_without_failing_and_starts_once_it_passes()
         start >= bind,
         "app started at {start}, before db listened at {bind}"
     );
-    wait_for("app active", Duration::from_secs(5), || {
+    wait_for("app active", Duration::from_secs(20), || {
         service(&d, "app").current == "active"
     });
     assert_eq!(times(&root.path().join("app-starts")).len(), 1);
