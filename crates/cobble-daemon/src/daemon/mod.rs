@@ -344,7 +344,7 @@ async fn start_managers(
     let check_launcher = Launcher::new(CHECK_LAUNCHES).recording(processes.clone());
     let (checks, checks_task) =
         CheckManager::spawn(plan.subscribe(), store.clone(), check_launcher);
-    sockets::hold(plan.subscribe(), processes.clone());
+    sockets::hold(plan.subscribe(), processes.clone()).await;
     let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe());
     let (services, services_task) = ServiceManager::spawn(
         plan.subscribe(),

@@ -172,6 +172,141 @@ fn a_main_pid_other_than_its_own_is_refused_with_a_reason() {
     d.wait_log("sent MAINPID=1, which is ignored");
 }
 
+/// A sender that tries what a service may send on its notify socket before it says it is
+/// ready: 200 descriptors with explicit credentials, a barrier (waiting, bounded, for its
+/// pipe to close), a datagram far over the limit, one with a NUL inside, a line that is not
+/// UTF-8 and a flood. Each run appends `LABEL what` to `said` in `dir` as it goes; the
+/// descriptors it passes are of files in `dir/passed`.
+fn hostile_notify_script(dir: &Path) -> PathBuf {
+    let path = dir.join("hostile.py");
+    fs::create_dir_all(dir.join("passed")).unwrap();
+    fs::write(dir.join("passed").join("file"), "").unwrap();
+    fs::write(
+        &path,
+        "import array, os, select, socket, struct, sys\n\
+         d, label = sys.argv[1], sys.argv[2]\n\
+         def said(text):\n    open(os.path.join(d, 'said'), 'a').write(label + ' ' + text + '\\n')\n\
+         address = os.environ['NOTIFY_SOCKET']\n\
+         if address.startswith('@'):\n    address = '\\0' + address[1:]\n\
+         s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+         s.connect(address)\n\
+         rights = lambda fds: (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', fds))\n\
+         creds = (socket.SOL_SOCKET, socket.SCM_CREDENTIALS, struct.pack('iII', os.getpid(), os.getuid(), os.getgid()))\n\
+         passed = [os.open(os.path.join(d, 'passed', 'file'), os.O_RDONLY) for _ in range(200)]\n\
+         s.sendmsg([b'STATUS=with descriptors\\nFDSTORE=1'], [rights(passed), creds])\n\
+         for fd in passed:\n    os.close(fd)\n\
+         r, w = os.pipe()\n\
+         s.sendmsg([b'BARRIER=1'], [rights([w])])\n\
+         os.close(w)\n\
+         p = select.poll()\n\
+         p.register(r, select.POLLHUP)\n\
+         if not p.poll(60000):\n    said('barrier unanswered')\n    sys.exit(1)\n\
+         said('barrier answered')\n\
+         s.send(b'STATUS=' + b'x' * 100000)\n\
+         s.send(b'READY=1\\0STATUS=nul')\n\
+         s.send(b'STATUS=\\xff\\xfe\\nSTATUS=not utf-8')\n\
+         for i in range(300):\n    s.send(b'STATUS=flood %d' % i)\n\
+         s.send(b'READY=1\\nSTATUS=ready')\n\
+         said('ready sent')\n\
+         os.execvp('sleep', ['sleep', '1000'])\n",
+    )
+    .unwrap();
+    path
+}
+
+/// The bug this pins: a datagram with a descriptor (`systemd-notify`'s barrier) ended the
+/// socket's reader, and every later run of the service was refused at its address.
+#[test]
+fn a_notify_socket_takes_whatever_a_service_sends_and_still_hears_ready_in_every_run() {
+    let root = tempfile::tempdir().unwrap();
+    let script = hostile_notify_script(root.path());
+    let layer = format!(
+        "services:\n  svc:\n    override: replace\n    readiness: notify\n    \
+         command: python3 {} {} run\n",
+        script.display(),
+        root.path().display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let said = root.path().join("said");
+    for run in 1..=2 {
+        let action = if run == 1 { "start" } else { "restart" };
+        let change = act(&d, action, &["svc"]);
+        assert_eq!(change.status, "Done", "run {run}: {change:?}\n{}", d.log());
+        assert_eq!(
+            crate::fixture::lines(&said),
+            ["run barrier answered", "run ready sent"].repeat(run),
+            "run {run}"
+        );
+        let info = service(&d, "svc");
+        assert_eq!(info.current, "active");
+        assert_eq!(info.reason.as_deref(), Some("says \"ready\""));
+    }
+    d.wait_log("ignored: longer than 4096 bytes");
+    d.wait_log("ignored: it holds a NUL byte");
+    let log = d.log();
+    assert!(!log.contains("notify socket failed"), "{log}");
+    assert_eq!(
+        log.matches("ignored: longer than 4096 bytes").count(),
+        2,
+        "said once a run: {log}"
+    );
+    assert!(
+        !crate::fixture::has_file_open_in(d.pid(), &root.path().join("passed")),
+        "the daemon keeps no descriptor it was passed"
+    );
+}
+
+/// Should the reader of a notify socket die all the same, it is started again on the same
+/// socket, and what was sent meanwhile is read then.
+#[test]
+fn a_notify_reader_that_dies_is_started_again_on_the_same_address() {
+    let root = tempfile::tempdir().unwrap();
+    let notify = notify_script(root.path());
+    let layer = format!(
+        "services:\n  svc:\n    override: replace\n    readiness: notify\n    \
+         command: /bin/sh -c 'python3 {n} {panic}=1; python3 {n} READY=1; exec sleep 1000'\n",
+        n = notify.display(),
+        panic = cobble_daemon::PANIC_SIGNAL
+    );
+    let d = Daemon::start_with_env(
+        &[("001-base", &layer)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    let change = act(&d, "start", &["svc"]);
+    assert_eq!(change.status, "Done", "{change:?}\n{}", d.log());
+    d.wait_log(
+        "Service \"svc\" notify socket failed: its reader panicked; reading it again in 100ms",
+    );
+    let change = act(&d, "restart", &["svc"]);
+    assert_eq!(change.status, "Done", "{change:?}\n{}", d.log());
+}
+
+/// systemd's own sender, which follows each message with a barrier, when it is installed.
+#[test]
+fn systemd_notify_can_say_a_service_is_ready_in_every_run() {
+    let program = Path::new("/usr/bin/systemd-notify");
+    if !program.exists() {
+        eprintln!("skipped: systemd-notify is not installed (Debian's systemd package)");
+        return;
+    }
+    let layer = format!(
+        "services:\n  svc:\n    override: replace\n    readiness: notify\n    \
+         command: /bin/sh -c '{} --ready --status=serving; exec sleep 1000'\n",
+        program.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    for action in ["start", "restart", "restart"] {
+        let change = act(&d, action, &["svc"]);
+        assert_eq!(change.status, "Done", "{action}: {change:?}\n{}", d.log());
+        assert_eq!(
+            service(&d, "svc").reason.as_deref(),
+            Some("says \"serving\"")
+        );
+    }
+    assert!(!d.log().contains("notify socket failed"), "{}", d.log());
+}
+
 /// A database that opens its port after `delay` (S8's server), and a check of that port.
 fn db_layer(root: &Path, port: u16, delay: f64) -> String {
     let server = crate::scenarios::slow_server(root, "db", port, delay);
@@ -221,7 +356,7 @@ fn a_service_requiring_a_check_waits_without_failing_and_starts_once_it_passes()
         start >= bind,
         "app started at {start}, before db listened at {bind}"
     );
-    wait_for("app active", Duration::from_secs(5), || {
+    wait_for("app active", Duration::from_secs(20), || {
         service(&d, "app").current == "active"
     });
     assert_eq!(times(&root.path().join("app-starts")).len(), 1);

@@ -298,7 +298,7 @@ fn chaos(rounds: usize, mut check: impl FnMut(&Daemon, &[u64])) {
         // A write the new daemon makes may show its temporary file for a moment where the
         // file system cannot keep it nameless: only what stays counts.
         let mut left = leftovers(&daemon);
-        let deadline = Instant::now() + Duration::from_secs(2);
+        let deadline = Instant::now() + Duration::from_secs(10);
         while !left.is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
             left = leftovers(&daemon);

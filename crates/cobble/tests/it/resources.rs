@@ -61,7 +61,7 @@ fn rlimits_reach_the_service_its_exec_check_and_an_exec_in_its_context() {
         "services:\n  svc:\n    override: replace\n    \
          command: /bin/sh -c 'echo $(ulimit -n) $(ulimit -Hn) $(ulimit -c) > {s}; exec sleep 1000'\n    \
          rlimits:\n      nofile: \"1000:2000\"\n      core: 0\n\
-         checks:\n  limited:\n    override: replace\n    period: 200ms\n    threshold: 1\n    \
+         checks:\n  limited:\n    override: replace\n    period: 3s\n    threshold: 1\n    \
          exec:\n      service-context: svc\n      command: /bin/sh -c 'test $(ulimit -n) = 1000 && test $(ulimit -Hn) = 2000'\n",
         s = seen.display()
     );
@@ -95,7 +95,9 @@ fn rlimits_reach_the_service_its_exec_check_and_an_exec_in_its_context() {
         let body: serde_json::Value = serde_json::from_str(&body).unwrap();
         body["result"][0].clone()
     };
-    wait_for("the exec check to pass", Duration::from_secs(10), || {
+    // A check's timeout is at most its period: 3 s (the default timeout) leaves a busy
+    // machine time to run the shell, so a failure can only be the limits'.
+    wait_for("the exec check to pass", Duration::from_secs(20), || {
         check()["successes"].as_u64().unwrap_or(0) >= 2
     });
     let check = check();

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use crate::fixture::{Daemon, client, free_port, rt, service, wait_for};
 
 /// One `GET` over a fresh connection, as Kubernetes probes and `ops` do; returns the status
-/// line and how long the answer took. A frozen daemon fails the read timeout.
+/// line and how long the answer took. A frozen daemon fails the read timeout, which is long
+/// enough for a busy machine: a frozen daemon never answers.
 fn get(mut stream: impl Read + Write, path: &str) -> (String, Duration) {
     let began = Instant::now();
     write!(
@@ -27,7 +28,7 @@ fn get(mut stream: impl Read + Write, path: &str) -> (String, Duration) {
 fn get_tcp(port: u16, path: &str) -> (String, Duration) {
     let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream
-        .set_read_timeout(Some(Duration::from_secs(2)))
+        .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     get(stream, path)
 }
@@ -35,7 +36,7 @@ fn get_tcp(port: u16, path: &str) -> (String, Duration) {
 fn get_unix(socket: &Path, path: &str) -> (String, Duration) {
     let stream = UnixStream::connect(socket).expect("connect");
     stream
-        .set_read_timeout(Some(Duration::from_secs(2)))
+        .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     get(stream, path)
 }

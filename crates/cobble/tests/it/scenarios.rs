@@ -120,7 +120,7 @@ fn s5_restart_ends_escaped_grandchildren_that_hold_the_port() {
     });
     let new: u32 = lines(&binds)[1].parse().unwrap();
     assert_ne!(old, new);
-    wait_for("old instance gone", Duration::from_secs(5), || {
+    wait_for("old instance gone", Duration::from_secs(20), || {
         !Path::new(&format!("/proc/{old}")).exists()
     });
     assert_eq!(crate::supervision::zombies_of(d.pid()), 0);
@@ -396,7 +396,8 @@ fn s9_a_slow_starter_with_a_start_grace_is_not_killed() {
     wait_for("the check down", Duration::from_secs(10), || {
         rt().block_on(c.checks("", &[])).unwrap()[0].status == "down"
     });
-    wait_for("the action held", Duration::from_secs(5), || {
+    // Held for as long as the grace lasts.
+    wait_for("the action held", Duration::from_secs(10), || {
         service(&d, "slow")
             .reason
             .is_some_and(|r| r.contains("check action held: up until "))

@@ -146,7 +146,7 @@ fn signal_a_running_service() {
         .args(&["signal", "TERM", "srv2"])
         .run();
     // `sleep` dies of SIGTERM; the default on-failure restart takes it through backoff.
-    wait_for("srv2 to leave active", Duration::from_secs(5), || {
+    wait_for("srv2 to leave active", Duration::from_secs(20), || {
         current(&daemon, "srv2") != "active"
     });
 }

@@ -32,6 +32,8 @@ use std::time::Duration;
 use cobble_plan::{CountLimit, MemoryLimit, Resources};
 use cobble_sys::process::{self as sys, Signal};
 
+mod retired;
+
 /// The controllers cobble uses, by their v2 names.
 const CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 
@@ -44,8 +46,8 @@ pub(crate) struct Cgroups {
     /// Whether the base directories exist and leftovers were swept.
     prepared: Mutex<Option<Result<(), String>>>,
     /// Cgroups of runs that have ended but could not be removed yet (a process was still
-    /// leaving).
-    retired: Mutex<Vec<ServiceCgroup>>,
+    /// leaving), each removed once it empties.
+    retired: retired::Retired,
 }
 
 #[derive(Debug, Clone)]
@@ -170,7 +172,7 @@ impl Cgroups {
             layout,
             missing,
             prepared: Mutex::new(None),
-            retired: Mutex::new(Vec::new()),
+            retired: retired::Retired::default(),
         }
     }
 
@@ -263,17 +265,17 @@ impl Cgroups {
         result
     }
 
-    /// Retires the cgroup of a run that has ended: removed now if it is empty, or at a
-    /// later sweep.
+    /// Retires the cgroup of a run that has ended: removed now if it is empty, else as soon
+    /// as it empties (see [`retired`]).
     pub(crate) fn retire(&self, cgroup: ServiceCgroup) {
         if !cgroup.remove() {
-            lock(&self.retired).push(cgroup);
+            self.retired.add(cgroup);
         }
     }
 
     /// Removes the retired cgroups that have emptied since.
     fn sweep(&self) {
-        lock(&self.retired).retain(|cgroup| !cgroup.remove());
+        self.retired.sweep();
     }
 
     /// Ends every process left in the daemon's cgroups and removes them, for a daemon on its
@@ -381,6 +383,11 @@ impl ServiceCgroup {
             }
         }
         gone
+    }
+
+    /// The file whose modification says that it emptied, on cgroup v2.
+    fn events_file(&self) -> Option<PathBuf> {
+        Some(self.dirs.get("").filter(|_| self.v2)?.join("cgroup.events"))
     }
 
     /// A directory of it, for messages.
@@ -846,6 +853,77 @@ mod tests {
             Cgroups::tag_for(Path::new("/var/lib/pebble/default")).len(),
             8
         );
+    }
+
+    /// Waits for `condition` up to `deadline`: the longest a retired cgroup may take to go
+    /// once it is empty (a re-check at most a second apart, or an event).
+    fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !condition() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_retired_cgroup_that_was_still_busy_goes_once_it_empties_without_a_next_start() {
+        // A directory with a file in it cannot be removed, as a populated cgroup cannot; and
+        // a v1 cgroup has no event to wait for.
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("svc.1");
+        std::fs::create_dir(&run).unwrap();
+        std::fs::write(run.join("busy"), "").unwrap();
+        let cgroups = Cgroups::from_files("0::/\n", "", "t", |_| None);
+        cgroups.retire(ServiceCgroup {
+            dirs: BTreeMap::from([("pids", run.clone())]),
+            v2: false,
+        });
+        assert!(run.exists());
+        std::fs::remove_file(run.join("busy")).unwrap();
+        wait_until("the retired cgroup to go", || !run.exists());
+    }
+
+    #[test]
+    fn on_cgroup_v2_a_retired_cgroup_goes_when_its_last_process_exits() {
+        let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+        let mounts = parse_mounts(&read("/proc/self/mountinfo"));
+        let proc_cgroup = read("/proc/self/cgroup");
+        let own = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::"));
+        let (Some(mount), Some(own)) = (mounts.iter().find(|m| m.v2), own) else {
+            eprintln!("skipped: no cgroup v2 hierarchy is mounted here");
+            return;
+        };
+        let dir = under(&mount.point, relative(own, &mount.root))
+            .join(format!("cobble-test-{}", std::process::id()));
+        if let Err(e) = std::fs::create_dir(&dir) {
+            eprintln!("skipped: cannot create {}: {e}", dir.display());
+            return;
+        }
+        let mut child = std::process::Command::new("sleep")
+            .arg("1000")
+            .spawn()
+            .unwrap();
+        let cgroup = ServiceCgroup {
+            dirs: BTreeMap::from([("", dir.clone())]),
+            v2: true,
+        };
+        if let Err(e) = cgroup.attach(child.id()) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir(&dir);
+            eprintln!("skipped: cannot move a process into {}: {e}", dir.display());
+            return;
+        }
+        let cgroups = Cgroups::from_files("0::/\n", "", "t", |_| None);
+        cgroups.retire(cgroup);
+        assert!(dir.exists(), "populated: not removed");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Well within WATCHED_RECHECK: the kernel's event, not the re-check, removes it.
+        wait_until("the retired cgroup to go", || !dir.exists());
     }
 
     fn resources(field: &str, value: &str) -> Resources {

@@ -25,6 +25,8 @@ use crate::logs::ServiceLog;
 use crate::logs::capture::{self, Destinations};
 use crate::logs::persist;
 use crate::process::notify::{self, NotifyField, NotifySocket};
+
+mod notify_reader;
 use crate::process::{Escaped, Processes, SpawnError, Spawned};
 use crate::watch::{PathEvent, PathWatcher};
 
@@ -64,6 +66,8 @@ enum Done {
         sender: u32,
         belongs: bool,
         fields: Vec<NotifyField>,
+        /// Counts it among its reader's messages in flight until it is handled.
+        permit: notify_reader::InFlight,
     },
 }
 
@@ -389,7 +393,11 @@ impl Actor {
                 sender,
                 belongs,
                 fields,
-            } => self.notified(&name, leader, sender, belongs, fields),
+                permit,
+            } => {
+                self.notified(&name, leader, sender, belongs, fields);
+                drop(permit);
+            }
             Done::Signalled { name, pid, escaped } => {
                 let Some(slot) = self.services.get_mut(&name) else {
                     return;
@@ -916,10 +924,8 @@ fn end_remains(jobs: &ProcessJobs, name: &str, pid: u32, kill_delay: std::time::
     });
 }
 
-/// The address of service `name`'s notify socket: bound, with its reader started, the first
-/// time it is asked for. The reader takes one datagram at a time, placing its sender
-/// among the service's processes before it reads the next, so a flood of datagrams queues
-/// in the socket (whose buffer the kernel bounds), not in the daemon.
+/// The address of service `name`'s notify socket: bound, with its reader started
+/// ([`notify_reader`]), the first time it is asked for.
 fn notify_socket(
     name: &str,
     notify: &mut Notify,
@@ -932,44 +938,12 @@ fn notify_socket(
     let socket = NotifySocket::bind()?;
     let address = socket.address().to_owned();
     notify.address = Some(address.clone());
-    let (name, done, jobs, leader) = (
+    notify_reader::start(
         name.to_owned(),
+        socket,
+        notify.leader.clone(),
         done.clone(),
         jobs.clone(),
-        notify.leader.clone(),
     );
-    tokio::spawn(async move {
-        loop {
-            let (text, sender) = match socket.recv().await {
-                Ok(message) => message,
-                Err(e) => {
-                    tracing::warn!("Service \"{name}\" notify socket failed: {e}");
-                    return;
-                }
-            };
-            let fields = notify::parse(&text);
-            let leader = leader.load(Ordering::Relaxed);
-            let Some(sender) = sender.filter(|_| !fields.is_empty() && leader != 0) else {
-                continue;
-            };
-            let belongs = sender.pid == leader
-                || jobs
-                    .run(move |processes| processes.belongs(leader, sender))
-                    .await
-                    .ok()
-                    .flatten()
-                    .unwrap_or(false);
-            let message = Done::Notify {
-                name: name.clone(),
-                leader,
-                sender: sender.pid,
-                belongs,
-                fields,
-            };
-            if done.send(message).is_err() {
-                return; // the supervisor is gone
-            }
-        }
-    });
     Ok(address)
 }

@@ -1,0 +1,207 @@
+//! The reader of a `readiness: notify` service's socket: it reads what arrives, places each
+//! sender among the service's processes and hands what a message says to the actor.
+//!
+//! Anything can be sent to the socket, by the service and by anyone who finds its name, so
+//! nothing that arrives may end the reader or make the daemon hold more than the datagram
+//! in hand: a datagram the protocol does not allow is ignored and said once per run of the
+//! service and kind (see [`notify::read`]), descriptors passed along are never taken in, and
+//! at most [`IN_FLIGHT`] messages wait for the actor, so a flood queues in the socket, whose
+//! buffer the kernel bounds, and its sender waits. Should the reader fail all the same (an
+//! error of the socket, a bug), it is started again on the same socket after a pause, so
+//! the address the service was given keeps working; it ends only with the supervisor.
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::time::Instant;
+
+use super::{Done, ProcessJobs};
+use crate::process::notify::{self, DATAGRAM_MAX, Message, NotifySocket};
+
+/// Messages read but not yet taken by the actor, per service.
+pub(super) const IN_FLIGHT: usize = 8;
+
+/// The pause before a failed reader is started again; it doubles with each failure in a
+/// row, up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// A reader that ran this long before it failed starts the pauses over.
+const HEALTHY: Duration = Duration::from_secs(60);
+
+/// Starts reading `socket` for service `name`, whose running instance is led by `leader`
+/// (0: none).
+pub(super) fn start(
+    name: String,
+    socket: NotifySocket,
+    leader: Arc<AtomicU32>,
+    done: mpsc::UnboundedSender<Done>,
+    jobs: ProcessJobs,
+) {
+    let socket = Arc::new(socket);
+    let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
+    let reader = Reader {
+        name: name.clone(),
+        socket,
+        leader,
+        done,
+        jobs,
+        in_flight,
+    };
+    tokio::spawn(keep_running(name, move || reader.clone().run()));
+}
+
+/// Runs the reader `run` makes until one ends well (`Ok`: the supervisor is gone), starting
+/// it again after a pause when it fails or panics.
+async fn keep_running<F, R>(name: String, mut run: F)
+where
+    F: FnMut() -> R,
+    R: Future<Output = io::Result<()>> + Send + 'static,
+{
+    let mut pause = RETRY_FIRST;
+    loop {
+        let started = Instant::now();
+        let why = match tokio::spawn(run()).await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => cobble_sys::os_error_text(&e),
+            Err(e) if e.is_panic() => "its reader panicked".to_owned(),
+            // The runtime is shutting down.
+            Err(_) => return,
+        };
+        if started.elapsed() >= HEALTHY {
+            pause = RETRY_FIRST;
+        }
+        tracing::warn!(
+            "Service \"{name}\" notify socket failed: {why}; reading it again in {}",
+            cobble_plan::format_duration(pause.as_nanos() as i64)
+        );
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RETRY_MAX);
+    }
+}
+
+/// What a reader needs; cloned for each start.
+#[derive(Clone)]
+struct Reader {
+    name: String,
+    socket: Arc<NotifySocket>,
+    leader: Arc<AtomicU32>,
+    done: mpsc::UnboundedSender<Done>,
+    jobs: ProcessJobs,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Reader {
+    /// Reads until the supervisor is gone (`Ok`) or the socket fails. One datagram at a
+    /// time: its sender is placed among the service's processes before the next is read, so
+    /// a `BARRIER=1` is answered only once every message before it has been.
+    async fn run(self) -> io::Result<()> {
+        let mut buf = vec![0u8; DATAGRAM_MAX];
+        // The instance the complaints below were for, and what was said of it.
+        let mut complained: (u32, Vec<&'static str>) = (0, Vec::new());
+        loop {
+            let received = self.socket.recv(&mut buf).await?;
+            let bytes = &buf[..received.len];
+            injected_fault(bytes);
+            let message = notify::read(bytes, received.truncated);
+            let leader = self.leader.load(Ordering::Relaxed);
+            let Some(sender) = received.sender.filter(|_| leader != 0) else {
+                continue;
+            };
+            let fields = match message {
+                Message::Fields(fields) if !fields.is_empty() => fields,
+                Message::Fields(_) | Message::Barrier => continue,
+                Message::Ignored(why) => {
+                    if complained.0 != leader {
+                        complained = (leader, Vec::new());
+                    }
+                    if !complained.1.contains(&why) {
+                        complained.1.push(why);
+                        tracing::info!(
+                            "Service \"{}\" notify message from pid {} ignored: {why}",
+                            self.name,
+                            sender.pid
+                        );
+                    }
+                    continue;
+                }
+            };
+            let belongs = sender.pid == leader
+                || self
+                    .jobs
+                    .run(move |processes| processes.belongs(leader, sender))
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or(false);
+            let Ok(permit) = self.in_flight.clone().acquire_owned().await else {
+                return Ok(());
+            };
+            let message = Done::Notify {
+                name: self.name.clone(),
+                leader,
+                sender: sender.pid,
+                belongs,
+                fields,
+                permit: InFlight(permit),
+            };
+            if self.done.send(message).is_err() {
+                return Ok(()); // the supervisor is gone
+            }
+        }
+    }
+}
+
+/// A message on its way to the actor, counted against [`IN_FLIGHT`] until it is dropped.
+pub(super) struct InFlight(#[allow(dead_code, reason = "held for its drop")] OwnedSemaphorePermit);
+
+/// Fault injection for the test of a reader that dies: in debug builds with
+/// `COBBLE_TEST_FAULTS=1` in the daemon's environment, the message
+/// `<PANIC_SIGNAL>=1` panics the reader. Release builds have no such path.
+#[cfg(debug_assertions)]
+fn injected_fault(bytes: &[u8]) {
+    if bytes.strip_suffix(b"=1") == Some(crate::services::PANIC_SIGNAL.as_bytes())
+        && std::env::var_os("COBBLE_TEST_FAULTS").is_some()
+    {
+        panic!("injected fault");
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn injected_fault(_bytes: &[u8]) {}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_that_fails_or_panics_is_started_again_until_one_ends_well() {
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let seen = runs.clone();
+        let mut count = 0;
+        keep_running("svc".into(), move || {
+            count += 1;
+            let (n, runs) = (count, seen.clone());
+            async move {
+                runs.lock().unwrap().push((n, Instant::now()));
+                match n {
+                    1 => panic!("a bug"),
+                    // ENOMEM, a transient failure of recvmsg.
+                    2 => Err(io::Error::from_raw_os_error(12)),
+                    _ => Ok(()),
+                }
+            }
+        })
+        .await;
+        let runs = runs.lock().unwrap();
+        assert_eq!(runs.len(), 3, "{runs:?}");
+        assert_eq!(runs[1].1 - runs[0].1, RETRY_FIRST);
+        assert_eq!(runs[2].1 - runs[1].1, RETRY_FIRST * 2);
+    }
+}
