@@ -485,3 +485,145 @@ fn raw_post(d: &Daemon, content_type: &str, body: &[u8]) -> (u16, String) {
         body.to_owned(),
     )
 }
+
+/// DER: `tag`, a definite length, `inner`.
+fn der(tag: u8, inner: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    if inner.len() < 128 {
+        out.push(inner.len() as u8);
+    } else {
+        let len: Vec<u8> = (inner.len() as u32)
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|&b| b == 0)
+            .collect();
+        out.push(0x80 | len.len() as u8);
+        out.extend_from_slice(&len);
+    }
+    out.extend_from_slice(inner);
+    out
+}
+
+/// `der` as a PEM certificate, 64 characters a line.
+fn pem_of(der: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut text = Vec::new();
+    for group in der.chunks(3) {
+        let n = group
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= group.len() {
+                text.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]);
+            } else {
+                text.push(b'=');
+            }
+        }
+    }
+    let lines: Vec<&str> = text
+        .chunks(64)
+        .map(|line| std::str::from_utf8(line).unwrap())
+        .collect();
+    format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        lines.join("\n")
+    )
+}
+
+#[test]
+fn hostile_identities_get_pebbles_answers() {
+    let d = Daemon::hold(&[]);
+    let pid = d.pid();
+    let add = |pem: &str| {
+        json!({"action": "add", "identities": {"bob": {"access": "admin", "cert": {"pem": pem}}}})
+            .to_string()
+    };
+    let refused = |why: &str| {
+        (
+            400,
+            format!(
+                r#"invalid identity for "bob": cannot parse certificate from cert identity: {why}"#
+            ),
+        )
+    };
+    // A body nested past Go's limit: its decoder's words.
+    let deep = format!(
+        r#"{{"action":"add","identities":{{"bob":{}{}}}}}"#,
+        "[".repeat(20_000),
+        "]".repeat(20_000)
+    );
+    assert_eq!(
+        answer(&d, Method::POST, "/v1/identities", &deep),
+        (
+            400,
+            "cannot decode request body: invalid character '[' exceeded max depth".to_owned()
+        )
+    );
+    // ASN.1 nested 100 000 deep, as a certificate and inside one: where Go's parser stops.
+    let mut nested = Vec::new();
+    for _ in 0..100_000 {
+        nested = der(0x30, &nested);
+    }
+    assert_eq!(
+        answer(&d, Method::POST, "/v1/identities", &add(&pem_of(&nested))),
+        refused("x509: malformed serial number")
+    );
+    let serial = der(0x02, &[1]);
+    let tbs = der(0x30, &[serial.clone(), nested.clone()].concat());
+    let inside = der(0x30, &[tbs, nested].concat());
+    assert_eq!(
+        answer(&d, Method::POST, "/v1/identities", &add(&pem_of(&inside))),
+        refused("x509: malformed OID")
+    );
+    // A certificate of megabytes that is one string: Go finds no TBS certificate.
+    let huge = der(0x30, &der(0x04, &vec![b'a'; 2_500_000]));
+    assert_eq!(
+        answer(&d, Method::POST, "/v1/identities", &add(&pem_of(&huge))),
+        refused("x509: malformed tbs certificate")
+    );
+    // Past cobble's 4 MiB body bound (Pebble reads any size).
+    let huger = der(0x30, &der(0x04, &vec![b'a'; 4_000_000]));
+    assert_eq!(
+        answer(&d, Method::POST, "/v1/identities", &add(&pem_of(&huger))),
+        (
+            400,
+            "cannot decode request body: request body too large".to_owned()
+        )
+    );
+    // Not DER at all, an indefinite length, a version Go does not know.
+    assert_eq!(
+        answer(
+            &d,
+            Method::POST,
+            "/v1/identities",
+            &add(&pem_of(&[0xff; 100]))
+        ),
+        refused("x509: malformed certificate")
+    );
+    assert_eq!(
+        answer(
+            &d,
+            Method::POST,
+            "/v1/identities",
+            &add(&pem_of(b"\x30\x80\x30\x03\x02\x01\x01\x00\x00"))
+        ),
+        refused("x509: malformed certificate")
+    );
+    let v6 = der(
+        0x30,
+        &der(0x30, &[der(0xa0, &der(0x02, &[5])), serial].concat()),
+    );
+    assert_eq!(
+        answer(&d, Method::POST, "/v1/identities", &add(&pem_of(&v6))),
+        refused("x509: invalid version")
+    );
+    // None of them was added.
+    let (status, text) = raw(&d, Method::GET, "/v1/identities", None);
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["result"],
+        json!({})
+    );
+    still_answers(&d, pid);
+}
