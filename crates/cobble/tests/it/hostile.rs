@@ -1,6 +1,7 @@
 //! Hostile input through the real daemon: bodies nested past Go's limit, layers nested past
-//! yaml.v3's or whose aliases expand past what it expands. Each gets Pebble v1.32.1's status
-//! and words, and the daemon goes on answering.
+//! yaml.v3's or whose aliases expand past what it expands, pushes whose part headers never
+//! end, certificates of deep or huge ASN.1. Each gets Pebble v1.32.1's status and words, and
+//! the daemon goes on answering.
 
 use cobble_client::Method;
 use serde_json::{Value, json};
