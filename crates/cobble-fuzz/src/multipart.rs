@@ -177,6 +177,12 @@ fn run(u: &mut Unstructured<'_>, dir: &Path) -> arbitrary::Result<()> {
             )
             .as_bytes(),
         );
+        // Header lines around and past the 32 multer parses alone.
+        if u.ratio(1, 8)? {
+            for j in 0..u.int_in_range(1..=40)? {
+                body.extend_from_slice(format!("X-Extra-{j}: v\r\n").as_bytes());
+            }
+        }
         if u.arbitrary()? {
             body.extend_from_slice(b"Content-Type: application/octet-stream\r\n");
         }

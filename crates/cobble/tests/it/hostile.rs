@@ -1,6 +1,7 @@
 //! Hostile input through the real daemon: bodies nested past Go's limit, layers nested past
-//! yaml.v3's or whose aliases expand past what it expands. Each gets Pebble v1.32.1's status
-//! and words, and the daemon goes on answering.
+//! yaml.v3's or whose aliases expand past what it expands, pushes whose part headers never
+//! end, certificates of deep or huge ASN.1. Each gets Pebble v1.32.1's status and words, and
+//! the daemon goes on answering.
 
 use cobble_client::Method;
 use serde_json::{Value, json};
@@ -344,6 +345,286 @@ fn hostile_multipart_pushes_get_pebbles_answers() {
             400,
             r#"metadata field name must be "request", got """#.to_owned()
         )
+    );
+    still_answers(&d, pid);
+}
+
+/// The daemon's peak resident memory (`VmHWM`), in KiB.
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Posts a multipart body that starts with `prefix` and goes on with `a`s up to `total`
+/// bytes, from a thread of its own that stops when the daemon stops reading; the status and
+/// the result's message.
+fn post_endless(d: &Daemon, content_type: &str, prefix: &[u8], total: usize) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(d.pebble_dir().join(".pebble.socket")).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let head = format!(
+        "POST /v1/files HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {total}\r\n\r\n"
+    );
+    let mut writer = stream.try_clone().unwrap();
+    let prefix = prefix.to_vec();
+    let sender = std::thread::spawn(move || {
+        let filler = vec![b'a'; 64 * 1024];
+        let mut sent = prefix.len();
+        let mut result = writer
+            .write_all(head.as_bytes())
+            .and_then(|()| writer.write_all(&prefix));
+        while result.is_ok() && sent < total {
+            let n = filler.len().min(total - sent);
+            result = writer.write_all(&filler[..n]);
+            sent += n;
+        }
+    });
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    sender.join().unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text.split_once("\r\n\r\n").expect("an answer");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let message = body["result"]["message"].as_str().unwrap_or_default();
+    (status, message.to_owned())
+}
+
+#[test]
+fn push_part_headers_are_bounded_as_gos_reader_bounds_them() {
+    let d = Daemon::hold(&[]);
+    let pid = d.pid();
+    let boundary = "B".repeat(40);
+    let multipart = format!("multipart/form-data; boundary={boundary}");
+    let target = d.pebble_dir().join("pushed.txt");
+    std::fs::write(&target, "old").unwrap();
+    let path = target.to_str().unwrap();
+    let metadata = format!(r#"{{"action":"write","files":[{{"path":"{path}"}}]}}"#);
+    let request_part =
+        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"request\"\r\n");
+    let file_part = format!(
+        "\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{path}\"\r\n"
+    );
+
+    // Headers that never end, offered far past Go's 10 MiB: refused in its words once past
+    // them, with the daemon's memory bounded by them rather than by what the client sends.
+    let before = peak_kib(pid);
+    let endless = format!("{request_part}X-Long: ");
+    assert_eq!(
+        post_endless(&d, &multipart, endless.as_bytes(), 256 << 20),
+        (
+            400,
+            "cannot read request metadata: multipart: message too large".to_owned()
+        )
+    );
+    let grown = peak_kib(pid).saturating_sub(before);
+    assert!(grown < 64 * 1024, "the daemon grew by {grown} KiB");
+    let endless = format!("{request_part}\r\n{metadata}{file_part}X-Long: ");
+    assert_eq!(
+        post_endless(&d, &multipart, endless.as_bytes(), 11 << 20),
+        (
+            400,
+            "cannot read file part 0: multipart: message too large".to_owned()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "old");
+
+    // Up to 10 000 header lines a part, as Go's reader takes (multer alone parses 32).
+    let with_lines = |extra: usize| {
+        let lines: String = (0..extra).map(|i| format!("X-{i}: y\r\n")).collect();
+        format!(
+            "{request_part}{lines}\r\n{metadata}{file_part}{lines}Content-Type: application/octet-stream\r\n\r\nnew\r\n--{boundary}--\r\n"
+        )
+        .into_bytes()
+    };
+    assert_eq!(
+        post_typed(&d, "/v1/files", &multipart, &with_lines(10_001)),
+        (
+            400,
+            "cannot read request metadata: multipart: message too large".to_owned()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "old");
+    let (status, text) = raw_post(&d, &multipart, &with_lines(9_998));
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["result"],
+        json!([{ "path": path }])
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+    // And a plain push still works.
+    let (status, text) = raw_post(&d, &multipart, &with_lines(0));
+    assert_eq!(status, 200, "{text}");
+    still_answers(&d, pid);
+}
+
+/// Posts `body` to /v1/files; the status and the whole answer's body.
+fn raw_post(d: &Daemon, content_type: &str, body: &[u8]) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(d.pebble_dir().join(".pebble.socket")).unwrap();
+    let head = format!(
+        "POST /v1/files HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text.split_once("\r\n\r\n").expect("an answer");
+    (
+        head.split(' ').nth(1).unwrap().parse().unwrap(),
+        body.to_owned(),
+    )
+}
+
+/// DER: `tag`, a definite length, `inner`.
+fn der(tag: u8, inner: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    if inner.len() < 128 {
+        out.push(inner.len() as u8);
+    } else {
+        let len: Vec<u8> = (inner.len() as u32)
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|&b| b == 0)
+            .collect();
+        out.push(0x80 | len.len() as u8);
+        out.extend_from_slice(&len);
+    }
+    out.extend_from_slice(inner);
+    out
+}
+
+/// `der` as a PEM certificate, 64 characters a line.
+fn pem_of(der: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut text = Vec::new();
+    for group in der.chunks(3) {
+        let n = group
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= group.len() {
+                text.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]);
+            } else {
+                text.push(b'=');
+            }
+        }
+    }
+    let lines: Vec<&str> = text
+        .chunks(64)
+        .map(|line| std::str::from_utf8(line).unwrap())
+        .collect();
+    format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        lines.join("\n")
+    )
+}
+
+#[test]
+fn hostile_identities_get_pebbles_answers() {
+    let d = Daemon::hold(&[]);
+    let pid = d.pid();
+    let add = |pem: &str| {
+        json!({"action": "add", "identities": {"bob": {"access": "admin", "cert": {"pem": pem}}}})
+            .to_string()
+    };
+    let refused = |why: &str| {
+        (
+            400,
+            format!(
+                r#"invalid identity for "bob": cannot parse certificate from cert identity: {why}"#
+            ),
+        )
+    };
+    // A body nested past Go's limit: its decoder's words.
+    let deep = format!(
+        r#"{{"action":"add","identities":{{"bob":{}{}}}}}"#,
+        "[".repeat(20_000),
+        "]".repeat(20_000)
+    );
+    assert_eq!(
+        answer(&d, Method::POST, "/v1/identities", &deep),
+        (
+            400,
+            "cannot decode request body: invalid character '[' exceeded max depth".to_owned()
+        )
+    );
+    // ASN.1 nested 100 000 deep, as a certificate and inside one: where Go's parser stops.
+    let mut nested = Vec::new();
+    for _ in 0..100_000 {
+        nested = der(0x30, &nested);
+    }
+    assert_eq!(
+        answer(&d, Method::POST, "/v1/identities", &add(&pem_of(&nested))),
+        refused("x509: malformed serial number")
+    );
+    let serial = der(0x02, &[1]);
+    let tbs = der(0x30, &[serial.clone(), nested.clone()].concat());
+    let inside = der(0x30, &[tbs, nested].concat());
+    assert_eq!(
+        answer(&d, Method::POST, "/v1/identities", &add(&pem_of(&inside))),
+        refused("x509: malformed OID")
+    );
+    // A certificate of megabytes that is one string: Go finds no TBS certificate.
+    let huge = der(0x30, &der(0x04, &vec![b'a'; 2_500_000]));
+    assert_eq!(
+        answer(&d, Method::POST, "/v1/identities", &add(&pem_of(&huge))),
+        refused("x509: malformed tbs certificate")
+    );
+    // Past cobble's 4 MiB body bound (Pebble reads any size).
+    let huger = der(0x30, &der(0x04, &vec![b'a'; 4_000_000]));
+    assert_eq!(
+        answer(&d, Method::POST, "/v1/identities", &add(&pem_of(&huger))),
+        (
+            400,
+            "cannot decode request body: request body too large".to_owned()
+        )
+    );
+    // Not DER at all, an indefinite length, a version Go does not know.
+    assert_eq!(
+        answer(
+            &d,
+            Method::POST,
+            "/v1/identities",
+            &add(&pem_of(&[0xff; 100]))
+        ),
+        refused("x509: malformed certificate")
+    );
+    assert_eq!(
+        answer(
+            &d,
+            Method::POST,
+            "/v1/identities",
+            &add(&pem_of(b"\x30\x80\x30\x03\x02\x01\x01\x00\x00"))
+        ),
+        refused("x509: malformed certificate")
+    );
+    let v6 = der(
+        0x30,
+        &der(0x30, &[der(0xa0, &der(0x02, &[5])), serial].concat()),
+    );
+    assert_eq!(
+        answer(&d, Method::POST, "/v1/identities", &add(&pem_of(&v6))),
+        refused("x509: invalid version")
+    );
+    // None of them was added.
+    let (status, text) = raw(&d, Method::GET, "/v1/identities", None);
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["result"],
+        json!({})
     );
     still_answers(&d, pid);
 }

@@ -36,6 +36,7 @@
 //! - [`gopath`]: Go's `path` package functions that shape observable paths.
 //! - [`glob`]: Go's `path.Match`.
 //! - [`multipart`]: the multipart writer and the `Content-Type`/`Content-Disposition` parser.
+//! - [`part_headers`]: Go's bounds on a push's part headers, which multer lacks.
 //! - [`read`], [`list`], [`write`](mod@write), [`mkdir`], [`remove`]: one operation each.
 
 pub(crate) mod error;
@@ -44,6 +45,7 @@ pub(crate) mod gopath;
 pub(crate) mod list;
 pub(crate) mod mkdir;
 pub(crate) mod multipart;
+pub(crate) mod part_headers;
 pub(crate) mod read;
 pub(crate) mod remove;
 pub(crate) mod write;

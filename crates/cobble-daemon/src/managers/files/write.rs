@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use super::error::not_absolute;
 use super::mkdir::{self, MkdirOptions};
 use super::multipart::{form_filename, form_name};
+use super::part_headers::{MessageTooLarge, PartHeaders};
 use super::{FileError, file_result, gopath, parse_permissions, resolve_owner};
 use crate::atomic::{AtomicFile, Durability};
 use crate::go_json::{GoField, GoPayload, GoStruct, GoType, INT, STRING};
@@ -73,7 +74,8 @@ where
     E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
 {
     let shared = Arc::new(Mutex::new(Box::pin(body)));
-    let multipart = multer::Multipart::new(SharedStream(shared.clone()), boundary);
+    let bounded = PartHeaders::new(SharedStream(shared.clone()), boundary);
+    let multipart = multer::Multipart::new(bounded, boundary);
     let outcome = write_parts(multipart, staging, on_request).await;
     // multer stops at the closing boundary, but the client may still be sending the end of
     // the HTTP body (the last chunk of a chunked encoding). Answering and closing now would
@@ -247,6 +249,7 @@ fn multer_text(err: &multer::Error) -> String {
         multer::Error::IncompleteStream
         | multer::Error::IncompleteFieldData { .. }
         | multer::Error::IncompleteHeaders => "unexpected EOF".into(),
+        multer::Error::StreamReadFailed(e) if e.is::<MessageTooLarge>() => e.to_string(),
         other => {
             let text = other.to_string();
             let mut chars = text.chars();

@@ -164,7 +164,9 @@ fn parse_cert_pem(text: &str) -> Result<Vec<u8>, String> {
     }
     let der = block.into_contents();
     let cert = rustls_pki_types::CertificateDer::from(der.as_slice());
-    webpki::EndEntityCert::try_from(&cert)
+    go_x509::check(&der)
+        .map_err(str::to_owned)
+        .and_then(|()| webpki::EndEntityCert::try_from(&cert).map_err(|e| go_x509::webpki_text(&e)))
         .map_err(|e| format!("cannot parse certificate from cert identity: {e}"))?;
     Ok(der)
 }
@@ -572,5 +574,6 @@ pub(crate) fn default_access(uid: Option<u32>, daemon_uid: u32) -> Option<Access
     }
 }
 
+mod go_x509;
 #[cfg(test)]
 mod tests;
