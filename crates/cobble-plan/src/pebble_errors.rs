@@ -31,7 +31,12 @@ struct Node {
 
 #[derive(Debug, Clone)]
 enum Kind {
-    Scalar { value: String, tag: String },
+    /// `block`: a literal or folded block scalar (`|`, `>`), which starts on its key's line.
+    Scalar {
+        value: String,
+        tag: String,
+        block: bool,
+    },
     Seq(Vec<Node>),
     Map(Vec<(Node, Node)>),
 }
@@ -54,7 +59,8 @@ impl Node {
 /// A collection being read.
 enum Open {
     Seq(usize, usize, Vec<Node>),
-    Map(usize, usize, Vec<(Node, Node)>, Option<Node>),
+    /// Its line, its column, its anchor, its pairs and a key waiting for its value.
+    Map(usize, usize, usize, Vec<(Node, Node)>, Option<Node>),
 }
 
 /// A flow collection left open: where it starts, and how it is read.
@@ -65,11 +71,24 @@ struct OpenFlow {
     sequence: bool,
     /// Where a block mapping expects a key, as `[a` at the start of a line does.
     as_key: bool,
+    /// Where a block mapping expects a key, but not in the column of its keys: no key.
+    off_key: bool,
+    /// A single-pair mapping inside a flow sequence (`[a: b]`), which has no bracket.
+    implicit: bool,
+}
+
+/// Where the parser stopped: its error, with what yaml.v3 takes its line from.
+struct Failure {
+    error: ScanError,
+    /// The innermost flow collection left open (with a bracket of its own).
+    open_flow: Option<OpenFlow>,
+    /// The innermost block collection left open: whether it is a sequence, and its line.
+    innermost: Option<(bool, usize)>,
 }
 
 /// Reads the first document of `text` into a tree (`None` when it is empty), or fails with
-/// the parser's error and the innermost flow collection left open.
-fn read(text: &str) -> Result<Option<Node>, (ScanError, Option<OpenFlow>)> {
+/// the parser's error and the collections left open.
+fn read(text: &str) -> Result<Option<Node>, Box<Failure>> {
     let mut stack: Vec<Open> = Vec::new();
     let mut anchors: HashMap<usize, Node> = HashMap::new();
     let mut flows: Vec<OpenFlow> = Vec::new();
@@ -81,12 +100,25 @@ fn read(text: &str) -> Result<Option<Node>, (ScanError, Option<OpenFlow>)> {
                 ErrorKind::UnclosedFlowCollection { open } => Some(OpenFlow {
                     line: e.marker().line(),
                     sequence: *open == '[',
-                    as_key: expects_key(&stack),
+                    as_key: expects_key(&stack, e.marker().col()),
+                    off_key: off_key(&stack, e.marker().col()),
+                    implicit: false,
                 }),
                 _ => None,
             };
-            let open = flows.last().copied().or(unread);
-            (e, open)
+            let open_flow = flows.iter().rev().find(|f| !f.implicit).copied().or(unread);
+            // Flow collections hold no block ones: the innermost block collection is the
+            // one under every flow collection left open.
+            let block = stack.len().checked_sub(flows.len() + 1);
+            let innermost = block.map(|i| match &stack[i] {
+                Open::Seq(line, ..) => (true, *line),
+                Open::Map(line, ..) => (false, *line),
+            });
+            Box::new(Failure {
+                error: e,
+                open_flow,
+                innermost,
+            })
         })?;
         let line = span.start.line();
         let node = match event {
@@ -102,6 +134,7 @@ fn read(text: &str) -> Result<Option<Node>, (ScanError, Option<OpenFlow>)> {
                     kind: Kind::Scalar {
                         value: value.into_owned(),
                         tag,
+                        block: matches!(style, ScalarStyle::Literal | ScalarStyle::Folded),
                     },
                 };
                 if anchor != 0 {
@@ -118,7 +151,9 @@ fn read(text: &str) -> Result<Option<Node>, (ScanError, Option<OpenFlow>)> {
                     flows.push(OpenFlow {
                         line,
                         sequence: true,
-                        as_key: expects_key(&stack),
+                        as_key: expects_key(&stack, span.start.col()),
+                        off_key: off_key(&stack, span.start.col()),
+                        implicit: false,
                     });
                 }
                 stack.push(Open::Seq(line, anchor, Vec::new()));
@@ -129,10 +164,12 @@ fn read(text: &str) -> Result<Option<Node>, (ScanError, Option<OpenFlow>)> {
                     flows.push(OpenFlow {
                         line,
                         sequence: false,
-                        as_key: expects_key(&stack),
+                        as_key: expects_key(&stack, span.start.col()),
+                        off_key: off_key(&stack, span.start.col()),
+                        implicit: char_at(text, span.start.index()) != Some('{'),
                     });
                 }
-                stack.push(Open::Map(line, anchor, Vec::new(), None));
+                stack.push(Open::Map(line, span.start.col(), anchor, Vec::new(), None));
                 continue;
             }
             Event::SequenceEnd | Event::MappingEnd => {
@@ -145,7 +182,7 @@ fn read(text: &str) -> Result<Option<Node>, (ScanError, Option<OpenFlow>)> {
                         anchor,
                         flows.last().is_some_and(|f| f.line == line),
                     ),
-                    Some(Open::Map(line, anchor, pairs, _)) => (
+                    Some(Open::Map(line, _, anchor, pairs, _)) => (
                         Node {
                             line,
                             kind: Kind::Map(pairs),
@@ -168,7 +205,7 @@ fn read(text: &str) -> Result<Option<Node>, (ScanError, Option<OpenFlow>)> {
         };
         match stack.last_mut() {
             Some(Open::Seq(_, _, items)) => items.push(node),
-            Some(Open::Map(_, _, pairs, key)) => match key.take() {
+            Some(Open::Map(_, _, _, pairs, key)) => match key.take() {
                 Some(k) => pairs.push((k, node)),
                 None => *key = Some(node),
             },
@@ -178,40 +215,254 @@ fn read(text: &str) -> Result<Option<Node>, (ScanError, Option<OpenFlow>)> {
     Ok(root)
 }
 
-/// Whether the innermost collection being read is a mapping waiting for its next key.
-fn expects_key(stack: &[Open]) -> bool {
-    matches!(stack.last(), Some(Open::Map(_, _, _, None)))
+/// Whether the innermost collection being read is a mapping waiting for its next key, in
+/// whose keys' column `col` is.
+fn expects_key(stack: &[Open], col: usize) -> bool {
+    matches!(stack.last(), Some(Open::Map(_, c, _, _, None)) if *c == col)
+}
+
+/// Whether the innermost collection being read is a mapping waiting for its next key, and
+/// `col` is not its keys' column.
+fn off_key(stack: &[Open], col: usize) -> bool {
+    matches!(stack.last(), Some(Open::Map(_, c, _, _, None)) if *c != col)
+}
+
+/// The character at char index `index` of `text`.
+fn char_at(text: &str, index: usize) -> Option<char> {
+    text.chars().nth(index)
+}
+
+/// The last character before char index `index` that is not white space (or a line break).
+fn previous_token_char(text: &str, index: usize) -> Option<char> {
+    let before: Vec<char> = text.chars().take(index).collect();
+    before.into_iter().rev().find(|c| !c.is_whitespace())
+}
+
+/// The char index and 0-based line of the bracket that closes the one at char index `open`,
+/// counting brackets outside quotes; the end of the text if none does.
+fn closing_bracket(text: &str, open: usize) -> (usize, usize) {
+    let mut depth = 0usize;
+    let mut quote = None;
+    let mut line = text.chars().take(open).filter(|c| *c == '\n').count();
+    let mut index = open;
+    for c in text.chars().skip(open) {
+        match (quote, c) {
+            (_, '\n') => line += 1,
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '[' | '{') => depth += 1,
+            (None, ']' | '}') => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return (index, line);
+                }
+            }
+            _ => {}
+        }
+        index += 1;
+    }
+    (index, line)
+}
+
+/// The rest of the line from char index `index`.
+fn rest_of_line(text: &str, index: usize) -> String {
+    text.chars()
+        .skip(index)
+        .take_while(|c| *c != '\n')
+        .collect()
+}
+
+/// Whether `rest` (what follows a token on its line) holds a mapping's `: ` or a `:` that
+/// ends the line, outside quotes and before a comment.
+fn has_mapping_colon(rest: &str) -> bool {
+    let chars: Vec<char> = rest.chars().collect();
+    let mut quote = None;
+    for (i, c) in chars.iter().enumerate() {
+        match (quote, c) {
+            (Some(q), c) if *c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(*c),
+            (None, '#') if i == 0 || chars[i - 1].is_whitespace() => return false,
+            (None, ':') if chars.get(i + 1).is_none_or(|n| n.is_whitespace()) => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// yaml.v3's line for a parser error: the 0-based line of its context (the collection being
+/// parsed) unless that is 0, else the problem's; 0 is not shown.
+fn parser_line(context: Option<usize>, problem: usize) -> usize {
+    context.filter(|l| *l != 0).unwrap_or(problem)
+}
+
+/// yaml.v3's line for a scanner error: the context's 0-based line plus one, unless that is
+/// 0, else the problem's plus one unless that is 0.
+fn scanner_line(context: usize, problem: usize) -> usize {
+    match (context, problem) {
+        (0, 0) => 0,
+        (0, problem) => problem + 1,
+        (context, _) => context + 1,
+    }
 }
 
 /// yaml.v3's words for a syntax error, with its rule for the line: the context's (the
 /// collection being parsed) for parser errors, the position's for scanner errors, and none
-/// on the first line.
-fn syntax_message(text: &str, error: &ScanError, open_flow: Option<OpenFlow>) -> String {
+/// on the first line. The library cobble reads with stops at the same place for most
+/// errors but names them otherwise; where it stops elsewhere (a stray bracket, text after a
+/// quoted scalar), what yaml.v3 would have met there is read from the text around it.
+fn syntax_message(text: &str, failure: &Failure) -> String {
+    let error = &failure.error;
+    let open_flow = failure.open_flow;
     // yaml.v3 counts lines from 0 and shows none for line 0. A parser error shows the
     // line its context (the open collection) starts on, else the problem's; a scanner error
     // shows the problem's plus one.
     let at = error.marker().line() - 1;
+    let index = error.marker().index();
     // The end of the stream is on a line of its own unless the text ends with a newline.
     let end = text.matches('\n').count() + usize::from(!text.is_empty() && !text.ends_with('\n'));
-    let context = |open_flow: Option<usize>, problem: usize| {
-        open_flow
-            .map(|l| l - 1)
-            .filter(|l| *l != 0)
-            .unwrap_or(problem)
-    };
+    let context =
+        |open_flow: Option<usize>, problem: usize| parser_line(open_flow.map(|l| l - 1), problem);
     let flow_line = open_flow.map(|f| f.line);
+    // The innermost block mapping or sequence being read, 0-based.
+    let block = |sequence: bool| {
+        failure
+            .innermost
+            .filter(|(seq, _)| *seq == sequence)
+            .map(|(_, line)| line - 1)
+    };
+    let separator = if open_flow.is_some_and(|f| f.sequence) {
+        "did not find expected ',' or ']'"
+    } else {
+        "did not find expected ',' or '}'"
+    };
+    // Where a flow collection expects a node and finds a bracket or comma: yaml.v3 names the
+    // token's line.
+    let expects_node = || matches!(previous_token_char(text, index), Some('[' | '{' | ','));
+    // A token where a block collection expects its next key or entry.
+    let expected_key = |problem: usize| match failure.innermost {
+        Some((true, line)) => (
+            "did not find expected '-' indicator",
+            parser_line(Some(line - 1), problem),
+        ),
+        _ => (
+            "did not find expected key",
+            parser_line(block(false), problem),
+        ),
+    };
     let (message, shown) = match error.kind() {
+        // A bracket where a mapping wants a key, but not in its keys' column: no key.
+        _ if open_flow.is_some_and(|f| f.off_key) => (
+            "did not find expected key",
+            parser_line(block(false), flow_line.unwrap_or(at + 1) - 1),
+        ),
         // A `[` where a key belongs is a key that never gets its `:`.
         ErrorKind::UnclosedFlowCollection { .. } if open_flow.is_some_and(|f| f.as_key) => {
             ("could not find expected ':'", flow_line.unwrap_or(at + 1))
         }
+        ErrorKind::ExpectedBlockMappingKey => {
+            ("did not find expected key", parser_line(block(false), at))
+        }
+        ErrorKind::ExpectedBlockSequenceEntry => (
+            "did not find expected '-' indicator",
+            parser_line(block(true), at),
+        ),
+        // The library points at the key; on the first line yaml.v3 names where it noticed,
+        // the next token.
+        ErrorKind::SimpleKeyExpected => {
+            let next = text
+                .split('\n')
+                .enumerate()
+                .skip(at + 1)
+                .find(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+                .map_or(end, |(n, _)| n);
+            ("could not find expected ':'", scanner_line(at, next))
+        }
+        ErrorKind::InvalidBlockScalarHeader => (
+            "did not find expected comment or line break",
+            scanner_line(at, at),
+        ),
+        ErrorKind::UnknownAnchor => {
+            let name: String = text
+                .chars()
+                .skip(index + 1)
+                .take_while(|c| !c.is_whitespace() && !",[]{}".contains(*c))
+                .collect();
+            return format!("unknown anchor '{name}' referenced");
+        }
+        // A closing bracket with none open: where a value belongs it is no node; after one,
+        // no key; at the start of a line before a `key:`, that key can be no simple key.
+        ErrorKind::MisplacedFlowCollectionEnd => {
+            let line_start = text
+                .chars()
+                .take(index)
+                .collect::<String>()
+                .rsplit('\n')
+                .next()
+                .is_some_and(|before| before.trim().is_empty());
+            if line_start && has_mapping_colon(&rest_of_line(text, index + 1)) {
+                (
+                    "mapping values are not allowed in this context",
+                    scanner_line(at, at),
+                )
+            } else if matches!(previous_token_char(text, index), Some(':' | '-' | '?')) {
+                ("did not find expected node content", at)
+            } else {
+                expected_key(at)
+            }
+        }
+        // Text after a closing quote on its line: a `key:` there is a mapping value where no
+        // simple key may start; anything else is where the mapping wants its next key.
+        ErrorKind::InvalidTrailingDoubleQuotedScalar
+        | ErrorKind::InvalidTrailingSingleQuotedScalar
+            if open_flow.is_none() =>
+        {
+            if has_mapping_colon(&rest_of_line(text, index)) {
+                (
+                    "mapping values are not allowed in this context",
+                    scanner_line(at, at),
+                )
+            } else {
+                expected_key(at)
+            }
+        }
+        // The library points at the bracket opened; yaml.v3 stops at the one that closes it:
+        // where a node is expected it is no node, else not the separator.
+        ErrorKind::MismatchedFlowCollectionEnd { open, .. } => {
+            let (close, close_line) = closing_bracket(text, index);
+            if matches!(previous_token_char(text, close), Some('[' | '{' | ',')) {
+                ("did not find expected node content", close_line)
+            } else if *open == '[' {
+                (
+                    "did not find expected ',' or ']'",
+                    parser_line(Some(at), close_line),
+                )
+            } else {
+                (
+                    "did not find expected ',' or '}'",
+                    parser_line(Some(at), close_line),
+                )
+            }
+        }
+        ErrorKind::BlockEntryInFlowCollection if expects_node() => {
+            ("did not find expected node content", at)
+        }
+        ErrorKind::UnexpectedEofImplicitFlowMapping => ("did not find expected node content", at),
         ErrorKind::ExpectedFlowSequenceSeparator => {
             ("did not find expected ',' or ']'", context(flow_line, at))
         }
-        ErrorKind::ExpectedFlowMappingSeparator => {
-            ("did not find expected ',' or '}'", context(flow_line, at))
+        ErrorKind::ExpectedFlowMappingSeparator => (separator, context(flow_line, at)),
+        // yaml.v3 finds these at the end of the stream: a node where one is still expected,
+        // else the separator.
+        ErrorKind::UnclosedFlowCollection { .. }
+            if matches!(
+                previous_token_char(text, text.chars().count()),
+                Some('[' | '{' | ',' | ':')
+            ) =>
+        {
+            ("did not find expected node content", end)
         }
-        // yaml.v3 finds these at the end of the stream.
         ErrorKind::UnclosedFlowCollection { open: '[' } => (
             "did not find expected ',' or ']'",
             context(flow_line.or(Some(at + 1)), end),
@@ -233,23 +484,16 @@ fn syntax_message(text: &str, error: &ScanError, open_flow: Option<OpenFlow>) ->
         }
         ErrorKind::MappingValueNotAllowed => (
             "mapping values are not allowed in this context",
-            if at == 0 { 0 } else { at + 1 },
+            scanner_line(at, at),
         ),
         ErrorKind::TabNotAllowed
         | ErrorKind::TabInIndentation
         | ErrorKind::UnexpectedCharacter { .. } => (
             "found character that cannot start any token",
-            if at == 0 { 0 } else { at + 1 },
+            scanner_line(at, at),
         ),
         // Inside a flow collection, yaml.v3 stops at the separator it expected.
-        _ if open_flow.is_some() => {
-            let expected = if open_flow.is_some_and(|f| f.sequence) {
-                "did not find expected ',' or ']'"
-            } else {
-                "did not find expected ',' or '}'"
-            };
-            (expected, context(flow_line, at))
-        }
+        _ if open_flow.is_some() => (separator, context(flow_line, at)),
         // Words yaml.v3 would choose differently; the line is right.
         _ => return format!("line {}: {}", at + 1, error.info()),
     };
@@ -417,6 +661,92 @@ fn flow_depth(text: &str, mut depth: usize) -> Option<usize> {
     Some(depth)
 }
 
+/// Pebble's refusal of a layer that gives one of its own sections no value at all
+/// (`services:` and nothing after it): Pebble writes the empty section out again and decodes
+/// nothing, which yaml.v3 calls `EOF`. A `~`, `null`, tag or anchor is a value and is taken.
+/// Cheap on layers without such a line: the document is read only when one is there.
+pub(crate) fn empty_section(label: &str, text: &str) -> Option<PlanError> {
+    let candidate = text.split('\n').any(|line| {
+        line.split_once(':').is_some_and(|(key, rest)| {
+            let rest = rest.trim_start_matches([' ', '\t']);
+            BUILTIN_SECTIONS.contains(&key) && (rest.is_empty() || rest.starts_with('#'))
+        })
+    });
+    if !candidate {
+        return None;
+    }
+    let mut depth = 0usize;
+    let mut key: Option<String> = None;
+    let mut keys: Vec<String> = Vec::new();
+    let mut empty = None;
+    for next in Parser::new_from_str(text) {
+        let (event, span) = next.ok()?;
+        match event {
+            Event::MappingStart(..) | Event::SequenceStart(..) => {
+                depth += 1;
+                if depth == 2 {
+                    key = None;
+                }
+            }
+            Event::MappingEnd | Event::SequenceEnd => {
+                depth = depth.saturating_sub(1);
+                if depth == 1 {
+                    key = None;
+                }
+            }
+            Event::Scalar(value, style, anchor, tag) if depth == 1 => match key.take() {
+                None => {
+                    keys.push(value.to_string());
+                    key = Some(value.into_owned());
+                }
+                // The library gives a missing value as `~` that takes no room.
+                Some(name)
+                    if BUILTIN_SECTIONS.contains(&name.as_str())
+                        && span.start.index() == span.end.index()
+                        && style == ScalarStyle::Plain
+                        && anchor == 0
+                        && tag.is_none()
+                        && empty.is_none() =>
+                {
+                    empty = Some(name);
+                }
+                Some(_) => {}
+            },
+            Event::Alias(_) if depth == 1 => {
+                key = if key.is_some() {
+                    None
+                } else {
+                    Some(String::new())
+                };
+            }
+            Event::DocumentEnd => break,
+            _ => {}
+        }
+    }
+    // A syntax error or a key given twice is refused first, in its own words.
+    let mut sorted = keys.clone();
+    sorted.sort();
+    sorted.dedup();
+    if sorted.len() != keys.len() {
+        return None;
+    }
+    empty.map(|name| PlanError::Parse {
+        label: label.to_owned(),
+        section: Some(name),
+        line: None,
+        message: "EOF".to_owned(),
+    })
+}
+
+/// The sections Pebble decodes itself.
+const BUILTIN_SECTIONS: [&str; 5] = [
+    "summary",
+    "description",
+    "services",
+    "checks",
+    "log-targets",
+];
+
 /// Pebble's error for a layer cobble could not read, if Pebble would have refused it.
 pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
     let error = |section: Option<&str>, message: String| PlanError::Parse {
@@ -428,11 +758,8 @@ pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
     let whole = |message: String| error(None, message);
     let root = match read(text) {
         Ok(root) => root?,
-        Err((error, open_flow)) => {
-            return Some(whole(format!(
-                "yaml: {}",
-                syntax_message(text, &error, open_flow)
-            )));
+        Err(failure) => {
+            return Some(whole(format!("yaml: {}", syntax_message(text, &failure))));
         }
     };
     let sections = match &root.kind {
@@ -445,8 +772,12 @@ pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
             )));
         }
     };
-    if let Some(duplicate) = duplicate_keys(sections, |line| line).first() {
-        return Some(whole(format!("yaml: unmarshal errors:\n  {duplicate}")));
+    let duplicates = duplicate_keys(sections, |line| line);
+    if !duplicates.is_empty() {
+        return Some(whole(format!(
+            "yaml: unmarshal errors:\n  {}",
+            duplicates.join("\n  ")
+        )));
     }
     let blank = blank_lines(text);
     for (key, value) in sections {
@@ -460,9 +791,12 @@ pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
             "workloads" | "pairing" => continue,
             _ => return None,
         };
+        let mut moved = Vec::new();
+        moved_values(value, &mut moved);
         let mut decode = Decode {
             first_line: value.line,
             blank: &blank,
+            moved: &moved,
             errors: Vec::new(),
         };
         let message = match decode.value(value, ty) {
@@ -479,6 +813,27 @@ fn scalar_text(node: &Node) -> &str {
     match &node.kind {
         Kind::Scalar { value, .. } => value,
         _ => "",
+    }
+}
+
+/// The mappings' scalar values written on a later line than their key, as (key's line,
+/// value's line, whether the lines between go): yaml.v3 writes them out again on the key's
+/// line, and a block scalar's text (whose node starts on the line after its header) after
+/// it as before.
+fn moved_values(node: &Node, moved: &mut Vec<(usize, usize, bool)>) {
+    match &node.kind {
+        Kind::Scalar { .. } => {}
+        Kind::Seq(items) => items.iter().for_each(|item| moved_values(item, moved)),
+        Kind::Map(pairs) => {
+            for (key, value) in pairs {
+                match value.kind {
+                    Kind::Scalar { block, .. } if value.line > key.line => {
+                        moved.push((key.line, value.line, !block))
+                    }
+                    _ => moved_values(value, moved),
+                }
+            }
+        }
     }
 }
 
@@ -654,20 +1009,32 @@ struct Decode<'a> {
     /// The line the section's value starts on: line 1 of the section as Pebble rewrites it.
     first_line: usize,
     blank: &'a [usize],
+    /// The scalar values that move up to their key's line (see [`moved_values`]).
+    moved: &'a [(usize, usize, bool)],
     /// The type errors so far; yaml.v3 reports them together at the end.
     errors: Vec<String>,
 }
 
 impl Decode<'_> {
     /// The line a node is on in the section as yaml.v3 writes it out again: counted from
-    /// the section's start, without the blank lines it drops.
+    /// the section's start, without the blank lines it drops and the lines of the values
+    /// it writes on their key's line.
     fn line(&self, line: usize) -> usize {
-        let blank = self
-            .blank
+        let line = self
+            .moved
             .iter()
-            .filter(|b| (self.first_line..line).contains(b))
+            .find(|(_, value, _)| *value == line)
+            .map_or(line, |(key, ..)| *key);
+        let dropped = (self.first_line..line)
+            .filter(|l| {
+                self.blank.contains(l)
+                    || self
+                        .moved
+                        .iter()
+                        .any(|(key, value, drops)| *drops && (key + 1..=*value).contains(l))
+            })
             .count();
-        line.saturating_sub(self.first_line) + 1 - blank
+        line.saturating_sub(self.first_line) + 1 - dropped
     }
 
     fn type_error(&mut self, node: &Node, ty: &str) {
@@ -683,7 +1050,7 @@ impl Decode<'_> {
         match (ty, &node.kind) {
             (GoType::Cobble, _) => {}
             (GoType::Str(_), Kind::Scalar { .. }) => {}
-            (GoType::Int, Kind::Scalar { value, tag }) => {
+            (GoType::Int, Kind::Scalar { value, tag, .. }) => {
                 let integral = match tag.as_str() {
                     "!!int" => true,
                     "!!float" => value
@@ -843,6 +1210,140 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(tab_error(text).as_ref(), want.as_ref(), "{text:?}");
+        }
+    }
+
+    /// Broken layers with Pebble v1.32.1's refusal (yaml.v3's words and line), after
+    /// `cannot parse layer "x"`; `""` where Pebble takes the layer. yaml.v3 stops elsewhere
+    /// than the library cobble reads with for many of these, and words them otherwise.
+    #[test]
+    fn syntax_errors_are_worded_and_placed_as_yaml_v3_does() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "services:\n  a:\n command: x\n  - y",
+                ": yaml: line 2: did not find expected key",
+            ),
+            (
+                "services:\n  a:\n    override: replace\n    command: x\n  - y\n",
+                ": yaml: line 1: did not find expected key",
+            ),
+            (
+                "services: {a: {override: replace}}\n  - z\n",
+                ": yaml: line 1: did not find expected key",
+            ),
+            (
+                "services:\n  a:\n    on-check-failure\n      up: restart\n",
+                ": yaml: line 4: mapping values are not allowed in this context",
+            ),
+            (
+                "services:\n  a:\n    command\n",
+                " section \"services\": yaml: unmarshal errors:\n  line 1: cannot unmarshal !!str `command` into plan.Service",
+            ),
+            (
+                "checks:\n  chk:\n    - override: replace\n    level: alive\n",
+                ": yaml: line 2: did not find expected '-' indicator",
+            ),
+            (
+                "checks:\n  - chk:\n    override: replace\n",
+                " section \"checks\": yaml: unmarshal errors:\n  line 1: cannot unmarshal !!seq into map[string]*plan.Check",
+            ),
+            (
+                "services:\n  a:\n    command: {a: b}}\n",
+                ": yaml: line 2: did not find expected key",
+            ),
+            ("services: {a: b}}\n", ": yaml: did not find expected key"),
+            (
+                "services:\n  a:\n    command: }\n",
+                ": yaml: line 2: did not find expected node content",
+            ),
+            (
+                "services:\n}  a:\n    command: x\n",
+                ": yaml: line 2: mapping values are not allowed in this context",
+            ),
+            ("services: \"a\"b\n", ": yaml: did not find expected key"),
+            (
+                "services:\n  a:\n    environment:\n      A: \"1\" B: two\n",
+                ": yaml: line 4: mapping values are not allowed in this context",
+            ),
+            (
+                "x: 'q\nservices: {a: 'b'}\n",
+                ": yaml: line 1: did not find expected key",
+            ),
+            (
+                "services: {\n",
+                ": yaml: line 1: did not find expected node content",
+            ),
+            (
+                "services: {a: {command: x}, b: {override:",
+                ": yaml: line 1: did not find expected node content",
+            ),
+            (
+                "services: [a, {b: c]\n",
+                ": yaml: did not find expected ',' or '}'",
+            ),
+            (
+                "checks:\n  chk:\n    level: {a, [}\n",
+                ": yaml: line 2: did not find expected node content",
+            ),
+            (
+                "  *b\nservices: {}\n",
+                ": yaml: unknown anchor 'b' referenced",
+            ),
+            (
+                "services:\n  a:\n    command: > folded\n",
+                ": yaml: line 3: did not find expected comment or line break",
+            ),
+            (
+                "summary: | multi\n  line\n",
+                ": yaml: did not find expected comment or line break",
+            ),
+            (
+                "services: [a,,b]\n",
+                ": yaml: did not find expected node content",
+            ),
+            (
+                "services:\n  a:\n    command: x\n    requires: [\n    user: root\n",
+                ": yaml: line 3: did not find expected ',' or ']'",
+            ),
+            (
+                "checks:\n  chk:\n    level: alive\n [   exec:\n      command: x\n",
+                ": yaml: line 3: did not find expected key",
+            ),
+            (
+                "services:\n  a:\n    override: replace\n    command: [\n    - user: root\n",
+                ": yaml: line 4: did not find expected node content",
+            ),
+            (
+                "services:\n  web:\n    over",
+                " section \"services\": yaml: unmarshal errors:\n  line 1: cannot unmarshal !!str `over` into plan.Service",
+            ),
+            (
+                "services:\n  web:\n    command: >\n      folded\n      text\n    user: root\n    user: root\n",
+                " section \"services\": yaml: unmarshal errors:\n  line 6: mapping key \"user\" already defined at line 5",
+            ),
+            ("services:\n", " section \"services\": EOF"),
+            ("summary:\n", " section \"summary\": EOF"),
+            ("checks: # none\n", " section \"checks\": EOF"),
+            ("services: ~\n", ""),
+            (
+                "services:\nservices:\n",
+                ": yaml: unmarshal errors:\n  line 2: mapping key \"services\" already defined at line 1",
+            ),
+            (
+                "services: {}\nservices: {}\nservices: {}\n",
+                ": yaml: unmarshal errors:\n  line 2: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 2",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = match crate::Layer::parse(1, "x", text) {
+                Ok(_) => String::new(),
+                Err(e) => e
+                    .to_string()
+                    .strip_prefix("cannot parse layer \"x\"")
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| e.to_string()),
+            };
+            assert_eq!(got, *want, "{text:?}");
         }
     }
 }
