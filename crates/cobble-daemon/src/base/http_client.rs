@@ -24,11 +24,19 @@ pub(crate) fn build_client(direct: bool) -> Result<reqwest::Client, String> {
         // Fails only if a provider is already installed, which is just as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
-    let mut builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::limited(10));
-    if direct {
-        builder = builder.no_proxy();
-    }
-    builder.build().map_err(|e| root_cause(&e))
+    let builder = || {
+        let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::limited(10));
+        if direct { builder.no_proxy() } else { builder }
+    };
+    builder().build().or_else(|e| {
+        // A system with no CA certificates (a minimal image): plain HTTP still works, as
+        // with Pebble, whose Go client reads the roots only for a TLS handshake; a TLS
+        // server's certificate then verifies against none and is refused.
+        builder()
+            .tls_certs_only([])
+            .build()
+            .map_err(|_| root_cause(&e))
+    })
 }
 
 /// The innermost cause of an error, which is where the useful words are

@@ -330,6 +330,34 @@ fn a_replan_numbers_the_changes_of_the_checks_it_starts_before_its_own() {
 }
 
 #[test]
+fn http_checks_work_on_a_system_without_ca_certificates() {
+    // A minimal image ships no CA certificates; plain HTTP needs none, as under Pebble.
+    let http = HttpServer::start();
+    let empty = tempfile::tempdir().unwrap();
+    let none = empty.path().join("none.pem");
+    let d = Daemon::start_with_env(
+        &[(
+            "001-checks",
+            &format!(
+                "checks:\n  web:\n    override: replace\n    period: 10s\n    http:\n      url: {}\n",
+                http.url
+            ),
+        )],
+        &["--hold"],
+        &[
+            ("SSL_CERT_FILE", none.to_str().unwrap()),
+            ("SSL_CERT_DIR", empty.path().to_str().unwrap()),
+        ],
+    );
+    let c = client(&d);
+    let refreshed = rt().block_on(c.refresh_check("web")).unwrap();
+    assert_eq!(
+        (refreshed.error.as_str(), refreshed.info.successes),
+        ("", Some(1))
+    );
+}
+
+#[test]
 fn bad_check_requests_are_rejected_and_change_nothing() {
     let d = Daemon::hold(&[(
         "001-checks",
