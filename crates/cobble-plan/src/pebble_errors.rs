@@ -1122,25 +1122,48 @@ fn duplicate_keys(
     pairs: &[(usize, usize)],
     line: impl Fn(usize) -> usize,
 ) -> Vec<String> {
+    // yaml.v3 compares every key with each later one. The keys are grouped by their text
+    // here, so that only equal ones meet, in the same order.
+    let text = |key: usize| match &doc.node(key).kind {
+        Kind::Scalar { value, .. } => Some(&**value),
+        _ => None,
+    };
+    let mut groups: HashMap<&str, (Vec<usize>, usize)> = HashMap::new();
+    for (key, _) in pairs {
+        if let Some(value) = text(*key) {
+            groups.entry(value).or_default().0.push(*key);
+        }
+    }
     let mut errors = Vec::new();
-    for (i, (first, _)) in pairs.iter().enumerate() {
-        for (later, _) in &pairs[i + 1..] {
-            let (first, later) = (doc.node(*first), doc.node(*later));
-            if let (Kind::Scalar { value: a, .. }, Kind::Scalar { value: b, .. }) =
-                (&first.kind, &later.kind)
-                && a == b
-            {
-                errors.push(format!(
-                    "line {}: mapping key {} already defined at line {}",
-                    line(later.line),
-                    crate::go_quote(b),
-                    line(first.line)
-                ));
+    if groups.values().all(|(keys, _)| keys.len() == 1) {
+        return errors;
+    }
+    for (first, _) in pairs {
+        let Some(value) = text(*first) else {
+            continue;
+        };
+        let Some((keys, seen)) = groups.get_mut(value) else {
+            continue;
+        };
+        *seen += 1;
+        for later in &keys[*seen..] {
+            if errors.len() == MAX_DUPLICATES_LISTED {
+                return errors;
             }
+            errors.push(format!(
+                "line {}: mapping key {} already defined at line {}",
+                line(doc.node(*later).line),
+                crate::go_quote(value),
+                line(doc.node(*first).line)
+            ));
         }
     }
     errors
 }
+
+/// yaml.v3 lists every pair of equal keys in a mapping, which for a key given n times is
+/// n(n-1)/2 lines; the list stops here, far past any layer a person writes.
+const MAX_DUPLICATES_LISTED: usize = 1000;
 
 /// One of Pebble's Go types, as yaml.v3 decodes into it.
 enum GoType {
