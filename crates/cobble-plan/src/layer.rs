@@ -551,6 +551,12 @@ fn decode(label: &str, yaml: &str, words: Words) -> Result<LayerDoc, PlanError> 
             message,
         });
     }
+    // A section with no value, which Pebble refuses.
+    if words == Words::Pebble
+        && let Some(error) = crate::pebble_errors::empty_section(label, yaml)
+    {
+        return Err(error);
+    }
     // Most layers are plain block YAML, which the quick reader takes at a fraction of the
     // cost; it declines anything else, and errors always come from the full parser.
     let quick = Progress::default();

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 // The event parser serde-saphyr reads with, as it exports it (a dependency of our own would
 // be built apart, with other symbol names, and cost the release layout).
-use serde_saphyr::granit_parser::{self, ErrorKind, Event, Parser, ScalarStyle, ScanError};
+use serde_saphyr::granit_parser::{self, ErrorKind, Event, Marker, Parser, ScalarStyle, ScanError};
 
 use crate::duration::parse_duration;
 use crate::error::PlanError;
@@ -40,9 +40,11 @@ struct Node<'a> {
 
 #[derive(Debug)]
 enum Kind<'a> {
+    /// `block`: a literal or folded block scalar (`|`, `>`), which starts on its key's line.
     Scalar {
         value: Cow<'a, str>,
         tag: Cow<'static, str>,
+        block: bool,
     },
     Seq(Vec<usize>),
     Map(Vec<(usize, usize)>),
@@ -85,10 +87,11 @@ impl<'a> Doc<'a> {
 }
 
 /// A collection being read: its node (reserved when it opened, so that an alias inside it
-/// can name it), whether it is a flow collection, and what it holds so far.
+/// can name it), whether it is a flow collection, and what it holds so far; a mapping also
+/// its keys' column and a key waiting for its value.
 enum Open {
     Seq(usize, bool, Vec<usize>),
-    Map(usize, bool, Vec<(usize, usize)>, Option<usize>),
+    Map(usize, bool, usize, Vec<(usize, usize)>, Option<usize>),
 }
 
 /// A flow collection left open: where it starts, and how it is read.
@@ -99,12 +102,25 @@ struct OpenFlow {
     sequence: bool,
     /// Where a block mapping expects a key, as `[a` at the start of a line does.
     as_key: bool,
+    /// Where a block mapping expects a key, but not in the column of its keys: no key.
+    off_key: bool,
+    /// A single-pair mapping inside a flow sequence (`[a: b]`), which has no bracket.
+    implicit: bool,
+}
+
+/// Where the parser stopped: its error, with what yaml.v3 takes its line from.
+struct Failure {
+    error: ScanError,
+    /// The innermost flow collection left open (with a bracket of its own).
+    open_flow: Option<OpenFlow>,
+    /// The innermost block collection left open: whether it is a sequence, and its line.
+    innermost: Option<(bool, usize)>,
 }
 
 /// Why a document could not be read.
 enum ReadError {
-    /// The parser's error, and the innermost flow collection left open.
-    Syntax(ScanError, Option<OpenFlow>),
+    /// The parser's error, and the collections left open.
+    Syntax(Box<Failure>),
     /// Nesting past [`MAX_DEPTH`], yaml.v3's message with its line.
     Depth(String),
 }
@@ -117,6 +133,16 @@ fn depth_message(line: usize) -> String {
     } else {
         format!("line {line}: exceeded max depth of {MAX_DEPTH}")
     }
+}
+
+/// The event parser's options: yaml.v3's limit for flow collections; the parser's limit for
+/// block ones only backs up [`read`]'s count, since it counts a block sequence at its key's
+/// indentation too.
+fn parser_options() -> granit_parser::Options {
+    let mut options = granit_parser::Options::default();
+    options.flow_nesting_limit = MAX_DEPTH;
+    options.block_nesting_limit = 2 * MAX_DEPTH + 1;
+    options
 }
 
 /// Reads the first document of `text` (`None` when it is empty), or fails as yaml.v3's parser
@@ -136,12 +162,8 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
     // an alias, a flow collection's start): the context its block depth error names.
     let mut last_key_line = 0;
     let mut root = None;
-    // yaml.v3's limit for flow collections; the parser's limit for block ones only backs up
-    // the count below, since it counts a block sequence at its key's indentation too.
-    let mut options = granit_parser::Options::default();
-    options.flow_nesting_limit = MAX_DEPTH;
-    options.block_nesting_limit = 2 * MAX_DEPTH + 1;
-    for next in Parser::new_from_str_with_options(text, options) {
+    let mut offsets = Offsets::new(text);
+    for next in Parser::new_from_str_with_options(text, parser_options()) {
         let (event, span) = next.map_err(|e| {
             if matches!(e.kind(), ErrorKind::RecursionLimitExceeded) {
                 return ReadError::Depth(depth_message(e.marker().line()));
@@ -151,12 +173,25 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
                 ErrorKind::UnclosedFlowCollection { open } => Some(OpenFlow {
                     line: e.marker().line(),
                     sequence: *open == '[',
-                    as_key: expects_key(&stack),
+                    as_key: expects_key(&stack, e.marker().col()),
+                    off_key: off_key(&stack, e.marker().col()),
+                    implicit: false,
                 }),
                 _ => None,
             };
-            let open = flows.last().copied().or(unread);
-            ReadError::Syntax(e, open)
+            let open_flow = flows.iter().rev().find(|f| !f.implicit).copied().or(unread);
+            // Flow collections hold no block ones: the innermost block collection is the
+            // one under every flow collection left open.
+            let block = stack.len().checked_sub(flows.len() + 1);
+            let innermost = block.map(|i| match &stack[i] {
+                Open::Seq(index, ..) => (true, nodes[*index].line),
+                Open::Map(index, ..) => (false, nodes[*index].line),
+            });
+            ReadError::Syntax(Box::new(Failure {
+                error: e,
+                open_flow,
+                innermost,
+            }))
         })?;
         let line = span.start.line();
         if matches!(event, Event::Scalar(..) | Event::Alias(_))
@@ -169,19 +204,21 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
             last_key_line = line;
         }
         // A collection opens: its node is reserved now, and its depth counted.
-        let mut open = |style, anchor: usize, sequence: bool| {
+        let column = span.start.col();
+        let mut open = |style, anchor: usize, sequence: bool, implicit: bool| {
             let flow = style == granit_parser::StructureStyle::Flow;
             if flow {
                 flows.push(OpenFlow {
                     line,
                     sequence,
-                    as_key: expects_key(&stack),
+                    as_key: expects_key(&stack, column),
+                    off_key: off_key(&stack, column),
+                    implicit,
                 });
                 if flows.len() > MAX_DEPTH {
                     return Err(ReadError::Depth(depth_message(line)));
                 }
             } else {
-                let column = span.start.col();
                 let deeper = indents.last().is_none_or(|c| column > *c);
                 if deeper {
                     indents.push(column);
@@ -209,17 +246,20 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
             stack.push(if sequence {
                 Open::Seq(index, flow, Vec::new())
             } else {
-                Open::Map(index, flow, Vec::new(), None)
+                Open::Map(index, flow, column, Vec::new(), None)
             });
             Ok(())
         };
         let index = match event {
             Event::SequenceStart(style, anchor, _) => {
-                open(style, anchor, true)?;
+                open(style, anchor, true, false)?;
                 continue;
             }
             Event::MappingStart(style, anchor, _) => {
-                open(style, anchor, false)?;
+                // A flow mapping without its own `{` is a single pair in a flow sequence.
+                let implicit = style == granit_parser::StructureStyle::Flow
+                    && char_at(text, offsets.of(&span.start)) != Some('{');
+                open(style, anchor, false, implicit)?;
                 continue;
             }
             Event::Scalar(value, style, anchor, tag) => {
@@ -232,7 +272,11 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
                 let index = nodes.len();
                 nodes.push(Node {
                     line,
-                    kind: Kind::Scalar { value, tag },
+                    kind: Kind::Scalar {
+                        value,
+                        tag,
+                        block: matches!(style, ScalarStyle::Literal | ScalarStyle::Folded),
+                    },
                 });
                 if anchor != 0 {
                     anchors.insert(anchor, index);
@@ -245,7 +289,7 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
                 };
                 // The parser does not say what the anchor was called; yaml.v3's messages do.
                 let name = text
-                    .get(span.start.index()..span.end.index())
+                    .get(offsets.of(&span.start)..offsets.of(&span.end))
                     .unwrap_or_default()
                     .trim_start_matches('*')
                     .to_owned();
@@ -261,7 +305,7 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
                         nodes[index].kind = Kind::Seq(items);
                         (index, flow)
                     }
-                    Some(Open::Map(index, flow, pairs, _)) => {
+                    Some(Open::Map(index, flow, _, pairs, _)) => {
                         nodes[index].kind = Kind::Map(pairs);
                         (index, flow)
                     }
@@ -279,7 +323,7 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
         };
         match stack.last_mut() {
             Some(Open::Seq(_, _, items)) => items.push(index),
-            Some(Open::Map(_, _, pairs, key)) => match key.take() {
+            Some(Open::Map(_, _, _, pairs, key)) => match key.take() {
                 Some(k) => pairs.push((k, index)),
                 None => *key = Some(index),
             },
@@ -289,40 +333,305 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
     Ok(root.map(|root| Doc { nodes, root }))
 }
 
-/// Whether the innermost collection being read is a mapping waiting for its next key.
-fn expects_key(stack: &[Open]) -> bool {
-    matches!(stack.last(), Some(Open::Map(_, _, _, None)))
+/// Whether the innermost collection being read is a mapping waiting for its next key, in
+/// whose keys' column `col` is.
+fn expects_key(stack: &[Open], col: usize) -> bool {
+    matches!(stack.last(), Some(Open::Map(_, _, c, _, None)) if *c == col)
+}
+
+/// Whether the innermost collection being read is a mapping waiting for its next key, and
+/// `col` is not its keys' column.
+fn off_key(stack: &[Open], col: usize) -> bool {
+    matches!(stack.last(), Some(Open::Map(_, _, c, _, None)) if *c != col)
+}
+
+/// Byte offsets in `text` of the parser's positions, which count characters. A marker read
+/// from a string carries its byte offset too, which is taken as it is; for one without, a
+/// cursor walks on from the last position found, so that positions asked for in the text's
+/// order cost one walk over it in all, never one from its start each.
+struct Offsets<'t> {
+    text: &'t str,
+    /// The last position found, as a char index and a byte offset.
+    chars: usize,
+    bytes: usize,
+}
+
+impl<'t> Offsets<'t> {
+    fn new(text: &'t str) -> Self {
+        Offsets {
+            text,
+            chars: 0,
+            bytes: 0,
+        }
+    }
+
+    /// The byte offset of `marker` (the text's length past its end).
+    fn of(&mut self, marker: &Marker) -> usize {
+        if let Some(bytes) = marker.byte_offset()
+            && self.text.is_char_boundary(bytes)
+        {
+            return bytes;
+        }
+        let index = marker.index();
+        if index < self.chars {
+            (self.chars, self.bytes) = (0, 0);
+        }
+        let rest = &self.text[self.bytes..];
+        match rest.char_indices().nth(index - self.chars) {
+            Some((at, _)) => {
+                (self.chars, self.bytes) = (index, self.bytes + at);
+                self.bytes
+            }
+            None => {
+                // Past the end: the cursor stays there, so that the next walk is short.
+                self.chars += rest.chars().count();
+                self.bytes = self.text.len();
+                self.bytes
+            }
+        }
+    }
+}
+
+/// The character at byte offset `at` of `text`.
+fn char_at(text: &str, at: usize) -> Option<char> {
+    text.get(at..)?.chars().next()
+}
+
+/// The last character before byte offset `at` that is not white space (or a line break).
+fn previous_token_char(text: &str, at: usize) -> Option<char> {
+    text.get(..at)?.chars().rev().find(|c| !c.is_whitespace())
+}
+
+/// The byte offset and 0-based line of the bracket that closes the one at byte offset
+/// `open`, counting brackets outside quotes; the end of the text if none does.
+fn closing_bracket(text: &str, open: usize) -> (usize, usize) {
+    let open = open.min(text.len());
+    let mut depth = 0usize;
+    let mut quote = None;
+    let mut line = text.as_bytes()[..open]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count();
+    for (at, c) in text[open..].char_indices() {
+        match (quote, c) {
+            (_, '\n') => line += 1,
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '[' | '{') => depth += 1,
+            (None, ']' | '}') => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return (open + at, line);
+                }
+            }
+            _ => {}
+        }
+    }
+    (text.len(), line)
+}
+
+/// The rest of the line from byte offset `at`.
+fn rest_of_line(text: &str, at: usize) -> &str {
+    text.get(at..)
+        .unwrap_or_default()
+        .split('\n')
+        .next()
+        .unwrap_or_default()
+}
+
+/// Whether `rest` (what follows a token on its line) holds a mapping's `: ` or a `:` that
+/// ends the line, outside quotes and before a comment.
+fn has_mapping_colon(rest: &str) -> bool {
+    let chars: Vec<char> = rest.chars().collect();
+    let mut quote = None;
+    for (i, c) in chars.iter().enumerate() {
+        match (quote, c) {
+            (Some(q), c) if *c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(*c),
+            (None, '#') if i == 0 || chars[i - 1].is_whitespace() => return false,
+            (None, ':') if chars.get(i + 1).is_none_or(|n| n.is_whitespace()) => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// yaml.v3's line for a parser error: the 0-based line of its context (the collection being
+/// parsed) unless that is 0, else the problem's; 0 is not shown.
+fn parser_line(context: Option<usize>, problem: usize) -> usize {
+    context.filter(|l| *l != 0).unwrap_or(problem)
+}
+
+/// yaml.v3's line for a scanner error: the context's 0-based line plus one, unless that is
+/// 0, else the problem's plus one unless that is 0.
+fn scanner_line(context: usize, problem: usize) -> usize {
+    match (context, problem) {
+        (0, 0) => 0,
+        (0, problem) => problem + 1,
+        (context, _) => context + 1,
+    }
 }
 
 /// yaml.v3's words for a syntax error, with its rule for the line: the context's (the
 /// collection being parsed) for parser errors, the position's for scanner errors, and none
-/// on the first line.
-fn syntax_message(text: &str, error: &ScanError, open_flow: Option<OpenFlow>) -> String {
+/// on the first line. The library cobble reads with stops at the same place for most
+/// errors but names them otherwise; where it stops elsewhere (a stray bracket, text after a
+/// quoted scalar), what yaml.v3 would have met there is read from the text around it.
+fn syntax_message(text: &str, failure: &Failure) -> String {
+    let error = &failure.error;
+    let open_flow = failure.open_flow;
     // yaml.v3 counts lines from 0 and shows none for line 0. A parser error shows the
     // line its context (the open collection) starts on, else the problem's; a scanner error
     // shows the problem's plus one.
     let at = error.marker().line() - 1;
+    // Where the parser stopped, as a byte offset.
+    let index = Offsets::new(text).of(error.marker());
     // The end of the stream is on a line of its own unless the text ends with a newline.
     let end = text.matches('\n').count() + usize::from(!text.is_empty() && !text.ends_with('\n'));
-    let context = |open_flow: Option<usize>, problem: usize| {
-        open_flow
-            .map(|l| l - 1)
-            .filter(|l| *l != 0)
-            .unwrap_or(problem)
-    };
+    let context =
+        |open_flow: Option<usize>, problem: usize| parser_line(open_flow.map(|l| l - 1), problem);
     let flow_line = open_flow.map(|f| f.line);
+    // The innermost block mapping or sequence being read, 0-based.
+    let block = |sequence: bool| {
+        failure
+            .innermost
+            .filter(|(seq, _)| *seq == sequence)
+            .map(|(_, line)| line - 1)
+    };
+    let separator = if open_flow.is_some_and(|f| f.sequence) {
+        "did not find expected ',' or ']'"
+    } else {
+        "did not find expected ',' or '}'"
+    };
+    // Where a flow collection expects a node and finds a bracket or comma: yaml.v3 names the
+    // token's line.
+    let expects_node = || matches!(previous_token_char(text, index), Some('[' | '{' | ','));
+    // A token where a block collection expects its next key or entry.
+    let expected_key = |problem: usize| match failure.innermost {
+        Some((true, line)) => (
+            "did not find expected '-' indicator",
+            parser_line(Some(line - 1), problem),
+        ),
+        _ => (
+            "did not find expected key",
+            parser_line(block(false), problem),
+        ),
+    };
     let (message, shown) = match error.kind() {
+        // A bracket where a mapping wants a key, but not in its keys' column: no key.
+        _ if open_flow.is_some_and(|f| f.off_key) => (
+            "did not find expected key",
+            parser_line(block(false), flow_line.unwrap_or(at + 1) - 1),
+        ),
         // A `[` where a key belongs is a key that never gets its `:`.
         ErrorKind::UnclosedFlowCollection { .. } if open_flow.is_some_and(|f| f.as_key) => {
             ("could not find expected ':'", flow_line.unwrap_or(at + 1))
         }
+        ErrorKind::ExpectedBlockMappingKey => {
+            ("did not find expected key", parser_line(block(false), at))
+        }
+        ErrorKind::ExpectedBlockSequenceEntry => (
+            "did not find expected '-' indicator",
+            parser_line(block(true), at),
+        ),
+        // The library points at the key; on the first line yaml.v3 names where it noticed,
+        // the next token.
+        ErrorKind::SimpleKeyExpected => {
+            let next = text
+                .split('\n')
+                .enumerate()
+                .skip(at + 1)
+                .find(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+                .map_or(end, |(n, _)| n);
+            ("could not find expected ':'", scanner_line(at, next))
+        }
+        ErrorKind::InvalidBlockScalarHeader => (
+            "did not find expected comment or line break",
+            scanner_line(at, at),
+        ),
+        ErrorKind::UnknownAnchor => {
+            // After the `*`.
+            let name: String = text
+                .get(index..)
+                .unwrap_or_default()
+                .chars()
+                .skip(1)
+                .take_while(|c| !c.is_whitespace() && !",[]{}".contains(*c))
+                .collect();
+            return format!("unknown anchor '{name}' referenced");
+        }
+        // A closing bracket with none open: where a value belongs it is no node; after one,
+        // no key; at the start of a line before a `key:`, that key can be no simple key.
+        ErrorKind::MisplacedFlowCollectionEnd => {
+            let line_start = text
+                .get(..index)
+                .and_then(|before| before.rsplit('\n').next())
+                .is_some_and(|before| before.trim().is_empty());
+            // After the bracket, which is one byte.
+            if line_start && has_mapping_colon(rest_of_line(text, index + 1)) {
+                (
+                    "mapping values are not allowed in this context",
+                    scanner_line(at, at),
+                )
+            } else if matches!(previous_token_char(text, index), Some(':' | '-' | '?')) {
+                ("did not find expected node content", at)
+            } else {
+                expected_key(at)
+            }
+        }
+        // Text after a closing quote on its line: a `key:` there is a mapping value where no
+        // simple key may start; anything else is where the mapping wants its next key.
+        ErrorKind::InvalidTrailingDoubleQuotedScalar
+        | ErrorKind::InvalidTrailingSingleQuotedScalar
+            if open_flow.is_none() =>
+        {
+            if has_mapping_colon(rest_of_line(text, index)) {
+                (
+                    "mapping values are not allowed in this context",
+                    scanner_line(at, at),
+                )
+            } else {
+                expected_key(at)
+            }
+        }
+        // The library points at the bracket opened; yaml.v3 stops at the one that closes it:
+        // where a node is expected it is no node, else not the separator.
+        ErrorKind::MismatchedFlowCollectionEnd { open, .. } => {
+            let (close, close_line) = closing_bracket(text, index);
+            if matches!(previous_token_char(text, close), Some('[' | '{' | ',')) {
+                ("did not find expected node content", close_line)
+            } else if *open == '[' {
+                (
+                    "did not find expected ',' or ']'",
+                    parser_line(Some(at), close_line),
+                )
+            } else {
+                (
+                    "did not find expected ',' or '}'",
+                    parser_line(Some(at), close_line),
+                )
+            }
+        }
+        ErrorKind::BlockEntryInFlowCollection if expects_node() => {
+            ("did not find expected node content", at)
+        }
+        ErrorKind::UnexpectedEofImplicitFlowMapping => ("did not find expected node content", at),
         ErrorKind::ExpectedFlowSequenceSeparator => {
             ("did not find expected ',' or ']'", context(flow_line, at))
         }
-        ErrorKind::ExpectedFlowMappingSeparator => {
-            ("did not find expected ',' or '}'", context(flow_line, at))
+        ErrorKind::ExpectedFlowMappingSeparator => (separator, context(flow_line, at)),
+        // yaml.v3 finds these at the end of the stream: a node where one is still expected,
+        // else the separator.
+        ErrorKind::UnclosedFlowCollection { .. }
+            if matches!(
+                previous_token_char(text, text.len()),
+                Some('[' | '{' | ',' | ':')
+            ) =>
+        {
+            ("did not find expected node content", end)
         }
-        // yaml.v3 finds these at the end of the stream.
         ErrorKind::UnclosedFlowCollection { open: '[' } => (
             "did not find expected ',' or ']'",
             context(flow_line.or(Some(at + 1)), end),
@@ -344,23 +653,16 @@ fn syntax_message(text: &str, error: &ScanError, open_flow: Option<OpenFlow>) ->
         }
         ErrorKind::MappingValueNotAllowed => (
             "mapping values are not allowed in this context",
-            if at == 0 { 0 } else { at + 1 },
+            scanner_line(at, at),
         ),
         ErrorKind::TabNotAllowed
         | ErrorKind::TabInIndentation
         | ErrorKind::UnexpectedCharacter { .. } => (
             "found character that cannot start any token",
-            if at == 0 { 0 } else { at + 1 },
+            scanner_line(at, at),
         ),
         // Inside a flow collection, yaml.v3 stops at the separator it expected.
-        _ if open_flow.is_some() => {
-            let expected = if open_flow.is_some_and(|f| f.sequence) {
-                "did not find expected ',' or ']'"
-            } else {
-                "did not find expected ',' or '}'"
-            };
-            (expected, context(flow_line, at))
-        }
+        _ if open_flow.is_some() => (separator, context(flow_line, at)),
         // Words yaml.v3 would choose differently; the line is right.
         _ => return format!("line {}: {}", at + 1, error.info()),
     };
@@ -529,6 +831,93 @@ fn flow_depth(text: &str, mut depth: usize) -> Option<usize> {
 }
 
 /// Pebble's error for a layer cobble could not read, if Pebble would have refused it.
+/// Pebble's refusal of a layer that gives one of its own sections no value at all
+/// (`services:` and nothing after it): Pebble writes the empty section out again and decodes
+/// nothing, which yaml.v3 calls `EOF`. A `~`, `null`, tag or anchor is a value and is taken.
+/// Cheap on layers without such a line: the document is read only when one is there.
+pub(crate) fn empty_section(label: &str, text: &str) -> Option<PlanError> {
+    let candidate = text.split('\n').any(|line| {
+        line.split_once(':').is_some_and(|(key, rest)| {
+            let rest = rest.trim_start_matches([' ', '\t']);
+            BUILTIN_SECTIONS.contains(&key) && (rest.is_empty() || rest.starts_with('#'))
+        })
+    });
+    if !candidate {
+        return None;
+    }
+    let mut depth = 0usize;
+    let mut key: Option<String> = None;
+    let mut keys: Vec<String> = Vec::new();
+    let mut empty = None;
+    for next in Parser::new_from_str_with_options(text, parser_options()) {
+        let (event, span) = next.ok()?;
+        match event {
+            Event::MappingStart(..) | Event::SequenceStart(..) => {
+                depth += 1;
+                if depth == 2 {
+                    key = None;
+                }
+            }
+            Event::MappingEnd | Event::SequenceEnd => {
+                depth = depth.saturating_sub(1);
+                if depth == 1 {
+                    key = None;
+                }
+            }
+            Event::Scalar(value, style, anchor, tag) if depth == 1 => match key.take() {
+                None => {
+                    keys.push(value.to_string());
+                    key = Some(value.into_owned());
+                }
+                // The library gives a missing value as `~` that takes no room.
+                Some(name)
+                    if BUILTIN_SECTIONS.contains(&name.as_str())
+                        && span.start.index() == span.end.index()
+                        && style == ScalarStyle::Plain
+                        && anchor == 0
+                        && tag.is_none()
+                        && empty.is_none() =>
+                {
+                    empty = Some(name);
+                }
+                Some(_) => {}
+            },
+            Event::Alias(_) if depth == 1 => {
+                key = if key.is_some() {
+                    None
+                } else {
+                    Some(String::new())
+                };
+            }
+            Event::DocumentEnd => break,
+            _ => {}
+        }
+    }
+    // A syntax error or a key given twice is refused first, in its own words.
+    let mut sorted = keys.clone();
+    sorted.sort();
+    sorted.dedup();
+    if sorted.len() != keys.len() {
+        return None;
+    }
+    empty.map(|name| PlanError::Parse {
+        label: label.to_owned(),
+        section: Some(name),
+        line: None,
+        message: "EOF".to_owned(),
+    })
+}
+
+/// The sections Pebble decodes itself.
+const BUILTIN_SECTIONS: [&str; 5] = [
+    "summary",
+    "description",
+    "services",
+    "checks",
+    "log-targets",
+];
+
+/// Pebble's error for a layer cobble could not read, if Pebble would have refused it.
 pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
     sections_error(label, text, false)
 }
@@ -553,11 +942,8 @@ fn sections_error(label: &str, text: &str, aliasing_only: bool) -> Option<PlanEr
         Ok(doc) => doc?,
         Err(_) if aliasing_only => return None,
         Err(ReadError::Depth(message)) => return Some(whole(format!("yaml: {message}"))),
-        Err(ReadError::Syntax(error, open_flow)) => {
-            return Some(whole(format!(
-                "yaml: {}",
-                syntax_message(text, &error, open_flow)
-            )));
+        Err(ReadError::Syntax(failure)) => {
+            return Some(whole(format!("yaml: {}", syntax_message(text, &failure))));
         }
     };
     let root = doc.resolved(doc.root);
@@ -571,11 +957,15 @@ fn sections_error(label: &str, text: &str, aliasing_only: bool) -> Option<PlanEr
             )));
         }
     };
-    if let Some(duplicate) = duplicate_keys(&doc, sections, |line| line).first() {
+    let duplicates = duplicate_keys(&doc, sections, |line| line);
+    if !duplicates.is_empty() {
         if aliasing_only {
             return None;
         }
-        return Some(whole(format!("yaml: unmarshal errors:\n  {duplicate}")));
+        return Some(whole(format!(
+            "yaml: unmarshal errors:\n  {}",
+            duplicates.join("\n  ")
+        )));
     }
     let blank = blank_lines(text);
     for (key, value) in sections {
@@ -592,8 +982,7 @@ fn sections_error(label: &str, text: &str, aliasing_only: bool) -> Option<PlanEr
         };
         let mut decode = Decode {
             doc: &doc,
-            first_line: doc.node(*value).line,
-            blank: &blank,
+            lines: SectionLines::new(&doc, *value, &blank),
             errors: Vec::new(),
             // Pebble decodes each section as a document of its own.
             decode_count: 1,
@@ -620,13 +1009,96 @@ fn scalar_text<'d>(doc: &'d Doc<'_>, index: usize) -> &'d str {
     }
 }
 
-/// The 1-based numbers of the lines with nothing but white space.
-fn blank_lines(text: &str) -> Vec<usize> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| l.trim().is_empty())
-        .map(|(i, _)| i + 1)
+/// For each 1-based line number (0 is no line), whether the line has nothing but white space.
+fn blank_lines(text: &str) -> Vec<bool> {
+    std::iter::once(false)
+        .chain(text.lines().map(|l| l.trim().is_empty()))
         .collect()
+}
+
+/// How yaml.v3 numbers the lines of a section that Pebble writes out again: from the
+/// section's first line, without the blank lines it drops, and with a scalar value written
+/// below its key moved up to the key's line (the lines between dropped, except a block
+/// scalar's, whose text follows its header as before). Worked out once per section, so that
+/// each error's line is found at once, however many errors and lines there are.
+struct SectionLines {
+    /// The line the section's value starts on: line 1 of the section as Pebble rewrites it.
+    first_line: usize,
+    /// For each 1-based line, how many lines before it are dropped.
+    dropped_before: Vec<usize>,
+    /// The lines of the scalar values that move, and their keys' lines.
+    moved: HashMap<usize, usize>,
+}
+
+impl SectionLines {
+    fn new(doc: &Doc<'_>, section: usize, blank: &[bool]) -> SectionLines {
+        let moved = moved_values(doc, section);
+        // Lines dropped, as a difference array over the ranges that moved values drop.
+        let mut starts = vec![0isize; blank.len() + 1];
+        for &(key, value, drops) in &moved {
+            if drops && value < blank.len() {
+                starts[key + 1] += 1;
+                starts[value + 1] -= 1;
+            }
+        }
+        let mut dropped_before = Vec::with_capacity(blank.len() + 1);
+        let (mut dropped, mut open) = (0, 0isize);
+        for (line, is_blank) in blank.iter().enumerate() {
+            dropped_before.push(dropped);
+            open += starts[line];
+            if *is_blank || open > 0 {
+                dropped += 1;
+            }
+        }
+        dropped_before.push(dropped);
+        SectionLines {
+            first_line: doc.node(section).line,
+            dropped_before,
+            moved: moved
+                .into_iter()
+                .map(|(key, value, _)| (value, key))
+                .collect(),
+        }
+    }
+
+    /// The line that text line `line` is on in the section as yaml.v3 writes it out again.
+    fn line(&self, line: usize) -> usize {
+        let line = self.moved.get(&line).copied().unwrap_or(line);
+        let before = |line: usize| {
+            let last = self.dropped_before.len() - 1;
+            self.dropped_before[line.min(last)]
+        };
+        let dropped = before(line).saturating_sub(before(self.first_line));
+        (line.saturating_sub(self.first_line) + 1).saturating_sub(dropped)
+    }
+}
+
+/// The mappings' scalar values written on a later line than their key, under `section`, as
+/// (key's line, value's line, whether the lines between go): yaml.v3 writes them out again
+/// on the key's line, and a block scalar's text (whose node starts on the line after its
+/// header) after it as before. Walked without recursion; an alias is not followed, as
+/// yaml.v3 writes it out as an alias.
+fn moved_values(doc: &Doc<'_>, section: usize) -> Vec<(usize, usize, bool)> {
+    let mut moved = Vec::new();
+    let mut pending = vec![section];
+    while let Some(index) = pending.pop() {
+        match &doc.node(index).kind {
+            Kind::Scalar { .. } | Kind::Alias(..) => {}
+            Kind::Seq(items) => pending.extend(items.iter().rev()),
+            Kind::Map(pairs) => {
+                for (key, value) in pairs.iter().rev() {
+                    let (key, node) = (doc.node(*key), doc.node(*value));
+                    match node.kind {
+                        Kind::Scalar { block, .. } if node.line > key.line => {
+                            moved.push((key.line, node.line, !block))
+                        }
+                        _ => pending.push(*value),
+                    }
+                }
+            }
+        }
+    }
+    moved
 }
 
 /// yaml.v3's type error for `node` decoded into Go type `ty`, shown at `line`.
@@ -650,25 +1122,48 @@ fn duplicate_keys(
     pairs: &[(usize, usize)],
     line: impl Fn(usize) -> usize,
 ) -> Vec<String> {
+    // yaml.v3 compares every key with each later one. The keys are grouped by their text
+    // here, so that only equal ones meet, in the same order.
+    let text = |key: usize| match &doc.node(key).kind {
+        Kind::Scalar { value, .. } => Some(&**value),
+        _ => None,
+    };
+    let mut groups: HashMap<&str, (Vec<usize>, usize)> = HashMap::new();
+    for (key, _) in pairs {
+        if let Some(value) = text(*key) {
+            groups.entry(value).or_default().0.push(*key);
+        }
+    }
     let mut errors = Vec::new();
-    for (i, (first, _)) in pairs.iter().enumerate() {
-        for (later, _) in &pairs[i + 1..] {
-            let (first, later) = (doc.node(*first), doc.node(*later));
-            if let (Kind::Scalar { value: a, .. }, Kind::Scalar { value: b, .. }) =
-                (&first.kind, &later.kind)
-                && a == b
-            {
-                errors.push(format!(
-                    "line {}: mapping key {} already defined at line {}",
-                    line(later.line),
-                    crate::go_quote(b),
-                    line(first.line)
-                ));
+    if groups.values().all(|(keys, _)| keys.len() == 1) {
+        return errors;
+    }
+    for (first, _) in pairs {
+        let Some(value) = text(*first) else {
+            continue;
+        };
+        let Some((keys, seen)) = groups.get_mut(value) else {
+            continue;
+        };
+        *seen += 1;
+        for later in &keys[*seen..] {
+            if errors.len() == MAX_DUPLICATES_LISTED {
+                return errors;
             }
+            errors.push(format!(
+                "line {}: mapping key {} already defined at line {}",
+                line(doc.node(*later).line),
+                crate::go_quote(value),
+                line(doc.node(*first).line)
+            ));
         }
     }
     errors
 }
+
+/// yaml.v3 lists every pair of equal keys in a mapping, which for a key given n times is
+/// n(n-1)/2 lines; the list stops here, far past any layer a person writes.
+const MAX_DUPLICATES_LISTED: usize = 1000;
 
 /// One of Pebble's Go types, as yaml.v3 decodes into it.
 enum GoType {
@@ -815,9 +1310,7 @@ fn allowed_alias_ratio(decodes: usize) -> f64 {
 /// yaml.v3's decoder over one section, as Pebble runs it (unknown fields refused).
 struct Decode<'a, 'd> {
     doc: &'a Doc<'d>,
-    /// The line the section's value starts on: line 1 of the section as Pebble rewrites it.
-    first_line: usize,
-    blank: &'a [usize],
+    lines: SectionLines,
     /// The type errors so far; yaml.v3 reports them together at the end.
     errors: Vec<String>,
     /// yaml.v3's `decodeCount`: every node decoded, an alias's target each time again.
@@ -832,15 +1325,9 @@ struct Decode<'a, 'd> {
 }
 
 impl Decode<'_, '_> {
-    /// The line a node is on in the section as yaml.v3 writes it out again: counted from
-    /// the section's start, without the blank lines it drops.
+    /// The line a node is on in the section as yaml.v3 writes it out again.
     fn line(&self, line: usize) -> usize {
-        let blank = self
-            .blank
-            .iter()
-            .filter(|b| (self.first_line..line).contains(b))
-            .count();
-        line.saturating_sub(self.first_line) + 1 - blank
+        self.lines.line(line)
     }
 
     fn type_error(&mut self, index: usize, ty: &str) {
@@ -898,7 +1385,7 @@ impl Decode<'_, '_> {
         match (ty, &node.kind) {
             (GoType::Cobble, _) => self.any(index)?,
             (GoType::Str(_), Kind::Scalar { .. }) => {}
-            (GoType::Int, Kind::Scalar { value, tag }) => {
+            (GoType::Int, Kind::Scalar { value, tag, .. }) => {
                 let integral = match &**tag {
                     "!!int" => true,
                     "!!float" => value
@@ -1083,7 +1570,7 @@ fn first_setting(doc: &Doc<'_>, merged: &mut Option<Vec<String>>, key: usize) ->
 
 /// yaml.v3's merge key: a plain `<<`, or one tagged `!!merge`.
 fn is_merge(doc: &Doc<'_>, key: usize) -> bool {
-    matches!(&doc.node(key).kind, Kind::Scalar { value, tag } if value == "<<" && tag == "!!merge")
+    matches!(&doc.node(key).kind, Kind::Scalar { value, tag, .. } if value == "<<" && tag == "!!merge")
 }
 
 fn go_name(ty: &GoType) -> &'static str {
@@ -1169,5 +1656,157 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(tab_error(text).as_ref(), want.as_ref(), "{text:?}");
         }
+    }
+
+    /// Broken layers with Pebble v1.32.1's refusal (yaml.v3's words and line), after
+    /// `cannot parse layer "x"`; `""` where Pebble takes the layer. yaml.v3 stops elsewhere
+    /// than the library cobble reads with for many of these, and words them otherwise.
+    #[test]
+    fn syntax_errors_are_worded_and_placed_as_yaml_v3_does() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "services:\n  a:\n command: x\n  - y",
+                ": yaml: line 2: did not find expected key",
+            ),
+            (
+                "services:\n  a:\n    override: replace\n    command: x\n  - y\n",
+                ": yaml: line 1: did not find expected key",
+            ),
+            (
+                "services: {a: {override: replace}}\n  - z\n",
+                ": yaml: line 1: did not find expected key",
+            ),
+            (
+                "services:\n  a:\n    on-check-failure\n      up: restart\n",
+                ": yaml: line 4: mapping values are not allowed in this context",
+            ),
+            (
+                "services:\n  a:\n    command\n",
+                " section \"services\": yaml: unmarshal errors:\n  line 1: cannot unmarshal !!str `command` into plan.Service",
+            ),
+            (
+                "checks:\n  chk:\n    - override: replace\n    level: alive\n",
+                ": yaml: line 2: did not find expected '-' indicator",
+            ),
+            (
+                "checks:\n  - chk:\n    override: replace\n",
+                " section \"checks\": yaml: unmarshal errors:\n  line 1: cannot unmarshal !!seq into map[string]*plan.Check",
+            ),
+            (
+                "services:\n  a:\n    command: {a: b}}\n",
+                ": yaml: line 2: did not find expected key",
+            ),
+            ("services: {a: b}}\n", ": yaml: did not find expected key"),
+            (
+                "services:\n  a:\n    command: }\n",
+                ": yaml: line 2: did not find expected node content",
+            ),
+            (
+                "services:\n}  a:\n    command: x\n",
+                ": yaml: line 2: mapping values are not allowed in this context",
+            ),
+            ("services: \"a\"b\n", ": yaml: did not find expected key"),
+            (
+                "services:\n  a:\n    environment:\n      A: \"1\" B: two\n",
+                ": yaml: line 4: mapping values are not allowed in this context",
+            ),
+            (
+                "x: 'q\nservices: {a: 'b'}\n",
+                ": yaml: line 1: did not find expected key",
+            ),
+            (
+                "services: {\n",
+                ": yaml: line 1: did not find expected node content",
+            ),
+            (
+                "services: {a: {command: x}, b: {override:",
+                ": yaml: line 1: did not find expected node content",
+            ),
+            (
+                "services: [a, {b: c]\n",
+                ": yaml: did not find expected ',' or '}'",
+            ),
+            (
+                "checks:\n  chk:\n    level: {a, [}\n",
+                ": yaml: line 2: did not find expected node content",
+            ),
+            (
+                "  *b\nservices: {}\n",
+                ": yaml: unknown anchor 'b' referenced",
+            ),
+            (
+                "services:\n  a:\n    command: > folded\n",
+                ": yaml: line 3: did not find expected comment or line break",
+            ),
+            (
+                "summary: | multi\n  line\n",
+                ": yaml: did not find expected comment or line break",
+            ),
+            (
+                "services: [a,,b]\n",
+                ": yaml: did not find expected node content",
+            ),
+            (
+                "services:\n  a:\n    command: x\n    requires: [\n    user: root\n",
+                ": yaml: line 3: did not find expected ',' or ']'",
+            ),
+            (
+                "checks:\n  chk:\n    level: alive\n [   exec:\n      command: x\n",
+                ": yaml: line 3: did not find expected key",
+            ),
+            (
+                "services:\n  a:\n    override: replace\n    command: [\n    - user: root\n",
+                ": yaml: line 4: did not find expected node content",
+            ),
+            (
+                "services:\n  web:\n    over",
+                " section \"services\": yaml: unmarshal errors:\n  line 1: cannot unmarshal !!str `over` into plan.Service",
+            ),
+            (
+                "services:\n  web:\n    command: >\n      folded\n      text\n    user: root\n    user: root\n",
+                " section \"services\": yaml: unmarshal errors:\n  line 6: mapping key \"user\" already defined at line 5",
+            ),
+            ("services:\n", " section \"services\": EOF"),
+            ("summary:\n", " section \"summary\": EOF"),
+            ("checks: # none\n", " section \"checks\": EOF"),
+            ("services: ~\n", ""),
+            (
+                "services:\nservices:\n",
+                ": yaml: unmarshal errors:\n  line 2: mapping key \"services\" already defined at line 1",
+            ),
+            (
+                "services: {}\nservices: {}\nservices: {}\n",
+                ": yaml: unmarshal errors:\n  line 2: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 2",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = match crate::Layer::parse(1, "x", text) {
+                Ok(_) => String::new(),
+                Err(e) => e
+                    .to_string()
+                    .strip_prefix("cannot parse layer \"x\"")
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| e.to_string()),
+            };
+            assert_eq!(got, *want, "{text:?}");
+        }
+    }
+
+    /// A marker without its byte offset is found by walking on from the last one, forwards
+    /// or (starting again) backwards, and past the end is the end.
+    #[test]
+    fn offsets_of_markers_without_bytes_are_counted_in_characters() {
+        use super::{Marker, Offsets};
+        let text = "aé…b\nü{";
+        let mut offsets = Offsets::new(text);
+        let at = |chars: usize| Marker::new(chars, 1, 0);
+        let found: Vec<usize> = [0, 2, 3, 6, 1, 7, 9, 4]
+            .into_iter()
+            .map(|chars| offsets.of(&at(chars)))
+            .collect();
+        assert_eq!(found, [0, 3, 6, 10, 1, 11, 11, 7]);
+        assert_eq!(&text[10..], "{");
+        let with_bytes = at(6).with_byte_offset(Some(10));
+        assert_eq!(Offsets::new(text).of(&with_bytes), 10);
     }
 }

@@ -139,3 +139,68 @@ fn nesting_yaml_v3_takes_is_read_and_refused_by_type() {
         "cannot parse layer \"hostile\" section \"services\": yaml: unmarshal errors:\n  line 5: cannot unmarshal !!seq into map[string]string"
     );
 }
+
+/// A service whose `environment` (a mapping in Pebble's types) is given as `body`, after a
+/// summary that is not ASCII, so that the parser's positions in characters and in bytes differ.
+fn service_environment(body: &str) -> String {
+    format!(
+        "summary: \"é…ü\"\nservices:\n  web:\n    override: replace\n    command: x\n    environment: {body}\n"
+    )
+}
+
+#[test]
+fn a_layer_of_many_flow_mappings_is_read_in_one_pass() {
+    // 200 000 flow mappings (1.6 MB): a reader that looked each one up from the start of the
+    // text would take hours. Each answer is Pebble v1.32.1's to the same layer.
+    let many = |n: usize| vec!["{a: 1}"; n].join(", ");
+    assert_eq!(
+        refusal(service_environment(&format!("[{}]", many(200_000)))),
+        "cannot parse layer \"hostile\" section \"services\": yaml: unmarshal errors:\n  line 4: cannot unmarshal !!seq into map[string]string"
+    );
+    // Its last bracket the wrong one: a syntax error found past all of them.
+    assert_eq!(
+        refusal(service_environment(&format!("[{}}}", many(100_000)))),
+        "cannot parse layer \"hostile\": yaml: line 5: did not find expected ',' or ']'"
+    );
+    // Flow mappings each opened inside the last, far past yaml.v3's depth.
+    let nested = format!("[{}]]", "{a: [1], ".repeat(50_000));
+    assert_eq!(
+        refusal(service_environment(&nested)),
+        "cannot parse layer \"hostile\": yaml: line 6: exceeded max depth of 10000"
+    );
+}
+
+#[test]
+fn a_mapping_of_many_keys_is_checked_for_duplicates_in_one_pass() {
+    // 100 000 different keys and a type error after them (1.4 MB): yaml.v3 compares every key
+    // with every later one; cobble finds the same (none) without doing so. Pebble v1.32.1's
+    // answer.
+    let keys: String = (0..100_000).map(|i| format!("      K{i}: x\n")).collect();
+    assert_eq!(
+        refusal(service_environment(&format!("\n{keys}      Z: [1]"))),
+        "cannot parse layer \"hostile\" section \"services\": yaml: unmarshal errors:\n  line 100005: cannot unmarshal !!seq into string"
+    );
+    // One key 50 000 times: yaml.v3 would list 1.25 * 10^9 pairs; the list stops at 1000,
+    // in yaml.v3's order and words.
+    let same = "      A: x\n".repeat(50_000);
+    let answer = refusal(service_environment(&format!("\n{same}")));
+    let lines: Vec<&str> = answer.lines().collect();
+    assert_eq!(
+        lines[..3],
+        [
+            "cannot parse layer \"hostile\" section \"services\": yaml: unmarshal errors:",
+            "  line 6: mapping key \"A\" already defined at line 5",
+            "  line 7: mapping key \"A\" already defined at line 5",
+        ]
+    );
+    assert_eq!(lines.len(), 1 + 1000);
+}
+
+#[test]
+fn an_unknown_anchor_after_text_that_is_not_ascii_is_named() {
+    // As Pebble v1.32.1 answers.
+    assert_eq!(
+        refusal(service_environment("{A: *nope}")),
+        "cannot parse layer \"hostile\": yaml: unknown anchor 'nope' referenced"
+    );
+}

@@ -182,13 +182,29 @@ fn empty_and_null_documents_are_empty_layers() {
         "{}",
         "~",
         "# just a comment\n",
-        "services:\nchecks: ~\nsummary:\n",
+        "services: ~\nchecks: null\nsummary: ~\n",
     ] {
         let layer = Layer::parse(3, "base", yaml).unwrap();
         assert_eq!(layer.order, 3);
         assert_eq!(layer.label, "base");
         assert!(
             layer.services.is_empty() && layer.checks.is_empty(),
+            "{yaml:?}"
+        );
+    }
+}
+
+#[test]
+fn a_section_with_no_value_at_all_is_refused_as_pebble_refuses_it() {
+    // Pebble writes the section out again and decodes nothing: yaml.v3's `EOF`.
+    for (yaml, section) in [
+        ("services:\n", "services"),
+        ("summary: x\nchecks: # none\n", "checks"),
+        ("log-targets:", "log-targets"),
+    ] {
+        assert_eq!(
+            Layer::parse(3, "base", yaml).unwrap_err().to_string(),
+            format!("cannot parse layer \"base\" section \"{section}\": EOF"),
             "{yaml:?}"
         );
     }

@@ -298,6 +298,40 @@ fn layer_changes_apply_without_a_replan_and_start_stop_refresh_work() {
 }
 
 #[test]
+fn a_replan_numbers_the_changes_of_the_checks_it_starts_before_its_own() {
+    // As in Pebble: the stopped checks are started (their perform-check changes made) before
+    // the replan's change, which takes the next ID; clients and notices see the same IDs.
+    let d = Daemon::hold(&[(
+        "001-checks",
+        "checks:\n  a:\n    override: replace\n    period: 10s\n    exec:\n      command: \"true\"\n",
+    )]);
+    let c = client(&d);
+    let rt = rt();
+    for (layer, summary) in [
+        (None, "Replan - no services"),
+        (
+            Some(
+                "services:\n  srv:\n    override: replace\n    command: sleep 1000\n    startup: enabled\n",
+            ),
+            "Replan service \"srv\"",
+        ),
+    ] {
+        if let Some(layer) = layer {
+            rt.block_on(c.add_layer("srv", layer, false, false))
+                .unwrap();
+        }
+        assert_eq!(rt.block_on(c.stop_checks(&["a".into()])).unwrap(), ["a"]);
+        let replan = rt.block_on(c.replan()).unwrap();
+        assert_eq!(change(&d, &replan).summary, summary);
+        let started = check(&d, "a");
+        assert_eq!(change(&d, &started.change_id).kind, "perform-check");
+        let (check_id, replan_id): (u64, u64) =
+            (started.change_id.parse().unwrap(), replan.parse().unwrap());
+        assert_eq!(check_id + 1, replan_id, "{summary}");
+    }
+}
+
+#[test]
 fn bad_check_requests_are_rejected_and_change_nothing() {
     let d = Daemon::hold(&[(
         "001-checks",

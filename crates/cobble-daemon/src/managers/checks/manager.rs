@@ -11,7 +11,8 @@
 //! - a removed check is stopped and forgotten;
 //! - a check that is not running, new or not, starts if enabled (so, as in Pebble, any plan
 //!   change, even a layer with only a summary, starts again an enabled check that a client
-//!   stopped), otherwise it is listed as inactive.
+//!   stopped), otherwise it is listed as inactive, afresh (without the failures and changes
+//!   of a run a client stopped), as Pebble lists it after any plan change.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -370,7 +371,6 @@ impl Actor {
             };
             let merged = checker::merge_service_context(&plan, config);
             let entry = self.entries.get_mut(&name).expect("listed");
-            let unchanged = merged == *entry.config;
             if let Some(running) = entry.running.as_ref().filter(|_| entry.is_running()) {
                 let running_unchanged = merged == *running.config;
                 // Pebble: disabling a running check does not stop it; a later start runs
@@ -393,7 +393,9 @@ impl Actor {
             } else if merged.is_enabled() {
                 entry.config = Arc::new(merged);
                 to_start.push(name);
-            } else if !unchanged {
+            } else {
+                // Pebble lists a disabled check that is not running afresh on every plan
+                // change, changed or not: the streak and changes of its last run go.
                 entry.config = Arc::new(merged);
                 self.publish_fresh_inactive(&name);
             }

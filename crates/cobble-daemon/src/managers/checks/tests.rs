@@ -422,6 +422,43 @@ async fn the_previous_change_is_the_one_the_check_failed_or_recovered_from() {
     assert_eq!(h.view("chk").await.prev_change_id, None);
 }
 
+/// Pebble lists a disabled check that is not running afresh on every plan change, even one
+/// that leaves it as it was: the failures and changes of the run a client stopped go; an
+/// enabled one is started again.
+#[tokio::test(start_paused = true)]
+async fn a_plan_change_lists_a_stopped_disabled_check_afresh() {
+    let mut config = check("chk");
+    config.threshold = 1;
+    config.startup = Startup::Disabled;
+    let h = Harness::new(vec![config.clone()]);
+    h.set("chk", Outcome::Fail("exit status 1", ""));
+    h.manager
+        .act(CheckAction::Start, vec!["chk".into()])
+        .await
+        .unwrap();
+    pass(25.0).await;
+    h.manager
+        .act(CheckAction::Stop, vec!["chk".into()])
+        .await
+        .unwrap();
+    let stopped = h.view("chk").await;
+    assert!(stopped.failures >= 1, "{stopped:?}");
+    assert!(stopped.prev_change_id.is_some(), "{stopped:?}");
+
+    h.plan.send(plan(vec![config])).unwrap();
+    let listed = h.view("chk").await;
+    assert_eq!(
+        (
+            listed.status,
+            listed.failures,
+            listed.change_id,
+            listed.prev_change_id
+        ),
+        (CheckStatus::Inactive, 0, None, None)
+    );
+    assert_eq!(listed.failure_count, stopped.failure_count);
+}
+
 fn recover_id(change: &ChangeInfo) -> Option<u64> {
     change.id.parse().ok()
 }

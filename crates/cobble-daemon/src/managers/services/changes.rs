@@ -117,6 +117,15 @@ struct LaneTask {
     service: String,
 }
 
+/// An action resolved against the plan, not yet recorded.
+struct Resolved {
+    action: ServiceChange,
+    /// The services the change names; the first names it in its summary.
+    names: Vec<String>,
+    stop_lanes: Vec<Vec<String>>,
+    start_lanes: Vec<Vec<String>>,
+}
+
 /// A change recorded for an action, with its tasks by lane, not yet carried out.
 struct Pending {
     change_id: u64,
@@ -163,15 +172,19 @@ impl ServiceChanges {
         action: ServiceChange,
         names: Vec<String>,
     ) -> Result<Recorded<u64>, ActionError> {
-        let pending = self.prepare(action, names).await?;
+        let resolved = self.resolve(action, names).await?;
+        if action == ServiceChange::Replan {
+            // Pebble's replan also starts the enabled checks that are not running, and makes
+            // their changes before its own, which therefore has the next ID after theirs. A
+            // replan whose change then cannot be recorded leaves them running, as a refused
+            // retry or a `POST /v1/checks` start on a failing disk would.
+            self.checks.replan().await;
+        }
+        let pending = self.record(resolved);
         let change_id = pending.change_id;
         match self.state.recorded(change_id).await {
             Ok(recorded) => {
                 self.spawn_run(pending);
-                if action == ServiceChange::Replan {
-                    // Pebble's replan also starts enabled checks that are not running.
-                    self.checks.replan().await;
-                }
                 Ok(recorded)
             }
             Err(e) => {
@@ -188,18 +201,19 @@ impl ServiceChanges {
         action: ServiceChange,
         names: Vec<String>,
     ) -> Result<u64, ActionError> {
-        let pending = self.prepare(action, names).await?;
+        let resolved = self.resolve(action, names).await?;
+        let pending = self.record(resolved);
         let change_id = pending.change_id;
         self.spawn_run(pending);
         Ok(change_id)
     }
 
-    /// Resolves `action` against the plan and records its change and tasks.
-    async fn prepare(
+    /// Resolves `action` against the plan into the services it names and its lanes.
+    async fn resolve(
         &self,
         action: ServiceChange,
         names: Vec<String>,
-    ) -> Result<Pending, ActionError> {
+    ) -> Result<Resolved, ActionError> {
         let plan = self.plan.borrow().clone();
         let mut names = names;
         let cannot = |error| ActionError::Order { action, error };
@@ -261,7 +275,12 @@ impl ServiceChanges {
                 (stop, start)
             }
         };
-        Ok(self.record(action, names, stop_lanes, start_lanes))
+        Ok(Resolved {
+            action,
+            names,
+            stop_lanes,
+            start_lanes,
+        })
     }
 
     /// Stops every service that is starting, running or backing off, in stop order, as one
@@ -294,13 +313,14 @@ impl ServiceChanges {
         self.run(change_id, stop, Vec::new()).await;
     }
 
-    fn record(
-        &self,
-        action: ServiceChange,
-        names: Vec<String>,
-        stop_lanes: Vec<Vec<String>>,
-        start_lanes: Vec<Vec<String>>,
-    ) -> Pending {
+    /// Records the change and tasks of a resolved action.
+    fn record(&self, resolved: Resolved) -> Pending {
+        let Resolved {
+            action,
+            names,
+            stop_lanes,
+            start_lanes,
+        } = resolved;
         let title = action.title();
         if stop_lanes.is_empty() && start_lanes.is_empty() {
             let change_id = self
