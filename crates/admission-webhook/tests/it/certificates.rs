@@ -89,6 +89,7 @@ async fn a_pair_pushed_as_the_charm_pushes_it_is_loaded_from_the_push_events() {
     // The busy ancestor: opens and reads of one file, and another file created and removed,
     // without a pause of more than a few milliseconds, until the first answer.
     let stop = Arc::new(AtomicBool::new(false));
+    let (started_tx, started) = std::sync::mpsc::channel();
     let busy = {
         let stop = stop.clone();
         let etc = etc.clone();
@@ -102,14 +103,16 @@ async fn a_pair_pushed_as_the_charm_pushes_it_is_loaded_from_the_push_events() {
                     let _ = std::fs::remove_file(etc.join("mtab.tmp"));
                 }
                 rounds += 1;
+                if rounds == 10 {
+                    let _ = started_tx.send(());
+                }
                 std::thread::sleep(Duration::from_millis(2));
             }
             rounds
         })
     };
-    // The noise is under way before the push (this wait is not a timing assumption: the
-    // push may come at any moment).
-    std::thread::sleep(Duration::from_millis(200));
+    // The noise is under way before the push.
+    started.recv().unwrap();
 
     push(&certs.join("key.pem"), &scratch.a.key_pem);
     push(&certs.join("cert.pem"), &scratch.a.cert_pem);
