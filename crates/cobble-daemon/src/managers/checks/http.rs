@@ -331,6 +331,20 @@ mod tests {
         (port, issuer.pem())
     }
 
+    /// The message of a check of `url` trusting `roots`, which must fail.
+    async fn failure(url: &str, roots: Arc<TrustedRoots>) -> String {
+        checker_trusting(url, roots)
+            .check()
+            .await
+            .unwrap_err()
+            .message
+    }
+
+    /// Go's words for a server certificate that failed verification.
+    fn unverified(url: &str, why: &str) -> String {
+        format!("Get \"{url}\": tls: failed to verify certificate: x509: {why}")
+    }
+
     #[tokio::test]
     async fn an_http_check_needs_no_trusted_certificates() {
         let dir = tempfile::tempdir().unwrap();
@@ -349,15 +363,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (port, _ca) = serve_tls(&["127.0.0.1"]).await;
         let url = format!("https://127.0.0.1:{port}/");
-        let error = checker_trusting(&url, no_roots(dir.path()))
-            .check()
-            .await
-            .unwrap_err();
         assert_eq!(
-            error.message,
-            format!(
-                "Get \"{url}\": tls: failed to verify certificate: x509: certificate signed by unknown authority"
-            )
+            failure(&url, no_roots(dir.path())).await,
+            unverified(&url, "certificate signed by unknown authority")
         );
         // The failure is this check's alone: a plain http check with the same roots passes.
         let (base, _heads) = serve(vec![reply("200 OK", "", "")]);
@@ -385,28 +393,19 @@ mod tests {
         let (port, ca) = serve_tls(&["localhost", "web.example"]).await;
         std::fs::write(&bundle, ca).unwrap();
         let url = format!("https://127.0.0.1:{port}/");
-        let error = checker_trusting(&url, TrustedRoots::at(Some(bundle.clone()), None))
-            .check()
-            .await
-            .unwrap_err();
         assert_eq!(
-            error.message,
-            format!(
-                "Get \"{url}\": tls: failed to verify certificate: x509: cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs"
+            failure(&url, TrustedRoots::at(Some(bundle.clone()), None)).await,
+            unverified(
+                &url,
+                "cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs"
             )
         );
         let (port, ca) = serve_tls(&["127.0.0.1", "web.example"]).await;
         std::fs::write(&bundle, ca).unwrap();
         let url = format!("https://localhost:{port}/");
-        let error = checker_trusting(&url, TrustedRoots::at(Some(bundle), None))
-            .check()
-            .await
-            .unwrap_err();
         assert_eq!(
-            error.message,
-            format!(
-                "Get \"{url}\": tls: failed to verify certificate: x509: certificate is valid for web.example, not localhost"
-            )
+            failure(&url, TrustedRoots::at(Some(bundle), None)).await,
+            unverified(&url, "certificate is valid for web.example, not localhost")
         );
     }
 
@@ -416,28 +415,23 @@ mod tests {
         // No roots at all, and a certificate for another name: Go names the name.
         let (port, _ca) = serve_tls(&["localhost"]).await;
         let url = format!("https://127.0.0.1:{port}/");
-        let error = checker_trusting(&url, no_roots(dir.path()))
-            .check()
-            .await
-            .unwrap_err();
         assert_eq!(
-            error.message,
-            format!(
-                "Get \"{url}\": tls: failed to verify certificate: x509: cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs"
+            failure(&url, no_roots(dir.path())).await,
+            unverified(
+                &url,
+                "cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs"
             )
         );
         // An expired certificate, whoever signed it: Go gives the dates.
         let (port, _ca) = serve_tls_until(&["127.0.0.1"], Some((2020, 1, 2))).await;
         let url = format!("https://127.0.0.1:{port}/");
-        let error = checker_trusting(&url, no_roots(dir.path()))
-            .check()
-            .await
-            .unwrap_err();
-        let prefix = format!(
-            "Get \"{url}\": tls: failed to verify certificate: x509: certificate has expired or is not yet valid: current time "
+        let message = failure(&url, no_roots(dir.path())).await;
+        let prefix = unverified(
+            &url,
+            "certificate has expired or is not yet valid: current time ",
         );
-        let rest = error.message.strip_prefix(&prefix).unwrap_or_else(|| {
-            panic!("{}", error.message);
+        let rest = message.strip_prefix(&prefix).unwrap_or_else(|| {
+            panic!("{message}");
         });
         let (now, not_after) = rest.split_once(" is after ").expect(rest);
         assert_eq!(not_after, "2020-01-02T00:00:00Z");
