@@ -44,10 +44,13 @@ fn blocks(page: &str, fence: &str) -> Vec<String> {
 /// Whether `text` at `at` has the shape of `shape`, where `9` stands for any digit.
 fn has_shape(text: &[u8], at: usize, shape: &str) -> bool {
     text.len() >= at + shape.len()
-        && shape
-            .bytes()
-            .zip(&text[at..])
-            .all(|(s, t)| if s == b'9' { t.is_ascii_digit() } else { s == *t })
+        && shape.bytes().zip(&text[at..]).all(|(s, t)| {
+            if s == b'9' {
+                t.is_ascii_digit()
+            } else {
+                s == *t
+            }
+        })
 }
 
 /// `cobble why` output as a glob pattern for [`crate::fixture::glob_matches`]: the times it
@@ -151,19 +154,25 @@ fn the_image_examples_layer_autostarts_done() {
     let busybox = ["/usr/bin/busybox", "/bin/busybox"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
-        .expect("busybox is needed to run the image example's layer: apt-get install busybox-static");
+        .expect(
+            "busybox is needed to run the image example's layer: apt-get install busybox-static",
+        );
     assert!(layer.contains("/usr/bin/busybox "), "{layer}");
     let layer = layer.replace("/usr/bin/busybox ", &format!("{busybox} "));
     let daemon = Daemon::start(&[("001-example", &layer)], &[]);
     let mut changes = String::new();
-    wait_for("the autostart change to end", Duration::from_secs(20), || {
-        changes = Test::daemon(&daemon)
-            .args(&["changes"])
-            .any_stdout()
-            .run()
-            .stdout;
-        !changes.contains("Doing")
-    });
+    wait_for(
+        "the autostart change to end",
+        Duration::from_secs(20),
+        || {
+            changes = Test::daemon(&daemon)
+                .args(&["changes"])
+                .any_stdout()
+                .run()
+                .stdout;
+            !changes.contains("Doing")
+        },
+    );
     let rows: Vec<&str> = changes.lines().skip(1).filter(|l| !l.is_empty()).collect();
     assert!(
         rows.len() == 1 && rows[0].starts_with("1 ") && rows[0].contains(" Done "),
