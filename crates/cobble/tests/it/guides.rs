@@ -53,9 +53,10 @@ fn has_shape(text: &[u8], at: usize, shape: &str) -> bool {
         })
 }
 
-/// `cobble why` output as a glob pattern for [`crate::fixture::glob_matches`]: the times it
-/// shows (`today at 20:35 UTC`, `2026-11-30T20:35:42Z`) and the CPU time on `Uses:` match
-/// any value; everything else must be as shown.
+/// `cobble why` or `cobble services` output as a glob pattern for
+/// [`crate::fixture::glob_matches`]: the times it shows (`today at 20:35 UTC`,
+/// `2026-11-30T20:35:42Z`) and the CPU time on `Uses:` match any value; everything else
+/// must be as shown.
 fn why_pattern(shown: &str) -> String {
     let mut lines = Vec::new();
     for line in shown.lines() {
@@ -182,4 +183,62 @@ fn the_image_examples_layer_autostarts_done() {
         .args(&["services"])
         .stdout_glob("Service  Startup  Current  Since\nexample  enabled  active   *\n")
         .run();
+}
+
+/// Services of the four kinds the example of the Notes column in docs/extensions.md lists.
+const NOTES_LAYER: &str = "\
+services:
+  flaky:
+    override: replace
+    command: /bin/sh -c 'cat /etc/flaky.conf || exit 3'
+    startup: enabled
+  once:
+    override: replace
+    command: /bin/sh -c 'sleep 1.5; exit 4'
+    startup: enabled
+    on-failure: ignore
+  reloader:
+    override: replace
+    command: /bin/sleep 1000
+    startup: enabled
+  webhook:
+    override: replace
+    command: /bin/sleep 1000
+    startup: enabled
+    requires-paths: [/etc/webhook/certs/cert.pem]
+";
+
+/// The Notes column docs/extensions.md shows is what `cobble services` prints for such
+/// services, times aside.
+#[test]
+fn the_notes_column_in_extensions_is_what_cobble_services_prints() {
+    let page = read("docs/extensions.md");
+    let shown = blocks(&page, "```")
+        .into_iter()
+        .find(|b| b.starts_with("Service   Startup  Current  Since               Notes\n"))
+        .expect("the Notes column's example in docs/extensions.md");
+    for path in ["/etc/flaky.conf", "/etc/webhook/certs/cert.pem"] {
+        assert!(!std::path::Path::new(path).exists(), "{path} exists here");
+    }
+    let pattern = why_pattern(&shown);
+    let daemon = Daemon::start(&[("001-notes", NOTES_LAYER)], &[]);
+    let mut last = String::new();
+    // flaky is between two runs most of the time, and once has exited after 1.5 s.
+    let matched = (0..1500).any(|_| {
+        last = Test::daemon(&daemon)
+            .args(&["services"])
+            .any_stdout()
+            .run()
+            .stdout;
+        let matched = crate::fixture::glob_matches(&pattern, &last);
+        if !matched {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        matched
+    });
+    assert!(
+        matched,
+        "`cobble services` never printed what docs/extensions.md shows.\n\
+         shown (as a pattern):\n{pattern}\nlast printed:\n{last}"
+    );
 }
