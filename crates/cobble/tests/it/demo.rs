@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::fixture::COBBLE;
+use crate::fixture::{COBBLE, wait_for};
 
 /// A running demo whose stderr (banner and daemon log) arrives line by line.
 struct Demo {
@@ -114,6 +114,31 @@ fn a_second_demo_starts_clean_and_heals_again() {
     assert!(
         rows.len() == 1 && rows[0].starts_with("1 ") && rows[0].contains("Autostart"),
         "only this run's autostart change, numbered from 1 again:\n{changes}"
+    );
+    // needs-config fails after its start, not within it: every service started, and the
+    // change the tour lists first ends Done (worker's start, after clock's, may still be
+    // under way when needs-config first fails).
+    let mut changes = String::new();
+    wait_for(
+        "the autostart change to end",
+        Duration::from_secs(20),
+        || {
+            let listing = Command::new(COBBLE)
+                .args(["changes"])
+                .env("PEBBLE", &dir)
+                .output()
+                .unwrap();
+            changes = String::from_utf8_lossy(&listing.stdout).into_owned();
+            !changes.contains(" Doing ")
+        },
+    );
+    assert!(
+        changes
+            .lines()
+            .nth(1)
+            .unwrap_or_default()
+            .starts_with("1    Done "),
+        "{changes}"
     );
     assert_eq!(second.interrupt(), 0);
 }

@@ -28,6 +28,7 @@ mod footprint;
 mod formats;
 mod forward;
 mod go_client;
+mod guides;
 mod hostile;
 mod https_identity;
 mod identities;
