@@ -55,7 +55,7 @@ const SUMMARIES: &[(&str, &str)] = &[
     ),
     (
         "start-grace",
-        "how long after a start a failing check does not restart the service yet",
+        "after a start, how long a failing check's `on-check-failure` waits for its first success",
     ),
     (
         "readiness",
@@ -124,17 +124,31 @@ pub fn own_fields_markdown(extensions: &str) -> String {
     out
 }
 
-/// `page` with the generated list between its markers made current (links relative to
-/// `extensions`, as in [`own_fields_markdown`]); `None` when the page has no markers.
-pub fn refresh_own_fields(page: &str, extensions: &str) -> Option<String> {
-    let begin = page.find(GENERATED_BEGIN)? + GENERATED_BEGIN.len();
-    let end = begin + page[begin..].find(GENERATED_END)?;
+/// `text`, the Markdown page at `path` (from the repository's top, such as
+/// `docs/how-to/pebble-to-cobble.md`), with the generated list between its markers made
+/// current; `None` when the page has no markers.
+pub fn refresh_own_fields(path: &str, text: &str) -> Option<String> {
+    let begin = text.find(GENERATED_BEGIN)? + GENERATED_BEGIN.len();
+    let end = begin + text[begin..].find(GENERATED_END)?;
     Some(format!(
         "{}\n{}{}",
-        &page[..begin],
-        own_fields_markdown(extensions),
-        &page[end..]
+        &text[..begin],
+        own_fields_markdown(&extensions_link_from(path)),
+        &text[end..]
     ))
+}
+
+/// The link from the page at `path` to `docs/extensions.md` (`""` on that page itself).
+fn extensions_link_from(path: &str) -> String {
+    if path == "docs/extensions.md" {
+        return String::new();
+    }
+    let dirs: Vec<&str> = path.split('/').collect();
+    let dirs = &dirs[..dirs.len() - 1];
+    match dirs.split_first() {
+        Some((&"docs", below)) => format!("{}extensions.md", "../".repeat(below.len())),
+        _ => format!("{}docs/extensions.md", "../".repeat(dirs.len())),
+    }
 }
 
 #[cfg(test)]
@@ -181,12 +195,26 @@ mod tests {
     #[test]
     fn the_generated_list_is_spliced_between_its_markers() {
         let page = format!("intro\n{GENERATED_BEGIN}\nstale\n{GENERATED_END}\nafter\n");
-        let fresh = refresh_own_fields(&page, "../extensions.md").unwrap();
+        let path = "docs/how-to/page.md";
+        let fresh = refresh_own_fields(path, &page).unwrap();
         assert!(fresh.starts_with(&format!("intro\n{GENERATED_BEGIN}\n| Field |")));
         assert!(fresh.contains("| [`watchdog`](../extensions.md#watchdog) | `services` |"));
         assert!(fresh.ends_with(&format!(" |\n{GENERATED_END}\nafter\n")));
         assert!(!fresh.contains("stale"));
-        assert_eq!(refresh_own_fields(&fresh, "../extensions.md"), Some(fresh));
-        assert_eq!(refresh_own_fields("no markers", ""), None);
+        assert_eq!(refresh_own_fields(path, &fresh), Some(fresh));
+        assert_eq!(refresh_own_fields(path, "no markers"), None);
+    }
+
+    #[test]
+    fn links_to_the_extensions_page_are_relative_to_the_page() {
+        for (path, link) in [
+            ("docs/extensions.md", ""),
+            ("docs/state.md", "extensions.md"),
+            ("docs/how-to/juju.md", "../extensions.md"),
+            ("README.md", "docs/extensions.md"),
+            ("examples/image/README.md", "../../docs/extensions.md"),
+        ] {
+            assert_eq!(extensions_link_from(path), link, "{path}");
+        }
     }
 }
