@@ -5,9 +5,9 @@
 //! types is where Pebble's per-layer validation happens, so each invalid value is reported
 //! with Pebble's message and the entry's name rather than as a generic type error.
 //!
-//! Adding a field to a service means: the field on [`Service`], the same field on
-//! `ServiceDoc`, one line in `service_from_doc`, one line in `Service::merge`, and one line in
-//! the emitter (`crate::emit`).
+//! Adding a field: the steps are in `docs/architecture.md` ("Where to change what"); the
+//! parser's field lists, which the other lists are tested against, are read from the `*Doc`
+//! structs here (`entry_fields`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
