@@ -590,10 +590,11 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
+    /// A generator of one entry.
+    type Entry = fn(&mut Unstructured<'_>) -> arbitrary::Result<Value>;
+
     /// The fields the generator gives an entry, over many inputs.
-    fn generated_fields(
-        entry: fn(&mut Unstructured<'_>) -> arbitrary::Result<Value>,
-    ) -> BTreeSet<String> {
+    fn generated_fields(entry: Entry) -> BTreeSet<String> {
         let mut fields = BTreeSet::new();
         let mut state = 0x2545_f491_4f6c_dd1du64;
         for _ in 0..500 {
@@ -617,7 +618,7 @@ mod tests {
     /// added to the parser is fuzzed too.
     #[test]
     fn the_generator_writes_every_field_of_the_parser() {
-        let generators: [(&str, fn(&mut Unstructured<'_>) -> arbitrary::Result<Value>); 3] = [
+        let generators: [(&str, Entry); 3] = [
             ("services", gen_service),
             ("checks", gen_check),
             ("log-targets", gen_log_target),
