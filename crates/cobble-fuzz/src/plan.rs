@@ -179,6 +179,7 @@ pub fn plan_merge(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
 const SERVICES: &[&str] = &["a", "b", "web-1", "x_y", "svc"];
 const CHECKS: &[&str] = &["c1", "c2", "up"];
 const TARGETS: &[&str] = &["t1", "t2"];
+const WORKLOADS: &[&str] = &["app", "w-1"];
 const OVERRIDES: &[&str] = &["merge", "replace", "merge", "replace", "bogus", ""];
 const ACTIONS: &[&str] = &[
     "restart",
@@ -278,6 +279,10 @@ fn pick(u: &mut Unstructured<'_>, from: &[&str]) -> arbitrary::Result<Value> {
     Ok(Value::from(*u.choose(from)?))
 }
 
+fn pick_value(u: &mut Unstructured<'_>, from: &[Value]) -> arbitrary::Result<Value> {
+    Ok(u.choose(from)?.clone())
+}
+
 fn names(u: &mut Unstructured<'_>, from: &[&str]) -> arbitrary::Result<Value> {
     let n = u.int_in_range(0..=3)?;
     let mut out = Vec::new();
@@ -335,6 +340,7 @@ fn gen_service(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
     field(u, &mut s, "after", |u| names(u, SERVICES))?;
     field(u, &mut s, "before", |u| names(u, SERVICES))?;
     field(u, &mut s, "requires", |u| names(u, SERVICES))?;
+    field(u, &mut s, "workload", |u| pick(u, WORKLOADS))?;
     field(u, &mut s, "environment", |u| string_map(u, None))?;
     field(u, &mut s, "user-id", |u| {
         Ok(json!(u.int_in_range(0..=70000u32)?))
@@ -382,7 +388,88 @@ fn gen_service(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
         }
         Ok(Value::Object(map))
     })?;
+    field(u, &mut s, "persist-logs", |u| {
+        pick_value(u, &[json!(true), json!(false), json!("yes"), Value::Null])
+    })?;
+    field(u, &mut s, "requires-checks", |u| names(u, CHECKS))?;
+    field(u, &mut s, "start-grace", |u| pick(u, DURATIONS))?;
+    field(u, &mut s, "readiness", |u| pick(u, &["notify", "", "sd"]))?;
+    field(u, &mut s, "rlimits", |u| {
+        let mut map = Map::new();
+        for _ in 0..u.int_in_range(0..=2)? {
+            map.insert(
+                (*u.choose(&["nofile", "nproc", "core", "stack", "bogus"])?).into(),
+                pick(
+                    u,
+                    &["1024", "1024:4096", "unlimited", "4096:1024", "-1", ""],
+                )?,
+            );
+        }
+        Ok(Value::Object(map))
+    })?;
+    field(u, &mut s, "resources", |u| {
+        let mut map = Map::new();
+        field(u, &mut map, "memory-max", |u| {
+            pick(u, &["64M", "1.5G", "max", "0", "x"])
+        })?;
+        field(u, &mut map, "memory-high", |u| {
+            pick(u, &["48Mi", "max", ""])
+        })?;
+        field(u, &mut map, "pids-max", |u| pick(u, &["100", "max", "-1"]))?;
+        field(u, &mut map, "cpu-max", |u| {
+            pick(u, &["50%", "0.5", "2", "max/100000", "50000/100000", "0"])
+        })?;
+        Ok(Value::Object(map))
+    })?;
+    field(u, &mut s, "sockets", |u| {
+        let mut map = Map::new();
+        for _ in 0..u.int_in_range(0..=2)? {
+            let mut socket = Map::new();
+            field(u, &mut socket, "listen", |u| {
+                pick(
+                    u,
+                    &[
+                        ":8080",
+                        "127.0.0.1:9000",
+                        "[::1]:80",
+                        "/run/x.sock",
+                        "rel",
+                        "",
+                    ],
+                )
+            })?;
+            field(u, &mut socket, "backlog", |u| {
+                Ok(json!(u.int_in_range(0..=5000u32)?))
+            })?;
+            field(u, &mut socket, "mode", |u| pick(u, &["0660", "0999", ""]))?;
+            field(u, &mut socket, "user", |u| pick(u, &["root", "1000", ""]))?;
+            field(u, &mut socket, "group", |u| pick(u, &["root", ""]))?;
+            map.insert(
+                (*u.choose(&["http", "admin"])?).into(),
+                Value::Object(socket),
+            );
+        }
+        Ok(Value::Object(map))
+    })?;
+    field(u, &mut s, "watchdog", |u| pick(u, DURATIONS))?;
     Ok(Value::Object(s))
+}
+
+fn gen_workload(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
+    let mut w = Map::new();
+    if !u.ratio(1, 20)? {
+        w.insert("override".into(), pick(u, OVERRIDES)?);
+    }
+    field(u, &mut w, "environment", |u| string_map(u, None))?;
+    field(u, &mut w, "user-id", |u| {
+        Ok(json!(u.int_in_range(0..=70000u32)?))
+    })?;
+    field(u, &mut w, "user", |u| pick(u, &["root", "nobody", ""]))?;
+    field(u, &mut w, "group-id", |u| {
+        Ok(json!(u.int_in_range(0..=70000u32)?))
+    })?;
+    field(u, &mut w, "group", |u| pick(u, &["root", ""]))?;
+    Ok(Value::Object(w))
 }
 
 fn gen_check(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
@@ -492,5 +579,68 @@ fn gen_layer(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
     if u.ratio(1, 4)? {
         doc.insert("log-targets".into(), section(u, TARGETS, gen_log_target)?);
     }
+    if u.ratio(1, 4)? {
+        doc.insert("workloads".into(), section(u, WORKLOADS, gen_workload)?);
+    }
     Ok(Value::Object(doc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// A generator of one entry.
+    type Entry = fn(&mut Unstructured<'_>) -> arbitrary::Result<Value>;
+
+    /// The fields the generator gives an entry, over many inputs.
+    fn generated_fields(entry: Entry) -> BTreeSet<String> {
+        let mut fields = BTreeSet::new();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..500 {
+            let bytes: Vec<u8> = (0..4096)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state >> 24) as u8
+                })
+                .collect();
+            let mut u = Unstructured::new(&bytes);
+            if let Ok(Value::Object(map)) = entry(&mut u) {
+                fields.extend(map.keys().cloned());
+            }
+        }
+        fields
+    }
+
+    /// The generator writes every field the parser reads, and no other, so that a field
+    /// added to the parser is fuzzed too.
+    #[test]
+    fn the_generator_writes_every_field_of_the_parser() {
+        let generators: [(&str, Entry); 3] = [
+            ("services", gen_service),
+            ("checks", gen_check),
+            ("log-targets", gen_log_target),
+        ];
+        assert_eq!(
+            generators.map(|(section, _)| section),
+            cobble_plan::fields::ENTRY_SECTIONS
+        );
+        for (section, entry) in generators {
+            let parser: BTreeSet<String> = cobble_plan::fields::parser_fields(section)
+                .iter()
+                .map(|f| f.to_string())
+                .collect();
+            assert!(parser.len() >= 5, "{section}: {parser:?}");
+            let generated = generated_fields(entry);
+            let missing: Vec<_> = parser.difference(&generated).collect();
+            let unknown: Vec<_> = generated.difference(&parser).collect();
+            assert!(
+                missing.is_empty() && unknown.is_empty(),
+                "{section}: the generator in cobble-fuzz/src/plan.rs never writes {missing:?}, \
+                 and writes {unknown:?} which the parser does not read"
+            );
+        }
+    }
 }

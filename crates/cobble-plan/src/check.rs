@@ -143,31 +143,47 @@ impl Check {
 
     /// Applies a `merge` entry. The type sections merge field by field, so a check can end
     /// up with two types; plan validation rejects that.
+    ///
+    /// Every field is named, and every name must be used: a field added to [`Check`] does not
+    /// compile until its merge rule is written here.
+    #[deny(unused_variables)]
     pub(crate) fn merge(&mut self, other: &Check) {
-        if other.level != CheckLevel::Unset {
-            self.level = other.level;
+        let Check {
+            name: _,
+            override_: _,
+            level,
+            startup,
+            period,
+            timeout,
+            threshold,
+            http,
+            tcp,
+            exec,
+        } = other;
+        if *level != CheckLevel::Unset {
+            self.level = *level;
         }
-        if other.startup != Startup::Unknown {
-            self.startup = other.startup.clone();
+        if *startup != Startup::Unknown {
+            self.startup = startup.clone();
         }
-        merge_option(&mut self.period, other.period);
-        merge_option(&mut self.timeout, other.timeout);
-        if other.threshold != 0 {
-            self.threshold = other.threshold;
+        merge_option(&mut self.period, *period);
+        merge_option(&mut self.timeout, *timeout);
+        if *threshold != 0 {
+            self.threshold = *threshold;
         }
-        if let Some(other) = &other.http {
+        if let Some(other) = http {
             let http = self.http.get_or_insert_with(HttpCheck::default);
             merge_string(&mut http.url, &other.url);
             merge_map(&mut http.headers, &other.headers);
         }
-        if let Some(other) = &other.tcp {
+        if let Some(other) = tcp {
             let tcp = self.tcp.get_or_insert_with(TcpCheck::default);
             if other.port != 0 {
                 tcp.port = other.port;
             }
             merge_string(&mut tcp.host, &other.host);
         }
-        if let Some(other) = &other.exec {
+        if let Some(other) = exec {
             let exec = self.exec.get_or_insert_with(ExecCheck::default);
             merge_string(&mut exec.command, &other.command);
             merge_string(&mut exec.service_context, &other.service_context);
@@ -200,12 +216,22 @@ pub struct LogTarget {
 }
 
 impl LogTarget {
-    /// Applies a `merge` entry.
+    /// Applies a `merge` entry. Every field is named, so a field added to [`LogTarget`] does
+    /// not compile until its merge rule is written here.
+    #[deny(unused_variables)]
     pub(crate) fn merge(&mut self, other: &LogTarget) {
-        merge_string(&mut self.type_, &other.type_);
-        merge_string(&mut self.location, &other.location);
-        self.services.extend(other.services.iter().cloned());
-        merge_map(&mut self.labels, &other.labels);
+        let LogTarget {
+            name: _,
+            override_: _,
+            type_,
+            location,
+            services,
+            labels,
+        } = other;
+        merge_string(&mut self.type_, type_);
+        merge_string(&mut self.location, location);
+        self.services.extend(services.iter().cloned());
+        merge_map(&mut self.labels, labels);
     }
 }
 

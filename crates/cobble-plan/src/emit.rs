@@ -61,62 +61,99 @@ impl Plan {
     }
 }
 
+/// Every field is named, and every name must be used: a field added to [`Service`] does not
+/// compile until it is printed here.
+#[deny(unused_variables)]
 fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
+    // The name is the entry's key, printed by the caller.
+    let Service {
+        name: _,
+        summary,
+        description,
+        startup,
+        override_,
+        command,
+        after,
+        before,
+        requires,
+        workload,
+        environment,
+        user_id,
+        user,
+        group_id,
+        group,
+        working_dir,
+        on_success,
+        on_failure,
+        on_check_failure,
+        backoff_delay,
+        backoff_factor,
+        backoff_limit,
+        kill_delay,
+        requires_paths,
+        on_file_change,
+        persist_logs,
+        requires_checks,
+        start_grace,
+        readiness,
+        rlimits,
+        resources,
+        sockets,
+        watchdog,
+    } = s;
     let start = out.text.len();
-    out.string(depth, "summary", &s.summary);
-    out.string(depth, "description", &s.description);
-    out.string(depth, "startup", s.startup.as_str());
-    out.string(depth, "override", s.override_.as_str());
-    out.string(depth, "command", &s.command);
-    out.list(depth, "after", &s.after, false);
-    out.list(depth, "before", &s.before, false);
-    out.list(depth, "requires", &s.requires, false);
-    out.string(depth, "workload", &s.workload);
-    out.map(depth, "environment", &s.environment, |v| v.as_str());
-    out.int(depth, "user-id", s.user_id);
-    out.string(depth, "user", &s.user);
-    out.int(depth, "group-id", s.group_id);
-    out.string(depth, "group", &s.group);
-    out.string(depth, "working-dir", &s.working_dir);
-    out.string(depth, "on-success", s.on_success.as_str());
-    out.string(depth, "on-failure", s.on_failure.as_str());
-    out.map(depth, "on-check-failure", &s.on_check_failure, |a| {
-        a.as_str()
-    });
-    out.duration(depth, "backoff-delay", s.backoff_delay);
-    if let Some(factor) = s.backoff_factor {
+    out.string(depth, "summary", summary);
+    out.string(depth, "description", description);
+    out.string(depth, "startup", startup.as_str());
+    out.string(depth, "override", override_.as_str());
+    out.string(depth, "command", command);
+    out.list(depth, "after", after, false);
+    out.list(depth, "before", before, false);
+    out.list(depth, "requires", requires, false);
+    out.string(depth, "workload", workload);
+    out.map(depth, "environment", environment, |v| v.as_str());
+    out.int(depth, "user-id", *user_id);
+    out.string(depth, "user", user);
+    out.int(depth, "group-id", *group_id);
+    out.string(depth, "group", group);
+    out.string(depth, "working-dir", working_dir);
+    out.string(depth, "on-success", on_success.as_str());
+    out.string(depth, "on-failure", on_failure.as_str());
+    out.map(depth, "on-check-failure", on_check_failure, |a| a.as_str());
+    out.duration(depth, "backoff-delay", *backoff_delay);
+    if let Some(factor) = *backoff_factor {
         out.raw(depth, "backoff-factor", &go_float(factor));
     }
-    out.duration(depth, "backoff-limit", s.backoff_limit);
-    out.duration(depth, "kill-delay", s.kill_delay);
+    out.duration(depth, "backoff-limit", *backoff_limit);
+    out.duration(depth, "kill-delay", *kill_delay);
     // cobble extensions come last, after every field Pebble knows.
-    out.list(depth, "requires-paths", &s.requires_paths, false);
-    out.map(depth, "on-file-change", &s.on_file_change, |a| a.as_str());
-    if let Some(persist) = s.persist_logs {
+    out.list(depth, "requires-paths", requires_paths, false);
+    out.map(depth, "on-file-change", on_file_change, |a| a.as_str());
+    if let Some(persist) = *persist_logs {
         out.raw(
             depth,
             "persist-logs",
             if persist { "true" } else { "false" },
         );
     }
-    out.list(depth, "requires-checks", &s.requires_checks, false);
-    out.duration(depth, "start-grace", s.start_grace);
-    out.string(depth, "readiness", s.readiness.as_str());
-    if !s.rlimits.is_empty() {
+    out.list(depth, "requires-checks", requires_checks, false);
+    out.duration(depth, "start-grace", *start_grace);
+    out.string(depth, "readiness", readiness.as_str());
+    if !rlimits.is_empty() {
         out.key(depth, "rlimits");
-        for (resource, value) in &s.rlimits {
+        for (resource, value) in rlimits {
             out.string(depth + 1, resource.name(), &value.to_string());
         }
     }
-    if !s.resources.is_empty() {
+    if !resources.is_empty() {
         out.key(depth, "resources");
-        for (field, value) in s.resources.fields() {
+        for (field, value) in resources.fields() {
             out.string(depth + 1, field, &value);
         }
     }
-    if !s.sockets.is_empty() {
+    if !sockets.is_empty() {
         out.key(depth, "sockets");
-        for (name, socket) in &s.sockets {
+        for (name, socket) in sockets {
             out.key(depth + 1, name);
             let start = out.text.len();
             out.string(depth + 2, "listen", &socket.listen);
@@ -127,33 +164,48 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
             out.close_if_empty(start);
         }
     }
-    out.duration(depth, "watchdog", s.watchdog);
+    out.duration(depth, "watchdog", *watchdog);
     out.close_if_empty(start);
 }
 
+/// Every field is named, and every name must be used: a field added to [`Check`] does not
+/// compile until it is printed here.
+#[deny(unused_variables)]
 fn emit_check(out: &mut Emitter, depth: usize, c: &Check) {
-    out.string(depth, "override", c.override_.as_str());
-    out.string(depth, "level", c.level.as_str());
-    out.string(depth, "startup", c.startup.as_str());
-    out.duration(depth, "period", c.period);
-    out.duration(depth, "timeout", c.timeout);
+    let Check {
+        name: _,
+        override_,
+        level,
+        startup,
+        period,
+        timeout,
+        threshold: _,
+        http,
+        tcp,
+        exec,
+    } = c;
+    out.string(depth, "override", override_.as_str());
+    out.string(depth, "level", level.as_str());
+    out.string(depth, "startup", startup.as_str());
+    out.duration(depth, "period", *period);
+    out.duration(depth, "timeout", *timeout);
     // The combined plan always has a threshold (the default fills it in), so it is printed.
     out.raw(depth, "threshold", &c.threshold().to_string());
-    if let Some(http) = &c.http {
+    if let Some(http) = http {
         out.key(depth, "http");
         let start = out.text.len();
         out.string(depth + 1, "url", &http.url);
         out.map(depth + 1, "headers", &http.headers, |v| v.as_str());
         out.close_if_empty(start);
     }
-    if let Some(tcp) = &c.tcp {
+    if let Some(tcp) = tcp {
         out.key(depth, "tcp");
         let start = out.text.len();
         out.int(depth + 1, "port", Some(tcp.port).filter(|p| *p != 0));
         out.string(depth + 1, "host", &tcp.host);
         out.close_if_empty(start);
     }
-    if let Some(exec) = &c.exec {
+    if let Some(exec) = exec {
         out.key(depth, "exec");
         let start = out.text.len();
         out.string(depth + 1, "command", &exec.command);
@@ -179,13 +231,24 @@ fn emit_workload(out: &mut Emitter, depth: usize, w: &Workload) {
     out.close_if_empty(start);
 }
 
+/// Every field is named, and every name must be used: a field added to [`LogTarget`] does
+/// not compile until it is printed here.
+#[deny(unused_variables)]
 fn emit_log_target(out: &mut Emitter, depth: usize, t: &LogTarget) {
+    let LogTarget {
+        name: _,
+        override_,
+        type_,
+        location,
+        services,
+        labels,
+    } = t;
     // `type`, `location` and `services` have no omitempty in Pebble: always printed.
-    out.raw(depth, "type", &scalar(&t.type_));
-    out.raw(depth, "location", &scalar(&t.location));
-    out.list(depth, "services", &t.services, true);
-    out.string(depth, "override", t.override_.as_str());
-    out.map(depth, "labels", &t.labels, |v| v.as_str());
+    out.raw(depth, "type", &scalar(type_));
+    out.raw(depth, "location", &scalar(location));
+    out.list(depth, "services", services, true);
+    out.string(depth, "override", override_.as_str());
+    out.map(depth, "labels", labels, |v| v.as_str());
 }
 
 #[derive(Default)]

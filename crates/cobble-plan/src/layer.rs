@@ -5,9 +5,9 @@
 //! types is where Pebble's per-layer validation happens, so each invalid value is reported
 //! with Pebble's message and the entry's name rather than as a generic type error.
 //!
-//! Adding a field to a service means: the field on [`Service`], the same field on
-//! `ServiceDoc`, one line in `service_from_doc`, one line in `Service::merge`, and one line in
-//! the emitter (`crate::emit`).
+//! Adding a field: the steps are in `docs/architecture.md` ("Where to change what"); the
+//! parser's field lists, which the other lists are tested against, are read from the `*Doc`
+//! structs here (`entry_fields`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -272,14 +272,14 @@ struct ExecDoc {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct LogTargetDoc {
-    #[serde(default, rename = "override", deserialize_with = "nullable")]
-    override_: String,
     #[serde(default, rename = "type", deserialize_with = "nullable")]
     type_: String,
     #[serde(default, deserialize_with = "nullable")]
     location: String,
     #[serde(default, deserialize_with = "nullable")]
     services: Vec<String>,
+    #[serde(default, rename = "override", deserialize_with = "nullable")]
+    override_: String,
     #[serde(default, deserialize_with = "string_map")]
     labels: BTreeMap<String, String>,
 }
@@ -516,6 +516,51 @@ fn options() -> serde_saphyr::Options {
         budget: serde_saphyr::budget! {
             enforce_alias_anchor_ratio: false,
         },
+    }
+}
+
+/// The fields a doc struct's derived reader accepts, in declaration order: serde hands them to
+/// `deserialize_struct`, where this deserializer keeps them and stops.
+fn doc_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+    struct Probe<'a>(&'a Cell<&'static [&'static str]>);
+
+    impl<'de> Deserializer<'de> for Probe<'_> {
+        type Error = de::value::Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("not a struct"))
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            self.0.set(fields);
+            Err(de::Error::custom("fields read"))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+
+    let fields = Cell::new(&[][..]);
+    let _ = T::deserialize(Probe(&fields));
+    fields.get()
+}
+
+/// The fields the parser accepts in an entry of `section` (`services`, `checks`,
+/// `log-targets`), in the order it declares them; empty for any other name.
+pub(crate) fn entry_fields(section: &str) -> &'static [&'static str] {
+    match section {
+        "services" => doc_fields::<ServiceDoc>(),
+        "checks" => doc_fields::<CheckDoc>(),
+        "log-targets" => doc_fields::<LogTargetDoc>(),
+        _ => &[],
     }
 }
 

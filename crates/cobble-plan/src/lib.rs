@@ -57,6 +57,7 @@ mod context;
 pub mod duration;
 mod emit;
 mod error;
+pub mod fields;
 mod layer;
 mod layers_dir;
 mod limits;

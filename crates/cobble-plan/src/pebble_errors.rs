@@ -1287,6 +1287,25 @@ const LOG_TARGET: GoType = GoType::Struct(
     ],
 );
 
+/// The fields of an entry of `section` (`services`, `checks`, `log-targets`) as this
+/// table knows them, in order, each with whether it is cobble's own (`GoType::Cobble`): a
+/// field Pebble's plan does not have. Empty for any other name.
+pub(crate) fn go_fields(section: &str) -> Vec<(&'static str, bool)> {
+    let ty = match section {
+        "services" => &SERVICE,
+        "checks" => &CHECK,
+        "log-targets" => &LOG_TARGET,
+        _ => return Vec::new(),
+    };
+    let GoType::Struct(_, fields) = ty else {
+        unreachable!("an entry is a struct");
+    };
+    fields
+        .iter()
+        .map(|(name, ty)| (*name, matches!(ty, GoType::Cobble)))
+        .collect()
+}
+
 /// What ends a section's decode before its type errors are told.
 enum Stop {
     /// A field that reads itself refused its value, in its words.

@@ -389,51 +389,88 @@ impl Service {
     }
 
     /// Applies a `merge` entry: set scalars win, lists append, maps merge per key.
+    ///
+    /// Every field is named, and every name must be used: a field added to [`Service`] does
+    /// not compile until its merge rule is written here.
+    #[deny(unused_variables)]
     pub(crate) fn merge(&mut self, other: &Service) {
-        merge_string(&mut self.summary, &other.summary);
-        merge_string(&mut self.description, &other.description);
-        if other.startup != Startup::Unknown {
-            self.startup = other.startup.clone();
+        let Service {
+            name: _,
+            summary,
+            description,
+            startup,
+            // An entry's override says how it combines; the combined entry keeps its own.
+            override_: _,
+            command,
+            after,
+            before,
+            requires,
+            workload,
+            environment,
+            user_id,
+            user,
+            group_id,
+            group,
+            working_dir,
+            on_success,
+            on_failure,
+            on_check_failure,
+            backoff_delay,
+            backoff_factor,
+            backoff_limit,
+            kill_delay,
+            requires_paths,
+            on_file_change,
+            persist_logs,
+            requires_checks,
+            start_grace,
+            readiness,
+            rlimits,
+            resources,
+            sockets,
+            watchdog,
+        } = other;
+        merge_string(&mut self.summary, summary);
+        merge_string(&mut self.description, description);
+        if *startup != Startup::Unknown {
+            self.startup = startup.clone();
         }
-        merge_string(&mut self.command, &other.command);
-        self.after.extend(other.after.iter().cloned());
-        self.before.extend(other.before.iter().cloned());
-        self.requires.extend(other.requires.iter().cloned());
-        merge_string(&mut self.workload, &other.workload);
-        merge_map(&mut self.environment, &other.environment);
-        merge_option(&mut self.user_id, other.user_id);
-        merge_string(&mut self.user, &other.user);
-        merge_option(&mut self.group_id, other.group_id);
-        merge_string(&mut self.group, &other.group);
-        merge_string(&mut self.working_dir, &other.working_dir);
-        if other.on_success != ServiceAction::Unset {
-            self.on_success = other.on_success;
+        merge_string(&mut self.command, command);
+        self.after.extend(after.iter().cloned());
+        self.before.extend(before.iter().cloned());
+        self.requires.extend(requires.iter().cloned());
+        merge_string(&mut self.workload, workload);
+        merge_map(&mut self.environment, environment);
+        merge_option(&mut self.user_id, *user_id);
+        merge_string(&mut self.user, user);
+        merge_option(&mut self.group_id, *group_id);
+        merge_string(&mut self.group, group);
+        merge_string(&mut self.working_dir, working_dir);
+        if *on_success != ServiceAction::Unset {
+            self.on_success = *on_success;
         }
-        if other.on_failure != ServiceAction::Unset {
-            self.on_failure = other.on_failure;
+        if *on_failure != ServiceAction::Unset {
+            self.on_failure = *on_failure;
         }
-        merge_map(&mut self.on_check_failure, &other.on_check_failure);
-        merge_option(&mut self.backoff_delay, other.backoff_delay);
-        merge_option(&mut self.backoff_factor, other.backoff_factor);
-        merge_option(&mut self.backoff_limit, other.backoff_limit);
-        merge_option(&mut self.kill_delay, other.kill_delay);
-        self.requires_paths
-            .extend(other.requires_paths.iter().cloned());
-        merge_map(&mut self.on_file_change, &other.on_file_change);
-        merge_option(&mut self.persist_logs, other.persist_logs);
-        self.requires_checks
-            .extend(other.requires_checks.iter().cloned());
-        merge_option(&mut self.start_grace, other.start_grace);
-        if other.readiness != Readiness::Unset {
-            self.readiness = other.readiness;
+        merge_map(&mut self.on_check_failure, on_check_failure);
+        merge_option(&mut self.backoff_delay, *backoff_delay);
+        merge_option(&mut self.backoff_factor, *backoff_factor);
+        merge_option(&mut self.backoff_limit, *backoff_limit);
+        merge_option(&mut self.kill_delay, *kill_delay);
+        self.requires_paths.extend(requires_paths.iter().cloned());
+        merge_map(&mut self.on_file_change, on_file_change);
+        merge_option(&mut self.persist_logs, *persist_logs);
+        self.requires_checks.extend(requires_checks.iter().cloned());
+        merge_option(&mut self.start_grace, *start_grace);
+        if *readiness != Readiness::Unset {
+            self.readiness = *readiness;
         }
-        self.rlimits
-            .extend(other.rlimits.iter().map(|(k, v)| (*k, *v)));
-        self.resources.merge(&other.resources);
-        for (name, socket) in &other.sockets {
+        self.rlimits.extend(rlimits.iter().map(|(k, v)| (*k, *v)));
+        self.resources.merge(resources);
+        for (name, socket) in sockets {
             self.sockets.entry(name.clone()).or_default().merge(socket);
         }
-        merge_option(&mut self.watchdog, other.watchdog);
+        merge_option(&mut self.watchdog, *watchdog);
     }
 }
 

@@ -3,6 +3,7 @@
 mod add_layer;
 mod combine;
 mod extensions;
+mod fields;
 mod hostile;
 mod layers_dir;
 mod order;

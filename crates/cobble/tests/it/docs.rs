@@ -2,7 +2,10 @@
 //! without the other: the CLI reference is the binary's own output, and every layer field,
 //! every API route and every command is found in its reference page. After adding a
 //! command or an option, `scripts/gen-docs` regenerates the CLI reference; a new layer field
-//! or route needs a row in `docs/reference/layer.md` or `docs/reference/api.md`.
+//! or route needs a row in `docs/reference/layer.md` or `docs/reference/api.md`. The list of
+//! cobble's own layer fields is generated from the parser into the pages that have its
+//! markers, also by `scripts/gen-docs`, and each of those fields needs its section in
+//! `docs/extensions.md`.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -223,5 +226,100 @@ fn the_readme_reaches_every_reference_in_two_clicks() {
             repo().join("docs").join(page).exists(),
             "docs/{page} exists"
         );
+    }
+}
+
+/// The Markdown pages of the repository's documentation: the README and `docs/`, as paths
+/// from the repository's top.
+fn markdown_pages() -> Vec<String> {
+    let mut pages = vec!["README.md".to_owned()];
+    let mut dirs = vec!["docs".to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(repo().join(&dir)).unwrap() {
+            let entry = entry.unwrap();
+            let path = format!("{dir}/{}", entry.file_name().to_string_lossy());
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(path);
+            } else if path.ends_with(".md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages.sort();
+    pages
+}
+
+/// The list of cobble's own layer fields is generated from the parser (`scripts/gen-docs`)
+/// into every page that has its markers, and is current in each; the extensions page and
+/// the guide to moving back to Pebble have it.
+#[test]
+fn the_lists_of_cobbles_own_fields_are_what_the_parser_generates() {
+    let mut with_list = Vec::new();
+    for page in markdown_pages() {
+        let text = read(&page);
+        let Some(fresh) = cobble_plan::fields::refresh_own_fields(&page, &text) else {
+            continue;
+        };
+        assert!(
+            fresh == text,
+            "the list of cobble's own fields in {page} is not current; run scripts/gen-docs"
+        );
+        with_list.push(page);
+    }
+    for page in ["docs/extensions.md", "docs/how-to/pebble-to-cobble.md"] {
+        assert!(
+            with_list.iter().any(|p| p == page),
+            "{page} has no generated list of cobble's own fields: {with_list:?}"
+        );
+    }
+}
+
+/// GitHub's anchor for a Markdown heading's text.
+fn anchor(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Each of cobble's own fields has its section in the extensions page (where the generated
+/// list links), and in the layer reference exactly those fields are marked **cobble**.
+#[test]
+fn every_own_field_has_its_section_and_its_mark() {
+    let own = cobble_plan::fields::own_fields();
+    assert!(own.len() >= 10, "{own:?}");
+    let extensions = read("docs/extensions.md");
+    let anchors: BTreeSet<String> = extensions
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .map(anchor)
+        .collect();
+    let reference = read("docs/reference/layer.md");
+    for section in cobble_plan::fields::ENTRY_SECTIONS {
+        let table = part(&reference, &format!("## {section}")).unwrap();
+        for field in cobble_plan::fields::parser_fields(section) {
+            let is_own = own.iter().any(|f| f.section == section && f.name == *field);
+            if is_own {
+                assert!(
+                    anchors.contains(*field),
+                    "docs/extensions.md has no \"## `{field}`\" section"
+                );
+            }
+            let row = table
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{field}` |")))
+                .unwrap_or_else(|| panic!("{section}.{field} has no row in the layer reference"));
+            assert_eq!(
+                row.contains("**cobble**"),
+                is_own,
+                "the layer reference's row for {section}.{field} is marked **cobble** exactly \
+                 when it is cobble's own field: {row}"
+            );
+        }
     }
 }

@@ -36,6 +36,17 @@ pub(crate) enum GroupSignal {
     Abort,
 }
 
+impl GroupSignal {
+    /// The signal sent: the one place that says it, for every way a group is signalled.
+    fn signal(self) -> Signal {
+        match self {
+            GroupSignal::Term => Signal::SIGTERM,
+            GroupSignal::Kill => Signal::SIGKILL,
+            GroupSignal::Abort => Signal::SIGABRT,
+        }
+    }
+}
+
 /// A process of a service outside its main process's reach by group signal (or, once the
 /// main process is gone, any process left of it), with its start time (so a recycled pid is
 /// never signalled).
@@ -524,11 +535,7 @@ impl Processes for OsProcesses {
     }
 
     fn signal_group(&self, pid: u32, signal: GroupSignal) -> Vec<Escaped> {
-        let sig = match signal {
-            GroupSignal::Term => Signal::SIGTERM,
-            GroupSignal::Kill => Signal::SIGKILL,
-            GroupSignal::Abort => Signal::SIGABRT,
-        };
+        let sig = signal.signal();
         // Processes that left the group (setsid, setpgid, orphans) would survive the group
         // signal: find them first (once the leader dies its tree is gone).
         let escaped: Vec<Escaped> = self
@@ -581,11 +588,7 @@ impl Processes for OsProcesses {
     }
 
     fn signal_remains(&self, pid: u32, signal: GroupSignal) -> Vec<Escaped> {
-        let sig = match signal {
-            GroupSignal::Term => Signal::SIGTERM,
-            GroupSignal::Kill => Signal::SIGKILL,
-            GroupSignal::Abort => Signal::SIGABRT,
-        };
+        let sig = signal.signal();
         let instance = self.instances().remove(&pid);
         let remains = self.members_of(pid, instance.clone());
         if remains.is_empty() {
