@@ -211,6 +211,9 @@ pub(crate) fn main() -> ExitCode {
         // Pebble answers a bare `--help` with the command summary, not a flag list.
         return finish(help::print_short(&mut std::io::stdout()));
     }
+    if let Some(args) = run_args_alone(&argv) {
+        return run::execute(args, service_args);
+    }
     let command = Cli::command().name(program_name());
     let cli = match command
         .try_get_matches_from(&argv)
@@ -239,6 +242,21 @@ pub(crate) fn main() -> ExitCode {
         Command::Version(args) if args.client => finish(version::print_client_only(args.format)),
         other => run_client(move |client, out| Box::pin(dispatch(other, client, out))),
     }
+}
+
+/// The arguments of `run`, when the command line is `run` and flags that `run` alone takes,
+/// parsed by a parser of `run` alone. Building the whole command line's parser (every
+/// command's arguments and help) is most of what the client's code does before the daemon
+/// starts: 110 KiB of code and its allocations, in every daemon's memory for its whole life.
+/// `None` for anything else, and for any line that parser refuses (`--help`, `--version`, a
+/// misspelt flag), which the whole parser then reads as it always did.
+fn run_args_alone(argv: &[String]) -> Option<run::RunArgs> {
+    if argv.get(1).map(String::as_str) != Some("run") {
+        return None;
+    }
+    let command = <run::RunArgs as clap::Args>::augment_args(clap::Command::new("run"));
+    let matches = command.try_get_matches_from(&argv[1..]).ok()?;
+    run::RunArgs::from_arg_matches(&matches).ok()
 }
 
 /// `cobble --help` or `cobble -h`, with no command.
@@ -535,6 +553,48 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    fn words(args: &[&str]) -> Vec<String> {
+        args.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn run_alone_reads_what_the_whole_parser_reads() {
+        for line in [
+            &["cobble", "run"][..],
+            &["cobble", "run", "--hold", "--http", ":4000", "-v"],
+            &[
+                "cobble",
+                "run",
+                "--create-dirs",
+                "--identities=/tmp/ids.yaml",
+                "--https",
+                ":8443",
+            ],
+        ] {
+            let alone = run_args_alone(&words(line)).expect("run's own parser reads it");
+            let Some(Command::Run(whole)) = parse(line).unwrap().command else {
+                panic!("the whole parser reads {line:?} as run");
+            };
+            assert_eq!(format!("{alone:?}"), format!("{whole:?}"), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn run_alone_leaves_help_version_and_mistakes_to_the_whole_parser() {
+        for line in [
+            &["cobble", "run", "--help"][..],
+            &["cobble", "run", "-h"],
+            &["cobble", "run", "--version"],
+            &["cobble", "run", "--frob"],
+            &["cobble", "run", "extra"],
+            &["cobble", "--version", "run"],
+            &["cobble", "services"],
+            &["cobble"],
+        ] {
+            assert!(run_args_alone(&words(line)).is_none(), "{line:?}");
+        }
     }
 
     #[test]
