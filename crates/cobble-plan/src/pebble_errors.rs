@@ -839,6 +839,8 @@ pub(crate) fn empty_section(label: &str, text: &str) -> Option<PlanError> {
     let candidate = text.split('\n').any(|line| {
         line.split_once(':').is_some_and(|(key, rest)| {
             let rest = rest.trim_start_matches([' ', '\t']);
+            // A first line indented indents the document's keys.
+            let key = key.trim_start_matches(' ');
             BUILTIN_SECTIONS.contains(&key) && (rest.is_empty() || rest.starts_with('#'))
         })
     });
@@ -916,6 +918,29 @@ const BUILTIN_SECTIONS: [&str; 5] = [
     "checks",
     "log-targets",
 ];
+
+/// Where the first document of `text` ends, when something follows it. yaml.v3 reads a
+/// layer's first document and stops there: a second document (after `---` or `...`), or text
+/// that could not start one (`log-targets:` at the margin after a first line indented by a
+/// space), is never read, so Pebble takes the layer as its first document alone. `None` when
+/// the text is one document, or the first one cannot be read to its end.
+pub(crate) fn first_document_end(text: &str) -> Option<usize> {
+    let mut offsets = Offsets::new(text);
+    let mut events = Parser::new_from_str_with_options(text, parser_options());
+    let mut end = None;
+    for next in events.by_ref() {
+        let (event, span) = next.ok()?;
+        if matches!(event, Event::DocumentEnd) {
+            end = Some(offsets.of(&span.start));
+            break;
+        }
+    }
+    let end = end?;
+    match events.next() {
+        None | Some(Ok((Event::StreamEnd, _))) => None,
+        Some(_) => Some(end),
+    }
+}
 
 /// Pebble's error for a layer cobble could not read, if Pebble would have refused it.
 pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
@@ -1778,6 +1803,22 @@ mod tests {
                 "services: {}\nservices: {}\nservices: {}\n",
                 ": yaml: unmarshal errors:\n  line 2: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 2",
             ),
+            // yaml.v3 reads the first document alone: what follows it is never read.
+            ("summary: a\n---\nfoo: bar\n", ""),
+            ("summary: a\n...\nfoo: bar\n", ""),
+            (" summary: a\ndescription: b\n", ""),
+            (" summary: a\nfoo: [\n", ""),
+            (
+                "  services:\n    a:\n      override: replace\n      command: sleep 1\nchecks: 1\n",
+                "",
+            ),
+            (" services:\nsummary: x\n", " section \"services\": EOF"),
+            (
+                " services:\n   a: [\nsummary: x\n",
+                ": yaml: line 1: did not find expected ',' or ']'",
+            ),
+            ("summary: a\n---\nsummary: [\n", ""),
+            ("summary: a\n--- [\n", ""),
         ];
         for (text, want) in cases {
             let got = match crate::Layer::parse(1, "x", text) {
