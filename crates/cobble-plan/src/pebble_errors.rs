@@ -458,6 +458,63 @@ fn has_mapping_colon(rest: &str) -> bool {
     false
 }
 
+/// A `- ` entry at `index`, where a block mapping wants its next key, whose plain value runs
+/// on over the lines below (each indented past the `-`) and meets a mapping's `:` there: a
+/// key over several lines, which yaml.v3's scanner refuses before its parser reaches the
+/// `-`. Returns the 1-based line of that `:`.
+fn continued_entry_colon(text: &str, index: usize) -> Option<usize> {
+    // The library may point at the value rather than at the `-` before it.
+    let before = text.get(..index)?;
+    let index = if text[index..].starts_with('-') {
+        index
+    } else {
+        let spaces = before.trim_end_matches([' ', '\t']);
+        spaces.strip_suffix('-')?.len()
+    };
+    let rest = text.get(index..)?;
+    let after = rest.strip_prefix('-')?;
+    if !after.starts_with([' ', '\t']) {
+        return None;
+    }
+    let column = text[..index]
+        .rsplit('\n')
+        .next()
+        .map_or(0, |before| before.chars().count());
+    let mut lines = after.split('\n');
+    let first = lines.next()?.trim_start_matches([' ', '\t']);
+    // A plain scalar starts there, and ends on its line no key and no comment.
+    if first.is_empty()
+        || first.starts_with([
+            '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`',
+        ])
+        || first.starts_with("- ")
+        || first.starts_with("? ")
+        || first.starts_with(": ")
+        || has_mapping_colon(first)
+        || first.contains(" #")
+    {
+        return None;
+    }
+    let line = text[..index].matches('\n').count() + 1;
+    for (n, next) in lines.enumerate() {
+        let content = next.trim_start_matches(' ');
+        if content.is_empty() {
+            continue;
+        }
+        let indent = next.len() - content.len();
+        if indent <= column || content.starts_with('#') {
+            return None;
+        }
+        if has_mapping_colon(content) {
+            return Some(line + n + 1);
+        }
+        if content.contains(" #") {
+            return None;
+        }
+    }
+    None
+}
+
 /// yaml.v3's line for a parser error: the 0-based line of its context (the collection being
 /// parsed) unless that is 0, else the problem's; 0 is not shown.
 fn parser_line(context: Option<usize>, problem: usize) -> usize {
@@ -529,9 +586,11 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
         ErrorKind::UnclosedFlowCollection { .. } if open_flow.is_some_and(|f| f.as_key) => {
             ("could not find expected ':'", flow_line.unwrap_or(at + 1))
         }
-        ErrorKind::ExpectedBlockMappingKey => {
-            ("did not find expected key", parser_line(block(false), at))
-        }
+        ErrorKind::ExpectedBlockMappingKey => match continued_entry_colon(text, index) {
+            // yaml.v3's scanner reads the entry's value before its parser stops at the `-`.
+            Some(line) => ("mapping values are not allowed in this context", line),
+            None => ("did not find expected key", parser_line(block(false), at)),
+        },
         ErrorKind::ExpectedBlockSequenceEntry => (
             "did not find expected '-' indicator",
             parser_line(block(true), at),
@@ -1802,6 +1861,32 @@ mod tests {
             (
                 "services: {}\nservices: {}\nservices: {}\n",
                 ": yaml: unmarshal errors:\n  line 2: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 2",
+            ),
+            // A `-` where a key belongs, whose value runs on to a `key:` below.
+            (
+                "a:\n  b:\n    c:\n- d\n    e: 1\n",
+                ": yaml: line 5: mapping values are not allowed in this context",
+            ),
+            (
+                "a: 1\n- d\n  e: 1\n",
+                ": yaml: line 3: mapping values are not allowed in this context",
+            ),
+            (
+                "a: 1\n- d\n\n  x\n  e: 1\n",
+                ": yaml: line 5: mapping values are not allowed in this context",
+            ),
+            ("a: 1\n- d\n", ": yaml: line 1: did not find expected key"),
+            (
+                "a: 1\n- d\ne: 1\n",
+                ": yaml: line 1: did not find expected key",
+            ),
+            (
+                "a: 1\n- d # c\n  e: 1\n",
+                ": yaml: line 1: did not find expected key",
+            ),
+            (
+                "a:\n  b:\n- d\n  e\n",
+                ": yaml: line 2: did not find expected key",
             ),
             // yaml.v3 reads the first document alone: what follows it is never read.
             ("summary: a\n---\nfoo: bar\n", ""),
