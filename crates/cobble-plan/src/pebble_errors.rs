@@ -115,6 +115,8 @@ struct Failure {
     open_flow: Option<OpenFlow>,
     /// The innermost block collection left open: whether it is a sequence, and its line.
     innermost: Option<(bool, usize)>,
+    /// The column of the keys of the innermost block collection left open, if a mapping.
+    key_column: Option<usize>,
 }
 
 /// Why a document could not be read.
@@ -191,6 +193,10 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
                 error: e,
                 open_flow,
                 innermost,
+                key_column: block.and_then(|i| match &stack[i] {
+                    Open::Map(_, _, column, ..) => Some(*column),
+                    Open::Seq(..) => None,
+                }),
             }))
         })?;
         let line = span.start.line();
@@ -515,6 +521,37 @@ fn continued_entry_colon(text: &str, index: usize) -> Option<usize> {
     None
 }
 
+/// The token at `index` after a quoted scalar that opened on an earlier line as the first token
+/// of its line, in the column of the keys of the block mapping being read: a key yaml.v3
+/// requires there, which may not span lines, so its scanner refuses it where it starts
+/// (`could not find expected ':'`) once it reads on past that line. Returns that 1-based
+/// line.
+fn multiline_quoted_key(text: &str, index: usize, key_column: Option<usize>) -> Option<usize> {
+    const LOOK_BACK: usize = 1000;
+    let key_column = key_column?;
+    let line_start = text.get(..index)?.rfind('\n').map_or(0, |n| n + 1);
+    let quote = text[line_start..index]
+        .chars()
+        .find(|c| matches!(c, '"' | '\''))?;
+    let closing_line = text[..line_start].matches('\n').count();
+    let mut lines = text[..line_start].strip_suffix('\n')?.rsplit('\n');
+    for back in 1..=LOOK_BACK.min(closing_line) {
+        let line = lines.next()?;
+        let content = line.trim_start_matches(' ');
+        if let Some(after) = content.strip_prefix(quote) {
+            if after.contains(quote) {
+                return None;
+            }
+            let column = line.len() - content.len();
+            return (column == key_column).then_some(closing_line - back + 1);
+        }
+        if line.contains(quote) {
+            return None;
+        }
+    }
+    None
+}
+
 /// yaml.v3's line for a parser error: the 0-based line of its context (the collection being
 /// parsed) unless that is 0, else the problem's; 0 is not shown.
 fn parser_line(context: Option<usize>, problem: usize) -> usize {
@@ -646,7 +683,9 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
         | ErrorKind::InvalidTrailingSingleQuotedScalar
             if open_flow.is_none() =>
         {
-            if has_mapping_colon(rest_of_line(text, index)) {
+            if let Some(line) = multiline_quoted_key(text, index, failure.key_column) {
+                ("could not find expected ':'", line)
+            } else if has_mapping_colon(rest_of_line(text, index)) {
                 (
                     "mapping values are not allowed in this context",
                     scanner_line(at, at),
@@ -710,10 +749,15 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
             };
             ("found unexpected end of stream", shown)
         }
-        ErrorKind::MappingValueNotAllowed => (
-            "mapping values are not allowed in this context",
-            scanner_line(at, at),
-        ),
+        ErrorKind::MappingValueNotAllowed => {
+            match multiline_quoted_key(text, index, failure.key_column) {
+                Some(line) => ("could not find expected ':'", line),
+                None => (
+                    "mapping values are not allowed in this context",
+                    scanner_line(at, at),
+                ),
+            }
+        }
         ErrorKind::TabNotAllowed
         | ErrorKind::TabInIndentation
         | ErrorKind::UnexpectedCharacter { .. } => (
@@ -1861,6 +1905,44 @@ mod tests {
             (
                 "services: {}\nservices: {}\nservices: {}\n",
                 ": yaml: unmarshal errors:\n  line 2: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 2",
+            ),
+            // A quoted key over several lines, where the mapping requires a key.
+            (
+                "a:\n  b: 1\n  \"x\ny\": 2\n",
+                ": yaml: line 3: could not find expected ':'",
+            ),
+            (
+                "a:\n  b: 1\n  \"x\ny\"  c: 2\n",
+                ": yaml: line 3: could not find expected ':'",
+            ),
+            (
+                "a: 1\n'x\ny': 2\n",
+                ": yaml: line 2: could not find expected ':'",
+            ),
+            (
+                "a: 1\n\"x\n\n\ny\": 2\n",
+                ": yaml: line 2: could not find expected ':'",
+            ),
+            (
+                "a:\n  b: 1\n  \"x\n  y\n  z\": 2\n",
+                ": yaml: line 3: could not find expected ':'",
+            ),
+            (
+                "a:\n  b: 1\n  \"x\ny\" z\n",
+                ": yaml: line 3: could not find expected ':'",
+            ),
+            // Not where a key is required: the `:` is refused.
+            (
+                "\"x\ny\": 1\n",
+                ": yaml: line 2: mapping values are not allowed in this context",
+            ),
+            (
+                "a:\n  - \"x\n  y\": 2\n",
+                ": yaml: line 3: mapping values are not allowed in this context",
+            ),
+            (
+                "a:\n  b: 1\n  c: \"x\ny\": 2\n",
+                ": yaml: line 4: mapping values are not allowed in this context",
             ),
             // A `-` where a key belongs, whose value runs on to a `key:` below.
             (
