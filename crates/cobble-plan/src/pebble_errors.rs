@@ -464,34 +464,39 @@ fn has_mapping_colon(rest: &str) -> bool {
     false
 }
 
-/// A `- ` entry at `index`, where a block mapping wants its next key, whose plain value runs
-/// on over the lines below (each indented past the `-`) and meets a mapping's `:` there: a
-/// key over several lines, which yaml.v3's scanner refuses before its parser reaches the
-/// `-`. Returns the 1-based line of that `:`.
-fn continued_entry_colon(text: &str, index: usize) -> Option<usize> {
-    // The library may point at the value rather than at the `-` before it.
+/// A token where a block mapping wants its next key, that starts a plain scalar running on
+/// over the lines below and meeting a mapping's `:` there: a `- ` entry's value (continued on
+/// lines indented past the `-`), or a plain scalar itself (continued on lines indented past
+/// the keys of the mapping, `key_column`). yaml.v3's scanner reads on to learn whether the
+/// scalar is a key, and refuses that `:` (a key over several lines) before its parser stops
+/// at the token. Returns the 1-based line of that `:`.
+fn continued_plain_colon(text: &str, index: usize, key_column: Option<usize>) -> Option<usize> {
     let before = text.get(..index)?;
-    let index = if text[index..].starts_with('-') {
-        index
+    let line_start = before.rfind('\n').map_or(0, |n| n + 1);
+    // The library may point at an entry's value rather than at the `-` before it.
+    let dash = if text[index..].starts_with("- ") || text[index..].starts_with("-\t") {
+        Some(index)
     } else {
-        let spaces = before.trim_end_matches([' ', '\t']);
-        spaces.strip_suffix('-')?.len()
+        before
+            .trim_end_matches([' ', '\t'])
+            .strip_suffix('-')
+            .filter(|_| before.ends_with([' ', '\t']))
+            .map(str::len)
     };
-    let rest = text.get(index..)?;
-    let after = rest.strip_prefix('-')?;
-    if !after.starts_with([' ', '\t']) {
-        return None;
-    }
-    let column = text[..index]
-        .rsplit('\n')
-        .next()
-        .map_or(0, |before| before.chars().count());
-    let mut lines = after.split('\n');
+    let (start, column) = match dash {
+        Some(dash) => (dash + 1, text[line_start..dash].chars().count()),
+        // The scanner closes the mappings indented past the scalar before it reads it.
+        None => (
+            index,
+            key_column?.min(text[line_start..index].chars().count()),
+        ),
+    };
+    let mut lines = text[start..].split('\n');
     let first = lines.next()?.trim_start_matches([' ', '\t']);
     // A plain scalar starts there, and ends on its line no key and no comment.
     if first.is_empty()
         || first.starts_with([
-            '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`',
+            '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`', ',',
         ])
         || first.starts_with("- ")
         || first.starts_with("? ")
@@ -501,7 +506,7 @@ fn continued_entry_colon(text: &str, index: usize) -> Option<usize> {
     {
         return None;
     }
-    let line = text[..index].matches('\n').count() + 1;
+    let line = text[..start].matches('\n').count() + 1;
     for (n, next) in lines.enumerate() {
         let content = next.trim_start_matches(' ');
         if content.is_empty() {
@@ -623,11 +628,13 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
         ErrorKind::UnclosedFlowCollection { .. } if open_flow.is_some_and(|f| f.as_key) => {
             ("could not find expected ':'", flow_line.unwrap_or(at + 1))
         }
-        ErrorKind::ExpectedBlockMappingKey => match continued_entry_colon(text, index) {
-            // yaml.v3's scanner reads the entry's value before its parser stops at the `-`.
-            Some(line) => ("mapping values are not allowed in this context", line),
-            None => ("did not find expected key", parser_line(block(false), at)),
-        },
+        ErrorKind::ExpectedBlockMappingKey => {
+            match continued_plain_colon(text, index, failure.key_column) {
+                // yaml.v3's scanner reads the scalar on before its parser stops there.
+                Some(line) => ("mapping values are not allowed in this context", line),
+                None => ("did not find expected key", parser_line(block(false), at)),
+            }
+        }
         ErrorKind::ExpectedBlockSequenceEntry => (
             "did not find expected '-' indicator",
             parser_line(block(true), at),
@@ -690,6 +697,8 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
                     "mapping values are not allowed in this context",
                     scanner_line(at, at),
                 )
+            } else if let Some(line) = continued_plain_colon(text, index, failure.key_column) {
+                ("mapping values are not allowed in this context", line)
             } else {
                 expected_key(at)
             }
@@ -1905,6 +1914,19 @@ mod tests {
             (
                 "services: {}\nservices: {}\nservices: {}\n",
                 ": yaml: unmarshal errors:\n  line 2: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 2",
+            ),
+            // A plain scalar where a key belongs, running on to a `key:` below.
+            (
+                "a:\n  b:\n    c: \"x\ny\"1s\n    d: 3\n",
+                ": yaml: line 5: mapping values are not allowed in this context",
+            ),
+            (
+                "a:\n  b:\n    c:\n b\n  d:\n",
+                ": yaml: line 5: mapping values are not allowed in this context",
+            ),
+            (
+                "a:\n  b:\n    c:\n b\nd: 1\n",
+                ": yaml: line 3: did not find expected key",
             ),
             // A quoted key over several lines, where the mapping requires a key.
             (
