@@ -767,6 +767,23 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
                 ),
             }
         }
+        // A tab in the indentation of the line a plain scalar would run on to. On the first
+        // line yaml.v3 names the tab's line, where its scanner stopped.
+        ErrorKind::TabInPlainScalar => {
+            let tab_line = text
+                .split('\n')
+                .enumerate()
+                .skip(at + 1)
+                .find(|(_, l)| {
+                    let content = l.trim_start_matches([' ', '\t']);
+                    !content.is_empty() && l[..l.len() - content.len()].contains('\t')
+                })
+                .map_or(at, |(n, _)| n);
+            (
+                "found a tab character that violates indentation",
+                scanner_line(at, tab_line),
+            )
+        }
         ErrorKind::TabNotAllowed
         | ErrorKind::TabInIndentation
         | ErrorKind::UnexpectedCharacter { .. } => (
@@ -1927,6 +1944,23 @@ mod tests {
             (
                 "a:\n  b:\n    c:\n b\nd: 1\n",
                 ": yaml: line 3: did not find expected key",
+            ),
+            // A tab in the indentation of the line a plain value would run on to.
+            (
+                "a:\n  b: enabled\n  \t  c: 1\n",
+                ": yaml: line 2: found a tab character that violates indentation",
+            ),
+            (
+                "a: x\n\t  c: 1\n",
+                ": yaml: line 2: found a tab character that violates indentation",
+            ),
+            (
+                "a:\n  b: x\n\n\t  c: 1\n",
+                ": yaml: line 2: found a tab character that violates indentation",
+            ),
+            (
+                "a: |\n  x\nb: y\n\t c: 1\n",
+                ": yaml: line 3: found a tab character that violates indentation",
             ),
             // A quoted key over several lines, where the mapping requires a key.
             (
