@@ -792,8 +792,16 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
         ),
         // Inside a flow collection, yaml.v3 stops at the separator it expected.
         _ if open_flow.is_some() => (separator, context(flow_line, at)),
-        // Words yaml.v3 would choose differently; the line is right.
-        _ => return format!("line {}: {}", at + 1, error.info()),
+        // Words yaml.v3 would choose differently; the line is right. yaml.v3 shows the
+        // problem without its context (`while scanning a directive, `).
+        _ => {
+            let info = error.info();
+            let problem = info
+                .strip_prefix("while ")
+                .and_then(|rest| rest.split_once(", "))
+                .map_or(info.as_str(), |(_, problem)| problem);
+            return format!("line {}: {problem}", at + 1);
+        }
     };
     if shown == 0 {
         message.to_owned()
@@ -1961,6 +1969,10 @@ mod tests {
             (
                 "a: |\n  x\nb: y\n\t c: 1\n",
                 ": yaml: line 3: found a tab character that violates indentation",
+            ),
+            (
+                "a: 1\n%\n",
+                ": yaml: line 2: could not find expected directive name",
             ),
             // A quoted key over several lines, where the mapping requires a key.
             (
