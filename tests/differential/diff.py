@@ -1648,7 +1648,7 @@ class Runner:
                 answers[d.name]['settled'] = http_request(
                     d.socket, 'GET', f'/v1/changes/{chg}/wait?timeout={SETTLE_WAIT_TIMEOUT}')
         if req.settle_checks:
-            self.settle_checks()
+            self.settle_checks(req.index)
         for d in self.daemons:
             self.sync(d)
         return answers
@@ -1697,7 +1697,7 @@ class Runner:
                 ws.close()
         out['io'] = io
 
-    def settle_checks(self) -> None:
+    def settle_checks(self, index: int) -> None:
         """Wait until every started check named as failing has gone down and its recover
         change has logged its first failed run, so the perform/recover change switch, the
         check's notices and that first line happen before the next request instead of at a
@@ -1725,8 +1725,8 @@ class Runner:
                 if changes is not None and not pending:
                     break
                 if time.monotonic() >= limit or not d.alive():
-                    self.notes.append(f'{d.name}: checks {pending} not settled after '
-                                      f'{time.monotonic() - t0:.1f}s')
+                    self.notes.append(f'#{index} {d.name}: checks {pending} not settled '
+                                      f'after {time.monotonic() - t0:.1f}s')
                     break
                 time.sleep(0.1)
             if took is None:
