@@ -405,7 +405,29 @@ fn char_at(text: &str, at: usize) -> Option<char> {
 
 /// The last character before byte offset `at` that is not white space (or a line break).
 fn previous_token_char(text: &str, at: usize) -> Option<char> {
-    text.get(..at)?.chars().rev().find(|c| !c.is_whitespace())
+    text.get(..at)?.rsplit('\n').find_map(|line| {
+        without_comment(line)
+            .chars()
+            .rev()
+            .find(|c| !c.is_whitespace())
+    })
+}
+
+/// A line without its comment: from a `#` at its start or after a blank, outside quotes.
+fn without_comment(line: &str) -> &str {
+    let mut quote = None;
+    let mut blank_before = true;
+    for (at, c) in line.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '#') if blank_before => return &line[..at],
+            _ => {}
+        }
+        blank_before = c == ' ' || c == '\t';
+    }
+    line
 }
 
 /// The byte offset and 0-based line of the bracket that closes the one at byte offset
@@ -1973,6 +1995,19 @@ mod tests {
             (
                 "a: 1\n%\n",
                 ": yaml: line 2: could not find expected directive name",
+            ),
+            // A comment after the bracket or comma: the end is where a node is expected.
+            (
+                "s: {a: { #o: r, c: 1}}\n",
+                ": yaml: line 1: did not find expected node content",
+            ),
+            (
+                "s: [a, # x\n",
+                ": yaml: line 1: did not find expected node content",
+            ),
+            (
+                "s: {a: b # c\n",
+                ": yaml: line 1: did not find expected ',' or '}'",
             ),
             // A quoted key over several lines, where the mapping requires a key.
             (
