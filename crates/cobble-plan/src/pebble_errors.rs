@@ -579,6 +579,24 @@ fn multiline_quoted_key(text: &str, index: usize, key_column: Option<usize>) -> 
     None
 }
 
+/// Whether the token that ends at `index` on its line is a plain scalar starting with `:`
+/// right after a mapping's `: ` (`{a: :b` before `: c}`).
+fn colon_started_value(text: &str, index: usize) -> bool {
+    let Some(before) = text.get(..index) else {
+        return false;
+    };
+    let line = before.rsplit('\n').next().unwrap_or_default();
+    let token_start = line
+        .rfind([' ', '\t', ',', '[', '{'])
+        .map_or(0, |at| at + 1);
+    let token = &line[token_start..];
+    token.len() > 1
+        && token.starts_with(':')
+        && line[..token_start]
+            .trim_end_matches([' ', '\t'])
+            .ends_with(':')
+}
+
 /// yaml.v3's line for a parser error: the 0-based line of its context (the collection being
 /// parsed) unless that is 0, else the problem's; 0 is not shown.
 fn parser_line(context: Option<usize>, problem: usize) -> usize {
@@ -749,6 +767,11 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
         ErrorKind::UnexpectedEofImplicitFlowMapping => ("did not find expected node content", at),
         ErrorKind::ExpectedFlowSequenceSeparator => {
             ("did not find expected ',' or ']'", context(flow_line, at))
+        }
+        // A value that starts with `:` (`{a: :b: c}`): in a flow collection yaml.v3 reads
+        // that `:` as a value indicator where a node belongs.
+        ErrorKind::ExpectedFlowMappingSeparator if colon_started_value(text, index) => {
+            ("did not find expected node content", at)
         }
         ErrorKind::ExpectedFlowMappingSeparator => (separator, context(flow_line, at)),
         // yaml.v3 finds these at the end of the stream: a node where one is still expected,
@@ -2008,6 +2031,10 @@ mod tests {
             (
                 "s: {a: b # c\n",
                 ": yaml: line 1: did not find expected ',' or '}'",
+            ),
+            (
+                "a:\n  x: {com: :mand: 1}\n",
+                ": yaml: line 1: did not find expected node content",
             ),
             // A quoted key over several lines, where the mapping requires a key.
             (
