@@ -185,7 +185,8 @@ pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
     let code = match code {
         Ok(code) => code,
         Err(e) => {
-            daemon_log::stderr().text(format!("error: cannot run daemon: {e}\n").as_bytes());
+            // Pebble's words, with no `error: ` before them (its `run` prints this itself).
+            daemon_log::stderr().text(format!("cannot run daemon: {e}\n").as_bytes());
             1
         }
     };

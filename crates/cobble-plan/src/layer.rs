@@ -624,6 +624,13 @@ fn decode_fully(label: &str, yaml: &str, words: Words) -> Result<LayerDoc, PlanE
     let result = serde_saphyr::with_deserializer_from_str_with_options(yaml, options(), |de| {
         LayerSeed(&progress).deserialize(de)
     });
+    if result.is_err()
+        && words == Words::Pebble
+        && let Some(end) = crate::pebble_errors::first_document_end(yaml)
+    {
+        // Pebble reads the first document alone.
+        return decode(label, &yaml[..end], words);
+    }
     result.map_err(|error| {
         // Where Pebble would have refused the layer too, its words.
         if words == Words::Pebble

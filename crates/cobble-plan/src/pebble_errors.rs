@@ -115,6 +115,8 @@ struct Failure {
     open_flow: Option<OpenFlow>,
     /// The innermost block collection left open: whether it is a sequence, and its line.
     innermost: Option<(bool, usize)>,
+    /// The column of the keys of the innermost block collection left open, if a mapping.
+    key_column: Option<usize>,
 }
 
 /// Why a document could not be read.
@@ -191,6 +193,10 @@ fn read(text: &str) -> Result<Option<Doc<'_>>, ReadError> {
                 error: e,
                 open_flow,
                 innermost,
+                key_column: block.and_then(|i| match &stack[i] {
+                    Open::Map(_, _, column, ..) => Some(*column),
+                    Open::Seq(..) => None,
+                }),
             }))
         })?;
         let line = span.start.line();
@@ -399,7 +405,29 @@ fn char_at(text: &str, at: usize) -> Option<char> {
 
 /// The last character before byte offset `at` that is not white space (or a line break).
 fn previous_token_char(text: &str, at: usize) -> Option<char> {
-    text.get(..at)?.chars().rev().find(|c| !c.is_whitespace())
+    text.get(..at)?.rsplit('\n').find_map(|line| {
+        without_comment(line)
+            .chars()
+            .rev()
+            .find(|c| !c.is_whitespace())
+    })
+}
+
+/// A line without its comment: from a `#` at its start or after a blank, outside quotes.
+fn without_comment(line: &str) -> &str {
+    let mut quote = None;
+    let mut blank_before = true;
+    for (at, c) in line.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '#') if blank_before => return &line[..at],
+            _ => {}
+        }
+        blank_before = c == ' ' || c == '\t';
+    }
+    line
 }
 
 /// The byte offset and 0-based line of the bracket that closes the one at byte offset
@@ -456,6 +484,117 @@ fn has_mapping_colon(rest: &str) -> bool {
         }
     }
     false
+}
+
+/// A token where a block mapping wants its next key, that starts a plain scalar running on
+/// over the lines below and meeting a mapping's `:` there: a `- ` entry's value (continued on
+/// lines indented past the `-`), or a plain scalar itself (continued on lines indented past
+/// the keys of the mapping, `key_column`). yaml.v3's scanner reads on to learn whether the
+/// scalar is a key, and refuses that `:` (a key over several lines) before its parser stops
+/// at the token. Returns the 1-based line of that `:`.
+fn continued_plain_colon(text: &str, index: usize, key_column: Option<usize>) -> Option<usize> {
+    let before = text.get(..index)?;
+    let line_start = before.rfind('\n').map_or(0, |n| n + 1);
+    // The library may point at an entry's value rather than at the `-` before it.
+    let dash = if text[index..].starts_with("- ") || text[index..].starts_with("-\t") {
+        Some(index)
+    } else {
+        before
+            .trim_end_matches([' ', '\t'])
+            .strip_suffix('-')
+            .filter(|_| before.ends_with([' ', '\t']))
+            .map(str::len)
+    };
+    let (start, column) = match dash {
+        Some(dash) => (dash + 1, text[line_start..dash].chars().count()),
+        // The scanner closes the mappings indented past the scalar before it reads it.
+        None => (
+            index,
+            key_column?.min(text[line_start..index].chars().count()),
+        ),
+    };
+    let mut lines = text[start..].split('\n');
+    let first = lines.next()?.trim_start_matches([' ', '\t']);
+    // A plain scalar starts there, and ends on its line no key and no comment.
+    if first.is_empty()
+        || first.starts_with([
+            '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`', ',',
+        ])
+        || first.starts_with("- ")
+        || first.starts_with("? ")
+        || first.starts_with(": ")
+        || has_mapping_colon(first)
+        || first.contains(" #")
+    {
+        return None;
+    }
+    let line = text[..start].matches('\n').count() + 1;
+    for (n, next) in lines.enumerate() {
+        let content = next.trim_start_matches(' ');
+        if content.is_empty() {
+            continue;
+        }
+        let indent = next.len() - content.len();
+        if indent <= column || content.starts_with('#') {
+            return None;
+        }
+        if has_mapping_colon(content) {
+            return Some(line + n + 1);
+        }
+        if content.contains(" #") {
+            return None;
+        }
+    }
+    None
+}
+
+/// The token at `index` after a quoted scalar that opened on an earlier line as the first token
+/// of its line, in the column of the keys of the block mapping being read: a key yaml.v3
+/// requires there, which may not span lines, so its scanner refuses it where it starts
+/// (`could not find expected ':'`) once it reads on past that line. Returns that 1-based
+/// line.
+fn multiline_quoted_key(text: &str, index: usize, key_column: Option<usize>) -> Option<usize> {
+    const LOOK_BACK: usize = 1000;
+    let key_column = key_column?;
+    let line_start = text.get(..index)?.rfind('\n').map_or(0, |n| n + 1);
+    let quote = text[line_start..index]
+        .chars()
+        .find(|c| matches!(c, '"' | '\''))?;
+    let closing_line = text[..line_start].matches('\n').count();
+    let mut lines = text[..line_start].strip_suffix('\n')?.rsplit('\n');
+    for back in 1..=LOOK_BACK.min(closing_line) {
+        let line = lines.next()?;
+        let content = line.trim_start_matches(' ');
+        if let Some(after) = content.strip_prefix(quote) {
+            if after.contains(quote) {
+                return None;
+            }
+            let column = line.len() - content.len();
+            return (column == key_column).then_some(closing_line - back + 1);
+        }
+        if line.contains(quote) {
+            return None;
+        }
+    }
+    None
+}
+
+/// Whether the token that ends at `index` on its line is a plain scalar starting with `:`
+/// right after a mapping's `: ` (`{a: :b` before `: c}`).
+fn colon_started_value(text: &str, index: usize) -> bool {
+    let Some(before) = text.get(..index) else {
+        return false;
+    };
+    let line = before.rsplit('\n').next().unwrap_or_default();
+    let token_start = line
+        .rfind([' ', '\t', ',', '[', '{'])
+        .map_or(0, |at| at + 1);
+    let token = &line[token_start..];
+    token.len() > 1
+        && token.starts_with(':')
+        && line[..token_start]
+            .trim_end_matches([' ', '\t'])
+            .ends_with(':')
 }
 
 /// yaml.v3's line for a parser error: the 0-based line of its context (the collection being
@@ -530,7 +669,11 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
             ("could not find expected ':'", flow_line.unwrap_or(at + 1))
         }
         ErrorKind::ExpectedBlockMappingKey => {
-            ("did not find expected key", parser_line(block(false), at))
+            match continued_plain_colon(text, index, failure.key_column) {
+                // yaml.v3's scanner reads the scalar on before its parser stops there.
+                Some(line) => ("mapping values are not allowed in this context", line),
+                None => ("did not find expected key", parser_line(block(false), at)),
+            }
         }
         ErrorKind::ExpectedBlockSequenceEntry => (
             "did not find expected '-' indicator",
@@ -587,11 +730,15 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
         | ErrorKind::InvalidTrailingSingleQuotedScalar
             if open_flow.is_none() =>
         {
-            if has_mapping_colon(rest_of_line(text, index)) {
+            if let Some(line) = multiline_quoted_key(text, index, failure.key_column) {
+                ("could not find expected ':'", line)
+            } else if has_mapping_colon(rest_of_line(text, index)) {
                 (
                     "mapping values are not allowed in this context",
                     scanner_line(at, at),
                 )
+            } else if let Some(line) = continued_plain_colon(text, index, failure.key_column) {
+                ("mapping values are not allowed in this context", line)
             } else {
                 expected_key(at)
             }
@@ -620,6 +767,11 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
         ErrorKind::UnexpectedEofImplicitFlowMapping => ("did not find expected node content", at),
         ErrorKind::ExpectedFlowSequenceSeparator => {
             ("did not find expected ',' or ']'", context(flow_line, at))
+        }
+        // A value that starts with `:` (`{a: :b: c}`): in a flow collection yaml.v3 reads
+        // that `:` as a value indicator where a node belongs.
+        ErrorKind::ExpectedFlowMappingSeparator if colon_started_value(text, index) => {
+            ("did not find expected node content", at)
         }
         ErrorKind::ExpectedFlowMappingSeparator => (separator, context(flow_line, at)),
         // yaml.v3 finds these at the end of the stream: a node where one is still expected,
@@ -651,10 +803,32 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
             };
             ("found unexpected end of stream", shown)
         }
-        ErrorKind::MappingValueNotAllowed => (
-            "mapping values are not allowed in this context",
-            scanner_line(at, at),
-        ),
+        ErrorKind::MappingValueNotAllowed => {
+            match multiline_quoted_key(text, index, failure.key_column) {
+                Some(line) => ("could not find expected ':'", line),
+                None => (
+                    "mapping values are not allowed in this context",
+                    scanner_line(at, at),
+                ),
+            }
+        }
+        // A tab in the indentation of the line a plain scalar would run on to. On the first
+        // line yaml.v3 names the tab's line, where its scanner stopped.
+        ErrorKind::TabInPlainScalar => {
+            let tab_line = text
+                .split('\n')
+                .enumerate()
+                .skip(at + 1)
+                .find(|(_, l)| {
+                    let content = l.trim_start_matches([' ', '\t']);
+                    !content.is_empty() && l[..l.len() - content.len()].contains('\t')
+                })
+                .map_or(at, |(n, _)| n);
+            (
+                "found a tab character that violates indentation",
+                scanner_line(at, tab_line),
+            )
+        }
         ErrorKind::TabNotAllowed
         | ErrorKind::TabInIndentation
         | ErrorKind::UnexpectedCharacter { .. } => (
@@ -663,8 +837,16 @@ fn syntax_message(text: &str, failure: &Failure) -> String {
         ),
         // Inside a flow collection, yaml.v3 stops at the separator it expected.
         _ if open_flow.is_some() => (separator, context(flow_line, at)),
-        // Words yaml.v3 would choose differently; the line is right.
-        _ => return format!("line {}: {}", at + 1, error.info()),
+        // Words yaml.v3 would choose differently; the line is right. yaml.v3 shows the
+        // problem without its context (`while scanning a directive, `).
+        _ => {
+            let info = error.info();
+            let problem = info
+                .strip_prefix("while ")
+                .and_then(|rest| rest.split_once(", "))
+                .map_or(info.as_str(), |(_, problem)| problem);
+            return format!("line {}: {problem}", at + 1);
+        }
     };
     if shown == 0 {
         message.to_owned()
@@ -839,6 +1021,8 @@ pub(crate) fn empty_section(label: &str, text: &str) -> Option<PlanError> {
     let candidate = text.split('\n').any(|line| {
         line.split_once(':').is_some_and(|(key, rest)| {
             let rest = rest.trim_start_matches([' ', '\t']);
+            // A first line indented indents the document's keys.
+            let key = key.trim_start_matches(' ');
             BUILTIN_SECTIONS.contains(&key) && (rest.is_empty() || rest.starts_with('#'))
         })
     });
@@ -916,6 +1100,29 @@ const BUILTIN_SECTIONS: [&str; 5] = [
     "checks",
     "log-targets",
 ];
+
+/// Where the first document of `text` ends, when something follows it. yaml.v3 reads a
+/// layer's first document and stops there: a second document (after `---` or `...`), or text
+/// that could not start one (`log-targets:` at the margin after a first line indented by a
+/// space), is never read, so Pebble takes the layer as its first document alone. `None` when
+/// the text is one document, or the first one cannot be read to its end.
+pub(crate) fn first_document_end(text: &str) -> Option<usize> {
+    let mut offsets = Offsets::new(text);
+    let mut events = Parser::new_from_str_with_options(text, parser_options());
+    let mut end = None;
+    for next in events.by_ref() {
+        let (event, span) = next.ok()?;
+        if matches!(event, Event::DocumentEnd) {
+            end = Some(offsets.of(&span.start));
+            break;
+        }
+    }
+    let end = end?;
+    match events.next() {
+        None | Some(Ok((Event::StreamEnd, _))) => None,
+        Some(_) => Some(end),
+    }
+}
 
 /// Pebble's error for a layer cobble could not read, if Pebble would have refused it.
 pub(crate) fn layer_error(label: &str, text: &str) -> Option<PlanError> {
@@ -1797,6 +2004,137 @@ mod tests {
                 "services: {}\nservices: {}\nservices: {}\n",
                 ": yaml: unmarshal errors:\n  line 2: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 1\n  line 3: mapping key \"services\" already defined at line 2",
             ),
+            // A plain scalar where a key belongs, running on to a `key:` below.
+            (
+                "a:\n  b:\n    c: \"x\ny\"1s\n    d: 3\n",
+                ": yaml: line 5: mapping values are not allowed in this context",
+            ),
+            (
+                "a:\n  b:\n    c:\n b\n  d:\n",
+                ": yaml: line 5: mapping values are not allowed in this context",
+            ),
+            (
+                "a:\n  b:\n    c:\n b\nd: 1\n",
+                ": yaml: line 3: did not find expected key",
+            ),
+            // A tab in the indentation of the line a plain value would run on to.
+            (
+                "a:\n  b: enabled\n  \t  c: 1\n",
+                ": yaml: line 2: found a tab character that violates indentation",
+            ),
+            (
+                "a: x\n\t  c: 1\n",
+                ": yaml: line 2: found a tab character that violates indentation",
+            ),
+            (
+                "a:\n  b: x\n\n\t  c: 1\n",
+                ": yaml: line 2: found a tab character that violates indentation",
+            ),
+            (
+                "a: |\n  x\nb: y\n\t c: 1\n",
+                ": yaml: line 3: found a tab character that violates indentation",
+            ),
+            (
+                "a: 1\n%\n",
+                ": yaml: line 2: could not find expected directive name",
+            ),
+            // A comment after the bracket or comma: the end is where a node is expected.
+            (
+                "s: {a: { #o: r, c: 1}}\n",
+                ": yaml: line 1: did not find expected node content",
+            ),
+            (
+                "s: [a, # x\n",
+                ": yaml: line 1: did not find expected node content",
+            ),
+            (
+                "s: {a: b # c\n",
+                ": yaml: line 1: did not find expected ',' or '}'",
+            ),
+            (
+                "a:\n  x: {com: :mand: 1}\n",
+                ": yaml: line 1: did not find expected node content",
+            ),
+            // A quoted key over several lines, where the mapping requires a key.
+            (
+                "a:\n  b: 1\n  \"x\ny\": 2\n",
+                ": yaml: line 3: could not find expected ':'",
+            ),
+            (
+                "a:\n  b: 1\n  \"x\ny\"  c: 2\n",
+                ": yaml: line 3: could not find expected ':'",
+            ),
+            (
+                "a: 1\n'x\ny': 2\n",
+                ": yaml: line 2: could not find expected ':'",
+            ),
+            (
+                "a: 1\n\"x\n\n\ny\": 2\n",
+                ": yaml: line 2: could not find expected ':'",
+            ),
+            (
+                "a:\n  b: 1\n  \"x\n  y\n  z\": 2\n",
+                ": yaml: line 3: could not find expected ':'",
+            ),
+            (
+                "a:\n  b: 1\n  \"x\ny\" z\n",
+                ": yaml: line 3: could not find expected ':'",
+            ),
+            // Not where a key is required: the `:` is refused.
+            (
+                "\"x\ny\": 1\n",
+                ": yaml: line 2: mapping values are not allowed in this context",
+            ),
+            (
+                "a:\n  - \"x\n  y\": 2\n",
+                ": yaml: line 3: mapping values are not allowed in this context",
+            ),
+            (
+                "a:\n  b: 1\n  c: \"x\ny\": 2\n",
+                ": yaml: line 4: mapping values are not allowed in this context",
+            ),
+            // A `-` where a key belongs, whose value runs on to a `key:` below.
+            (
+                "a:\n  b:\n    c:\n- d\n    e: 1\n",
+                ": yaml: line 5: mapping values are not allowed in this context",
+            ),
+            (
+                "a: 1\n- d\n  e: 1\n",
+                ": yaml: line 3: mapping values are not allowed in this context",
+            ),
+            (
+                "a: 1\n- d\n\n  x\n  e: 1\n",
+                ": yaml: line 5: mapping values are not allowed in this context",
+            ),
+            ("a: 1\n- d\n", ": yaml: line 1: did not find expected key"),
+            (
+                "a: 1\n- d\ne: 1\n",
+                ": yaml: line 1: did not find expected key",
+            ),
+            (
+                "a: 1\n- d # c\n  e: 1\n",
+                ": yaml: line 1: did not find expected key",
+            ),
+            (
+                "a:\n  b:\n- d\n  e\n",
+                ": yaml: line 2: did not find expected key",
+            ),
+            // yaml.v3 reads the first document alone: what follows it is never read.
+            ("summary: a\n---\nfoo: bar\n", ""),
+            ("summary: a\n...\nfoo: bar\n", ""),
+            (" summary: a\ndescription: b\n", ""),
+            (" summary: a\nfoo: [\n", ""),
+            (
+                "  services:\n    a:\n      override: replace\n      command: sleep 1\nchecks: 1\n",
+                "",
+            ),
+            (" services:\nsummary: x\n", " section \"services\": EOF"),
+            (
+                " services:\n   a: [\nsummary: x\n",
+                ": yaml: line 1: did not find expected ',' or ']'",
+            ),
+            ("summary: a\n---\nsummary: [\n", ""),
+            ("summary: a\n--- [\n", ""),
         ];
         for (text, want) in cases {
             let got = match crate::Layer::parse(1, "x", text) {

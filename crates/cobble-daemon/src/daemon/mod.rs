@@ -70,7 +70,7 @@ pub(crate) enum DaemonError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("directory {0} does not exist (use --create-dirs to create it)")]
+    #[error("directory {} does not exist", cobble_plan::go_quote(&.0.to_string_lossy()))]
     MissingDir(PathBuf),
     #[error("cannot copy {from} to {to}: {source}")]
     CopyOnce {
@@ -82,6 +82,9 @@ pub(crate) enum DaemonError {
     Lock(#[from] LockError),
     #[error("{0}")]
     Plan(#[from] cobble_plan::PlanError),
+    /// The layers directory's plan, as Pebble's overlord words its failure to load it.
+    #[error("cannot load plan: {0}")]
+    LoadPlan(cobble_plan::PlanError),
     #[error("{0}")]
     State(#[from] state::PersistError),
     #[error("cannot use --https with PEBBLE_PERSIST=never: identity key requires persistent state")]
@@ -92,11 +95,46 @@ pub(crate) enum DaemonError {
     Identities(crate::identities::RequestError),
     #[error("cannot start reaper: {0}")]
     Reaper(std::io::Error),
-    #[error("cannot listen on {address}: {source}")]
+    #[error("{}", listen_error(*listener, address, source))]
     Listen {
+        listener: Listener,
         address: String,
         source: std::io::Error,
     },
+}
+
+/// Which of the daemon's listeners could not listen.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Listener {
+    /// The API's unix socket.
+    Unix,
+    /// `--http`.
+    Http,
+    /// `--https`.
+    Https,
+}
+
+/// Pebble's words for a listener that cannot listen, around Go's for the failed call
+/// (`listen tcp 1.2.3.4:1: bind: cannot assign requested address`).
+fn listen_error(listener: Listener, address: &str, source: &std::io::Error) -> String {
+    let network = match listener {
+        Listener::Unix => "unix",
+        Listener::Http | Listener::Https => "tcp",
+    };
+    let cause = if source.raw_os_error().is_some() {
+        format!(
+            "listen {network} {address}: bind: {}",
+            cobble_sys::os_error_text(source)
+        )
+    } else {
+        source.to_string()
+    };
+    let quoted = cobble_plan::go_quote(address);
+    match listener {
+        Listener::Unix => format!("when trying to listen on {address}: {cause}"),
+        Listener::Http => format!("cannot listen on {quoted}: {cause}"),
+        Listener::Https => format!("cannot TLS listen on {quoted}: {cause}"),
+    }
 }
 
 /// Runs the daemon to completion and returns its exit code. The persisted service logs go to
@@ -240,7 +278,7 @@ async fn load(opts: &RunOptions) -> Result<Loaded, DaemonError> {
         tracing::info!("Removed leftover temporary files {}", leftovers.join(", "));
     }
     let layers_dir = opts.pebble_dir.join("layers");
-    let mut plan = Plan::load_dir(&layers_dir)?;
+    let mut plan = Plan::load_dir(&layers_dir).map_err(DaemonError::LoadPlan)?;
     if !opts.service_args.is_empty() {
         let layer = service_args_layer(&plan, &opts.service_args)?;
         plan = plan.add_layer(layer, false, false)?;
@@ -419,7 +457,7 @@ async fn listen(
             .await
             .map_err(|e| crate::tls::TlsError::Load(e.to_string()))??;
             let config = crate::tls::server_config(&opts.pebble_dir, key, identity)?;
-            Some((bind_tcp(address).await?, config))
+            Some((bind_tcp(address, Listener::Https).await?, config))
         }
         None => None,
     };
@@ -439,7 +477,7 @@ async fn listen(
     let unix = bind_unix(&opts.socket_path)?;
     daemon_log::set_socket_path(&opts.socket_path);
     let http = match &opts.http {
-        Some(address) => Some(bind_tcp(address).await?),
+        Some(address) => Some(bind_tcp(address, Listener::Http).await?),
         None => None,
     };
     Ok(Listeners { unix, http, https })
@@ -827,6 +865,7 @@ const LISTEN_BACKLOG: u32 = 65535;
 /// Binds the API socket with mode 0666, replacing a stale socket file.
 fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
     let err = |source| DaemonError::Listen {
+        listener: Listener::Unix,
         address: path.display().to_string(),
         source,
     };
@@ -843,8 +882,9 @@ fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
 }
 
 /// Binds `--http`: `:4000` means every interface, like Go's listener.
-async fn bind_tcp(address: &str) -> Result<TcpListener, DaemonError> {
+async fn bind_tcp(address: &str, listener: Listener) -> Result<TcpListener, DaemonError> {
     let err = |source| DaemonError::Listen {
+        listener,
         address: address.to_owned(),
         source,
     };

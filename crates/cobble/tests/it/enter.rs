@@ -184,7 +184,7 @@ fn a_daemon_that_cannot_start_gives_its_error_and_status() {
     let (test, dir) = enter();
     fs::write(dir.path().join("layers/002-bad.yaml"), "services: [").unwrap();
     test.args(&["services"])
-        .stderr_glob("error: cannot run daemon: cannot parse layer \"bad\"*\n")
+        .stderr_glob("cannot run daemon: cannot load plan: cannot parse layer \"bad\"*\n")
         .status(1)
         .run();
 }

@@ -134,6 +134,43 @@ fn run_args_needs_a_service_name() {
         .run();
 }
 
+/// Start-up failures in Pebble's words: `cannot run daemon: ` and no `error: ` before it, a
+/// layer's error as the plan's, a directory that is not there quoted.
+#[test]
+fn a_daemon_that_cannot_start_says_why_in_pebbles_words() {
+    let test = Test::new();
+    let layers = test.pebble_dir().join("layers");
+    std::fs::create_dir(&layers).unwrap();
+    std::fs::write(layers.join("001-base.yaml"), "services:\n  a: [unclosed\n").unwrap();
+    test.args(&["run"])
+        .stderr(
+            "cannot run daemon: cannot load plan: cannot parse layer \"base\": yaml: line 1: \
+             did not find expected ',' or ']'\n",
+        )
+        .status(1)
+        .run();
+
+    let test = Test::new();
+    let missing = test.pebble_dir().join("missing");
+    test.env("PEBBLE", missing.to_str().unwrap())
+        .args(&["run"])
+        .stderr(&format!(
+            "cannot run daemon: directory \"{}\" does not exist\n",
+            missing.display()
+        ))
+        .status(1)
+        .run();
+
+    Test::new()
+        .args(&["run", "--http", "192.0.2.1:1"])
+        .stderr_glob(
+            "*cannot run daemon: cannot listen on \"192.0.2.1:1\": listen tcp 192.0.2.1:1: bind: \
+             cannot assign requested address\n",
+        )
+        .status(1)
+        .run();
+}
+
 #[test]
 fn add_reports_a_missing_file_like_go() {
     Test::new()

@@ -48,17 +48,22 @@ impl TcpChecker {
                     cobble_sys::os_error_text(&e)
                 ))
             })?;
-        let mut last_error = None;
+        // Go dials the addresses in the resolver's order and, when every one fails, reports
+        // the first one's error: for `localhost` that is `[::1]` where the machine has an
+        // IPv6 loopback, as both resolvers put `::1` first.
+        let mut first_error = None;
         for target in targets {
             match tokio::net::TcpStream::connect(target).await {
                 Ok(stream) => {
                     drop(stream);
                     return Ok(());
                 }
-                Err(e) => last_error = Some((target, e)),
+                Err(e) => {
+                    first_error.get_or_insert((target, e));
+                }
             }
         }
-        Err(match last_error {
+        Err(match first_error {
             Some((target, e)) => CheckError::new(format!(
                 "dial tcp {target}: connect: {}",
                 cobble_sys::os_error_text(&e)
@@ -92,6 +97,24 @@ mod tests {
         assert_eq!(
             error.message,
             format!("dial tcp 127.0.0.1:{port}: connect: connection refused")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_name_of_several_addresses_that_all_refuse_names_the_first() {
+        // Port 1 of the loopback addresses: nothing listens there.
+        let resolved: Vec<_> = tokio::net::lookup_host(("localhost", 1))
+            .await
+            .unwrap()
+            .collect();
+        let checker = TcpChecker::new(&TcpCheck {
+            port: 1,
+            host: String::new(),
+        });
+        let error = checker.check().await.unwrap_err();
+        assert_eq!(
+            error.message,
+            format!("dial tcp {}: connect: connection refused", resolved[0])
         );
     }
 

@@ -57,7 +57,10 @@ pub(crate) fn lost_message(count: u64) -> String {
 }
 
 /// Merges per-service runs of lines (each in the order it was written) into one run ordered
-/// by time; lines of equal time keep their service order.
+/// by time; lines of equal time keep their service order. Time is compared to the
+/// millisecond, the precision a line's time is shown with (and all Pebble keeps of it), so
+/// lines of two services written within one millisecond come in the services' order, as
+/// Pebble gives them, whichever was written first.
 fn merge(runs: Vec<Vec<Line>>) -> Vec<Line> {
     let total = runs.iter().map(Vec::len).sum();
     let mut out = Vec::with_capacity(total);
@@ -71,7 +74,7 @@ fn merge(runs: Vec<Vec<Line>>) -> Vec<Line> {
         let next = runs
             .iter_mut()
             .enumerate()
-            .filter_map(|(i, run)| run.peek().map(|line| (line.time(), i)))
+            .filter_map(|(i, run)| run.peek().map(|line| (line.time().as_millisecond(), i)))
             .min();
         let Some((_, i)) = next else {
             break;
@@ -269,6 +272,31 @@ mod tests {
             ["a1", "b2", "a3", "b4", "b5"]
         );
         assert!(recent(&logs, Vec::new(), Some(0)).is_empty());
+    }
+
+    #[test]
+    fn lines_of_one_millisecond_come_in_service_order() {
+        let (a, b) = (ServiceLog::new(), ServiceLog::new());
+        let base = at(7);
+        b.push(
+            base + jiff::SignedDuration::from_micros(100),
+            "b first".into(),
+        );
+        a.push(
+            base + jiff::SignedDuration::from_micros(900),
+            "a later".into(),
+        );
+        a.push(at(8), "a next ms".into());
+        b.push(
+            at(8) + jiff::SignedDuration::from_micros(1),
+            "b same ms".into(),
+        );
+        let logs = [a, b];
+        assert_eq!(
+            messages(&recent(&logs, Vec::new(), None)),
+            ["a later", "b first", "a next ms", "b same ms"]
+        );
+        assert_eq!(messages(&recent(&logs, Vec::new(), Some(1))), ["b same ms"]);
     }
 
     #[tokio::test]
