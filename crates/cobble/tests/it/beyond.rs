@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use cobble_client::Method;
 
 use crate::fixture::{
-    Daemon, act, client, details_of, main_pid, raw, rt, service, times, wait_for,
+    Daemon, act, client, details_of, main_pid, raw, rt, service, times, wait_check_runs, wait_for,
 };
 
 /// A script that sends its arguments, each one assignment, to `$NOTIFY_SOCKET` as one
@@ -468,7 +468,7 @@ fn restarts_for_a_check_that_stays_down_back_off_and_stop_when_it_is_up() {
     // Counted by the daemon, which counts a start when it spawns: the line the process
     // writes may come after `active` is reported.
     let settled = details_of(&d, "svc").start_count;
-    std::thread::sleep(Duration::from_secs(3));
+    wait_check_runs(&d, "ok", 6);
     let details = details_of(&d, "svc");
     assert_eq!(details.start_count, settled, "restarted after recovery");
     assert!(details.check_restarts.is_empty(), "{details:?}");

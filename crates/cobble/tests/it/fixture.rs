@@ -580,6 +580,36 @@ pub(crate) fn details_of(d: &Daemon, name: &str) -> cobble_client::types::Servic
     info.details.unwrap_or_default()
 }
 
+/// Check `name` as the daemon reports it.
+pub(crate) fn check(d: &Daemon, name: &str) -> cobble_client::types::CheckInfo {
+    rt().block_on(client(d).checks("", &[name.to_owned()]))
+        .unwrap()
+        .remove(0)
+}
+
+/// Waits until check `name` has run `runs` more times with the same result as it has now
+/// (successes while it is up, failures while it is down): what was to follow from its
+/// results had that long to happen.
+pub(crate) fn wait_check_runs(d: &Daemon, name: &str, runs: u64) {
+    let now = check(d, name);
+    let count = |c: &cobble_client::types::CheckInfo| {
+        if now.status == "up" {
+            c.successes.unwrap_or(0)
+        } else {
+            c.failures
+        }
+    };
+    let target = count(&now) + runs;
+    wait_for(
+        &format!("{runs} more runs of check {name}"),
+        Duration::from_secs(60),
+        || {
+            let c = check(d, name);
+            c.status == now.status && count(&c) >= target
+        },
+    );
+}
+
 /// Whether process `pid` runs: it exists and is not a zombie waiting for whoever inherited
 /// it.
 pub(crate) fn running(pid: u32) -> bool {
