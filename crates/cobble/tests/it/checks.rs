@@ -690,7 +690,7 @@ checks:
   bad:
     override: replace
     level: ready
-    period: 100ms
+    period: 1s
     threshold: 1
     exec:
       command: /bin/sh -c 'echo nope; exit 2'
