@@ -462,9 +462,16 @@ fn restarts_for_a_check_that_stays_down_back_off_and_stop_when_it_is_up() {
     wait_for("the check up", Duration::from_secs(10), || {
         rt().block_on(c.checks("", &[])).unwrap()[0].status == "up"
     });
-    wait_for("the service active", Duration::from_secs(10), || {
-        service(&d, "svc").current == "active"
-    });
+    // The supervisor hears of the recovery after the check's own report says it: the
+    // streak is over once the service's details have nothing left to say of it.
+    wait_for(
+        "the service active with the streak over",
+        Duration::from_secs(60),
+        || {
+            service(&d, "svc").current == "active"
+                && details_of(&d, "svc").check_restarts.is_empty()
+        },
+    );
     // Counted by the daemon, which counts a start when it spawns: the line the process
     // writes may come after `active` is reported.
     let settled = details_of(&d, "svc").start_count;

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::fixture::{
-    Daemon, act, client, free_port, lines, rt, service, times, wait_check_runs, wait_for,
+    Daemon, act, client, details_of, free_port, lines, rt, service, times, wait_check_runs,
+    wait_for,
 };
 
 /// Past this, a request is held, not answered, whatever the machine's load.
@@ -63,14 +64,21 @@ fn s2_check_actions_refire_while_the_check_stays_down() {
     let reason = service(&d, "svc").reason.unwrap_or_default();
     assert!(reason.contains("check ok failing since"), "{reason}");
     fs::write(&healthy, "").unwrap();
-    // Up at its next run; then no more restarts, however often it passes.
+    // Up at its next run; then no more restarts, however often it passes. The supervisor
+    // hears of the recovery after the check's own report says it: the streak is over once
+    // the service's details have nothing left to say of it.
     wait_for("check up", Duration::from_secs(60), || {
         metrics(&d).contains("pebble_check_up{check=\"ok\"} 1")
     });
-    let settled = times(&starts).len();
+    wait_for("the streak over", Duration::from_secs(60), || {
+        let details = details_of(&d, "svc");
+        details.check_restarts.is_empty() && service(&d, "svc").current == "active"
+    });
+    // Counted by the daemon when it spawns: a run's own line may come later.
+    let settled = details_of(&d, "svc").start_count;
     wait_check_runs(&d, "ok", 3);
     assert_eq!(
-        times(&starts).len(),
+        details_of(&d, "svc").start_count,
         settled,
         "restarted after the check recovered"
     );
