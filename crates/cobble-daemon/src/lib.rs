@@ -39,7 +39,8 @@
 //!
 //! - [`state`]: changes, tasks, notices, warnings and identities; their JSON rendering; and
 //!   their persistence in Pebble's state format, durable before a client hears of them.
-//! - [`layers`]: the plan manager; the current plan is published on a `watch` channel.
+//! - [`layers`]: the plan manager; the current plan is published on a `watch` channel, and
+//!   the listening sockets it names (`sockets:`) are held before a change is answered.
 //! - [`logs`]: all of a service's output: the reader of its pipe, the bounded ring and its
 //!   followers, the persisted files, forwarding to the plan's `log-targets` (Loki,
 //!   OpenTelemetry, syslog) without ever waiting on a receiver, and reading it back for

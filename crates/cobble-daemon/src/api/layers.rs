@@ -51,6 +51,7 @@ pub(super) async fn post_layers(
     });
     api.plan
         .add_layer(layer, request.combine, request.inner)
+        .await
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(sync(true))
 }

@@ -17,7 +17,6 @@
 //! tasks; if one ends, it logs why, stops every service and exits with
 //! [`MANAGER_FAILED_EXIT_CODE`], so that the container is restarted.
 
-mod sockets;
 pub(crate) mod systemd;
 
 use std::collections::BTreeMap;
@@ -348,7 +347,7 @@ async fn start_managers(
     log_files: LogFiles,
 ) -> Result<(Daemon, PlanManager), DaemonError> {
     cobble_sys::reaper::start().map_err(DaemonError::Reaper)?;
-    let plan = PlanManager::new(plan);
+    let mut plan = PlanManager::new(plan);
     let loaded = plan.plan();
     if !loaded.workloads.is_empty() {
         tokio::task::spawn_blocking(move || crate::layers::log_unresolved_workloads(&loaded));
@@ -382,7 +381,7 @@ async fn start_managers(
     let check_launcher = Launcher::new(CHECK_LAUNCHES).recording(processes.clone());
     let (checks, checks_task) =
         CheckManager::spawn(plan.subscribe(), store.clone(), check_launcher);
-    sockets::hold(plan.subscribe(), processes.clone()).await;
+    plan.hold_sockets(processes.clone()).await;
     let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe());
     let (services, services_task) = ServiceManager::spawn(
         plan.subscribe(),

@@ -9,22 +9,39 @@
 //! that can never deliver) is accepted here too; the plan notes it (see
 //! [`cobble_plan::Plan::notes`]) and this manager says so in the daemon log, once when the
 //! daemon starts and again whenever a layer brings a new such problem.
+//!
+//! The listening sockets the plan names (`sockets:`) are the plan manager's to hold (see
+//! [`sockets`]): held before the daemon answers, and before a layer's adding is answered.
+
+mod sockets;
 
 use std::sync::Arc;
 
 use cobble_plan::{Layer, Plan, PlanError};
 use tokio::sync::watch;
 
+use crate::process::OsProcesses;
+
 /// Owner of the current plan.
 pub(crate) struct PlanManager {
     tx: watch::Sender<Arc<Plan>>,
+    /// Holds the sockets the plan names, once the daemon has its processes.
+    sockets: Option<sockets::SocketHolder>,
 }
 
 impl PlanManager {
     pub(crate) fn new(plan: Plan) -> PlanManager {
         log_problems(None, &plan);
         let (tx, _) = watch::channel(Arc::new(plan));
-        PlanManager { tx }
+        PlanManager { tx, sockets: None }
+    }
+
+    /// Holds the sockets the plan names from now on, in `processes`; returns once those of
+    /// the current plan are bound (or their failures logged).
+    pub(crate) async fn hold_sockets(&mut self, processes: Arc<OsProcesses>) {
+        let holder = sockets::SocketHolder::new(self.subscribe(), processes);
+        holder.sync().await;
+        self.sockets = Some(holder);
     }
 
     /// The current plan.
@@ -38,8 +55,9 @@ impl PlanManager {
     }
 
     /// Adds a parsed layer (`POST /v1/layers`), appending it or combining it into the layer
-    /// with the same label.
-    pub(crate) fn add_layer(
+    /// with the same label. Returns once the sockets the new plan names are held, those it
+    /// no longer names closed, and those that cannot be bound logged.
+    pub(crate) async fn add_layer(
         &self,
         layer: Layer,
         combine: bool,
@@ -59,6 +77,11 @@ impl PlanManager {
                     false
                 }
             });
+        if result.is_ok()
+            && let Some(sockets) = &self.sockets
+        {
+            sockets.sync().await;
+        }
         result
     }
 }

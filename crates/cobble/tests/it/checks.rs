@@ -480,7 +480,7 @@ checks:
             .contains("pebble_check_up{check=\"chk\"} 1\n")
     });
     let settled = lines();
-    std::thread::sleep(Duration::from_millis(1500));
+    crate::fixture::wait_check_runs(&d, "chk", 5);
     assert!(lines() <= settled + 1, "no restarts once the check is up");
     let (_, metrics) = raw(&d, Method::GET, "/v1/metrics", None);
     assert!(
@@ -572,12 +572,17 @@ checks:
         flag = flag.display()
     );
     let mut d = Daemon::start(&[("001-layer", &layer)], &[]);
-    // A failure while the service is still starting would be ignored, as in Pebble.
-    wait_for("the service to be running", LONG, || {
-        rt().block_on(client(&d).services(&[]))
-            .is_ok_and(|s| s[0].current == "active")
+    // A failure while the service is still starting would be ignored, as in Pebble: the
+    // autostart is done once the service is past its start.
+    wait_for("the service to be started", LONG, || {
+        let (_, body) = raw(&d, Method::GET, "/v1/changes?select=all", None);
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        body["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["kind"] == "autostart" && c["status"] == "Done")
     });
-    std::thread::sleep(Duration::from_millis(1200));
     std::fs::write(&flag, "").unwrap();
     let socket = d.pebble_dir().join(".pebble.socket");
     wait_for("the daemon to shut down", LONG, || !socket.exists());
@@ -685,7 +690,7 @@ checks:
   bad:
     override: replace
     level: ready
-    period: 100ms
+    period: 1s
     threshold: 1
     exec:
       command: /bin/sh -c 'echo nope; exit 2'

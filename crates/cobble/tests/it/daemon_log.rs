@@ -423,7 +423,7 @@ fn every_failed_task_is_logged_with_its_change_and_summary() {
 checks:
   chk:
     override: replace
-    period: 100ms
+    period: 1s
     threshold: 1
     exec:
       command: /bin/sh -c 'exit 1'

@@ -11,8 +11,9 @@ use tempfile::TempDir;
 /// The binary under test.
 pub(crate) const COBBLE: &str = env!("CARGO_BIN_EXE_cobble");
 
-/// How long a daemon may take to open its socket, and to stop.
-const DAEMON_DEADLINE: Duration = Duration::from_secs(15);
+/// Past this, a daemon that has not opened its socket, or not stopped, is stuck: a bound no
+/// loaded machine reaches, not a measure of how fast it starts.
+const DAEMON_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Polls `condition` every 20 ms until it holds, failing the test after `timeout`.
 pub(crate) fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
@@ -578,6 +579,36 @@ pub(crate) fn details_of(d: &Daemon, name: &str) -> cobble_client::types::Servic
     let info: cobble_client::types::ServiceInfo =
         serde_json::from_value(body["result"][0].clone()).unwrap();
     info.details.unwrap_or_default()
+}
+
+/// Check `name` as the daemon reports it.
+pub(crate) fn check(d: &Daemon, name: &str) -> cobble_client::types::CheckInfo {
+    rt().block_on(client(d).checks("", &[name.to_owned()]))
+        .unwrap()
+        .remove(0)
+}
+
+/// Waits until check `name` has run `runs` more times with the same result as it has now
+/// (successes while it is up, failures while it is down): what was to follow from its
+/// results had that long to happen.
+pub(crate) fn wait_check_runs(d: &Daemon, name: &str, runs: u64) {
+    let now = check(d, name);
+    let count = |c: &cobble_client::types::CheckInfo| {
+        if now.status == "up" {
+            c.successes.unwrap_or(0)
+        } else {
+            c.failures
+        }
+    };
+    let target = count(&now) + runs;
+    wait_for(
+        &format!("{runs} more runs of check {name}"),
+        Duration::from_secs(60),
+        || {
+            let c = check(d, name);
+            c.status == now.status && count(&c) >= target
+        },
+    );
 }
 
 /// Whether process `pid` runs: it exists and is not a zombie waiting for whoever inherited

@@ -138,8 +138,10 @@ fn a_juju_style_watcher_sees_each_event_once() {
     let scratch = tempfile::tempdir().unwrap();
     let up = scratch.path().join("up");
     std::fs::write(&up, "").unwrap();
+    // A run's timeout is its period at most: one long enough that `test -e` meets it on a
+    // loaded machine, since with a threshold of 1 a single late run is a failure (an event).
     let layer = format!(
-        "checks:\n  probe:\n    override: replace\n    period: 100ms\n    threshold: 1\n    \
+        "checks:\n  probe:\n    override: replace\n    period: 1s\n    threshold: 1\n    \
          exec:\n      command: test -e {}\n",
         up.display()
     );

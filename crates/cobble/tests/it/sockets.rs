@@ -126,6 +126,66 @@ fn a_held_socket_outlives_stops_restarts_and_crashes_of_its_service() {
         .run();
 }
 
+/// A layer added through the API is answered only once the sockets it names are held, and
+/// those it drops let go: a client that connects as soon as its `add` is answered is never
+/// refused. Repeated, so that a daemon that bound them after answering would be caught.
+#[test]
+fn sockets_a_layer_adds_are_held_when_the_add_is_answered() {
+    let scratch = tempfile::tempdir().unwrap();
+    let d = Daemon::hold(&[]);
+    let c = crate::fixture::client(&d);
+    let rt = crate::fixture::rt();
+    let mut previous: Option<std::path::PathBuf> = None;
+    for round in 0..40 {
+        let port = free_port();
+        let path = scratch.path().join(format!("web-{round}.sock"));
+        let yaml = format!(
+            "services:\n  web:\n    override: replace\n    command: sleep 1000\n    \
+             sockets:\n      http: {{listen: \"127.0.0.1:{port}\"}}\n      \
+             admin: {{listen: {}}}\n",
+            path.display()
+        );
+        rt.block_on(c.add_layer("web", &yaml, true, false))
+            .expect("add");
+        TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| {
+            panic!("round {round}: 127.0.0.1:{port} refused right after the add: {e}")
+        });
+        std::os::unix::net::UnixStream::connect(&path).unwrap_or_else(|e| {
+            panic!(
+                "round {round}: {} refused right after the add: {e}",
+                path.display()
+            )
+        });
+        if let Some(old) = previous.replace(path) {
+            assert!(
+                !old.exists(),
+                "round {round}: the dropped socket {} is still there after the add",
+                old.display()
+            );
+        }
+    }
+
+    // A socket the added layer names that cannot be bound is told as at start-up: in the
+    // daemon's log, and by the start of its service, which fails naming it.
+    let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    let yaml = format!(
+        "services:\n  web:\n    override: replace\n    command: sleep 1000\n    \
+         sockets:\n      http: {{listen: \"127.0.0.1:{port}\"}}\n"
+    );
+    rt.block_on(c.add_layer("web", &yaml, true, false))
+        .expect("add");
+    let error =
+        format!("cannot listen on 127.0.0.1:{port} for socket \"http\": address already in use");
+    d.wait_log(&format!("Service \"web\": {error}"));
+    Test::daemon(&d)
+        .args(&["start", "web"])
+        .stderr_contains(&format!("cannot start service: {error}"))
+        .status(1)
+        .run();
+    assert_eq!(details_of(&d, "web").sockets[0].error, error);
+}
+
 /// A socket that cannot be bound is no silent skip: the start fails naming the address, and
 /// a start once the address is free succeeds.
 #[test]
@@ -171,8 +231,8 @@ fn sockets_the_plan_drops_are_closed_and_unix_sockets_get_their_mode() {
          http: {{listen: \"127.0.0.1:{port}\"}}\n      admin: {{listen: {}, mode: \"0600\"}}\n",
         path.display()
     );
+    // Held before the daemon answers.
     let d = Daemon::hold(&[("001-web", &base)]);
-    wait_for("the unix socket", LONG, || path.exists());
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let meta = std::fs::metadata(&path).unwrap();
     assert!(meta.file_type().is_socket());
@@ -193,13 +253,11 @@ fn sockets_the_plan_drops_are_closed_and_unix_sockets_get_their_mode() {
         .args(&["add", "001-web", "--combine", file.to_str().unwrap()])
         .any_stdout()
         .run();
-    wait_for("the socket to move", LONG, || {
-        TcpStream::connect(("127.0.0.1", port)).is_err()
-            && TcpStream::connect(("127.0.0.1", moved_port)).is_ok()
-    });
-    wait_for("the new mode", LONG, || {
-        std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o7777 == 0o640)
-    });
+    // All of it done when the add is answered.
+    TcpStream::connect(("127.0.0.1", port)).expect_err("the old address is let go");
+    TcpStream::connect(("127.0.0.1", moved_port)).expect("the new address is held");
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o640);
     let port = moved_port;
 
     let without = "services:\n  web:\n    override: replace\n    command: sleep 1000\n";
@@ -209,9 +267,8 @@ fn sockets_the_plan_drops_are_closed_and_unix_sockets_get_their_mode() {
         .args(&["add", "001-web", "--combine", file.to_str().unwrap()])
         .any_stdout()
         .run();
-    wait_for("the sockets to close", LONG, || {
-        !path.exists() && TcpStream::connect(("127.0.0.1", port)).is_err()
-    });
+    assert!(!path.exists(), "the unix socket's file is removed");
+    TcpStream::connect(("127.0.0.1", port)).expect_err("the socket is closed");
 }
 
 /// A `tcp` check of a held address succeeds while the service is down: the daemon says so.

@@ -7,7 +7,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use cobble_plan::{Plan, Service};
 use jiff::Timestamp;
@@ -130,12 +129,13 @@ struct Slot {
 }
 
 /// A `readiness: notify` service's socket and what it said on it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Notify {
     /// The socket's address, once it has one (bound at its first spawn).
     address: Option<String>,
-    /// The main process of the running instance, for the socket's reader (0: none).
-    leader: Arc<AtomicU32>,
+    /// The main process of the running instance, for the socket's reader (0: none,
+    /// [`notify_reader::SPAWNING`] while one is being spawned).
+    leader: watch::Sender<u32>,
     /// The last `STATUS=` text of the running instance.
     status: Option<String>,
     /// It said `RELOADING=1` and not `READY=1` since.
@@ -146,10 +146,23 @@ struct Notify {
     refusal_logged: bool,
 }
 
+impl Default for Notify {
+    fn default() -> Self {
+        Notify {
+            address: None,
+            leader: watch::Sender::new(0),
+            status: None,
+            reloading: false,
+            stopping: false,
+            refusal_logged: false,
+        }
+    }
+}
+
 impl Notify {
     /// A new instance led by `pid` runs: what the last one said no longer holds.
     fn new_instance(&mut self, pid: u32) {
-        self.leader.store(pid, Ordering::Relaxed);
+        self.leader.send_replace(pid);
         self.status = None;
         self.reloading = false;
         self.stopping = false;
@@ -375,12 +388,13 @@ impl Actor {
                     self.feed(&name, Event::KilledBy { pid, cause });
                 }
                 if let Some(slot) = self.services.get(&name) {
-                    let _ = slot.notify.leader.compare_exchange(
-                        pid,
-                        0,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    );
+                    slot.notify.leader.send_if_modified(|leader| {
+                        let led = *leader == pid;
+                        if led {
+                            *leader = 0;
+                        }
+                        led
+                    });
                 }
                 self.feed(&name, Event::Exited { pid, code });
                 if !missing.is_empty() {
@@ -422,6 +436,9 @@ impl Actor {
         let Some(slot) = self.services.get_mut(name) else {
             return;
         };
+        if result.is_err() {
+            slot.notify.leader.send_replace(0);
+        }
         let spawned = match result {
             Ok(spawned) => spawned,
             Err(SpawnError::Missing(missing)) => {
@@ -728,6 +745,9 @@ impl Actor {
         for action in actions {
             match action {
                 Action::Spawn => {
+                    // What the new instance says before its spawn is known here waits for
+                    // it, rather than be taken for a stranger's.
+                    slot.notify.leader.send_replace(notify_reader::SPAWNING);
                     let mut config = slot.config.clone();
                     let done = self.done_tx.clone();
                     let notify =
@@ -941,7 +961,7 @@ fn notify_socket(
     notify_reader::start(
         name.to_owned(),
         socket,
-        notify.leader.clone(),
+        notify.leader.subscribe(),
         done.clone(),
         jobs.clone(),
     );

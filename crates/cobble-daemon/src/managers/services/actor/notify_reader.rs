@@ -13,10 +13,9 @@
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
 use super::{Done, ProcessJobs};
@@ -24,6 +23,11 @@ use crate::process::notify::{self, DATAGRAM_MAX, Message, NotifySocket};
 
 /// Messages read but not yet taken by the actor, per service.
 pub(super) const IN_FLIGHT: usize = 8;
+
+/// The leader while an instance is being spawned: its process may speak before the spawn
+/// has come back with its pid (a `systemd-notify --ready` run at once, on a loaded machine),
+/// and what it says waits for the pid rather than be dropped.
+pub(super) const SPAWNING: u32 = u32::MAX;
 
 /// The pause before a failed reader is started again; it doubles with each failure in a
 /// row, up to [`RETRY_MAX`].
@@ -34,11 +38,11 @@ const RETRY_MAX: Duration = Duration::from_secs(10);
 const HEALTHY: Duration = Duration::from_secs(60);
 
 /// Starts reading `socket` for service `name`, whose running instance is led by `leader`
-/// (0: none).
+/// (0: none, [`SPAWNING`]: one is being spawned).
 pub(super) fn start(
     name: String,
     socket: NotifySocket,
-    leader: Arc<AtomicU32>,
+    leader: watch::Receiver<u32>,
     done: mpsc::UnboundedSender<Done>,
     jobs: ProcessJobs,
 ) {
@@ -89,7 +93,7 @@ where
 struct Reader {
     name: String,
     socket: Arc<NotifySocket>,
-    leader: Arc<AtomicU32>,
+    leader: watch::Receiver<u32>,
     done: mpsc::UnboundedSender<Done>,
     jobs: ProcessJobs,
     in_flight: Arc<Semaphore>,
@@ -99,7 +103,7 @@ impl Reader {
     /// Reads until the supervisor is gone (`Ok`) or the socket fails. One datagram at a
     /// time: its sender is placed among the service's processes before the next is read, so
     /// a `BARRIER=1` is answered only once every message before it has been.
-    async fn run(self) -> io::Result<()> {
+    async fn run(mut self) -> io::Result<()> {
         let mut buf = vec![0u8; DATAGRAM_MAX];
         // The instance the complaints below were for, and what was said of it.
         let mut complained: (u32, Vec<&'static str>) = (0, Vec::new());
@@ -108,7 +112,16 @@ impl Reader {
             let bytes = &buf[..received.len];
             injected_fault(bytes);
             let message = notify::read(bytes, received.truncated);
-            let leader = self.leader.load(Ordering::Relaxed);
+            // Sent by an instance whose spawn is under way: placed once the spawn has
+            // ended, with the pid it gave or with none.
+            let Ok(leader) = self
+                .leader
+                .wait_for(|leader| *leader != SPAWNING)
+                .await
+                .map(|leader| *leader)
+            else {
+                return Ok(()); // the supervisor is gone
+            };
             let Some(sender) = received.sender.filter(|_| leader != 0) else {
                 continue;
             };
