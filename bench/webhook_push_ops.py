@@ -10,8 +10,10 @@ test module this reuses). Each run: a fresh temporary $PEBBLE, `run --create-dir
 the admission-webhook charm's layer (as tests/compat/test_founding_case_rust.py adds it,
 pointing at a fake Kubernetes API server that serves one PodDefault) added and replanned
 before the certificates exist; once the webhook says it waits for them, `key.pem` then
-`cert.pem` pushed with ops' `Client.push(..., make_dirs=True)` into `$PEBBLE/etc/webhook/certs`,
-which does not exist yet; then the identical layer again without a replan, as the charm's
+`cert.pem` pushed with ops' `Client.push(..., make_dirs=True)` into `ROOT/etc/webhook/certs`,
+which does not exist yet (ROOT: a temporary directory of its own, as `/` is apart from
+`$PEBBLE` in the charm's container; `--certs-in-pebble`: `$PEBBLE`, the compatibility test's
+layout, where the webhook watches `$PEBBLE` itself until `etc` appears); then the identical layer again without a replan, as the charm's
 later hook does (on its own thread). Timed from the return of the second push until the
 first AdmissionReview answered over TLS with the PodDefault's patch (a new connection tried
 every millisecond). Then SIGTERM to the daemon and wait.
@@ -24,7 +26,8 @@ Flows, taken in turn each round so that all see the same load:
 
 Prints a Markdown row per flow (median / p90 / max, nearest-rank), the load average before
 and after, and per flow the medians of where the time went, from the webhook's own log
-timestamps (read back with `GET /v1/logs`): push returned -> webhook process's first log
+timestamps (read back with `GET /v1/logs`), each relative to the return of the second push:
+the two pushes sent (negative) -> webhook process's first log
 line (only for `cobble-paths`, where cobble starts it) -> certificate loaded -> listening ->
 first TCP connect accepted -> TLS handshake done -> the fake API server's LIST received and
 answered -> patch applied (the webhook's log) -> first
@@ -142,6 +145,9 @@ class Reviewer:
         try:
             conn = http.client.HTTPSConnection('127.0.0.1', self.port, context=self.context, timeout=2)
             conn.sock = socket.create_connection(('127.0.0.1', self.port), timeout=2)
+            # As the API server's Go client does: without it, the request written right
+            # after the handshake's last message can wait for a delayed ACK (40 ms).
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.first_connect is None:
                 self.first_connect = time.time()
             conn.sock = self.context.wrap_socket(conn.sock, server_hostname='127.0.0.1')
@@ -174,14 +180,16 @@ def record_lists(api: FakeApiServer) -> list[tuple[float, float]]:
         began = time.time()
         original(self)
         served.append((began, time.time()))
+        served.sort()
 
     handler.do_GET = do_get
     return served
 
 
 def one_run(flow: str, binary: str, webhook: str, api: FakeApiServer,
-            lists: list[tuple[float, float]]) -> dict:
+            lists: list[tuple[float, float]], certs_in_pebble: bool) -> dict:
     pebble = Path(tempfile.mkdtemp(prefix='cobble-webhook-push-'))
+    root = pebble if certs_in_pebble else Path(tempfile.mkdtemp(prefix='cobble-webhook-root-'))
     socket_path = str(pebble / '.pebble.socket')
     env = dict(os.environ, PEBBLE=str(pebble), PEBBLE_SOCKET=socket_path)
     proc = subprocess.Popen([binary, 'run', '--create-dirs', '--hold'], env=env,
@@ -190,7 +198,7 @@ def one_run(flow: str, binary: str, webhook: str, api: FakeApiServer,
         wait_until(lambda: os.path.exists(socket_path), 10, 'the daemon socket')
         client = ops.pebble.Client(socket_path=socket_path)
         wait_until(lambda: client.get_system_info(), 10, 'the daemon to answer')
-        certs = pebble / 'etc' / 'webhook' / 'certs'
+        certs = root / 'etc' / 'webhook' / 'certs'
         kubeconfig = pebble / 'kubeconfig'
         api.write_kubeconfig(kubeconfig)
         port = founding.free_port()
@@ -216,7 +224,9 @@ def one_run(flow: str, binary: str, webhook: str, api: FakeApiServer,
             raise RuntimeError('the webhook answered before the certificates were pushed')
         reviewer.first_connect = reviewer.first_handshake = None
 
+        key_push = time.time()
         client.push(str(certs / 'key.pem'), founding.KEY, make_dirs=True)
+        cert_push = time.time()
         client.push(str(certs / 'cert.pem'), founding.CERT, make_dirs=True)
         pushed = time.perf_counter()
         pushed_wall = time.time()
@@ -232,7 +242,8 @@ def one_run(flow: str, binary: str, webhook: str, api: FakeApiServer,
         answered_wall = time.time()
         relayer.join()
 
-        marks = {'answer': answered_wall - pushed_wall}
+        marks = {'answer': answered_wall - pushed_wall, 'key push': key_push - pushed_wall,
+                 'cert push': cert_push - pushed_wall}
         if reviewer.first_connect is not None:
             marks['connect'] = reviewer.first_connect - pushed_wall
         if reviewer.first_handshake is not None:
@@ -266,6 +277,8 @@ def one_run(flow: str, binary: str, webhook: str, api: FakeApiServer,
             proc.kill()
             proc.wait()
         shutil.rmtree(pebble, ignore_errors=True)
+        if root != pebble:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def describe(binary: str) -> str:
@@ -284,6 +297,9 @@ def main() -> None:
     parser.add_argument('--pebble', default=os.environ.get('PEBBLE_BIN'))
     parser.add_argument('--webhook', default=str(ROOT / 'target' / 'release' / 'admission-webhook'))
     parser.add_argument('--flows', default='cobble,cobble-paths,pebble')
+    parser.add_argument('--certs-in-pebble', action='store_true',
+                        help='certs under $PEBBLE/etc (the compatibility test\'s layout) rather than '
+                             'under a directory of their own, as /etc is in the charm\'s container')
     args = parser.parse_args()
     flows = [f for f in args.flows.split(',') if f]
     binaries = {'cobble': args.cobble, 'cobble-paths': args.cobble, 'pebble': args.pebble}
@@ -308,9 +324,11 @@ def main() -> None:
         for i in range(args.runs):
             order = flows if i % 2 == 0 else flows[::-1]
             for flow in order:
-                result = one_run(flow, binaries[flow], args.webhook, api, lists)
+                result = one_run(flow, binaries[flow], args.webhook, api, lists,
+                                 args.certs_in_pebble)
                 results[flow].append(result)
-                print(f'  {flow} run {i + 1}: {result["elapsed"] * 1000:.0f} ms', file=sys.stderr)
+                marks = ' '.join(f'{k}={v * 1000:.0f}' for k, v in result['marks'].items())
+                print(f'  {flow} run {i + 1}: {result["elapsed"] * 1000:.0f} ms ({marks})', file=sys.stderr)
     after = loadavg()
     ended = datetime.datetime.now(datetime.timezone.utc)
     print(f'\n{started:%Y-%m-%d %H:%M}-{ended:%H:%M} UTC, load average (1, 5, 15 min) '
@@ -327,12 +345,12 @@ def main() -> None:
         print(f'| {labels[flow]} ({len(ms)}) | {percentile(ms, 50):.0f} / {percentile(ms, 90):.0f} / '
               f'{max(ms):.0f} ms |')
     print('\nWhere the time went (medians, ms after the second push returned):\n')
-    print('| flow | webhook started | certificate loaded | listening | first TCP connect '
+    print('| flow | key push sent | cert push sent | webhook started | certificate loaded | listening | first TCP connect '
           '| TLS handshake done | LIST received | LIST answered | patch applied (webhook) | first answer |')
-    print('|---|---|---|---|---|---|---|---|---|---|')
+    print('|---|---|---|---|---|---|---|---|---|---|---|---|')
     for flow in flows:
         cells = []
-        for mark in ('started', 'loaded', 'listening', 'connect', 'handshake', 'list', 'listed', 'applied', 'answer'):
+        for mark in ('key push', 'cert push', 'started', 'loaded', 'listening', 'connect', 'handshake', 'list', 'listed', 'applied', 'answer'):
             values = [r['marks'][mark] * 1000 for r in results[flow] if mark in r['marks']]
             cells.append(f'{percentile(values, 50):.0f}' if values else '–')
         print(f'| {flow} | ' + ' | '.join(cells) + ' |')
