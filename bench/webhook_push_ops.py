@@ -4,6 +4,7 @@ supervisor and the real ops client.
 
     .venv/bin/python bench/webhook_push_ops.py [--runs N] [--cobble PATH] [--pebble PATH]
                                                [--webhook PATH] [--flows a,b,c]
+                                               [--certs-in-pebble]
 
 Needs a Python with ops (the compatibility suite's .venv: ops 3.9.0, PyYAML, pytest, whose
 test module this reuses). Each run: a fresh temporary $PEBBLE, `run --create-dirs --hold`;
@@ -11,11 +12,12 @@ the admission-webhook charm's layer (as tests/compat/test_founding_case_rust.py 
 pointing at a fake Kubernetes API server that serves one PodDefault) added and replanned
 before the certificates exist; once the webhook says it waits for them, `key.pem` then
 `cert.pem` pushed with ops' `Client.push(..., make_dirs=True)` into `ROOT/etc/webhook/certs`,
-which does not exist yet (ROOT: a temporary directory of its own, as `/` is apart from
-`$PEBBLE` in the charm's container; `--certs-in-pebble`: `$PEBBLE`, the compatibility test's
-layout, where the webhook watches `$PEBBLE` itself until `etc` appears); then the identical layer again without a replan, as the charm's
-later hook does (on its own thread). Timed from the return of the second push until the
-first AdmissionReview answered over TLS with the PodDefault's patch (a new connection tried
+which does not exist yet; then the identical layer again without a replan, as the charm's
+later hook does (on its own thread). ROOT is a temporary directory of its own, as `/` is
+apart from `$PEBBLE` in the charm's container; with `--certs-in-pebble` it is `$PEBBLE` (the
+compatibility test's layout, where the webhook watches `$PEBBLE` itself until `etc`
+appears). Timed from the return of the second push until the first AdmissionReview
+answered over TLS with the PodDefault's patch (a new connection, with TCP_NODELAY, tried
 every millisecond). Then SIGTERM to the daemon and wait.
 
 Flows, taken in turn each round so that all see the same load:
@@ -25,13 +27,12 @@ Flows, taken in turn each round so that all see the same load:
 - `pebble`: Pebble (`--pebble`, or `$PEBBLE_BIN`), the charm's layer.
 
 Prints a Markdown row per flow (median / p90 / max, nearest-rank), the load average before
-and after, and per flow the medians of where the time went, from the webhook's own log
-timestamps (read back with `GET /v1/logs`), each relative to the return of the second push:
-the two pushes sent (negative) -> webhook process's first log
-line (only for `cobble-paths`, where cobble starts it) -> certificate loaded -> listening ->
-first TCP connect accepted -> TLS handshake done -> the fake API server's LIST received and
-answered -> patch applied (the webhook's log) -> first
-good answer.
+and after, and per flow the medians of where the time went, each relative to the return of
+the second push, from the harness's clock and the webhook's own log timestamps (read back
+with `GET /v1/logs`): the two pushes sent (negative), the webhook process's first log line
+(only for `cobble-paths`, where cobble starts it), certificate loaded, listening, first TCP
+connect accepted, TLS handshake done, the fake API server's LIST received and answered,
+patch applied (the webhook's log), first good answer.
 """
 from __future__ import annotations
 
