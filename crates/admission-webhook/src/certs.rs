@@ -207,15 +207,18 @@ impl CertWatcher {
                 break;
             }
         }
-        let settled_by = Instant::now() + SETTLE_MAX;
+        let mut burst = Burst::began(Instant::now());
         loop {
             let now = Instant::now();
-            if now >= settled_by {
+            let Some(left) = burst.left(now) else {
                 return Ok(());
-            }
-            match events.recv_timeout(SETTLE.min(settled_by - now)) {
-                // Events that do not matter neither extend the burst nor end it.
-                Ok(_) => {}
+            };
+            match events.recv_timeout(left) {
+                Ok(event) => {
+                    if matters(&self.targets, &event, holding) {
+                        burst.extend(Instant::now());
+                    }
+                }
                 Err(RecvTimeoutError::Timeout) => return Ok(()),
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
@@ -301,6 +304,35 @@ impl CertWatcher {
             tracing::warn!("{problem}; waiting for a valid certificate and key");
         }
         self.last_problem = Some(problem);
+    }
+}
+
+/// A burst of events that matter: over [`SETTLE`] after the last of them, and never later
+/// than [`SETTLE_MAX`] after the first. Events that do not matter (an open or a read, another
+/// entry of a busy ancestor) are not fed to it: they neither extend the burst nor end it.
+#[derive(Debug, Clone, Copy)]
+struct Burst {
+    quiet_from: Instant,
+    settled_by: Instant,
+}
+
+impl Burst {
+    fn began(now: Instant) -> Self {
+        Self {
+            quiet_from: now + SETTLE,
+            settled_by: now + SETTLE_MAX,
+        }
+    }
+
+    /// Another event that matters, at `now`.
+    fn extend(&mut self, now: Instant) {
+        self.quiet_from = now + SETTLE;
+    }
+
+    /// How long to wait for more events at `now`, or `None` once the burst is over.
+    fn left(&self, now: Instant) -> Option<Duration> {
+        let until = self.quiet_from.min(self.settled_by);
+        (now < until).then(|| until - now)
     }
 }
 
@@ -438,6 +470,28 @@ mod tests {
             &Err(notify::Error::generic("queue overflow")),
             &holding
         ));
+    }
+
+    #[test]
+    fn a_burst_ends_20ms_after_its_last_event_that_matters_and_100ms_after_its_first() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let burst = Burst::began(start);
+        // One event alone: over 20 ms later (what arrives meanwhile and does not matter is
+        // not fed to it, so it cannot keep the burst going).
+        assert_eq!(burst.left(at(0)), Some(SETTLE));
+        assert_eq!(burst.left(at(15)), Some(Duration::from_millis(5)));
+        assert_eq!(burst.left(at(20)), None);
+        // Events that matter extend it, 20 ms at a time...
+        let mut burst = Burst::began(start);
+        for ms in [10, 25, 40, 55, 70] {
+            burst.extend(at(ms));
+        }
+        assert_eq!(burst.left(at(85)), Some(Duration::from_millis(5)));
+        // ...but never past 100 ms after the first.
+        burst.extend(at(90));
+        assert_eq!(burst.left(at(95)), Some(Duration::from_millis(5)));
+        assert_eq!(burst.left(at(100)), None);
     }
 
     #[test]
