@@ -45,6 +45,8 @@
 //!   in one spelling.
 //! - `context` — [`Plan::merge_service_context`]: a command run in a service's context
 //!   (exec checks, `POST /v1/exec`) inherits its environment, identity and directory.
+//! - [`schedule`] — [`Schedule`], a service's `schedule:` in snapd's timer string format,
+//!   and the next time it names after a given wall-clock time.
 //! - `shell` — [`shell_split`] / [`shell_join`], the command-line word rules Pebble uses for
 //!   `command`; [`Service::parse_command`] adds the `[ default args ]` group on top.
 //! - `error` — [`PlanError`].
@@ -65,6 +67,7 @@ mod log_target;
 mod order;
 mod pebble_errors;
 mod plan;
+pub mod schedule;
 mod service;
 mod shell;
 mod simple_yaml;
@@ -92,6 +95,7 @@ pub use service::{
     FileChangeAction, Override, Readiness, SIGNAL_NAMES, Service, ServiceAction, Startup,
     command_string,
 };
+pub use schedule::{Occurrence, Schedule};
 pub use shell::{ShellError, shell_join, shell_quote, shell_split};
 pub use sockets::{HeldProbe, HeldSocket, ListenAddress};
 pub use workload::{PairingMode, Workload};
