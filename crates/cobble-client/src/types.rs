@@ -293,7 +293,11 @@ pub struct ScheduleDetails {
     )]
     pub last_outcome: String,
     /// The last run's error.
-    #[serde(rename = "last-error", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "last-error",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub last_error: String,
     /// RFC 3339 time of the last run skipped because the one before was still going.
     #[serde(rename = "last-skip", default, skip_serializing_if = "Option::is_none")]
@@ -302,7 +306,6 @@ pub struct ScheduleDetails {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub skips: u64,
 }
-
 
 /// A listening socket held for a service (cobble extension).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

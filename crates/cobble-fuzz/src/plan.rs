@@ -87,12 +87,21 @@ pub fn schedule(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
     assert!(next.end >= next.start, "{text:?}: {next:?}");
     let jitter: u64 = u.arbitrary()?;
     let at = next.at(jitter);
-    assert!(at >= next.start && (at < next.end || at == next.start), "{text:?}: {at}");
+    assert!(
+        at >= next.start && (at < next.end || at == next.start),
+        "{text:?}: {at}"
+    );
     let gap = next.start.duration_since(after).as_secs();
     let between = after
-        .checked_add(jiff::SignedDuration::from_secs(u.int_in_range(0..=gap - 1)?))
+        .checked_add(jiff::SignedDuration::from_secs(
+            u.int_in_range(0..=gap - 1)?,
+        ))
         .expect("between two valid times");
-    assert_eq!(schedule.next_after(between), Some(next), "{text:?} from {between}");
+    assert_eq!(
+        schedule.next_after(between),
+        Some(next),
+        "{text:?} from {between}"
+    );
     Ok(())
 }
 

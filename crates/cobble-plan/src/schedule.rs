@@ -369,9 +369,8 @@ fn parse_day_span(text: &str) -> Result<DaySpan, String> {
 fn parse_clock(span: &str, text: &str) -> Result<u32, String> {
     let invalid = || format!("cannot parse {}: not a valid time", quote(span));
     let (hour, minute) = text.split_once(':').ok_or_else(invalid)?;
-    let digits = |s: &str, lens: &[usize]| {
-        lens.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit())
-    };
+    let digits =
+        |s: &str, lens: &[usize]| lens.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit());
     if !digits(hour, &[1, 2]) || !digits(minute, &[2]) {
         return Err(invalid());
     }
@@ -388,9 +387,8 @@ fn parse_clock_span(text: &str) -> Result<ClockSpan, String> {
     let (span, count) = match text.split_once('/') {
         None => (text, None),
         Some((span, count)) => {
-            let valid = !count.is_empty()
-                && count.len() <= 10
-                && count.bytes().all(|b| b.is_ascii_digit());
+            let valid =
+                !count.is_empty() && count.len() <= 10 && count.bytes().all(|b| b.is_ascii_digit());
             match count.parse::<u32>() {
                 Ok(n) if valid && n > 0 => (span, Some(n)),
                 _ => {
@@ -404,7 +402,10 @@ fn parse_clock_span(text: &str) -> Result<ClockSpan, String> {
     };
     let separators = span.bytes().filter(|b| *b == b'-' || *b == b'~').count();
     if separators > 1 {
-        return Err(format!("cannot parse {}: not a valid interval", quote(text)));
+        return Err(format!(
+            "cannot parse {}: not a valid interval",
+            quote(text)
+        ));
     }
     let Some(at) = span.find(['-', '~']) else {
         if count.is_some() {

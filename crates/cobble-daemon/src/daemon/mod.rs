@@ -46,8 +46,8 @@ use crate::process::launcher::Launcher;
 use crate::process::members;
 use crate::process::registry::{self, ProcessRegistry};
 use crate::services::ServiceManager;
-use crate::services::scheduler::{Scheduler, SystemClock};
 use crate::services::changes::{ActionError, ServiceChange, ServiceChanges};
+use crate::services::scheduler::{Scheduler, SystemClock};
 use crate::state::{self, Persister, StateData, StateStore};
 
 use crate::{Embedding, RunOptions};

@@ -716,11 +716,16 @@ mod tests {
         );
         // With details, a scheduled service never started says what its schedule did.
         let names: BTreeSet<&str> = ["a"].into_iter().collect();
-        let listing =
-            ServiceListing::new(&plan, Some(&names), &[], true).with_schedules(&statuses);
+        let listing = ServiceListing::new(&plan, Some(&names), &[], true).with_schedules(&statuses);
         let entries: Vec<cobble_client::types::ServiceInfo> =
             serde_json::from_slice(&listing.to_json()).unwrap();
-        let details = entries[0].details.as_ref().unwrap().schedule.clone().unwrap();
+        let details = entries[0]
+            .details
+            .as_ref()
+            .unwrap()
+            .schedule
+            .clone()
+            .unwrap();
         assert_eq!(
             details,
             ScheduleDetails {

@@ -305,7 +305,11 @@ fn the_examples_of_the_format_parse() {
         "0:00",
         "24:00-00:00/2",
     ] {
-        assert!(Schedule::parse(text).is_ok(), "{text}: {:?}", Schedule::parse(text));
+        assert!(
+            Schedule::parse(text).is_ok(),
+            "{text}: {:?}",
+            Schedule::parse(text)
+        );
     }
 }
 
@@ -314,12 +318,30 @@ fn bad_schedules_are_refused_saying_what_is_wrong() {
     for (text, message) in [
         ("", "empty"),
         ("10", "cannot parse \"10\": \"10\" is not a valid weekday"),
-        ("monday", "cannot parse \"monday\": \"monday\" is not a valid weekday"),
-        ("Mon", "cannot parse \"Mon\": \"Mon\" is not a valid weekday"),
-        ("mon6", "cannot parse \"mon6\": invalid week number in \"mon6\" (1 to 4, or 5 for the last)"),
-        ("mon0", "cannot parse \"mon0\": invalid week number in \"mon0\" (1 to 4, or 5 for the last)"),
-        ("mon-tue-wed", "cannot parse \"mon-tue-wed\": invalid week span"),
-        ("mon1-wed2", "cannot parse \"mon1-wed2\": the two days name different weeks"),
+        (
+            "monday",
+            "cannot parse \"monday\": \"monday\" is not a valid weekday",
+        ),
+        (
+            "Mon",
+            "cannot parse \"Mon\": \"Mon\" is not a valid weekday",
+        ),
+        (
+            "mon6",
+            "cannot parse \"mon6\": invalid week number in \"mon6\" (1 to 4, or 5 for the last)",
+        ),
+        (
+            "mon0",
+            "cannot parse \"mon0\": invalid week number in \"mon0\" (1 to 4, or 5 for the last)",
+        ),
+        (
+            "mon-tue-wed",
+            "cannot parse \"mon-tue-wed\": invalid week span",
+        ),
+        (
+            "mon1-wed2",
+            "cannot parse \"mon1-wed2\": the two days name different weeks",
+        ),
         ("25:00", "cannot parse \"25:00\": not a valid time"),
         ("24:01", "cannot parse \"24:01\": not a valid time"),
         ("10:60", "cannot parse \"10:60\": not a valid time"),
@@ -327,26 +349,71 @@ fn bad_schedules_are_refused_saying_what_is_wrong() {
         ("100:00", "cannot parse \"100:00\": not a valid time"),
         ("+1:00", "cannot parse \"+1:00\": not a valid time"),
         ("10:00-", "cannot parse \"10:00-\": not a valid time"),
-        ("10:00-11:00-12:00", "cannot parse \"10:00-11:00-12:00\": not a valid interval"),
-        ("10:00~11:00-12:00", "cannot parse \"10:00~11:00-12:00\": not a valid interval"),
-        ("10:00-11:00/0", "cannot parse \"10:00-11:00/0\": not a valid event count"),
-        ("10:00-11:00/", "cannot parse \"10:00-11:00/\": not a valid event count"),
-        ("10:00-11:00/x", "cannot parse \"10:00-11:00/x\": not a valid event count"),
-        ("10:00-11:00/-1", "cannot parse \"10:00-11:00/-1\": not a valid event count"),
-        ("10:00-11:00/99999999999", "cannot parse \"10:00-11:00/99999999999\": not a valid event count"),
-        ("10:00-11:00/2/2", "cannot parse \"10:00-11:00/2/2\": not a valid event count"),
-        ("10:00/2", "cannot parse \"10:00/2\": an event count needs a span of time"),
-        ("10:00-10:00/2", "cannot parse \"10:00-10:00/2\": an event count needs a span of time"),
-        ("10:00-11:00/61", "cannot parse \"10:00-11:00/61\": more events than the span has minutes"),
-        ("00:00-24:00/2880", "cannot parse \"00:00-24:00/2880\": more events than the span has minutes"),
-        ("10:00,mon", "cannot parse \"mon\": days must come before times"),
+        (
+            "10:00-11:00-12:00",
+            "cannot parse \"10:00-11:00-12:00\": not a valid interval",
+        ),
+        (
+            "10:00~11:00-12:00",
+            "cannot parse \"10:00~11:00-12:00\": not a valid interval",
+        ),
+        (
+            "10:00-11:00/0",
+            "cannot parse \"10:00-11:00/0\": not a valid event count",
+        ),
+        (
+            "10:00-11:00/",
+            "cannot parse \"10:00-11:00/\": not a valid event count",
+        ),
+        (
+            "10:00-11:00/x",
+            "cannot parse \"10:00-11:00/x\": not a valid event count",
+        ),
+        (
+            "10:00-11:00/-1",
+            "cannot parse \"10:00-11:00/-1\": not a valid event count",
+        ),
+        (
+            "10:00-11:00/99999999999",
+            "cannot parse \"10:00-11:00/99999999999\": not a valid event count",
+        ),
+        (
+            "10:00-11:00/2/2",
+            "cannot parse \"10:00-11:00/2/2\": not a valid event count",
+        ),
+        (
+            "10:00/2",
+            "cannot parse \"10:00/2\": an event count needs a span of time",
+        ),
+        (
+            "10:00-10:00/2",
+            "cannot parse \"10:00-10:00/2\": an event count needs a span of time",
+        ),
+        (
+            "10:00-11:00/61",
+            "cannot parse \"10:00-11:00/61\": more events than the span has minutes",
+        ),
+        (
+            "00:00-24:00/2880",
+            "cannot parse \"00:00-24:00/2880\": more events than the span has minutes",
+        ),
+        (
+            "10:00,mon",
+            "cannot parse \"mon\": days must come before times",
+        ),
         ("mon,,", "cannot parse \"\": not a valid fragment"),
         (",,mon", "cannot parse \"\": not a valid fragment"),
         ("mon,", "cannot parse \"mon,\": not a valid fragment"),
         ("mon,,,fri", "cannot parse \",fri\": not a valid fragment"),
-        (" mon", "cannot parse \" mon\": \" mon\" is not a valid weekday"),
+        (
+            " mon",
+            "cannot parse \" mon\": \" mon\" is not a valid weekday",
+        ),
         ("mon, 10:00", "cannot parse \" 10:00\": not a valid time"),
-        ("m\u{e9}n", "cannot parse \"m\u{e9}n\": \"m\u{e9}n\" is not a valid weekday"),
+        (
+            "m\u{e9}n",
+            "cannot parse \"m\u{e9}n\": \"m\u{e9}n\" is not a valid weekday",
+        ),
     ] {
         assert_eq!(error(text), message, "{text}");
     }
@@ -358,18 +425,32 @@ fn hostile_schedules_are_bounded() {
     assert_eq!(error(&long), format!("longer than {MAX_LEN} bytes"));
     let many = vec!["10:00"; MAX_SPANS + 1].join(",");
     assert!(many.len() <= MAX_LEN);
-    assert_eq!(error(&many), format!("more than {MAX_SPANS} days and times"));
+    assert_eq!(
+        error(&many),
+        format!("more than {MAX_SPANS} days and times")
+    );
     let sets = vec!["mon"; MAX_SPANS + 1].join(",,");
-    assert_eq!(error(&sets), format!("more than {MAX_SPANS} days and times"));
+    assert_eq!(
+        error(&sets),
+        format!("more than {MAX_SPANS} days and times")
+    );
     // The most a schedule may hold is still quick to search: 64 spans of 1440 events.
     let most = vec!["00:00-24:00/1440"; 30].join(",");
     let schedule = Schedule::parse(&most).unwrap();
     assert_eq!(
-        schedule.next_after(at("2026-12-04T23:59:00")).unwrap().start,
+        schedule
+            .next_after(at("2026-12-04T23:59:00"))
+            .unwrap()
+            .start,
         at("2026-12-05T00:00:00")
     );
     let max = vec!["mon5"; MAX_SPANS].join(",");
-    assert!(Schedule::parse(&max).unwrap().next_after(at("2026-12-04T00:00:00")).is_some());
+    assert!(
+        Schedule::parse(&max)
+            .unwrap()
+            .next_after(at("2026-12-04T00:00:00"))
+            .is_some()
+    );
 }
 
 #[test]
@@ -377,7 +458,10 @@ fn the_end_of_the_calendar_has_no_next_run() {
     let schedule = Schedule::parse("10:00").unwrap();
     assert_eq!(schedule.next_after(at("9999-12-31T10:00:00")), None);
     assert_eq!(
-        schedule.next_after(at("9999-12-30T10:00:00")).unwrap().start,
+        schedule
+            .next_after(at("9999-12-30T10:00:00"))
+            .unwrap()
+            .start,
         at("9999-12-31T10:00:00")
     );
 }

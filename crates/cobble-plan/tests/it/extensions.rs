@@ -527,13 +527,18 @@ fn a_later_schedule_replaces_and_prints_back() {
     assert_eq!(p.services["other"].schedule, "00:00-24:00/96");
     let yaml = p.to_yaml();
     assert!(
-        yaml.contains("        schedule: mon-fri,9:00-17:00/8
-"),
+        yaml.contains(
+            "        schedule: mon-fri,9:00-17:00/8
+"
+        ),
         "{yaml}"
     );
     let again = Plan::from_layers(vec![Layer::parse(0, "again", &yaml).unwrap()]).unwrap();
     assert_eq!(again.services["job"].schedule, p.services["job"].schedule);
-    assert_eq!(again.services["other"].schedule, p.services["other"].schedule);
+    assert_eq!(
+        again.services["other"].schedule,
+        p.services["other"].schedule
+    );
     // A replace without it drops it.
     let p = plan(&[
         "services:\n    job:\n        override: replace\n        command: a\n        schedule: \"10:00\"\n",

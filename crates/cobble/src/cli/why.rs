@@ -144,12 +144,15 @@ fn bytes(n: u64) -> String {
 }
 
 /// `every ... ; next run <time>` and the rest of what a scheduled service's rows say.
-fn describe_schedule(schedule: &ScheduleDetails, times: &TimeFormatter) -> Vec<(&'static str, String)> {
+fn describe_schedule(
+    schedule: &ScheduleDetails,
+    times: &TimeFormatter,
+) -> Vec<(&'static str, String)> {
     let mut rows = Vec::new();
-    let next = schedule
-        .next_run
-        .as_deref()
-        .map_or_else(|| "no next run".to_owned(), |t| format!("next run {}", times.format(t)));
+    let next = schedule.next_run.as_deref().map_or_else(
+        || "no next run".to_owned(),
+        |t| format!("next run {}", times.format(t)),
+    );
     rows.push(("Schedule", format!("{}, {next}", schedule.schedule)));
     match &schedule.last_run {
         None => rows.push(("Last run", "none since the daemon started".into())),
@@ -163,7 +166,10 @@ fn describe_schedule(schedule: &ScheduleDetails, times: &TimeFormatter) -> Vec<(
                 "error" => format!("error: {}", schedule.last_error),
                 other => other.to_owned(),
             };
-            rows.push(("Last run", format!("{}{change}, {outcome}", times.format(at))));
+            rows.push((
+                "Last run",
+                format!("{}{change}, {outcome}", times.format(at)),
+            ));
         }
     }
     if let Some(skip) = &schedule.last_skip {
@@ -634,7 +640,11 @@ Last run:  none since the daemon started
             last_skip: Some("2026-01-02T03:05:00Z".into()),
             skips: 1,
         });
-        let text = explain(&ran, Some("1s (limit); reset after running for 1s".into()), &times);
+        let text = explain(
+            &ran,
+            Some("1s (limit); reset after running for 1s".into()),
+            &times,
+        );
         assert!(
             text.contains("Last run:       2026-01-02T03:04:00Z (change 12), done\n"),
             "{text}"
@@ -652,7 +662,8 @@ Last run:  none since the daemon started
         let details = ran.details.as_mut().unwrap();
         let schedule = details.schedule.as_mut().unwrap();
         schedule.last_outcome = "error".into();
-        schedule.last_error = "cannot perform the following tasks:\n- Start service \"cleanup\" (exited)".into();
+        schedule.last_error =
+            "cannot perform the following tasks:\n- Start service \"cleanup\" (exited)".into();
         let text = explain(&ran, None, &times);
         assert!(
             text.contains("(change 12), error: cannot perform the following tasks:"),

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cobble_client::Method;
 use cobble_client::ChangeSelector;
+use cobble_client::Method;
 
 use crate::fixture::{Daemon, Test, client, details_of, lines, raw, rt, service, wait_for};
 
@@ -61,11 +61,28 @@ fn a_service_scheduled_every_minute_runs_at_the_next_boundary_as_a_done_change()
     assert!(service(&d, "web").scheduled.is_none());
     let (_, listing) = raw(&d, Method::GET, "/v1/services?names=web", None);
     assert!(!listing.contains("scheduled"), "{listing}");
-    let table = Test::daemon(&d).args(&["services", "--abs-time"]).any_stdout().run().stdout;
-    assert!(table.starts_with("Service  Startup   Current   Since  Scheduled\n"), "{table}");
-    let why = Test::daemon(&d).args(&["why", "tick"]).any_stdout().run().stdout;
-    assert!(why.contains("Schedule:       00:00-24:00/1440, next run "), "{why}");
-    assert!(why.contains("Last run:       none since the daemon started\n"), "{why}");
+    let table = Test::daemon(&d)
+        .args(&["services", "--abs-time"])
+        .any_stdout()
+        .run()
+        .stdout;
+    assert!(
+        table.starts_with("Service  Startup   Current   Since  Scheduled\n"),
+        "{table}"
+    );
+    let why = Test::daemon(&d)
+        .args(&["why", "tick"])
+        .any_stdout()
+        .run()
+        .stdout;
+    assert!(
+        why.contains("Schedule:       00:00-24:00/1440, next run "),
+        "{why}"
+    );
+    assert!(
+        why.contains("Last run:       none since the daemon started\n"),
+        "{why}"
+    );
 
     // The run: at the boundary (started within a few seconds of it on a loaded machine,
     // never before it).
@@ -124,7 +141,10 @@ fn a_bad_schedule_refuses_the_layer_and_leaves_the_plan_as_it_was() {
         "services:\n  job:\n    override: replace\n    command: sleep 1\n    schedule: \"10:00\"\n",
     )]);
     let (_, before) = raw(&d, Method::GET, "/v1/plan?format=yaml", None);
-    assert!(before.contains("schedule: \\\"10:00\\\"") || before.contains("schedule:"), "{before}");
+    assert!(
+        before.contains("schedule: \\\"10:00\\\"") || before.contains("schedule:"),
+        "{before}"
+    );
     let (status, answer) = add(
         &d,
         "services:\n  job:\n    override: merge\n    schedule: mon-fri,9:00-17:00/0\n",

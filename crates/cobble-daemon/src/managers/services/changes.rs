@@ -370,10 +370,12 @@ impl ServiceChanges {
             start_lanes.iter().map(Vec::len).sum()
         };
         let first = names.first().cloned().unwrap_or_default();
-        let summary = summary.unwrap_or_else(|| if count <= 1 {
-            format!("{title} service \"{first}\"")
-        } else {
-            format!("{title} service \"{first}\" and {} more", count - 1)
+        let summary = summary.unwrap_or_else(|| {
+            if count <= 1 {
+                format!("{title} service \"{first}\"")
+            } else {
+                format!("{title} service \"{first}\" and {} more", count - 1)
+            }
         });
         let change_id = self.state.new_change(action.as_str(), &summary, names);
         let stop = self.add_tasks(change_id, Op::Stop, stop_lanes);
