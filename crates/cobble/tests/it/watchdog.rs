@@ -124,7 +124,9 @@ fn a_service_that_stops_pinging_while_its_port_stays_open_is_aborted_explained_a
         .stdout_contains(&format!("Last exit:      code 134 ({reason}"))
         .run();
     assert!(
-        output.stdout.contains("Watchdog:       every 1s, last ping "),
+        output
+            .stdout
+            .contains("Watchdog:       every 1s, last ping "),
         "{}",
         output.stdout
     );
