@@ -970,7 +970,7 @@ fn notify_socket(
 
 /// Whether `new` runs the service otherwise than `old` did, so that a replan restarts it:
 /// any difference but its `schedule`, which says when the daemon starts it, not how.
-fn runs_differently(new: &cobble_plan::Service, old: &cobble_plan::Service) -> bool {
+fn runs_differently(new: &Service, old: &Service) -> bool {
     if new.schedule == old.schedule {
         return new != old;
     }
