@@ -592,3 +592,18 @@ fn a_bad_schedule_refuses_the_layer_naming_the_service_the_field_and_the_text() 
         format!(r#"plan service "job" schedule "{long}" invalid: longer than 512 bytes"#)
     );
 }
+
+#[test]
+fn a_schedule_that_looks_like_a_number_reads_and_prints_as_text() {
+    for written in ["10:00", "\"10:00\"", "23:00-01:00", "0:00"] {
+        let p = plan(&[&format!(
+            "services:\n    job:\n        override: replace\n        command: c\n        schedule: {written}\n"
+        )])
+        .unwrap();
+        let text = written.trim_matches('"');
+        assert_eq!(p.services["job"].schedule, text);
+        let yaml = p.to_yaml();
+        let again = Plan::from_layers(vec![Layer::parse(0, "again", &yaml).unwrap()]).unwrap();
+        assert_eq!(again.services["job"].schedule, text, "{yaml}");
+    }
+}
