@@ -100,6 +100,10 @@ pub struct ServiceInfo {
     /// RFC 3339 time the `current` status was entered; absent for a service never started.
     #[serde(rename = "current-since", default)]
     pub current_since: Option<String>,
+    /// RFC 3339 time of the next run its `schedule:` names (cobble extension); absent for a
+    /// service without a schedule.
+    #[serde(default)]
+    pub scheduled: Option<String>,
     /// Why the service is not simply running (cobble extension; Pebble clients ignore it):
     /// `waiting for /etc/certs/cert.pem`, `backing off until ... after exit code 255`, ...
     #[serde(default)]
@@ -118,6 +122,7 @@ impl ServiceInfo {
             startup: &self.startup,
             current: &self.current,
             current_since: self.current_since.as_deref(),
+            scheduled: self.scheduled.as_deref(),
             reason: self.reason.as_deref(),
             details: self.details.as_ref(),
         }
@@ -143,6 +148,9 @@ pub struct ServiceInfoRef<'a> {
     /// See [`ServiceInfo::current_since`].
     #[serde(rename = "current-since", skip_serializing_if = "Option::is_none")]
     pub current_since: Option<&'a str>,
+    /// See [`ServiceInfo::scheduled`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduled: Option<&'a str>,
     /// See [`ServiceInfo::reason`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'a str>,
@@ -253,6 +261,50 @@ pub struct ServiceDetails {
     /// The listening sockets held for it (`sockets:`), by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sockets: Vec<HeldSocketDetails>,
+    /// Its `schedule:`, when it has one: the next run, the last and how it went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleDetails>,
+}
+
+/// Where a scheduled service's runs stand (cobble extension).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleDetails {
+    /// The schedule, as the plan has it.
+    pub schedule: String,
+    /// RFC 3339 time of the next run.
+    #[serde(rename = "next-run", default, skip_serializing_if = "Option::is_none")]
+    pub next_run: Option<String>,
+    /// RFC 3339 time the last run was started by the schedule (since the daemon started).
+    #[serde(rename = "last-run", default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<String>,
+    /// The ID of the last run's change.
+    #[serde(
+        rename = "last-change-id",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub last_change_id: String,
+    /// How the last run's change went: `running`, `done`, or `error` with
+    /// [`ScheduleDetails::last_error`].
+    #[serde(
+        rename = "last-outcome",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub last_outcome: String,
+    /// The last run's error.
+    #[serde(
+        rename = "last-error",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub last_error: String,
+    /// RFC 3339 time of the last run skipped because the one before was still going.
+    #[serde(rename = "last-skip", default, skip_serializing_if = "Option::is_none")]
+    pub last_skip: Option<String>,
+    /// Runs skipped so far.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skips: u64,
 }
 
 /// A listening socket held for a service (cobble extension).
@@ -1261,6 +1313,7 @@ mod tests {
             startup: "enabled".into(),
             current: "inactive".into(),
             current_since: None,
+            scheduled: None,
             reason: None,
             details: None,
         };
@@ -1269,6 +1322,7 @@ mod tests {
             r#"{"name":"web","startup":"enabled","current":"inactive"}"#
         );
         info.current_since = Some("2024-01-01T00:00:00Z".into());
+        info.scheduled = Some("2024-01-01T00:01:00Z".into());
         info.reason = Some("waiting for /x".into());
         info.details = Some(ServiceDetails {
             start_count: 2,
@@ -1277,7 +1331,7 @@ mod tests {
         let json = serde_json::to_string(&info).unwrap();
         assert_eq!(
             json,
-            r#"{"name":"web","startup":"enabled","current":"inactive","current-since":"2024-01-01T00:00:00Z","reason":"waiting for /x","details":{"start-count":2,"backoff-count":0}}"#
+            r#"{"name":"web","startup":"enabled","current":"inactive","current-since":"2024-01-01T00:00:00Z","scheduled":"2024-01-01T00:01:00Z","reason":"waiting for /x","details":{"start-count":2,"backoff-count":0}}"#
         );
         assert_eq!(serde_json::from_str::<ServiceInfo>(&json).unwrap(), info);
         assert_eq!(serde_json::to_string(&info.borrowed()).unwrap(), json);

@@ -19,7 +19,7 @@
 //!
 //! # Layout
 //!
-//! - [`plan`]: Go durations, the layer parser, the plan merge.
+//! - [`plan`]: Go durations, schedules, the layer parser, the plan merge.
 //! - [`hostile`]: layers built to hurt a parser: nesting around and past yaml.v3's limit,
 //!   alias bombs, huge repetition.
 //! - [`multipart`]: the multipart reader behind `POST /v1/files`.
@@ -42,6 +42,7 @@ pub type TargetFn = fn(&mut Unstructured<'_>) -> arbitrary::Result<()>;
 /// Every target, by the name `scripts/fuzz` and the tests use.
 pub const TARGETS: &[(&str, TargetFn)] = &[
     ("duration", plan::duration),
+    ("schedule", plan::schedule),
     ("layer", plan::layer),
     ("layer_structured", plan::layer_structured),
     ("plan_merge", plan::plan_merge),

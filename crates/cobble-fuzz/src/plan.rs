@@ -1,7 +1,7 @@
 //! Targets for the configuration model: Go durations, the layer parser, the plan merge.
 
 use arbitrary::{Arbitrary, Unstructured};
-use cobble_plan::{Layer, Plan, format_duration, parse_duration};
+use cobble_plan::{Layer, Plan, Schedule, format_duration, parse_duration};
 use serde_json::{Map, Value, json};
 
 /// Go durations: whatever parses formats back to text that parses to the same value, errors
@@ -56,6 +56,96 @@ pub fn duration(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
     }
     check_duration_text(&text);
     Ok(())
+}
+
+/// Schedules: any text is parsed or refused without panicking, within its bounds; for a
+/// parsed one, the next run after any time is strictly after it, its window does not close
+/// before it opens, and from any time between the two the next run is the same.
+pub fn schedule(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
+    let text = if u.arbitrary()? {
+        gen_schedule_text(u)?
+    } else {
+        <&str>::arbitrary(u)?.to_owned()
+    };
+    let Ok(schedule) = Schedule::parse(&text) else {
+        return Ok(());
+    };
+    assert!(text.len() <= cobble_plan::schedule::MAX_LEN, "{text:?}");
+    let year = u.int_in_range(1970..=2100i16)?;
+    let month = u.int_in_range(1..=12i8)?;
+    let day = u.int_in_range(1..=28i8)?;
+    let after = jiff::civil::date(year, month, day).at(
+        u.int_in_range(0..=23)?,
+        u.int_in_range(0..=59)?,
+        u.int_in_range(0..=59)?,
+        0,
+    );
+    let next = schedule
+        .next_after(after)
+        .unwrap_or_else(|| panic!("{text:?} has no run after {after}"));
+    assert!(next.start > after, "{text:?} after {after}: {next:?}");
+    assert!(next.end >= next.start, "{text:?}: {next:?}");
+    let jitter: u64 = u.arbitrary()?;
+    let at = next.at(jitter);
+    assert!(
+        at >= next.start && (at < next.end || at == next.start),
+        "{text:?}: {at}"
+    );
+    let gap = next.start.duration_since(after).as_secs();
+    let between = after
+        .checked_add(jiff::SignedDuration::from_secs(
+            u.int_in_range(0..=gap - 1)?,
+        ))
+        .expect("between two valid times");
+    assert_eq!(
+        schedule.next_after(between),
+        Some(next),
+        "{text:?} from {between}"
+    );
+    Ok(())
+}
+
+/// Schedule text from the format's pieces, mostly valid, sometimes not.
+fn gen_schedule_text(u: &mut Unstructured<'_>) -> arbitrary::Result<String> {
+    const DAYS: &[&str] = &[
+        "mon", "tue", "wed", "thu", "fri", "sat", "sun", "mon1", "tue2", "wed3", "thu4", "fri5",
+        "sun5", "mon6", "xyz",
+    ];
+    let mut sets = Vec::new();
+    for _ in 0..u.int_in_range(1..=3)? {
+        let mut fragments = Vec::new();
+        for _ in 0..u.int_in_range(0..=2)? {
+            let day = *u.choose(DAYS)?;
+            if u.ratio(1, 3)? {
+                fragments.push(format!("{day}-{}", u.choose(DAYS)?));
+            } else {
+                fragments.push(day.to_owned());
+            }
+        }
+        for _ in 0..u.int_in_range(0..=2)? {
+            let clock = |u: &mut Unstructured<'_>| -> arbitrary::Result<String> {
+                Ok(format!(
+                    "{}:{:02}",
+                    u.int_in_range(0..=25)?,
+                    u.int_in_range(0..=60)?
+                ))
+            };
+            let mut time = clock(u)?;
+            if u.arbitrary()? {
+                time.push(*u.choose(&['-', '~'])?);
+                time.push_str(&clock(u)?);
+                if u.arbitrary()? {
+                    time.push_str(&format!("/{}", u.int_in_range(0..=1500)?));
+                }
+            }
+            fragments.push(time);
+        }
+        if fragments.is_empty() {
+            fragments.push("mon".into());
+        }
+        sets.push(fragments.join(","));
+    }
+    Ok(sets.join(",,"))
 }
 
 fn check_duration_text(text: &str) {
@@ -452,6 +542,24 @@ fn gen_service(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
         Ok(Value::Object(map))
     })?;
     field(u, &mut s, "watchdog", |u| pick(u, DURATIONS))?;
+    field(u, &mut s, "schedule", |u| {
+        if u.ratio(1, 4)? {
+            Ok(json!(gen_schedule_text(u)?))
+        } else {
+            pick(
+                u,
+                &[
+                    "00:00-24:00/96",
+                    "mon,10:00",
+                    "mon-fri,9:00-17:00/8",
+                    "fri5,23:00~01:00",
+                    "10:00/2",
+                    "mon6",
+                    "",
+                ],
+            )
+        }
+    })?;
     Ok(Value::Object(s))
 }
 

@@ -100,6 +100,7 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
         resources,
         sockets,
         watchdog,
+        schedule,
     } = s;
     let start = out.text.len();
     out.string(depth, "summary", summary);
@@ -165,6 +166,7 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
         }
     }
     out.duration(depth, "watchdog", *watchdog);
+    out.string(depth, "schedule", schedule);
     out.close_if_empty(start);
 }
 

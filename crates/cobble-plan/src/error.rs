@@ -284,6 +284,16 @@ pub enum PlanError {
         /// The service.
         service: String,
     },
+    /// A `schedule` that is not in snapd's timer string format (cobble extension).
+    #[error("plan service {} schedule {} invalid: {reason}", go_quote(.service), go_quote(.value))]
+    InvalidSchedule {
+        /// The service.
+        service: String,
+        /// The schedule as written.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A negative `start-grace` (cobble extension).
     #[error("plan service {} start-grace must not be negative, not {}", go_quote(.service), .value)]
     NegativeStartGrace {

@@ -77,6 +77,10 @@ const SUMMARIES: &[(&str, &str)] = &[
         "watchdog",
         "with `readiness: notify`, how long the service may go without `WATCHDOG=1`",
     ),
+    (
+        "schedule",
+        "when the daemon starts the service by itself, in snapd's timer format (`mon-fri,9:00`)",
+    ),
 ];
 
 /// cobble's own fields, in the order the parser declares them.

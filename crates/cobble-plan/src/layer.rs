@@ -177,6 +177,8 @@ struct ServiceDoc {
     sockets: BTreeMap<String, Option<SocketDoc>>,
     #[serde(default)]
     watchdog: Option<GoDuration>,
+    #[serde(default, deserialize_with = "nullable")]
+    schedule: String,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -800,6 +802,15 @@ fn service_from_doc(name: &str, doc: Option<ServiceDoc>) -> Result<Service, Plan
             value,
         });
     }
+    if !doc.schedule.is_empty()
+        && let Err(reason) = crate::Schedule::parse(&doc.schedule)
+    {
+        return Err(PlanError::InvalidSchedule {
+            service: name.into(),
+            value: doc.schedule,
+            reason,
+        });
+    }
     let sockets = sockets_from_doc(name, doc.sockets)?;
     let mut on_file_change = BTreeMap::new();
     for (path, text) in doc.on_file_change {
@@ -846,6 +857,7 @@ fn service_from_doc(name: &str, doc: Option<ServiceDoc>) -> Result<Service, Plan
         resources,
         sockets,
         watchdog: doc.watchdog,
+        schedule: doc.schedule,
     })
 }
 

@@ -45,6 +45,8 @@
 //!   in one spelling.
 //! - `context` — [`Plan::merge_service_context`]: a command run in a service's context
 //!   (exec checks, `POST /v1/exec`) inherits its environment, identity and directory.
+//! - [`schedule`] — [`Schedule`], a service's `schedule:` in snapd's timer string format,
+//!   and the next time it names after a given wall-clock time.
 //! - `shell` — [`shell_split`] / [`shell_join`], the command-line word rules Pebble uses for
 //!   `command`; [`Service::parse_command`] adds the `[ default args ]` group on top.
 //! - `error` — [`PlanError`].
@@ -65,6 +67,7 @@ mod log_target;
 mod order;
 mod pebble_errors;
 mod plan;
+pub mod schedule;
 mod service;
 mod shell;
 mod simple_yaml;
@@ -87,6 +90,7 @@ pub use limits::{
 };
 pub use log_target::{SyslogTransport, syslog_address};
 pub use plan::{Plan, SERVICE_ARGS_LABEL, service_args_layer};
+pub use schedule::{Occurrence, Schedule};
 pub use service::{
     DEFAULT_BACKOFF_DELAY, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_LIMIT, DEFAULT_KILL_DELAY,
     FileChangeAction, Override, Readiness, SIGNAL_NAMES, Service, ServiceAction, Startup,

@@ -1439,6 +1439,7 @@ const SERVICE: GoType = GoType::Struct(
         ("resources", GoType::Cobble),
         ("sockets", GoType::Cobble),
         ("watchdog", GoType::Cobble),
+        ("schedule", GoType::Cobble),
     ],
 );
 

@@ -232,6 +232,10 @@ pub struct Service {
     /// cobble extension: with `readiness: notify`, the longest the service may go without
     /// sending `WATCHDOG=1`; past it the service has failed.
     pub watchdog: Option<GoDuration>,
+    /// cobble extension: when the daemon starts the service by itself, in snapd's timer
+    /// string format ([`crate::Schedule`]), in the daemon's local time; empty for never.
+    /// Checked when the layer is read; a later layer's replaces an earlier one's.
+    pub schedule: String,
 }
 
 /// How a service tells cobble it has started (cobble extension, `readiness:`).
@@ -429,6 +433,7 @@ impl Service {
             resources,
             sockets,
             watchdog,
+            schedule,
         } = other;
         merge_string(&mut self.summary, summary);
         merge_string(&mut self.description, description);
@@ -471,6 +476,7 @@ impl Service {
             self.sockets.entry(name.clone()).or_default().merge(socket);
         }
         merge_option(&mut self.watchdog, *watchdog);
+        merge_string(&mut self.schedule, schedule);
     }
 }
 

@@ -55,6 +55,8 @@ pub(crate) struct ApiState {
     pub plan: PlanManager,
     pub services: ServiceManager,
     pub service_changes: ServiceChanges,
+    /// The scheduled services' next runs, for the listing.
+    pub schedules: crate::services::scheduler::Scheduler,
     pub checks: CheckManager,
     pub exec: ExecManager,
     pub forward: crate::logs::forward::LogForwarder,

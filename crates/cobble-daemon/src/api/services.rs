@@ -21,6 +21,7 @@ pub(super) async fn get_services(
     crate::listing::current(
         &api.plan,
         &api.services,
+        &api.schedules,
         &api.checks,
         names,
         details,

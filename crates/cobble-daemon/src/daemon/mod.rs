@@ -47,6 +47,7 @@ use crate::process::members;
 use crate::process::registry::{self, ProcessRegistry};
 use crate::services::ServiceManager;
 use crate::services::changes::{ActionError, ServiceChange, ServiceChanges};
+use crate::services::scheduler::{Scheduler, SystemClock};
 use crate::state::{self, Persister, StateData, StateStore};
 
 use crate::{Embedding, RunOptions};
@@ -328,6 +329,8 @@ struct Daemon {
     forwarder: LogForwarder,
     services: ServiceManager,
     service_changes: ServiceChanges,
+    /// Starts the services that have a schedule at its times.
+    schedules: Scheduler,
     log_files: LogFiles,
     /// The tasks the daemon cannot live without.
     managers: Managers,
@@ -400,6 +403,11 @@ async fn start_managers(
         services.clone(),
         checks.clone(),
     );
+    let (schedules, _schedules_task) = Scheduler::spawn(
+        plan.subscribe(),
+        Arc::new(service_changes.clone()),
+        Arc::new(SystemClock::new()),
+    );
     let mut managers = Managers::default();
     managers.watch(Manager::Services, services_task);
     managers.watch(Manager::Checks, checks_task);
@@ -420,6 +428,7 @@ async fn start_managers(
         forwarder,
         services,
         service_changes,
+        schedules,
         log_files,
         managers,
         shutdown_requests,
@@ -489,6 +498,7 @@ fn serve(opts: &RunOptions, listeners: Listeners, daemon: &Daemon, plan: PlanMan
         plan,
         services: daemon.services.clone(),
         service_changes: daemon.service_changes.clone(),
+        schedules: daemon.schedules.clone(),
         checks: daemon.checks.clone(),
         exec: exec.clone(),
         forward: daemon.forwarder.clone(),
@@ -633,6 +643,8 @@ fn log_own_request(
 async fn shut_down(daemon: Daemon, servers: Servers, supervisor_alive: bool) {
     // Commands run for clients end with the daemon; they are not services to stop in order.
     servers.exec.shutdown().await;
+    // No scheduled run may start while the services are being stopped.
+    daemon.schedules.stop();
     let longest_kill_delay = longest_kill_delay(&daemon.service_changes);
     let processes = daemon.processes;
     if supervisor_alive {

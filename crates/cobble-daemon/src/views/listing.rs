@@ -16,24 +16,26 @@ use std::collections::BTreeSet;
 use std::iter::Peekable;
 
 use cobble_client::types::{
-    CheckRestarts, FailingCheck, HeldAction, HeldSocketDetails, ServiceDetails as WireDetails,
-    ServiceUsage, WatchdogDetails,
+    CheckRestarts, FailingCheck, HeldAction, HeldSocketDetails, ScheduleDetails,
+    ServiceDetails as WireDetails, ServiceUsage, WatchdogDetails,
 };
 use cobble_plan::{Plan, Service};
 
 use crate::checks::{CheckManager, CheckStatus, CheckView};
 use crate::layers::PlanManager;
 use crate::services::machine::Status;
+use crate::services::scheduler::{RunOutcome, ScheduleStatus, ScheduleStatuses, Scheduler};
 use crate::services::{ServiceManager, ServiceStatus};
 use cobble_client::time::{format_rfc3339_nano, format_rfc3339_secs};
 
 /// `GET /v1/services` as the managers report it now: the plan, the supervisor's reports on
-/// the services in `names` (every service when empty) and, only when a listed service can
-/// be explained by a check, the checks. `answer` gets the listing, which borrows what was
-/// gathered, and makes the response of it.
+/// the services in `names` (every service when empty), the scheduler's next runs and, only
+/// when a listed service can be explained by a check, the checks. `answer` gets the
+/// listing, which borrows what was gathered, and makes the response of it.
 pub(crate) async fn current<R>(
     plan: &PlanManager,
     services: &ServiceManager,
+    schedules: &Scheduler,
     checks: &CheckManager,
     names: Vec<String>,
     details: bool,
@@ -45,12 +47,14 @@ pub(crate) async fn current<R>(
         started = services.with_process_details(started).await;
     }
     let selected: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+    let schedules = schedules.statuses();
     let listing = ServiceListing::new(
         &plan,
         (!names.is_empty()).then_some(&selected),
         &started,
         details,
-    );
+    )
+    .with_schedules(&schedules);
     // Skip the check snapshot on this hot path unless a check can explain a listed service.
     let checks = if listing.acts_on_checks() {
         checks.checks().await
@@ -71,6 +75,8 @@ pub(crate) struct ServiceListing<'a> {
     started: &'a [ServiceStatus],
     /// The checks, when some listed service acts on checks.
     checks: &'a [CheckView],
+    /// What the scheduler knows of the services that have a schedule.
+    schedules: Option<&'a ScheduleStatuses>,
     with_details: bool,
 }
 
@@ -88,8 +94,26 @@ impl<'a> ServiceListing<'a> {
             names,
             started,
             checks: &[],
+            schedules: None,
             with_details,
         }
+    }
+
+    /// The same listing, with the scheduler's next runs.
+    #[must_use]
+    pub(crate) fn with_schedules(self, schedules: &'a ScheduleStatuses) -> ServiceListing<'a> {
+        ServiceListing {
+            schedules: Some(schedules),
+            ..self
+        }
+    }
+
+    /// What the scheduler knows of `name`, when the plan gives it a schedule.
+    fn schedule_of(&self, name: &str, config: &Service) -> Option<&'a ScheduleStatus> {
+        if config.schedule.is_empty() {
+            return None;
+        }
+        self.schedules?.get(name)
     }
 
     /// Whether a listed service can be explained by a check: only then does the listing need
@@ -177,9 +201,10 @@ impl ServiceListing<'_> {
             }
             let report = report_of(&mut started, name);
             let note = note_of(name);
+            let schedule = self.schedule_of(name, config);
             out.extend_from_slice(b"{\"name\":");
             json_str(out, name);
-            if report.is_none() && note.is_none() {
+            if report.is_none() && note.is_none() && schedule.is_none() {
                 // The entry of nearly every service of a large plan, in one piece.
                 out.extend_from_slice(if config.is_enabled() {
                     INACTIVE_ENABLED
@@ -195,9 +220,18 @@ impl ServiceListing<'_> {
                 None => {
                     out.extend_from_slice(Status::Inactive.as_str().as_bytes());
                     out.push(b'"');
+                    write_scheduled(out, schedule);
                     if let Some(note) = note {
                         out.extend_from_slice(b",\"reason\":");
                         json_str(out, note);
+                    }
+                    if let Some(schedule) = schedule.filter(|_| self.with_details) {
+                        let details = WireDetails {
+                            schedule: Some(schedule_details(schedule)),
+                            ..WireDetails::default()
+                        };
+                        out.extend_from_slice(b",\"details\":");
+                        serde_json::to_writer(&mut *out, &details).expect("details serialise");
                     }
                 }
                 Some(status) => {
@@ -207,16 +241,18 @@ impl ServiceListing<'_> {
                         out.extend_from_slice(b",\"current-since\":");
                         json_str(out, since);
                     }
+                    write_scheduled(out, schedule);
                     let failing = self.failing(config);
                     if let Some(reason) = with_note(reason(status, &failing), note) {
                         out.extend_from_slice(b",\"reason\":");
                         json_str(out, &reason);
                     }
-                    if let Some(details) = self
+                    if let Some(mut details) = self
                         .with_details
                         .then(|| wire_details(status, &failing, self.plan))
                         .flatten()
                     {
+                        details.schedule = schedule.map(schedule_details);
                         out.extend_from_slice(b",\"details\":");
                         serde_json::to_writer(&mut *out, &details).expect("details serialise");
                     }
@@ -225,6 +261,38 @@ impl ServiceListing<'_> {
             out.push(b'}');
         }
         out.push(b']');
+    }
+}
+
+/// `,"scheduled":"<next run>"` for a service with a schedule (and a next run).
+fn write_scheduled(out: &mut Vec<u8>, schedule: Option<&ScheduleStatus>) {
+    if let Some(next) = schedule.and_then(|s| s.next) {
+        out.extend_from_slice(b",\"scheduled\":");
+        json_str(out, &format_rfc3339_nano(next));
+    }
+}
+
+/// The scheduler's facts on a service, for `details=true`.
+fn schedule_details(status: &ScheduleStatus) -> ScheduleDetails {
+    let last = status.last_run.as_ref();
+    let (outcome, error) = match last.map(|run| &run.outcome) {
+        None => ("", ""),
+        Some(RunOutcome::Running) => ("running", ""),
+        Some(RunOutcome::Done) => ("done", ""),
+        Some(RunOutcome::Error(error)) => ("error", error.as_str()),
+    };
+    ScheduleDetails {
+        schedule: status.schedule.clone(),
+        next_run: status.next.map(format_rfc3339_nano),
+        last_run: last.map(|run| format_rfc3339_nano(run.at)),
+        last_change_id: last
+            .and_then(|run| run.change_id)
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
+        last_outcome: outcome.into(),
+        last_error: error.into(),
+        last_skip: status.last_skip.map(format_rfc3339_nano),
+        skips: status.skips,
     }
 }
 
@@ -387,6 +455,7 @@ fn wire_details(
                     .collect(),
             })
             .collect(),
+        schedule: None,
     })
 }
 
@@ -440,6 +509,7 @@ mod tests {
                     startup: startup(config),
                     current: "inactive",
                     current_since: None,
+                    scheduled: None,
                     reason: plan.notes.get(name).map(String::as_str),
                     details: None,
                 })
@@ -588,6 +658,86 @@ mod tests {
                 r#""failing-checks":[{"name":"up","failures":3,"threshold":3,"#,
                 r#""last-error":"refused","action-count":1}]}}]"#
             )
+        );
+    }
+
+    #[test]
+    fn a_scheduled_service_has_its_next_run_and_the_others_nothing_new() {
+        use crate::services::scheduler::LastRun;
+        let mut plan = plan();
+        plan.services.get_mut("a").unwrap().schedule = "00:00-24:00/1440".into();
+        plan.services.get_mut("d").unwrap().schedule = "mon,10:00".into();
+        let next = |t: &str| t.parse::<jiff::Timestamp>().unwrap();
+        let mut statuses = std::collections::BTreeMap::new();
+        statuses.insert(
+            "a".to_owned(),
+            ScheduleStatus {
+                schedule: "00:00-24:00/1440".into(),
+                next: Some(next("2026-12-04T10:01:00Z")),
+                last_run: Some(LastRun {
+                    at: next("2026-12-04T10:00:00Z"),
+                    change_id: Some(7),
+                    outcome: RunOutcome::Error("cannot start".into()),
+                }),
+                last_skip: Some(next("2026-12-04T09:59:00Z")),
+                skips: 1,
+            },
+        );
+        statuses.insert(
+            "d".to_owned(),
+            ScheduleStatus {
+                schedule: "mon,10:00".into(),
+                next: Some(next("2026-12-07T10:00:00Z")),
+                last_run: None,
+                last_skip: None,
+                skips: 0,
+            },
+        );
+        // A status left over from a schedule the plan no longer has is not shown.
+        statuses.insert("b".to_owned(), statuses["d"].clone());
+        let schedules = Scheduler::fixed(std::sync::Arc::new(statuses));
+        let statuses = schedules.statuses();
+        let reports = [started("d", Status::Active, None)];
+        let listing = ServiceListing::new(&plan, None, &reports, false).with_schedules(&statuses);
+        let a_next = format_rfc3339_nano(next("2026-12-04T10:01:00Z"));
+        let d_next = format_rfc3339_nano(next("2026-12-07T10:00:00Z"));
+        assert_eq!(
+            json(listing),
+            format!(
+                concat!(
+                    r#"[{{"name":"a","startup":"enabled","current":"inactive","scheduled":"{}"}},"#,
+                    r#"{{"name":"b","startup":"disabled","current":"inactive"}},"#,
+                    r#"{{"name":"c","startup":"enabled","current":"inactive"}},"#,
+                    r#"{{"name":"d","startup":"disabled","current":"active","#,
+                    r#""current-since":"2024-01-01T00:00:00Z","scheduled":"{}"}}]"#
+                ),
+                a_next, d_next
+            )
+        );
+        // With details, a scheduled service never started says what its schedule did.
+        let names: BTreeSet<&str> = ["a"].into_iter().collect();
+        let listing = ServiceListing::new(&plan, Some(&names), &[], true).with_schedules(&statuses);
+        let entries: Vec<cobble_client::types::ServiceInfo> =
+            serde_json::from_slice(&listing.to_json()).unwrap();
+        let details = entries[0]
+            .details
+            .as_ref()
+            .unwrap()
+            .schedule
+            .clone()
+            .unwrap();
+        assert_eq!(
+            details,
+            ScheduleDetails {
+                schedule: "00:00-24:00/1440".into(),
+                next_run: Some(a_next),
+                last_run: Some(format_rfc3339_nano(next("2026-12-04T10:00:00Z"))),
+                last_change_id: "7".into(),
+                last_outcome: "error".into(),
+                last_error: "cannot start".into(),
+                last_skip: Some(format_rfc3339_nano(next("2026-12-04T09:59:00Z"))),
+                skips: 1,
+            }
         );
     }
 }

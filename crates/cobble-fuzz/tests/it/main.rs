@@ -14,6 +14,11 @@ fn fuzz_duration() {
 }
 
 #[test]
+fn fuzz_schedule() {
+    run("schedule", 1500);
+}
+
+#[test]
 fn fuzz_layer() {
     run("layer", 1500);
 }

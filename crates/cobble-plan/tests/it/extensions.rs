@@ -1,5 +1,5 @@
 //! cobble's service extensions: `requires-paths`, `on-file-change`, `requires-checks`,
-//! `start-grace`, `readiness`, `rlimits`, `resources`, `sockets` and `watchdog`.
+//! `start-grace`, `readiness`, `rlimits`, `resources`, `sockets`, `watchdog` and `schedule`.
 
 use cobble_plan::{
     CpuMax, FileChangeAction, GoDuration, HeldSocket, Layer, LimitValue, ListenAddress,
@@ -495,4 +495,115 @@ fn bad_sockets_and_watchdogs_are_refused_with_clear_errors() {
         "services:\n    web:\n        override: merge\n        watchdog: 10s\n",
     ])
     .unwrap();
+}
+
+#[test]
+fn a_later_schedule_replaces_and_prints_back() {
+    let p = plan(&[
+        r#"
+        services:
+            job:
+                override: replace
+                command: cleanup
+                schedule: "mon,10:00"
+            other:
+                override: replace
+                command: other
+                schedule: 00:00-24:00/96
+        "#,
+        r#"
+        services:
+            job:
+                override: merge
+                schedule: mon-fri,9:00-17:00/8
+            other:
+                override: merge
+                command: other --quiet
+        "#,
+    ])
+    .unwrap();
+    assert_eq!(p.services["job"].schedule, "mon-fri,9:00-17:00/8");
+    // A merge that does not name it keeps it.
+    assert_eq!(p.services["other"].schedule, "00:00-24:00/96");
+    let yaml = p.to_yaml();
+    assert!(
+        yaml.contains(
+            "        schedule: mon-fri,9:00-17:00/8
+"
+        ),
+        "{yaml}"
+    );
+    let again = Plan::from_layers(vec![Layer::parse(0, "again", &yaml).unwrap()]).unwrap();
+    assert_eq!(again.services["job"].schedule, p.services["job"].schedule);
+    assert_eq!(
+        again.services["other"].schedule,
+        p.services["other"].schedule
+    );
+    // A replace without it drops it.
+    let p = plan(&[
+        "services:\n    job:\n        override: replace\n        command: a\n        schedule: \"10:00\"\n",
+        "services:\n    job:\n        override: replace\n        command: b\n",
+    ])
+    .unwrap();
+    assert_eq!(p.services["job"].schedule, "");
+    assert!(!p.to_yaml().contains("schedule"));
+}
+
+#[test]
+fn a_bad_schedule_refuses_the_layer_naming_the_service_the_field_and_the_text() {
+    for (value, want) in [
+        (
+            "\"mon,25:00\"",
+            r#"plan service "job" schedule "mon,25:00" invalid: cannot parse "25:00": not a valid time"#,
+        ),
+        (
+            "monday",
+            r#"plan service "job" schedule "monday" invalid: cannot parse "monday": "monday" is not a valid weekday"#,
+        ),
+        (
+            "00:00-24:00/2880",
+            r#"plan service "job" schedule "00:00-24:00/2880" invalid: cannot parse "00:00-24:00/2880": more events than the span has minutes"#,
+        ),
+    ] {
+        let yaml = format!(
+            "services:\n    job:\n        override: replace\n        command: cleanup\n        schedule: {value}\n"
+        );
+        assert_eq!(parse(1, &yaml).unwrap_err().to_string(), want, "{value}");
+    }
+    // Added to a plan, the bad layer leaves the plan as it was.
+    let before = plan(&["services:\n    job:\n        override: replace\n        command: cleanup\n        schedule: \"10:00\"\n"]).unwrap();
+    let bad = Layer::parse(
+        2,
+        "bad",
+        "services:\n    job:\n        override: merge\n        schedule: \"10:00/3\"\n",
+    );
+    assert_eq!(
+        bad.unwrap_err().to_string(),
+        r#"plan service "job" schedule "10:00/3" invalid: cannot parse "10:00/3": an event count needs a span of time"#
+    );
+    assert_eq!(before.services["job"].schedule, "10:00");
+    // Far too long: refused by its bound, the text still named.
+    let long = "mon,".repeat(150) + "10:00";
+    let yaml = format!(
+        "services:\n    job:\n        override: replace\n        command: cleanup\n        schedule: \"{long}\"\n"
+    );
+    assert_eq!(
+        parse(1, &yaml).unwrap_err().to_string(),
+        format!(r#"plan service "job" schedule "{long}" invalid: longer than 512 bytes"#)
+    );
+}
+
+#[test]
+fn a_schedule_that_looks_like_a_number_reads_and_prints_as_text() {
+    for written in ["10:00", "\"10:00\"", "23:00-01:00", "0:00"] {
+        let p = plan(&[&format!(
+            "services:\n    job:\n        override: replace\n        command: c\n        schedule: {written}\n"
+        )])
+        .unwrap();
+        let text = written.trim_matches('"');
+        assert_eq!(p.services["job"].schedule, text);
+        let yaml = p.to_yaml();
+        let again = Plan::from_layers(vec![Layer::parse(0, "again", &yaml).unwrap()]).unwrap();
+        assert_eq!(again.services["job"].schedule, text, "{yaml}");
+    }
 }

@@ -93,6 +93,7 @@ fn every_service_field() -> Service {
             },
         )]),
         watchdog: secs(10),
+        schedule: "mon-fri,9:00-17:00/8".into(),
     }
 }
 

@@ -204,3 +204,30 @@ fn an_unknown_anchor_after_text_that_is_not_ascii_is_named() {
         "cannot parse layer \"hostile\": yaml: unknown anchor 'nope' referenced"
     );
 }
+
+/// A schedule is bounded before it is split: a megabyte of `,,` or of times is refused by
+/// its length at once, and the most spans it may hold are refused past their number.
+#[test]
+fn a_huge_schedule_is_refused_by_its_bounds() {
+    let layer = |schedule: &str| {
+        format!(
+            "services:\n  job:\n    override: replace\n    command: c\n    schedule: \"{schedule}\"\n"
+        )
+    };
+    let huge = ",,".repeat(500_000);
+    let error = refusal(layer(&huge));
+    assert!(
+        error.ends_with("invalid: longer than 512 bytes"),
+        "{}",
+        &error[error.len() - 60..]
+    );
+    let many = vec!["0:00"; 65].join(",");
+    assert!(
+        refusal(layer(&many)).ends_with("invalid: more than 64 days and times"),
+        "{many}"
+    );
+    // Past u32, the count is refused as a count.
+    assert!(
+        refusal(layer("00:00-24:00/99999999999999999999")).ends_with("not a valid event count")
+    );
+}

@@ -64,6 +64,13 @@ fn structured(services: &[ServiceInfo]) -> Value {
                         .map(|t| Value::Time(go_time(t))),
                 )
                 .some(
+                    "scheduled",
+                    service
+                        .scheduled
+                        .as_deref()
+                        .map(|t| Value::Time(go_time(t))),
+                )
+                .some(
                     "reason",
                     service.reason.as_deref().map(|r| Value::Str(r.to_owned())),
                 )
@@ -76,16 +83,22 @@ fn structured(services: &[ServiceInfo]) -> Value {
 }
 
 /// The text table: `Service  Startup  Current  Since`, `-` for a service never started.
-/// When cobble has something to say about why a service is not simply running, a `Notes`
-/// column carries it (`cobble why` says more); otherwise the table is exactly Pebble's.
+/// When a listed service has a schedule, a `Scheduled` column gives each one's next run (`-`
+/// for the others), in the format of `Since`. When cobble has something to say about why a
+/// service is not simply running, a `Notes` column carries it (`cobble why` says more).
+/// Without either, the table is exactly Pebble's.
 fn table(services: &[ServiceInfo], times: &TimeFormatter) -> String {
     let notes = services.iter().any(|s| s.reason.is_some());
+    let scheduled = services.iter().any(|s| s.scheduled.is_some());
     let mut header = vec![
         "Service".to_string(),
         "Startup".into(),
         "Current".into(),
         "Since".into(),
     ];
+    if scheduled {
+        header.push("Scheduled".into());
+    }
     if notes {
         header.push("Notes".into());
     }
@@ -101,6 +114,14 @@ fn table(services: &[ServiceInfo], times: &TimeFormatter) -> String {
             service.current.clone(),
             since,
         ];
+        if scheduled {
+            row.push(
+                service
+                    .scheduled
+                    .as_deref()
+                    .map_or_else(|| "-".to_string(), |t| times.format(t)),
+            );
+        }
         if notes {
             row.push(service.reason.clone().unwrap_or_else(|| "-".into()));
         }
@@ -119,6 +140,7 @@ mod tests {
             startup: startup.into(),
             current: current.into(),
             current_since: since.map(Into::into),
+            scheduled: None,
             reason: None,
             details: None,
         }
@@ -142,5 +164,33 @@ mod tests {
              srv1     enabled   active    2024-06-28T02:20:03Z\n\
              srv2     disabled  inactive  -\n"
         );
+    }
+
+    #[test]
+    fn a_scheduled_column_only_when_a_listed_service_has_a_schedule() {
+        let mut job = service("job", "disabled", "inactive", None);
+        job.scheduled = Some("2024-06-28T02:21:00+00:00".into());
+        let services = [
+            job,
+            service(
+                "web",
+                "enabled",
+                "active",
+                Some("2024-06-28T02:20:03.346+00:00"),
+            ),
+        ];
+        let times = TimeFormatter::at(true, jiff::ZonedDateTime::now());
+        assert_eq!(
+            table(&services, &times),
+            "Service  Startup   Current   Since                 Scheduled\n\
+             job      disabled  inactive  -                     2024-06-28T02:21:00Z\n\
+             web      enabled   active    2024-06-28T02:20:03Z  -\n"
+        );
+        // Relative, as Since is.
+        let now = "2024-06-28T02:20:30+00:00[UTC]".parse().unwrap();
+        let relative = table(&services, &TimeFormatter::at(false, now));
+        assert!(relative.contains("Scheduled"), "{relative}");
+        assert!(!relative.contains("2024-06-28T02:21:00Z"), "{relative}");
+        assert!(!table(&services[1..], &times).contains("Scheduled"));
     }
 }

@@ -2,11 +2,12 @@
 //!
 //! It reads `GET /v1/services?details=true` (the supervisor's facts and the checks acting on
 //! the service) and, when the caller may read the plan, the service's backoff settings to
-//! show the schedule of retries.
+//! show the delays between retries. A service with a `schedule:` gets its next run, its last
+//! run and how it went, and the runs skipped because one was still going.
 
 use clap::Args;
 use cobble_client::Client;
-use cobble_client::types::{HeldSocketDetails, ServiceInfo, WatchdogDetails};
+use cobble_client::types::{HeldSocketDetails, ScheduleDetails, ServiceInfo, WatchdogDetails};
 use cobble_plan::{Layer, Plan};
 
 use super::format::tabulate;
@@ -35,17 +36,17 @@ pub(super) async fn execute(
     let Some(service) = services.into_iter().next() else {
         anyhow::bail!("cannot find service {:?} in plan", args.service);
     };
-    // The schedule needs the plan, which only admins may read; without it, say less.
-    let schedule = match client.plan_yaml().await {
-        Ok(yaml) => backoff_schedule(&yaml, &args.service),
+    // The backoff delays need the plan, which only admins may read; without it, say less.
+    let backoff = match client.plan_yaml().await {
+        Ok(yaml) => backoff_delays(&yaml, &args.service),
         Err(_) => None,
     };
-    let text = explain(&service, schedule, &TimeFormatter::new(args.abs_time));
+    let text = explain(&service, backoff, &TimeFormatter::new(args.abs_time));
     write_all(out, &text)
 }
 
 /// The backoff delays of `service` (first, then each factor step up to the limit).
-fn backoff_schedule(plan_yaml: &str, service: &str) -> Option<String> {
+fn backoff_delays(plan_yaml: &str, service: &str) -> Option<String> {
     let layer = Layer::parse(0, "plan", plan_yaml).ok()?;
     let plan = Plan::from_layers(vec![layer]).ok()?;
     let config = plan.services.get(service)?;
@@ -142,7 +143,50 @@ fn bytes(n: u64) -> String {
     }
 }
 
-fn explain(service: &ServiceInfo, schedule: Option<String>, times: &TimeFormatter) -> String {
+/// `every ... ; next run <time>` and the rest of what a scheduled service's rows say.
+fn describe_schedule(
+    schedule: &ScheduleDetails,
+    times: &TimeFormatter,
+) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    let next = schedule.next_run.as_deref().map_or_else(
+        || "no next run".to_owned(),
+        |t| format!("next run {}", times.format(t)),
+    );
+    rows.push(("Schedule", format!("{}, {next}", schedule.schedule)));
+    match &schedule.last_run {
+        None => rows.push(("Last run", "none since the daemon started".into())),
+        Some(at) => {
+            let change = if schedule.last_change_id.is_empty() {
+                String::new()
+            } else {
+                format!(" (change {})", schedule.last_change_id)
+            };
+            let outcome = match schedule.last_outcome.as_str() {
+                "error" => format!("error: {}", schedule.last_error),
+                other => other.to_owned(),
+            };
+            rows.push((
+                "Last run",
+                format!("{}{change}, {outcome}", times.format(at)),
+            ));
+        }
+    }
+    if let Some(skip) = &schedule.last_skip {
+        let runs = if schedule.skips == 1 { "run" } else { "runs" };
+        rows.push((
+            "Skipped",
+            format!(
+                "{} {runs} while the one before was still going, the last due {}",
+                schedule.skips,
+                times.format(skip)
+            ),
+        ));
+    }
+    rows
+}
+
+fn explain(service: &ServiceInfo, backoff: Option<String>, times: &TimeFormatter) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut row = |label: &str, value: String| rows.push(vec![format!("{label}:"), value]);
     row("Service", service.name.clone());
@@ -160,6 +204,9 @@ fn explain(service: &ServiceInfo, schedule: Option<String>, times: &TimeFormatte
             .clone()
             .unwrap_or_else(|| match service.current.as_str() {
                 "active" => "running".into(),
+                _ if service.current_since.is_none() && service.scheduled.is_some() => {
+                    "not run yet: it waits for its schedule".into()
+                }
                 _ if service.current_since.is_none() => "never started by this daemon".into(),
                 _ => "-".into(),
             }),
@@ -266,10 +313,15 @@ fn explain(service: &ServiceInfo, schedule: Option<String>, times: &TimeFormatte
                 ),
             );
         }
+        if let Some(schedule) = &d.schedule {
+            for (label, value) in describe_schedule(schedule, times) {
+                row(label, value);
+            }
+        }
         output = d.last_output.clone();
     }
-    if let Some(schedule) = schedule {
-        row("Schedule", schedule);
+    if let Some(backoff) = backoff {
+        row("Backoff steps", backoff);
     }
     let mut text = tabulate(&rows);
     if !output.is_empty() {
@@ -294,6 +346,7 @@ mod tests {
             name: "webhook".into(),
             startup: "enabled".into(),
             current: "backoff".into(),
+            scheduled: None,
             current_since: Some("2026-01-02T03:04:05Z".into()),
             reason: Some("backing off after exit code 255".into()),
             details: Some(ServiceDetails {
@@ -333,7 +386,7 @@ Last exit:      code 255
 Backoff:        3 so far, current delay 2s, next start 2026-01-02T03:04:07Z
 Retry when:     /certs/cert.pem exists
 Failing check:  up down since 2026-01-02T03:03:00Z, 6/3 failures, action fired 2 times: dial tcp 127.0.0.1:8443: connection refused
-Schedule:       500ms, 1s (limit)
+Backoff steps:  500ms, 1s (limit)
 Last output:
     Error: open /certs/cert.pem: no such file or directory
 "
@@ -346,6 +399,7 @@ Last output:
             name: "app".into(),
             startup: "enabled".into(),
             current: "waiting".into(),
+            scheduled: None,
             current_since: Some("2026-01-02T03:04:05Z".into()),
             reason: Some("waiting for check db-ready to succeed".into()),
             details: Some(ServiceDetails {
@@ -368,6 +422,7 @@ Waiting for:  check db-ready to succeed
             name: "slow".into(),
             startup: "enabled".into(),
             current: "active".into(),
+            scheduled: None,
             current_since: Some("2026-01-02T03:04:05Z".into()),
             reason: None,
             details: Some(ServiceDetails {
@@ -406,6 +461,7 @@ Check restarts:  2 by check up while it stays down, next not before 2026-01-02T0
             name: "leaky".into(),
             startup: "enabled".into(),
             current: "backoff".into(),
+            scheduled: None,
             current_since: Some("2026-01-02T03:04:05Z".into()),
             reason: Some(
                 "backing off after exit code 137 (killed by the OOM killer at memory-max 64M)"
@@ -452,6 +508,7 @@ Resources:  pids-max not enforced: no cgroup v1 pids hierarchy is mounted
             name: "api".into(),
             startup: "enabled".into(),
             current: "active".into(),
+            scheduled: None,
             current_since: Some("2026-01-02T03:04:05Z".into()),
             reason: None,
             details: Some(ServiceDetails {
@@ -528,12 +585,89 @@ Watchdog:   every 30s, last ping 2026-01-02T03:04:20Z, fails at 2026-01-02T03:04
     }
 
     #[test]
-    fn schedule_from_the_plan() {
+    fn backoff_delays_from_the_plan() {
         let yaml = "services:\n    s:\n        override: replace\n        command: x\n        backoff-delay: 500ms\n        backoff-limit: 5s\n";
         assert_eq!(
-            backoff_schedule(yaml, "s").unwrap(),
+            backoff_delays(yaml, "s").unwrap(),
             "500ms, 1s, 2s, 4s, 5s (limit); reset after running for 5s"
         );
-        assert_eq!(backoff_schedule(yaml, "other"), None);
+        assert_eq!(backoff_delays(yaml, "other"), None);
+    }
+
+    #[test]
+    fn explains_a_schedule_its_last_run_and_its_skips() {
+        let service = ServiceInfo {
+            name: "cleanup".into(),
+            startup: "disabled".into(),
+            current: "inactive".into(),
+            current_since: None,
+            scheduled: Some("2026-01-02T03:05:00Z".into()),
+            reason: None,
+            details: Some(ServiceDetails {
+                schedule: Some(ScheduleDetails {
+                    schedule: "00:00-24:00/1440".into(),
+                    next_run: Some("2026-01-02T03:05:00Z".into()),
+                    ..ScheduleDetails::default()
+                }),
+                ..ServiceDetails::default()
+            }),
+        };
+        let times = TimeFormatter::new(true);
+        assert_eq!(
+            explain(&service, None, &times),
+            "\
+Service:   cleanup
+Current:   inactive
+Startup:   disabled
+Why:       not run yet: it waits for its schedule
+Starts:    0
+Schedule:  00:00-24:00/1440, next run 2026-01-02T03:05:00Z
+Last run:  none since the daemon started
+"
+        );
+        let mut ran = service.clone();
+        ran.current = "active".into();
+        ran.current_since = Some("2026-01-02T03:04:00Z".into());
+        let details = ran.details.as_mut().unwrap();
+        details.start_count = 1;
+        details.schedule = Some(ScheduleDetails {
+            schedule: "00:00-24:00/1440".into(),
+            next_run: Some("2026-01-02T03:06:00Z".into()),
+            last_run: Some("2026-01-02T03:04:00Z".into()),
+            last_change_id: "12".into(),
+            last_outcome: "done".into(),
+            last_error: String::new(),
+            last_skip: Some("2026-01-02T03:05:00Z".into()),
+            skips: 1,
+        });
+        let text = explain(
+            &ran,
+            Some("1s (limit); reset after running for 1s".into()),
+            &times,
+        );
+        assert!(
+            text.contains("Last run:       2026-01-02T03:04:00Z (change 12), done\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "Skipped:        1 run while the one before was still going, the last due 2026-01-02T03:05:00Z\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("Backoff steps:  1s (limit); reset after running for 1s\n"),
+            "{text}"
+        );
+        let details = ran.details.as_mut().unwrap();
+        let schedule = details.schedule.as_mut().unwrap();
+        schedule.last_outcome = "error".into();
+        schedule.last_error =
+            "cannot perform the following tasks:\n- Start service \"cleanup\" (exited)".into();
+        let text = explain(&ran, None, &times);
+        assert!(
+            text.contains("(change 12), error: cannot perform the following tasks:"),
+            "{text}"
+        );
     }
 }

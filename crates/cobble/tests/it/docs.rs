@@ -99,9 +99,21 @@ fn fields_at(yaml: &str) -> Option<Vec<String>> {
 /// section, so a section added there is found without naming it here.
 fn sections() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    let dir = repo().join("crates/cobble-plan/src");
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let source = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    // Every source file, those of a module's own folder (its tests) too.
+    let mut dirs = vec![repo().join("crates/cobble-plan/src")];
+    let mut files = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    for path in files {
+        let source = std::fs::read_to_string(path).unwrap();
         for literal in source.split('"').skip(1).step_by(2) {
             let plausible = !literal.is_empty()
                 && literal.starts_with(|c: char| c.is_ascii_lowercase())

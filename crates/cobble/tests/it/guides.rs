@@ -134,7 +134,7 @@ fn the_why_output_in_the_guides_is_what_cobble_prints_for_the_guides_layer() {
         if crate::fixture::glob_matches(&pattern, &last) {
             break;
         }
-        let past = last.contains("Starts:      4") || last.contains("Starts:      5");
+        let past = last.contains("Starts:         4") || last.contains("Starts:         5");
         assert!(
             !past && Instant::now() < deadline,
             "`cobble why flaky` never printed what docs/how-to/read-why.md shows.\n\

@@ -42,6 +42,7 @@ mod plan;
 mod resources;
 mod robustness;
 mod scenarios;
+mod schedule;
 mod self_healing;
 mod services;
 mod sockets;

@@ -158,7 +158,7 @@ fn a_service_past_memory_max_is_oom_killed_reported_as_such_and_restarted() {
     );
     Test::daemon(&d)
         .args(&["why", "leaky"])
-        .stdout_contains(&format!("Last exit:  code 137 ({cause})"))
+        .stdout_contains(&format!("Last exit:      code 137 ({cause})"))
         .run();
     // on-failure (restart, the default) brings it back like any other exit.
     wait_for("a restart", Duration::from_secs(20), || {

@@ -121,10 +121,12 @@ fn a_service_that_stops_pinging_while_its_port_stays_open_is_aborted_explained_a
     );
     let output = Test::daemon(&d)
         .args(&["why", "wd"])
-        .stdout_contains(&format!("Last exit:  code 134 ({reason}"))
+        .stdout_contains(&format!("Last exit:      code 134 ({reason}"))
         .run();
     assert!(
-        output.stdout.contains("Watchdog:   every 1s, last ping "),
+        output
+            .stdout
+            .contains("Watchdog:       every 1s, last ping "),
         "{}",
         output.stdout
     );

@@ -381,7 +381,7 @@ log-targets:
         .run();
     Test::daemon(&daemon)
         .args(&["why", "odd"])
-        .stdout_contains("Why:       startup \"enable\" is neither \"enabled\" nor \"disabled\": not started automatically; logs not forwarded to \"labels\"")
+        .stdout_contains("Why:            startup \"enable\" is neither \"enabled\" nor \"disabled\": not started automatically; logs not forwarded to \"labels\"")
         .run();
     // Started by hand it runs, as under Pebble.
     Test::daemon(&daemon).args(&["start", "odd"]).run();

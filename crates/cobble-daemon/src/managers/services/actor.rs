@@ -618,7 +618,7 @@ impl Actor {
                     .iter()
                     .filter(|(name, slot)| {
                         plan.service_to_run(name)
-                            .is_some_and(|config| *config != *slot.config)
+                            .is_some_and(|config| runs_differently(&config, &slot.config))
                     })
                     .map(|(name, _)| name.clone())
                     .collect();
@@ -966,4 +966,15 @@ fn notify_socket(
         jobs.clone(),
     );
     Ok(address)
+}
+
+/// Whether `new` runs the service otherwise than `old` did, so that a replan restarts it:
+/// any difference but its `schedule`, which says when the daemon starts it, not how.
+fn runs_differently(new: &Service, old: &Service) -> bool {
+    if new.schedule == old.schedule {
+        return new != old;
+    }
+    let mut same_schedule = new.clone();
+    same_schedule.schedule.clone_from(&old.schedule);
+    same_schedule != *old
 }

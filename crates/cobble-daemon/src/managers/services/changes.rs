@@ -208,6 +208,28 @@ impl ServiceChanges {
         Ok(change_id)
     }
 
+    /// Starts `name` and what it requires as `start` would, for its schedule: recorded with a
+    /// summary that says the schedule started it, carried out at once (nobody waits for the
+    /// state file); the change's ID.
+    pub(crate) async fn start_scheduled(
+        &self,
+        name: &str,
+        schedule: &str,
+    ) -> Result<u64, ActionError> {
+        let resolved = self
+            .resolve(ServiceChange::Start, vec![name.to_owned()])
+            .await?;
+        let count: usize = resolved.start_lanes.iter().map(Vec::len).sum();
+        let mut summary = format!("Start service {name:?} on its schedule {schedule:?}");
+        if count > 1 {
+            summary.push_str(&format!(" and {} more", count - 1));
+        }
+        let pending = self.record_as(resolved, Some(summary));
+        let change_id = pending.change_id;
+        self.spawn_run(pending);
+        Ok(change_id)
+    }
+
     /// Resolves `action` against the plan into the services it names and its lanes.
     async fn resolve(
         &self,
@@ -315,6 +337,12 @@ impl ServiceChanges {
 
     /// Records the change and tasks of a resolved action.
     fn record(&self, resolved: Resolved) -> Pending {
+        self.record_as(resolved, None)
+    }
+
+    /// Records the change and tasks of a resolved action, with `summary` in place of the
+    /// action's own when given.
+    fn record_as(&self, resolved: Resolved, summary: Option<String>) -> Pending {
         let Resolved {
             action,
             names,
@@ -342,11 +370,13 @@ impl ServiceChanges {
             start_lanes.iter().map(Vec::len).sum()
         };
         let first = names.first().cloned().unwrap_or_default();
-        let summary = if count <= 1 {
-            format!("{title} service \"{first}\"")
-        } else {
-            format!("{title} service \"{first}\" and {} more", count - 1)
-        };
+        let summary = summary.unwrap_or_else(|| {
+            if count <= 1 {
+                format!("{title} service \"{first}\"")
+            } else {
+                format!("{title} service \"{first}\" and {} more", count - 1)
+            }
+        });
         let change_id = self.state.new_change(action.as_str(), &summary, names);
         let stop = self.add_tasks(change_id, Op::Stop, stop_lanes);
         let start = self.add_tasks(change_id, Op::Start, start_lanes);
@@ -511,6 +541,43 @@ impl ServiceChanges {
         }
         self.state.set_task_status(id, TaskStatus::Done);
         true
+    }
+}
+
+impl super::scheduler::ScheduledRuns for ServiceChanges {
+    fn start(
+        &self,
+        name: String,
+        schedule: String,
+    ) -> futures_util::future::BoxFuture<'static, Result<u64, String>> {
+        let this = self.clone();
+        Box::pin(async move {
+            this.start_scheduled(&name, &schedule)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn outcome(
+        &self,
+        change_id: u64,
+    ) -> futures_util::future::BoxFuture<'static, super::scheduler::RunOutcome> {
+        use super::scheduler::RunOutcome;
+        let state = self.state.clone();
+        Box::pin(async move {
+            state.wait_ready(change_id).await;
+            match state.change_info(change_id) {
+                Some(change) if change.status == "Done" => RunOutcome::Done,
+                Some(change) if !change.err.is_empty() => RunOutcome::Error(change.err),
+                Some(change) => RunOutcome::Error(change.status),
+                None => RunOutcome::Error("change pruned".into()),
+            }
+        })
+    }
+
+    fn active(&self) -> futures_util::future::BoxFuture<'static, Vec<String>> {
+        let manager = self.manager.clone();
+        Box::pin(async move { manager.active().await })
     }
 }
 

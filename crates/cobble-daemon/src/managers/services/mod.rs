@@ -32,6 +32,7 @@
 //! - `accounting`: what services use, read on demand, at most once a second each.
 //! - [`changes`]: API requests as changes and tasks, run lane by lane.
 //! - [`hints`]: the paths a failed service's last output names as missing.
+//! - [`scheduler`]: the services started at the times their `schedule:` names.
 
 mod accounting;
 mod actor;
@@ -41,6 +42,7 @@ pub(crate) mod hints;
 pub(crate) mod machine;
 mod messages;
 mod policy;
+pub(crate) mod scheduler;
 pub(crate) mod status;
 #[cfg(test)]
 mod tests;

@@ -492,3 +492,22 @@ async fn what_an_exited_process_left_is_terminated_at_once_and_killed_after_the_
     assert_eq!(Instant::now() - signalled, Duration::from_secs(3));
     h.wait_status("web", "inactive").await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_changed_schedule_alone_does_not_make_a_running_service_outdated() {
+    let h = Harness::new(vec![service("job")]);
+    let reply = h.start("job");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(reply.await.unwrap().outcome, StartOutcome::Started);
+    let mut scheduled = service("job");
+    scheduled.schedule = "00:00-24:00/96".into();
+    let mut plan = Plan::default();
+    plan.services.insert("job".into(), scheduled.clone());
+    h._plan.send_replace(Arc::new(plan.clone()));
+    assert!(h.manager.outdated().await.is_empty());
+    // Any other change still does.
+    scheduled.command = "/bin/other".into();
+    plan.services.insert("job".into(), scheduled);
+    h._plan.send_replace(Arc::new(plan));
+    assert_eq!(h.manager.outdated().await, ["job"]);
+}
