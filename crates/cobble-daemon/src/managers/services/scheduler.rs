@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cobble_plan::{Plan, Schedule};
@@ -42,14 +42,20 @@ pub(crate) trait WallClock: Send + Sync + 'static {
     fn now(&self) -> Timestamp;
     /// The zone whose civil times a schedule names.
     fn zone(&self) -> &TimeZone;
+    /// Reads what [`WallClock::zone`] needs, off the runtime's workers; awaited before the
+    /// first schedule is read.
+    fn prepare(self: Arc<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
 }
 
-/// The system's clock and local time zone (`TZ`, else `/etc/localtime`).
-pub(crate) struct SystemClock(TimeZone);
+/// The system's clock and local time zone (`TZ`, else `/etc/localtime`). The zone is read
+/// when the plan first has a schedule, so a daemon without one never reads it.
+pub(crate) struct SystemClock(OnceLock<TimeZone>);
 
 impl SystemClock {
     pub(crate) fn new() -> SystemClock {
-        SystemClock(TimeZone::system())
+        SystemClock(OnceLock::new())
     }
 }
 
@@ -59,7 +65,20 @@ impl WallClock for SystemClock {
     }
 
     fn zone(&self) -> &TimeZone {
-        &self.0
+        // Prepared before any schedule is read; reading it here is only a fallback.
+        self.0.get_or_init(TimeZone::system)
+    }
+
+    fn prepare(self: Arc<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            if self.0.get().is_none() {
+                let clock = self.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    clock.0.get_or_init(TimeZone::system);
+                })
+                .await;
+            }
+        })
     }
 }
 
@@ -189,7 +208,7 @@ struct Actor {
 impl Actor {
     async fn run(mut self) {
         let plan = self.plan.borrow_and_update().clone();
-        self.reconcile(&plan);
+        self.take_plan(&plan).await;
         loop {
             self.publish();
             let now = self.clock.now();
@@ -210,7 +229,7 @@ impl Actor {
                         return;
                     }
                     let plan = self.plan.borrow_and_update().clone();
-                    self.reconcile(&plan);
+                    self.take_plan(&plan).await;
                 }
                 Some((name, change_id, outcome)) = self.done_rx.recv() => {
                     self.finished(&name, change_id, outcome);
@@ -218,6 +237,14 @@ impl Actor {
                 () = sleep_for(wait) => self.fire_due().await,
             }
         }
+    }
+
+    /// Takes the plan's schedules, with the time zone read first when there are any.
+    async fn take_plan(&mut self, plan: &Plan) {
+        if plan.services.values().any(|s| !s.schedule.is_empty()) {
+            self.clock.clone().prepare().await;
+        }
+        self.reconcile(plan);
     }
 
     /// Takes the plan's schedules: a new or changed one gets its first run at the next
