@@ -59,7 +59,7 @@ pub fn prepare_daemon() -> io::Result<NofileLimit> {
     raise_nofile()
 }
 
-fn raise_nofile() -> io::Result<NofileLimit> {
+pub(crate) fn raise_nofile() -> io::Result<NofileLimit> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

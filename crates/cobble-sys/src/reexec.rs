@@ -12,8 +12,10 @@
 //! before any thread starts, so that nothing it starts inherits it.
 //!
 //! [`exec`] prepares everything it needs (the C strings of the program, its arguments and
-//! its environment) before it calls `execve`, and changes nothing in the process itself: when
-//! `execve` fails, the daemon goes on exactly as it was, and only has to set the flags back.
+//! its environment) before it calls `execve`, and changes nothing in the process but the
+//! soft descriptor limit, which it gives back its original value for the new program to
+//! raise (and remember) itself: when `execve` fails, it raises the limit again and the daemon
+//! goes on exactly as it was, and only has to set the flags back.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Seek, Write};
@@ -90,6 +92,15 @@ pub fn read_handover(fd: RawFd, limit: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Takes ownership of a descriptor the predecessor handed over, after checking that it is
+/// open, and marks it close-on-exec again, so that nothing this program starts inherits it.
+pub fn adopt(fd: RawFd) -> io::Result<OwnedFd> {
+    set_inherited(fd, false)?;
+    // SAFETY: the descriptor is open (the call above would have failed with EBADF) and the
+    // handover document, which this program alone reads, gives it to the caller.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Takes [`HANDOVER_ENV`] out of the environment and returns the descriptor it named.
 ///
 /// Call it first thing in `main`, before any thread starts: changing the environment while
@@ -138,10 +149,15 @@ pub fn exec(program: &Path, args: &[OsString], env: &[(OsString, OsString)]) -> 
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
+    // The new program starts with the descriptor limit the daemon was started with, and
+    // raises it itself, remembering that one for its children.
+    crate::inherit::restore_nofile();
     // SAFETY: every pointer is to a NUL-terminated string that lives until the call returns,
     // and both arrays end with a null pointer. On success the call does not return.
     unsafe { libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
-    io::Error::last_os_error()
+    let error = io::Error::last_os_error();
+    let _ = crate::inherit::raise_nofile();
+    error
 }
 
 #[cfg(test)]

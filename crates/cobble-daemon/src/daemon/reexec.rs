@@ -1,0 +1,618 @@
+//! Re-executing the daemon in place (`POST /v1/cobble/reexec`, `cobble reexec`).
+//!
+//! # Theory of operation
+//!
+//! The daemon replaces its program with `execve`, so it keeps its pid (PID 1 of a container
+//! stays PID 1) and its children. What the new program needs beyond that is handed over
+//! explicitly: the descriptors it keeps (the directory lock, the unix socket's and the TCP
+//! listeners, the asking client's connection) lose their close-on-exec flag, and a
+//! [`Handover`] document in a memory file says what each is; its descriptor is named by
+//! [`cobble_sys::reexec::HANDOVER_ENV`]. The state goes through the state file: the
+//! persister writes it one last time and stops, and the new program loads it as any daemon
+//! does.
+//!
+//! In order:
+//!
+//! 1. **The candidate is asked first.** It is run as a child with [`PROBE_ARG`] and must
+//!    answer, within [`PROBE_TIMEOUT`], with its version and the handover formats it reads.
+//!    A missing file, one that is not executable or not for this machine, a build that does
+//!    not know the probe or does not read this daemon's [`FORMAT`], and one that crashes or
+//!    exits at once are refused with the reason, and nothing else has happened.
+//! 2. **Exec sessions are waited for** up to [`EXEC_WAIT`], then the request is refused,
+//!    naming them.
+//! 3. **The listeners pause.** They stop accepting (the kernel queues new connections, which
+//!    the new program accepts) and every connection finishes the request it is answering and
+//!    closes; the daemon waits for that up to [`DRAIN_WAIT`].
+//! 4. **What cannot be handed over refuses the request**, checked once no request can start
+//!    anything more: a service that is running, starting, stopping, backing off or waiting,
+//!    a change in progress, a plan with held `sockets:`, a daemon without a state file
+//!    (`PEBBLE_PERSIST=never`) or run by another command (`cobble enter`). The listeners then
+//!    serve again.
+//! 5. **The state is written** by the persister, which then stops; the daemon's own log and
+//!    the service log files are flushed.
+//! 6. **`execve`**. If it fails, the flags are set back, the persister and the listeners start
+//!    again, and the client is told why. If it succeeds, the new program adopts the
+//!    descriptors, starts as a daemon does (loading the plan and the state) but neither ends
+//!    leftovers nor autostarts, serves the listeners it was handed, and answers the waiting
+//!    client on its connection with both versions.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::ApiError;
+
+/// The argument that makes `cobble` answer as a re-execution's candidate (see [`probe`]).
+pub const PROBE_ARG: &str = "__reexec-probe";
+/// The handover format this daemon writes and reads.
+pub(crate) const FORMAT: u32 = 1;
+/// The handover formats this build reads.
+const READS: &[u32] = &[FORMAT];
+/// The largest handover document read.
+const MAX_DOCUMENT: u64 = 64 << 20;
+/// How long the candidate may take to answer the probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most of the probe's output read.
+const MAX_PROBE_OUTPUT: u64 = 64 * 1024;
+/// How long a re-execution waits for exec sessions to end.
+pub(crate) const EXEC_WAIT: Duration = Duration::from_secs(10);
+/// How long the listeners' connections have to finish their requests.
+pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(5);
+
+/// What `cobble __reexec-probe` prints: this build's version and the formats it reads.
+#[derive(Debug, Serialize, Deserialize)]
+struct ProbeAnswer {
+    #[serde(rename = "cobble-version")]
+    version: String,
+    #[serde(rename = "handover-formats")]
+    formats: Vec<u32>,
+}
+
+/// The probe's answer, one line of JSON.
+pub fn probe_answer() -> String {
+    serde_json::to_string(&ProbeAnswer {
+        version: crate::VERSION.to_owned(),
+        formats: READS.to_vec(),
+    })
+    .expect("the probe's answer serialises")
+}
+
+/// What the daemon hands its new program.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Handover {
+    /// [`FORMAT`].
+    pub format: u32,
+    /// The version of cobble that wrote it.
+    pub old_version: String,
+    /// The boot ID `/v1/system-info` reports, random when the daemon is PID 1: kept.
+    pub boot_id: String,
+    /// The directory lock's open file.
+    pub lock: RawFd,
+    /// The API's unix socket, listening.
+    pub unix: RawFd,
+    /// `--http`'s listener.
+    pub http: Option<RawFd>,
+    /// `--https`'s listener.
+    pub https: Option<RawFd>,
+    /// The client waiting for the answer.
+    pub reply: Option<Reply>,
+    /// What else a later format may carry, kept so that this one reads it without error.
+    #[serde(flatten)]
+    pub rest: BTreeMap<String, serde_json::Value>,
+}
+
+/// The client that asked for the re-execution, answered by the new program.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Reply {
+    /// Its connection.
+    pub fd: RawFd,
+    /// The program executed.
+    pub binary: String,
+    /// When it asked, in nanoseconds since the epoch, for the request's line in the log.
+    pub asked_ns: i128,
+    /// Its credentials, for the request's line in the debug log.
+    pub uid: Option<u32>,
+    pub pid: Option<i32>,
+}
+
+/// Reads the handover document from `fd`.
+pub(crate) fn read(fd: RawFd) -> Result<Handover, String> {
+    let bytes = cobble_sys::reexec::read_handover(fd, MAX_DOCUMENT)
+        .map_err(|e| format!("cannot read handover document: {e}"))?;
+    let handover: Handover = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("cannot read handover document: {e}"))?;
+    if !READS.contains(&handover.format) {
+        return Err(format!(
+            "cannot read handover document of format {} (this build reads {READS:?})",
+            handover.format
+        ));
+    }
+    Ok(handover)
+}
+
+/// The binary the daemon was started from, as it was named when it started.
+pub(crate) fn own_binary() -> Option<&'static Path> {
+    static BINARY: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let path = std::env::current_exe().ok()?;
+            // A binary replaced on disk since it started is shown with this suffix; the
+            // name is what a re-execution runs again, as it is on disk now.
+            let text = path.to_string_lossy();
+            Some(match text.strip_suffix(" (deleted)") {
+                Some(name) => PathBuf::from(name),
+                None => path,
+            })
+        })
+        .as_deref()
+}
+
+/// The program a re-execution runs: `binary`, absolute, or the daemon's own.
+pub(crate) fn resolve(binary: &str) -> Result<PathBuf, ApiError> {
+    if binary.is_empty() {
+        return own_binary().map(Path::to_owned).ok_or_else(|| {
+            ApiError::bad_request("cannot re-execute: the daemon's own binary is unknown")
+        });
+    }
+    let path = PathBuf::from(binary);
+    if !path.is_absolute() {
+        return Err(ApiError::bad_request(format!(
+            "cannot re-execute: binary path {} is not absolute",
+            cobble_plan::go_quote(binary)
+        )));
+    }
+    Ok(path)
+}
+
+/// Runs `binary` as a candidate and returns the version it reports; refuses, with the reason,
+/// one that cannot take over.
+pub(crate) async fn probe(binary: &Path) -> Result<String, ApiError> {
+    let shown = cobble_plan::go_quote(&binary.to_string_lossy());
+    let refuse = |why: String| ApiError::bad_request(format!("cannot re-execute {shown}: {why}"));
+    let mut cmd = Command::new(binary);
+    cmd.arg(PROBE_ARG)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cobble_sys::inherit::on_exec(&mut cmd);
+    let spawned = {
+        let binary = binary.to_owned();
+        tokio::task::spawn_blocking(move || {
+            if std::fs::metadata(&binary).is_ok_and(|meta| meta.is_dir()) {
+                return Err("is a directory".to_owned());
+            }
+            cobble_sys::reaper::spawn(&mut cmd).map_err(|e| cobble_sys::os_error_text(&e))
+        })
+        .await
+        .map_err(|e| refuse(e.to_string()))?
+    };
+    let mut spawned = spawned.map_err(refuse)?;
+    let pid = spawned.pid;
+    let stdout = spawned.stdout.take();
+    let stderr = spawned.stderr.take();
+    let read = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        if let Some(stdout) = stdout {
+            let _ = stdout.take(MAX_PROBE_OUTPUT).read_to_end(&mut out);
+        }
+        if let Some(stderr) = stderr {
+            let _ = stderr.take(MAX_PROBE_OUTPUT).read_to_end(&mut err);
+        }
+        (out, err)
+    });
+    let answered = tokio::time::timeout(PROBE_TIMEOUT, async {
+        let status = spawned.exit.await.ok();
+        let (out, err) = read.await.unwrap_or_default();
+        (status, out, err)
+    })
+    .await;
+    let Ok((status, out, err)) = answered else {
+        if let Ok(kill) = cobble_sys::process::parse_signal("SIGKILL") {
+            let _ = cobble_sys::process::signal_pid(pid, kill);
+        }
+        return Err(refuse(format!(
+            "it did not answer within {}s",
+            PROBE_TIMEOUT.as_secs()
+        )));
+    };
+    let first_error_line = String::from_utf8_lossy(&err)
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| format!(": {}", l.trim()))
+        .unwrap_or_default();
+    match status {
+        Some(status) if status.success() => {}
+        Some(cobble_sys::reaper::ExitStatus::Signaled(signal)) => {
+            return Err(refuse(format!(
+                "it was killed by signal {signal} when asked whether it can take over"
+            )));
+        }
+        Some(status) => {
+            return Err(refuse(format!(
+                "it cannot take over (asked with {PROBE_ARG}, it exited with status {}{first_error_line}): \
+                 not cobble, or a cobble too old to be re-executed into",
+                status.code()
+            )));
+        }
+        None => return Err(refuse("its exit was not seen".to_owned())),
+    }
+    let text = String::from_utf8_lossy(&out);
+    let Some(answer) = text
+        .lines()
+        .find_map(|line| serde_json::from_str::<ProbeAnswer>(line.trim()).ok())
+    else {
+        return Err(refuse(format!(
+            "it cannot take over (asked with {PROBE_ARG}, it did not answer as cobble does): \
+             not cobble, or a cobble too old to be re-executed into"
+        )));
+    };
+    if !answer.formats.contains(&FORMAT) {
+        return Err(refuse(format!(
+            "cobble {} reads handover formats {:?}, and this daemon writes format {FORMAT}",
+            answer.version, answer.formats
+        )));
+    }
+    Ok(answer.version)
+}
+
+/// The program's arguments, as it was started with them.
+pub(crate) fn own_args() -> Vec<OsString> {
+    std::env::args_os().collect()
+}
+
+/// The environment the new program gets: this one, and the handover's descriptor.
+pub(crate) fn environment(handover_fd: RawFd) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| k != cobble_sys::reexec::HANDOVER_ENV)
+        .collect();
+    env.push((
+        cobble_sys::reexec::HANDOVER_ENV.into(),
+        handover_fd.to_string().into(),
+    ));
+    env
+}
+
+/// The answer the new program writes on the asking client's connection: a whole HTTP/1.1
+/// response after which the connection closes.
+pub(crate) fn reply_bytes(result: &cobble_client::types::ReexecResult) -> Vec<u8> {
+    let body = serde_json::to_vec(&cobble_client::types::Envelope {
+        kind: "sync".into(),
+        status_code: 200,
+        status: "OK".into(),
+        change: None,
+        result,
+        latest_warning: None,
+    })
+    .expect("responses serialise");
+    let mut bytes = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// Carries out a re-execution asked for by `ask`; returns only when the daemon did not
+/// re-execute, with why, having put everything back as it was.
+pub(super) async fn reexec_now(
+    opts: &crate::RunOptions,
+    kept: &super::Kept,
+    daemon: &mut super::Daemon,
+    servers: &mut super::Servers,
+    ask: &crate::api::reexec::ReexecAsk,
+) -> ApiError {
+    if kept.embedded {
+        return ApiError::bad_request(
+            "cannot re-execute: the daemon is run by another command (cobble enter)",
+        );
+    }
+    if !opts.persist {
+        return ApiError::bad_request(
+            "cannot re-execute with PEBBLE_PERSIST=never: the state would not reach the new \
+             program",
+        );
+    }
+    let binary = match resolve(&ask.binary) {
+        Ok(binary) => binary,
+        Err(e) => return e,
+    };
+    let version = match probe(&binary).await {
+        Ok(version) => version,
+        Err(e) => return e,
+    };
+    if let Err(e) = wait_for_exec_sessions(&daemon.store).await {
+        return e;
+    }
+    let Some(listeners) = servers.pause().await else {
+        return ApiError::internal("cannot re-execute: the API's servers have stopped");
+    };
+    // Every connection but the asker's answers its request and closes; one that takes
+    // longer (a long poll) is cut by the exec, as a daemon's restart would cut it.
+    if tokio::time::timeout(DRAIN_WAIT, servers.open.at_most(1))
+        .await
+        .is_err()
+    {
+        tracing::info!(
+            "Re-executing with {} connections still open after {}s",
+            servers.open.count().saturating_sub(1),
+            DRAIN_WAIT.as_secs()
+        );
+    }
+    let blockers = blockers(daemon).await;
+    if !blockers.is_empty() {
+        servers.start(listeners, &daemon.cancel);
+        return ApiError::bad_request(format!(
+            "cannot re-execute: {}; a re-execution hands over no running service or change in \
+             progress yet",
+            blockers.join(", ")
+        ));
+    }
+    // The state goes through the state file: written whole, and nothing written after.
+    daemon.persist_stop.cancel();
+    if let Some(persister) = daemon.managers.take_persister() {
+        let _ = persister.await;
+    }
+    let log_files = daemon.log_files.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        log_files.flush(FLUSH_WAIT);
+    })
+    .await;
+    let error = exec_into(&binary, &version, kept, &listeners, ask).await;
+    // Still here: everything goes back as it was.
+    restart_persister(daemon);
+    servers.start(listeners, &daemon.cancel);
+    error
+}
+
+/// How long the logs' queues may take to be written before the exec.
+const FLUSH_WAIT: Duration = Duration::from_secs(1);
+
+/// Writes the handover document, keeps the descriptors it names across `execve` and
+/// executes `binary`; returns only if that fails, with the descriptors' flags set back.
+async fn exec_into(
+    binary: &Path,
+    version: &str,
+    kept: &super::Kept,
+    listeners: &super::Listeners,
+    ask: &crate::api::reexec::ReexecAsk,
+) -> ApiError {
+    use std::os::fd::AsRawFd;
+    let handover = Handover {
+        format: FORMAT,
+        old_version: crate::VERSION.to_owned(),
+        boot_id: kept.boot_id.clone(),
+        lock: kept.lock,
+        unix: listeners.unix.as_raw_fd(),
+        http: listeners.http.as_ref().map(AsRawFd::as_raw_fd),
+        https: listeners.https.as_ref().map(AsRawFd::as_raw_fd),
+        reply: Some(Reply {
+            fd: ask.connection,
+            binary: binary.to_string_lossy().into_owned(),
+            asked_ns: ask.asked.as_nanosecond(),
+            uid: ask.uid,
+            pid: ask.pid,
+        }),
+        rest: BTreeMap::new(),
+    };
+    let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
+    let shown = cobble_plan::go_quote(&binary.to_string_lossy());
+    let document = match cobble_sys::reexec::handover_file(&bytes) {
+        Ok(file) => file,
+        Err(e) => {
+            return ApiError::internal(format!(
+                "cannot re-execute {shown}: cannot write handover document: {e}"
+            ));
+        }
+    };
+    let mut kept_fds = vec![handover.lock, handover.unix, ask.connection];
+    kept_fds.extend(handover.http);
+    kept_fds.extend(handover.https);
+    kept_fds.push(document.as_raw_fd());
+    let mut inherited = Vec::new();
+    let mut failed = None;
+    for fd in kept_fds {
+        match cobble_sys::reexec::set_inherited(fd, true) {
+            Ok(()) => inherited.push(fd),
+            Err(e) => {
+                failed = Some(format!("cannot keep descriptor {fd}: {e}"));
+                break;
+            }
+        }
+    }
+    let failed = match failed {
+        Some(failed) => failed,
+        None => {
+            tracing::info!(
+                "Re-executing daemon as {} (cobble {version}).",
+                binary.display()
+            );
+            let binary = binary.to_owned();
+            let env = environment(document.as_raw_fd());
+            tokio::task::spawn_blocking(move || {
+                // Nothing of the daemon's own log may be lost with the exec.
+                crate::daemon_log::flush_all(FLUSH_WAIT);
+                cobble_sys::reexec::exec(&binary, &own_args(), &env)
+            })
+            .await
+            .map_or_else(|e| e.to_string(), |e| cobble_sys::os_error_text(&e))
+        }
+    };
+    for fd in inherited {
+        let _ = cobble_sys::reexec::set_inherited(fd, false);
+    }
+    drop(document);
+    ApiError::internal(format!("cannot re-execute {shown}: {failed}"))
+}
+
+/// Starts a persister again after a re-execution that did not happen.
+fn restart_persister(daemon: &mut super::Daemon) {
+    daemon.persist_stop = daemon.cancel.child_token();
+    let mut persister =
+        crate::state::Persister::new(daemon.store.clone(), daemon.state_path.clone());
+    let stop = daemon.persist_stop.clone();
+    daemon.managers.watch(
+        super::Manager::Persister,
+        tokio::spawn(async move {
+            if let Err(e) = persister.flush().await {
+                tracing::warn!("Cannot write state file: {e}");
+            }
+            persister.run(stop).await;
+        }),
+    );
+}
+
+/// Waits up to [`EXEC_WAIT`] for exec sessions to end; refuses, naming them, past it.
+async fn wait_for_exec_sessions(store: &crate::state::StateStore) -> Result<(), ApiError> {
+    let deadline = tokio::time::Instant::now() + EXEC_WAIT;
+    let mut changed = store.subscribe();
+    loop {
+        let sessions: Vec<String> = store
+            .in_progress()
+            .into_iter()
+            .filter(|(_, kind, _)| kind == "exec")
+            .map(|(id, _, summary)| format!("change {id} ({summary})"))
+            .collect();
+        if sessions.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::timeout_at(deadline, changed.changed())
+            .await
+            .is_err()
+        {
+            return Err(ApiError::bad_request(format!(
+                "cannot re-execute: exec sessions still running after {}s: {}",
+                EXEC_WAIT.as_secs(),
+                sessions.join(", ")
+            )));
+        }
+    }
+}
+
+/// What keeps the daemon from handing over now: services that are not stopped, changes in
+/// progress, held sockets.
+async fn blockers(daemon: &super::Daemon) -> Vec<String> {
+    use crate::services::machine::Status;
+    let mut why = Vec::new();
+    for status in daemon.services.statuses(Vec::new(), false).await {
+        if !matches!(status.current, Status::Inactive | Status::Error) || status.pid.is_some() {
+            why.push(format!(
+                "service {} is {}",
+                cobble_plan::go_quote(&status.name),
+                status.current.as_str()
+            ));
+        }
+    }
+    for (id, _, summary) in daemon.store.in_progress() {
+        why.push(format!("change {id} ({summary}) is in progress"));
+    }
+    for (name, service) in &daemon.service_changes.plan().services {
+        if !service.sockets.is_empty() {
+            why.push(format!(
+                "service {} holds sockets",
+                cobble_plan::go_quote(name)
+            ));
+        }
+    }
+    why
+}
+
+/// Answers the client that asked for the re-execution, on the connection handed over.
+pub(super) fn answer_reexec(reply: Reply, old_version: Option<String>) {
+    let result = cobble_client::types::ReexecResult {
+        old_version: old_version.unwrap_or_default(),
+        new_version: crate::VERSION.to_owned(),
+        binary: reply.binary.clone(),
+        pid: std::process::id(),
+    };
+    let bytes = reply_bytes(&result);
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let stream = match cobble_sys::reexec::adopt(reply.fd) {
+            Ok(fd) => std::os::unix::net::UnixStream::from(fd),
+            Err(e) => {
+                tracing::warn!("Cannot answer the re-execution's client: {e}");
+                return;
+            }
+        };
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+        let written = (&stream).write_all(&bytes);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        let asked = jiff::Timestamp::from_nanosecond(reply.asked_ns)
+            .unwrap_or_else(|_| jiff::Timestamp::now());
+        let now = jiff::Timestamp::now();
+        crate::daemon_log::request(crate::daemon_log::RequestLine {
+            at: now,
+            method: axum::http::Method::POST,
+            target: "/v1/cobble/reexec".into(),
+            elapsed: now.duration_since(asked).unsigned_abs(),
+            status: 200,
+            transport: crate::api::Transport::Unix.as_str(),
+            remote: crate::daemon_log::Remote::Unix {
+                pid: reply.pid,
+                uid: reply.uid,
+            },
+        });
+        if let Err(e) = written {
+            tracing::warn!("Cannot answer the re-execution's client: {e}");
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_answer_names_this_build_and_its_formats() {
+        let answer: ProbeAnswer = serde_json::from_str(&probe_answer()).unwrap();
+        assert_eq!(answer.version, crate::VERSION);
+        assert_eq!(answer.formats, vec![FORMAT]);
+    }
+
+    #[test]
+    fn a_handover_reads_back_and_keeps_what_a_later_format_adds() {
+        let text = r#"{"format":1,"old_version":"0.1.0","boot_id":"b","lock":3,"unix":4,
+            "http":null,"https":5,"reply":null,"services":{"web":1}}"#;
+        let handover: Handover = serde_json::from_str(text).unwrap();
+        assert_eq!(handover.https, Some(5));
+        assert_eq!(handover.rest["services"]["web"], 1);
+    }
+
+    #[test]
+    fn the_reply_is_a_whole_response_that_closes_its_connection() {
+        let bytes = reply_bytes(&cobble_client::types::ReexecResult {
+            old_version: "1".into(),
+            new_version: "2".into(),
+            binary: "/b".into(),
+            pid: 1,
+        });
+        let text = String::from_utf8(bytes).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"));
+        assert!(head.contains("Connection: close"));
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+        let value: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(value["result"]["old-version"], "1");
+        assert_eq!(value["result"]["new-version"], "2");
+    }
+
+    #[test]
+    fn relative_binaries_are_refused() {
+        assert!(resolve("cobble").is_err());
+        assert_eq!(
+            resolve("/usr/bin/cobble").unwrap(),
+            Path::new("/usr/bin/cobble")
+        );
+    }
+}
