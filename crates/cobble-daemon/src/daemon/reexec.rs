@@ -188,6 +188,7 @@ pub(crate) async fn probe(binary: &Path) -> Result<String, ApiError> {
             if std::fs::metadata(&binary).is_ok_and(|meta| meta.is_dir()) {
                 return Err("is a directory".to_owned());
             }
+            check_format(&binary)?;
             cobble_sys::reaper::spawn(&mut cmd).map_err(|e| cobble_sys::os_error_text(&e))
         })
         .await
@@ -261,6 +262,41 @@ pub(crate) async fn probe(binary: &Path) -> Result<String, ApiError> {
         )));
     }
     Ok(answer.version)
+}
+
+/// Refuses a file `execve` would refuse as `ENOEXEC`: neither a script nor an executable
+/// for this machine. The probe cannot tell: the C library's `execvp`, which runs it, gives a
+/// file the kernel refuses to the shell instead, and the shell then fails in its own words.
+fn check_format(binary: &Path) -> Result<(), String> {
+    let head = |path: &Path| -> Option<Vec<u8>> {
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .ok()?
+            .take(20)
+            .read_to_end(&mut bytes)
+            .ok()?;
+        Some(bytes)
+    };
+    // Unreadable (execute-only) files are left to the kernel.
+    let Some(theirs) = head(binary) else {
+        return Ok(());
+    };
+    if theirs.starts_with(b"#!") {
+        return Ok(());
+    }
+    let elf = |bytes: &[u8]| bytes.len() >= 20 && bytes.starts_with(b"\x7fELF");
+    if !elf(&theirs) {
+        return Err("exec format error".to_owned());
+    }
+    let ours = Path::new("/proc/self/exe");
+    if let Some(ours) = head(ours).filter(|b| elf(b)) {
+        // Class, byte order and machine.
+        let kind = |b: &[u8]| (b[4], b[5], u16::from_le_bytes([b[18], b[19]]));
+        if kind(&theirs) != kind(&ours) {
+            return Err("exec format error (built for another architecture)".to_owned());
+        }
+    }
+    Ok(())
 }
 
 /// The program's arguments, as it was started with them.

@@ -258,7 +258,7 @@ mod tests {
         assert!(
             text.contains(
                 "
-         Run: run, enter, demo
+         Run: run, enter, demo, reexec
 "
             ),
             "{text}"

@@ -1,0 +1,289 @@
+//! `cobble reexec`: the daemon re-executed in place keeps its pid, its listeners and its
+//! state, answers through the swap, and a binary that cannot take over changes nothing.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::fixture::{COBBLE, Daemon, Test, act, free_port, raw, service, wait_for};
+
+const LAYER: &str = "services:\n  s:\n    override: replace\n    command: sleep 1000\n";
+
+/// Runs `cobble reexec` against `daemon` with `args`; returns its exit code, stdout and stderr.
+fn reexec(daemon: &Daemon, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(COBBLE)
+        .arg("reexec")
+        .args(args)
+        .env("PEBBLE", daemon.pebble_dir())
+        .env_remove("PEBBLE_SOCKET")
+        .output()
+        .expect("run cobble reexec");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// What a client sees of the state: every change and task, every notice (and warning).
+fn visible_state(daemon: &Daemon) -> (String, String) {
+    let (status, changes) = raw(
+        daemon,
+        cobble_client::Method::GET,
+        "/v1/changes?select=all",
+        None,
+    );
+    assert_eq!(status, 200, "{changes}");
+    let (status, notices) = raw(
+        daemon,
+        cobble_client::Method::GET,
+        "/v1/notices?users=all",
+        None,
+    );
+    assert_eq!(status, 200, "{notices}");
+    (changes, notices)
+}
+
+/// `/v1/system-info`'s boot ID.
+fn boot_id(daemon: &Daemon) -> String {
+    let (_, body) = raw(daemon, cobble_client::Method::GET, "/v1/system-info", None);
+    let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+    value["result"]["boot-id"].as_str().unwrap().to_owned()
+}
+
+/// The daemon's children: its services' processes.
+fn children(daemon: &Daemon) -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir(format!("/proc/{}/task", daemon.pid()))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// A script at `dir/name` with `body`, executable.
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn a_reexec_keeps_the_pid_the_listeners_and_every_change_and_notice() {
+    let port = free_port();
+    let http = format!("127.0.0.1:{port}");
+    let d = Daemon::start(&[("001-base", LAYER)], &["--hold", "--http", &http]);
+    act(&d, "start", &["s"]);
+    act(&d, "stop", &["s"]);
+    Test::daemon(&d)
+        .args(&["notify", "example.com/before", "k=v"])
+        .any_stdout()
+        .run();
+    let before = visible_state(&d);
+    let boot = boot_id(&d);
+    for _ in 0..3 {
+        let (code, stdout, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        let expected = format!(
+            "Re-executed daemon (pid {}) as {COBBLE}: cobble {v} (was {v}).\n",
+            d.pid(),
+            v = env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(stdout, expected);
+        // The same process answers, with the same state and boot ID.
+        assert_eq!(visible_state(&d), before);
+        assert_eq!(boot_id(&d), boot);
+        // --http is served on the listener it had.
+        let mut tcp = std::net::TcpStream::connect(&http).expect("--http still listens");
+        tcp.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    d.wait_log("Re-executed daemon: cobble");
+    // New IDs go on from the old ones, and services start under the new program.
+    act(&d, "start", &["s"]);
+    assert_eq!(service(&d, "s").current, "active");
+    let (changes, _) = visible_state(&d);
+    assert!(changes.contains(r#""id":"3""#), "{changes}");
+}
+
+#[test]
+fn clients_connecting_during_the_swaps_are_answered_not_refused() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    let socket = d.pebble_dir().join(".pebble.socket");
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicU64::new(0));
+    let client = {
+        let (stop, answered) = (stop.clone(), answered.clone());
+        std::thread::spawn(move || {
+            let mut failures = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                // A new connection for each request, as ops makes them.
+                let result = (|| {
+                    let mut stream = UnixStream::connect(&socket)?;
+                    stream.write_all(
+                        b"GET /v1/services HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    )?;
+                    let mut answer = String::new();
+                    stream.read_to_string(&mut answer)?;
+                    Ok::<_, std::io::Error>(answer)
+                })();
+                match result {
+                    Ok(answer) if answer.starts_with("HTTP/1.1 200") => {
+                        answered.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok(answer) => failures.push(format!("answered {answer:?}")),
+                    Err(e) => failures.push(e.to_string()),
+                }
+            }
+            failures
+        })
+    };
+    for _ in 0..5 {
+        let seen = answered.load(Ordering::SeqCst);
+        wait_for("requests answered", Duration::from_secs(30), || {
+            answered.load(Ordering::SeqCst) > seen
+        });
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let seen = answered.load(Ordering::SeqCst);
+    wait_for("requests answered", Duration::from_secs(30), || {
+        answered.load(Ordering::SeqCst) > seen
+    });
+    stop.store(true, Ordering::SeqCst);
+    let failures = client.join().unwrap();
+    assert!(failures.is_empty(), "failed requests: {failures:?}");
+}
+
+#[test]
+fn a_reexec_into_another_program_reports_it() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    // Another build, as far as the daemon can tell: a program of another name that runs
+    // cobble.
+    let other = script(d.scratch(), "cobble-next", &format!("exec {COBBLE} \"$@\""));
+    let (code, stdout, stderr) = reexec(&d, &["--binary", other.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("as {}:", other.display())),
+        "{stdout}"
+    );
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{}/exe", d.pid())).unwrap(),
+        Path::new(COBBLE)
+    );
+    // And back to the daemon's own binary, by default.
+    let (code, stdout, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains(&format!("as {COBBLE}:")), "{stdout}");
+}
+
+#[test]
+fn a_binary_that_cannot_take_over_changes_nothing() {
+    let d = Daemon::start(&[("001-base", LAYER)], &["--hold"]);
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let before = visible_state(&d);
+    let dir = d.scratch().to_owned();
+    let not_executable = dir.join("not-executable");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    // An ELF executable for another machine (AArch64 on x86-64, x86-64 elsewhere).
+    let other_arch = dir.join("other-arch");
+    let mut elf = vec![0u8; 64];
+    elf[..4].copy_from_slice(b"\x7fELF");
+    elf[4] = 2; // 64-bit
+    elf[5] = 1; // little-endian
+    elf[6] = 1; // version
+    elf[16] = 2; // ET_EXEC
+    let machine: u16 = if cfg!(target_arch = "x86_64") {
+        183
+    } else {
+        62
+    };
+    elf[18..20].copy_from_slice(&machine.to_le_bytes());
+    elf[20] = 1;
+    std::fs::write(&other_arch, &elf).unwrap();
+    std::fs::set_permissions(&other_arch, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let too_old = script(
+        &dir,
+        "too-old",
+        "echo 'error: unknown command \"__reexec-probe\", see '\"'\"'pebble help'\"'\"'.' >&2; exit 1",
+    );
+    let other_format = script(
+        &dir,
+        "other-format",
+        r#"echo '{"cobble-version":"9.0.0","handover-formats":[7]}'"#,
+    );
+    let crashes = script(&dir, "crashes", "kill -SEGV $$");
+    let exits = script(&dir, "exits", "exit 0");
+    let cases: Vec<(PathBuf, &str)> = vec![
+        (dir.join("missing"), "no such file or directory"),
+        (not_executable, "permission denied"),
+        (other_arch, "exec format error"),
+        (too_old, "it exited with status 1: error: unknown command"),
+        (
+            other_format,
+            "cobble 9.0.0 reads handover formats [7], and this daemon writes format 1",
+        ),
+        (crashes, "it was killed by signal 11"),
+        (exits, "it did not answer as cobble does"),
+    ];
+    for (binary, why) in cases {
+        let (code, stdout, stderr) = reexec(&d, &["--binary", binary.to_str().unwrap()]);
+        assert_eq!(code, 1, "{}: {stdout}", binary.display());
+        let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+        let expected = format!("error: cannot re-execute \"{}\": ", binary.display());
+        assert!(stderr.starts_with(&expected), "{stderr}");
+        assert!(stderr.contains(why), "{}: {stderr}", binary.display());
+        // Everything as it was: the service's process, the state, and the daemon answering.
+        assert_eq!(service(&d, "s").current, "active");
+        assert_eq!(children(&d), pids);
+        assert_eq!(visible_state(&d), before);
+    }
+}
+
+#[test]
+fn what_cannot_be_handed_over_yet_refuses_and_names_it() {
+    let d = Daemon::start(&[("001-base", LAYER)], &["--hold"]);
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        stderr.starts_with("error: cannot re-execute: service \"s\" is active;"),
+        "{stderr}"
+    );
+    // The listeners serve again, and nothing moved.
+    assert_eq!(service(&d, "s").current, "active");
+    assert_eq!(children(&d), pids);
+    act(&d, "stop", &["s"]);
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn a_daemon_without_a_state_file_refuses() {
+    let d = Daemon::start_with_env(
+        &[("001-base", LAYER)],
+        &["--hold"],
+        &[("PEBBLE_PERSIST", "never")],
+    );
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("PEBBLE_PERSIST=never"), "{stderr}");
+}
