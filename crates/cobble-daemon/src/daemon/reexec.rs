@@ -13,7 +13,8 @@
 //!
 //! In order:
 //!
-//! 1. **The candidate is asked first.** It is run as a child with [`PROBE_ARG`] and must
+//! 1. **The candidate is asked first.** It is run as a child with [`PROBE_ARG`] and `$PEBBLE`,
+//!    reads the layers and the state file it would start from, and must
 //!    answer, within [`PROBE_TIMEOUT`], with its version and the handover formats it reads.
 //!    A missing file, one that is not executable or not for this machine, a build that does
 //!    not know the probe or does not read this daemon's [`FORMAT`], and one that crashes or
@@ -25,7 +26,8 @@
 //!    closes; the daemon waits for that up to [`DRAIN_WAIT`].
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
 //!    anything more: a service that is running, starting, stopping, backing off or waiting,
-//!    a change in progress, a plan with held `sockets:`, a daemon without a state file
+//!    a change in progress, a plan with held `sockets:` or other than the layers directory's
+//!    (the new program loads the directory), a daemon without a state file
 //!    (`PEBBLE_PERSIST=never`) or run by another command (`cobble enter`). The listeners then
 //!    serve again.
 //! 5. **The state is written** by the persister, which then stops; the daemon's own log and
@@ -75,13 +77,18 @@ struct ProbeAnswer {
     formats: Vec<u32>,
 }
 
-/// The probe's answer, one line of JSON.
-pub fn probe_answer() -> String {
-    serde_json::to_string(&ProbeAnswer {
+/// The probe's answer for the daemon of `pebble_dir`: one line of JSON, once this build has
+/// read what it would start from there (the layers, the state file), or why it cannot.
+pub fn probe_answer(pebble_dir: &Path) -> Result<String, String> {
+    cobble_plan::Plan::load_dir(&pebble_dir.join("layers"))
+        .map_err(|e| format!("cannot load plan: {e}"))?;
+    let state = pebble_dir.join(".pebble.state");
+    crate::state::load(&state).map_err(|e| e.to_string())?;
+    Ok(serde_json::to_string(&ProbeAnswer {
         version: crate::VERSION.to_owned(),
         formats: READS.to_vec(),
     })
-    .expect("the probe's answer serialises")
+    .expect("the probe's answer serialises"))
 }
 
 /// What the daemon hands its new program.
@@ -173,11 +180,12 @@ pub(crate) fn resolve(binary: &str) -> Result<PathBuf, ApiError> {
 
 /// Runs `binary` as a candidate and returns the version it reports; refuses, with the reason,
 /// one that cannot take over.
-pub(crate) async fn probe(binary: &Path) -> Result<String, ApiError> {
+pub(crate) async fn probe(binary: &Path, pebble_dir: &Path) -> Result<String, ApiError> {
     let shown = cobble_plan::go_quote(&binary.to_string_lossy());
     let refuse = |why: String| ApiError::bad_request(format!("cannot re-execute {shown}: {why}"));
     let mut cmd = Command::new(binary);
     cmd.arg(PROBE_ARG)
+        .arg(pebble_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -238,8 +246,7 @@ pub(crate) async fn probe(binary: &Path) -> Result<String, ApiError> {
         }
         Some(status) => {
             return Err(refuse(format!(
-                "it cannot take over (asked with {PROBE_ARG}, it exited with status {}{first_error_line}): \
-                 not cobble, or a cobble too old to be re-executed into",
+                "it cannot take over (asked with {PROBE_ARG}, it exited with status {}{first_error_line})",
                 status.code()
             )));
         }
@@ -362,7 +369,7 @@ pub(super) async fn reexec_now(
         Ok(binary) => binary,
         Err(e) => return e,
     };
-    let version = match probe(&binary).await {
+    let version = match probe(&binary, &opts.pebble_dir).await {
         Ok(version) => version,
         Err(e) => return e,
     };
@@ -384,7 +391,7 @@ pub(super) async fn reexec_now(
             DRAIN_WAIT.as_secs()
         );
     }
-    let blockers = blockers(daemon).await;
+    let blockers = blockers(opts, daemon).await;
     if !blockers.is_empty() {
         servers.start(listeners, &daemon.cancel);
         return ApiError::bad_request(format!(
@@ -535,8 +542,8 @@ async fn wait_for_exec_sessions(store: &crate::state::StateStore) -> Result<(), 
 }
 
 /// What keeps the daemon from handing over now: services that are not stopped, changes in
-/// progress, held sockets.
-async fn blockers(daemon: &super::Daemon) -> Vec<String> {
+/// progress, held sockets, a plan the new program would not load.
+async fn blockers(opts: &crate::RunOptions, daemon: &super::Daemon) -> Vec<String> {
     use crate::services::machine::Status;
     let mut why = Vec::new();
     for status in daemon.services.statuses(Vec::new(), false).await {
@@ -551,7 +558,30 @@ async fn blockers(daemon: &super::Daemon) -> Vec<String> {
     for (id, _, summary) in daemon.store.in_progress() {
         why.push(format!("change {id} ({summary}) is in progress"));
     }
-    for (name, service) in &daemon.service_changes.plan().services {
+    // The new program loads the layers directory, as any daemon starts: layers added
+    // through the API, or files changed since, would be lost or would differ.
+    let plan = daemon.service_changes.plan();
+    let (dir, service_args) = (opts.pebble_dir.join("layers"), opts.service_args.clone());
+    let fresh = tokio::task::spawn_blocking(move || {
+        let mut plan = cobble_plan::Plan::load_dir(&dir)?;
+        if !service_args.is_empty() {
+            let layer = cobble_plan::service_args_layer(&plan, &service_args)?;
+            plan = plan.add_layer(layer, false, false)?;
+        }
+        Ok::<_, cobble_plan::PlanError>(plan)
+    })
+    .await;
+    match fresh {
+        Ok(Ok(fresh)) if fresh == *plan => {}
+        Ok(Ok(_)) => why.push(
+            "the plan is not what the layers directory holds (a layer was added through the \
+             API, or the directory changed since)"
+                .to_owned(),
+        ),
+        Ok(Err(e)) => why.push(format!("the layers directory does not load ({e})")),
+        Err(e) => why.push(e.to_string()),
+    }
+    for (name, service) in &plan.services {
         if !service.sockets.is_empty() {
             why.push(format!(
                 "service {} holds sockets",
@@ -611,9 +641,23 @@ mod tests {
 
     #[test]
     fn the_probe_answer_names_this_build_and_its_formats() {
-        let answer: ProbeAnswer = serde_json::from_str(&probe_answer()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("layers")).unwrap();
+        let answer: ProbeAnswer = serde_json::from_str(&probe_answer(dir.path()).unwrap()).unwrap();
         assert_eq!(answer.version, crate::VERSION);
         assert_eq!(answer.formats, vec![FORMAT]);
+    }
+
+    #[test]
+    fn the_probe_refuses_what_it_could_not_start_from() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("layers")).unwrap();
+        std::fs::write(dir.path().join(".pebble.state"), "").unwrap();
+        let why = probe_answer(dir.path()).unwrap_err();
+        assert!(why.starts_with("cannot load state file"), "{why}");
+        std::fs::write(dir.path().join("layers/001-x.yaml"), "services: [").unwrap();
+        let why = probe_answer(dir.path()).unwrap_err();
+        assert!(why.starts_with("cannot load plan: "), "{why}");
     }
 
     #[test]

@@ -220,9 +220,17 @@ pub(crate) fn main() -> ExitCode {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     // A daemon about to re-execute into this binary asks it first whether it can take over.
-    if argv.get(1).map(String::as_str) == Some(cobble_daemon::REEXEC_PROBE_ARG) && argv.len() == 2 {
-        println!("{}", cobble_daemon::reexec_probe_answer());
-        return ExitCode::SUCCESS;
+    if argv.get(1).map(String::as_str) == Some(cobble_daemon::REEXEC_PROBE_ARG) && argv.len() == 3 {
+        return match cobble_daemon::reexec_probe_answer(std::path::Path::new(&argv[2])) {
+            Ok(answer) => {
+                println!("{answer}");
+                ExitCode::SUCCESS
+            }
+            Err(why) => {
+                eprintln!("error: {why}");
+                ExitCode::FAILURE
+            }
+        };
     }
 
     let (argv, service_args) = run::extract_service_args(&argv);

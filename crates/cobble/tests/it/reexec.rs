@@ -287,3 +287,34 @@ fn a_daemon_without_a_state_file_refuses() {
     assert_eq!(code, 1);
     assert!(stderr.contains("PEBBLE_PERSIST=never"), "{stderr}");
 }
+
+#[test]
+fn a_plan_the_new_program_would_not_load_as_it_is_refuses() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    // A layer added through the API lives in the daemon's memory only.
+    let layer = d.scratch().join("extra.yaml");
+    std::fs::write(
+        &layer,
+        "services:\n  t:\n    override: replace\n    command: sleep 1000\n",
+    )
+    .unwrap();
+    Test::daemon(&d)
+        .args(&["add", "extra", layer.to_str().unwrap()])
+        .any_stdout()
+        .run();
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        stderr.contains("the plan is not what the layers directory holds"),
+        "{stderr}"
+    );
+    // A layer file broken since start-up: the candidate itself says it cannot start.
+    std::fs::write(d.pebble_dir().join("layers/002-broken.yaml"), "services: [").unwrap();
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(stderr.contains("error: cannot load plan:"), "{stderr}");
+    // The daemon still serves the plan it had.
+    assert_eq!(service(&d, "t").current, "inactive");
+}
