@@ -70,6 +70,8 @@ pub(crate) struct ApiState {
     pub https_address: Option<String>,
     /// Where `POST /v1/cobble/reexec` hands its requests to the daemon.
     pub reexec: reexec::ReexecRequests,
+    /// The listeners' connections: whether they drain, before a re-execution.
+    pub connections: Arc<serve::OpenConnections>,
 }
 
 pub(crate) type Shared = Arc<ApiState>;

@@ -499,14 +499,38 @@ impl Counters {
 }
 
 /// The connections open on every listener, counted so that a re-execution (and the
-/// shutdown) can wait for them to be answered and closed.
-#[derive(Debug, Default)]
+/// shutdown) can wait for them to be answered and closed; and whether they are draining, so
+/// that answers that wait (a notices long poll, a logs follower) end early.
+#[derive(Debug)]
 pub(crate) struct OpenConnections {
     count: AtomicUsize,
     changed: Notify,
+    draining: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for OpenConnections {
+    fn default() -> OpenConnections {
+        OpenConnections {
+            count: AtomicUsize::new(0),
+            changed: Notify::new(),
+            draining: tokio::sync::watch::Sender::new(false),
+        }
+    }
 }
 
 impl OpenConnections {
+    /// Starts or ends a drain.
+    pub(crate) fn set_draining(&self, draining: bool) {
+        self.draining.send_replace(draining);
+    }
+
+    /// Returns once the connections are draining: an answer that waits should end now, as
+    /// its wait would end (a long poll's timeout, a follower's end of stream).
+    pub(crate) async fn drained(&self) {
+        let mut draining = self.draining.subscribe();
+        let _ = draining.wait_for(|d| *d).await;
+    }
+
     /// Counts a connection open until the guard is dropped.
     fn opened(self: &Arc<Self>) -> OpenGuard {
         self.count.fetch_add(1, Ordering::SeqCst);

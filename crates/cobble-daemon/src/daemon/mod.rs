@@ -606,6 +606,7 @@ fn serve(
     reexec: mpsc::Sender<ReexecAsk>,
 ) -> Servers {
     let exec = ExecManager::new(daemon.store.clone()).recording(daemon.processes.clone());
+    let open = Arc::new(OpenConnections::default());
     let api_state = Arc::new(ApiState {
         plan,
         services: daemon.services.clone(),
@@ -620,6 +621,7 @@ fn serve(
         http_address: opts.http.clone(),
         https_address: opts.https.clone(),
         reexec,
+        connections: open.clone(),
     });
     let routers = api::serve::Routers {
         api: api::router(api_state.clone()),
@@ -632,7 +634,7 @@ fn serve(
         limits,
         timeouts: limits.timeouts(),
         tls,
-        open: Arc::new(OpenConnections::default()),
+        open,
         running: None,
     };
     servers.start(listeners, &daemon.cancel);
@@ -665,6 +667,7 @@ struct Running {
 impl Servers {
     /// Serves the API on `listeners`.
     fn start(&mut self, listeners: Listeners, cancel: &CancellationToken) {
+        self.open.set_draining(false);
         let pause = cancel.child_token();
         let unix = tokio::spawn(api::serve::serve(
             listeners.unix,
@@ -709,6 +712,7 @@ impl Servers {
     /// task ended otherwise (a panic), or the servers were not running.
     async fn pause(&mut self) -> Option<Listeners> {
         let running = self.running.take()?;
+        self.open.set_draining(true);
         running.pause.cancel();
         let unix = running.unix.await.ok();
         let http = match running.http {

@@ -318,3 +318,52 @@ fn a_plan_the_new_program_would_not_load_as_it_is_refuses() {
     // The daemon still serves the plan it had.
     assert_eq!(service(&d, "t").current, "inactive");
 }
+
+/// Sends `request` on a new connection to `daemon`'s socket; returns the whole answer.
+fn ask(socket: &Path, request: &str) -> std::io::Result<String> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.write_all(request.as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+#[test]
+fn long_polls_and_log_followers_are_answered_whole_before_the_swap() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    let socket = d.pebble_dir().join(".pebble.socket");
+    // A notices long poll: answered as its timeout would answer it, by whichever program
+    // serves it, and never cut.
+    let poll = {
+        let socket = socket.clone();
+        std::thread::spawn(move || {
+            ask(
+                &socket,
+                "GET /v1/notices?timeout=20s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            )
+        })
+    };
+    // A follower, whose answer's head says it is being served.
+    let mut follower = UnixStream::connect(&socket).unwrap();
+    follower
+        .write_all(b"GET /v1/logs?follow=true HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(follower.read(&mut byte).unwrap(), 1, "the follower's head");
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"));
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    // The follower's stream ended whole: its last chunk, then the connection's end.
+    let mut rest = String::new();
+    follower
+        .read_to_string(&mut rest)
+        .expect("the stream ends whole");
+    assert!(rest.ends_with("0\r\n\r\n"), "{rest:?}");
+    let poll = poll.join().unwrap().expect("the long poll is answered");
+    assert!(poll.starts_with("HTTP/1.1 200"), "{poll}");
+    assert!(poll.contains(r#""result":[]"#), "{poll}");
+}
