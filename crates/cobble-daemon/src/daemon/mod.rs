@@ -182,6 +182,13 @@ pub(crate) async fn run(
     } = load(&opts, handover.as_ref()).await?;
     let (mut daemon, plan) =
         start_managers(&opts, plan, store, log_files, handover.is_some()).await?;
+    if let Some(handover) = handover.as_mut() {
+        let logs = std::mem::take(&mut handover.logs);
+        daemon
+            .services
+            .carry_logs(logs.into_iter().map(reexec::CarriedLog::entries).collect())
+            .await;
+    }
     let listening = listen(&opts, first_write, &mut daemon, handover.as_ref()).await?;
     let boot_id = match &handover {
         Some(handover) => handover.boot_id.clone(),

@@ -30,7 +30,8 @@
 //!    (the new program loads the directory), a daemon without a state file
 //!    (`PEBBLE_PERSIST=never`) or run by another command (`cobble enter`). The listeners then
 //!    serve again.
-//! 5. **The state is written** by the persister, which then stops; the daemon's own log and
+//! 5. **The state is written** by the persister, which then stops (each service's output log
+//!    goes into the handover document); the daemon's own log and
 //!    the service log files are flushed.
 //! 6. **`execve`**. If it fails, the flags are set back, the persister and the listeners start
 //!    again, and the client is told why. If it succeeds, the new program adopts the
@@ -110,9 +111,60 @@ pub(crate) struct Handover {
     pub https: Option<RawFd>,
     /// The client waiting for the answer.
     pub reply: Option<Reply>,
+    /// What each service's output log held.
+    #[serde(default)]
+    pub logs: Vec<CarriedLog>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
+}
+
+/// The lines one service's output log held, oldest first: when each was written (nanoseconds
+/// since the epoch) and its text.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedLog {
+    pub service: String,
+    pub lines: Vec<(i128, String)>,
+}
+
+impl CarriedLog {
+    /// The lines as the new program's log takes them.
+    pub(crate) fn entries(self) -> (String, Vec<crate::logs::ring::LogEntry>) {
+        let entries = self
+            .lines
+            .into_iter()
+            .filter_map(|(ns, line)| {
+                let time = jiff::Timestamp::from_nanosecond(ns).ok()?;
+                Some(crate::logs::ring::LogEntry { time, line })
+            })
+            .collect();
+        (self.service, entries)
+    }
+}
+
+/// What every service's output log holds.
+async fn carried_logs(daemon: &super::Daemon) -> Vec<CarriedLog> {
+    let names: Vec<String> = daemon
+        .service_changes
+        .plan()
+        .services
+        .keys()
+        .cloned()
+        .collect();
+    daemon
+        .services
+        .logs(names)
+        .await
+        .into_iter()
+        .map(|(service, log)| CarriedLog {
+            service,
+            lines: log
+                .last_entries(None)
+                .into_iter()
+                .map(|e| (e.time.as_nanosecond(), e.line))
+                .collect(),
+        })
+        .collect()
 }
 
 /// The client that asked for the re-execution, answered by the new program.
@@ -400,6 +452,7 @@ pub(super) async fn reexec_now(
             blockers.join(", ")
         ));
     }
+    let logs = carried_logs(daemon).await;
     // The state goes through the state file: written whole, and nothing written after.
     daemon.persist_stop.cancel();
     if let Some(persister) = daemon.managers.take_persister() {
@@ -410,7 +463,7 @@ pub(super) async fn reexec_now(
         log_files.flush(FLUSH_WAIT);
     })
     .await;
-    let error = exec_into(&binary, &version, kept, &listeners, ask).await;
+    let error = exec_into(&binary, &version, kept, &listeners, ask, logs).await;
     // Still here: everything goes back as it was.
     restart_persister(daemon);
     servers.start(listeners, &daemon.cancel);
@@ -428,6 +481,7 @@ async fn exec_into(
     kept: &super::Kept,
     listeners: &super::Listeners,
     ask: &crate::api::reexec::ReexecAsk,
+    logs: Vec<CarriedLog>,
 ) -> ApiError {
     use std::os::fd::AsRawFd;
     let handover = Handover {
@@ -445,6 +499,7 @@ async fn exec_into(
             uid: ask.uid,
             pid: ask.pid,
         }),
+        logs,
         rest: BTreeMap::new(),
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");

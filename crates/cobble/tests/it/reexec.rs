@@ -367,3 +367,30 @@ fn long_polls_and_log_followers_are_answered_whole_before_the_swap() {
     assert!(poll.starts_with("HTTP/1.1 200"), "{poll}");
     assert!(poll.contains(r#""result":[]"#), "{poll}");
 }
+
+#[test]
+fn the_output_of_services_that_ran_before_is_still_there_after() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  p:\n    override: replace\n    command: sh -c 'for i in 1 2 3; do echo line $i; done; exec sleep 1000'\n",
+    )]);
+    act(&d, "start", &["p"]);
+    let logs = || {
+        Test::daemon(&d)
+            .args(&["logs", "p", "-n", "all"])
+            .any_stdout()
+            .run()
+            .stdout
+    };
+    wait_for("the service's output", Duration::from_secs(30), || {
+        logs().contains("line 3")
+    });
+    act(&d, "stop", &["p"]);
+    let before = logs();
+    assert_eq!(before.lines().count(), 3, "{before}");
+    for _ in 0..2 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(logs(), before);
+    }
+}

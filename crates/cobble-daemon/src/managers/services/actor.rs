@@ -641,6 +641,23 @@ impl Actor {
                     .collect();
                 let _ = reply.send(active);
             }
+            Request::Carry { logs, reply } => {
+                for (name, lines) in logs {
+                    let Some(config) = self
+                        .plan
+                        .borrow()
+                        .service_to_run(&name)
+                        .map(std::borrow::Cow::into_owned)
+                    else {
+                        continue;
+                    };
+                    let slot = self.slot(&name, Arc::new(config));
+                    for line in lines {
+                        slot.log.push(line.time, line.line);
+                    }
+                }
+                let _ = reply.send(());
+            }
             Request::Logs { names, reply } => {
                 let logs = self
                     .services
@@ -688,11 +705,28 @@ impl Actor {
             return;
         };
         let config = Arc::new(config);
+        self.slot(&name, config.clone());
+        let file = self.output.file(&name, config.persist_logs == Some(true));
+        let slot = self.services.get_mut(&name).expect("made above");
+        slot.config = config.clone();
+        slot.file.set(file);
+        let policy = policy(&config);
+        // A machine whose old policy did not follow the checks decides the start against
+        // them as they are now.
+        if policy.uses_checks() && !Arc::ptr_eq(slot.machine.checks(), &self.checks) {
+            self.feed(&name, Event::Checks(self.checks.clone()));
+        }
+        self.perform(&name, Event::Start(policy), Some(reply));
+    }
+
+    /// The slot of `name`, made with `config` if the service has none yet.
+    fn slot(&mut self, name: &str, config: Arc<Service>) -> &mut Slot {
         let seed = {
             self.next_seed = self.next_seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
             self.next_seed
         };
-        let slot = self.services.entry(name.clone()).or_insert_with(|| Slot {
+        let name = name.to_owned();
+        self.services.entry(name.clone()).or_insert_with(|| Slot {
             machine: Machine::new(name.clone(), seed),
             config: config.clone(),
             log: ServiceLog::new(),
@@ -705,17 +739,7 @@ impl Actor {
             escaped: Vec::new(),
             notify: Notify::default(),
             unenforced: None,
-        });
-        slot.config = config.clone();
-        slot.file
-            .set(self.output.file(&name, config.persist_logs == Some(true)));
-        let policy = policy(&config);
-        // A machine whose old policy did not follow the checks decides the start against
-        // them as they are now.
-        if policy.uses_checks() && !Arc::ptr_eq(slot.machine.checks(), &self.checks) {
-            self.feed(&name, Event::Checks(self.checks.clone()));
-        }
-        self.perform(&name, Event::Start(policy), Some(reply));
+        })
     }
 
     /// Feeds one event to a service's machine and performs the resulting actions.

@@ -168,6 +168,12 @@ impl ServiceManager {
             .unwrap_or_default()
     }
 
+    /// Gives each service in `logs` the lines its output log had under the daemon that
+    /// re-executed into this one (see [`Request::Carry`]); returns once they are there.
+    pub(crate) async fn carry_logs(&self, logs: Vec<(String, Vec<crate::logs::ring::LogEntry>)>) {
+        self.call(|reply| Request::Carry { logs, reply }).await;
+    }
+
     /// Services that are starting, running or backing off.
     pub(crate) async fn active(&self) -> Vec<String> {
         self.call(|reply| Request::Active { reply })

@@ -49,6 +49,12 @@ pub(super) enum Request {
         names: Vec<String>,
         reply: oneshot::Sender<Vec<(String, ServiceLog)>>,
     },
+    /// The output of services a re-executed daemon's predecessor had started: each gets
+    /// its slot, as a service started and stopped, with those lines in its log.
+    Carry {
+        logs: Vec<(String, Vec<crate::logs::ring::LogEntry>)>,
+        reply: oneshot::Sender<()>,
+    },
     /// Answered at once: proof that the actor takes requests.
     Ping {
         reply: oneshot::Sender<()>,
