@@ -180,6 +180,13 @@ pub(crate) async fn run(
         first_write,
         identities,
     } = load(&opts, handover.as_ref()).await?;
+    // The handed-over services' exits are registered before the reaper starts.
+    let carried = reexec::adopt_exits(
+        handover
+            .as_mut()
+            .map(|h| std::mem::take(&mut h.services))
+            .unwrap_or_default(),
+    );
     let (mut daemon, plan) =
         start_managers(&opts, plan, store, log_files, handover.is_some()).await?;
     if let Some(handover) = handover.as_mut() {
@@ -189,6 +196,7 @@ pub(crate) async fn run(
             .carry_logs(logs.into_iter().map(reexec::CarriedLog::entries).collect())
             .await;
     }
+    reexec::adopt_services(&daemon, carried).await;
     let listening = listen(&opts, first_write, &mut daemon, handover.as_ref()).await?;
     let boot_id = match &handover {
         Some(handover) => handover.boot_id.clone(),

@@ -54,10 +54,10 @@ use crate::api::ApiError;
 
 /// The argument that makes `cobble` answer as a re-execution's candidate (see [`probe`]).
 pub const PROBE_ARG: &str = "__reexec-probe";
-/// The handover format this daemon writes and reads.
-pub(crate) const FORMAT: u32 = 1;
+/// The handover format this daemon writes: 2 hands over running services (1 did not).
+pub(crate) const FORMAT: u32 = 2;
 /// The handover formats this build reads.
-const READS: &[u32] = &[FORMAT];
+const READS: &[u32] = &[1, FORMAT];
 /// The largest handover document read.
 const MAX_DOCUMENT: u64 = 64 << 20;
 /// How long the candidate may take to answer the probe.
@@ -114,9 +114,145 @@ pub(crate) struct Handover {
     /// What each service's output log held.
     #[serde(default)]
     pub logs: Vec<CarriedLog>,
+    /// The running services.
+    #[serde(default)]
+    pub services: Vec<CarriedService>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
+}
+
+/// A running service, handed over: its process, its output's pipe, and where its machine
+/// stands (durations counted from the handover).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedService {
+    pub name: String,
+    pub pid: u32,
+    /// The read end of its output's pipe (none once the process closed it).
+    pub output: Option<RawFd>,
+    /// The start of a line read from the pipe but not finished yet.
+    #[serde(default)]
+    pub unfinished: Vec<u8>,
+    /// Its run's invocation ID (`COBBLE_INVOCATION_ID`).
+    pub invocation: Option<String>,
+    pub start_count: u64,
+    /// When its status last changed, in nanoseconds since the epoch.
+    pub since_ns: Option<i128>,
+    pub backoff_num: u32,
+    pub backoff_ns: u64,
+    pub reset_in_ns: Option<u64>,
+    pub running_ns: Option<u64>,
+    pub last_exit: Option<i32>,
+}
+
+impl CarriedService {
+    fn new(
+        taken: &crate::services::Taken,
+        output: Option<&crate::logs::capture::Detached>,
+        invocation: Option<String>,
+    ) -> CarriedService {
+        use std::os::fd::AsRawFd;
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let c = &taken.carried;
+        CarriedService {
+            name: taken.name.clone(),
+            pid: c.pid,
+            output: output.map(|d| d.reader.as_raw_fd()),
+            unfinished: output.map(|d| d.unfinished.clone()).unwrap_or_default(),
+            invocation,
+            start_count: taken.start_count,
+            since_ns: taken.since.map(|t| t.as_nanosecond()),
+            backoff_num: c.backoff_num,
+            backoff_ns: ns(c.backoff_time),
+            reset_in_ns: c.reset_in.map(ns),
+            running_ns: c.running_for.map(ns),
+            last_exit: c.last_exit,
+        }
+    }
+
+    /// Where its machine stands.
+    fn carried(&self) -> crate::services::machine::Carried {
+        crate::services::machine::Carried {
+            pid: self.pid,
+            backoff_num: self.backoff_num,
+            backoff_time: Duration::from_nanos(self.backoff_ns),
+            reset_in: self.reset_in_ns.map(Duration::from_nanos),
+            running_for: self.running_ns.map(Duration::from_nanos),
+            last_exit: self.last_exit,
+        }
+    }
+}
+
+/// Registers the handed-over services' processes with the reaper, before it starts (so that
+/// an exit during the swap, waiting as a zombie, is reported); returns their exits.
+pub(super) fn adopt_exits(
+    services: Vec<CarriedService>,
+) -> Vec<(
+    CarriedService,
+    tokio::sync::oneshot::Receiver<cobble_sys::reaper::ExitStatus>,
+)> {
+    services
+        .into_iter()
+        .map(|s| {
+            let exit = cobble_sys::reaper::adopt(s.pid);
+            (s, exit)
+        })
+        .collect()
+}
+
+/// Has the supervisor follow the handed-over services: their records, their pipes, their
+/// machines.
+pub(super) async fn adopt_services(
+    daemon: &super::Daemon,
+    services: Vec<(
+        CarriedService,
+        tokio::sync::oneshot::Receiver<cobble_sys::reaper::ExitStatus>,
+    )>,
+) {
+    if services.is_empty() {
+        return;
+    }
+    let processes = daemon.processes.clone();
+    let records: Vec<(String, u32, Option<String>)> = services
+        .iter()
+        .map(|(s, _)| (s.name.clone(), s.pid, s.invocation.clone()))
+        .collect();
+    let gone: Vec<bool> = tokio::task::spawn_blocking(move || {
+        records
+            .iter()
+            .map(|(name, pid, invocation)| {
+                processes.adopt(name, *pid, invocation.as_deref());
+                cobble_sys::process::proc_stat(*pid).is_none()
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
+    let mut adoptions = Vec::new();
+    for (i, (service, exit)) in services.into_iter().enumerate() {
+        let reader = service.output.and_then(|fd| {
+            let fd = cobble_sys::reexec::adopt(fd).ok()?;
+            tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok()
+        });
+        tracing::info!(
+            "Service \"{}\" (pid {}) carried over.",
+            service.name,
+            service.pid
+        );
+        adoptions.push(crate::services::Adoption {
+            name: service.name.clone(),
+            carried: service.carried(),
+            start_count: service.start_count,
+            since: service
+                .since_ns
+                .and_then(|ns| jiff::Timestamp::from_nanosecond(ns).ok()),
+            reader,
+            unfinished: service.unfinished,
+            exit: Box::pin(async move { exit.await.map(|s| s.code()).unwrap_or(-1) }),
+            gone: gone.get(i).copied().unwrap_or(false),
+        });
+    }
+    daemon.services.adopt(adoptions).await;
 }
 
 /// The lines one service's output log held, oldest first: when each was written (nanoseconds
@@ -443,14 +579,41 @@ pub(super) async fn reexec_now(
             DRAIN_WAIT.as_secs()
         );
     }
-    let blockers = blockers(opts, daemon).await;
+    let mut blockers = blockers(opts, daemon).await;
+    let taken = if blockers.is_empty() {
+        match daemon.services.take_over().await {
+            Ok(taken) => taken,
+            Err(why) => {
+                blockers = why;
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
     if !blockers.is_empty() {
         servers.start(listeners, &daemon.cancel);
         return ApiError::bad_request(format!(
-            "cannot re-execute: {}; a re-execution hands over no running service or change in \
-             progress yet",
+            "cannot re-execute: {}; a re-execution hands over running services, but no change \
+             in progress",
             blockers.join(", ")
         ));
+    }
+    // Each service's output reader stops between reads: what it read is in the log, what
+    // it did not waits in the pipe for the new program.
+    let mut detached = Vec::new();
+    let mut services = Vec::new();
+    for mut taken in taken {
+        let output = match taken.output.take() {
+            Some((stop, reader)) => {
+                stop.cancel();
+                reader.await.ok().flatten()
+            }
+            None => None,
+        };
+        let invocation = daemon.processes.invocation(taken.carried.pid);
+        services.push(CarriedService::new(&taken, output.as_ref(), invocation));
+        detached.push((taken.name, output));
     }
     let logs = carried_logs(daemon).await;
     // The state goes through the state file: written whole, and nothing written after.
@@ -463,8 +626,9 @@ pub(super) async fn reexec_now(
         log_files.flush(FLUSH_WAIT);
     })
     .await;
-    let error = exec_into(&binary, &version, kept, &listeners, ask, logs).await;
+    let error = exec_into(&binary, &version, kept, &listeners, ask, logs, services).await;
     // Still here: everything goes back as it was.
+    daemon.services.resume(detached);
     restart_persister(daemon);
     servers.start(listeners, &daemon.cancel);
     error
@@ -482,6 +646,7 @@ async fn exec_into(
     listeners: &super::Listeners,
     ask: &crate::api::reexec::ReexecAsk,
     logs: Vec<CarriedLog>,
+    services: Vec<CarriedService>,
 ) -> ApiError {
     use std::os::fd::AsRawFd;
     let handover = Handover {
@@ -500,6 +665,7 @@ async fn exec_into(
             pid: ask.pid,
         }),
         logs,
+        services,
         rest: BTreeMap::new(),
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
@@ -515,6 +681,7 @@ async fn exec_into(
     let mut kept_fds = vec![handover.lock, handover.unix, ask.connection];
     kept_fds.extend(handover.http);
     kept_fds.extend(handover.https);
+    kept_fds.extend(handover.services.iter().filter_map(|s| s.output));
     kept_fds.push(document.as_raw_fd());
     let mut inherited = Vec::new();
     let mut failed = None;
@@ -534,7 +701,7 @@ async fn exec_into(
                 "Re-executing daemon as {} (cobble {version}).",
                 binary.display()
             );
-            let binary = binary.to_owned();
+            let binary = injected_fault(binary);
             let env = environment(document.as_raw_fd());
             tokio::task::spawn_blocking(move || {
                 // Nothing of the daemon's own log may be lost with the exec.
@@ -550,6 +717,25 @@ async fn exec_into(
     }
     drop(document);
     ApiError::internal(format!("cannot re-execute {shown}: {failed}"))
+}
+
+/// In debug builds, with `COBBLE_TEST_FAULTS=1` in the daemon's environment, a binary named
+/// `exec-fails` (which the probe runs as any other) is executed as a path that does not
+/// exist, so that tests see a failing `execve` after a probe that passed. Release builds
+/// have no such path.
+#[cfg(debug_assertions)]
+fn injected_fault(binary: &Path) -> PathBuf {
+    if std::env::var_os("COBBLE_TEST_FAULTS").is_some()
+        && binary.file_name().is_some_and(|n| n == "exec-fails")
+    {
+        return binary.join("injected-fault");
+    }
+    binary.to_owned()
+}
+
+#[cfg(not(debug_assertions))]
+fn injected_fault(binary: &Path) -> PathBuf {
+    binary.to_owned()
 }
 
 /// Starts a persister again after a re-execution that did not happen.
@@ -596,20 +782,11 @@ async fn wait_for_exec_sessions(store: &crate::state::StateStore) -> Result<(), 
     }
 }
 
-/// What keeps the daemon from handing over now: services that are not stopped, changes in
-/// progress, held sockets, a plan the new program would not load.
+/// What keeps the daemon from handing over now: changes in progress, held sockets, a plan
+/// the new program would not load. (What of the services cannot be handed over, the
+/// supervisor says when asked to hand them over.)
 async fn blockers(opts: &crate::RunOptions, daemon: &super::Daemon) -> Vec<String> {
-    use crate::services::machine::Status;
     let mut why = Vec::new();
-    for status in daemon.services.statuses(Vec::new(), false).await {
-        if !matches!(status.current, Status::Inactive | Status::Error) || status.pid.is_some() {
-            why.push(format!(
-                "service {} is {}",
-                cobble_plan::go_quote(&status.name),
-                status.current.as_str()
-            ));
-        }
-    }
     for (id, _, summary) in daemon.store.in_progress() {
         why.push(format!("change {id} ({summary}) is in progress"));
     }
@@ -700,7 +877,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("layers")).unwrap();
         let answer: ProbeAnswer = serde_json::from_str(&probe_answer(dir.path()).unwrap()).unwrap();
         assert_eq!(answer.version, crate::VERSION);
-        assert_eq!(answer.formats, vec![FORMAT]);
+        assert_eq!(answer.formats, READS);
     }
 
     #[test]
@@ -717,11 +894,12 @@ mod tests {
 
     #[test]
     fn a_handover_reads_back_and_keeps_what_a_later_format_adds() {
-        let text = r#"{"format":1,"old_version":"0.1.0","boot_id":"b","lock":3,"unix":4,
-            "http":null,"https":5,"reply":null,"services":{"web":1}}"#;
+        let text = r#"{"format":2,"old_version":"0.1.0","boot_id":"b","lock":3,"unix":4,
+            "http":null,"https":5,"reply":null,"sessions":{"web":1}}"#;
         let handover: Handover = serde_json::from_str(text).unwrap();
         assert_eq!(handover.https, Some(5));
-        assert_eq!(handover.rest["services"]["web"], 1);
+        assert_eq!(handover.rest["sessions"]["web"], 1);
+        assert!(handover.services.is_empty() && handover.logs.is_empty());
     }
 
     #[test]

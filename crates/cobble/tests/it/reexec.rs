@@ -237,7 +237,7 @@ fn a_binary_that_cannot_take_over_changes_nothing() {
         (too_old, "it exited with status 1: error: unknown command"),
         (
             other_format,
-            "cobble 9.0.0 reads handover formats [7], and this daemon writes format 1",
+            "cobble 9.0.0 reads handover formats [7], and this daemon writes format 2",
         ),
         (crashes, "it was killed by signal 11"),
         (exits, "it did not answer as cobble does"),
@@ -258,22 +258,87 @@ fn a_binary_that_cannot_take_over_changes_nothing() {
 
 #[test]
 fn what_cannot_be_handed_over_yet_refuses_and_names_it() {
-    let d = Daemon::start(&[("001-base", LAYER)], &["--hold"]);
+    let d = Daemon::start(
+        &[(
+            "001-base",
+            "services:\n  s:\n    override: replace\n    command: sleep 1000\n    requires-paths: [/]\n",
+        )],
+        &["--hold"],
+    );
     act(&d, "start", &["s"]);
     let pids = children(&d);
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 1);
     let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
-        stderr.starts_with("error: cannot re-execute: service \"s\" is active;"),
+        stderr.starts_with(
+            "error: cannot re-execute: service \"s\" is running with requires-paths, which a \
+             re-execution does not hand over yet;"
+        ),
         "{stderr}"
     );
-    // The listeners serve again, and nothing moved.
+    // The listeners serve again, the supervisor follows the service again, nothing moved.
     assert_eq!(service(&d, "s").current, "active");
     assert_eq!(children(&d), pids);
     act(&d, "stop", &["s"]);
+    assert!(children(&d).is_empty());
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 0, "{stderr}");
+}
+
+/// A service that writes `n 1` to `n 2000`, a line about every millisecond, then sleeps.
+const NUMBERED: &str = "services:\n  n:\n    override: replace\n    command: sh -c 'i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo \"n $i\"; sleep 0.001; done; exec sleep 1000'\n";
+
+#[test]
+fn running_services_keep_their_process_and_every_line_of_output_once() {
+    let d = Daemon::hold(&[("001-base", NUMBERED)]);
+    act(&d, "start", &["n"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let logs = || {
+        Test::daemon(&d)
+            .args(&["logs", "n", "-n", "all"])
+            .any_stdout()
+            .run()
+            .stdout
+    };
+    for _ in 0..5 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(children(&d), pids, "the service keeps its process");
+        assert_eq!(service(&d, "n").current, "active");
+    }
+    wait_for("the service's last line", Duration::from_secs(120), || {
+        logs().contains("[n] n 2000\n")
+    });
+    let numbers: Vec<u32> = logs()
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(numbers, (1..=2000).collect::<Vec<_>>());
+    // The new program supervises it: a stop ends it, and its change completes.
+    let change = act(&d, "stop", &["n"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+    assert!(children(&d).is_empty());
+}
+
+#[test]
+fn a_handed_over_service_that_dies_is_restarted_by_the_new_program() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids);
+    std::process::Command::new("kill")
+        .args(["-KILL", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    wait_for("the service restarted", Duration::from_secs(60), || {
+        let now = children(&d);
+        now.len() == 1 && now != pids && service(&d, "s").current == "active"
+    });
+    d.wait_log("Service \"s\" stopped unexpectedly with code 137");
 }
 
 #[test]
@@ -393,4 +458,51 @@ fn the_output_of_services_that_ran_before_is_still_there_after() {
         assert_eq!(code, 0, "{stderr}");
         assert_eq!(logs(), before);
     }
+}
+
+#[test]
+fn an_exec_that_fails_after_the_probe_puts_everything_back() {
+    let d = Daemon::start_with_env(
+        &[("001-base", NUMBERED)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["n"]);
+    let pids = children(&d);
+    let before = visible_state(&d);
+    // It answers the probe as cobble does; its execve fails (see the daemon's fault hook).
+    let failing = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
+    let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        stderr.starts_with(&format!(
+            "error: cannot re-execute \"{}\": not a directory",
+            failing.display()
+        )),
+        "{stderr}"
+    );
+    // The old program goes on: the service, its output, the state, the listeners.
+    assert_eq!(children(&d), pids);
+    assert_eq!(service(&d, "n").current, "active");
+    assert_eq!(visible_state(&d), before);
+    let logs = || {
+        Test::daemon(&d)
+            .args(&["logs", "n", "-n", "all"])
+            .any_stdout()
+            .run()
+            .stdout
+    };
+    wait_for("the service's last line", Duration::from_secs(120), || {
+        logs().contains("[n] n 2000\n")
+    });
+    let numbers: Vec<u32> = logs()
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(numbers, (1..=2000).collect::<Vec<_>>());
+    // And a re-execution after it works.
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids);
 }
