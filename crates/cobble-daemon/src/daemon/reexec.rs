@@ -3,40 +3,47 @@
 //! # Theory of operation
 //!
 //! The daemon replaces its program with `execve`, so it keeps its pid (PID 1 of a container
-//! stays PID 1) and its children. What the new program needs beyond that is handed over
-//! explicitly: the descriptors it keeps (the directory lock, the unix socket's and the TCP
-//! listeners, the asking client's connection) lose their close-on-exec flag, and a
-//! [`Handover`] document in a memory file says what each is; its descriptor is named by
-//! [`cobble_sys::reexec::HANDOVER_ENV`]. The state goes through the state file: the
-//! persister writes it one last time and stops, and the new program loads it as any daemon
-//! does.
+//! stays PID 1) and its children, the services. What the new program needs beyond that is
+//! handed over explicitly: the descriptors it keeps (the directory lock, the unix socket's
+//! and the TCP listeners, each running service's output pipe, the asking client's
+//! connection) lose their close-on-exec flag, and a [`Handover`] document in a memory file
+//! says what each is, with where each running service's machine stands and what each
+//! service's log holds; its descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The
+//! state goes through the state file: the persister writes it one last time and stops, and
+//! the new program loads it as any daemon does.
 //!
 //! In order:
 //!
 //! 1. **The candidate is asked first.** It is run as a child with [`PROBE_ARG`] and `$PEBBLE`,
-//!    reads the layers and the state file it would start from, and must
-//!    answer, within [`PROBE_TIMEOUT`], with its version and the handover formats it reads.
-//!    A missing file, one that is not executable or not for this machine, a build that does
-//!    not know the probe or does not read this daemon's [`FORMAT`], and one that crashes or
-//!    exits at once are refused with the reason, and nothing else has happened.
-//! 2. **Exec sessions are waited for** up to [`EXEC_WAIT`], then the request is refused,
-//!    naming them.
+//!    reads the layers and the state file it would start from, and must answer, within
+//!    [`PROBE_TIMEOUT`], with its version and the handover formats it reads. A missing file,
+//!    one that is not executable or not for this machine, a build that does not know the
+//!    probe or does not read this daemon's [`FORMAT`], and one that crashes or exits at once
+//!    are refused with the reason, and nothing else has happened.
+//! 2. **Changes in progress are waited for** up to [`CHANGE_WAIT`] (an exec session, a stop
+//!    waiting out its kill-delay), then the request is refused, naming them; a check's
+//!    change, which lasts as long as its check runs, is refused at once.
 //! 3. **The listeners pause.** They stop accepting (the kernel queues new connections, which
 //!    the new program accepts) and every connection finishes the request it is answering and
-//!    closes; the daemon waits for that up to [`DRAIN_WAIT`].
+//!    closes; answers that wait (a notices long poll, a logs follower) end as their timeout
+//!    or end of stream would end them. The daemon waits for that up to [`DRAIN_WAIT`].
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
-//!    anything more: a service that is running, starting, stopping, backing off or waiting,
-//!    a change in progress, a plan with held `sockets:` or other than the layers directory's
-//!    (the new program loads the directory), a daemon without a state file
-//!    (`PEBBLE_PERSIST=never`) or run by another command (`cobble enter`). The listeners then
-//!    serve again.
-//! 5. **The state is written** by the persister, which then stops (each service's output log
-//!    goes into the handover document); the daemon's own log and
-//!    the service log files are flushed.
-//! 6. **`execve`**. If it fails, the flags are set back, the persister and the listeners start
-//!    again, and the client is told why. If it succeeds, the new program adopts the
-//!    descriptors, starts as a daemon does (loading the plan and the state) but neither ends
-//!    leftovers nor autostarts, serves the listeners it was handed, and answers the waiting
+//!    anything more: a change in progress, held `sockets:`, a plan other than the layers
+//!    directory's (the new program loads the directory), a daemon without a state file or
+//!    run by another command (`cobble enter`); then the supervisor is asked to hand over its
+//!    running services, and refuses for one that is not simply running or runs with what is
+//!    not handed over yet (notify readiness, a watchdog, checks, paths, resources). The
+//!    listeners then serve again.
+//! 5. **The services are taken over**: the supervisor stops acting on them, and each output
+//!    reader stops between two reads, handing back its pipe and the line it had begun. Each
+//!    service's output log goes into the document; the persister writes the state and stops;
+//!    the daemon's own log and the service log files are flushed.
+//! 6. **`execve`**. If it fails, the flags are set back, the readers, the persister and the
+//!    listeners start again, and the client is told why. If it succeeds, the new program
+//!    adopts the descriptors, registers the services' pids with its reaper before it starts
+//!    (an exit during the swap waits as a zombie), starts as a daemon does (loading the plan
+//!    and the state) but neither ends leftovers nor autostarts, follows the services from
+//!    where their machines stood, serves the listeners it was handed, and answers the waiting
 //!    client on its connection with both versions.
 
 use std::collections::BTreeMap;
@@ -64,8 +71,12 @@ const MAX_DOCUMENT: u64 = 64 << 20;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of the probe's output read.
 const MAX_PROBE_OUTPUT: u64 = 64 * 1024;
-/// How long a re-execution waits for exec sessions to end.
-pub(crate) const EXEC_WAIT: Duration = Duration::from_secs(10);
+/// How long a re-execution waits for changes in progress (exec sessions, service actions) to
+/// be ready.
+pub(crate) const CHANGE_WAIT: Duration = Duration::from_secs(10);
+/// The kinds of change that last as long as a check runs: handed over by no re-execution yet,
+/// and not worth waiting for.
+const CHECK_CHANGES: &[&str] = &["perform-check", "recover-check"];
 /// How long the listeners' connections have to finish their requests.
 pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(5);
 
@@ -561,7 +572,7 @@ pub(super) async fn reexec_now(
         Ok(version) => version,
         Err(e) => return e,
     };
-    if let Err(e) = wait_for_exec_sessions(&daemon.store).await {
+    if let Err(e) = wait_for_changes(&daemon.store).await {
         return e;
     }
     let Some(listeners) = servers.pause().await else {
@@ -755,18 +766,32 @@ fn restart_persister(daemon: &mut super::Daemon) {
     );
 }
 
-/// Waits up to [`EXEC_WAIT`] for exec sessions to end; refuses, naming them, past it.
-async fn wait_for_exec_sessions(store: &crate::state::StateStore) -> Result<(), ApiError> {
-    let deadline = tokio::time::Instant::now() + EXEC_WAIT;
+/// Waits up to [`CHANGE_WAIT`] for the changes in progress (exec sessions, a stop waiting out
+/// its kill-delay, a start waiting for its okay delay) to be ready, so that each completes
+/// whole under the program that began it; refuses, naming them, past it. A check's change is
+/// refused at once: it lasts as long as its check runs.
+async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiError> {
+    let deadline = tokio::time::Instant::now() + CHANGE_WAIT;
     let mut changed = store.subscribe();
     loop {
-        let sessions: Vec<String> = store
-            .in_progress()
-            .into_iter()
-            .filter(|(_, kind, _)| kind == "exec")
+        let in_progress = store.in_progress();
+        let checks: Vec<String> = in_progress
+            .iter()
+            .filter(|(_, kind, _)| CHECK_CHANGES.contains(&kind.as_str()))
             .map(|(id, _, summary)| format!("change {id} ({summary})"))
             .collect();
-        if sessions.is_empty() {
+        if !checks.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "cannot re-execute: checks are running ({}); a re-execution does not hand \
+                 checks over yet",
+                checks.join(", ")
+            )));
+        }
+        let waited: Vec<String> = in_progress
+            .iter()
+            .map(|(id, _, summary)| format!("change {id} ({summary})"))
+            .collect();
+        if waited.is_empty() {
             return Ok(());
         }
         if tokio::time::timeout_at(deadline, changed.changed())
@@ -774,9 +799,9 @@ async fn wait_for_exec_sessions(store: &crate::state::StateStore) -> Result<(), 
             .is_err()
         {
             return Err(ApiError::bad_request(format!(
-                "cannot re-execute: exec sessions still running after {}s: {}",
-                EXEC_WAIT.as_secs(),
-                sessions.join(", ")
+                "cannot re-execute: changes still in progress after {}s: {}",
+                CHANGE_WAIT.as_secs(),
+                waited.join(", ")
             )));
         }
     }

@@ -506,3 +506,49 @@ fn an_exec_that_fails_after_the_probe_puts_everything_back() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(children(&d), pids);
 }
+
+#[test]
+fn a_stop_in_progress_completes_before_the_swap() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  s:\n    override: replace\n    command: sh -c 'trap \"\" TERM; exec sleep 1000'\n    kill-delay: 2s\n",
+    )]);
+    act(&d, "start", &["s"]);
+    let c = crate::fixture::client(&d);
+    // The stop waits out the kill-delay: SIGTERM is ignored.
+    let id = crate::fixture::rt()
+        .block_on(c.services_action("stop", &["s".to_owned()]))
+        .expect("stop");
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let change = crate::fixture::rt()
+        .block_on(c.change(&id))
+        .expect("the stop's change");
+    assert_eq!(
+        (change.status.as_str(), change.ready),
+        ("Done", true),
+        "{change:?}"
+    );
+    assert_eq!(service(&d, "s").current, "inactive");
+    assert!(children(&d).is_empty());
+}
+
+#[test]
+fn running_checks_refuse_at_once() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "checks:\n  chk:\n    override: replace\n    period: 10s\n    exec:\n      command: \"true\"\n",
+    )]);
+    wait_for("the check's change", Duration::from_secs(30), || {
+        visible_state(&d).0.contains("perform-check")
+    });
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        stderr.starts_with(
+            "error: cannot re-execute: checks are running (change 1 (Perform exec check \"chk\"))"
+        ),
+        "{stderr}"
+    );
+}
