@@ -694,6 +694,15 @@ impl Actor {
                         continue;
                     };
                     slot.carried = false;
+                    // An exit reaped while the service was handed over was not acted on:
+                    // its group is gone, how it ended is not known.
+                    let gone = slot
+                        .machine
+                        .pid()
+                        .filter(|&pid| !cobble_sys::process::group_alive(pid));
+                    if let Some(pid) = gone {
+                        self.feed(&name, Event::Exited { pid, code: -1 });
+                    }
                     if let Some(detached) = detached {
                         // The exit's watcher keeps the end of the reader it had, which
                         // came when that reader stopped.
