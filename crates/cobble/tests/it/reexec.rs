@@ -552,3 +552,84 @@ fn running_checks_refuse_at_once() {
         "{stderr}"
     );
 }
+
+/// The pid `pid` has in its own pid namespace (the last of `NSpid`).
+fn pid_in_namespace(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
+}
+
+#[test]
+fn pid_1_of_a_container_stays_pid_1_with_its_services() {
+    let root = tempfile::tempdir().unwrap();
+    let pebble = root.path().join("pebble");
+    std::fs::create_dir_all(pebble.join("layers")).unwrap();
+    std::fs::write(
+        pebble.join("layers/001-base.yaml"),
+        "services:\n  s:\n    override: replace\n    startup: enabled\n    command: sleep 1000\n",
+    )
+    .unwrap();
+    let mut unshare = std::process::Command::new("unshare")
+        .args(["--fork", "--pid", "--mount-proc", COBBLE, "run"])
+        .env("PEBBLE", &pebble)
+        .env_remove("PEBBLE_SOCKET")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("unshare");
+    let children_of = |pid: u32| -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let mut daemon = 0;
+    wait_for("the daemon as PID 1", Duration::from_secs(30), || {
+        daemon = children_of(unshare.id()).first().copied().unwrap_or(0);
+        daemon != 0 && pid_in_namespace(daemon) == Some(1)
+    });
+    wait_for("the service", Duration::from_secs(30), || {
+        children_of(daemon).len() == 1
+    });
+    let service_pid = children_of(daemon);
+    let run = |args: &[&str]| {
+        std::process::Command::new(COBBLE)
+            .args(args)
+            .env("PEBBLE", &pebble)
+            .env_remove("PEBBLE_SOCKET")
+            .output()
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let out = run(&["reexec"]);
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.starts_with("Re-executed daemon (pid 1) as "),
+            "{stdout}"
+        );
+        assert_eq!(children_of(unshare.id()), vec![daemon]);
+        assert_eq!(pid_in_namespace(daemon), Some(1));
+        assert_eq!(children_of(daemon), service_pid);
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = unshare.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+}
