@@ -160,7 +160,11 @@ pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
     // Before any thread starts: the arena limit applies to arenas made from then on, and
     // threads inherit the signal mask.
     cobble_sys::memory::tune_allocator();
-    let nofile = cobble_sys::inherit::prepare_daemon();
+    // A re-executed daemon keeps the stop signals blocked until it catches them.
+    let nofile = match opts.handover_fd {
+        Some(_) => cobble_sys::inherit::prepare_reexecuted_daemon(),
+        None => cobble_sys::inherit::prepare_daemon(),
+    };
     daemon_log::init(opts.debug, embedding.silent);
     match nofile {
         Ok(limit) if limit.current != limit.original => tracing::debug!(

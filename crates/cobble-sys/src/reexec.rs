@@ -152,10 +152,23 @@ pub fn exec(program: &Path, args: &[OsString], env: &[(OsString, OsString)]) -> 
     // The new program starts with the descriptor limit the daemon was started with, and
     // raises it itself, remembering that one for its children.
     crate::inherit::restore_nofile();
+    // A stop signal that arrives from the exec until the new program catches it stays
+    // pending rather than ending the process (execve resets the handlers, and keeps the
+    // calling thread's mask and what is pending).
+    use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
+    let mut old_mask = SigSet::empty();
+    let blocked = pthread_sigmask(
+        SigmaskHow::SIG_BLOCK,
+        Some(&crate::inherit::stop_signals()),
+        Some(&mut old_mask),
+    );
     // SAFETY: every pointer is to a NUL-terminated string that lives until the call returns,
     // and both arrays end with a null pointer. On success the call does not return.
     unsafe { libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
     let error = io::Error::last_os_error();
+    if blocked.is_ok() {
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old_mask), None);
+    }
     let _ = crate::inherit::raise_nofile();
     error
 }

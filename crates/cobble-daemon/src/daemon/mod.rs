@@ -155,6 +155,8 @@ pub(crate) async fn run(
     // Catch stop signals from the very start: a SIGTERM that arrives while the daemon is
     // still starting must stop it in order, not kill it with its services left behind.
     let mut stop_signals = StopSignals::new();
+    // Caught now: one that arrived during a re-execution, pending since, is delivered.
+    cobble_sys::inherit::unblock_stop_signals();
     let notifier = systemd::Notifier::from_env();
     let watchdog_interval = if notifier.is_enabled() {
         systemd::watchdog_interval(std::env::var("WATCHDOG_USEC").ok().as_deref()).unwrap_or_else(
@@ -263,9 +265,14 @@ pub(crate) async fn run(
             }
             Some(ask) = reexec_requests.recv() => {
                 // Returns only when the daemon did not re-execute.
-                let why = reexec_now(&opts, &kept, &mut daemon, &mut servers, &ask).await;
+                let (why, stop) =
+                    reexec_now(&opts, &kept, &mut daemon, &mut servers, &mut stop_signals, &ask)
+                        .await;
                 tracing::info!("{}", why.message);
                 let _ = ask.refused.send(why);
+                if let Some(code) = stop {
+                    break (code, true);
+                }
             }
         }
     };

@@ -551,32 +551,52 @@ pub(super) async fn reexec_now(
     kept: &super::Kept,
     daemon: &mut super::Daemon,
     servers: &mut super::Servers,
+    stop_signals: &mut super::StopSignals,
     ask: &crate::api::reexec::ReexecAsk,
-) -> ApiError {
+) -> (ApiError, Option<i32>) {
+    let refused = reexec_checked(opts, kept, daemon, servers, stop_signals, ask).await;
+    match refused {
+        Ok(never) => match never {},
+        Err(refused) => refused,
+    }
+}
+
+/// [`reexec_now`], whose every early return is a refusal without a stop.
+async fn reexec_checked(
+    opts: &crate::RunOptions,
+    kept: &super::Kept,
+    daemon: &mut super::Daemon,
+    servers: &mut super::Servers,
+    stop_signals: &mut super::StopSignals,
+    ask: &crate::api::reexec::ReexecAsk,
+) -> Result<std::convert::Infallible, (ApiError, Option<i32>)> {
+    let refuse = |e: ApiError| (e, None);
     if kept.embedded {
-        return ApiError::bad_request(
+        return Err(refuse(ApiError::bad_request(
             "cannot re-execute: the daemon is run by another command (cobble enter)",
-        );
+        )));
     }
     if !opts.persist {
-        return ApiError::bad_request(
+        return Err(refuse(ApiError::bad_request(
             "cannot re-execute with PEBBLE_PERSIST=never: the state would not reach the new \
              program",
-        );
+        )));
     }
     let binary = match resolve(&ask.binary) {
         Ok(binary) => binary,
-        Err(e) => return e,
+        Err(e) => return Err(refuse(e)),
     };
     let version = match probe(&binary, &opts.pebble_dir).await {
         Ok(version) => version,
-        Err(e) => return e,
+        Err(e) => return Err(refuse(e)),
     };
     if let Err(e) = wait_for_changes(&daemon.store).await {
-        return e;
+        return Err(refuse(e));
     }
     let Some(listeners) = servers.pause().await else {
-        return ApiError::internal("cannot re-execute: the API's servers have stopped");
+        return Err(refuse(ApiError::internal(
+            "cannot re-execute: the API's servers have stopped",
+        )));
     };
     // Every connection but the asker's answers its request and closes; one that takes
     // longer (a long poll) is cut by the exec, as a daemon's restart would cut it.
@@ -604,11 +624,11 @@ pub(super) async fn reexec_now(
     };
     if !blockers.is_empty() {
         servers.start(listeners, &daemon.cancel);
-        return ApiError::bad_request(format!(
+        return Err(refuse(ApiError::bad_request(format!(
             "cannot re-execute: {}; a re-execution hands over running services, but no change \
              in progress",
             blockers.join(", ")
-        ));
+        ))));
     }
     // Each service's output reader stops between reads: what it read is in the log, what
     // it did not waits in the pipe for the new program.
@@ -637,12 +657,22 @@ pub(super) async fn reexec_now(
         log_files.flush(FLUSH_WAIT);
     })
     .await;
-    let error = exec_into(&binary, &version, kept, &listeners, ask, logs, services).await;
+    // A stop signal (or a service's shutdown action) that came while the daemon got ready
+    // is for this program: it stops instead, its services handed back first.
+    let stop = tokio::select! {
+        biased;
+        code = stop_signals.wait(&mut daemon.shutdown_requests) => Some(code),
+        () = std::future::ready(()) => None,
+    };
+    let error = match stop {
+        Some(_) => ApiError::internal("cannot re-execute: the daemon is stopping"),
+        None => exec_into(&binary, &version, kept, &listeners, ask, logs, services).await,
+    };
     // Still here: everything goes back as it was.
     daemon.services.resume(detached);
     restart_persister(daemon);
     servers.start(listeners, &daemon.cancel);
-    error
+    Err((error, stop))
 }
 
 /// How long the logs' queues may take to be written before the exec.

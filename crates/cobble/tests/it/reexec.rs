@@ -113,6 +113,14 @@ fn a_reexec_keeps_the_pid_the_listeners_and_every_change_and_notice() {
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     }
     d.wait_log("Re-executed daemon: cobble");
+    // The stop signals, kept blocked across the exec, are caught and unblocked again.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
+    let blocked = status.lines().find(|l| l.starts_with("SigBlk:")).unwrap();
+    assert_eq!(
+        blocked.split_whitespace().nth(1),
+        Some("0000000000000000"),
+        "{status}"
+    );
     // New IDs go on from the old ones, and services start under the new program.
     act(&d, "start", &["s"]);
     assert_eq!(service(&d, "s").current, "active");
