@@ -868,6 +868,10 @@ async fn blockers(opts: &crate::RunOptions, daemon: &super::Daemon) -> Vec<Strin
         Ok(Err(e)) => why.push(format!("the layers directory does not load ({e})")),
         Err(e) => why.push(e.to_string()),
     }
+    if !plan.log_targets.is_empty() {
+        // What a target's queue holds would be lost with the exec.
+        why.push("the plan has log targets, whose forwarding is not handed over yet".to_owned());
+    }
     for (name, service) in &plan.services {
         if !service.sockets.is_empty() {
             why.push(format!(
