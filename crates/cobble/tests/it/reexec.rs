@@ -641,3 +641,33 @@ fn pid_1_of_a_container_stays_pid_1_with_its_services() {
     };
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn an_exec_session_that_outlasts_the_wait_is_named_in_the_refusal() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    let mut session = std::process::Command::new(COBBLE)
+        .args(["exec", "sleep", "60"])
+        .env("PEBBLE", d.pebble_dir())
+        .env_remove("PEBBLE_SOCKET")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the exec session", Duration::from_secs(30), || {
+        visible_state(&d)
+            .0
+            .contains(r#""kind":"exec","summary":"Execute command \"sleep\"","status":"Doing""#)
+    });
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        stderr.starts_with(
+            "error: cannot re-execute: changes still in progress after 10s: change 1 (Execute command \"sleep\")"
+        ),
+        "{stderr}"
+    );
+    let _ = session.kill();
+    let _ = session.wait();
+}
