@@ -303,16 +303,26 @@ async fn carried_logs(daemon: &super::Daemon) -> Vec<CarriedLog> {
         .logs(names)
         .await
         .into_iter()
-        .map(|(service, log)| CarriedLog {
-            service,
-            lines: log
-                .last_entries(None)
-                .into_iter()
-                .map(|e| (e.time.as_nanosecond(), e.line))
-                .collect(),
+        .map(|(service, log)| {
+            // The newest lines, within the bound: a ring holds about 100 KiB, more only
+            // while a follower lags, and no follower is left by now.
+            let mut lines = Vec::new();
+            let mut bytes = 0;
+            for entry in log.last_entries(None).into_iter().rev() {
+                bytes += entry.line.len();
+                if bytes > MAX_CARRIED_LOG {
+                    break;
+                }
+                lines.push((entry.time.as_nanosecond(), entry.line));
+            }
+            lines.reverse();
+            CarriedLog { service, lines }
         })
         .collect()
 }
+
+/// The most of one service's output log a re-execution carries over, in bytes of text.
+const MAX_CARRIED_LOG: usize = 128 * 1024;
 
 /// The client that asked for the re-execution, answered by the new program.
 #[derive(Debug, Serialize, Deserialize)]
@@ -711,6 +721,13 @@ async fn exec_into(
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
     let shown = cobble_plan::go_quote(&binary.to_string_lossy());
+    if bytes.len() as u64 > MAX_DOCUMENT {
+        return ApiError::internal(format!(
+            "cannot re-execute {shown}: the handover document would take {} bytes, more than \
+             the {MAX_DOCUMENT} a new program reads",
+            bytes.len()
+        ));
+    }
     let document = match cobble_sys::reexec::handover_file(&bytes) {
         Ok(file) => file,
         Err(e) => {
