@@ -12,6 +12,10 @@
 //! events. Under systemd it says when it is ready and when it stops, and feeds the watchdog
 //! while the supervisor answers (see [`systemd`]).
 //!
+//! An admin may ask it to replace its program in place, keeping its process, its running
+//! services, its listeners and its state (see [`reexec`]); the new program starts from what
+//! it is handed.
+//!
 //! A daemon whose supervisor, check manager or persister has stopped (a bug: a panic) would
 //! go on answering `/v1/health` while nothing is supervised. So the daemon watches those
 //! tasks; if one ends, it logs why, stops every service and exits with
