@@ -244,6 +244,15 @@ impl Client {
         self.get("/v1/system-info", &[]).await
     }
 
+    /// `POST /v1/cobble/reexec`: re-executes the daemon in place with `binary` (the binary
+    /// it was started from when empty); answers once the new program has taken over.
+    pub async fn reexec(&self, binary: &str) -> Result<crate::types::ReexecResult, Error> {
+        let body = crate::types::ReexecRequest {
+            binary: binary.to_owned(),
+        };
+        self.post("/v1/cobble/reexec", &body).await
+    }
+
     /// `GET /v1/services`: the named services (all when `names` is empty), sorted by name.
     /// Unknown names are silently left out by the daemon.
     pub async fn services(&self, names: &[String]) -> Result<Vec<ServiceInfo>, Error> {

@@ -457,6 +457,30 @@ pub struct SignalsRequest {
     pub services: Vec<String>,
 }
 
+/// Body of `POST /v1/cobble/reexec` (cobble's own endpoint).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReexecRequest {
+    /// The program to re-execute the daemon with; empty for the binary the daemon was
+    /// started from, as it is on disk now.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub binary: String,
+}
+
+/// What `POST /v1/cobble/reexec` answers, once the new program has taken over.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReexecResult {
+    /// The version of cobble that ran before.
+    #[serde(rename = "old-version")]
+    pub old_version: String,
+    /// The version of cobble that runs now.
+    #[serde(rename = "new-version")]
+    pub new_version: String,
+    /// The program that runs now.
+    pub binary: String,
+    /// The daemon's process ID, the same before and after.
+    pub pid: u32,
+}
+
 /// Body of `POST /v1/changes/{id}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChangeAction {

@@ -88,6 +88,7 @@ pub(crate) use views::{listing, metrics};
 // by the fuzzer.
 pub use api::routes as api_routes;
 pub use daemon::MANAGER_FAILED_EXIT_CODE;
+pub use daemon::reexec::{PROBE_ARG as REEXEC_PROBE_ARG, probe_answer as reexec_probe_answer};
 pub use files::write::write_multipart;
 pub use lock::{LOCK_FILE, LockError, lock as lock_dir};
 pub use process::registry::FILE_NAME as PROCESS_REGISTRY_FILE;
@@ -129,6 +130,9 @@ pub struct RunOptions {
     pub debug: bool,
     /// `--identities FILE`, as read: applied with `replace` semantics before the API serves.
     pub identities: Option<BTreeMap<String, Option<cobble_client::identities::Identity>>>,
+    /// The handover document's descriptor, when a daemon re-executed itself into this
+    /// program (`COBBLE_HANDOVER_FD`, taken out of the environment first thing).
+    pub handover_fd: Option<i32>,
 }
 
 /// Hooks for running the daemon under another command, as `cobble enter` does: the command
@@ -156,7 +160,11 @@ pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
     // Before any thread starts: the arena limit applies to arenas made from then on, and
     // threads inherit the signal mask.
     cobble_sys::memory::tune_allocator();
-    let nofile = cobble_sys::inherit::prepare_daemon();
+    // A re-executed daemon keeps the stop signals blocked until it catches them.
+    let nofile = match opts.handover_fd {
+        Some(_) => cobble_sys::inherit::prepare_reexecuted_daemon(),
+        None => cobble_sys::inherit::prepare_daemon(),
+    };
     daemon_log::init(opts.debug, embedding.silent);
     match nofile {
         Ok(limit) if limit.current != limit.original => tracing::debug!(

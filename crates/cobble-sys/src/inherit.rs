@@ -59,7 +59,35 @@ pub fn prepare_daemon() -> io::Result<NofileLimit> {
     raise_nofile()
 }
 
-fn raise_nofile() -> io::Result<NofileLimit> {
+/// The stop signals (`SIGTERM`, `SIGINT`, `SIGQUIT`), which a re-executing daemon keeps
+/// blocked across `execve` until its new program catches them: one that arrives meanwhile
+/// waits, pending, instead of ending the process with its default action.
+pub fn stop_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGQUIT] {
+        set.add(signal);
+    }
+    set
+}
+
+/// [`prepare_daemon`] for a program a daemon re-executed into: the stop signals stay
+/// blocked (see [`stop_signals`]) until [`unblock_stop_signals`], once the daemon catches
+/// them.
+pub fn prepare_reexecuted_daemon() -> io::Result<NofileLimit> {
+    use nix::sys::signal::{SigmaskHow, pthread_sigmask};
+    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&stop_signals()), None)?;
+    raise_nofile()
+}
+
+/// Unblocks the stop signals in the calling thread; one pending since the re-execution is
+/// delivered now, to the handler the daemon has installed.
+pub fn unblock_stop_signals() {
+    use nix::sys::signal::{SigmaskHow, pthread_sigmask};
+    let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&stop_signals()), None);
+}
+
+pub(crate) fn raise_nofile() -> io::Result<NofileLimit> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

@@ -43,6 +43,8 @@
 //! - [`notify`]: the sd_notify socket's receiving end, with the kernel's word on the sender.
 //! - [`terminal`]: the user's terminal for `cobble exec`: its size, and raw mode.
 //! - [`vspawn`]: starting an exec command without copying the daemon's memory.
+//! - [`reexec`]: re-executing the daemon in place: descriptors kept across `execve`, the
+//!   handover document, `execve` itself.
 //! - [`activation`]: systemd's socket activation: listening sockets, and the exec that
 //!   passes them at descriptors 3 and on with the command's own pid in its environment.
 //!
@@ -71,6 +73,7 @@ pub mod pipe;
 pub mod process;
 pub mod pty;
 pub mod reaper;
+pub mod reexec;
 pub mod terminal;
 pub mod user;
 pub mod vspawn;

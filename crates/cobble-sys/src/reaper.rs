@@ -249,6 +249,18 @@ pub fn spawn(cmd: &mut Command) -> io::Result<Spawned> {
     })
 }
 
+/// Registers `pid`, a child this process had before it re-executed itself (`execve` keeps
+/// its children, and their exits wait for it as zombies), so that its exit is reported as a
+/// [`spawn`]ed child's is. Call before [`start`]: its first drain then reports a child that
+/// exited during the swap.
+pub fn adopt(pid: u32) -> oneshot::Receiver<ExitStatus> {
+    let (tx, rx) = oneshot::channel();
+    if let Ok(raw) = libc::pid_t::try_from(pid) {
+        lock(&REGISTRY).insert(raw, tx);
+    }
+    rx
+}
+
 /// Starts a child with `launch` (which returns its pid once it has exec'd or exited) and
 /// registers it, under the registry lock as [`spawn`] does, for spawners other than
 /// `Command` (see [`crate::vspawn`]).

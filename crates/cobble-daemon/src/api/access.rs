@@ -68,6 +68,9 @@ pub(crate) struct Peer {
     pub cert: Option<Arc<[u8]>>,
     /// The peer's address over TCP.
     pub addr: Option<SocketAddr>,
+    /// The connection's descriptor, on the unix socket: a re-execution hands it to the new
+    /// program, which answers on it.
+    pub fd: Option<std::os::fd::RawFd>,
 }
 
 impl Peer {
@@ -79,6 +82,7 @@ impl Peer {
             transport: Transport::Http,
             cert: None,
             addr,
+            fd: None,
         }
     }
 }

@@ -82,12 +82,16 @@ pub(super) async fn get_logs(
     }
     let mut follow = Follow::new(&logs, older, n);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(2);
+    let connections = api.connections.clone();
     tokio::spawn(async move {
         let mut chunk = Vec::new();
         loop {
             let lines = tokio::select! {
                 lines = follow.next() => lines,
                 () = tx.closed() => return,
+                // A daemon about to re-execute ends the stream whole: the follower has every
+                // line so far, and follows the new program when it asks again.
+                () = connections.drained() => return,
             };
             chunk.clear();
             for line in &lines {

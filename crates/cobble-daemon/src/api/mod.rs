@@ -22,6 +22,7 @@ mod pairing;
 mod payload_tests;
 mod plan;
 mod query;
+pub(crate) mod reexec;
 pub(crate) mod request_log;
 pub(crate) mod serve;
 mod services;
@@ -69,6 +70,10 @@ pub(crate) struct ApiState {
     pub pebble_dir: std::path::PathBuf,
     pub http_address: Option<String>,
     pub https_address: Option<String>,
+    /// Where `POST /v1/cobble/reexec` hands its requests to the daemon.
+    pub reexec: reexec::ReexecRequests,
+    /// The listeners' connections: whether they drain, before a re-execution.
+    pub connections: Arc<serve::OpenConnections>,
 }
 
 pub(crate) type Shared = Arc<ApiState>;
@@ -345,6 +350,10 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/v1/notices/{id}", get(notices::get_notice))
         .route("/v1/pairing", axum::routing::post(pairing::post_pairing))
         .route("/v1/exec", axum::routing::post(exec::post_exec))
+        .route(
+            "/v1/cobble/reexec",
+            axum::routing::post(reexec::post_reexec),
+        )
         .route(
             "/v1/tasks/{task_id}/websocket/{websocket}",
             get(exec::get_task_websocket),

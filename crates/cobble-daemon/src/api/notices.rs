@@ -112,9 +112,14 @@ pub(super) async fn get_notices(
     } else {
         // A negative timeout has already passed: what matches now, or nothing.
         let wait = Duration::from_nanos(timeout.max(0) as u64);
-        tokio::time::timeout(wait, api.state.wait_notices(&filter))
-            .await
-            .unwrap_or_default()
+        // A daemon about to re-execute answers as the timeout would: nothing new yet, and
+        // the client asks again (of the new program).
+        tokio::select! {
+            waited = tokio::time::timeout(wait, api.state.wait_notices(&filter)) => {
+                waited.unwrap_or_default()
+            }
+            () = api.connections.drained() => Vec::new(),
+        }
     };
     Ok(sync(render(&notices)))
 }

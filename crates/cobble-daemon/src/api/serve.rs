@@ -46,7 +46,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -64,7 +64,6 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::request_log::{self, Logged};
 use super::{Peer, Transport};
@@ -84,6 +83,7 @@ impl PeerOf for UnixStream {
             transport: Transport::Unix,
             cert: None,
             addr: None,
+            fd: Some(std::os::fd::AsRawFd::as_raw_fd(self)),
         }
     }
 }
@@ -498,22 +498,92 @@ impl Counters {
     }
 }
 
+/// The connections open on every listener, counted so that a re-execution (and the
+/// shutdown) can wait for them to be answered and closed; and whether they are draining, so
+/// that answers that wait (a notices long poll, a logs follower) end early.
+#[derive(Debug)]
+pub(crate) struct OpenConnections {
+    count: AtomicUsize,
+    changed: Notify,
+    draining: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for OpenConnections {
+    fn default() -> OpenConnections {
+        OpenConnections {
+            count: AtomicUsize::new(0),
+            changed: Notify::new(),
+            draining: tokio::sync::watch::Sender::new(false),
+        }
+    }
+}
+
+impl OpenConnections {
+    /// Starts or ends a drain.
+    pub(crate) fn set_draining(&self, draining: bool) {
+        self.draining.send_replace(draining);
+    }
+
+    /// Returns once the connections are draining: an answer that waits should end now, as
+    /// its wait would end (a long poll's timeout, a follower's end of stream).
+    pub(crate) async fn drained(&self) {
+        let mut draining = self.draining.subscribe();
+        let _ = draining.wait_for(|d| *d).await;
+    }
+
+    /// Counts a connection open until the guard is dropped.
+    fn opened(self: &Arc<Self>) -> OpenGuard {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        OpenGuard(self.clone())
+    }
+
+    /// How many are open.
+    pub(crate) fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// Returns once at most `n` connections are open.
+    pub(crate) async fn at_most(&self, n: usize) {
+        loop {
+            let notified = self.changed.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.count() <= n {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// One open connection, counted while it lives.
+struct OpenGuard(Arc<OpenConnections>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::SeqCst);
+        self.0.changed.notify_waiters();
+    }
+}
+
 /// Serves `routers` on `listener` until `cancel`, admitting connections fairly under `cap`
-/// and holding them to `timeouts`; then lets each connection finish the request in progress,
-/// and returns once all have closed.
+/// and holding them to `timeouts`; then stops accepting, tells each connection to finish the
+/// request in progress and close, and returns the listener, open: connections not accepted
+/// yet wait in its queue. `open` counts the connections until they close.
 pub(crate) async fn serve<L>(
     mut listener: L,
     routers: Routers,
     cancel: CancellationToken,
     cap: ConnectionCap,
     timeouts: Timeouts,
-) where
+    open: Arc<OpenConnections>,
+) -> L
+where
     L: Listener,
     L::Io: PeerOf,
 {
     let admission = Admission::new(cap);
     let mut counters = Counters::default();
-    let connections = TaskTracker::new();
     loop {
         let io = tokio::select! {
             (io, _) = listener.accept() => io,
@@ -534,15 +604,15 @@ pub(crate) async fn serve<L>(
             slot: ticket.slot.clone(),
         };
         let cancel = cancel.clone();
-        connections.spawn(async move {
+        let counted = open.opened();
+        tokio::spawn(async move {
+            let _counted = counted;
             let slot = ticket.slot.clone();
             let _ticket = ticket;
             serve_connection(io, service, cancel, &slot, timeouts, keep_alive).await;
         });
     }
-    drop(listener);
-    connections.close();
-    connections.wait().await;
+    listener
 }
 
 /// The longest request head (request line and headers) the daemon reads, as Go's server
@@ -644,11 +714,11 @@ pub(crate) async fn serve_tls(
     cancel: CancellationToken,
     cap: ConnectionCap,
     timeouts: Timeouts,
-) {
+    open: Arc<OpenConnections>,
+) -> tokio::net::TcpListener {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let admission = Admission::new(cap);
     let mut counters = Counters::default();
-    let connections = TaskTracker::new();
     loop {
         let (tcp, addr) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -668,6 +738,7 @@ pub(crate) async fn serve_tls(
             transport: Transport::Https,
             cert: None,
             addr: Some(addr),
+            fd: None,
         };
         let admitted = admission.admit(None);
         counters.count(&admitted, &peer, cap);
@@ -678,7 +749,9 @@ pub(crate) async fn serve_tls(
         };
         let acceptor = acceptor.clone();
         let cancel = cancel.clone();
-        connections.spawn(async move {
+        let counted = open.opened();
+        tokio::spawn(async move {
+            let _counted = counted;
             let slot = ticket.slot.clone();
             let _ticket = ticket;
             let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
@@ -698,9 +771,7 @@ pub(crate) async fn serve_tls(
             serve_connection(tls, service, cancel, &slot, timeouts, keep_alive).await;
         });
     }
-    drop(listener);
-    connections.close();
-    connections.wait().await;
+    listener
 }
 
 /// The connection a websocket upgrade took over, for exec: the unix socket itself when it

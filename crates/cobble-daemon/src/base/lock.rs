@@ -37,6 +37,21 @@ pub struct DirLock {
     _file: File,
 }
 
+impl DirLock {
+    /// The lock file's descriptor: the lock belongs to its open file, which a re-execution
+    /// keeps open across `execve`, so the new program holds the lock without taking it again.
+    pub(crate) fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self._file)
+    }
+
+    /// The lock a re-executed daemon was handed, as its predecessor held it.
+    pub(crate) fn adopt(fd: std::os::fd::OwnedFd) -> DirLock {
+        DirLock {
+            _file: File::from(fd),
+        }
+    }
+}
+
 /// How long a daemon waits for the lock's holder to go before it gives up.
 pub(crate) const GRACE: Duration = Duration::from_secs(2);
 

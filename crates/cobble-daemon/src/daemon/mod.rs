@@ -12,11 +12,16 @@
 //! events. Under systemd it says when it is ready and when it stops, and feeds the watchdog
 //! while the supervisor answers (see [`systemd`]).
 //!
+//! An admin may ask it to replace its program in place, keeping its process, its running
+//! services, its listeners and its state (see [`reexec`]); the new program starts from what
+//! it is handed.
+//!
 //! A daemon whose supervisor, check manager or persister has stopped (a bug: a panic) would
 //! go on answering `/v1/health` while nothing is supervised. So the daemon watches those
 //! tasks; if one ends, it logs why, stops every service and exits with
 //! [`MANAGER_FAILED_EXIT_CODE`], so that the container is restarted.
 
+pub(crate) mod reexec;
 pub(crate) mod systemd;
 
 use std::collections::BTreeMap;
@@ -32,7 +37,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::serve::{ConnectionCap, Limits};
+use crate::api::reexec::ReexecAsk;
+use crate::api::serve::{ConnectionCap, Limits, OpenConnections, Timeouts};
 use crate::api::{self, ApiState};
 use crate::checks::CheckManager;
 use crate::daemon_log::{self, SecurityEvent};
@@ -49,6 +55,7 @@ use crate::services::ServiceManager;
 use crate::services::changes::{ActionError, ServiceChange, ServiceChanges};
 use crate::services::scheduler::{Scheduler, SystemClock};
 use crate::state::{self, Persister, StateData, StateStore};
+use reexec::{answer_reexec, reexec_now};
 
 use crate::{Embedding, RunOptions};
 
@@ -95,6 +102,8 @@ pub(crate) enum DaemonError {
     Identities(crate::identities::RequestError),
     #[error("cannot start reaper: {0}")]
     Reaper(std::io::Error),
+    #[error("{0}")]
+    Handover(String),
     #[error("{}", listen_error(*listener, address, source))]
     Listen {
         listener: Listener,
@@ -151,6 +160,8 @@ pub(crate) async fn run(
     // Catch stop signals from the very start: a SIGTERM that arrives while the daemon is
     // still starting must stop it in order, not kill it with its services left behind.
     let mut stop_signals = StopSignals::new();
+    // Caught now: one that arrived during a re-execution, pending since, is delivered.
+    cobble_sys::inherit::unblock_stop_signals();
     let notifier = systemd::Notifier::from_env();
     let watchdog_interval = if notifier.is_enabled() {
         systemd::watchdog_interval(std::env::var("WATCHDOG_USEC").ok().as_deref()).unwrap_or_else(
@@ -162,25 +173,63 @@ pub(crate) async fn run(
     } else {
         None
     };
+    // What a predecessor handed over, when this program was re-executed into.
+    let mut handover = match opts.handover_fd {
+        Some(fd) => Some(reexec::read(fd).map_err(DaemonError::Handover)?),
+        None => None,
+    };
     // Held until the daemon returns: it alone may end leftovers, write the state and bind or
     // remove the socket.
     let Loaded {
-        lock: _lock,
+        lock,
         plan,
         store,
         first_write,
         identities,
-    } = load(&opts).await?;
-    let (mut daemon, plan) = start_managers(&opts, plan, store, log_files).await?;
-    let listeners = listen(&opts, first_write, &mut daemon).await?;
-    // Logged before the first request is served, as Pebble logs them before it serves: a
-    // client that has connected sees its request's line after these.
-    daemon_log::security(SecurityEvent::Startup {
-        uid: cobble_sys::current_uid(),
-    });
-    log_listening(&opts);
-    tracing::info!("Started daemon.");
-    let servers = serve(&opts, listeners, &daemon, plan);
+    } = load(&opts, handover.as_ref()).await?;
+    // The handed-over services' exits are registered before the reaper starts.
+    let carried = reexec::adopt_exits(
+        handover
+            .as_mut()
+            .map(|h| std::mem::take(&mut h.services))
+            .unwrap_or_default(),
+    );
+    let (mut daemon, plan) =
+        start_managers(&opts, plan, store, log_files, handover.is_some()).await?;
+    if let Some(handover) = handover.as_mut() {
+        let logs = std::mem::take(&mut handover.logs);
+        daemon
+            .services
+            .carry_logs(logs.into_iter().map(reexec::CarriedLog::entries).collect())
+            .await;
+    }
+    reexec::adopt_services(&daemon, carried).await;
+    let listening = listen(&opts, first_write, &mut daemon, handover.as_ref()).await?;
+    let boot_id = match &handover {
+        Some(handover) => handover.boot_id.clone(),
+        None => boot_id(),
+    };
+    let reply = handover.as_mut().and_then(|h| h.reply.take());
+    if let Some(handover) = &handover {
+        tracing::info!(
+            "Re-executed daemon: cobble {} (was {}).",
+            crate::VERSION,
+            handover.old_version
+        );
+    } else {
+        // Logged before the first request is served, as Pebble logs them before it serves: a
+        // client that has connected sees its request's line after these.
+        daemon_log::security(SecurityEvent::Startup {
+            uid: cobble_sys::current_uid(),
+        });
+        log_listening(&opts);
+        tracing::info!("Started daemon.");
+    }
+    let (reexec_tx, mut reexec_requests) = mpsc::channel(1);
+    let mut servers = serve(&opts, listening, &daemon, plan, boot_id.clone(), reexec_tx);
+    if let Some(reply) = reply {
+        answer_reexec(reply, handover.as_ref().map(|h| h.old_version.clone()));
+    }
     // Every listener is bound and served: systemd may take the unit as started.
     notifier.notify("READY=1");
     let watchdog = watchdog_interval.map(|interval| {
@@ -194,24 +243,45 @@ pub(crate) async fn run(
             },
         ))
     });
-    if let Some(identities) = identities {
+    if let Some(identities) = identities.filter(|_| handover.is_none()) {
         log_identities(&identities);
     }
-    if !opts.hold {
-        autostart(&daemon, embedding.ready.is_some()).await;
+    let embedded = embedding.ready.is_some();
+    // A re-executed daemon's services are as its predecessor left them.
+    if !opts.hold && handover.is_none() {
+        autostart(&daemon, embedded).await;
     }
     if let Some(ready) = embedding.ready {
         let _ = ready.send(());
     }
 
-    let (code, supervisor_alive) = tokio::select! {
-        code = stop_signals.wait(&mut daemon.shutdown_requests) => (code, true),
-        () = embedding.stop.cancelled() => (0, true),
-        (manager, why) = daemon.managers.first_to_end() => {
-            tracing::info!("Cannot continue: the {manager} stopped: {why}; stopping services");
-            (MANAGER_FAILED_EXIT_CODE, manager != Manager::Services)
+    let kept = Kept {
+        lock: lock.fd(),
+        boot_id,
+        embedded,
+    };
+    let (code, supervisor_alive) = loop {
+        tokio::select! {
+            code = stop_signals.wait(&mut daemon.shutdown_requests) => break (code, true),
+            () = embedding.stop.cancelled() => break (0, true),
+            (manager, why) = daemon.managers.first_to_end() => {
+                tracing::info!("Cannot continue: the {manager} stopped: {why}; stopping services");
+                break (MANAGER_FAILED_EXIT_CODE, manager != Manager::Services);
+            }
+            Some(ask) = reexec_requests.recv() => {
+                // Returns only when the daemon did not re-execute.
+                let (why, stop) =
+                    reexec_now(&opts, &kept, &mut daemon, &mut servers, &mut stop_signals, &ask)
+                        .await;
+                tracing::info!("{}", why.message);
+                let _ = ask.refused.send(why);
+                if let Some(code) = stop {
+                    break (code, true);
+                }
+            }
         }
     };
+    drop(lock);
     daemon_log::security(SecurityEvent::Shutdown {
         uid: cobble_sys::current_uid(),
     });
@@ -257,19 +327,28 @@ struct Loaded {
     identities: Option<BTreeMap<String, Option<crate::identities::Identity>>>,
 }
 
-/// The first phase: refuses options that cannot work, prepares and locks `$PEBBLE`, loads
-/// the layers and the state (applying `--identities`) and starts writing the state back.
-async fn load(opts: &RunOptions) -> Result<Loaded, DaemonError> {
+/// The first phase: refuses options that cannot work, prepares and locks `$PEBBLE` (or
+/// takes the lock a predecessor handed over), loads the layers and the state (applying
+/// `--identities`) and starts writing the state back.
+async fn load(
+    opts: &RunOptions,
+    handover: Option<&reexec::Handover>,
+) -> Result<Loaded, DaemonError> {
     // Refused before anything is created: a key that dies with the process identifies nobody.
     if opts.https.is_some() && !opts.persist {
         return Err(DaemonError::HttpsWithoutPersist);
     }
-    // Taking the lock may wait (see `lock`), so off the runtime.
-    let lock = {
-        let opts = opts.clone();
-        tokio::task::spawn_blocking(move || prepare_dir(&opts))
-            .await
-            .expect("preparing the directory does not panic")?
+    let lock = match handover {
+        Some(handover) => cobble_sys::reexec::adopt(handover.lock)
+            .map(DirLock::adopt)
+            .map_err(|e| DaemonError::Handover(format!("cannot adopt directory lock: {e}")))?,
+        // Taking the lock may wait (see `lock`), so off the runtime.
+        None => {
+            let opts = opts.clone();
+            tokio::task::spawn_blocking(move || prepare_dir(&opts))
+                .await
+                .expect("preparing the directory does not panic")?
+        }
     };
     // A daemon killed while it replaced the state file, the registry or a pushed file left
     // its temporary file behind (where the file system cannot give it no name).
@@ -338,6 +417,10 @@ struct Daemon {
     shutdown_requests: mpsc::UnboundedReceiver<i32>,
     /// Stops the servers and the persister.
     cancel: CancellationToken,
+    /// Stops the persister alone (a child of `cancel`), before a re-execution.
+    persist_stop: CancellationToken,
+    /// The state file, for a persister started again after a failed re-execution.
+    state_path: PathBuf,
 }
 
 /// The second phase: becomes the subreaper, ends what a killed predecessor left running, and
@@ -348,6 +431,7 @@ async fn start_managers(
     plan: Plan,
     store: StateStore,
     log_files: LogFiles,
+    reexecuted: bool,
 ) -> Result<(Daemon, PlanManager), DaemonError> {
     cobble_sys::reaper::start().map_err(DaemonError::Reaper)?;
     let mut plan = PlanManager::new(plan);
@@ -357,9 +441,9 @@ async fn start_managers(
     }
     let (shutdown_tx, shutdown_requests) = mpsc::unbounded_channel();
     // A daemon killed with SIGKILL leaves its services running: end them before anything
-    // starts, so no service ever runs twice.
+    // starts, so no service ever runs twice. A re-executed daemon's processes are its own.
     let state_dir = opts.persist.then(|| opts.pebble_dir.clone());
-    if let Some(dir) = state_dir.clone() {
+    if let Some(dir) = state_dir.clone().filter(|_| !reexecuted) {
         let grace = longest_plan_kill_delay(&plan.plan());
         let ended = tokio::task::spawn_blocking(move || registry::end_leftovers(&dir, grace))
             .await
@@ -421,6 +505,7 @@ async fn start_managers(
             }
         });
     }
+    let cancel = CancellationToken::new();
     let daemon = Daemon {
         store,
         processes,
@@ -432,7 +517,9 @@ async fn start_managers(
         log_files,
         managers,
         shutdown_requests,
-        cancel: CancellationToken::new(),
+        persist_stop: cancel.child_token(),
+        cancel,
+        state_path: opts.pebble_dir.join(".pebble.state"),
     };
     Ok((daemon, plan))
 }
@@ -441,7 +528,16 @@ async fn start_managers(
 struct Listeners {
     unix: UnixListener,
     http: Option<TcpListener>,
-    https: Option<(TcpListener, Arc<rustls::ServerConfig>)>,
+    https: Option<TcpListener>,
+}
+
+/// What is handed to a new program besides the listeners.
+struct Kept {
+    /// The directory lock's descriptor.
+    lock: std::os::fd::RawFd,
+    boot_id: String,
+    /// The daemon runs under another command (`cobble enter`), which waits for it.
+    embedded: bool,
 }
 
 /// The third phase: binds every listener. Clients take the socket as the sign of a ready
@@ -451,7 +547,8 @@ async fn listen(
     opts: &RunOptions,
     first_write: Option<FirstWrite>,
     daemon: &mut Daemon,
-) -> Result<Listeners, DaemonError> {
+    handover: Option<&reexec::Handover>,
+) -> Result<(Listeners, Option<Arc<rustls::ServerConfig>>), DaemonError> {
     let https = match &opts.https {
         Some(address) => {
             let dir = opts.pebble_dir.clone();
@@ -465,7 +562,11 @@ async fn listen(
             .await
             .map_err(|e| crate::tls::TlsError::Load(e.to_string()))??;
             let config = crate::tls::server_config(&opts.pebble_dir, key, identity)?;
-            Some((bind_tcp(address, Listener::Https).await?, config))
+            let listener = match handover.and_then(|h| h.https) {
+                Some(fd) => adopt_tcp(fd, address, Listener::Https)?,
+                None => bind_tcp(address, Listener::Https).await?,
+            };
+            Some((listener, config))
         }
         None => None,
     };
@@ -479,21 +580,68 @@ async fn listen(
         }
         daemon.managers.watch(
             Manager::Persister,
-            tokio::spawn(persister.run(daemon.cancel.clone())),
+            tokio::spawn(persister.run(daemon.persist_stop.clone())),
         );
     }
-    let unix = bind_unix(&opts.socket_path)?;
+    let unix = match handover {
+        Some(handover) => adopt_unix(handover.unix, &opts.socket_path)?,
+        None => bind_unix(&opts.socket_path)?,
+    };
     daemon_log::set_socket_path(&opts.socket_path);
     let http = match &opts.http {
-        Some(address) => Some(bind_tcp(address, Listener::Http).await?),
+        Some(address) => match handover.and_then(|h| h.http) {
+            Some(fd) => Some(adopt_tcp(fd, address, Listener::Http)?),
+            None => Some(bind_tcp(address, Listener::Http).await?),
+        },
         None => None,
     };
-    Ok(Listeners { unix, http, https })
+    let (https, tls) = match https {
+        Some((listener, config)) => (Some(listener), Some(config)),
+        None => (None, None),
+    };
+    Ok((Listeners { unix, http, https }, tls))
 }
 
-/// The fourth phase: serves the API on every listener; returns the servers' tasks.
-fn serve(opts: &RunOptions, listeners: Listeners, daemon: &Daemon, plan: PlanManager) -> Servers {
+/// The unix socket's listener a predecessor handed over.
+fn adopt_unix(fd: std::os::fd::RawFd, path: &Path) -> Result<UnixListener, DaemonError> {
+    let err = |source| DaemonError::Listen {
+        listener: Listener::Unix,
+        address: path.display().to_string(),
+        source,
+    };
+    let listener =
+        std::os::unix::net::UnixListener::from(cobble_sys::reexec::adopt(fd).map_err(err)?);
+    listener.set_nonblocking(true).map_err(err)?;
+    UnixListener::from_std(listener).map_err(err)
+}
+
+/// A TCP listener a predecessor handed over.
+fn adopt_tcp(
+    fd: std::os::fd::RawFd,
+    address: &str,
+    listener: Listener,
+) -> Result<TcpListener, DaemonError> {
+    let err = |source| DaemonError::Listen {
+        listener,
+        address: address.to_owned(),
+        source,
+    };
+    let tcp = std::net::TcpListener::from(cobble_sys::reexec::adopt(fd).map_err(err)?);
+    tcp.set_nonblocking(true).map_err(err)?;
+    TcpListener::from_std(tcp).map_err(err)
+}
+
+/// The fourth phase: serves the API on every listener; returns the servers.
+fn serve(
+    opts: &RunOptions,
+    (listeners, tls): (Listeners, Option<Arc<rustls::ServerConfig>>),
+    daemon: &Daemon,
+    plan: PlanManager,
+    boot_id: String,
+    reexec: mpsc::Sender<ReexecAsk>,
+) -> Servers {
     let exec = ExecManager::new(daemon.store.clone()).recording(daemon.processes.clone());
+    let open = Arc::new(OpenConnections::default());
     let api_state = Arc::new(ApiState {
         plan,
         services: daemon.services.clone(),
@@ -504,52 +652,119 @@ fn serve(opts: &RunOptions, listeners: Listeners, daemon: &Daemon, plan: PlanMan
         forward: daemon.forwarder.clone(),
         log_files: daemon.log_files.clone(),
         state: daemon.store.clone(),
-        boot_id: boot_id(),
+        boot_id,
         pebble_dir: opts.pebble_dir.clone(),
         http_address: opts.http.clone(),
         https_address: opts.https.clone(),
+        reexec,
+        connections: open.clone(),
     });
     let routers = api::serve::Routers {
         api: api::router(api_state.clone()),
         reserve: api::reserve_router(api_state),
     };
     let limits = Limits::from_env();
-    let timeouts = limits.timeouts();
-    let cancel = &daemon.cancel;
-    let mut tasks = Vec::new();
-    tasks.push(tokio::spawn(api::serve::serve(
-        listeners.unix,
-        routers.clone(),
-        cancel.clone(),
-        ConnectionCap::PerUid(limits.per_uid),
-        timeouts,
-    )));
-    if let Some((tcp, config)) = listeners.https {
-        tasks.push(tokio::spawn(api::serve::serve_tls(
-            tcp,
-            config,
-            routers.clone(),
-            cancel.clone(),
-            ConnectionCap::Total(limits.http_total),
-            timeouts,
-        )));
-    }
-    if let Some(tcp) = listeners.http {
-        tasks.push(tokio::spawn(api::serve::serve(
-            tcp,
-            routers,
-            cancel.clone(),
-            ConnectionCap::Total(limits.http_total),
-            timeouts,
-        )));
-    }
-    Servers { tasks, exec }
+    let mut servers = Servers {
+        exec,
+        routers,
+        limits,
+        timeouts: limits.timeouts(),
+        tls,
+        open,
+        running: None,
+    };
+    servers.start(listeners, &daemon.cancel);
+    servers
 }
 
-/// The servers' tasks, and the exec manager, whose commands end with the daemon.
+/// The servers of every listener, and the exec manager, whose commands end with the daemon.
 struct Servers {
-    tasks: Vec<JoinHandle<()>>,
     exec: ExecManager,
+    routers: api::serve::Routers,
+    limits: Limits,
+    timeouts: Timeouts,
+    /// `--https`'s configuration.
+    tls: Option<Arc<rustls::ServerConfig>>,
+    /// The connections of every listener.
+    open: Arc<OpenConnections>,
+    /// The servers' tasks, while they serve.
+    running: Option<Running>,
+}
+
+/// The servers' tasks, each of which gives its listener back when paused.
+struct Running {
+    /// Pauses them (a child of the daemon's token, which stops them for good).
+    pause: CancellationToken,
+    unix: JoinHandle<UnixListener>,
+    http: Option<JoinHandle<TcpListener>>,
+    https: Option<JoinHandle<TcpListener>>,
+}
+
+impl Servers {
+    /// Serves the API on `listeners`.
+    fn start(&mut self, listeners: Listeners, cancel: &CancellationToken) {
+        self.open.set_draining(false);
+        let pause = cancel.child_token();
+        let unix = tokio::spawn(api::serve::serve(
+            listeners.unix,
+            self.routers.clone(),
+            pause.clone(),
+            ConnectionCap::PerUid(self.limits.per_uid),
+            self.timeouts,
+            self.open.clone(),
+        ));
+        let https = match (listeners.https, &self.tls) {
+            (Some(tcp), Some(config)) => Some(tokio::spawn(api::serve::serve_tls(
+                tcp,
+                config.clone(),
+                self.routers.clone(),
+                pause.clone(),
+                ConnectionCap::Total(self.limits.http_total),
+                self.timeouts,
+                self.open.clone(),
+            ))),
+            _ => None,
+        };
+        let http = listeners.http.map(|tcp| {
+            tokio::spawn(api::serve::serve(
+                tcp,
+                self.routers.clone(),
+                pause.clone(),
+                ConnectionCap::Total(self.limits.http_total),
+                self.timeouts,
+                self.open.clone(),
+            ))
+        });
+        self.running = Some(Running {
+            pause,
+            unix,
+            http,
+            https,
+        });
+    }
+
+    /// Stops accepting and asks every connection to finish its request and close; returns
+    /// the listeners, open (new connections wait in their queues). `None` when a server
+    /// task ended otherwise (a panic), or the servers were not running.
+    async fn pause(&mut self) -> Option<Listeners> {
+        let running = self.running.take()?;
+        self.open.set_draining(true);
+        running.pause.cancel();
+        let unix = running.unix.await.ok();
+        let http = match running.http {
+            Some(task) => Some(task.await.ok()),
+            None => None,
+        };
+        let https = match running.https {
+            Some(task) => Some(task.await.ok()),
+            None => None,
+        };
+        Some(Listeners {
+            unix: unix?,
+            http: http.map(|l| l.ok_or(())).transpose().ok()?,
+            https: https.map(|l| l.ok_or(())).transpose().ok()?,
+        })
+    }
 }
 
 /// Starts the `startup: enabled` services; with `wait` (a command run under `enter --run`
@@ -683,9 +898,11 @@ async fn shut_down(daemon: Daemon, servers: Servers, supervisor_alive: bool) {
     // The services' last words go out too, within the forwarder's final-flush bound.
     daemon.forwarder.shutdown().await;
     daemon.cancel.cancel();
-    for server in servers.tasks {
-        let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
-    }
+    let mut servers = servers;
+    let listeners = servers.pause().await;
+    // Each connection answers the request in progress, within a bound.
+    let _ = tokio::time::timeout(Duration::from_secs(1), servers.open.at_most(0)).await;
+    drop(listeners);
     daemon.managers.wait_persister().await;
 }
 
@@ -755,6 +972,15 @@ impl Managers {
             Err(e) => e.to_string(),
         };
         (name, why)
+    }
+
+    /// Takes the persister's task out of the watch (to stop it before a re-execution).
+    fn take_persister(&mut self) -> Option<JoinHandle<()>> {
+        let index = self
+            .tasks
+            .iter()
+            .position(|(name, _)| *name == Manager::Persister)?;
+        Some(self.tasks.remove(index).1)
     }
 
     /// At shutdown the persister writes the state one last time once cancelled; wait for it.

@@ -8,7 +8,11 @@ use super::{Cli, program_name, write_all};
 
 /// Commands by category, in the order the summary lists them.
 pub(super) const CATEGORIES: &[(&str, &str, &[&str])] = &[
-    ("Run", "run the service manager", &["run", "enter", "demo"]),
+    (
+        "Run",
+        "run the service manager",
+        &["run", "enter", "demo", "reexec"],
+    ),
     (
         "Info",
         "help and version information",
@@ -254,7 +258,7 @@ mod tests {
         assert!(
             text.contains(
                 "
-         Run: run, enter, demo
+         Run: run, enter, demo, reexec
 "
             ),
             "{text}"

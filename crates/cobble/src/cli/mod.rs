@@ -46,6 +46,7 @@ mod okay;
 mod plan;
 mod pull;
 mod push;
+mod reexec;
 mod reference;
 mod replan;
 mod restart;
@@ -159,6 +160,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Explain why a service is where it is
     Why(why::WhyArgs),
+    /// Re-execute the daemon in place, keeping its process and listeners
+    Reexec(reexec::ReexecArgs),
     /// List notices
     Notices(notices::NoticesArgs),
     /// Fetch a single notice
@@ -183,6 +186,14 @@ enum Command {
     Enter(enter::EnterArgs),
 }
 
+/// The handover document's descriptor, when a daemon re-executed itself into this program.
+static HANDOVER: OnceLock<Option<i32>> = OnceLock::new();
+
+/// What [`HANDOVER`] holds, for `run`.
+fn handover() -> Option<i32> {
+    HANDOVER.get().copied().flatten()
+}
+
 /// The name the binary was invoked as (`cobble`, or `pebble` through a symlink), used where
 /// Pebble's messages name the program.
 pub(crate) fn program_name() -> &'static str {
@@ -201,10 +212,26 @@ pub(crate) fn program_name() -> &'static str {
 
 /// The whole command line, from arguments to exit code.
 pub(crate) fn main() -> ExitCode {
+    // First, while no other thread runs: a daemon that re-executed itself into this program
+    // named its handover here, and nothing this program starts may inherit the name.
+    HANDOVER.get_or_init(cobble_sys::reexec::take_handover_env);
     cobble_sys::nss::use_builtin_sources_when_static();
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    // A daemon about to re-execute into this binary asks it first whether it can take over.
+    if argv.get(1).map(String::as_str) == Some(cobble_daemon::REEXEC_PROBE_ARG) && argv.len() == 3 {
+        return match cobble_daemon::reexec_probe_answer(std::path::Path::new(&argv[2])) {
+            Ok(answer) => {
+                println!("{answer}");
+                ExitCode::SUCCESS
+            }
+            Err(why) => {
+                eprintln!("error: {why}");
+                ExitCode::FAILURE
+            }
+        };
+    }
 
     let (argv, service_args) = run::extract_service_args(&argv);
     if asks_for_top_level_help(&argv) {
@@ -336,6 +363,7 @@ async fn dispatch(command: Command, client: &Client, out: &mut Output) -> anyhow
         Command::Notice(args) => notice::execute(args, client, out).await,
         Command::Notify(args) => notify::execute(args, client, out).await,
         Command::Warnings(args) => warnings::execute(args, client, out).await,
+        Command::Reexec(args) => reexec::execute(args, client, out).await,
         Command::Run(_)
         | Command::Okay(_)
         | Command::Debug(_)

@@ -158,6 +158,7 @@ fn options(
             .map(PathBuf::from),
         debug: is_one("PEBBLE_DEBUG"),
         identities: None,
+        handover_fd: None,
     }
 }
 
@@ -200,9 +201,13 @@ pub(super) fn daemon_status(code: i32) -> ExitCode {
 }
 
 /// Runs the daemon in this process until it stops, and exits with its code.
+/// Runs the daemon, with what a re-executing predecessor handed over if it did.
 pub(super) fn execute(args: RunArgs, groups: Vec<Vec<String>>) -> ExitCode {
     match args.resolve(groups) {
-        Ok(options) => daemon_status(cobble_daemon::run(options)),
+        Ok(options) => daemon_status(cobble_daemon::run(RunOptions {
+            handover_fd: super::handover(),
+            ..options
+        })),
         Err(status) => status,
     }
 }

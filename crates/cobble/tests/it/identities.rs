@@ -239,6 +239,14 @@ const ENDPOINTS: &[(&str, &str, &str, Level, u16)] = &[
         400,
     ),
     ("POST", "/v1/exec", r#"{"command":[]}"#, Level::Admin, 400),
+    // A relative binary is refused before anything is tried, over every transport.
+    (
+        "POST",
+        "/v1/cobble/reexec",
+        r#"{"binary":"relative/cobble"}"#,
+        Level::Admin,
+        400,
+    ),
     (
         "GET",
         "/v1/tasks/999/websocket/control",

@@ -39,6 +39,7 @@ mod notices;
 mod offline;
 mod pebble_state;
 mod plan;
+mod reexec;
 mod resources;
 mod robustness;
 mod scenarios;

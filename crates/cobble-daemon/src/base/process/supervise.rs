@@ -441,6 +441,29 @@ impl OsProcesses {
         }
     }
 
+    /// The invocation ID of the run led by `pid`, for a re-execution that hands it over.
+    pub(crate) fn invocation(&self, pid: u32) -> Option<String> {
+        self.instances().get(&pid).map(|i| i.invocation.clone())
+    }
+
+    /// Takes on a service's run led by `pid` that a re-executed daemon's predecessor started
+    /// (with `invocation`): recorded, and known as its own runs are. Blocking.
+    pub(crate) fn adopt(&self, name: &str, pid: u32, invocation: Option<&str>) {
+        self.registry().record(name, pid, invocation);
+        reaper::keep_cpu_time(pid);
+        if let (Some(start_time), Some(invocation)) = (sys::process_start_time(pid), invocation) {
+            self.instances().insert(
+                pid,
+                Instance {
+                    start_time,
+                    invocation: invocation.to_owned(),
+                    cgroup: None,
+                    memory_max: None,
+                },
+            );
+        }
+    }
+
     /// Forgets a group recorded with [`OsProcesses::spawn_recorded`] once its leader has exited,
     /// leaving the file to the next write (see [`ProcessRegistry::forget_unsaved`]): an exec
     /// pays one write, not two. Blocks while a write is under way.

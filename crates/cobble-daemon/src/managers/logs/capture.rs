@@ -56,11 +56,30 @@ pub(crate) struct Outputs {
     pub forward: ServiceTap,
 }
 
+/// A pipe whose reader stopped before its end, for a re-execution: the pipe, and the start
+/// of a line read from it but not finished yet.
+#[derive(Debug)]
+pub(crate) struct Detached {
+    pub reader: pipe::Receiver,
+    pub unfinished: Vec<u8>,
+}
+
 /// Copies a service's output to its [`Outputs`] until end of file. The work is done per
 /// read, not per line, wherever it can be: the ring takes a read's lines at once under one
 /// short lock, and they are formatted for stdout straight into its queue, and for the file
 /// once per read, outside the ring's lock.
-pub(crate) async fn copy_output(reader: pipe::Receiver, name: String, outputs: Outputs) {
+///
+/// `unfinished` is the start of a line an earlier reader of the pipe left (see [`Detached`]).
+/// Once `detach` is cancelled, the reader stops between reads and hands the pipe back with
+/// the line it has not finished: what it read is in the log, what it did not is still in the
+/// pipe, so the next reader goes on from there and every line is logged once.
+pub(crate) async fn copy_output(
+    reader: pipe::Receiver,
+    name: String,
+    outputs: Outputs,
+    unfinished: Vec<u8>,
+    detach: tokio_util::sync::CancellationToken,
+) -> Option<Detached> {
     let Outputs {
         log,
         file,
@@ -95,9 +114,23 @@ pub(crate) async fn copy_output(reader: pipe::Receiver, name: String, outputs: O
         }
         log.push_lines(split);
     };
+    if !unfinished.is_empty() {
+        let room = splitter.buffer();
+        let n = unfinished.len().min(room.len());
+        room[..n].copy_from_slice(&unfinished[..n]);
+        deliver(&splitter.feed(n, Timestamp::now()));
+    }
     'service: loop {
-        if reader.readable().await.is_err() {
-            break;
+        tokio::select! {
+            readable = reader.readable() => if readable.is_err() { break },
+            // Every byte read is delivered; what is not read yet stays in the pipe for the
+            // next reader.
+            () = detach.cancelled() => {
+                return Some(Detached {
+                    reader,
+                    unfinished: splitter.unfinished().to_vec(),
+                });
+            }
         }
         // Read until the pipe is empty, not only until a read comes back short (what
         // `AsyncRead` does). A service that writes fast is usually in the middle of a write
@@ -127,6 +160,7 @@ pub(crate) async fn copy_output(reader: pipe::Receiver, name: String, outputs: O
         }
     }
     deliver(&splitter.finish(Timestamp::now()));
+    None
 }
 
 /// The pipe of a service whose reads fill [`LineSplitter`]'s largest room (the default is
@@ -159,6 +193,8 @@ mod tests {
                 stdout: None,
                 forward: Tap::default().service("svc"),
             },
+            Vec::new(),
+            tokio_util::sync::CancellationToken::new(),
         ));
         for &bytes in writes {
             let line = b"x".repeat(99);

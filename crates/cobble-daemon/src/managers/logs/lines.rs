@@ -231,6 +231,11 @@ impl LineSplitter {
         self.pieces.split(&self.work[from..end])
     }
 
+    /// The start of a line read but not finished yet.
+    pub(crate) fn unfinished(&self) -> &[u8] {
+        &self.work[self.line_start..self.filled]
+    }
+
     /// Emits what is left at end of stream.
     pub(crate) fn finish(&mut self, now: Timestamp) -> Split<'_> {
         let from = self.line_start;

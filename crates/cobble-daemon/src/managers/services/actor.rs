@@ -126,7 +126,19 @@ struct Slot {
     notify: Notify,
     /// What of its `resources:` was not enforced at its last spawn, and why.
     unenforced: Option<String>,
+    /// The reader of the live process's output: what stops it, and its task, which hands
+    /// the pipe back when stopped (for a re-execution).
+    output: Option<Output>,
+    /// Handed to a new program (a re-execution under way): this program no longer acts on
+    /// its process.
+    carried: bool,
 }
+
+/// The reader of a process's output.
+type Output = (
+    tokio_util::sync::CancellationToken,
+    JoinHandle<Option<capture::Detached>>,
+);
 
 /// A `readiness: notify` service's socket and what it said on it.
 #[derive(Debug)]
@@ -380,6 +392,10 @@ impl Actor {
                 missing,
                 killed_by,
             } => {
+                // A process handed to a new program is that program's to follow.
+                if self.services.get(&name).is_some_and(|slot| slot.carried) {
+                    return;
+                }
                 if let Some(cause) = killed_by {
                     if let Some(slot) = self.services.get(&name) {
                         // In the service's own log, where its last words are.
@@ -452,17 +468,45 @@ impl Actor {
         slot.start_count += 1;
         let pid = spawned.pid;
         slot.notify.new_instance(pid);
-        let output_done = spawned.output.map(|reader| {
-            tokio::spawn(capture::copy_output(
-                reader,
-                name.to_owned(),
-                self.output
-                    .outputs(name, slot.log.clone(), slot.file.clone()),
-            ))
-        });
+        let output_done = spawned
+            .output
+            .map(|reader| self.read_output(name, reader, Vec::new()));
+        let Some(slot) = self.services.get(name) else {
+            return;
+        };
         let log = slot.log.clone();
         self.watch_exit(name, pid, spawned.exit, output_done, log);
         self.feed(name, Event::Spawned { pid });
+    }
+
+    /// Starts the reader of `name`'s output on `reader`, after `unfinished` (the start of a
+    /// line an earlier reader left); returns what tells when it has finished.
+    fn read_output(
+        &mut self,
+        name: &str,
+        reader: tokio::net::unix::pipe::Receiver,
+        unfinished: Vec<u8>,
+    ) -> oneshot::Receiver<()> {
+        let (finished_tx, finished) = oneshot::channel();
+        let Some(slot) = self.services.get_mut(name) else {
+            return finished;
+        };
+        let detach = tokio_util::sync::CancellationToken::new();
+        let copy = capture::copy_output(
+            reader,
+            name.to_owned(),
+            self.output
+                .outputs(name, slot.log.clone(), slot.file.clone()),
+            unfinished,
+            detach.clone(),
+        );
+        let task = tokio::spawn(async move {
+            let detached = copy.await;
+            drop(finished_tx);
+            detached
+        });
+        slot.output = Some((detach, task));
+        finished
     }
 
     /// What a service said on its notify socket, if it was the service that said it.
@@ -532,7 +576,7 @@ impl Actor {
         name: &str,
         pid: u32,
         exit: futures_util::future::BoxFuture<'static, i32>,
-        output_done: Option<JoinHandle<()>>,
+        output_done: Option<oneshot::Receiver<()>>,
         log: ServiceLog,
     ) {
         let done = self.done_tx.clone();
@@ -641,6 +685,54 @@ impl Actor {
                     .collect();
                 let _ = reply.send(active);
             }
+            Request::TakeOver { reply } => {
+                let _ = reply.send(self.take_over());
+            }
+            Request::Resume { services } => {
+                for (name, detached) in services {
+                    let Some(slot) = self.services.get_mut(&name) else {
+                        continue;
+                    };
+                    slot.carried = false;
+                    // An exit reaped while the service was handed over was not acted on:
+                    // its group is gone, how it ended is not known.
+                    let gone = slot
+                        .machine
+                        .pid()
+                        .filter(|&pid| !cobble_sys::process::group_alive(pid));
+                    if let Some(pid) = gone {
+                        self.feed(&name, Event::Exited { pid, code: -1 });
+                    }
+                    if let Some(detached) = detached {
+                        // The exit's watcher keeps the end of the reader it had, which
+                        // came when that reader stopped.
+                        drop(self.read_output(&name, detached.reader, detached.unfinished));
+                    }
+                }
+            }
+            Request::Adopt { services, reply } => {
+                for adoption in services {
+                    self.adopt(adoption);
+                }
+                let _ = reply.send(());
+            }
+            Request::Carry { logs, reply } => {
+                for (name, lines) in logs {
+                    let Some(config) = self
+                        .plan
+                        .borrow()
+                        .service_to_run(&name)
+                        .map(std::borrow::Cow::into_owned)
+                    else {
+                        continue;
+                    };
+                    let slot = self.slot(&name, Arc::new(config));
+                    for line in lines {
+                        slot.log.push(line.time, line.line);
+                    }
+                }
+                let _ = reply.send(());
+            }
             Request::Logs { names, reply } => {
                 let logs = self
                     .services
@@ -688,11 +780,151 @@ impl Actor {
             return;
         };
         let config = Arc::new(config);
+        self.slot(&name, config.clone());
+        let file = self.output.file(&name, config.persist_logs == Some(true));
+        let slot = self.services.get_mut(&name).expect("made above");
+        slot.config = config.clone();
+        slot.file.set(file);
+        let policy = policy(&config);
+        // A machine whose old policy did not follow the checks decides the start against
+        // them as they are now.
+        if policy.uses_checks() && !Arc::ptr_eq(slot.machine.checks(), &self.checks) {
+            self.feed(&name, Event::Checks(self.checks.clone()));
+        }
+        self.perform(&name, Event::Start(policy), Some(reply));
+    }
+
+    /// Hands every running service over for a re-execution (see [`Request::TakeOver`]).
+    fn take_over(&mut self) -> Result<Vec<super::Taken>, Vec<String>> {
+        let now = Instant::now();
+        let plan = self.plan.borrow().clone();
+        let mut why = Vec::new();
+        let mut carried = Vec::new();
+        for (name, slot) in &self.services {
+            let shown = cobble_plan::go_quote(name);
+            let status = slot.machine.status();
+            if slot.machine.pid().is_none()
+                && !slot.machine.is_spawning()
+                && matches!(status, machine::Status::Inactive | machine::Status::Error)
+            {
+                continue;
+            }
+            let Some(state) = slot.machine.carried(now) else {
+                why.push(format!("service {shown} is {}", status.as_str()));
+                continue;
+            };
+            let config = &slot.config;
+            let unsupported = [
+                (
+                    config.readiness == cobble_plan::Readiness::Notify,
+                    "readiness: notify",
+                ),
+                (config.watchdog.is_some(), "a watchdog"),
+                (!config.requires_paths.is_empty(), "requires-paths"),
+                (!config.requires_checks.is_empty(), "requires-checks"),
+                (!config.on_check_failure.is_empty(), "on-check-failure"),
+                (!config.on_file_change.is_empty(), "on-file-change"),
+                (!config.resources.is_empty(), "resources"),
+                (!config.sockets.is_empty(), "sockets"),
+            ];
+            if let Some((_, what)) = unsupported.iter().find(|(has, _)| *has) {
+                why.push(format!(
+                    "service {shown} is running with {what}, which a re-execution does not hand over yet"
+                ));
+                continue;
+            }
+            if plan.service_to_run(name).as_deref() != Some(config.as_ref()) {
+                why.push(format!(
+                    "service {shown} runs a configuration the plan has changed since (replan first)"
+                ));
+                continue;
+            }
+            carried.push((name.clone(), state));
+        }
+        if !why.is_empty() {
+            return Err(why);
+        }
+        Ok(carried
+            .into_iter()
+            .filter_map(|(name, carried)| {
+                let slot = self.services.get_mut(&name)?;
+                slot.carried = true;
+                Some(super::Taken {
+                    name,
+                    carried,
+                    start_count: slot.start_count,
+                    since: slot.since,
+                    output: slot.output.take(),
+                })
+            })
+            .collect())
+    }
+
+    /// Follows a running service a predecessor handed over.
+    fn adopt(&mut self, adoption: super::Adoption) {
+        let super::Adoption {
+            name,
+            carried,
+            start_count,
+            since,
+            reader,
+            unfinished,
+            exit,
+            gone,
+        } = adoption;
+        let Some(config) = self
+            .plan
+            .borrow()
+            .service_to_run(&name)
+            .map(std::borrow::Cow::into_owned)
+        else {
+            tracing::warn!(
+                "Cannot follow service \"{name}\" (pid {}): it is not in the plan",
+                carried.pid
+            );
+            return;
+        };
+        let config = Arc::new(config);
         let seed = {
             self.next_seed = self.next_seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
             self.next_seed
         };
-        let slot = self.services.entry(name.clone()).or_insert_with(|| Slot {
+        let pid = carried.pid;
+        let file = self.output.file(&name, config.persist_logs == Some(true));
+        let slot = self.slot(&name, config.clone());
+        slot.machine = Machine::adopted(
+            name.clone(),
+            seed,
+            policy(&config),
+            &carried,
+            Instant::now(),
+        );
+        slot.config = config;
+        slot.file.set(file);
+        slot.start_count = start_count;
+        slot.since = since;
+        slot.notify.new_instance(pid);
+        let output_done = reader.map(|reader| self.read_output(&name, reader, unfinished));
+        let Some(slot) = self.services.get(&name) else {
+            return;
+        };
+        let log = slot.log.clone();
+        self.watch_exit(&name, pid, exit, output_done, log);
+        self.watches_stale = true;
+        if gone {
+            // Reaped before this program could follow it: it exited, how is not known.
+            self.feed(&name, Event::Exited { pid, code: -1 });
+        }
+    }
+
+    /// The slot of `name`, made with `config` if the service has none yet.
+    fn slot(&mut self, name: &str, config: Arc<Service>) -> &mut Slot {
+        let seed = {
+            self.next_seed = self.next_seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            self.next_seed
+        };
+        let name = name.to_owned();
+        self.services.entry(name.clone()).or_insert_with(|| Slot {
             machine: Machine::new(name.clone(), seed),
             config: config.clone(),
             log: ServiceLog::new(),
@@ -705,17 +937,9 @@ impl Actor {
             escaped: Vec::new(),
             notify: Notify::default(),
             unenforced: None,
-        });
-        slot.config = config.clone();
-        slot.file
-            .set(self.output.file(&name, config.persist_logs == Some(true)));
-        let policy = policy(&config);
-        // A machine whose old policy did not follow the checks decides the start against
-        // them as they are now.
-        if policy.uses_checks() && !Arc::ptr_eq(slot.machine.checks(), &self.checks) {
-            self.feed(&name, Event::Checks(self.checks.clone()));
-        }
-        self.perform(&name, Event::Start(policy), Some(reply));
+            output: None,
+            carried: false,
+        })
     }
 
     /// Feeds one event to a service's machine and performs the resulting actions.

@@ -168,6 +168,31 @@ impl ServiceManager {
             .unwrap_or_default()
     }
 
+    /// Gives each service in `logs` the lines its output log had under the daemon that
+    /// re-executed into this one (see [`Request::Carry`]); returns once they are there.
+    pub(crate) async fn carry_logs(&self, logs: Vec<(String, Vec<crate::logs::ring::LogEntry>)>) {
+        self.call(|reply| Request::Carry { logs, reply }).await;
+    }
+
+    /// Hands every running service over for a re-execution: the actor stops acting on them.
+    /// When one cannot be handed over, says why, having changed nothing.
+    pub(crate) async fn take_over(&self) -> Result<Vec<super::messages::Taken>, Vec<String>> {
+        self.call(|reply| Request::TakeOver { reply })
+            .await
+            .unwrap_or_else(|| Err(vec!["the service manager has stopped".to_owned()]))
+    }
+
+    /// Follows again the services of a [`ServiceManager::take_over`] whose re-execution did
+    /// not happen.
+    pub(crate) fn resume(&self, services: Vec<(String, Option<crate::logs::capture::Detached>)>) {
+        let _ = self.tx.send(Request::Resume { services });
+    }
+
+    /// Follows the running services a predecessor handed over.
+    pub(crate) async fn adopt(&self, services: Vec<super::messages::Adoption>) {
+        self.call(|reply| Request::Adopt { services, reply }).await;
+    }
+
     /// Services that are starting, running or backing off.
     pub(crate) async fn active(&self) -> Vec<String> {
         self.call(|reply| Request::Active { reply })

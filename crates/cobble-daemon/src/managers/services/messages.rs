@@ -16,6 +16,35 @@ pub(crate) struct StartReply {
     pub output: Vec<String>,
 }
 
+/// A running service the actor hands over for a re-execution ([`Request::TakeOver`]).
+pub(crate) struct Taken {
+    pub name: String,
+    pub carried: super::machine::Carried,
+    pub start_count: u64,
+    /// When its status last changed.
+    pub since: Option<jiff::Timestamp>,
+    /// Its output's reader, which the caller stops to take the pipe.
+    pub output: Option<(
+        tokio_util::sync::CancellationToken,
+        tokio::task::JoinHandle<Option<crate::logs::capture::Detached>>,
+    )>,
+}
+
+/// A running service a re-executed daemon takes over ([`Request::Adopt`]).
+pub(crate) struct Adoption {
+    pub name: String,
+    pub carried: super::machine::Carried,
+    pub start_count: u64,
+    pub since: Option<jiff::Timestamp>,
+    /// Its output's pipe, and the start of a line the predecessor read but did not finish.
+    pub reader: Option<tokio::net::unix::pipe::Receiver>,
+    pub unfinished: Vec<u8>,
+    /// Its exit, from the reaper.
+    pub exit: futures_util::future::BoxFuture<'static, i32>,
+    /// Its process was gone (reaped) before it could be adopted: its exit is unknown.
+    pub gone: bool,
+}
+
 /// What the handle asks of the actor.
 pub(super) enum Request {
     Start {
@@ -48,6 +77,27 @@ pub(super) enum Request {
     Logs {
         names: Vec<String>,
         reply: oneshot::Sender<Vec<(String, ServiceLog)>>,
+    },
+    /// The output of services a re-executed daemon's predecessor had started: each gets
+    /// its slot, as a service started and stopped, with those lines in its log.
+    Carry {
+        logs: Vec<(String, Vec<crate::logs::ring::LogEntry>)>,
+        reply: oneshot::Sender<()>,
+    },
+    /// Hand every running service over for a re-execution, or, when one cannot be, say why
+    /// (each) and change nothing.
+    TakeOver {
+        reply: oneshot::Sender<Result<Vec<Taken>, Vec<String>>>,
+    },
+    /// The re-execution did not happen: follow the services taken over again, their output
+    /// read from the pipes given back.
+    Resume {
+        services: Vec<(String, Option<crate::logs::capture::Detached>)>,
+    },
+    /// Follow the running services a predecessor handed over.
+    Adopt {
+        services: Vec<Adoption>,
+        reply: oneshot::Sender<()>,
     },
     /// Answered at once: proof that the actor takes requests.
     Ping {

@@ -635,6 +635,14 @@ impl StateStore {
         }
     }
 
+    /// The changes not ready yet: their IDs, kinds and summaries, oldest first.
+    pub(crate) fn in_progress(&self) -> Vec<(u64, String, String)> {
+        let d = self.lock();
+        listed(&d, Select::InProgress, None)
+            .map(|c| (c.id, c.kind.clone(), c.summary.clone()))
+            .collect()
+    }
+
     /// Whether a change is ready (None if unknown).
     pub(crate) fn is_ready(&self, change_id: u64) -> Option<bool> {
         let d = self.lock();

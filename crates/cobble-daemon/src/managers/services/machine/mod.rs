@@ -129,7 +129,68 @@ pub(crate) struct Machine {
     rng: u64,
 }
 
+/// What a re-execution hands over of a running service's machine: its process, where its
+/// backoff stands, and the times it keeps, as durations from the moment of the handover.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Carried {
+    pub pid: u32,
+    pub backoff_num: u32,
+    pub backoff_time: Duration,
+    /// When the running process resets the backoff, from now.
+    pub reset_in: Option<Duration>,
+    /// How long the process has run.
+    pub running_for: Option<Duration>,
+    pub last_exit: Option<i32>,
+}
+
 impl Machine {
+    /// What a re-execution can hand over of this machine: a process running and wanted
+    /// running, with nothing pending (a coalesced file change, a check's action or streak, a
+    /// watchdog). `None` for anything else.
+    pub(crate) fn carried(&self, now: Instant) -> Option<Carried> {
+        let Phase::Running { pid } = self.phase else {
+            return None;
+        };
+        let quiet = self.wanted == Wanted::Running
+            && self.file_change.is_none()
+            && self.backoff_check.is_none()
+            && self.checks_down.is_empty()
+            && self.streaks.is_empty()
+            && self.held.is_empty()
+            && self.watchdog.is_none();
+        quiet.then(|| Carried {
+            pid,
+            backoff_num: self.backoff_num,
+            backoff_time: self.backoff_time,
+            reset_in: self.reset_at.map(|at| at.saturating_duration_since(now)),
+            running_for: self.spawned_at.map(|at| now.saturating_duration_since(at)),
+            last_exit: self.last_exit,
+        })
+    }
+
+    /// The machine of a service whose running process a re-executed daemon's predecessor
+    /// handed over ([`Machine::carried`]), under `policy`.
+    pub(crate) fn adopted(
+        name: impl Into<String>,
+        seed: u64,
+        policy: Policy,
+        carried: &Carried,
+        now: Instant,
+    ) -> Machine {
+        let mut machine = Machine::new(name, seed);
+        machine.phase = Phase::Running { pid: carried.pid };
+        machine.wanted = Wanted::Running;
+        machine.policy = policy;
+        machine.backoff_num = carried.backoff_num;
+        machine.backoff_time = carried.backoff_time;
+        machine.reset_at = carried.reset_in.map(|d| now + d);
+        machine.spawned_at = carried
+            .running_for
+            .map(|d| now.checked_sub(d).unwrap_or(now));
+        machine.last_exit = carried.last_exit;
+        machine
+    }
+
     /// A machine for a service that has never been started. `seed` drives the backoff jitter.
     pub(crate) fn new(name: impl Into<String>, seed: u64) -> Machine {
         Machine {

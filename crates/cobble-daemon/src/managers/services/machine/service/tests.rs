@@ -704,3 +704,62 @@ fn a_notify_service_whose_policy_ignores_failures_stays_down_after_the_timeout()
         .step(Event::Exited { pid: 10, code: 143 });
     assert_eq!((h.m.phase(), h.m.status()), (Phase::Exited, Status::Error));
 }
+
+#[test]
+fn a_running_machine_handed_over_goes_on_where_it_was() {
+    let mut h = Harness::new();
+    h.start(10);
+    h.at(1.0).tick();
+    // A quick exit later: backoff 1, then running again since 3 s.
+    h.at(2.0).step(Event::Exited { pid: 10, code: 1 });
+    let Phase::Backoff { until } = h.m.phase() else {
+        panic!("expected backoff, got {:?}", h.m.phase());
+    };
+    h.now = until;
+    let actions = h.tick();
+    assert!(spawns(&actions));
+    h.step(Event::Spawned { pid: 11 });
+    let spawned = h.now;
+    h.now = spawned + secs(1.0);
+    h.tick();
+    assert_eq!(h.m.phase(), Phase::Running { pid: 11 });
+    let carried =
+        h.m.carried(h.now)
+            .expect("a running machine is handed over");
+    assert_eq!(carried.pid, 11);
+    assert_eq!(carried.backoff_num, 1);
+    assert_eq!(carried.running_for, Some(secs(1.0)));
+    assert_eq!(carried.last_exit, Some(1));
+    // The new program's clock starts elsewhere: the same durations from its now.
+    let later = h.now + secs(1000.0);
+    let adopted = Machine::adopted("svc", 9, h.m.policy.clone(), &carried, later);
+    assert_eq!(adopted.phase(), Phase::Running { pid: 11 });
+    assert_eq!(adopted.status(), Status::Active);
+    assert_eq!(adopted.backoff_num(), 1);
+    assert_eq!(
+        adopted.deadline().map(|d| d - later),
+        h.m.deadline().map(|d| d - h.now),
+        "the backoff resets after the same time"
+    );
+    // Its exit is handled as the old machine's would be: backoff 2.
+    let mut adopted = adopted;
+    let actions = adopted.step(later, Event::Exited { pid: 11, code: 1 });
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::Log(_))),
+        "{actions:?}"
+    );
+    assert!(matches!(adopted.phase(), Phase::Backoff { .. }));
+    assert_eq!(adopted.backoff_num(), 2);
+}
+
+#[test]
+fn a_machine_with_something_pending_is_not_handed_over() {
+    let mut h = Harness::new();
+    assert_eq!(h.m.carried(h.now), None, "never started");
+    h.start(10);
+    assert_eq!(h.m.carried(h.now), None, "still starting");
+    h.at(1.0).tick();
+    assert!(h.m.carried(h.now).is_some());
+    h.step(Event::FileChanged(FileAction::Restart));
+    assert_eq!(h.m.carried(h.now), None, "a file change is due");
+}

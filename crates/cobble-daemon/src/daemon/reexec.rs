@@ -1,0 +1,1007 @@
+//! Re-executing the daemon in place (`POST /v1/cobble/reexec`, `cobble reexec`).
+//!
+//! # Theory of operation
+//!
+//! The daemon replaces its program with `execve`, so it keeps its pid (PID 1 of a container
+//! stays PID 1) and its children, the services. What the new program needs beyond that is
+//! handed over explicitly: the descriptors it keeps (the directory lock, the unix socket's
+//! and the TCP listeners, each running service's output pipe, the asking client's
+//! connection) lose their close-on-exec flag, and a [`Handover`] document in a memory file
+//! says what each is, with where each running service's machine stands and what each
+//! service's log holds; its descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The
+//! state goes through the state file: the persister writes it one last time and stops, and
+//! the new program loads it as any daemon does.
+//!
+//! In order:
+//!
+//! 1. **The candidate is asked first.** It is run as a child with [`PROBE_ARG`] and `$PEBBLE`,
+//!    reads the layers and the state file it would start from, and must answer, within
+//!    [`PROBE_TIMEOUT`], with its version and the handover formats it reads. A missing file,
+//!    one that is not executable or not for this machine, a build that does not know the
+//!    probe or does not read this daemon's [`FORMAT`], and one that crashes or exits at once
+//!    are refused with the reason, and nothing else has happened.
+//! 2. **Changes in progress are waited for** up to [`CHANGE_WAIT`] (an exec session, a stop
+//!    waiting out its kill-delay), then the request is refused, naming them; a check's
+//!    change, which lasts as long as its check runs, is refused at once.
+//! 3. **The listeners pause.** They stop accepting (the kernel queues new connections, which
+//!    the new program accepts) and every connection finishes the request it is answering and
+//!    closes; answers that wait (a notices long poll, a logs follower) end as their timeout
+//!    or end of stream would end them. The daemon waits for that up to [`DRAIN_WAIT`].
+//! 4. **What cannot be handed over refuses the request**, checked once no request can start
+//!    anything more: a change in progress, held `sockets:`, a plan other than the layers
+//!    directory's (the new program loads the directory), a daemon without a state file or
+//!    run by another command (`cobble enter`); then the supervisor is asked to hand over its
+//!    running services, and refuses for one that is not simply running or runs with what is
+//!    not handed over yet (notify readiness, a watchdog, checks, paths, resources). The
+//!    listeners then serve again.
+//! 5. **The services are taken over**: the supervisor stops acting on them, and each output
+//!    reader stops between two reads, handing back its pipe and the line it had begun. Each
+//!    service's output log goes into the document; the persister writes the state and stops;
+//!    the daemon's own log and the service log files are flushed.
+//! 6. **`execve`**. If it fails, the flags are set back, the readers, the persister and the
+//!    listeners start again, and the client is told why. If it succeeds, the new program
+//!    adopts the descriptors, registers the services' pids with its reaper before it starts
+//!    (an exit during the swap waits as a zombie), starts as a daemon does (loading the plan
+//!    and the state) but neither ends leftovers nor autostarts, follows the services from
+//!    where their machines stood, serves the listeners it was handed, and answers the waiting
+//!    client on its connection with both versions.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::ApiError;
+
+/// The argument that makes `cobble` answer as a re-execution's candidate (see [`probe`]).
+pub const PROBE_ARG: &str = "__reexec-probe";
+/// The handover format this daemon writes: 2 hands over running services (1 did not).
+pub(crate) const FORMAT: u32 = 2;
+/// The handover formats this build reads.
+const READS: &[u32] = &[1, FORMAT];
+/// The largest handover document read.
+const MAX_DOCUMENT: u64 = 64 << 20;
+/// How long the candidate may take to answer the probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most of the probe's output read.
+const MAX_PROBE_OUTPUT: u64 = 64 * 1024;
+/// How long a re-execution waits for changes in progress (exec sessions, service actions) to
+/// be ready.
+pub(crate) const CHANGE_WAIT: Duration = Duration::from_secs(10);
+/// The kinds of change that last as long as a check runs: handed over by no re-execution yet,
+/// and not worth waiting for.
+const CHECK_CHANGES: &[&str] = &["perform-check", "recover-check"];
+/// How long the listeners' connections have to finish their requests.
+pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(5);
+
+/// What `cobble __reexec-probe` prints: this build's version and the formats it reads.
+#[derive(Debug, Serialize, Deserialize)]
+struct ProbeAnswer {
+    #[serde(rename = "cobble-version")]
+    version: String,
+    #[serde(rename = "handover-formats")]
+    formats: Vec<u32>,
+}
+
+/// The probe's answer for the daemon of `pebble_dir`: one line of JSON, once this build has
+/// read what it would start from there (the layers, the state file), or why it cannot.
+pub fn probe_answer(pebble_dir: &Path) -> Result<String, String> {
+    cobble_plan::Plan::load_dir(&pebble_dir.join("layers"))
+        .map_err(|e| format!("cannot load plan: {e}"))?;
+    let state = pebble_dir.join(".pebble.state");
+    crate::state::load(&state).map_err(|e| e.to_string())?;
+    Ok(serde_json::to_string(&ProbeAnswer {
+        version: crate::VERSION.to_owned(),
+        formats: READS.to_vec(),
+    })
+    .expect("the probe's answer serialises"))
+}
+
+/// What the daemon hands its new program.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Handover {
+    /// [`FORMAT`].
+    pub format: u32,
+    /// The version of cobble that wrote it.
+    pub old_version: String,
+    /// The boot ID `/v1/system-info` reports, random when the daemon is PID 1: kept.
+    pub boot_id: String,
+    /// The directory lock's open file.
+    pub lock: RawFd,
+    /// The API's unix socket, listening.
+    pub unix: RawFd,
+    /// `--http`'s listener.
+    pub http: Option<RawFd>,
+    /// `--https`'s listener.
+    pub https: Option<RawFd>,
+    /// The client waiting for the answer.
+    pub reply: Option<Reply>,
+    /// What each service's output log held.
+    #[serde(default)]
+    pub logs: Vec<CarriedLog>,
+    /// The running services.
+    #[serde(default)]
+    pub services: Vec<CarriedService>,
+    /// What else a later format may carry, kept so that this one reads it without error.
+    #[serde(flatten)]
+    pub rest: BTreeMap<String, serde_json::Value>,
+}
+
+/// A running service, handed over: its process, its output's pipe, and where its machine
+/// stands (durations counted from the handover).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedService {
+    pub name: String,
+    pub pid: u32,
+    /// The read end of its output's pipe (none once the process closed it).
+    pub output: Option<RawFd>,
+    /// The start of a line read from the pipe but not finished yet.
+    #[serde(default)]
+    pub unfinished: Vec<u8>,
+    /// Its run's invocation ID (`COBBLE_INVOCATION_ID`).
+    pub invocation: Option<String>,
+    pub start_count: u64,
+    /// When its status last changed, in nanoseconds since the epoch.
+    pub since_ns: Option<i128>,
+    pub backoff_num: u32,
+    pub backoff_ns: u64,
+    pub reset_in_ns: Option<u64>,
+    pub running_ns: Option<u64>,
+    pub last_exit: Option<i32>,
+}
+
+impl CarriedService {
+    fn new(
+        taken: &crate::services::Taken,
+        output: Option<&crate::logs::capture::Detached>,
+        invocation: Option<String>,
+    ) -> CarriedService {
+        use std::os::fd::AsRawFd;
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let c = &taken.carried;
+        CarriedService {
+            name: taken.name.clone(),
+            pid: c.pid,
+            output: output.map(|d| d.reader.as_raw_fd()),
+            unfinished: output.map(|d| d.unfinished.clone()).unwrap_or_default(),
+            invocation,
+            start_count: taken.start_count,
+            since_ns: taken.since.map(|t| t.as_nanosecond()),
+            backoff_num: c.backoff_num,
+            backoff_ns: ns(c.backoff_time),
+            reset_in_ns: c.reset_in.map(ns),
+            running_ns: c.running_for.map(ns),
+            last_exit: c.last_exit,
+        }
+    }
+
+    /// Where its machine stands.
+    fn carried(&self) -> crate::services::machine::Carried {
+        crate::services::machine::Carried {
+            pid: self.pid,
+            backoff_num: self.backoff_num,
+            backoff_time: Duration::from_nanos(self.backoff_ns),
+            reset_in: self.reset_in_ns.map(Duration::from_nanos),
+            running_for: self.running_ns.map(Duration::from_nanos),
+            last_exit: self.last_exit,
+        }
+    }
+}
+
+/// Registers the handed-over services' processes with the reaper, before it starts (so that
+/// an exit during the swap, waiting as a zombie, is reported); returns their exits.
+pub(super) fn adopt_exits(
+    services: Vec<CarriedService>,
+) -> Vec<(
+    CarriedService,
+    tokio::sync::oneshot::Receiver<cobble_sys::reaper::ExitStatus>,
+)> {
+    services
+        .into_iter()
+        .map(|s| {
+            let exit = cobble_sys::reaper::adopt(s.pid);
+            (s, exit)
+        })
+        .collect()
+}
+
+/// Has the supervisor follow the handed-over services: their records, their pipes, their
+/// machines.
+pub(super) async fn adopt_services(
+    daemon: &super::Daemon,
+    services: Vec<(
+        CarriedService,
+        tokio::sync::oneshot::Receiver<cobble_sys::reaper::ExitStatus>,
+    )>,
+) {
+    if services.is_empty() {
+        return;
+    }
+    let processes = daemon.processes.clone();
+    let records: Vec<(String, u32, Option<String>)> = services
+        .iter()
+        .map(|(s, _)| (s.name.clone(), s.pid, s.invocation.clone()))
+        .collect();
+    let gone: Vec<bool> = tokio::task::spawn_blocking(move || {
+        records
+            .iter()
+            .map(|(name, pid, invocation)| {
+                processes.adopt(name, *pid, invocation.as_deref());
+                cobble_sys::process::proc_stat(*pid).is_none()
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
+    let mut adoptions = Vec::new();
+    for (i, (service, exit)) in services.into_iter().enumerate() {
+        let reader = service.output.and_then(|fd| {
+            let fd = cobble_sys::reexec::adopt(fd).ok()?;
+            tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok()
+        });
+        tracing::info!(
+            "Service \"{}\" (pid {}) carried over.",
+            service.name,
+            service.pid
+        );
+        adoptions.push(crate::services::Adoption {
+            name: service.name.clone(),
+            carried: service.carried(),
+            start_count: service.start_count,
+            since: service
+                .since_ns
+                .and_then(|ns| jiff::Timestamp::from_nanosecond(ns).ok()),
+            reader,
+            unfinished: service.unfinished,
+            exit: Box::pin(async move { exit.await.map(|s| s.code()).unwrap_or(-1) }),
+            gone: gone.get(i).copied().unwrap_or(false),
+        });
+    }
+    daemon.services.adopt(adoptions).await;
+}
+
+/// The lines one service's output log held, oldest first: when each was written (nanoseconds
+/// since the epoch) and its text.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedLog {
+    pub service: String,
+    pub lines: Vec<(i128, String)>,
+}
+
+impl CarriedLog {
+    /// The lines as the new program's log takes them.
+    pub(crate) fn entries(self) -> (String, Vec<crate::logs::ring::LogEntry>) {
+        let entries = self
+            .lines
+            .into_iter()
+            .filter_map(|(ns, line)| {
+                let time = jiff::Timestamp::from_nanosecond(ns).ok()?;
+                Some(crate::logs::ring::LogEntry { time, line })
+            })
+            .collect();
+        (self.service, entries)
+    }
+}
+
+/// What every service's output log holds.
+async fn carried_logs(daemon: &super::Daemon) -> Vec<CarriedLog> {
+    let names: Vec<String> = daemon
+        .service_changes
+        .plan()
+        .services
+        .keys()
+        .cloned()
+        .collect();
+    daemon
+        .services
+        .logs(names)
+        .await
+        .into_iter()
+        .map(|(service, log)| {
+            // The newest lines, within the bound: a ring holds about 100 KiB, more only
+            // while a follower lags, and no follower is left by now.
+            let mut lines = Vec::new();
+            let mut bytes = 0;
+            for entry in log.last_entries(None).into_iter().rev() {
+                bytes += entry.line.len();
+                if bytes > MAX_CARRIED_LOG {
+                    break;
+                }
+                lines.push((entry.time.as_nanosecond(), entry.line));
+            }
+            lines.reverse();
+            CarriedLog { service, lines }
+        })
+        .collect()
+}
+
+/// The most of one service's output log a re-execution carries over, in bytes of text.
+const MAX_CARRIED_LOG: usize = 128 * 1024;
+
+/// The client that asked for the re-execution, answered by the new program.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Reply {
+    /// Its connection.
+    pub fd: RawFd,
+    /// The program executed.
+    pub binary: String,
+    /// When it asked, in nanoseconds since the epoch, for the request's line in the log.
+    pub asked_ns: i128,
+    /// Its credentials, for the request's line in the debug log.
+    pub uid: Option<u32>,
+    pub pid: Option<i32>,
+}
+
+/// Reads the handover document from `fd`.
+pub(crate) fn read(fd: RawFd) -> Result<Handover, String> {
+    let bytes = cobble_sys::reexec::read_handover(fd, MAX_DOCUMENT)
+        .map_err(|e| format!("cannot read handover document: {e}"))?;
+    let handover: Handover = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("cannot read handover document: {e}"))?;
+    if !READS.contains(&handover.format) {
+        return Err(format!(
+            "cannot read handover document of format {} (this build reads {READS:?})",
+            handover.format
+        ));
+    }
+    Ok(handover)
+}
+
+/// The binary the daemon was started from, as it was named when it started.
+pub(crate) fn own_binary() -> Option<&'static Path> {
+    static BINARY: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let path = std::env::current_exe().ok()?;
+            // A binary replaced on disk since it started is shown with this suffix; the
+            // name is what a re-execution runs again, as it is on disk now.
+            let text = path.to_string_lossy();
+            Some(match text.strip_suffix(" (deleted)") {
+                Some(name) => PathBuf::from(name),
+                None => path,
+            })
+        })
+        .as_deref()
+}
+
+/// The program a re-execution runs: `binary`, absolute, or the daemon's own.
+pub(crate) fn resolve(binary: &str) -> Result<PathBuf, ApiError> {
+    if binary.is_empty() {
+        return own_binary().map(Path::to_owned).ok_or_else(|| {
+            ApiError::bad_request("cannot re-execute: the daemon's own binary is unknown")
+        });
+    }
+    let path = PathBuf::from(binary);
+    if !path.is_absolute() {
+        return Err(ApiError::bad_request(format!(
+            "cannot re-execute: binary path {} is not absolute",
+            cobble_plan::go_quote(binary)
+        )));
+    }
+    Ok(path)
+}
+
+/// Runs `binary` as a candidate and returns the version it reports; refuses, with the reason,
+/// one that cannot take over.
+pub(crate) async fn probe(binary: &Path, pebble_dir: &Path) -> Result<String, ApiError> {
+    let shown = cobble_plan::go_quote(&binary.to_string_lossy());
+    let refuse = |why: String| ApiError::bad_request(format!("cannot re-execute {shown}: {why}"));
+    let mut cmd = Command::new(binary);
+    cmd.arg(PROBE_ARG)
+        .arg(pebble_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cobble_sys::inherit::on_exec(&mut cmd);
+    let spawned = {
+        let binary = binary.to_owned();
+        tokio::task::spawn_blocking(move || {
+            if std::fs::metadata(&binary).is_ok_and(|meta| meta.is_dir()) {
+                return Err("is a directory".to_owned());
+            }
+            check_format(&binary)?;
+            cobble_sys::reaper::spawn(&mut cmd).map_err(|e| cobble_sys::os_error_text(&e))
+        })
+        .await
+        .map_err(|e| refuse(e.to_string()))?
+    };
+    let mut spawned = spawned.map_err(refuse)?;
+    let pid = spawned.pid;
+    let stdout = spawned.stdout.take();
+    let stderr = spawned.stderr.take();
+    let read = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        if let Some(stdout) = stdout {
+            let _ = stdout.take(MAX_PROBE_OUTPUT).read_to_end(&mut out);
+        }
+        if let Some(stderr) = stderr {
+            let _ = stderr.take(MAX_PROBE_OUTPUT).read_to_end(&mut err);
+        }
+        (out, err)
+    });
+    let answered = tokio::time::timeout(PROBE_TIMEOUT, async {
+        let status = spawned.exit.await.ok();
+        let (out, err) = read.await.unwrap_or_default();
+        (status, out, err)
+    })
+    .await;
+    let Ok((status, out, err)) = answered else {
+        if let Ok(kill) = cobble_sys::process::parse_signal("SIGKILL") {
+            let _ = cobble_sys::process::signal_pid(pid, kill);
+        }
+        return Err(refuse(format!(
+            "it did not answer within {}s",
+            PROBE_TIMEOUT.as_secs()
+        )));
+    };
+    let first_error_line = String::from_utf8_lossy(&err)
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| format!(": {}", l.trim()))
+        .unwrap_or_default();
+    match status {
+        Some(status) if status.success() => {}
+        Some(cobble_sys::reaper::ExitStatus::Signaled(signal)) => {
+            return Err(refuse(format!(
+                "it was killed by signal {signal} when asked whether it can take over"
+            )));
+        }
+        Some(status) => {
+            return Err(refuse(format!(
+                "it cannot take over (asked with {PROBE_ARG}, it exited with status {}{first_error_line})",
+                status.code()
+            )));
+        }
+        None => return Err(refuse("its exit was not seen".to_owned())),
+    }
+    let text = String::from_utf8_lossy(&out);
+    let Some(answer) = text
+        .lines()
+        .find_map(|line| serde_json::from_str::<ProbeAnswer>(line.trim()).ok())
+    else {
+        return Err(refuse(format!(
+            "it cannot take over (asked with {PROBE_ARG}, it did not answer as cobble does): \
+             not cobble, or a cobble too old to be re-executed into"
+        )));
+    };
+    if !answer.formats.contains(&FORMAT) {
+        return Err(refuse(format!(
+            "cobble {} reads handover formats {:?}, and this daemon writes format {FORMAT}",
+            answer.version, answer.formats
+        )));
+    }
+    Ok(answer.version)
+}
+
+/// Refuses a file `execve` would refuse as `ENOEXEC`: neither a script nor an executable
+/// for this machine. The probe cannot tell: the C library's `execvp`, which runs it, gives a
+/// file the kernel refuses to the shell instead, and the shell then fails in its own words.
+fn check_format(binary: &Path) -> Result<(), String> {
+    let head = |path: &Path| -> Option<Vec<u8>> {
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .ok()?
+            .take(20)
+            .read_to_end(&mut bytes)
+            .ok()?;
+        Some(bytes)
+    };
+    // Unreadable (execute-only) files are left to the kernel.
+    let Some(theirs) = head(binary) else {
+        return Ok(());
+    };
+    if theirs.starts_with(b"#!") {
+        return Ok(());
+    }
+    let elf = |bytes: &[u8]| bytes.len() >= 20 && bytes.starts_with(b"\x7fELF");
+    if !elf(&theirs) {
+        return Err("exec format error".to_owned());
+    }
+    let ours = Path::new("/proc/self/exe");
+    if let Some(ours) = head(ours).filter(|b| elf(b)) {
+        // Class, byte order and machine.
+        let kind = |b: &[u8]| (b[4], b[5], u16::from_le_bytes([b[18], b[19]]));
+        if kind(&theirs) != kind(&ours) {
+            return Err("exec format error (built for another architecture)".to_owned());
+        }
+    }
+    Ok(())
+}
+
+/// The program's arguments, as it was started with them.
+pub(crate) fn own_args() -> Vec<OsString> {
+    std::env::args_os().collect()
+}
+
+/// The environment the new program gets: this one, and the handover's descriptor.
+pub(crate) fn environment(handover_fd: RawFd) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| k != cobble_sys::reexec::HANDOVER_ENV)
+        .collect();
+    env.push((
+        cobble_sys::reexec::HANDOVER_ENV.into(),
+        handover_fd.to_string().into(),
+    ));
+    env
+}
+
+/// The answer the new program writes on the asking client's connection: a whole HTTP/1.1
+/// response after which the connection closes.
+pub(crate) fn reply_bytes(result: &cobble_client::types::ReexecResult) -> Vec<u8> {
+    let body = serde_json::to_vec(&cobble_client::types::Envelope {
+        kind: "sync".into(),
+        status_code: 200,
+        status: "OK".into(),
+        change: None,
+        result,
+        latest_warning: None,
+    })
+    .expect("responses serialise");
+    let mut bytes = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// Carries out a re-execution asked for by `ask`; returns only when the daemon did not
+/// re-execute, with why, having put everything back as it was.
+pub(super) async fn reexec_now(
+    opts: &crate::RunOptions,
+    kept: &super::Kept,
+    daemon: &mut super::Daemon,
+    servers: &mut super::Servers,
+    stop_signals: &mut super::StopSignals,
+    ask: &crate::api::reexec::ReexecAsk,
+) -> (ApiError, Option<i32>) {
+    let refused = reexec_checked(opts, kept, daemon, servers, stop_signals, ask).await;
+    match refused {
+        Ok(never) => match never {},
+        Err(refused) => refused,
+    }
+}
+
+/// [`reexec_now`], whose every early return is a refusal without a stop.
+async fn reexec_checked(
+    opts: &crate::RunOptions,
+    kept: &super::Kept,
+    daemon: &mut super::Daemon,
+    servers: &mut super::Servers,
+    stop_signals: &mut super::StopSignals,
+    ask: &crate::api::reexec::ReexecAsk,
+) -> Result<std::convert::Infallible, (ApiError, Option<i32>)> {
+    let refuse = |e: ApiError| (e, None);
+    if kept.embedded {
+        return Err(refuse(ApiError::bad_request(
+            "cannot re-execute: the daemon is run by another command (cobble enter)",
+        )));
+    }
+    if !opts.persist {
+        return Err(refuse(ApiError::bad_request(
+            "cannot re-execute with PEBBLE_PERSIST=never: the state would not reach the new \
+             program",
+        )));
+    }
+    let binary = match resolve(&ask.binary) {
+        Ok(binary) => binary,
+        Err(e) => return Err(refuse(e)),
+    };
+    let version = match probe(&binary, &opts.pebble_dir).await {
+        Ok(version) => version,
+        Err(e) => return Err(refuse(e)),
+    };
+    if let Err(e) = wait_for_changes(&daemon.store).await {
+        return Err(refuse(e));
+    }
+    let Some(listeners) = servers.pause().await else {
+        return Err(refuse(ApiError::internal(
+            "cannot re-execute: the API's servers have stopped",
+        )));
+    };
+    // Every connection but the asker's answers its request and closes; one that takes
+    // longer (a long poll) is cut by the exec, as a daemon's restart would cut it.
+    if tokio::time::timeout(DRAIN_WAIT, servers.open.at_most(1))
+        .await
+        .is_err()
+    {
+        tracing::info!(
+            "Re-executing with {} connections still open after {}s",
+            servers.open.count().saturating_sub(1),
+            DRAIN_WAIT.as_secs()
+        );
+    }
+    let mut blockers = blockers(opts, daemon).await;
+    let taken = if blockers.is_empty() {
+        match daemon.services.take_over().await {
+            Ok(taken) => taken,
+            Err(why) => {
+                blockers = why;
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    if !blockers.is_empty() {
+        servers.start(listeners, &daemon.cancel);
+        return Err(refuse(ApiError::bad_request(format!(
+            "cannot re-execute: {}; a re-execution hands over running services, but no change \
+             in progress",
+            blockers.join(", ")
+        ))));
+    }
+    // Each service's output reader stops between reads: what it read is in the log, what
+    // it did not waits in the pipe for the new program.
+    let mut detached = Vec::new();
+    let mut services = Vec::new();
+    for mut taken in taken {
+        let output = match taken.output.take() {
+            Some((stop, reader)) => {
+                stop.cancel();
+                reader.await.ok().flatten()
+            }
+            None => None,
+        };
+        let invocation = daemon.processes.invocation(taken.carried.pid);
+        services.push(CarriedService::new(&taken, output.as_ref(), invocation));
+        detached.push((taken.name, output));
+    }
+    let logs = carried_logs(daemon).await;
+    // The state goes through the state file: written whole, and nothing written after.
+    daemon.persist_stop.cancel();
+    if let Some(persister) = daemon.managers.take_persister() {
+        let _ = persister.await;
+    }
+    let log_files = daemon.log_files.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        log_files.flush(FLUSH_WAIT);
+    })
+    .await;
+    // A stop signal (or a service's shutdown action) that came while the daemon got ready
+    // is for this program: it stops instead, its services handed back first.
+    let stop = tokio::select! {
+        biased;
+        code = stop_signals.wait(&mut daemon.shutdown_requests) => Some(code),
+        () = std::future::ready(()) => None,
+    };
+    let error = match stop {
+        Some(_) => ApiError::internal("cannot re-execute: the daemon is stopping"),
+        None => exec_into(&binary, &version, kept, &listeners, ask, logs, services).await,
+    };
+    // Still here: everything goes back as it was.
+    daemon.services.resume(detached);
+    restart_persister(daemon);
+    servers.start(listeners, &daemon.cancel);
+    Err((error, stop))
+}
+
+/// How long the logs' queues may take to be written before the exec.
+const FLUSH_WAIT: Duration = Duration::from_secs(1);
+
+/// Writes the handover document, keeps the descriptors it names across `execve` and
+/// executes `binary`; returns only if that fails, with the descriptors' flags set back.
+async fn exec_into(
+    binary: &Path,
+    version: &str,
+    kept: &super::Kept,
+    listeners: &super::Listeners,
+    ask: &crate::api::reexec::ReexecAsk,
+    logs: Vec<CarriedLog>,
+    services: Vec<CarriedService>,
+) -> ApiError {
+    use std::os::fd::AsRawFd;
+    let handover = Handover {
+        format: FORMAT,
+        old_version: crate::VERSION.to_owned(),
+        boot_id: kept.boot_id.clone(),
+        lock: kept.lock,
+        unix: listeners.unix.as_raw_fd(),
+        http: listeners.http.as_ref().map(AsRawFd::as_raw_fd),
+        https: listeners.https.as_ref().map(AsRawFd::as_raw_fd),
+        reply: Some(Reply {
+            fd: ask.connection,
+            binary: binary.to_string_lossy().into_owned(),
+            asked_ns: ask.asked.as_nanosecond(),
+            uid: ask.uid,
+            pid: ask.pid,
+        }),
+        logs,
+        services,
+        rest: BTreeMap::new(),
+    };
+    let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
+    let shown = cobble_plan::go_quote(&binary.to_string_lossy());
+    if bytes.len() as u64 > MAX_DOCUMENT {
+        return ApiError::internal(format!(
+            "cannot re-execute {shown}: the handover document would take {} bytes, more than \
+             the {MAX_DOCUMENT} a new program reads",
+            bytes.len()
+        ));
+    }
+    let document = match cobble_sys::reexec::handover_file(&bytes) {
+        Ok(file) => file,
+        Err(e) => {
+            return ApiError::internal(format!(
+                "cannot re-execute {shown}: cannot write handover document: {e}"
+            ));
+        }
+    };
+    let mut kept_fds = vec![handover.lock, handover.unix, ask.connection];
+    kept_fds.extend(handover.http);
+    kept_fds.extend(handover.https);
+    kept_fds.extend(handover.services.iter().filter_map(|s| s.output));
+    kept_fds.push(document.as_raw_fd());
+    let mut inherited = Vec::new();
+    let mut failed = None;
+    for fd in kept_fds {
+        match cobble_sys::reexec::set_inherited(fd, true) {
+            Ok(()) => inherited.push(fd),
+            Err(e) => {
+                failed = Some(format!("cannot keep descriptor {fd}: {e}"));
+                break;
+            }
+        }
+    }
+    let failed = match failed {
+        Some(failed) => failed,
+        None => {
+            tracing::info!(
+                "Re-executing daemon as {} (cobble {version}).",
+                binary.display()
+            );
+            let binary = injected_fault(binary);
+            let env = environment(document.as_raw_fd());
+            tokio::task::spawn_blocking(move || {
+                // Nothing of the daemon's own log may be lost with the exec.
+                crate::daemon_log::flush_all(FLUSH_WAIT);
+                cobble_sys::reexec::exec(&binary, &own_args(), &env)
+            })
+            .await
+            .map_or_else(|e| e.to_string(), |e| cobble_sys::os_error_text(&e))
+        }
+    };
+    for fd in inherited {
+        let _ = cobble_sys::reexec::set_inherited(fd, false);
+    }
+    drop(document);
+    ApiError::internal(format!("cannot re-execute {shown}: {failed}"))
+}
+
+/// In debug builds, with `COBBLE_TEST_FAULTS=1` in the daemon's environment, a binary named
+/// `exec-fails` (which the probe runs as any other) is executed as a path that does not
+/// exist, so that tests see a failing `execve` after a probe that passed. Release builds
+/// have no such path.
+#[cfg(debug_assertions)]
+fn injected_fault(binary: &Path) -> PathBuf {
+    if std::env::var_os("COBBLE_TEST_FAULTS").is_some()
+        && binary.file_name().is_some_and(|n| n == "exec-fails")
+    {
+        return binary.join("injected-fault");
+    }
+    binary.to_owned()
+}
+
+#[cfg(not(debug_assertions))]
+fn injected_fault(binary: &Path) -> PathBuf {
+    binary.to_owned()
+}
+
+/// Starts a persister again after a re-execution that did not happen.
+fn restart_persister(daemon: &mut super::Daemon) {
+    daemon.persist_stop = daemon.cancel.child_token();
+    let mut persister =
+        crate::state::Persister::new(daemon.store.clone(), daemon.state_path.clone());
+    let stop = daemon.persist_stop.clone();
+    daemon.managers.watch(
+        super::Manager::Persister,
+        tokio::spawn(async move {
+            if let Err(e) = persister.flush().await {
+                tracing::warn!("Cannot write state file: {e}");
+            }
+            persister.run(stop).await;
+        }),
+    );
+}
+
+/// Waits up to [`CHANGE_WAIT`] for the changes in progress (exec sessions, a stop waiting out
+/// its kill-delay, a start waiting for its okay delay) to be ready, so that each completes
+/// whole under the program that began it; refuses, naming them, past it. A check's change is
+/// refused at once: it lasts as long as its check runs.
+async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiError> {
+    let deadline = tokio::time::Instant::now() + CHANGE_WAIT;
+    let mut changed = store.subscribe();
+    loop {
+        let in_progress = store.in_progress();
+        let checks: Vec<String> = in_progress
+            .iter()
+            .filter(|(_, kind, _)| CHECK_CHANGES.contains(&kind.as_str()))
+            .map(|(id, _, summary)| format!("change {id} ({summary})"))
+            .collect();
+        if !checks.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "cannot re-execute: checks are running ({}); a re-execution does not hand \
+                 checks over yet",
+                checks.join(", ")
+            )));
+        }
+        let waited: Vec<String> = in_progress
+            .iter()
+            .map(|(id, _, summary)| format!("change {id} ({summary})"))
+            .collect();
+        if waited.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::timeout_at(deadline, changed.changed())
+            .await
+            .is_err()
+        {
+            return Err(ApiError::bad_request(format!(
+                "cannot re-execute: changes still in progress after {}s: {}",
+                CHANGE_WAIT.as_secs(),
+                waited.join(", ")
+            )));
+        }
+    }
+}
+
+/// What keeps the daemon from handing over now: changes in progress, held sockets, a plan
+/// the new program would not load. (What of the services cannot be handed over, the
+/// supervisor says when asked to hand them over.)
+async fn blockers(opts: &crate::RunOptions, daemon: &super::Daemon) -> Vec<String> {
+    let mut why = Vec::new();
+    for (id, _, summary) in daemon.store.in_progress() {
+        why.push(format!("change {id} ({summary}) is in progress"));
+    }
+    // The new program loads the layers directory, as any daemon starts: layers added
+    // through the API, or files changed since, would be lost or would differ.
+    let plan = daemon.service_changes.plan();
+    let (dir, service_args) = (opts.pebble_dir.join("layers"), opts.service_args.clone());
+    let fresh = tokio::task::spawn_blocking(move || {
+        let mut plan = cobble_plan::Plan::load_dir(&dir)?;
+        if !service_args.is_empty() {
+            let layer = cobble_plan::service_args_layer(&plan, &service_args)?;
+            plan = plan.add_layer(layer, false, false)?;
+        }
+        Ok::<_, cobble_plan::PlanError>(plan)
+    })
+    .await;
+    match fresh {
+        Ok(Ok(fresh)) if fresh == *plan => {}
+        Ok(Ok(_)) => why.push(
+            "the plan is not what the layers directory holds (a layer was added through the \
+             API, or the directory changed since)"
+                .to_owned(),
+        ),
+        Ok(Err(e)) => why.push(format!("the layers directory does not load ({e})")),
+        Err(e) => why.push(e.to_string()),
+    }
+    if !plan.log_targets.is_empty() {
+        // What a target's queue holds would be lost with the exec.
+        why.push("the plan has log targets, whose forwarding is not handed over yet".to_owned());
+    }
+    for (name, service) in &plan.services {
+        if !service.sockets.is_empty() {
+            why.push(format!(
+                "service {} holds sockets",
+                cobble_plan::go_quote(name)
+            ));
+        }
+    }
+    why
+}
+
+/// Answers the client that asked for the re-execution, on the connection handed over.
+pub(super) fn answer_reexec(reply: Reply, old_version: Option<String>) {
+    let result = cobble_client::types::ReexecResult {
+        old_version: old_version.unwrap_or_default(),
+        new_version: crate::VERSION.to_owned(),
+        binary: reply.binary.clone(),
+        pid: std::process::id(),
+    };
+    let bytes = reply_bytes(&result);
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let stream = match cobble_sys::reexec::adopt(reply.fd) {
+            Ok(fd) => std::os::unix::net::UnixStream::from(fd),
+            Err(e) => {
+                tracing::warn!("Cannot answer the re-execution's client: {e}");
+                return;
+            }
+        };
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+        let written = (&stream).write_all(&bytes);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        let asked = jiff::Timestamp::from_nanosecond(reply.asked_ns)
+            .unwrap_or_else(|_| jiff::Timestamp::now());
+        let now = jiff::Timestamp::now();
+        crate::daemon_log::request(crate::daemon_log::RequestLine {
+            at: now,
+            method: axum::http::Method::POST,
+            target: "/v1/cobble/reexec".into(),
+            elapsed: now.duration_since(asked).unsigned_abs(),
+            status: 200,
+            transport: crate::api::Transport::Unix.as_str(),
+            remote: crate::daemon_log::Remote::Unix {
+                pid: reply.pid,
+                uid: reply.uid,
+            },
+        });
+        if let Err(e) = written {
+            tracing::warn!("Cannot answer the re-execution's client: {e}");
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_answer_names_this_build_and_its_formats() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("layers")).unwrap();
+        let answer: ProbeAnswer = serde_json::from_str(&probe_answer(dir.path()).unwrap()).unwrap();
+        assert_eq!(answer.version, crate::VERSION);
+        assert_eq!(answer.formats, READS);
+    }
+
+    #[test]
+    fn the_probe_refuses_what_it_could_not_start_from() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("layers")).unwrap();
+        std::fs::write(dir.path().join(".pebble.state"), "").unwrap();
+        let why = probe_answer(dir.path()).unwrap_err();
+        assert!(why.starts_with("cannot load state file"), "{why}");
+        std::fs::write(dir.path().join("layers/001-x.yaml"), "services: [").unwrap();
+        let why = probe_answer(dir.path()).unwrap_err();
+        assert!(why.starts_with("cannot load plan: "), "{why}");
+    }
+
+    #[test]
+    fn a_handover_reads_back_and_keeps_what_a_later_format_adds() {
+        let text = r#"{"format":2,"old_version":"0.1.0","boot_id":"b","lock":3,"unix":4,
+            "http":null,"https":5,"reply":null,"sessions":{"web":1}}"#;
+        let handover: Handover = serde_json::from_str(text).unwrap();
+        assert_eq!(handover.https, Some(5));
+        assert_eq!(handover.rest["sessions"]["web"], 1);
+        assert!(handover.services.is_empty() && handover.logs.is_empty());
+    }
+
+    #[test]
+    fn the_reply_is_a_whole_response_that_closes_its_connection() {
+        let bytes = reply_bytes(&cobble_client::types::ReexecResult {
+            old_version: "1".into(),
+            new_version: "2".into(),
+            binary: "/b".into(),
+            pid: 1,
+        });
+        let text = String::from_utf8(bytes).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"));
+        assert!(head.contains("Connection: close"));
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+        let value: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(value["result"]["old-version"], "1");
+        assert_eq!(value["result"]["new-version"], "2");
+    }
+
+    #[test]
+    fn relative_binaries_are_refused() {
+        assert!(resolve("cobble").is_err());
+        assert_eq!(
+            resolve("/usr/bin/cobble").unwrap(),
+            Path::new("/usr/bin/cobble")
+        );
+    }
+}

@@ -1,0 +1,673 @@
+//! `cobble reexec`: the daemon re-executed in place keeps its pid, its listeners and its
+//! state, answers through the swap, and a binary that cannot take over changes nothing.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::fixture::{COBBLE, Daemon, Test, act, free_port, raw, service, wait_for};
+
+const LAYER: &str = "services:\n  s:\n    override: replace\n    command: sleep 1000\n";
+
+/// Runs `cobble reexec` against `daemon` with `args`; returns its exit code, stdout and stderr.
+fn reexec(daemon: &Daemon, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(COBBLE)
+        .arg("reexec")
+        .args(args)
+        .env("PEBBLE", daemon.pebble_dir())
+        .env_remove("PEBBLE_SOCKET")
+        .output()
+        .expect("run cobble reexec");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// What a client sees of the state: every change and task, every notice (and warning).
+fn visible_state(daemon: &Daemon) -> (String, String) {
+    let (status, changes) = raw(
+        daemon,
+        cobble_client::Method::GET,
+        "/v1/changes?select=all",
+        None,
+    );
+    assert_eq!(status, 200, "{changes}");
+    let (status, notices) = raw(
+        daemon,
+        cobble_client::Method::GET,
+        "/v1/notices?users=all",
+        None,
+    );
+    assert_eq!(status, 200, "{notices}");
+    (changes, notices)
+}
+
+/// `/v1/system-info`'s boot ID.
+fn boot_id(daemon: &Daemon) -> String {
+    let (_, body) = raw(daemon, cobble_client::Method::GET, "/v1/system-info", None);
+    let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+    value["result"]["boot-id"].as_str().unwrap().to_owned()
+}
+
+/// The daemon's children: its services' processes.
+fn children(daemon: &Daemon) -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir(format!("/proc/{}/task", daemon.pid()))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// A script at `dir/name` with `body`, executable.
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn a_reexec_keeps_the_pid_the_listeners_and_every_change_and_notice() {
+    let port = free_port();
+    let http = format!("127.0.0.1:{port}");
+    let d = Daemon::start(&[("001-base", LAYER)], &["--hold", "--http", &http]);
+    act(&d, "start", &["s"]);
+    act(&d, "stop", &["s"]);
+    Test::daemon(&d)
+        .args(&["notify", "example.com/before", "k=v"])
+        .any_stdout()
+        .run();
+    let before = visible_state(&d);
+    let boot = boot_id(&d);
+    for _ in 0..3 {
+        let (code, stdout, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        let expected = format!(
+            "Re-executed daemon (pid {}) as {COBBLE}: cobble {v} (was {v}).\n",
+            d.pid(),
+            v = env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(stdout, expected);
+        // The same process answers, with the same state and boot ID.
+        assert_eq!(visible_state(&d), before);
+        assert_eq!(boot_id(&d), boot);
+        // --http is served on the listener it had.
+        let mut tcp = std::net::TcpStream::connect(&http).expect("--http still listens");
+        tcp.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    d.wait_log("Re-executed daemon: cobble");
+    // The stop signals, kept blocked across the exec, are caught and unblocked again.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
+    let blocked = status.lines().find(|l| l.starts_with("SigBlk:")).unwrap();
+    assert_eq!(
+        blocked.split_whitespace().nth(1),
+        Some("0000000000000000"),
+        "{status}"
+    );
+    // New IDs go on from the old ones, and services start under the new program.
+    act(&d, "start", &["s"]);
+    assert_eq!(service(&d, "s").current, "active");
+    let (changes, _) = visible_state(&d);
+    assert!(changes.contains(r#""id":"3""#), "{changes}");
+}
+
+#[test]
+fn clients_connecting_during_the_swaps_are_answered_not_refused() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    let socket = d.pebble_dir().join(".pebble.socket");
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicU64::new(0));
+    let client = {
+        let (stop, answered) = (stop.clone(), answered.clone());
+        std::thread::spawn(move || {
+            let mut failures = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                // A new connection for each request, as ops makes them.
+                let result = (|| {
+                    let mut stream = UnixStream::connect(&socket)?;
+                    stream.write_all(
+                        b"GET /v1/services HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    )?;
+                    let mut answer = String::new();
+                    stream.read_to_string(&mut answer)?;
+                    Ok::<_, std::io::Error>(answer)
+                })();
+                match result {
+                    Ok(answer) if answer.starts_with("HTTP/1.1 200") => {
+                        answered.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok(answer) => failures.push(format!("answered {answer:?}")),
+                    Err(e) => failures.push(e.to_string()),
+                }
+            }
+            failures
+        })
+    };
+    for _ in 0..5 {
+        let seen = answered.load(Ordering::SeqCst);
+        wait_for("requests answered", Duration::from_secs(30), || {
+            answered.load(Ordering::SeqCst) > seen
+        });
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let seen = answered.load(Ordering::SeqCst);
+    wait_for("requests answered", Duration::from_secs(30), || {
+        answered.load(Ordering::SeqCst) > seen
+    });
+    stop.store(true, Ordering::SeqCst);
+    let failures = client.join().unwrap();
+    assert!(failures.is_empty(), "failed requests: {failures:?}");
+}
+
+#[test]
+fn a_reexec_into_another_program_reports_it() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    // Another build, as far as the daemon can tell: a program of another name that runs
+    // cobble.
+    let other = script(d.scratch(), "cobble-next", &format!("exec {COBBLE} \"$@\""));
+    let (code, stdout, stderr) = reexec(&d, &["--binary", other.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("as {}:", other.display())),
+        "{stdout}"
+    );
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{}/exe", d.pid())).unwrap(),
+        Path::new(COBBLE)
+    );
+    // And back to the daemon's own binary, by default.
+    let (code, stdout, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains(&format!("as {COBBLE}:")), "{stdout}");
+}
+
+#[test]
+fn a_binary_that_cannot_take_over_changes_nothing() {
+    let d = Daemon::start(&[("001-base", LAYER)], &["--hold"]);
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let before = visible_state(&d);
+    let dir = d.scratch().to_owned();
+    let not_executable = dir.join("not-executable");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    // An ELF executable for another machine (AArch64 on x86-64, x86-64 elsewhere).
+    let other_arch = dir.join("other-arch");
+    let mut elf = vec![0u8; 64];
+    elf[..4].copy_from_slice(b"\x7fELF");
+    elf[4] = 2; // 64-bit
+    elf[5] = 1; // little-endian
+    elf[6] = 1; // version
+    elf[16] = 2; // ET_EXEC
+    let machine: u16 = if cfg!(target_arch = "x86_64") {
+        183
+    } else {
+        62
+    };
+    elf[18..20].copy_from_slice(&machine.to_le_bytes());
+    elf[20] = 1;
+    std::fs::write(&other_arch, &elf).unwrap();
+    std::fs::set_permissions(&other_arch, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let too_old = script(
+        &dir,
+        "too-old",
+        "echo 'error: unknown command \"__reexec-probe\", see '\"'\"'pebble help'\"'\"'.' >&2; exit 1",
+    );
+    let other_format = script(
+        &dir,
+        "other-format",
+        r#"echo '{"cobble-version":"9.0.0","handover-formats":[7]}'"#,
+    );
+    let crashes = script(&dir, "crashes", "kill -SEGV $$");
+    let exits = script(&dir, "exits", "exit 0");
+    let cases: Vec<(PathBuf, &str)> = vec![
+        (dir.join("missing"), "no such file or directory"),
+        (not_executable, "permission denied"),
+        (other_arch, "exec format error"),
+        (too_old, "it exited with status 1: error: unknown command"),
+        (
+            other_format,
+            "cobble 9.0.0 reads handover formats [7], and this daemon writes format 2",
+        ),
+        (crashes, "it was killed by signal 11"),
+        (exits, "it did not answer as cobble does"),
+    ];
+    for (binary, why) in cases {
+        let (code, stdout, stderr) = reexec(&d, &["--binary", binary.to_str().unwrap()]);
+        assert_eq!(code, 1, "{}: {stdout}", binary.display());
+        let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+        let expected = format!("error: cannot re-execute \"{}\": ", binary.display());
+        assert!(stderr.starts_with(&expected), "{stderr}");
+        assert!(stderr.contains(why), "{}: {stderr}", binary.display());
+        // Everything as it was: the service's process, the state, and the daemon answering.
+        assert_eq!(service(&d, "s").current, "active");
+        assert_eq!(children(&d), pids);
+        assert_eq!(visible_state(&d), before);
+    }
+}
+
+#[test]
+fn what_cannot_be_handed_over_yet_refuses_and_names_it() {
+    let d = Daemon::start(
+        &[(
+            "001-base",
+            "services:\n  s:\n    override: replace\n    command: sleep 1000\n    requires-paths: [/]\n",
+        )],
+        &["--hold"],
+    );
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        stderr.starts_with(
+            "error: cannot re-execute: service \"s\" is running with requires-paths, which a \
+             re-execution does not hand over yet;"
+        ),
+        "{stderr}"
+    );
+    // The listeners serve again, the supervisor follows the service again, nothing moved.
+    assert_eq!(service(&d, "s").current, "active");
+    assert_eq!(children(&d), pids);
+    act(&d, "stop", &["s"]);
+    assert!(children(&d).is_empty());
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+/// A service that writes `n 1` to `n 2000`, a line about every millisecond, then sleeps.
+const NUMBERED: &str = "services:\n  n:\n    override: replace\n    command: sh -c 'i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo \"n $i\"; sleep 0.001; done; exec sleep 1000'\n";
+
+#[test]
+fn running_services_keep_their_process_and_every_line_of_output_once() {
+    let d = Daemon::hold(&[("001-base", NUMBERED)]);
+    act(&d, "start", &["n"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let logs = || {
+        Test::daemon(&d)
+            .args(&["logs", "n", "-n", "all"])
+            .any_stdout()
+            .run()
+            .stdout
+    };
+    for _ in 0..5 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(children(&d), pids, "the service keeps its process");
+        assert_eq!(service(&d, "n").current, "active");
+    }
+    wait_for("the service's last line", Duration::from_secs(120), || {
+        logs().contains("[n] n 2000\n")
+    });
+    let numbers: Vec<u32> = logs()
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(numbers, (1..=2000).collect::<Vec<_>>());
+    // The new program supervises it: a stop ends it, and its change completes.
+    let change = act(&d, "stop", &["n"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+    assert!(children(&d).is_empty());
+}
+
+#[test]
+fn a_handed_over_service_that_dies_is_restarted_by_the_new_program() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids);
+    std::process::Command::new("kill")
+        .args(["-KILL", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    wait_for("the service restarted", Duration::from_secs(60), || {
+        let now = children(&d);
+        now.len() == 1 && now != pids && service(&d, "s").current == "active"
+    });
+    d.wait_log("Service \"s\" stopped unexpectedly with code 137");
+}
+
+#[test]
+fn a_daemon_without_a_state_file_refuses() {
+    let d = Daemon::start_with_env(
+        &[("001-base", LAYER)],
+        &["--hold"],
+        &[("PEBBLE_PERSIST", "never")],
+    );
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("PEBBLE_PERSIST=never"), "{stderr}");
+}
+
+#[test]
+fn a_plan_the_new_program_would_not_load_as_it_is_refuses() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    // A layer added through the API lives in the daemon's memory only.
+    let layer = d.scratch().join("extra.yaml");
+    std::fs::write(
+        &layer,
+        "services:\n  t:\n    override: replace\n    command: sleep 1000\n",
+    )
+    .unwrap();
+    Test::daemon(&d)
+        .args(&["add", "extra", layer.to_str().unwrap()])
+        .any_stdout()
+        .run();
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        stderr.contains("the plan is not what the layers directory holds"),
+        "{stderr}"
+    );
+    // A layer file broken since start-up: the candidate itself says it cannot start.
+    std::fs::write(d.pebble_dir().join("layers/002-broken.yaml"), "services: [").unwrap();
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(stderr.contains("error: cannot load plan:"), "{stderr}");
+    // The daemon still serves the plan it had.
+    assert_eq!(service(&d, "t").current, "inactive");
+}
+
+/// Sends `request` on a new connection to `daemon`'s socket; returns the whole answer.
+fn ask(socket: &Path, request: &str) -> std::io::Result<String> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.write_all(request.as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+#[test]
+fn long_polls_and_log_followers_are_answered_whole_before_the_swap() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    let socket = d.pebble_dir().join(".pebble.socket");
+    // A notices long poll: answered as its timeout would answer it, by whichever program
+    // serves it, and never cut.
+    let poll = {
+        let socket = socket.clone();
+        std::thread::spawn(move || {
+            ask(
+                &socket,
+                "GET /v1/notices?timeout=20s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            )
+        })
+    };
+    // A follower, whose answer's head says it is being served.
+    let mut follower = UnixStream::connect(&socket).unwrap();
+    follower
+        .write_all(b"GET /v1/logs?follow=true HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(follower.read(&mut byte).unwrap(), 1, "the follower's head");
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"));
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    // The follower's stream ended whole: its last chunk, then the connection's end.
+    let mut rest = String::new();
+    follower
+        .read_to_string(&mut rest)
+        .expect("the stream ends whole");
+    assert!(rest.ends_with("0\r\n\r\n"), "{rest:?}");
+    let poll = poll.join().unwrap().expect("the long poll is answered");
+    assert!(poll.starts_with("HTTP/1.1 200"), "{poll}");
+    assert!(poll.contains(r#""result":[]"#), "{poll}");
+}
+
+#[test]
+fn the_output_of_services_that_ran_before_is_still_there_after() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  p:\n    override: replace\n    command: sh -c 'for i in 1 2 3; do echo line $i; done; exec sleep 1000'\n",
+    )]);
+    act(&d, "start", &["p"]);
+    let logs = || {
+        Test::daemon(&d)
+            .args(&["logs", "p", "-n", "all"])
+            .any_stdout()
+            .run()
+            .stdout
+    };
+    wait_for("the service's output", Duration::from_secs(30), || {
+        logs().contains("line 3")
+    });
+    act(&d, "stop", &["p"]);
+    let before = logs();
+    assert_eq!(before.lines().count(), 3, "{before}");
+    for _ in 0..2 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(logs(), before);
+    }
+}
+
+#[test]
+fn an_exec_that_fails_after_the_probe_puts_everything_back() {
+    let d = Daemon::start_with_env(
+        &[("001-base", NUMBERED)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["n"]);
+    let pids = children(&d);
+    let before = visible_state(&d);
+    // It answers the probe as cobble does; its execve fails (see the daemon's fault hook).
+    let failing = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
+    let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        stderr.starts_with(&format!(
+            "error: cannot re-execute \"{}\": not a directory",
+            failing.display()
+        )),
+        "{stderr}"
+    );
+    // The old program goes on: the service, its output, the state, the listeners.
+    assert_eq!(children(&d), pids);
+    assert_eq!(service(&d, "n").current, "active");
+    assert_eq!(visible_state(&d), before);
+    let logs = || {
+        Test::daemon(&d)
+            .args(&["logs", "n", "-n", "all"])
+            .any_stdout()
+            .run()
+            .stdout
+    };
+    wait_for("the service's last line", Duration::from_secs(120), || {
+        logs().contains("[n] n 2000\n")
+    });
+    let numbers: Vec<u32> = logs()
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(numbers, (1..=2000).collect::<Vec<_>>());
+    // And a re-execution after it works.
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids);
+}
+
+#[test]
+fn a_stop_in_progress_completes_before_the_swap() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  s:\n    override: replace\n    command: sh -c 'trap \"\" TERM; exec sleep 1000'\n    kill-delay: 2s\n",
+    )]);
+    act(&d, "start", &["s"]);
+    let c = crate::fixture::client(&d);
+    // The stop waits out the kill-delay: SIGTERM is ignored.
+    let id = crate::fixture::rt()
+        .block_on(c.services_action("stop", &["s".to_owned()]))
+        .expect("stop");
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let change = crate::fixture::rt()
+        .block_on(c.change(&id))
+        .expect("the stop's change");
+    assert_eq!(
+        (change.status.as_str(), change.ready),
+        ("Done", true),
+        "{change:?}"
+    );
+    assert_eq!(service(&d, "s").current, "inactive");
+    assert!(children(&d).is_empty());
+}
+
+#[test]
+fn running_checks_refuse_at_once() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "checks:\n  chk:\n    override: replace\n    period: 10s\n    exec:\n      command: \"true\"\n",
+    )]);
+    wait_for("the check's change", Duration::from_secs(30), || {
+        visible_state(&d).0.contains("perform-check")
+    });
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        stderr.starts_with(
+            "error: cannot re-execute: checks are running (change 1 (Perform exec check \"chk\"))"
+        ),
+        "{stderr}"
+    );
+}
+
+/// The pid `pid` has in its own pid namespace (the last of `NSpid`).
+fn pid_in_namespace(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
+}
+
+#[test]
+fn pid_1_of_a_container_stays_pid_1_with_its_services() {
+    let root = tempfile::tempdir().unwrap();
+    let pebble = root.path().join("pebble");
+    std::fs::create_dir_all(pebble.join("layers")).unwrap();
+    std::fs::write(
+        pebble.join("layers/001-base.yaml"),
+        "services:\n  s:\n    override: replace\n    startup: enabled\n    command: sleep 1000\n",
+    )
+    .unwrap();
+    let mut unshare = std::process::Command::new("unshare")
+        .args(["--fork", "--pid", "--mount-proc", COBBLE, "run"])
+        .env("PEBBLE", &pebble)
+        .env_remove("PEBBLE_SOCKET")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("unshare");
+    let children_of = |pid: u32| -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let mut daemon = 0;
+    wait_for("the daemon as PID 1", Duration::from_secs(30), || {
+        daemon = children_of(unshare.id()).first().copied().unwrap_or(0);
+        daemon != 0 && pid_in_namespace(daemon) == Some(1)
+    });
+    wait_for("the service", Duration::from_secs(30), || {
+        children_of(daemon).len() == 1
+    });
+    let service_pid = children_of(daemon);
+    let run = |args: &[&str]| {
+        std::process::Command::new(COBBLE)
+            .args(args)
+            .env("PEBBLE", &pebble)
+            .env_remove("PEBBLE_SOCKET")
+            .output()
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let out = run(&["reexec"]);
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.starts_with("Re-executed daemon (pid 1) as "),
+            "{stdout}"
+        );
+        assert_eq!(children_of(unshare.id()), vec![daemon]);
+        assert_eq!(pid_in_namespace(daemon), Some(1));
+        assert_eq!(children_of(daemon), service_pid);
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = unshare.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn an_exec_session_that_outlasts_the_wait_is_named_in_the_refusal() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    let mut session = std::process::Command::new(COBBLE)
+        .args(["exec", "sleep", "60"])
+        .env("PEBBLE", d.pebble_dir())
+        .env_remove("PEBBLE_SOCKET")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the exec session", Duration::from_secs(30), || {
+        visible_state(&d)
+            .0
+            .contains(r#""kind":"exec","summary":"Execute command \"sleep\"","status":"Doing""#)
+    });
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        stderr.starts_with(
+            "error: cannot re-execute: changes still in progress after 10s: change 1 (Execute command \"sleep\")"
+        ),
+        "{stderr}"
+    );
+    let _ = session.kill();
+    let _ = session.wait();
+}
