@@ -47,7 +47,7 @@ pub(crate) async fn current<R>(
         started = services.with_process_details(started).await;
     }
     let selected: BTreeSet<&str> = names.iter().map(String::as_str).collect();
-    let schedules = schedules.statuses();
+    let schedules = schedules.statuses_for(&plan).await;
     let listing = ServiceListing::new(
         &plan,
         (!names.is_empty()).then_some(&selected),

@@ -137,6 +137,10 @@ pub(crate) type ScheduleStatuses = Arc<BTreeMap<String, ScheduleStatus>>;
 #[derive(Clone)]
 pub(crate) struct Scheduler {
     statuses: watch::Receiver<ScheduleStatuses>,
+    /// The plan the statuses were last brought up to.
+    taken: watch::Receiver<Option<Arc<Plan>>>,
+    /// The daemon's plan, as the actor is told of it.
+    plan: watch::Receiver<Arc<Plan>>,
     stop: CancellationToken,
 }
 
@@ -148,10 +152,18 @@ impl Scheduler {
         clock: Arc<dyn WallClock>,
     ) -> (Scheduler, JoinHandle<()>) {
         let (publish, statuses) = watch::channel(ScheduleStatuses::default());
+        let (took, taken) = watch::channel(None);
         let stop = CancellationToken::new();
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let handle = Scheduler {
+            statuses,
+            taken,
+            plan: plan.clone(),
+            stop: stop.clone(),
+        };
         let actor = Actor {
             plan,
+            took,
             runs,
             clock,
             entries: BTreeMap::new(),
@@ -161,12 +173,29 @@ impl Scheduler {
             stop: stop.clone(),
         };
         let task = tokio::spawn(actor.run());
-        (Scheduler { statuses, stop }, task)
+        (handle, task)
     }
 
     /// What the scheduler knows now.
     pub(crate) fn statuses(&self) -> ScheduleStatuses {
         self.statuses.borrow().clone()
+    }
+
+    /// What the scheduler knows once it has taken `plan`, so that a listing read right after
+    /// a layer was added shows the next runs of the schedules it gave. A plan without a
+    /// schedule is not waited for, nor one the daemon has already replaced.
+    pub(crate) async fn statuses_for(&self, plan: &Arc<Plan>) -> ScheduleStatuses {
+        if plan.services.values().any(|s| !s.schedule.is_empty()) {
+            let mut taken = self.taken.clone();
+            // An error means the scheduler has stopped: what it knew is all there is.
+            let _ = taken
+                .wait_for(|taken| {
+                    taken.as_ref().is_some_and(|t| Arc::ptr_eq(t, plan))
+                        || !Arc::ptr_eq(&self.plan.borrow(), plan)
+                })
+                .await;
+        }
+        self.statuses()
     }
 
     /// Starts no more runs (the daemon is stopping its services).
@@ -179,8 +208,14 @@ impl Scheduler {
     pub(crate) fn fixed(statuses: ScheduleStatuses) -> Scheduler {
         let (tx, statuses) = watch::channel(statuses);
         std::mem::forget(tx);
+        let (tx, taken) = watch::channel(None);
+        std::mem::forget(tx);
+        let (tx, plan) = watch::channel(Arc::new(Plan::default()));
+        std::mem::forget(tx);
         Scheduler {
             statuses,
+            taken,
+            plan,
             stop: CancellationToken::new(),
         }
     }
@@ -196,6 +231,8 @@ struct Entry {
 
 struct Actor {
     plan: watch::Receiver<Arc<Plan>>,
+    /// Told each plan once the statuses published reflect it.
+    took: watch::Sender<Option<Arc<Plan>>>,
     runs: Arc<dyn ScheduledRuns>,
     clock: Arc<dyn WallClock>,
     entries: BTreeMap<String, Entry>,
@@ -240,11 +277,13 @@ impl Actor {
     }
 
     /// Takes the plan's schedules, with the time zone read first when there are any.
-    async fn take_plan(&mut self, plan: &Plan) {
+    async fn take_plan(&mut self, plan: &Arc<Plan>) {
         if plan.services.values().any(|s| !s.schedule.is_empty()) {
             self.clock.clone().prepare().await;
         }
         self.reconcile(plan);
+        self.publish();
+        self.took.send_replace(Some(plan.clone()));
     }
 
     /// Takes the plan's schedules: a new or changed one gets its first run at the next
