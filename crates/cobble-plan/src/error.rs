@@ -170,6 +170,18 @@ pub enum PlanError {
         /// The rejected value.
         value: String,
     },
+    /// A `type` value other than `daemon` or `oneshot` (cobble extension).
+    #[error(
+        "plan service {} type {} invalid: must be \"daemon\" or \"oneshot\"",
+        go_quote(.service),
+        go_quote(.value)
+    )]
+    InvalidServiceType {
+        /// The service.
+        service: String,
+        /// The rejected value.
+        value: String,
+    },
     /// An `rlimits` key that names no resource `prlimit(1)` knows (cobble extension).
     #[error(
         "plan service {} rlimits names unknown resource {}: must be one of {}",
@@ -281,6 +293,15 @@ pub enum PlanError {
         go_quote(.service)
     )]
     WatchdogWithoutNotify {
+        /// The service.
+        service: String,
+    },
+    /// A one-shot that would say it is ready: it is done when it exits (cobble extension).
+    #[error(
+        "plan service {} type \"oneshot\" cannot have readiness \"notify\": a one-shot is done when it exits",
+        go_quote(.service)
+    )]
+    OneshotWithNotify {
         /// The service.
         service: String,
     },
