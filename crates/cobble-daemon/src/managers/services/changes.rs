@@ -129,6 +129,7 @@ struct Resolved {
 /// A change recorded for an action, with its tasks by lane, not yet carried out.
 struct Pending {
     change_id: u64,
+    action: ServiceChange,
     stop: Vec<Vec<LaneTask>>,
     start: Vec<Vec<LaneTask>>,
 }
@@ -310,7 +311,8 @@ impl ServiceChanges {
             active,
         );
         let stop = self.add_tasks(change_id, Op::Stop, lanes);
-        self.run(change_id, stop, Vec::new()).await;
+        self.run(change_id, ServiceChange::Stop, stop, Vec::new())
+            .await;
     }
 
     /// Records the change and tasks of a resolved action.
@@ -328,6 +330,7 @@ impl ServiceChanges {
                 .new_done_change(action.as_str(), &format!("{title} - no services"));
             return Pending {
                 change_id,
+                action,
                 stop: Vec::new(),
                 start: Vec::new(),
             };
@@ -352,6 +355,7 @@ impl ServiceChanges {
         let start = self.add_tasks(change_id, Op::Start, start_lanes);
         Pending {
             change_id,
+            action,
             stop,
             start,
         }
@@ -364,8 +368,13 @@ impl ServiceChanges {
         }
         let this = self.clone();
         tokio::spawn(async move {
-            this.run(pending.change_id, pending.stop, pending.start)
-                .await
+            this.run(
+                pending.change_id,
+                pending.action,
+                pending.stop,
+                pending.start,
+            )
+            .await
         });
     }
 
@@ -392,17 +401,40 @@ impl ServiceChanges {
             .collect()
     }
 
-    async fn run(&self, change_id: u64, stop: Vec<Vec<LaneTask>>, start: Vec<Vec<LaneTask>>) {
+    async fn run(
+        &self,
+        change_id: u64,
+        action: ServiceChange,
+        stop: Vec<Vec<LaneTask>>,
+        start: Vec<Vec<LaneTask>>,
+    ) {
+        // The one-shots this change starts count as under way from now until their task
+        // has asked for them (or is held): what is ordered after them in another lane must
+        // not take them for idle because its own lane came first.
+        let plan = self.plan();
+        let expected = Expected::new(
+            self.manager.clone(),
+            start
+                .iter()
+                .flatten()
+                .filter(|task| {
+                    plan.services
+                        .get(&task.service)
+                        .is_some_and(|s| s.type_.is_oneshot())
+                })
+                .map(|task| task.service.clone())
+                .collect(),
+        );
         let stopped = join_all(
             stop.into_iter()
-                .map(|lane| self.run_lane(change_id, Op::Stop, lane)),
+                .map(|lane| self.run_lane(change_id, action, Op::Stop, lane, &expected)),
         )
         .await;
         if stopped.iter().all(|ok| *ok) {
             join_all(
                 start
                     .into_iter()
-                    .map(|lane| self.run_lane(change_id, Op::Start, lane)),
+                    .map(|lane| self.run_lane(change_id, action, Op::Start, lane, &expected)),
             )
             .await;
         } else {
@@ -413,37 +445,54 @@ impl ServiceChanges {
     }
 
     /// Runs a lane's tasks in order; returns whether all of them succeeded.
-    async fn run_lane(&self, change_id: u64, op: Op, lane: Vec<LaneTask>) -> bool {
+    async fn run_lane(
+        &self,
+        change_id: u64,
+        action: ServiceChange,
+        op: Op,
+        lane: Vec<LaneTask>,
+        expected: &Expected,
+    ) -> bool {
         for (i, task) in lane.iter().enumerate() {
             // An abort may have held the task already.
             if self.state.task_status(task.task_id) != Some(TaskStatus::Do) {
-                self.hold(&lane[i..]);
+                self.hold(&lane[i..], expected);
                 return false;
             }
             self.state.set_task_status(task.task_id, TaskStatus::Doing);
             let ok = match op {
-                Op::Start => self.start_task(change_id, task).await,
+                Op::Start => self.start_task(change_id, action, task, expected).await,
                 Op::Stop => self.stop_task(task).await,
             };
             if !ok {
-                self.hold(&lane[i + 1..]);
+                self.hold(&lane[i + 1..], expected);
                 return false;
             }
         }
         true
     }
 
-    fn hold(&self, tasks: &[LaneTask]) {
+    fn hold(&self, tasks: &[LaneTask], expected: &Expected) {
         for task in tasks {
             if self.state.task_status(task.task_id) == Some(TaskStatus::Do) {
                 self.state.set_task_status(task.task_id, TaskStatus::Hold);
             }
+            expected.release(&task.service);
         }
     }
 
-    async fn start_task(&self, change_id: u64, task: &LaneTask) -> bool {
+    async fn start_task(
+        &self,
+        change_id: u64,
+        action: ServiceChange,
+        task: &LaneTask,
+        expected: &Expected,
+    ) -> bool {
         let abort = self.state.abort_token(change_id);
-        let start = self.manager.start(&task.service);
+        // A client's start or restart runs a completed one-shot again; autostart and
+        // replan leave it completed.
+        let again = matches!(action, ServiceChange::Start | ServiceChange::Restart);
+        let start = self.manager.start(&task.service, again);
         tokio::pin!(start);
         let reply: StartReply = tokio::select! {
             reply = &mut start => reply,
@@ -452,6 +501,8 @@ impl ServiceChanges {
                 start.await
             }
         };
+        // Answered: a one-shot stands where its own machine says from now on.
+        expected.release(&task.service);
         let id = task.task_id;
         match reply.outcome {
             StartOutcome::Started => {
@@ -475,6 +526,14 @@ impl ServiceChanges {
                 self.state.task_info(
                     id,
                     &format!("Service \"{}\" already started.", task.service),
+                );
+                self.state.set_task_status(id, TaskStatus::Done);
+                true
+            }
+            StartOutcome::AlreadyCompleted => {
+                self.state.task_info(
+                    id,
+                    &format!("Service \"{}\" already completed.", task.service),
                 );
                 self.state.set_task_status(id, TaskStatus::Done);
                 true
@@ -511,6 +570,45 @@ impl ServiceChanges {
         }
         self.state.set_task_status(id, TaskStatus::Done);
         true
+    }
+}
+
+/// The one-shots a change will start and has not asked for yet; each is released once,
+/// when its task asks for it or is held, and the rest when the change is done with.
+struct Expected {
+    manager: ServiceManager,
+    names: std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl Expected {
+    fn new(manager: ServiceManager, names: BTreeSet<String>) -> Expected {
+        manager.expect(names.iter().cloned().collect(), true);
+        Expected {
+            manager,
+            names: std::sync::Mutex::new(names),
+        }
+    }
+
+    fn release(&self, name: &str) {
+        let removed = self
+            .names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name);
+        if removed {
+            self.manager.expect(vec![name.to_owned()], false);
+        }
+    }
+}
+
+impl Drop for Expected {
+    fn drop(&mut self) {
+        let names = std::mem::take(
+            self.names
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        self.manager.expect(names.into_iter().collect(), false);
     }
 }
 
