@@ -131,6 +131,9 @@ pub(crate) struct Machine {
     /// An explicit start waits for more than the spawn: for a one-shot's run to end, or for
     /// the one-shots the service is ordered after to complete. Resolved by that end.
     start_pending: bool,
+    /// The live process is a one-shot's run (its policy was a one-shot's when it was
+    /// spawned).
+    oneshot_run: bool,
     /// The one-shots as last reported.
     oneshots: Arc<Oneshots>,
     /// The one-shots of `after:` that hold the service back, while it waits for them.
@@ -169,6 +172,7 @@ impl Machine {
             streaks: BTreeMap::new(),
             held: BTreeMap::new(),
             start_pending: false,
+            oneshot_run: false,
             oneshots: Arc::default(),
             waiting_oneshots: Vec::new(),
             completion: None,
@@ -383,6 +387,9 @@ impl Machine {
     /// Advances the machine by one event.
     pub(crate) fn step(&mut self, now: Instant, event: Event) -> Vec<Action> {
         let mut actions = Vec::new();
+        // The outcome of a start decided by a start answers that start alone; any other
+        // answers every start that waits, the one that waited for more than its spawn too.
+        let answers_all = !matches!(event, Event::Start(_) | Event::Ensure(_));
         self.catch_up(now, &mut actions);
         match event {
             Event::Start(policy) => self.on_start(policy, true, &mut actions),
@@ -407,6 +414,13 @@ impl Machine {
             Event::Checks(signals) => self.on_checks(now, &signals, &mut actions),
             Event::Ready { pid } => self.on_ready(now, pid, &mut actions),
             Event::Watchdog { pid, said } => self.on_watchdog(now, pid, said, &mut actions),
+        }
+        if answers_all
+            && actions
+                .iter()
+                .any(|action| matches!(action, Action::StartDone(_)))
+        {
+            self.start_pending = false;
         }
         actions
     }

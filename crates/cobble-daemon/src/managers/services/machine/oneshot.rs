@@ -77,6 +77,9 @@ impl Machine {
             self.backoff_num = 0;
             self.backoff_time = Duration::ZERO;
             self.hints.clear();
+            // What was due for the run is moot once it has ended.
+            self.file_change = None;
+            self.held.clear();
             self.completion = Some(ran_for);
             match self.policy.on_success {
                 // A successful one-shot is never restarted.

@@ -93,10 +93,15 @@ impl Machine {
         self.policy = policy;
         self.client_stopped = false;
         match self.phase {
-            Phase::Completed if !again => {
+            Phase::Completed if !again && self.policy.oneshot => {
                 actions.push(Action::StartDone(StartOutcome::AlreadyCompleted));
             }
-            Phase::Spawning { .. } | Phase::Running { .. } if self.policy.oneshot => {
+            Phase::Spawning { .. } if self.policy.oneshot => {
+                // A run is about to be under way: this start is answered when it ends.
+                self.wanted = Wanted::Running;
+                self.start_pending = true;
+            }
+            Phase::Running { .. } if self.oneshot_run => {
                 // A run is under way: this start is answered when it ends.
                 self.wanted = Wanted::Running;
                 self.start_pending = true;
@@ -144,7 +149,8 @@ impl Machine {
         self.spawn_error = None;
         if self.client_stopped {
             // Stopped while it was being spawned: stop what came of it.
-            if !restart || std::mem::take(&mut self.start_pending) {
+            let pending = std::mem::take(&mut self.start_pending);
+            if !restart || pending {
                 actions.push(Action::StartDone(StartOutcome::Failed {
                     error: format!("stopped before the {} okay delay", format_secs(OKAY_DELAY)),
                     with_output: false,
@@ -156,6 +162,7 @@ impl Machine {
         self.reset_at = Some(now + self.policy.backoff_limit);
         self.spawned_at = Some(now);
         self.watchdog = self.new_watchdog();
+        self.oneshot_run = self.policy.oneshot;
         self.phase = if self.policy.oneshot {
             // A one-shot's start is its whole run: answered when it exits.
             if !restart {
@@ -213,7 +220,8 @@ impl Machine {
             return;
         };
         self.spawn_error = Some(error.clone());
-        if !restart || std::mem::take(&mut self.start_pending) {
+        let pending = std::mem::take(&mut self.start_pending);
+        if !restart || pending {
             // The start fails with Pebble's text either way.
             actions.push(Action::StartDone(StartOutcome::Failed {
                 error: error.clone(),
@@ -238,6 +246,20 @@ impl Machine {
     }
 
     pub(super) fn on_stop(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        // A start that waits for a one-shot's run which a check or a file change is
+        // restarting: the stop ends it. (Spawning, waiting and running answer it below.)
+        if self.start_pending
+            && !matches!(
+                self.phase,
+                Phase::Spawning { .. } | Phase::Waiting | Phase::Running { .. }
+            )
+        {
+            self.start_pending = false;
+            actions.push(Action::StartDone(StartOutcome::Failed {
+                error: "stopped before it completed".into(),
+                with_output: false,
+            }));
+        }
         self.wanted = Wanted::Stopped;
         self.client_stopped = true;
         self.file_change = None;
@@ -367,11 +389,13 @@ impl Machine {
         }
         self.reset_at = None;
         self.spawned_at = None;
+        let oneshot_run = std::mem::take(&mut self.oneshot_run);
         self.watchdog = None;
         // A hold is for a running process; the checks act again on what comes next.
         self.held.clear();
         match self.phase {
-            Phase::Running { .. } if self.policy.oneshot => {
+            // A one-shot's run, even if a start since has made the service a daemon.
+            Phase::Running { .. } if oneshot_run => {
                 self.oneshot_exited(now, pid, code, ran_for.unwrap_or_default(), actions);
             }
             Phase::Starting { .. } | Phase::Running { .. } => {
