@@ -66,6 +66,9 @@ impl Machine {
             kill_delay: self.policy.kill_delay,
         });
         if code == 0 {
+            // To the millisecond: `completed in 1.54s`, not nine digits of noise.
+            let ran_for =
+                Duration::from_millis(u64::try_from(ran_for.as_millis()).unwrap_or(u64::MAX));
             actions.push(Action::Log(format!(
                 "Service \"{}\" completed in {}",
                 self.name,
