@@ -264,6 +264,20 @@ pub struct ServiceDetails {
     /// Its `schedule:`, when it has one: the next run, the last and how it went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<ScheduleDetails>,
+    /// A one-shot's last completion (`type: oneshot`), until it is stopped.
+    #[serde(
+        rename = "last-completion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_completion: Option<Completion>,
+    /// The one-shots of `after:` the service waits for, each with where it stands.
+    #[serde(
+        rename = "waiting-for-oneshots",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub waiting_for_oneshots: Vec<WaitingOneshot>,
 }
 
 /// Where a scheduled service's runs stand (cobble extension).
@@ -305,6 +319,28 @@ pub struct ScheduleDetails {
     /// Runs skipped so far.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub skips: u64,
+}
+
+/// The last completion of a one-shot (cobble extension).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    /// Its exit code: 0, which is what makes a run a completion.
+    #[serde(rename = "exit-code")]
+    pub exit_code: i32,
+    /// When it exited.
+    pub at: String,
+    /// How long it ran, as a Go duration (`"1.5s"`).
+    #[serde(rename = "ran-for")]
+    pub ran_for: String,
+}
+
+/// A one-shot a service waits for (cobble extension).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WaitingOneshot {
+    /// The one-shot.
+    pub name: String,
+    /// Where it stands: `running`, `not started`, or `failed: exited with code 1`.
+    pub state: String,
 }
 
 /// A listening socket held for a service (cobble extension).

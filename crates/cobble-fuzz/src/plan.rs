@@ -483,6 +483,9 @@ fn gen_service(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
     })?;
     field(u, &mut s, "requires-checks", |u| names(u, CHECKS))?;
     field(u, &mut s, "start-grace", |u| pick(u, DURATIONS))?;
+    field(u, &mut s, "type", |u| {
+        pick(u, &["oneshot", "daemon", "", "simple", "Oneshot"])
+    })?;
     field(u, &mut s, "readiness", |u| pick(u, &["notify", "", "sd"]))?;
     field(u, &mut s, "rlimits", |u| {
         let mut map = Map::new();

@@ -95,6 +95,7 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
         persist_logs,
         requires_checks,
         start_grace,
+        type_,
         readiness,
         rlimits,
         resources,
@@ -139,6 +140,7 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
     }
     out.list(depth, "requires-checks", requires_checks, false);
     out.duration(depth, "start-grace", *start_grace);
+    out.string(depth, "type", type_.as_str());
     out.string(depth, "readiness", readiness.as_str());
     if !rlimits.is_empty() {
         out.key(depth, "rlimits");

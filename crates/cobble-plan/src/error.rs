@@ -170,6 +170,18 @@ pub enum PlanError {
         /// The rejected value.
         value: String,
     },
+    /// A `type` value other than `daemon` or `oneshot` (cobble extension).
+    #[error(
+        "plan service {} type {} invalid: must be \"daemon\" or \"oneshot\"",
+        go_quote(.service),
+        go_quote(.value)
+    )]
+    InvalidServiceType {
+        /// The service.
+        service: String,
+        /// The rejected value.
+        value: String,
+    },
     /// An `rlimits` key that names no resource `prlimit(1)` knows (cobble extension).
     #[error(
         "plan service {} rlimits names unknown resource {}: must be one of {}",
@@ -293,6 +305,15 @@ pub enum PlanError {
         value: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// A one-shot that would say it is ready: it is done when it exits (cobble extension).
+    #[error(
+        "plan service {} type \"oneshot\" cannot have readiness \"notify\": a one-shot is done when it exits",
+        go_quote(.service)
+    )]
+    OneshotWithNotify {
+        /// The service.
+        service: String,
     },
     /// A negative `start-grace` (cobble extension).
     #[error("plan service {} start-grace must not be negative, not {}", go_quote(.service), .value)]

@@ -58,6 +58,10 @@ const SUMMARIES: &[(&str, &str)] = &[
         "after a start, how long a failing check's `on-check-failure` waits for its first success",
     ),
     (
+        "type",
+        "`oneshot`: the service's start runs its command to completion; `after:` it means after it completed",
+    ),
+    (
         "readiness",
         "`notify`: the service says when it is ready (`READY=1`); it is `starting` until then",
     ),

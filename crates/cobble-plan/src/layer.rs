@@ -21,7 +21,7 @@ use crate::duration::{GoDuration, go_quote};
 use crate::error::PlanError;
 use crate::limits::{Resources, Rlimit, RlimitValue, Rlimits};
 use crate::service::{
-    FileChangeAction, Override, Readiness, ServiceAction, Startup, split_command,
+    FileChangeAction, Override, Readiness, ServiceAction, ServiceType, Startup, split_command,
 };
 use crate::shell::shell_split;
 use crate::simple_yaml;
@@ -167,6 +167,8 @@ struct ServiceDoc {
     requires_checks: Vec<String>,
     #[serde(default)]
     start_grace: Option<GoDuration>,
+    #[serde(default, rename = "type", deserialize_with = "nullable")]
+    type_: String,
     #[serde(default, deserialize_with = "nullable")]
     readiness: String,
     #[serde(default, deserialize_with = "string_map")]
@@ -751,6 +753,10 @@ fn service_from_doc(name: &str, doc: Option<ServiceDoc>) -> Result<Service, Plan
     for path in &doc.requires_paths {
         absolute("requires-paths", path)?;
     }
+    let type_ = ServiceType::parse(&doc.type_).ok_or_else(|| PlanError::InvalidServiceType {
+        service: name.into(),
+        value: doc.type_.clone(),
+    })?;
     let readiness =
         Readiness::parse(&doc.readiness).ok_or_else(|| PlanError::InvalidReadiness {
             service: name.into(),
@@ -852,6 +858,7 @@ fn service_from_doc(name: &str, doc: Option<ServiceDoc>) -> Result<Service, Plan
         persist_logs: doc.persist_logs,
         requires_checks: doc.requires_checks,
         start_grace: doc.start_grace,
+        type_,
         readiness,
         rlimits,
         resources,

@@ -93,8 +93,8 @@ pub use plan::{Plan, SERVICE_ARGS_LABEL, service_args_layer};
 pub use schedule::{Occurrence, Schedule};
 pub use service::{
     DEFAULT_BACKOFF_DELAY, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_LIMIT, DEFAULT_KILL_DELAY,
-    FileChangeAction, Override, Readiness, SIGNAL_NAMES, Service, ServiceAction, Startup,
-    command_string,
+    FileChangeAction, Override, Readiness, SIGNAL_NAMES, Service, ServiceAction, ServiceType,
+    Startup, command_string,
 };
 pub use shell::{ShellError, shell_join, shell_quote, shell_split};
 pub use sockets::{HeldProbe, HeldSocket, ListenAddress};

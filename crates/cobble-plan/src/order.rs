@@ -30,8 +30,9 @@ impl Plan {
     }
 
     /// Splits an ordered list into lanes: services linked by `requires` (in either
-    /// direction, transitively within `order`) share a lane; lanes appear in the order of
-    /// their first service, and each lane keeps the order of `order`.
+    /// direction, transitively within `order`) share a lane, except a service and a
+    /// one-shot (`type: oneshot`) it is also `after`; lanes appear in the order of their
+    /// first service, and each lane keeps the order of `order`.
     pub fn lanes(&self, order: &[String]) -> Vec<Vec<String>> {
         let position: BTreeMap<&str, usize> = order
             .iter()
@@ -53,6 +54,17 @@ impl Plan {
                 continue;
             };
             for required in &service.requires {
+                // A one-shot it is ordered after holds it back by itself (the supervisor
+                // starts it once the one-shot completes): in a lane apart, the services
+                // after one one-shot all start the moment it completes, not one by one.
+                if service.after.contains(required)
+                    && self
+                        .services
+                        .get(required)
+                        .is_some_and(|s| s.type_.is_oneshot())
+                {
+                    continue;
+                }
                 if let Some(&other) = position.get(required.as_str()) {
                     let (a, b) = (root(&mut parent, index), root(&mut parent, other));
                     parent[a.max(b)] = a.min(b);

@@ -1434,6 +1434,7 @@ const SERVICE: GoType = GoType::Struct(
         ("persist-logs", GoType::Cobble),
         ("requires-checks", GoType::Cobble),
         ("start-grace", GoType::Cobble),
+        ("type", GoType::Cobble),
         ("readiness", GoType::Cobble),
         ("rlimits", GoType::Cobble),
         ("resources", GoType::Cobble),

@@ -346,6 +346,11 @@ impl Plan {
                     service: name.clone(),
                 });
             }
+            if service.type_.is_oneshot() && service.readiness == Readiness::Notify {
+                return Err(PlanError::OneshotWithNotify {
+                    service: name.clone(),
+                });
+            }
         }
         for (name, check) in &self.checks {
             let missing = |kind, field| PlanError::MissingCheckField {

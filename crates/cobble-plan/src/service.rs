@@ -216,6 +216,9 @@ pub struct Service {
     /// cobble extension: after each start, failures of the checks in `on-check-failure` do
     /// not act until that check has succeeded once since the start, or this long has passed.
     pub start_grace: Option<GoDuration>,
+    /// cobble extension: whether the service is a daemon (unset: `daemon`, Pebble's only
+    /// kind) or a one-shot, whose start runs its command to completion.
+    pub type_: ServiceType,
     /// cobble extension: how the service says it is ready (`notify`); unset, the process is
     /// ready once it has survived the okay delay.
     pub readiness: Readiness,
@@ -236,6 +239,45 @@ pub struct Service {
     /// string format ([`crate::Schedule`]), in the daemon's local time; empty for never.
     /// Checked when the layer is read; a later layer's replaces an earlier one's.
     pub schedule: String,
+}
+
+/// What kind of service it is (cobble extension, `type:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ServiceType {
+    /// Not set: a daemon, as in Pebble.
+    #[default]
+    Unset,
+    /// `daemon`, said outright: a process that keeps running (what unset means too).
+    Daemon,
+    /// `oneshot`: its start runs the command to completion; once it has exited 0 the service
+    /// stays completed until it is started again, stopped or its configuration changes.
+    Oneshot,
+}
+
+impl ServiceType {
+    /// Parses `daemon` or `oneshot` (or nothing).
+    pub fn parse(text: &str) -> Option<ServiceType> {
+        match text {
+            "" => Some(ServiceType::Unset),
+            "daemon" => Some(ServiceType::Daemon),
+            "oneshot" => Some(ServiceType::Oneshot),
+            _ => None,
+        }
+    }
+
+    /// The value as a layer writes it (`""` when unset).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ServiceType::Unset => "",
+            ServiceType::Daemon => "daemon",
+            ServiceType::Oneshot => "oneshot",
+        }
+    }
+
+    /// Whether the service is a one-shot.
+    pub fn is_oneshot(&self) -> bool {
+        *self == ServiceType::Oneshot
+    }
 }
 
 /// How a service tells cobble it has started (cobble extension, `readiness:`).
@@ -428,6 +470,7 @@ impl Service {
             persist_logs,
             requires_checks,
             start_grace,
+            type_,
             readiness,
             rlimits,
             resources,
@@ -467,6 +510,9 @@ impl Service {
         merge_option(&mut self.persist_logs, *persist_logs);
         self.requires_checks.extend(requires_checks.iter().cloned());
         merge_option(&mut self.start_grace, *start_grace);
+        if *type_ != ServiceType::Unset {
+            self.type_ = *type_;
+        }
         if *readiness != Readiness::Unset {
             self.readiness = *readiness;
         }

@@ -16,8 +16,8 @@ use std::collections::BTreeSet;
 use std::iter::Peekable;
 
 use cobble_client::types::{
-    CheckRestarts, FailingCheck, HeldAction, HeldSocketDetails, ScheduleDetails,
-    ServiceDetails as WireDetails, ServiceUsage, WatchdogDetails,
+    CheckRestarts, Completion, FailingCheck, HeldAction, HeldSocketDetails, ScheduleDetails,
+    ServiceDetails as WireDetails, ServiceUsage, WaitingOneshot, WatchdogDetails,
 };
 use cobble_plan::{Plan, Service};
 
@@ -436,6 +436,19 @@ fn wire_details(
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
         }),
+        last_completion: d.completed.map(|(at, ran_for)| Completion {
+            exit_code: 0,
+            at: format_rfc3339_nano(at),
+            ran_for: go_duration(ran_for),
+        }),
+        waiting_for_oneshots: d
+            .waiting_oneshots
+            .iter()
+            .map(|(name, state)| WaitingOneshot {
+                name: name.clone(),
+                state: state.clone(),
+            })
+            .collect(),
         watchdog: d.watchdog.as_ref().map(|w| WatchdogDetails {
             interval: go_duration(w.interval.unwrap_or_default()),
             last_ping: w.last_ping.map(format_rfc3339_nano),
@@ -642,6 +655,8 @@ mod tests {
             unenforced: None,
             usage: None,
             watchdog: None,
+            completed: None,
+            waiting_oneshots: Vec::new(),
             sockets: Vec::new(),
         });
         let names: BTreeSet<&str> = ["a", "c"].into_iter().collect();

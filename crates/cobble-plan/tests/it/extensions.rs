@@ -1,9 +1,10 @@
 //! cobble's service extensions: `requires-paths`, `on-file-change`, `requires-checks`,
-//! `start-grace`, `readiness`, `rlimits`, `resources`, `sockets`, `watchdog` and `schedule`.
+//! `start-grace`, `readiness`, `rlimits`, `resources`, `sockets`, `watchdog`, `schedule` and
+//! `type`.
 
 use cobble_plan::{
     CpuMax, FileChangeAction, GoDuration, HeldSocket, Layer, LimitValue, ListenAddress,
-    MemoryLimit, Plan, Readiness, Rlimit, RlimitValue,
+    MemoryLimit, Plan, Readiness, Rlimit, RlimitValue, ServiceType,
 };
 
 use crate::{dedent, parse, plan, strings};
@@ -606,4 +607,60 @@ fn a_schedule_that_looks_like_a_number_reads_and_prints_as_text() {
         let again = Plan::from_layers(vec![Layer::parse(0, "again", &yaml).unwrap()]).unwrap();
         assert_eq!(again.services["job"].schedule, text, "{yaml}");
     }
+}
+
+#[test]
+fn type_replaces_on_merge_and_prints_in_the_plan() {
+    let p = plan(&[
+        "services:\n    setup:\n        override: replace\n        command: setup\n        type: oneshot\n",
+        "services:\n    setup:\n        override: merge\n        command: setup2\n",
+    ])
+    .unwrap();
+    assert_eq!(p.services["setup"].type_, ServiceType::Oneshot);
+    let yaml = p.to_yaml();
+    assert!(yaml.contains("        type: oneshot\n"), "{yaml}");
+    let again = Plan::from_layers(vec![Layer::parse(1, "again", &yaml).unwrap()]).unwrap();
+    assert_eq!(again.services["setup"].type_, ServiceType::Oneshot);
+    // A merge may make it a daemon again; a replace without it starts over.
+    let p = plan(&[
+        "services:\n    setup:\n        override: replace\n        command: setup\n        type: oneshot\n",
+        "services:\n    setup:\n        override: merge\n        type: daemon\n",
+    ])
+    .unwrap();
+    assert_eq!(p.services["setup"].type_, ServiceType::Daemon);
+    assert!(!p.services["setup"].type_.is_oneshot());
+    let p = plan(&[
+        "services:\n    setup:\n        override: replace\n        command: setup\n        type: oneshot\n",
+        "services:\n    setup:\n        override: replace\n        command: setup\n",
+    ])
+    .unwrap();
+    assert_eq!(p.services["setup"].type_, ServiceType::Unset);
+    // Unset, nothing is printed: a Pebble layer prints as before.
+    assert!(!p.to_yaml().contains("type:"), "{}", p.to_yaml());
+}
+
+#[test]
+fn bad_types_are_refused_naming_the_service_the_field_and_the_text() {
+    for (value, quoted) in [
+        ("simple", "\"simple\""),
+        ("Oneshot", "\"Oneshot\""),
+        ("\"one shot\"", "\"one shot\""),
+    ] {
+        let yaml = format!(
+            "services:\n    setup:\n        override: replace\n        command: setup\n        type: {value}\n"
+        );
+        let err = parse(1, &yaml).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(r#"plan service "setup" type {quoted} invalid: must be "daemon" or "oneshot""#)
+        );
+    }
+    let err = plan(&[
+        "services:\n    setup:\n        override: replace\n        command: setup\n        type: oneshot\n        readiness: notify\n",
+    ])
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"plan service "setup" type "oneshot" cannot have readiness "notify": a one-shot is done when it exits"#
+    );
 }

@@ -12,7 +12,7 @@ use cobble_plan::fields::{ENTRY_SECTIONS, parser_fields};
 use cobble_plan::{
     Check, CheckLevel, ExecCheck, FileChangeAction, GoDuration, HeldSocket, HttpCheck, Layer,
     LogTarget, Override, Plan, Readiness, Resources, Rlimit, RlimitValue, Rlimits, Service,
-    ServiceAction, Startup, TcpCheck,
+    ServiceAction, ServiceType, Startup, TcpCheck,
 };
 
 use crate::strings;
@@ -79,6 +79,9 @@ fn every_service_field() -> Service {
         persist_logs: Some(true),
         requires_checks: strings(&["up"]),
         start_grace: secs(30),
+        // `oneshot` cannot be combined with `readiness: notify`; `daemon` said outright
+        // is a value other than the default all the same.
+        type_: ServiceType::Daemon,
         readiness: Readiness::Notify,
         rlimits,
         resources,

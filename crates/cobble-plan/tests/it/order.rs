@@ -206,3 +206,42 @@ fn default_services_are_enabled_ones_sorted() {
     .unwrap();
     assert_eq!(plan.default_services(), names(&["alpha", "zed"]));
 }
+
+#[test]
+fn services_after_a_oneshot_they_require_get_lanes_of_their_own() {
+    let plan = plan(&[r#"
+        services:
+            setup:
+                override: replace
+                command: cmd
+                type: oneshot
+            a:
+                override: replace
+                command: cmd
+                after: [setup]
+                requires: [setup]
+            b:
+                override: replace
+                command: cmd
+                after: [setup]
+                requires: [setup]
+            c:
+                override: replace
+                command: cmd
+                requires: [setup]
+        "#])
+    .unwrap();
+    let start = plan.start_order(&names(&["a", "b", "c"])).unwrap();
+    assert_eq!(start[0], "setup");
+    // `c` requires it without being after it: one lane, as in Pebble.
+    assert_eq!(
+        plan.lanes(&start),
+        vec![names(&["setup", "c"]), names(&["a"]), names(&["b"])]
+    );
+    // A daemon in setup's place keeps Pebble's single lane.
+    let daemons = plan.services.keys().cloned().collect::<Vec<_>>();
+    let mut layer = plan.clone();
+    layer.services.get_mut("setup").unwrap().type_ = cobble_plan::ServiceType::Unset;
+    let start = layer.start_order(&daemons).unwrap();
+    assert_eq!(layer.lanes(&start).len(), 1);
+}

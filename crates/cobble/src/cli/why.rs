@@ -258,6 +258,23 @@ fn explain(service: &ServiceInfo, backoff: Option<String>, times: &TimeFormatter
         if !d.waiting_for.is_empty() {
             row("Waiting for", d.waiting_for.join(", "));
         }
+        for oneshot in &d.waiting_for_oneshots {
+            row(
+                "Waiting for",
+                format!("one-shot {} to complete ({})", oneshot.name, oneshot.state),
+            );
+        }
+        if let Some(done) = &d.last_completion {
+            row(
+                "Completed",
+                format!(
+                    "exit code {} at {}, ran for {}",
+                    done.exit_code,
+                    times.format(&done.at),
+                    done.ran_for
+                ),
+            );
+        }
         if !d.waiting_for_checks.is_empty() {
             let noun = if d.waiting_for_checks.len() == 1 {
                 "check"
@@ -338,7 +355,9 @@ fn explain(service: &ServiceInfo, backoff: Option<String>, times: &TimeFormatter
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cobble_client::types::{CheckRestarts, FailingCheck, HeldAction, ServiceDetails};
+    use cobble_client::types::{
+        CheckRestarts, Completion, FailingCheck, HeldAction, ServiceDetails, WaitingOneshot,
+    };
 
     #[test]
     fn explains_backoff_checks_and_output() {
@@ -389,6 +408,68 @@ Failing check:  up down since 2026-01-02T03:03:00Z, 6/3 failures, action fired 2
 Backoff steps:  500ms, 1s (limit)
 Last output:
     Error: open /certs/cert.pem: no such file or directory
+"
+        );
+    }
+
+    #[test]
+    fn explains_a_completed_oneshot_and_a_service_waiting_for_a_failed_one() {
+        let completed = ServiceInfo {
+            name: "setup".into(),
+            startup: "enabled".into(),
+            current: "inactive".into(),
+            current_since: Some("2026-01-02T03:04:05Z".into()),
+            reason: Some("completed".into()),
+            scheduled: None,
+            details: Some(ServiceDetails {
+                start_count: 1,
+                last_exit_code: Some(0),
+                last_completion: Some(Completion {
+                    exit_code: 0,
+                    at: "2026-01-02T03:04:05Z".into(),
+                    ran_for: "1.5s".into(),
+                }),
+                ..ServiceDetails::default()
+            }),
+        };
+        assert_eq!(
+            explain(&completed, None, &TimeFormatter::new(true)),
+            "\
+Service:    setup
+Current:    inactive since 2026-01-02T03:04:05Z
+Startup:    enabled
+Why:        completed
+Starts:     1
+Last exit:  code 0
+Completed:  exit code 0 at 2026-01-02T03:04:05Z, ran for 1.5s
+"
+        );
+        let waiting = ServiceInfo {
+            name: "lldpd".into(),
+            startup: "enabled".into(),
+            current: "waiting".into(),
+            current_since: Some("2026-01-02T03:04:05Z".into()),
+            reason: Some(
+                "waiting for one-shot \"setup\" to complete (failed: exited with code 3)".into(),
+            ),
+            scheduled: None,
+            details: Some(ServiceDetails {
+                waiting_for_oneshots: vec![WaitingOneshot {
+                    name: "setup".into(),
+                    state: "failed: exited with code 3".into(),
+                }],
+                ..ServiceDetails::default()
+            }),
+        };
+        assert_eq!(
+            explain(&waiting, None, &TimeFormatter::new(true)),
+            "\
+Service:      lldpd
+Current:      waiting since 2026-01-02T03:04:05Z
+Startup:      enabled
+Why:          waiting for one-shot \"setup\" to complete (failed: exited with code 3)
+Starts:       0
+Waiting for:  one-shot setup to complete (failed: exited with code 3)
 "
         );
     }

@@ -37,6 +37,7 @@ mod limits;
 mod logs;
 mod notices;
 mod offline;
+mod oneshots;
 mod pebble_state;
 mod plan;
 mod reexec;

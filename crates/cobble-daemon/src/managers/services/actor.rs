@@ -14,7 +14,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::machine::{self, Action, Event, Machine, StartOutcome, StopOutcome, WatchdogSaid};
+use super::machine::{
+    self, Action, Event, Machine, OneshotState, Oneshots, StartOutcome, StopOutcome, WatchdogSaid,
+};
 use super::messages::{Request, StartReply};
 use super::policy::policy;
 use super::status::{self, ServiceStatus};
@@ -94,6 +96,8 @@ pub(super) fn spawn(
         jobs: ProcessJobs::new(processes),
         checks: checks.borrow().clone(),
         held_signals: Vec::new(),
+        oneshots: Arc::default(),
+        expected: BTreeMap::new(),
     };
     // The checks as they are at the start are the actor's: their runners may wait for it.
     actor.checks.acted();
@@ -132,6 +136,8 @@ struct Slot {
     /// Handed to a new program (a re-execution under way): this program no longer acts on
     /// its process.
     carried: bool,
+    /// When a one-shot last completed, until it is stopped.
+    completed_at: Option<Timestamp>,
 }
 
 /// The reader of a process's output.
@@ -194,6 +200,7 @@ impl Slot {
             said_status: self.notify.status.as_deref(),
             reloading: self.notify.reloading,
             stopping: self.notify.stopping,
+            completed_at: self.completed_at,
         };
         status::status(name, &self.machine, tracked, with_details)
     }
@@ -222,6 +229,11 @@ struct Actor {
     /// failed to get one). Pebble spawns while it holds its lock, so no client of it can
     /// see a service that is active but has no process to signal.
     held_signals: Vec<HeldSignal>,
+    /// Where each one-shot stands, as last handed to the services ordered after them.
+    oneshots: Arc<Oneshots>,
+    /// One-shots a change is about to start, with how many changes are: until the change
+    /// has asked for them, what is ordered after them counts them as under way.
+    expected: BTreeMap<String, usize>,
 }
 
 /// A `/v1/signals` request that waits for a spawn to finish.
@@ -613,7 +625,20 @@ impl Actor {
 
     fn handle(&mut self, request: Request) {
         match request {
-            Request::Start { name, reply } => self.start(name, reply),
+            Request::Start { name, again, reply } => self.start(name, again, reply),
+            Request::Expect { names, expect } => {
+                for name in names {
+                    if expect {
+                        *self.expected.entry(name.clone()).or_default() += 1;
+                    } else if let Some(count) = self.expected.get_mut(&name) {
+                        *count -= 1;
+                        if *count == 0 {
+                            self.expected.remove(&name);
+                        }
+                    }
+                    self.oneshot_changed(&name);
+                }
+            }
             Request::Stop { name, reply } => match self.services.get_mut(&name) {
                 None => {
                     let _ = reply.send(StopOutcome::NeverStarted);
@@ -763,13 +788,9 @@ impl Actor {
             .collect()
     }
 
-    fn start(&mut self, name: String, reply: oneshot::Sender<StartReply>) {
-        let Some(config) = self
-            .plan
-            .borrow()
-            .service_to_run(&name)
-            .map(std::borrow::Cow::into_owned)
-        else {
+    fn start(&mut self, name: String, again: bool, reply: oneshot::Sender<StartReply>) {
+        let plan = self.plan.borrow().clone();
+        let Some(config) = plan.service_to_run(&name).map(std::borrow::Cow::into_owned) else {
             let _ = reply.send(StartReply {
                 outcome: StartOutcome::Failed {
                     error: format!("cannot find service \"{name}\" in plan"),
@@ -785,13 +806,22 @@ impl Actor {
         let slot = self.services.get_mut(&name).expect("made above");
         slot.config = config.clone();
         slot.file.set(file);
-        let policy = policy(&config);
+        let policy = policy(&config, &plan);
         // A machine whose old policy did not follow the checks decides the start against
-        // them as they are now.
+        // them as they are now; the same holds for the one-shots it is ordered after.
+        let oneshots = !policy.after_oneshots.is_empty();
         if policy.uses_checks() && !Arc::ptr_eq(slot.machine.checks(), &self.checks) {
             self.feed(&name, Event::Checks(self.checks.clone()));
         }
-        self.perform(&name, Event::Start(policy), Some(reply));
+        if oneshots {
+            self.feed(&name, Event::Oneshots(self.oneshots.clone()));
+        }
+        let event = if again {
+            Event::Start(policy)
+        } else {
+            Event::Ensure(policy)
+        };
+        self.perform(&name, event, Some(reply));
     }
 
     /// Hands every running service over for a re-execution (see [`Request::TakeOver`]).
@@ -803,6 +833,16 @@ impl Actor {
         for (name, slot) in &self.services {
             let shown = cobble_plan::go_quote(name);
             let status = slot.machine.status();
+            // A one-shot's completion (what keeps replan from running it again) lives in
+            // this program's machine only.
+            if slot.config.type_ == cobble_plan::ServiceType::Oneshot
+                && (slot.completed_at.is_some() || slot.machine.pid().is_some())
+            {
+                why.push(format!(
+                    "service {shown} is a one-shot, whose run or completion a re-execution does not hand over yet"
+                ));
+                continue;
+            }
             if slot.machine.pid().is_none()
                 && !slot.machine.is_spawning()
                 && matches!(status, machine::Status::Inactive | machine::Status::Error)
@@ -872,12 +912,8 @@ impl Actor {
             exit,
             gone,
         } = adoption;
-        let Some(config) = self
-            .plan
-            .borrow()
-            .service_to_run(&name)
-            .map(std::borrow::Cow::into_owned)
-        else {
+        let plan = self.plan.borrow().clone();
+        let Some(config) = plan.service_to_run(&name).map(std::borrow::Cow::into_owned) else {
             tracing::warn!(
                 "Cannot follow service \"{name}\" (pid {}): it is not in the plan",
                 carried.pid
@@ -895,7 +931,7 @@ impl Actor {
         slot.machine = Machine::adopted(
             name.clone(),
             seed,
-            policy(&config),
+            policy(&config, &plan),
             &carried,
             Instant::now(),
         );
@@ -939,7 +975,50 @@ impl Actor {
             unenforced: None,
             output: None,
             carried: false,
+            completed_at: None,
         })
+    }
+
+    /// Where the service `name` stands as a one-shot (`None` for a daemon, or a service not
+    /// started and not expected).
+    fn oneshot_state(&self, name: &str) -> Option<OneshotState> {
+        if self.expected.contains_key(name) {
+            return Some(OneshotState::Running);
+        }
+        self.services.get(name)?.machine.oneshot_state()
+    }
+
+    /// The one-shot `name` may stand elsewhere now: if it does, the services ordered after
+    /// it hear of it, and so on down a chain of one-shots.
+    fn oneshot_changed(&mut self, name: &str) {
+        let mut changed = vec![name.to_owned()];
+        while let Some(name) = changed.pop() {
+            let state = self.oneshot_state(&name);
+            if self.oneshots.get(&name) == state.as_ref() {
+                continue;
+            }
+            let oneshots = Arc::make_mut(&mut self.oneshots);
+            match state {
+                Some(state) => oneshots.insert(name.clone(), state),
+                None => oneshots.remove(&name),
+            };
+            let after: Vec<String> = self
+                .services
+                .iter()
+                .filter(|(_, slot)| {
+                    slot.machine
+                        .policy()
+                        .after_oneshots
+                        .iter()
+                        .any(|dep| dep.name == name)
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            for service in after {
+                self.step(&service, Event::Oneshots(self.oneshots.clone()), None);
+                changed.push(service);
+            }
+        }
     }
 
     /// Feeds one event to a service's machine and performs the resulting actions.
@@ -947,15 +1026,17 @@ impl Actor {
         self.perform(name, event, None);
     }
 
+    /// Feeds `event` and performs the actions, then tells the services ordered after the
+    /// service where it stands if that changed.
+    fn perform(&mut self, name: &str, event: Event, request: Option<oneshot::Sender<StartReply>>) {
+        self.step(name, event, request);
+        self.oneshot_changed(name);
+    }
+
     /// Feeds `event` and performs the actions. A start outcome decided by this very step
     /// (already started, cannot start while stopping) answers `request` only; otherwise the
     /// request waits with the others for the start to resolve.
-    fn perform(
-        &mut self,
-        name: &str,
-        event: Event,
-        mut request: Option<oneshot::Sender<StartReply>>,
-    ) {
+    fn step(&mut self, name: &str, event: Event, mut request: Option<oneshot::Sender<StartReply>>) {
         let Some(slot) = self.services.get_mut(name) else {
             return;
         };
@@ -1072,6 +1153,13 @@ impl Actor {
         }
         if slot.machine.status() != before || slot.since.is_none() {
             slot.since = Some(Timestamp::now());
+        }
+        match (slot.machine.phase(), slot.machine.completion()) {
+            (machine::Phase::Completed, Some(_)) if before != machine::Status::Inactive => {
+                slot.completed_at = Some(Timestamp::now());
+            }
+            (_, None) => slot.completed_at = None,
+            _ => {}
         }
     }
 

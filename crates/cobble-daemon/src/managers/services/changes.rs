@@ -115,6 +115,9 @@ enum Op {
 struct LaneTask {
     task_id: u64,
     service: String,
+    /// Runs a completed one-shot again: a service a client's start or restart names (not
+    /// one started because a named service requires it, nor autostart's or replan's).
+    again: bool,
 }
 
 /// An action resolved against the plan, not yet recorded.
@@ -331,7 +334,7 @@ impl ServiceChanges {
             "Stop all running services",
             active,
         );
-        let stop = self.add_tasks(change_id, Op::Stop, lanes);
+        let stop = self.add_tasks(change_id, Op::Stop, lanes, &BTreeSet::new());
         self.run(change_id, stop, Vec::new()).await;
     }
 
@@ -377,9 +380,13 @@ impl ServiceChanges {
                 format!("{title} service \"{first}\" and {} more", count - 1)
             }
         });
+        let again: BTreeSet<String> = match action {
+            ServiceChange::Start | ServiceChange::Restart => names.iter().cloned().collect(),
+            _ => BTreeSet::new(),
+        };
         let change_id = self.state.new_change(action.as_str(), &summary, names);
-        let stop = self.add_tasks(change_id, Op::Stop, stop_lanes);
-        let start = self.add_tasks(change_id, Op::Start, start_lanes);
+        let stop = self.add_tasks(change_id, Op::Stop, stop_lanes, &BTreeSet::new());
+        let start = self.add_tasks(change_id, Op::Start, start_lanes, &again);
         Pending {
             change_id,
             stop,
@@ -399,7 +406,13 @@ impl ServiceChanges {
         });
     }
 
-    fn add_tasks(&self, change_id: u64, op: Op, lanes: Vec<Vec<String>>) -> Vec<Vec<LaneTask>> {
+    fn add_tasks(
+        &self,
+        change_id: u64,
+        op: Op,
+        lanes: Vec<Vec<String>>,
+        again: &BTreeSet<String>,
+    ) -> Vec<Vec<LaneTask>> {
         let (kind, verb) = match op {
             Op::Start => ("start", "Start"),
             Op::Stop => ("stop", "Stop"),
@@ -415,6 +428,7 @@ impl ServiceChanges {
                             &format!("{verb} service \"{service}\""),
                             Some(&service),
                         ),
+                        again: again.contains(&service),
                         service,
                     })
                     .collect()
@@ -423,16 +437,33 @@ impl ServiceChanges {
     }
 
     async fn run(&self, change_id: u64, stop: Vec<Vec<LaneTask>>, start: Vec<Vec<LaneTask>>) {
+        // The one-shots this change starts count as under way from now until their task
+        // has asked for them (or is held): what is ordered after them in another lane must
+        // not take them for idle because its own lane came first.
+        let plan = self.plan();
+        let expected = Expected::new(
+            self.manager.clone(),
+            start
+                .iter()
+                .flatten()
+                .filter(|task| {
+                    plan.services
+                        .get(&task.service)
+                        .is_some_and(|s| s.type_.is_oneshot())
+                })
+                .map(|task| task.service.clone())
+                .collect(),
+        );
         let stopped = join_all(
             stop.into_iter()
-                .map(|lane| self.run_lane(change_id, Op::Stop, lane)),
+                .map(|lane| self.run_lane(change_id, Op::Stop, lane, &expected)),
         )
         .await;
         if stopped.iter().all(|ok| *ok) {
             join_all(
                 start
                     .into_iter()
-                    .map(|lane| self.run_lane(change_id, Op::Start, lane)),
+                    .map(|lane| self.run_lane(change_id, Op::Start, lane, &expected)),
             )
             .await;
         } else {
@@ -443,37 +474,44 @@ impl ServiceChanges {
     }
 
     /// Runs a lane's tasks in order; returns whether all of them succeeded.
-    async fn run_lane(&self, change_id: u64, op: Op, lane: Vec<LaneTask>) -> bool {
+    async fn run_lane(
+        &self,
+        change_id: u64,
+        op: Op,
+        lane: Vec<LaneTask>,
+        expected: &Expected,
+    ) -> bool {
         for (i, task) in lane.iter().enumerate() {
             // An abort may have held the task already.
             if self.state.task_status(task.task_id) != Some(TaskStatus::Do) {
-                self.hold(&lane[i..]);
+                self.hold(&lane[i..], expected);
                 return false;
             }
             self.state.set_task_status(task.task_id, TaskStatus::Doing);
             let ok = match op {
-                Op::Start => self.start_task(change_id, task).await,
+                Op::Start => self.start_task(change_id, task, expected).await,
                 Op::Stop => self.stop_task(task).await,
             };
             if !ok {
-                self.hold(&lane[i + 1..]);
+                self.hold(&lane[i + 1..], expected);
                 return false;
             }
         }
         true
     }
 
-    fn hold(&self, tasks: &[LaneTask]) {
+    fn hold(&self, tasks: &[LaneTask], expected: &Expected) {
         for task in tasks {
             if self.state.task_status(task.task_id) == Some(TaskStatus::Do) {
                 self.state.set_task_status(task.task_id, TaskStatus::Hold);
             }
+            expected.release(&task.service);
         }
     }
 
-    async fn start_task(&self, change_id: u64, task: &LaneTask) -> bool {
+    async fn start_task(&self, change_id: u64, task: &LaneTask, expected: &Expected) -> bool {
         let abort = self.state.abort_token(change_id);
-        let start = self.manager.start(&task.service);
+        let start = self.manager.start(&task.service, task.again);
         tokio::pin!(start);
         let reply: StartReply = tokio::select! {
             reply = &mut start => reply,
@@ -482,6 +520,8 @@ impl ServiceChanges {
                 start.await
             }
         };
+        // Answered: a one-shot stands where its own machine says from now on.
+        expected.release(&task.service);
         let id = task.task_id;
         match reply.outcome {
             StartOutcome::Started => {
@@ -505,6 +545,14 @@ impl ServiceChanges {
                 self.state.task_info(
                     id,
                     &format!("Service \"{}\" already started.", task.service),
+                );
+                self.state.set_task_status(id, TaskStatus::Done);
+                true
+            }
+            StartOutcome::AlreadyCompleted => {
+                self.state.task_info(
+                    id,
+                    &format!("Service \"{}\" already completed.", task.service),
                 );
                 self.state.set_task_status(id, TaskStatus::Done);
                 true
@@ -578,6 +626,45 @@ impl super::scheduler::ScheduledRuns for ServiceChanges {
     fn active(&self) -> futures_util::future::BoxFuture<'static, Vec<String>> {
         let manager = self.manager.clone();
         Box::pin(async move { manager.active().await })
+    }
+}
+
+/// The one-shots a change will start and has not asked for yet; each is released once,
+/// when its task asks for it or is held, and the rest when the change is done with.
+struct Expected {
+    manager: ServiceManager,
+    names: std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl Expected {
+    fn new(manager: ServiceManager, names: BTreeSet<String>) -> Expected {
+        manager.expect(names.iter().cloned().collect(), true);
+        Expected {
+            manager,
+            names: std::sync::Mutex::new(names),
+        }
+    }
+
+    fn release(&self, name: &str) {
+        let removed = self
+            .names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name);
+        if removed {
+            self.manager.expect(vec![name.to_owned()], false);
+        }
+    }
+}
+
+impl Drop for Expected {
+    fn drop(&mut self) {
+        let names = std::mem::take(
+            self.names
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        self.manager.expect(names.into_iter().collect(), false);
     }
 }
 

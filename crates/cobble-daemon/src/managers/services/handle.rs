@@ -102,10 +102,12 @@ impl ServiceManager {
         rx.await.ok()
     }
 
-    /// Starts a service and resolves once its start succeeded (the okay delay passed) or failed.
-    pub(crate) async fn start(&self, name: &str) -> StartReply {
+    /// Starts a service and resolves once its start succeeded (the okay delay passed, or a
+    /// one-shot completed) or failed. `again` (a client's start or restart) runs a completed
+    /// one-shot again; autostart and replan leave it completed.
+    pub(crate) async fn start(&self, name: &str, again: bool) -> StartReply {
         let name = name.to_owned();
-        self.call(|reply| Request::Start { name, reply })
+        self.call(|reply| Request::Start { name, again, reply })
             .await
             .unwrap_or(StartReply {
                 outcome: StartOutcome::Failed {
@@ -122,6 +124,14 @@ impl ServiceManager {
         self.call(|reply| Request::Stop { name, reply })
             .await
             .unwrap_or(StopOutcome::Failed(GONE.into()))
+    }
+
+    /// Says that a change is about to start these one-shots (`expect`), or that it has asked
+    /// for them or given up on them (see [`Request::Expect`]).
+    pub(crate) fn expect(&self, names: Vec<String>, expect: bool) {
+        if !names.is_empty() {
+            let _ = self.tx.send(Request::Expect { names, expect });
+        }
     }
 
     /// Kills a service whose start is being aborted.

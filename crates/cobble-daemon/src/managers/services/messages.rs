@@ -49,7 +49,16 @@ pub(crate) struct Adoption {
 pub(super) enum Request {
     Start {
         name: String,
+        /// A client's start or restart, which runs a completed one-shot again; autostart and
+        /// replan leave it completed.
+        again: bool,
         reply: oneshot::Sender<StartReply>,
+    },
+    /// A change is about to start these one-shots (`expect`), or has asked for them or
+    /// given up on them: meanwhile what is ordered after them counts them as under way.
+    Expect {
+        names: Vec<String>,
+        expect: bool,
     },
     Stop {
         name: String,

@@ -1,12 +1,13 @@
 //! The adapter from the plan to the machine: a service's configuration as the lifecycle
 //! [`Policy`] its [`super::machine::Machine`] decides by. The machine knows nothing of layers.
 
-use cobble_plan::{FileChangeAction, Readiness, Service, ServiceAction};
+use cobble_plan::{FileChangeAction, Plan, Readiness, Service, ServiceAction};
 
-use super::machine::{ExitAction, FileAction, Policy};
+use super::machine::{ExitAction, FileAction, OneshotDep, Policy};
 
-/// The lifecycle policy of a service's configuration.
-pub(super) fn policy(config: &Service) -> Policy {
+/// The lifecycle policy of a service's configuration; `plan` says which of the services it
+/// is ordered after are one-shots.
+pub(super) fn policy(config: &Service, plan: &Plan) -> Policy {
     Policy {
         on_success: exit_action(config.on_success),
         on_failure: exit_action(config.on_failure),
@@ -35,6 +36,20 @@ pub(super) fn policy(config: &Service) -> Policy {
         start_grace: config.start_grace(),
         notify: config.readiness == Readiness::Notify,
         watchdog: config.watchdog.map(|d| d.as_std()),
+        oneshot: config.type_.is_oneshot(),
+        after_oneshots: config
+            .after
+            .iter()
+            .filter(|name| {
+                plan.services
+                    .get(*name)
+                    .is_some_and(|s| s.type_.is_oneshot())
+            })
+            .map(|name| OneshotDep {
+                name: name.clone(),
+                required: config.requires.contains(name),
+            })
+            .collect(),
     }
 }
 

@@ -20,7 +20,7 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::LAST_LOG_LINES;
-use super::machine::{Machine, Phase, Status};
+use super::machine::{Machine, OneshotState, Phase, Status};
 use crate::logs::ServiceLog;
 use cobble_client::time::{format_rfc3339_nano, format_rfc3339_secs};
 
@@ -78,6 +78,11 @@ pub(crate) struct ServiceDetails {
     pub check_restarts: Vec<(String, u32, Timestamp)>,
     /// Its watchdog, when its policy has one.
     pub watchdog: Option<WatchdogStatus>,
+    /// A one-shot's last completion (exit code 0): when, and how long it ran; until it is
+    /// stopped.
+    pub completed: Option<(Timestamp, std::time::Duration)>,
+    /// The one-shots of `after:` it waits for, each with where it stands.
+    pub waiting_oneshots: Vec<(String, String)>,
     /// The listening sockets held for it; filled in by
     /// [`crate::services::ServiceManager::with_process_details`], not by the actor.
     pub sockets: Vec<crate::process::sockets::SocketReport>,
@@ -137,6 +142,8 @@ pub(super) struct Tracked<'a> {
     pub(super) reloading: bool,
     /// It said `STOPPING=1`.
     pub(super) stopping: bool,
+    /// When a one-shot last completed, until it is stopped.
+    pub(super) completed_at: Option<Timestamp>,
 }
 
 /// What the supervisor reports of the started service `name`, with details if
@@ -191,6 +198,12 @@ fn details(machine: &Machine, tracked: &Tracked<'_>) -> ServiceDetails {
             })
             .collect(),
         watchdog: watchdog(machine, now),
+        completed: tracked.completed_at.zip(machine.completion()),
+        waiting_oneshots: machine
+            .waiting_oneshots()
+            .iter()
+            .map(|(name, state)| (name.clone(), oneshot_state_text(state)))
+            .collect(),
         sockets: Vec::new(),
     }
 }
@@ -264,6 +277,16 @@ fn reason(machine: &Machine, tracked: &Tracked<'_>) -> Option<String> {
     })
 }
 
+/// Where a one-shot that holds a service back stands, in a few words.
+fn oneshot_state_text(state: &OneshotState) -> String {
+    match state {
+        OneshotState::Completed => "completed".into(),
+        OneshotState::Running => "running".into(),
+        OneshotState::Failed(why) => format!("failed: {why}"),
+        OneshotState::Inactive => "not started".into(),
+    }
+}
+
 /// Why the service's phase is not simply running.
 fn phase_reason(machine: &Machine) -> Option<String> {
     let exit = || {
@@ -275,6 +298,25 @@ fn phase_reason(machine: &Machine) -> Option<String> {
         })
     };
     match machine.phase() {
+        Phase::Waiting if !machine.waiting_oneshots().is_empty() => {
+            let mut waits: Vec<String> = machine
+                .waiting_oneshots()
+                .iter()
+                .map(|(name, state)| {
+                    format!(
+                        "one-shot \"{name}\" to complete ({})",
+                        oneshot_state_text(state)
+                    )
+                })
+                .collect();
+            if !machine.waiting_checks().is_empty() {
+                let checks = machine.waiting_checks();
+                let noun = if checks.len() == 1 { "check" } else { "checks" };
+                waits.push(format!("{noun} {} to succeed", checks.join(", ")));
+            }
+            Some(format!("waiting for {}", waits.join(", ")))
+        }
+        Phase::Completed => Some("completed".into()),
         Phase::Waiting if !machine.waiting_checks().is_empty() => {
             let checks = machine.waiting_checks();
             let noun = if checks.len() == 1 { "check" } else { "checks" };
@@ -374,6 +416,7 @@ mod tests {
             said_status: Some("warming up"),
             reloading: true,
             stopping: false,
+            completed_at: None,
         };
         let status = status("svc", &machine, tracked, true);
         assert_eq!(status.current, Status::Waiting);
@@ -422,6 +465,7 @@ mod tests {
                 said_status: None,
                 reloading: false,
                 stopping: false,
+                completed_at: None,
             };
             status("svc", machine, tracked, true)
         };

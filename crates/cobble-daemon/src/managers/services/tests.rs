@@ -213,7 +213,7 @@ impl Harness {
         let manager = self.manager.clone();
         let name = name.to_owned();
         tokio::spawn(async move {
-            let _ = tx.send(manager.start(&name).await);
+            let _ = tx.send(manager.start(&name, true).await);
         });
         rx
     }

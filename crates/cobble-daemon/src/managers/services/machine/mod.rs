@@ -51,6 +51,8 @@
 //!   by a check's restart streak, and the end of a wait for `requires-checks`.
 //! - `paths`: `requires-paths`, missing paths named by failure output, `on-file-change`.
 //! - `watchdog`: what a service says to its watchdog, and a deadline it missed.
+//! - `oneshot`: a one-shot's completion or failure, and the wait of the services ordered
+//!   after one-shots.
 //!
 //! Each has its transition tables beside it (`tests` under it, on the shared `harness`);
 //! `tests` here holds the property test of the whole machine.
@@ -64,6 +66,7 @@ use tokio::time::Instant;
 use crate::checks::CheckSignals;
 
 mod checks;
+mod oneshot;
 mod paths;
 mod service;
 mod types;
@@ -71,8 +74,8 @@ mod watchdog;
 
 use types::AfterExit;
 pub(crate) use types::{
-    Action, Event, ExitAction, FileAction, GroupSignal, Phase, Policy, StartOutcome, Status,
-    StopOutcome, Streak, Wanted, Watchdog, WatchdogSaid,
+    Action, Event, ExitAction, FileAction, GroupSignal, OneshotDep, OneshotState, Oneshots, Phase,
+    Policy, StartOutcome, Status, StopOutcome, Streak, Wanted, Watchdog, WatchdogSaid,
 };
 
 /// The lifecycle of one service.
@@ -125,6 +128,18 @@ pub(crate) struct Machine {
     /// Checks whose action is held (by the start grace or a streak's spacing) until
     /// [`Machine::hold_until`] has passed; acted on then if still down.
     held: BTreeMap<String, Instant>,
+    /// An explicit start waits for more than the spawn: for a one-shot's run to end, or for
+    /// the one-shots the service is ordered after to complete. Resolved by that end.
+    start_pending: bool,
+    /// The live process is a one-shot's run (its policy was a one-shot's when it was
+    /// spawned).
+    oneshot_run: bool,
+    /// The one-shots as last reported.
+    oneshots: Arc<Oneshots>,
+    /// The one-shots of `after:` that hold the service back, while it waits for them.
+    waiting_oneshots: Vec<(String, OneshotState)>,
+    /// How long the last run of a one-shot ran, once it completed; forgotten by a stop.
+    completion: Option<Duration>,
     /// State of the jitter generator (xorshift64*).
     rng: u64,
 }
@@ -217,6 +232,11 @@ impl Machine {
             watchdog: None,
             streaks: BTreeMap::new(),
             held: BTreeMap::new(),
+            start_pending: false,
+            oneshot_run: false,
+            oneshots: Arc::default(),
+            waiting_oneshots: Vec::new(),
+            completion: None,
             rng: seed | 1,
         }
     }
@@ -266,6 +286,46 @@ impl Machine {
     /// The `requires-checks` a waiting service waits for.
     pub(crate) fn waiting_checks(&self) -> &[String] {
         &self.waiting_checks
+    }
+
+    /// The one-shots of `after:` a waiting service waits for, and where each stands.
+    pub(crate) fn waiting_oneshots(&self) -> &[(String, OneshotState)] {
+        &self.waiting_oneshots
+    }
+
+    /// How long the last run of a completed one-shot ran, until it is stopped.
+    pub(crate) fn completion(&self) -> Option<Duration> {
+        self.completion
+    }
+
+    /// Where this service stands as a one-shot, for the services ordered after it; `None`
+    /// for a daemon.
+    pub(crate) fn oneshot_state(&self) -> Option<OneshotState> {
+        if !self.policy.oneshot {
+            return None;
+        }
+        let exit = || match (&self.spawn_error, self.last_exit) {
+            (Some(error), _) => error.clone(),
+            (None, Some(code)) => format!("exited with code {code}"),
+            (None, None) => "failed".to_owned(),
+        };
+        Some(match self.phase {
+            Phase::Completed => OneshotState::Completed,
+            Phase::Spawning { .. } | Phase::Starting { .. } | Phase::Running { .. } => {
+                OneshotState::Running
+            }
+            // Waiting for what it is ordered after: still to run while a start waits on it,
+            // held back once its start was answered that it waits.
+            Phase::Waiting if self.start_pending => OneshotState::Running,
+            Phase::Waiting => OneshotState::Failed("itself waiting".to_owned()),
+            Phase::Backoff { .. } | Phase::Exited => OneshotState::Failed(exit()),
+            Phase::Terminating { .. } | Phase::Killing { .. } if self.wanted == Wanted::Running => {
+                OneshotState::Running
+            }
+            Phase::Idle | Phase::Stopped | Phase::Terminating { .. } | Phase::Killing { .. } => {
+                OneshotState::Inactive
+            }
+        })
     }
 
     /// The checks as the machine last saw them.
@@ -360,7 +420,7 @@ impl Machine {
                 }
                 AfterExit::Respawn => Status::Active,
             },
-            Phase::Idle | Phase::Stopped => Status::Inactive,
+            Phase::Idle | Phase::Stopped | Phase::Completed => Status::Inactive,
             Phase::Backoff { .. } => Status::Backoff,
             Phase::Exited => Status::Error,
             Phase::Waiting => Status::Waiting,
@@ -388,9 +448,14 @@ impl Machine {
     /// Advances the machine by one event.
     pub(crate) fn step(&mut self, now: Instant, event: Event) -> Vec<Action> {
         let mut actions = Vec::new();
+        // The outcome of a start decided by a start answers that start alone; any other
+        // answers every start that waits, the one that waited for more than its spawn too.
+        let answers_all = !matches!(event, Event::Start(_) | Event::Ensure(_));
         self.catch_up(now, &mut actions);
         match event {
-            Event::Start(policy) => self.on_start(policy, &mut actions),
+            Event::Start(policy) => self.on_start(policy, true, &mut actions),
+            Event::Ensure(policy) => self.on_start(policy, false, &mut actions),
+            Event::Oneshots(oneshots) => self.on_oneshots(oneshots, &mut actions),
             Event::Stop => self.on_stop(now, &mut actions),
             Event::AbortStart => self.on_abort_start(&mut actions),
             Event::Spawned { pid } => self.on_spawned(now, pid, &mut actions),
@@ -410,6 +475,13 @@ impl Machine {
             Event::Checks(signals) => self.on_checks(now, &signals, &mut actions),
             Event::Ready { pid } => self.on_ready(now, pid, &mut actions),
             Event::Watchdog { pid, said } => self.on_watchdog(now, pid, said, &mut actions),
+        }
+        if answers_all
+            && actions
+                .iter()
+                .any(|action| matches!(action, Action::StartDone(_)))
+        {
+            self.start_pending = false;
         }
         actions
     }

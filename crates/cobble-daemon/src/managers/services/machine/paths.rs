@@ -49,15 +49,18 @@ impl Machine {
         let Phase::Spawning { restart } = self.phase else {
             return;
         };
+        // A start that waited for a one-shot's run is answered here too.
+        let pending = std::mem::take(&mut self.start_pending);
+        let explicit = !restart || pending;
         if self.client_stopped {
-            if !restart {
+            if explicit {
                 actions.push(Action::StartDone(StartOutcome::Waiting { missing }));
             }
             self.phase = Phase::Stopped;
             actions.push(Action::StopDone(StopOutcome::Stopped));
             return;
         }
-        if !restart {
+        if explicit {
             actions.push(Action::StartDone(StartOutcome::Waiting {
                 missing: missing.clone(),
             }));

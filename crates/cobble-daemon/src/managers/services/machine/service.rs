@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::types::{
     AfterExit, ExitAction, FAIL_DELAY, OKAY_DELAY, READY_TIMEOUT, StartOutcome, StopOutcome, Wanted,
 };
-use super::{Action, GroupSignal, Machine, Phase, Policy, format_secs};
+use super::{Action, GroupSignal, Machine, OneshotState, Phase, Policy, format_secs};
 
 impl Machine {
     /// Spawns again after backoff, waiting or a restart: straight to running, nobody waits
@@ -24,9 +24,13 @@ impl Machine {
         self.spawn_unless_waiting(true, actions);
     }
 
-    /// Spawns the process, or, while some `requires-checks` do not pass, waits for them
-    /// (answering an explicit start that it waits: the start has not failed).
-    fn spawn_unless_waiting(&mut self, restart: bool, actions: &mut Vec<Action>) {
+    /// Spawns the process, or, while some `requires-checks` do not pass or some one-shots of
+    /// `after:` hold it back, waits for them. An explicit start (`restart` false, or one that
+    /// still waits for its answer) is answered that it waits, unless all that holds it back
+    /// are one-shots under way: then the answer waits for their end, and a completion spawns
+    /// the service as the start it was asked for.
+    pub(super) fn spawn_unless_waiting(&mut self, restart: bool, actions: &mut Vec<Action>) {
+        let explicit = !restart || self.start_pending;
         let missing: Vec<String> = self
             .policy
             .requires_checks
@@ -34,33 +38,74 @@ impl Machine {
             .filter(|check| !self.checks.passing.contains(*check))
             .cloned()
             .collect();
-        if missing.is_empty() {
+        let oneshots = self.oneshots_holding();
+        if missing.is_empty() && oneshots.is_empty() {
             self.waiting_checks.clear();
-            self.phase = Phase::Spawning { restart };
+            self.waiting_oneshots.clear();
+            self.start_pending = false;
+            self.phase = Phase::Spawning { restart: !explicit };
             actions.push(Action::Spawn);
             return;
         }
-        if !restart {
+        let under_way = missing.is_empty()
+            && oneshots
+                .iter()
+                .all(|(_, state)| *state == OneshotState::Running);
+        let mut waiting_for: Vec<String> =
+            missing.iter().map(|c| format!("check \"{c}\"")).collect();
+        waiting_for.extend(
+            oneshots
+                .iter()
+                .map(|(name, _)| format!("one-shot \"{name}\" to complete")),
+        );
+        if explicit && under_way {
+            self.start_pending = true;
+        } else if explicit {
+            self.start_pending = false;
             actions.push(Action::StartDone(StartOutcome::Waiting {
-                missing: missing.iter().map(|c| format!("check \"{c}\"")).collect(),
+                missing: waiting_for.clone(),
             }));
         }
-        if self.phase != Phase::Waiting || self.waiting_checks != missing {
+        let names = |list: &[(String, OneshotState)]| -> Vec<String> {
+            list.iter().map(|(name, _)| name.clone()).collect()
+        };
+        if self.phase != Phase::Waiting
+            || self.waiting_checks != missing
+            || names(&self.waiting_oneshots) != names(&oneshots)
+        {
+            let what = if oneshots.is_empty() {
+                format!("{} to succeed", quoted_checks(&missing))
+            } else {
+                waiting_for.join(", ")
+            };
             actions.push(Action::Log(format!(
-                "Service \"{}\" waiting for {} to succeed",
-                self.name,
-                quoted_checks(&missing)
+                "Service \"{}\" waiting for {what}",
+                self.name
             )));
         }
         self.waiting_checks = missing;
+        self.waiting_oneshots = oneshots;
         self.phase = Phase::Waiting;
     }
 
-    pub(super) fn on_start(&mut self, policy: Policy, actions: &mut Vec<Action>) {
+    pub(super) fn on_start(&mut self, policy: Policy, again: bool, actions: &mut Vec<Action>) {
         // The configuration is refreshed by every explicit start, even a no-op one.
         self.policy = policy;
         self.client_stopped = false;
         match self.phase {
+            Phase::Completed if !again && self.policy.oneshot => {
+                actions.push(Action::StartDone(StartOutcome::AlreadyCompleted));
+            }
+            Phase::Spawning { .. } if self.policy.oneshot => {
+                // A run is about to be under way: this start is answered when it ends.
+                self.wanted = Wanted::Running;
+                self.start_pending = true;
+            }
+            Phase::Running { .. } if self.oneshot_run => {
+                // A run is under way: this start is answered when it ends.
+                self.wanted = Wanted::Running;
+                self.start_pending = true;
+            }
             Phase::Spawning { .. } | Phase::Starting { .. } | Phase::Running { .. } => {
                 self.wanted = Wanted::Running;
                 actions.push(Action::StartDone(StartOutcome::AlreadyStarted));
@@ -80,6 +125,7 @@ impl Machine {
             | Phase::Backoff { .. }
             | Phase::Stopped
             | Phase::Exited
+            | Phase::Completed
             | Phase::Waiting => {
                 self.wanted = Wanted::Running;
                 self.backoff_num = 0;
@@ -90,6 +136,7 @@ impl Machine {
                 self.file_change = None;
                 self.streaks.clear();
                 self.held.clear();
+                self.start_pending = false;
                 self.spawn_unless_waiting(false, actions);
             }
         }
@@ -102,7 +149,8 @@ impl Machine {
         self.spawn_error = None;
         if self.client_stopped {
             // Stopped while it was being spawned: stop what came of it.
-            if !restart {
+            let pending = std::mem::take(&mut self.start_pending);
+            if !restart || pending {
                 actions.push(Action::StartDone(StartOutcome::Failed {
                     error: format!("stopped before the {} okay delay", format_secs(OKAY_DELAY)),
                     with_output: false,
@@ -114,7 +162,14 @@ impl Machine {
         self.reset_at = Some(now + self.policy.backoff_limit);
         self.spawned_at = Some(now);
         self.watchdog = self.new_watchdog();
-        self.phase = if self.policy.notify {
+        self.oneshot_run = self.policy.oneshot;
+        self.phase = if self.policy.oneshot {
+            // A one-shot's start is its whole run: answered when it exits.
+            if !restart {
+                self.start_pending = true;
+            }
+            Phase::Running { pid }
+        } else if self.policy.notify {
             // Every run, a restart's too, starts when the service says it is ready.
             Phase::Starting {
                 pid,
@@ -165,7 +220,8 @@ impl Machine {
             return;
         };
         self.spawn_error = Some(error.clone());
-        if !restart {
+        let pending = std::mem::take(&mut self.start_pending);
+        if !restart || pending {
             // The start fails with Pebble's text either way.
             actions.push(Action::StartDone(StartOutcome::Failed {
                 error: error.clone(),
@@ -190,6 +246,20 @@ impl Machine {
     }
 
     pub(super) fn on_stop(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        // A start that waits for a one-shot's run which a check or a file change is
+        // restarting: the stop ends it. (Spawning, waiting and running answer it below.)
+        if self.start_pending
+            && !matches!(
+                self.phase,
+                Phase::Spawning { .. } | Phase::Waiting | Phase::Running { .. }
+            )
+        {
+            self.start_pending = false;
+            actions.push(Action::StartDone(StartOutcome::Failed {
+                error: "stopped before it completed".into(),
+                with_output: false,
+            }));
+        }
         self.wanted = Wanted::Stopped;
         self.client_stopped = true;
         self.file_change = None;
@@ -203,6 +273,12 @@ impl Machine {
                 actions.push(Action::StopDone(StopOutcome::AlreadyStopping));
             }
             Phase::Stopped => actions.push(Action::StopDone(StopOutcome::AlreadyStopped)),
+            Phase::Completed => {
+                // The completion is forgotten: autostart and replan run it again.
+                self.phase = Phase::Stopped;
+                self.completion = None;
+                actions.push(Action::StopDone(StopOutcome::HadExited));
+            }
             Phase::Exited => {
                 self.phase = Phase::Stopped;
                 actions.push(Action::StopDone(StopOutcome::HadExited));
@@ -218,9 +294,16 @@ impl Machine {
                 actions.push(Action::StopDone(StopOutcome::Stopped));
             }
             Phase::Waiting => {
+                if std::mem::take(&mut self.start_pending) {
+                    actions.push(Action::StartDone(StartOutcome::Failed {
+                        error: "stopped while waiting for the one-shots it is ordered after".into(),
+                        with_output: false,
+                    }));
+                }
                 self.phase = Phase::Stopped;
                 self.waiting_for.clear();
                 self.waiting_checks.clear();
+                self.waiting_oneshots.clear();
                 actions.push(Action::StopDone(StopOutcome::Stopped));
             }
             Phase::Spawning { .. } => {
@@ -238,6 +321,11 @@ impl Machine {
                         error,
                         with_output: false,
                     }));
+                } else if std::mem::take(&mut self.start_pending) {
+                    actions.push(Action::StartDone(StartOutcome::Failed {
+                        error: "stopped before it completed".into(),
+                        with_output: false,
+                    }));
                 }
                 self.terminate(now, pid, AfterExit::Stop, actions);
             }
@@ -245,7 +333,27 @@ impl Machine {
     }
 
     pub(super) fn on_abort_start(&mut self, actions: &mut Vec<Action>) {
-        if let Phase::Starting { pid, .. } = self.phase {
+        if self.start_pending && self.phase == Phase::Waiting {
+            self.start_pending = false;
+            self.phase = Phase::Stopped;
+            self.wanted = Wanted::Stopped;
+            self.client_stopped = true;
+            self.waiting_checks.clear();
+            self.waiting_oneshots.clear();
+            actions.push(Action::StartDone(StartOutcome::Failed {
+                error: "start aborted while waiting".into(),
+                with_output: false,
+            }));
+            return;
+        }
+        // A start being carried out: a daemon within its okay delay, or a one-shot's run.
+        let starting = match self.phase {
+            Phase::Starting { pid, .. } => Some(pid),
+            Phase::Running { pid } if self.start_pending => Some(pid),
+            _ => None,
+        };
+        if let Some(pid) = starting {
+            self.start_pending = false;
             self.phase = Phase::Stopped;
             self.wanted = Wanted::Stopped;
             self.client_stopped = true;
@@ -271,6 +379,7 @@ impl Machine {
             return; // a stale exit, e.g. after an aborted start
         }
         self.last_exit = Some(code);
+        let ran_for = self.spawned_at.map(|at| now.saturating_duration_since(at));
         if self
             .exit_cause
             .as_ref()
@@ -280,10 +389,15 @@ impl Machine {
         }
         self.reset_at = None;
         self.spawned_at = None;
+        let oneshot_run = std::mem::take(&mut self.oneshot_run);
         self.watchdog = None;
         // A hold is for a running process; the checks act again on what comes next.
         self.held.clear();
         match self.phase {
+            // A one-shot's run, even if a start since has made the service a daemon.
+            Phase::Running { .. } if oneshot_run => {
+                self.oneshot_exited(now, pid, code, ran_for.unwrap_or_default(), actions);
+            }
             Phase::Starting { .. } | Phase::Running { .. } => {
                 let (action, on_type) = self.exit_action(code);
                 if matches!(self.phase, Phase::Starting { .. }) {
@@ -357,7 +471,7 @@ impl Machine {
     }
 
     /// `code N`, with the cause when the kernel killed the process.
-    fn exit_text(&self, code: i32) -> String {
+    pub(super) fn exit_text(&self, code: i32) -> String {
         match self.last_exit_cause() {
             Some(cause) => format!("code {code} ({cause})"),
             None => format!("code {code}"),
@@ -373,7 +487,7 @@ impl Machine {
     }
 
     /// What follows an exit that `failed` (a non-zero code, or a failure cobble found).
-    fn apply_exit_action(
+    pub(super) fn apply_exit_action(
         &mut self,
         now: Instant,
         failed: bool,

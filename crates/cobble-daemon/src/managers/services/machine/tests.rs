@@ -22,6 +22,16 @@ mod invariant {
             requires: bool,
             /// The policy has a start grace, says when it is ready and has a watchdog.
             grace: bool,
+            /// 0: a daemon; 1: a one-shot; 2: after the one-shot "setup", requiring it;
+            /// 3: after it alone.
+            shape: u8,
+            /// A client's start (autostart's and replan's otherwise).
+            again: bool,
+        },
+        /// The one-shot "setup" now stands here (0: completed, 1: running, 2: failed,
+        /// 3: inactive).
+        Setup {
+            state: u8,
         },
         Stop,
         AbortStart,
@@ -63,8 +73,11 @@ mod invariant {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            1 => (any::<bool>(), any::<bool>(), any::<bool>())
-                .prop_map(|(ignore_failures, requires, grace)| Op::Start { ignore_failures, requires, grace }),
+            1 => (any::<bool>(), any::<bool>(), any::<bool>(), 0..4u8, any::<bool>())
+                .prop_map(|(ignore_failures, requires, grace, shape, again)| Op::Start {
+                    ignore_failures, requires, grace, shape, again,
+                }),
+            1 => (0..4u8).prop_map(|state| Op::Setup { state }),
             1 => Just(Op::Stop),
             1 => Just(Op::AbortStart),
             3 => Just(Op::SpawnDone),
@@ -118,8 +131,18 @@ mod invariant {
     }
 
     impl Sim {
-        fn policy(ignore_failures: bool, requires: bool, grace: bool) -> Policy {
+        fn policy(ignore_failures: bool, requires: bool, grace: bool, shape: u8) -> Policy {
+            // A one-shot does not say when it is ready (the plan refuses it).
+            let grace = grace && shape != 1;
             Policy {
+                oneshot: shape == 1,
+                after_oneshots: match shape {
+                    2 | 3 => vec![OneshotDep {
+                        name: "setup".into(),
+                        required: shape == 2,
+                    }],
+                    _ => Vec::new(),
+                },
                 requires_checks: if requires {
                     vec![CHECKS[1].to_owned()]
                 } else {
@@ -246,6 +269,8 @@ mod invariant {
                     // Waiting on a named condition that does not hold.
                     Phase::Waiting => {
                         !self.m.waiting_for().is_empty()
+                            || (!self.m.waiting_oneshots().is_empty()
+                                && self.m.waiting_oneshots() == self.m.oneshots_holding())
                             || (!self.m.waiting_checks().is_empty()
                                 && self
                                     .m
@@ -270,6 +295,24 @@ mod invariant {
                 self.m.held().is_empty() || self.m.deadline().is_some(),
                 "a held action without a deadline"
             );
+            // A start that waits for its answer is answered by what the machine still does:
+            // the service is wanted running, or a spawn under way meets the stop.
+            if self.m.start_pending && !matches!(phase, Phase::Spawning { .. }) {
+                prop_assert_eq!(
+                    self.m.wanted(),
+                    Wanted::Running,
+                    "a start waits on {:?}",
+                    phase
+                );
+            }
+            if phase == Phase::Completed {
+                prop_assert_eq!(self.m.status(), Status::Inactive);
+                prop_assert!(
+                    self.m.completion().is_some(),
+                    "completed without a completion"
+                );
+                prop_assert_eq!(self.m.deadline().filter(|_| self.m.held().is_empty()), None);
+            }
             if let (Phase::Backoff { .. }, Some(check)) = (phase, &self.m.backoff_check) {
                 prop_assert!(
                     self.firing.contains_key(check),
@@ -303,8 +346,23 @@ mod invariant {
                 let stopped_by_client = sim.m.client_stopped;
                 let is_start = matches!(op, Op::Start { .. });
                 let actions = match op {
-                    Op::Start { ignore_failures, requires, grace } => {
-                        sim.feed(Event::Start(Sim::policy(ignore_failures, requires, grace)))?
+                    Op::Start { ignore_failures, requires, grace, shape, again } => {
+                        let policy = Sim::policy(ignore_failures, requires, grace, shape);
+                        if again {
+                            sim.feed(Event::Start(policy))?
+                        } else {
+                            sim.feed(Event::Ensure(policy))?
+                        }
+                    }
+                    Op::Setup { state } => {
+                        let state = match state {
+                            0 => OneshotState::Completed,
+                            1 => OneshotState::Running,
+                            2 => OneshotState::Failed("exited with code 1".into()),
+                            _ => OneshotState::Inactive,
+                        };
+                        let oneshots = Oneshots::from([("setup".to_owned(), state)]);
+                        sim.feed(Event::Oneshots(Arc::new(oneshots)))?
                     }
                     Op::Stop => sim.feed(Event::Stop)?,
                     Op::AbortStart => sim.feed(Event::AbortStart)?,

@@ -77,7 +77,40 @@ pub(crate) struct Policy {
     /// `watchdog` (with `readiness: notify`): once ready, the service must say `WATCHDOG=1`
     /// at least once per this interval, or it has failed.
     pub watchdog: Option<Duration>,
+    /// `type: oneshot`: a start runs the command to completion, and an exit with code 0
+    /// leaves the service completed rather than restarting it.
+    pub oneshot: bool,
+    /// The one-shots of its `after:`: it is not spawned while one of them runs, nor, for
+    /// one it `requires:` too, until that one has completed.
+    pub after_oneshots: Vec<OneshotDep>,
 }
+
+/// A one-shot a service is ordered after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OneshotDep {
+    /// The one-shot.
+    pub name: String,
+    /// Whether the service `requires:` it too: then only its completion lets the service
+    /// start.
+    pub required: bool,
+}
+
+/// Where a one-shot stands, as the services ordered after it see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OneshotState {
+    /// Its last run exited with code 0, and it has not been stopped since.
+    Completed,
+    /// A run is under way, or about to be (waiting, spawning, or named by a change that
+    /// will start it).
+    Running,
+    /// Its last run failed (`exited with code 1`), and it is retrying or left down.
+    Failed(String),
+    /// Not started, or stopped.
+    Inactive,
+}
+
+/// The one-shots the supervisor knows of, by name.
+pub(crate) type Oneshots = BTreeMap<String, OneshotState>;
 
 impl Policy {
     /// Whether the service's lifecycle depends on checks at all.
@@ -101,6 +134,8 @@ impl Default for Policy {
             start_grace: None,
             notify: false,
             watchdog: None,
+            oneshot: false,
+            after_oneshots: Vec::new(),
         }
     }
 }
@@ -118,8 +153,9 @@ pub(crate) enum Status {
     /// Spawned, and waiting for the service to say it is ready (`readiness: notify`; a cobble
     /// extension).
     Starting,
-    /// Wanted running, but a `requires-paths` path is missing or a `requires-checks` check
-    /// does not pass yet (a cobble extension; Pebble clients pass unknown statuses through).
+    /// Wanted running, but a `requires-paths` path is missing, a `requires-checks` check
+    /// does not pass yet or a one-shot it is ordered after has not completed (a cobble
+    /// extension; Pebble clients pass unknown statuses through).
     Waiting,
 }
 
@@ -202,6 +238,9 @@ pub(crate) enum Phase {
     Waiting,
     /// Not running: stopped by request, or ended with nothing more to do.
     Stopped,
+    /// A one-shot whose last run exited with code 0: done until it is started again or
+    /// stopped (systemd's `RemainAfterExit=yes`).
+    Completed,
     /// Exited and its policy left it down (ignore with a failure, or a shutdown action).
     Exited,
 }
@@ -211,6 +250,9 @@ pub(crate) enum Phase {
 pub(crate) enum Event {
     /// An explicit start with the policy of the configuration being started.
     Start(Policy),
+    /// Autostart or replan asks for the service: as [`Event::Start`], except that a
+    /// completed one-shot stays completed.
+    Ensure(Policy),
     /// An explicit stop.
     Stop,
     /// A start change was aborted by a client.
@@ -230,6 +272,9 @@ pub(crate) enum Event {
     /// firing number is new fires its action; one that is no longer down is up again; a
     /// waiting service whose `requires-checks` all pass now is spawned.
     Checks(Arc<CheckSignals>),
+    /// The one-shots as they stand now: a service waiting for the ones it is ordered after
+    /// starts once none holds it back.
+    Oneshots(Arc<Oneshots>),
     /// The executor did not spawn because these `requires-paths` are missing.
     PathsMissing { missing: Vec<String> },
     /// A `requires-paths` path the service waits for exists now.
@@ -301,10 +346,13 @@ pub(crate) enum StartOutcome {
     Started,
     /// The service was already starting or running; nothing was done.
     AlreadyStarted,
+    /// A one-shot that has completed, asked for by autostart or replan: not run again.
+    AlreadyCompleted,
     /// The start failed. `with_output` asks for the service's last output lines in the task log.
     Failed { error: String, with_output: bool },
-    /// The service waits for these: missing `requires-paths`, or `requires-checks` written
-    /// `check "name"`; it starts once they exist or pass.
+    /// The service waits for these: missing `requires-paths`, `requires-checks` written
+    /// `check "name"`, or one-shots written `one-shot "name" to complete`; it starts once
+    /// they exist, pass or have completed.
     Waiting { missing: Vec<String> },
 }
 
