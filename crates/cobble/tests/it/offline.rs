@@ -44,7 +44,7 @@ fn version_without_daemon_shows_a_dash() {
 fn no_command_prints_the_summary() {
     Test::new()
         .stdout_contains(
-            "Commands can be classified as follows:\n\n         Run: run, enter, demo\n",
+            "Commands can be classified as follows:\n\n         Run: run, enter, demo, reexec\n",
         )
         .run();
     Test::new()

@@ -671,3 +671,29 @@ fn an_exec_session_that_outlasts_the_wait_is_named_in_the_refusal() {
     let _ = session.kill();
     let _ = session.wait();
 }
+
+#[test]
+fn a_completed_oneshot_refuses_until_it_is_stopped() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  setup:\n    override: replace\n    type: oneshot\n    command: 'true'\n",
+    )]);
+    assert_eq!(act(&d, "start", &["setup"]).status, "Done");
+    assert_eq!(service(&d, "setup").reason.as_deref(), Some("completed"));
+    // Its completion keeps replan from running it again; a new program would not know it.
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 1);
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        stderr.starts_with(
+            "error: cannot re-execute: service \"setup\" is a one-shot, whose run or completion \
+             a re-execution does not hand over yet"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(service(&d, "setup").reason.as_deref(), Some("completed"));
+    // Stopped, it is forgotten, and the re-execution goes ahead.
+    act(&d, "stop", &["setup"]);
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+}

@@ -39,12 +39,17 @@ fn a_service_scheduled_every_minute_runs_at_the_next_boundary_as_a_done_change()
         .run();
 
     let runs = d.scratch().join("runs");
-    // Longer than the okay delay, so that its start is done while it runs.
+    let job_runs = d.scratch().join("job-runs");
+    // `tick` runs longer than the okay delay, so that its start is done while it runs;
+    // `job` is a one-shot, done when it has completed, however quickly.
     let layer = format!(
         "services:\n  tick:\n    override: replace\n    \
          command: sh -c 'date +%s.%N >> {}; sleep 1.5'\n    \
-         on-success: ignore\n    schedule: 00:00-24:00/1440\n",
-        runs.display()
+         on-success: ignore\n    schedule: 00:00-24:00/1440\n  \
+         job:\n    override: replace\n    type: oneshot\n    \
+         command: sh -c 'date +%s.%N >> {}'\n    schedule: 00:00-24:00/1440\n",
+        runs.display(),
+        job_runs.display()
     );
     let added = now();
     let (status, answer) = add(&d, &layer);
@@ -91,7 +96,7 @@ fn a_service_scheduled_every_minute_runs_at_the_next_boundary_as_a_done_change()
     });
     let ran: f64 = lines(&runs)[0].parse().unwrap();
     assert!(ran >= next, "ran at {ran}, scheduled for {next}");
-    assert!(ran < next + 10.0, "ran at {ran}, scheduled for {next}");
+    assert!(ran < next + 30.0, "ran at {ran}, scheduled for {next}");
 
     let c = client(&d);
     let change = rt().block_on(async {
@@ -132,6 +137,35 @@ fn a_service_scheduled_every_minute_runs_at_the_next_boundary_as_a_done_change()
         .args(&["why", "tick"])
         .stdout_contains(&format!("(change {}), done\n", change.id))
         .run();
+
+    // The one-shot ran once at the same boundary, its change is done, and it stands
+    // completed with its next run ahead.
+    wait_for("the one-shot's run to be done", Duration::from_secs(30), || {
+        details_of(&d, "job")
+            .schedule
+            .is_some_and(|s| s.last_outcome == "done")
+    });
+    let job_ran: Vec<f64> = lines(&job_runs).iter().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(job_ran.len(), 1, "{job_ran:?}");
+    assert!(job_ran[0] >= next, "ran at {}, scheduled for {next}", job_ran[0]);
+    let job = service(&d, "job");
+    assert_eq!(
+        (job.current.as_str(), job.reason.as_deref()),
+        ("inactive", Some("completed"))
+    );
+    assert_eq!(job.scheduled, schedule.next_run);
+    let details = details_of(&d, "job");
+    assert_eq!(details.last_completion.expect("a completion").exit_code, 0);
+    let job_change = rt().block_on(async {
+        let changes = c
+            .changes(ChangeSelector::All, Some("job"))
+            .await
+            .expect("changes");
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        changes.into_iter().next().unwrap()
+    });
+    assert_eq!(job_change.status, "Done", "{job_change:?}");
+    assert_eq!(job_change.kind, "start");
 }
 
 #[test]
