@@ -139,9 +139,9 @@ fn listen_error(listener: Listener, address: &str, source: &std::io::Error) -> S
 /// Runs the daemon to completion and returns its exit code. The persisted service logs go to
 /// `log_files`; what is still queued for them when this returns is for the caller to flush.
 ///
-/// The phases, in order: `load` the directory, plan and state (the state file's first write
-/// begins); `start_managers`; `listen` on every address once the state file is written;
-/// `serve` the API; `autostart`; wait for a stop; `shut_down`.
+/// The phases, in order: `load` the directory, plan and state; `start_managers` on a worker
+/// while this thread makes the state file's `first_write`; `listen` on every address once
+/// both are done; `serve` the API; `autostart`; wait for a stop; `shut_down`.
 pub(crate) async fn run(
     opts: RunOptions,
     embedding: Embedding,
@@ -167,11 +167,27 @@ pub(crate) async fn run(
         lock: _lock,
         plan,
         store,
-        first_write,
+        persister,
         identities,
-    } = load(&opts).await?;
-    let (mut daemon, plan) = start_managers(&opts, plan, store, log_files).await?;
-    let listeners = listen(&opts, first_write, &mut daemon).await?;
+    } = load(&opts)?;
+    // The state file's fsyncs wait on the disk: everything else start-up needs before the
+    // socket is made meanwhile, on a worker. That includes the API's routes and the log's
+    // writer thread (which the first line below would start), so that the socket, once
+    // bound, is served at once.
+    let starting = {
+        let opts = opts.clone();
+        tokio::spawn(async move {
+            let (daemon, plan) = start_managers(&opts, plan, store, log_files).await?;
+            let api = build_api(&opts, &daemon, plan);
+            daemon_log::start_stderr();
+            Ok::<_, DaemonError>((daemon, api))
+        })
+    };
+    let written = persister.map(first_write);
+    let (mut daemon, api) = starting
+        .await
+        .expect("starting the managers does not panic")?;
+    let listeners = listen(&opts, written, &mut daemon).await?;
     // Logged before the first request is served, as Pebble logs them before it serves: a
     // client that has connected sees its request's line after these.
     daemon_log::security(SecurityEvent::Startup {
@@ -179,7 +195,7 @@ pub(crate) async fn run(
     });
     log_listening(&opts);
     tracing::info!("Started daemon.");
-    let servers = serve(&opts, listeners, &daemon, plan);
+    let servers = serve(listeners, api, &daemon);
     // Every listener is bound and served: systemd may take the unit as started.
     notifier.notify("READY=1");
     let watchdog = watchdog_interval.map(|interval| {
@@ -242,7 +258,15 @@ fn log_listening(opts: &RunOptions) {
 }
 
 /// The state file's first write, and the persister that made it.
-type FirstWrite = JoinHandle<(Persister, Result<u64, state::FlushError>)>;
+type FirstWrite = (Persister, Result<u64, state::FlushError>);
+
+/// Writes the whole state to the state file, on this thread (see `run`, and `load` for why
+/// it may block it). Clients and tests take the state file as the sign of a started daemon,
+/// so it is there before the socket is, even when nothing has happened yet.
+fn first_write(mut persister: Persister) -> FirstWrite {
+    let written = persister.flush_blocking();
+    (persister, written)
+}
 
 /// What `load` prepared.
 struct Loaded {
@@ -250,26 +274,26 @@ struct Loaded {
     lock: DirLock,
     plan: Plan,
     store: StateStore,
-    /// The state file's first write, under way (none under `PEBBLE_PERSIST=never`).
-    first_write: Option<FirstWrite>,
+    /// What makes the state file's first write (none under `PEBBLE_PERSIST=never`).
+    persister: Option<Persister>,
     /// The `--identities` applied, to be logged once the daemon has started.
     identities: Option<BTreeMap<String, Option<crate::identities::Identity>>>,
 }
 
 /// The first phase: refuses options that cannot work, prepares and locks `$PEBBLE`, loads
-/// the layers and the state (applying `--identities`) and starts writing the state back.
-async fn load(opts: &RunOptions) -> Result<Loaded, DaemonError> {
+/// the layers and the state (applying `--identities`).
+///
+/// Blocking, on the thread that calls `run`: `run` is the future the runtime's `block_on`
+/// drives on the thread that started the daemon, no worker, and waiting here (for the lock,
+/// see `lock`, or the disk) holds up nothing but start-up, which needs what this loads
+/// first. (The lock taken on a blocking-pool thread cost a thread's start and two
+/// hand-overs before anything else could begin.)
+fn load(opts: &RunOptions) -> Result<Loaded, DaemonError> {
     // Refused before anything is created: a key that dies with the process identifies nobody.
     if opts.https.is_some() && !opts.persist {
         return Err(DaemonError::HttpsWithoutPersist);
     }
-    // Taking the lock may wait (see `lock`), so off the runtime.
-    let lock = {
-        let opts = opts.clone();
-        tokio::task::spawn_blocking(move || prepare_dir(&opts))
-            .await
-            .expect("preparing the directory does not panic")?
-    };
+    let lock = prepare_dir(opts)?;
     // A daemon killed while it replaced the state file, the registry or a pushed file left
     // its temporary file behind (where the file system cannot give it no name).
     let leftovers = crate::atomic::remove_leftovers(&opts.pebble_dir);
@@ -300,21 +324,14 @@ async fn load(opts: &RunOptions) -> Result<Loaded, DaemonError> {
         None => None,
     };
     let store = StateStore::new(data);
-    // Clients and tests take the state file as the sign of a started daemon, so it is there
-    // before the socket is, even when nothing has happened yet. Its fsyncs wait on the disk,
-    // not the CPU: they run while the rest of start-up does, and the socket waits for them.
-    let first_write = opts.persist.then(|| {
-        let mut persister = Persister::new(store.clone(), state_path);
-        tokio::spawn(async move {
-            let written = persister.flush().await;
-            (persister, written)
-        })
-    });
+    let persister = opts
+        .persist
+        .then(|| Persister::new(store.clone(), state_path));
     Ok(Loaded {
         lock,
         plan,
         store,
-        first_write,
+        persister,
         identities,
     })
 }
@@ -346,30 +363,35 @@ async fn start_managers(
     store: StateStore,
     log_files: LogFiles,
 ) -> Result<(Daemon, PlanManager), DaemonError> {
-    cobble_sys::reaper::start().map_err(DaemonError::Reaper)?;
     let mut plan = PlanManager::new(plan);
     let loaded = plan.plan();
+    let grace = longest_plan_kill_delay(&loaded);
     if !loaded.workloads.is_empty() {
         tokio::task::spawn_blocking(move || crate::layers::log_unresolved_workloads(&loaded));
     }
     let (shutdown_tx, shutdown_requests) = mpsc::unbounded_channel();
     // A daemon killed with SIGKILL leaves its services running: end them before anything
-    // starts, so no service ever runs twice.
+    // starts, so no service ever runs twice. Off the runtime, as starting the reaper waits
+    // for its thread and ending leftovers polls `/proc` until they are gone.
     let state_dir = opts.persist.then(|| opts.pebble_dir.clone());
-    if let Some(dir) = state_dir.clone() {
-        let grace = longest_plan_kill_delay(&plan.plan());
-        let ended = tokio::task::spawn_blocking(move || registry::end_leftovers(&dir, grace))
-            .await
-            .unwrap_or_default();
-        if !ended.is_empty() {
-            tracing::info!("Stopped leftover processes of {}", ended.join(", "));
-            // The daemon before this one ended without stopping its services (it was killed,
-            // or crashed): something the operator should hear of, in `cobble warnings`.
-            store.add_warning(&format!(
-                "stopped leftover processes of {}, left running by the previous daemon",
-                ended.join(", ")
-            ));
-        }
+    let dir = state_dir.clone();
+    let ended = tokio::task::spawn_blocking(move || {
+        cobble_sys::reaper::start()?;
+        Ok(dir
+            .map(|dir| registry::end_leftovers(&dir, grace))
+            .unwrap_or_default())
+    })
+    .await
+    .expect("starting the reaper and ending leftovers do not panic")
+    .map_err(DaemonError::Reaper)?;
+    if !ended.is_empty() {
+        tracing::info!("Stopped leftover processes of {}", ended.join(", "));
+        // The daemon before this one ended without stopping its services (it was killed,
+        // or crashed): something the operator should hear of, in `cobble warnings`.
+        store.add_warning(&format!(
+            "stopped leftover processes of {}, left running by the previous daemon",
+            ended.join(", ")
+        ));
     }
     let processes = Arc::new(OsProcesses::new(
         ProcessRegistry::new(state_dir.as_deref()),
@@ -460,10 +482,7 @@ async fn listen(
         }
         None => None,
     };
-    if let Some(first_write) = first_write {
-        let (persister, written) = first_write
-            .await
-            .expect("the first state write does not panic");
+    if let Some((persister, written)) = first_write {
         if let Err(e) = written {
             let state_path = opts.pebble_dir.join(".pebble.state");
             tracing::warn!("Cannot write state file {}: {e}", state_path.display());
@@ -482,8 +501,14 @@ async fn listen(
     Ok(Listeners { unix, http, https })
 }
 
-/// The fourth phase: serves the API on every listener; returns the servers' tasks.
-fn serve(opts: &RunOptions, listeners: Listeners, daemon: &Daemon, plan: PlanManager) -> Servers {
+/// What the servers serve: the API's routes, and the exec manager behind them.
+struct Api {
+    routers: api::serve::Routers,
+    exec: ExecManager,
+}
+
+/// Builds the API's routes over the managers (before `listen`, see `run`).
+fn build_api(opts: &RunOptions, daemon: &Daemon, plan: PlanManager) -> Api {
     let exec = ExecManager::new(daemon.store.clone()).recording(daemon.processes.clone());
     let api_state = Arc::new(ApiState {
         plan,
@@ -503,6 +528,12 @@ fn serve(opts: &RunOptions, listeners: Listeners, daemon: &Daemon, plan: PlanMan
         api: api::router(api_state.clone()),
         reserve: api::reserve_router(api_state),
     };
+    Api { routers, exec }
+}
+
+/// The fourth phase: serves the API on every listener; returns the servers' tasks.
+fn serve(listeners: Listeners, api: Api, daemon: &Daemon) -> Servers {
+    let Api { routers, exec } = api;
     let limits = Limits::from_env();
     let timeouts = limits.timeouts();
     let cancel = &daemon.cancel;
