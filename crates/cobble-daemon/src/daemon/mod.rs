@@ -139,9 +139,11 @@ fn listen_error(listener: Listener, address: &str, source: &std::io::Error) -> S
 /// Runs the daemon to completion and returns its exit code. The persisted service logs go to
 /// `log_files`; what is still queued for them when this returns is for the caller to flush.
 ///
-/// The phases, in order: `load` the directory, plan and state; `start_managers` on a worker
-/// while this thread makes the state file's `first_write`; `listen` on every address once
-/// both are done; `serve` the API; `autostart`; wait for a stop; `shut_down`.
+/// The phases, in order: `load` the directory, plan and state; `end_leftovers` (and become
+/// the subreaper);
+/// `start_managers` on a worker while this thread makes the state file's `first_write`;
+/// `listen` on every address once both are done; `serve` the API; `autostart`; wait for a
+/// stop; `shut_down`.
 pub(crate) async fn run(
     opts: RunOptions,
     embedding: Embedding,
@@ -170,6 +172,7 @@ pub(crate) async fn run(
         persister,
         identities,
     } = load(&opts)?;
+    let plan = end_leftovers(&opts, plan, &store)?;
     // The state file's fsyncs wait on the disk: everything else start-up needs before the
     // socket is made meanwhile, on a worker. That includes the API's routes and the log's
     // writer thread (which the first line below would start), so that the socket, once
@@ -336,6 +339,38 @@ fn load(opts: &RunOptions) -> Result<Loaded, DaemonError> {
     })
 }
 
+/// The second phase, blocking as `load` is: becomes the subreaper, takes the plan over
+/// (logging its problems), and ends what a killed predecessor left running (SIGTERM, then
+/// SIGKILL after the plan's longest kill-delay; it polls `/proc` until they are gone), before
+/// anything starts, so that no service ever runs twice.
+fn end_leftovers(
+    opts: &RunOptions,
+    plan: Plan,
+    store: &StateStore,
+) -> Result<PlanManager, DaemonError> {
+    cobble_sys::reaper::start().map_err(DaemonError::Reaper)?;
+    let plan = PlanManager::new(plan);
+    let loaded = plan.plan();
+    let grace = longest_plan_kill_delay(&loaded);
+    if !loaded.workloads.is_empty() {
+        tokio::task::spawn_blocking(move || crate::layers::log_unresolved_workloads(&loaded));
+    }
+    if !opts.persist {
+        return Ok(plan);
+    }
+    let ended = registry::end_leftovers(&opts.pebble_dir, grace);
+    if !ended.is_empty() {
+        tracing::info!("Stopped leftover processes of {}", ended.join(", "));
+        // The daemon before this one ended without stopping its services (it was killed,
+        // or crashed): something the operator should hear of, in `cobble warnings`.
+        store.add_warning(&format!(
+            "stopped leftover processes of {}, left running by the previous daemon",
+            ended.join(", ")
+        ));
+    }
+    Ok(plan)
+}
+
 /// The managers, and what the daemon keeps to serve and to stop them (the plan manager is
 /// the API's alone, see `start_managers`).
 struct Daemon {
@@ -354,45 +389,17 @@ struct Daemon {
     cancel: CancellationToken,
 }
 
-/// The second phase: becomes the subreaper, ends what a killed predecessor left running, and
-/// starts the managers (checks run from the plan whatever the services do, even under
-/// `--hold`). The plan manager comes back apart: adding layers is the API's.
+/// The third phase, on a worker (see `run`): starts the managers (checks run from the plan
+/// whatever the services do, even under `--hold`). The plan manager comes back apart:
+/// adding layers is the API's.
 async fn start_managers(
     opts: &RunOptions,
-    plan: Plan,
+    mut plan: PlanManager,
     store: StateStore,
     log_files: LogFiles,
 ) -> Result<(Daemon, PlanManager), DaemonError> {
-    let mut plan = PlanManager::new(plan);
-    let loaded = plan.plan();
-    let grace = longest_plan_kill_delay(&loaded);
-    if !loaded.workloads.is_empty() {
-        tokio::task::spawn_blocking(move || crate::layers::log_unresolved_workloads(&loaded));
-    }
     let (shutdown_tx, shutdown_requests) = mpsc::unbounded_channel();
-    // A daemon killed with SIGKILL leaves its services running: end them before anything
-    // starts, so no service ever runs twice. Off the runtime, as starting the reaper waits
-    // for its thread and ending leftovers polls `/proc` until they are gone.
     let state_dir = opts.persist.then(|| opts.pebble_dir.clone());
-    let dir = state_dir.clone();
-    let ended = tokio::task::spawn_blocking(move || {
-        cobble_sys::reaper::start()?;
-        Ok(dir
-            .map(|dir| registry::end_leftovers(&dir, grace))
-            .unwrap_or_default())
-    })
-    .await
-    .expect("starting the reaper and ending leftovers do not panic")
-    .map_err(DaemonError::Reaper)?;
-    if !ended.is_empty() {
-        tracing::info!("Stopped leftover processes of {}", ended.join(", "));
-        // The daemon before this one ended without stopping its services (it was killed,
-        // or crashed): something the operator should hear of, in `cobble warnings`.
-        store.add_warning(&format!(
-            "stopped leftover processes of {}, left running by the previous daemon",
-            ended.join(", ")
-        ));
-    }
     let processes = Arc::new(OsProcesses::new(
         ProcessRegistry::new(state_dir.as_deref()),
         state_dir.as_deref(),
