@@ -13,12 +13,20 @@
 //! failure; `scripts/gen-symbol-order --check` says how much of it still matches.
 //! `COBBLE_LINK_MAP=PATH` (absolute) also writes the linker's map, which the generator reads.
 //!
-//! The static build (`crt-static`, scripts/build-static) also packs its relative relocations
-//! (`-z pack-relative-relocs`, RELR) when the glibc it links is 2.36 or later, the first to
-//! apply them: a static PIE relocates itself at start-up and reads every entry of its
-//! relocation table, 275 KiB of RELA records then resident in every daemon, where RELR
-//! needs a few KiB. The dynamic build does not: the glibc it runs on, not the one it was
-//! linked with, would have to be 2.36 or later, and Ubuntu 22.04's is 2.35.
+//! The dynamic build is linked at a fixed address (`-no-pie`), as Go links Pebble: the loader
+//! relocated a position-independent executable at every start, reading its 248 KiB of
+//! relocation records and writing the 44 pages of `.data.rel.ro` (each then a private copy,
+//! anonymous memory in every daemon). At a fixed address the linker resolves them, and those
+//! pages stay clean, shared pages of the file, read in only where they are used. What it
+//! gives up is a random address for the executable's own code and data; the libraries, the
+//! stack, the heap and the threads' stacks still get one. `scripts/build-static` asks the
+//! same of the static build with `-C relocation-model=static` (a static executable cannot
+//! be made position-dependent at link time alone).
+//!
+//! A static build that is position-independent (`crt-static` without that flag) packs its
+//! relative relocations (`-z pack-relative-relocs`, RELR) when the glibc it links is 2.36 or
+//! later, the first to apply them: a static PIE relocates itself at start-up and reads every
+//! entry of its relocation table, 275 KiB of RELA records, where RELR needs a few KiB.
 
 use std::env;
 use std::path::PathBuf;
@@ -42,7 +50,10 @@ fn main() {
         link_arg("--no-warn-symbol-ordering");
     }
     let features = env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default();
-    if features.split(',').any(|f| f == "crt-static") && glibc_applies_relr() {
+    if !features.split(',').any(|f| f == "crt-static") {
+        // A flag of the compiler driver, not of the linker.
+        println!("cargo::rustc-link-arg-bin=cobble=-no-pie");
+    } else if glibc_applies_relr() {
         link_arg("-z,pack-relative-relocs");
     }
     if let Some(map) = env::var_os("COBBLE_LINK_MAP") {

@@ -538,6 +538,14 @@ pub(crate) fn stderr() -> &'static Sink<RequestLine> {
     })
 }
 
+/// Starts the stderr writer's thread now rather than at the first line, unless the log is
+/// silent: start-up does it while it waits on the disk (see `daemon::run`).
+pub(crate) fn start_stderr() {
+    if logs_requests() {
+        stderr();
+    }
+}
+
 /// Writes out what is queued on both streams before the daemon exits, giving a stalled
 /// stream at most `timeout` each.
 pub(crate) fn flush_all(timeout: Duration) {

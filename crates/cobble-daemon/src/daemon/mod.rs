@@ -149,9 +149,10 @@ fn listen_error(listener: Listener, address: &str, source: &std::io::Error) -> S
 /// Runs the daemon to completion and returns its exit code. The persisted service logs go to
 /// `log_files`; what is still queued for them when this returns is for the caller to flush.
 ///
-/// The phases, in order: `load` the directory, plan and state (the state file's first write
-/// begins); `start_managers`; `listen` on every address once the state file is written;
-/// `serve` the API; `autostart`; wait for a stop; `shut_down`.
+/// The phases, in order: `load` the directory, plan and state; `end_leftovers` (and become
+/// the subreaper); `start_managers` on a worker while this thread makes the state file's
+/// `first_write`; `listen` on every address once both are done; `serve` the API;
+/// `autostart`; wait for a stop; `shut_down`.
 pub(crate) async fn run(
     opts: RunOptions,
     embedding: Embedding,
@@ -184,9 +185,9 @@ pub(crate) async fn run(
         lock,
         plan,
         store,
-        first_write,
+        persister,
         identities,
-    } = load(&opts, handover.as_ref()).await?;
+    } = load(&opts, handover.as_ref())?;
     // The handed-over services' exits are registered before the reaper starts.
     let carried = reexec::adopt_exits(
         handover
@@ -194,8 +195,30 @@ pub(crate) async fn run(
             .map(|h| std::mem::take(&mut h.services))
             .unwrap_or_default(),
     );
-    let (mut daemon, plan) =
-        start_managers(&opts, plan, store, log_files, handover.is_some()).await?;
+    let plan = end_leftovers(&opts, plan, &store, handover.is_some())?;
+    let boot_id = match &handover {
+        Some(handover) => handover.boot_id.clone(),
+        None => boot_id(),
+    };
+    let (reexec_tx, mut reexec_requests) = mpsc::channel(1);
+    // The state file's fsyncs wait on the disk: everything else start-up needs before the
+    // socket is made meanwhile, on a worker. That includes the API's routes and the log's
+    // writer thread (which the first line below would start), so that the socket, once
+    // bound, is served at once.
+    let starting = {
+        let opts = opts.clone();
+        let boot_id = boot_id.clone();
+        tokio::spawn(async move {
+            let (daemon, plan) = start_managers(&opts, plan, store, log_files).await?;
+            let api = build_api(&opts, &daemon, plan, boot_id, reexec_tx);
+            daemon_log::start_stderr();
+            Ok::<_, DaemonError>((daemon, api))
+        })
+    };
+    let written = persister.map(first_write);
+    let (mut daemon, api) = starting
+        .await
+        .expect("starting the managers does not panic")?;
     if let Some(handover) = handover.as_mut() {
         let logs = std::mem::take(&mut handover.logs);
         daemon
@@ -204,11 +227,7 @@ pub(crate) async fn run(
             .await;
     }
     reexec::adopt_services(&daemon, carried).await;
-    let listening = listen(&opts, first_write, &mut daemon, handover.as_ref()).await?;
-    let boot_id = match &handover {
-        Some(handover) => handover.boot_id.clone(),
-        None => boot_id(),
-    };
+    let listening = listen(&opts, written, &mut daemon, handover.as_ref()).await?;
     let reply = handover.as_mut().and_then(|h| h.reply.take());
     if let Some(handover) = &handover {
         tracing::info!(
@@ -225,8 +244,7 @@ pub(crate) async fn run(
         log_listening(&opts);
         tracing::info!("Started daemon.");
     }
-    let (reexec_tx, mut reexec_requests) = mpsc::channel(1);
-    let mut servers = serve(&opts, listening, &daemon, plan, boot_id.clone(), reexec_tx);
+    let mut servers = serve(listening, api, &daemon);
     if let Some(reply) = reply {
         answer_reexec(reply, handover.as_ref().map(|h| h.old_version.clone()));
     }
@@ -313,7 +331,15 @@ fn log_listening(opts: &RunOptions) {
 }
 
 /// The state file's first write, and the persister that made it.
-type FirstWrite = JoinHandle<(Persister, Result<u64, state::FlushError>)>;
+type FirstWrite = (Persister, Result<u64, state::FlushError>);
+
+/// Writes the whole state to the state file, on this thread (see `run`, and `load` for why
+/// it may block it). Clients and tests take the state file as the sign of a started daemon,
+/// so it is there before the socket is, even when nothing has happened yet.
+fn first_write(mut persister: Persister) -> FirstWrite {
+    let written = persister.flush_blocking();
+    (persister, written)
+}
 
 /// What `load` prepared.
 struct Loaded {
@@ -321,19 +347,22 @@ struct Loaded {
     lock: DirLock,
     plan: Plan,
     store: StateStore,
-    /// The state file's first write, under way (none under `PEBBLE_PERSIST=never`).
-    first_write: Option<FirstWrite>,
+    /// What makes the state file's first write (none under `PEBBLE_PERSIST=never`).
+    persister: Option<Persister>,
     /// The `--identities` applied, to be logged once the daemon has started.
     identities: Option<BTreeMap<String, Option<crate::identities::Identity>>>,
 }
 
 /// The first phase: refuses options that cannot work, prepares and locks `$PEBBLE` (or
 /// takes the lock a predecessor handed over), loads the layers and the state (applying
-/// `--identities`) and starts writing the state back.
-async fn load(
-    opts: &RunOptions,
-    handover: Option<&reexec::Handover>,
-) -> Result<Loaded, DaemonError> {
+/// `--identities`).
+///
+/// Blocking, on the thread that calls `run`: `run` is the future the runtime's `block_on`
+/// drives on the thread that started the daemon, no worker, and waiting here (for the lock,
+/// see `lock`, or the disk) holds up nothing but start-up, which needs what this loads
+/// first. (The lock taken on a blocking-pool thread cost a thread's start and two
+/// hand-overs before anything else could begin.)
+fn load(opts: &RunOptions, handover: Option<&reexec::Handover>) -> Result<Loaded, DaemonError> {
     // Refused before anything is created: a key that dies with the process identifies nobody.
     if opts.https.is_some() && !opts.persist {
         return Err(DaemonError::HttpsWithoutPersist);
@@ -342,13 +371,7 @@ async fn load(
         Some(handover) => cobble_sys::reexec::adopt(handover.lock)
             .map(DirLock::adopt)
             .map_err(|e| DaemonError::Handover(format!("cannot adopt directory lock: {e}")))?,
-        // Taking the lock may wait (see `lock`), so off the runtime.
-        None => {
-            let opts = opts.clone();
-            tokio::task::spawn_blocking(move || prepare_dir(&opts))
-                .await
-                .expect("preparing the directory does not panic")?
-        }
+        None => prepare_dir(opts)?,
     };
     // A daemon killed while it replaced the state file, the registry or a pushed file left
     // its temporary file behind (where the file system cannot give it no name).
@@ -380,23 +403,50 @@ async fn load(
         None => None,
     };
     let store = StateStore::new(data);
-    // Clients and tests take the state file as the sign of a started daemon, so it is there
-    // before the socket is, even when nothing has happened yet. Its fsyncs wait on the disk,
-    // not the CPU: they run while the rest of start-up does, and the socket waits for them.
-    let first_write = opts.persist.then(|| {
-        let mut persister = Persister::new(store.clone(), state_path);
-        tokio::spawn(async move {
-            let written = persister.flush().await;
-            (persister, written)
-        })
-    });
+    let persister = opts
+        .persist
+        .then(|| Persister::new(store.clone(), state_path));
     Ok(Loaded {
         lock,
         plan,
         store,
-        first_write,
+        persister,
         identities,
     })
+}
+
+/// The second phase, blocking as `load` is: becomes the subreaper, takes the plan over
+/// (logging its problems), and ends what a killed predecessor left running (SIGTERM, then
+/// SIGKILL after the plan's longest kill-delay; it polls `/proc` until they are gone), before
+/// anything starts, so that no service ever runs twice. A re-executed daemon's processes are
+/// its own.
+fn end_leftovers(
+    opts: &RunOptions,
+    plan: Plan,
+    store: &StateStore,
+    reexecuted: bool,
+) -> Result<PlanManager, DaemonError> {
+    cobble_sys::reaper::start().map_err(DaemonError::Reaper)?;
+    let plan = PlanManager::new(plan);
+    let loaded = plan.plan();
+    let grace = longest_plan_kill_delay(&loaded);
+    if !loaded.workloads.is_empty() {
+        tokio::task::spawn_blocking(move || crate::layers::log_unresolved_workloads(&loaded));
+    }
+    if !opts.persist || reexecuted {
+        return Ok(plan);
+    }
+    let ended = registry::end_leftovers(&opts.pebble_dir, grace);
+    if !ended.is_empty() {
+        tracing::info!("Stopped leftover processes of {}", ended.join(", "));
+        // The daemon before this one ended without stopping its services (it was killed,
+        // or crashed): something the operator should hear of, in `cobble warnings`.
+        store.add_warning(&format!(
+            "stopped leftover processes of {}, left running by the previous daemon",
+            ended.join(", ")
+        ));
+    }
+    Ok(plan)
 }
 
 /// The managers, and what the daemon keeps to serve and to stop them (the plan manager is
@@ -423,41 +473,17 @@ struct Daemon {
     state_path: PathBuf,
 }
 
-/// The second phase: becomes the subreaper, ends what a killed predecessor left running, and
-/// starts the managers (checks run from the plan whatever the services do, even under
-/// `--hold`). The plan manager comes back apart: adding layers is the API's.
+/// The third phase, on a worker (see `run`): starts the managers (checks run from the plan
+/// whatever the services do, even under `--hold`). The plan manager comes back apart:
+/// adding layers is the API's.
 async fn start_managers(
     opts: &RunOptions,
-    plan: Plan,
+    mut plan: PlanManager,
     store: StateStore,
     log_files: LogFiles,
-    reexecuted: bool,
 ) -> Result<(Daemon, PlanManager), DaemonError> {
-    cobble_sys::reaper::start().map_err(DaemonError::Reaper)?;
-    let mut plan = PlanManager::new(plan);
-    let loaded = plan.plan();
-    if !loaded.workloads.is_empty() {
-        tokio::task::spawn_blocking(move || crate::layers::log_unresolved_workloads(&loaded));
-    }
     let (shutdown_tx, shutdown_requests) = mpsc::unbounded_channel();
-    // A daemon killed with SIGKILL leaves its services running: end them before anything
-    // starts, so no service ever runs twice. A re-executed daemon's processes are its own.
     let state_dir = opts.persist.then(|| opts.pebble_dir.clone());
-    if let Some(dir) = state_dir.clone().filter(|_| !reexecuted) {
-        let grace = longest_plan_kill_delay(&plan.plan());
-        let ended = tokio::task::spawn_blocking(move || registry::end_leftovers(&dir, grace))
-            .await
-            .unwrap_or_default();
-        if !ended.is_empty() {
-            tracing::info!("Stopped leftover processes of {}", ended.join(", "));
-            // The daemon before this one ended without stopping its services (it was killed,
-            // or crashed): something the operator should hear of, in `cobble warnings`.
-            store.add_warning(&format!(
-                "stopped leftover processes of {}, left running by the previous daemon",
-                ended.join(", ")
-            ));
-        }
-    }
     let processes = Arc::new(OsProcesses::new(
         ProcessRegistry::new(state_dir.as_deref()),
         state_dir.as_deref(),
@@ -570,10 +596,7 @@ async fn listen(
         }
         None => None,
     };
-    if let Some(first_write) = first_write {
-        let (persister, written) = first_write
-            .await
-            .expect("the first state write does not panic");
+    if let Some((persister, written)) = first_write {
         if let Err(e) = written {
             let state_path = opts.pebble_dir.join(".pebble.state");
             tracing::warn!("Cannot write state file {}: {e}", state_path.display());
@@ -631,15 +654,22 @@ fn adopt_tcp(
     TcpListener::from_std(tcp).map_err(err)
 }
 
-/// The fourth phase: serves the API on every listener; returns the servers.
-fn serve(
+/// What the servers serve: the API's routes, the exec manager behind them, and the record
+/// of their connections.
+struct Api {
+    routers: api::serve::Routers,
+    exec: ExecManager,
+    open: Arc<OpenConnections>,
+}
+
+/// Builds the API's routes over the managers (before `listen`, see `run`).
+fn build_api(
     opts: &RunOptions,
-    (listeners, tls): (Listeners, Option<Arc<rustls::ServerConfig>>),
     daemon: &Daemon,
     plan: PlanManager,
     boot_id: String,
     reexec: mpsc::Sender<ReexecAsk>,
-) -> Servers {
+) -> Api {
     let exec = ExecManager::new(daemon.store.clone()).recording(daemon.processes.clone());
     let open = Arc::new(OpenConnections::default());
     let api_state = Arc::new(ApiState {
@@ -663,6 +693,24 @@ fn serve(
         api: api::router(api_state.clone()),
         reserve: api::reserve_router(api_state),
     };
+    Api {
+        routers,
+        exec,
+        open,
+    }
+}
+
+/// The fourth phase: serves the API on every listener; returns the servers.
+fn serve(
+    (listeners, tls): (Listeners, Option<Arc<rustls::ServerConfig>>),
+    api: Api,
+    daemon: &Daemon,
+) -> Servers {
+    let Api {
+        routers,
+        exec,
+        open,
+    } = api;
     let limits = Limits::from_env();
     let mut servers = Servers {
         exec,

@@ -140,14 +140,25 @@ fn a_service_scheduled_every_minute_runs_at_the_next_boundary_as_a_done_change()
 
     // The one-shot ran once at the same boundary, its change is done, and it stands
     // completed with its next run ahead.
-    wait_for("the one-shot's run to be done", Duration::from_secs(30), || {
-        details_of(&d, "job")
-            .schedule
-            .is_some_and(|s| s.last_outcome == "done")
-    });
-    let job_ran: Vec<f64> = lines(&job_runs).iter().map(|l| l.parse().unwrap()).collect();
+    wait_for(
+        "the one-shot's run to be done",
+        Duration::from_secs(30),
+        || {
+            details_of(&d, "job")
+                .schedule
+                .is_some_and(|s| s.last_outcome == "done")
+        },
+    );
+    let job_ran: Vec<f64> = lines(&job_runs)
+        .iter()
+        .map(|l| l.parse().unwrap())
+        .collect();
     assert_eq!(job_ran.len(), 1, "{job_ran:?}");
-    assert!(job_ran[0] >= next, "ran at {}, scheduled for {next}", job_ran[0]);
+    assert!(
+        job_ran[0] >= next,
+        "ran at {}, scheduled for {next}",
+        job_ran[0]
+    );
     let job = service(&d, "job");
     assert_eq!(
         (job.current.as_str(), job.reason.as_deref()),

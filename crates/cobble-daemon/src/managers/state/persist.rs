@@ -339,6 +339,15 @@ impl Persister {
         Ok(self.written(covers))
     }
 
+    /// [`flush`](Self::flush) on the calling thread, which it blocks: the daemon's first
+    /// write, made on a blocking-pool thread of its own while the rest of start-up goes on.
+    pub(crate) fn flush_blocking(&mut self) -> Result<u64, FlushError> {
+        self.journal = None;
+        let (covers, generation, base, bytes) = self.store.checkpoint();
+        self.journal = Some(write_checkpoint(&self.path, generation, base, &bytes)?);
+        Ok(self.written(covers))
+    }
+
     /// Makes every mutation so far durable: a journal record, or a checkpoint when the
     /// journal is due for one (or unusable).
     async fn commit(&mut self) -> Result<u64, FlushError> {
