@@ -9,7 +9,14 @@ use super::{Metrics, Shared};
 
 /// OpenMetrics text, with the content type Go's server sniffs for it.
 pub(super) async fn get_metrics(_: Metrics, State(api): State<Shared>) -> Response {
-    let body = crate::metrics::current(&api.plan, &api.services, &api.checks, &api.forward).await;
+    let body = crate::metrics::current(
+        &api.plan,
+        &api.services,
+        &api.schedules,
+        &api.checks,
+        &api.forward,
+    )
+    .await;
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -696,6 +696,7 @@ mod tests {
                 }),
                 last_skip: Some(next("2026-12-04T09:59:00Z")),
                 skips: 1,
+                runs: 1,
             },
         );
         statuses.insert(
@@ -706,6 +707,7 @@ mod tests {
                 last_run: None,
                 last_skip: None,
                 skips: 0,
+                runs: 0,
             },
         );
         // A status left over from a schedule the plan no longer has is not shown.

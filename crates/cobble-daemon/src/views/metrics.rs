@@ -19,12 +19,14 @@ use crate::layers::PlanManager;
 use crate::logs::forward::{LogForwarder, TargetStats};
 use crate::process::Usage;
 use crate::services::machine::Status;
+use crate::services::scheduler::{ScheduleStatuses, Scheduler};
 use crate::services::{ServiceManager, ServiceStatus};
 
 /// The `/v1/metrics` body, from what the managers report now.
 pub(crate) async fn current(
     plan: &PlanManager,
     services: &ServiceManager,
+    schedules: &Scheduler,
     checks: &CheckManager,
     forward: &LogForwarder,
 ) -> String {
@@ -32,7 +34,15 @@ pub(crate) async fn current(
     let started = services.statuses(Vec::new(), false).await;
     let usage = services.usage(&started).await;
     let checks = checks.checks().await;
-    render(&plan, &started, &usage, &checks, &forward.stats())
+    let schedules = schedules.statuses_for(&plan).await;
+    render(
+        &plan,
+        &started,
+        &usage,
+        &checks,
+        &schedules,
+        &forward.stats(),
+    )
 }
 
 /// The kind of a metric.
@@ -104,6 +114,7 @@ pub(crate) fn render(
     services: &[ServiceStatus],
     usage: &[Usage],
     checks: &[CheckView],
+    schedules: &ScheduleStatuses,
     forwarding: &[TargetStats],
 ) -> String {
     let mut out = String::new();
@@ -178,8 +189,38 @@ pub(crate) fn render(
             write_usage(&mut out, &service.name, usage);
         }
     }
+    write_schedules(&mut out, plan, schedules);
     write_forwarding(&mut out, forwarding);
     out
+}
+
+/// Appends the runs the schedule of each scheduled service in the plan started, and the due
+/// times it skipped because a run was still going (cobble extension).
+fn write_schedules(out: &mut String, plan: &Plan, schedules: &ScheduleStatuses) {
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    // By name, as the plan and the statuses are.
+    for (name, status) in schedules.iter() {
+        if !plan.services.contains_key(name) {
+            continue;
+        }
+        let labels = [("service", name.as_str())];
+        write_metric(
+            out,
+            "cobble_service_scheduled_runs_total",
+            MetricType::Counter,
+            "Number of times the service's schedule has started it since the daemon started",
+            &labels,
+            count(status.runs),
+        );
+        write_metric(
+            out,
+            "cobble_service_scheduled_skips_total",
+            MetricType::Counter,
+            "Number of the service's scheduled runs skipped because the run before was still going",
+            &labels,
+            count(status.skips),
+        );
+    }
 }
 
 /// Appends what one service uses (cobble extension).
@@ -322,6 +363,7 @@ mod tests {
                 check("z-off", CheckStatus::Inactive, 0, 0),
                 check("a-down", CheckStatus::Down, 4, 5),
             ],
+            &ScheduleStatuses::default(),
             &[],
         );
         let expected = "\
@@ -375,6 +417,23 @@ cobble_check_action_count{check=\"z-off\"} 0
 
     #[test]
     fn the_log_targets_counters_come_last() {
+        let scheduled = |runs, skips| crate::services::scheduler::ScheduleStatus {
+            schedule: "00:00-24:00/1440".into(),
+            next: None,
+            last_run: None,
+            last_skip: None,
+            skips,
+            runs,
+        };
+        // A status of a service the plan no longer has is left out.
+        let schedules: ScheduleStatuses = std::sync::Arc::new(
+            [
+                ("gone".to_owned(), scheduled(9, 9)),
+                ("web".to_owned(), scheduled(3, 1)),
+            ]
+            .into_iter()
+            .collect(),
+        );
         let body = render(
             &plan(&["web"]),
             &[service("web", Status::Active, 1)],
@@ -386,6 +445,7 @@ cobble_check_action_count{check=\"z-off\"} 0
                 ..Usage::default()
             }],
             &[],
+            &schedules,
             &[TargetStats {
                 name: "loki".into(),
                 sent: 7,
@@ -406,6 +466,8 @@ cobble_check_action_count{check=\"z-off\"} 0
                 "cobble_service_cpu_seconds_total counter",
                 "cobble_service_processes gauge",
                 "cobble_service_open_fds gauge",
+                "cobble_service_scheduled_runs_total counter",
+                "cobble_service_scheduled_skips_total counter",
                 "cobble_log_forward_sent_total counter",
                 "cobble_log_forward_dropped_total counter",
                 "cobble_log_forward_queued gauge",
@@ -415,6 +477,9 @@ cobble_check_action_count{check=\"z-off\"} 0
         assert!(body.contains("cobble_service_cpu_seconds_total{service=\"web\"} 1.5\n"));
         assert!(body.contains("cobble_service_processes{service=\"web\"} 2\n"));
         assert!(body.contains("cobble_service_open_fds{service=\"web\"} 9\n"));
+        assert!(body.contains("cobble_service_scheduled_runs_total{service=\"web\"} 3\n"));
+        assert!(body.contains("cobble_service_scheduled_skips_total{service=\"web\"} 1\n"));
+        assert!(!body.contains("gone"), "{body}");
         assert!(body.contains("cobble_log_forward_sent_total{target=\"loki\"} 7\n"));
         assert!(body.contains("cobble_log_forward_dropped_total{target=\"loki\"} 2\n"));
         assert!(body.contains("cobble_log_forward_queued{target=\"loki\"} 1\n"));

@@ -177,6 +177,27 @@ fn a_service_scheduled_every_minute_runs_at_the_next_boundary_as_a_done_change()
     });
     assert_eq!(job_change.status, "Done", "{job_change:?}");
     assert_eq!(job_change.kind, "start");
+    // Each scheduled service's runs and skips are counted in the metrics.
+    let (status, metrics) = raw(&d, Method::GET, "/v1/metrics", None);
+    assert_eq!(status, 200, "{metrics}");
+    for service in ["job", "tick"] {
+        assert!(
+            metrics.contains(&format!(
+                "cobble_service_scheduled_runs_total{{service=\"{service}\"}} 1\n"
+            )),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains(&format!(
+                "cobble_service_scheduled_skips_total{{service=\"{service}\"}} 0\n"
+            )),
+            "{metrics}"
+        );
+    }
+    assert!(
+        !metrics.contains("scheduled_runs_total{service=\"web\"}"),
+        "{metrics}"
+    );
 }
 
 #[test]

@@ -128,6 +128,8 @@ pub(crate) struct ScheduleStatus {
     pub last_skip: Option<Timestamp>,
     /// Due times skipped so far.
     pub skips: u64,
+    /// Runs the schedule has started so far (a change made for each).
+    pub runs: u64,
 }
 
 /// Every scheduled service's status, by name.
@@ -315,6 +317,7 @@ impl Actor {
                         last_run: None,
                         last_skip: None,
                         skips: 0,
+                        runs: 0,
                     },
                 },
             );
@@ -355,6 +358,7 @@ impl Actor {
                 let (change_id, outcome) = match started {
                     Ok(id) => {
                         entry.running = Some(id);
+                        entry.status.runs += 1;
                         let runs = self.runs.clone();
                         let done = self.done_tx.clone();
                         let service = name.clone();

@@ -195,6 +195,7 @@ async fn every_boundary_starts_one_run_at_that_time() {
     let status = h.status("job");
     assert_eq!(status.next, Some(ts("2026-12-04T10:04:00Z")));
     assert_eq!(status.skips, 0);
+    assert_eq!(status.runs, 3);
     assert_eq!(
         status.last_run,
         Some(LastRun {
@@ -240,6 +241,7 @@ async fn a_run_still_going_at_the_next_boundary_skips_it() {
     assert_eq!(h.runs.starts().len(), 3);
     assert_eq!(h.status("job").last_skip, Some(ts("2026-12-04T10:05:00Z")));
     assert_eq!(h.status("job").skips, 2);
+    assert_eq!(h.status("job").runs, 3);
     h.runs.end(3, RunOutcome::Done);
     h.pass(60).await;
     assert_eq!(h.runs.starts()[3], "job 2026-12-04T10:06:00Z");
