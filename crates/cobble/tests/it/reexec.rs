@@ -13,7 +13,8 @@ use crate::fixture::{COBBLE, Daemon, Test, act, free_port, raw, service, wait_fo
 
 const LAYER: &str = "services:\n  s:\n    override: replace\n    command: sleep 1000\n";
 
-/// Runs `cobble reexec` against `daemon` with `args`; returns its exit code, stdout and stderr.
+/// Runs `cobble reexec` against `daemon` with `args`; returns its exit code, stdout and
+/// stderr, the latter on one line (its words joined by single spaces, as the error is wrapped).
 fn reexec(daemon: &Daemon, args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(COBBLE)
         .arg("reexec")
@@ -25,8 +26,20 @@ fn reexec(daemon: &Daemon, args: &[&str]) -> (i32, String, String) {
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+        String::from_utf8_lossy(&out.stderr)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
     )
+}
+
+/// Everything `cobble logs` has of `service`.
+fn all_logs(daemon: &Daemon, service: &str) -> String {
+    Test::daemon(daemon)
+        .args(&["logs", service, "-n", "all"])
+        .any_stdout()
+        .run()
+        .stdout
 }
 
 /// What a client sees of the state: every change and task, every notice (and warning).
@@ -253,7 +266,6 @@ fn a_binary_that_cannot_take_over_changes_nothing() {
     for (binary, why) in cases {
         let (code, stdout, stderr) = reexec(&d, &["--binary", binary.to_str().unwrap()]);
         assert_eq!(code, 1, "{}: {stdout}", binary.display());
-        let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
         let expected = format!("error: cannot re-execute \"{}\": ", binary.display());
         assert!(stderr.starts_with(&expected), "{stderr}");
         assert!(stderr.contains(why), "{}: {stderr}", binary.display());
@@ -277,7 +289,6 @@ fn what_cannot_be_handed_over_yet_refuses_and_names_it() {
     let pids = children(&d);
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 1);
-    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         stderr.starts_with(
             "error: cannot re-execute: service \"s\" is running with requires-paths, which a \
@@ -303,13 +314,7 @@ fn running_services_keep_their_process_and_every_line_of_output_once() {
     act(&d, "start", &["n"]);
     let pids = children(&d);
     assert_eq!(pids.len(), 1, "{pids:?}");
-    let logs = || {
-        Test::daemon(&d)
-            .args(&["logs", "n", "-n", "all"])
-            .any_stdout()
-            .run()
-            .stdout
-    };
+    let logs = || all_logs(&d, "n");
     for _ in 0..5 {
         let (code, _, stderr) = reexec(&d, &[]);
         assert_eq!(code, 0, "{stderr}");
@@ -377,7 +382,6 @@ fn a_plan_the_new_program_would_not_load_as_it_is_refuses() {
         .run();
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 1);
-    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         stderr.contains("the plan is not what the layers directory holds"),
         "{stderr}"
@@ -386,7 +390,6 @@ fn a_plan_the_new_program_would_not_load_as_it_is_refuses() {
     std::fs::write(d.pebble_dir().join("layers/002-broken.yaml"), "services: [").unwrap();
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 1);
-    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(stderr.contains("error: cannot load plan:"), "{stderr}");
     // The daemon still serves the plan it had.
     assert_eq!(service(&d, "t").current, "inactive");
@@ -448,13 +451,7 @@ fn the_output_of_services_that_ran_before_is_still_there_after() {
         "services:\n  p:\n    override: replace\n    command: sh -c 'for i in 1 2 3; do echo line $i; done; exec sleep 1000'\n",
     )]);
     act(&d, "start", &["p"]);
-    let logs = || {
-        Test::daemon(&d)
-            .args(&["logs", "p", "-n", "all"])
-            .any_stdout()
-            .run()
-            .stdout
-    };
+    let logs = || all_logs(&d, "p");
     wait_for("the service's output", Duration::from_secs(30), || {
         logs().contains("line 3")
     });
@@ -482,7 +479,6 @@ fn an_exec_that_fails_after_the_probe_puts_everything_back() {
     let failing = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
     let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
     assert_eq!(code, 1);
-    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         stderr.starts_with(&format!(
             "error: cannot re-execute \"{}\": not a directory",
@@ -494,13 +490,7 @@ fn an_exec_that_fails_after_the_probe_puts_everything_back() {
     assert_eq!(children(&d), pids);
     assert_eq!(service(&d, "n").current, "active");
     assert_eq!(visible_state(&d), before);
-    let logs = || {
-        Test::daemon(&d)
-            .args(&["logs", "n", "-n", "all"])
-            .any_stdout()
-            .run()
-            .stdout
-    };
+    let logs = || all_logs(&d, "n");
     wait_for("the service's last line", Duration::from_secs(120), || {
         logs().contains("[n] n 2000\n")
     });
@@ -552,7 +542,6 @@ fn running_checks_refuse_at_once() {
     });
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 1);
-    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         stderr.starts_with(
             "error: cannot re-execute: checks are running (change 1 (Perform exec check \"chk\"))"
@@ -661,7 +650,6 @@ fn an_exec_session_that_outlasts_the_wait_is_named_in_the_refusal() {
     });
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 1);
-    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         stderr.starts_with(
             "error: cannot re-execute: changes still in progress after 10s: change 1 (Execute command \"sleep\")"
@@ -683,7 +671,6 @@ fn a_completed_oneshot_refuses_until_it_is_stopped() {
     // Its completion keeps replan from running it again; a new program would not know it.
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 1);
-    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         stderr.starts_with(
             "error: cannot re-execute: service \"setup\" is a one-shot, whose run or completion \
