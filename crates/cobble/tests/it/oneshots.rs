@@ -88,6 +88,18 @@ fn position(log: &str, text: &str) -> usize {
         .unwrap_or_else(|| panic!("the daemon log does not say {text:?}:\n{log}"))
 }
 
+/// Every daemon's launch line comes after `start`'s completion in the daemon log `log`.
+fn assert_launched_after_start_completed(log: &str) {
+    let completed = position(log, "Service \"start\" completed in ");
+    for n in 1..=DAEMONS {
+        let launched = position(log, &format!("Service \"daemon{n}\" starting: "));
+        assert!(
+            completed < launched,
+            "daemon{n} launched before start completed:\n{log}"
+        );
+    }
+}
+
 #[test]
 fn sonic_daemons_start_once_the_start_script_has_completed_with_nothing_failing() {
     let root = tempfile::tempdir().unwrap();
@@ -113,14 +125,7 @@ fn sonic_daemons_start_once_the_start_script_has_completed_with_nothing_failing(
     // The order, as the daemon recorded it: start's completion, then every launch.
     d.wait_log("Service \"daemon");
     let log = d.log();
-    let completed = position(&log, "Service \"start\" completed in ");
-    for n in 1..=DAEMONS {
-        let launched = position(&log, &format!("Service \"daemon{n}\" starting: "));
-        assert!(
-            completed < launched,
-            "daemon{n} launched before start completed:\n{log}"
-        );
-    }
+    assert_launched_after_start_completed(&log);
     // Nothing failed and nothing was logged as an error while they waited.
     for line in log.lines() {
         let lower = line.to_ascii_lowercase();
@@ -219,14 +224,7 @@ fn sonic_daemons_wait_while_the_start_script_fails_and_run_once_a_retry_complete
     assert_eq!(lines(&dir.join("launches")).len(), DAEMONS);
     d.wait_log("Service \"daemon");
     let log = d.log();
-    let completed = position(&log, "Service \"start\" completed in ");
-    for n in 1..=DAEMONS {
-        let launched = position(&log, &format!("Service \"daemon{n}\" starting: "));
-        assert!(
-            completed < launched,
-            "daemon{n} launched before start completed:\n{log}"
-        );
-    }
+    assert_launched_after_start_completed(&log);
     let exited = times(&dir.join("start-done"))[0];
     let last = times(&dir.join("starts"))
         .into_iter()
