@@ -379,12 +379,20 @@ fn load(opts: &RunOptions, handover: Option<&reexec::Handover>) -> Result<Loaded
     if !leftovers.is_empty() {
         tracing::info!("Removed leftover temporary files {}", leftovers.join(", "));
     }
-    let layers_dir = opts.pebble_dir.join("layers");
-    let mut plan = Plan::load_dir(&layers_dir).map_err(DaemonError::LoadPlan)?;
-    if !opts.service_args.is_empty() {
-        let layer = service_args_layer(&plan, &opts.service_args)?;
-        plan = plan.add_layer(layer, false, false)?;
-    }
+    // A re-executed daemon runs the plan its predecessor ran, layers added through the API
+    // included; the layers directory is read at start-up only.
+    let plan = match handover.and_then(|h| h.plan.as_deref()) {
+        Some(layers) => reexec::carried_plan(layers).map_err(DaemonError::Handover)?,
+        None => {
+            let layers_dir = opts.pebble_dir.join("layers");
+            let mut plan = Plan::load_dir(&layers_dir).map_err(DaemonError::LoadPlan)?;
+            if !opts.service_args.is_empty() {
+                let layer = service_args_layer(&plan, &opts.service_args)?;
+                plan = plan.add_layer(layer, false, false)?;
+            }
+            plan
+        }
+    };
     let state_path = opts.pebble_dir.join(".pebble.state");
     let mut data = if opts.persist {
         state::load(&state_path)?

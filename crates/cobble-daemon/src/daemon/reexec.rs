@@ -10,12 +10,16 @@
 //! says what each is, with where each running service's machine stands and what each
 //! service's log holds; its descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The
 //! state goes through the state file: the persister writes it one last time and stops, and
-//! the new program loads it as any daemon does.
+//! the new program loads it as any daemon does. The plan goes in the document, layer by layer
+//! as [`cobble_plan::Layer::to_yaml`] prints each (those added through the API too), and the
+//! new program runs it instead of reading the layers directory, which a daemon reads at
+//! start-up only.
 //!
 //! In order:
 //!
 //! 1. **The candidate is asked first.** It is run as a child with [`PROBE_ARG`] and `$PEBBLE`,
-//!    reads the layers and the state file it would start from, and must answer, within
+//!    reads the plan it would be handed (on its standard input) and the state file it would
+//!    start from, and must answer, within
 //!    [`PROBE_TIMEOUT`], with its version and the handover formats it reads. A missing file,
 //!    one that is not executable or not for this machine, a build that does not know the
 //!    probe or does not read this daemon's [`FORMAT`], and one that crashes or exits at once
@@ -28,9 +32,9 @@
 //!    closes; answers that wait (a notices long poll, a logs follower) end as their timeout
 //!    or end of stream would end them. The daemon waits for that up to [`DRAIN_WAIT`].
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
-//!    anything more: a change in progress, held `sockets:`, a plan other than the layers
-//!    directory's (the new program loads the directory), a daemon without a state file or
-//!    run by another command (`cobble enter`); then the supervisor is asked to hand over its
+//!    anything more: a change in progress, held `sockets:`, a daemon without a state file or
+//!    run by another command (`cobble enter`); a plan changed since the probe is probed
+//!    again; then the supervisor is asked to hand over its
 //!    running services, and refuses for one that is not simply running or runs with what is
 //!    not handed over yet (notify readiness, a watchdog, checks, paths, resources). The
 //!    listeners then serve again.
@@ -41,15 +45,15 @@
 //! 6. **`execve`**. If it fails, the flags are set back, the readers, the persister and the
 //!    listeners start again, and the client is told why. If it succeeds, the new program
 //!    adopts the descriptors, registers the services' pids with its reaper before it starts
-//!    (an exit during the swap waits as a zombie), starts as a daemon does (loading the plan
-//!    and the state) but neither ends leftovers nor autostarts, follows the services from
+//!    (an exit during the swap waits as a zombie), starts as a daemon does (with the plan it
+//!    was handed, and the state file) but neither ends leftovers nor autostarts, follows the services from
 //!    where their machines stood, serves the listeners it was handed, and answers the waiting
 //!    client on its connection with both versions.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Read;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -61,10 +65,11 @@ use crate::api::ApiError;
 
 /// The argument that makes `cobble` answer as a re-execution's candidate (see [`probe`]).
 pub const PROBE_ARG: &str = "__reexec-probe";
-/// The handover format this daemon writes: 2 hands over running services (1 did not).
-pub(crate) const FORMAT: u32 = 2;
+/// The handover format this daemon writes: 2 hands over running services (1 did not), 3 the
+/// plan (2 had the new program load the layers directory).
+pub(crate) const FORMAT: u32 = 3;
 /// The handover formats this build reads.
-const READS: &[u32] = &[1, FORMAT];
+const READS: &[u32] = &[1, 2, FORMAT];
 /// The largest handover document read.
 const MAX_DOCUMENT: u64 = 64 << 20;
 /// How long the candidate may take to answer the probe.
@@ -90,10 +95,22 @@ struct ProbeAnswer {
 }
 
 /// The probe's answer for the daemon of `pebble_dir`: one line of JSON, once this build has
-/// read what it would start from there (the layers, the state file), or why it cannot.
-pub fn probe_answer(pebble_dir: &Path) -> Result<String, String> {
-    cobble_plan::Plan::load_dir(&pebble_dir.join("layers"))
-        .map_err(|e| format!("cannot load plan: {e}"))?;
+/// read what it would start from (the plan `input` carries, as a handover's
+/// [`Handover::plan`] does, or else the layers directory; the state file), or why it cannot.
+pub fn probe_answer(pebble_dir: &Path, input: impl Read) -> Result<String, String> {
+    let mut carried = Vec::new();
+    input
+        .take(MAX_DOCUMENT)
+        .read_to_end(&mut carried)
+        .map_err(|e| format!("cannot read the plan handed over: {e}"))?;
+    if carried.iter().all(u8::is_ascii_whitespace) {
+        cobble_plan::Plan::load_dir(&pebble_dir.join("layers"))
+            .map_err(|e| format!("cannot load plan: {e}"))?;
+    } else {
+        let layers: Vec<CarriedLayer> = serde_json::from_slice(&carried)
+            .map_err(|e| format!("cannot read the plan handed over: {e}"))?;
+        carried_plan(&layers)?;
+    }
     let state = pebble_dir.join(".pebble.state");
     crate::state::load(&state).map_err(|e| e.to_string())?;
     Ok(serde_json::to_string(&ProbeAnswer {
@@ -128,6 +145,10 @@ pub(crate) struct Handover {
     /// The running services.
     #[serde(default)]
     pub services: Vec<CarriedService>,
+    /// The plan, layer by layer (those added through the API too); none from a format that
+    /// had the new program load the layers directory.
+    #[serde(default)]
+    pub plan: Option<Vec<CarriedLayer>>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
@@ -162,7 +183,6 @@ impl CarriedService {
         output: Option<&crate::logs::capture::Detached>,
         invocation: Option<String>,
     ) -> CarriedService {
-        use std::os::fd::AsRawFd;
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let c = &taken.carried;
         CarriedService {
@@ -192,6 +212,50 @@ impl CarriedService {
             last_exit: self.last_exit,
         }
     }
+}
+
+/// One layer of the plan, handed over as the document that reads back as it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedLayer {
+    pub order: u64,
+    pub label: String,
+    pub yaml: String,
+}
+
+/// The plan as layers to hand over; refuses one that would not read back as itself (which
+/// would be a bug of [`cobble_plan::Layer::to_yaml`], but a plan that changed across a
+/// re-execution would silently change what runs).
+fn carry_plan(plan: &cobble_plan::Plan) -> Result<Vec<CarriedLayer>, String> {
+    let layers: Vec<CarriedLayer> = plan
+        .layers
+        .iter()
+        .map(|layer| CarriedLayer {
+            order: layer.order,
+            label: layer.label.clone(),
+            yaml: layer.to_yaml(),
+        })
+        .collect();
+    match carried_plan(&layers) {
+        Ok(again) if again == *plan => Ok(layers),
+        Ok(_) => Err("the plan does not read back as itself".to_owned()),
+        Err(e) => Err(format!("the plan does not read back ({e})")),
+    }
+}
+
+/// The plan a handover carries.
+pub(crate) fn carried_plan(layers: &[CarriedLayer]) -> Result<cobble_plan::Plan, String> {
+    let layers = layers
+        .iter()
+        .map(|l| {
+            // Read under a neutral label: the daemon's own layers have the reserved prefix
+            // (`pebble-service-args`) that a client's may not.
+            let mut layer = cobble_plan::Layer::parse(l.order, "handed-over", &l.yaml)
+                .map_err(|e| format!("cannot load plan: layer {:?}: {e}", l.label))?;
+            layer.label.clone_from(&l.label);
+            Ok(layer)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    cobble_plan::Plan::from_layers(layers).map_err(|e| format!("cannot load plan: {e}"))
 }
 
 /// Registers the handed-over services' processes with the reaper, before it starts (so that
@@ -387,15 +451,19 @@ pub(crate) fn resolve(binary: &str) -> Result<PathBuf, ApiError> {
     Ok(path)
 }
 
-/// Runs `binary` as a candidate and returns the version it reports; refuses, with the reason,
-/// one that cannot take over.
-pub(crate) async fn probe(binary: &Path, pebble_dir: &Path) -> Result<String, ApiError> {
+/// Runs `binary` as a candidate, handing it `plan` (a [`Handover::plan`] as JSON) to read,
+/// and returns the version it reports; refuses, with the reason, one that cannot take over.
+pub(crate) async fn probe(
+    binary: &Path,
+    pebble_dir: &Path,
+    plan: &[u8],
+) -> Result<String, ApiError> {
     let shown = cobble_plan::go_quote(&binary.to_string_lossy());
     let refuse = |why: String| ApiError::bad_request(format!("cannot re-execute {shown}: {why}"));
     let mut cmd = Command::new(binary);
     cmd.arg(PROBE_ARG)
         .arg(pebble_dir)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cobble_sys::inherit::on_exec(&mut cmd);
@@ -413,9 +481,21 @@ pub(crate) async fn probe(binary: &Path, pebble_dir: &Path) -> Result<String, Ap
     };
     let mut spawned = spawned.map_err(refuse)?;
     let pid = spawned.pid;
+    let stdin = spawned.stdin.take();
     let stdout = spawned.stdout.take();
     let stderr = spawned.stderr.take();
+    let plan = plan.to_vec();
     let read = tokio::task::spawn_blocking(move || {
+        // Written on a thread of its own: a candidate that does not read its input (one
+        // that fails first) must not hold up the reading of what it says.
+        let writer = stdin.map(|mut stdin| {
+            std::thread::spawn(move || {
+                use std::io::Write;
+                // A candidate that exits without reading it closes the pipe: not an error
+                // here, its exit says what went wrong.
+                let _ = stdin.write_all(&plan);
+            })
+        });
         let mut out = Vec::new();
         let mut err = Vec::new();
         if let Some(stdout) = stdout {
@@ -423,6 +503,9 @@ pub(crate) async fn probe(binary: &Path, pebble_dir: &Path) -> Result<String, Ap
         }
         if let Some(stderr) = stderr {
             let _ = stderr.take(MAX_PROBE_OUTPUT).read_to_end(&mut err);
+        }
+        if let Some(writer) = writer {
+            let _ = writer.join();
         }
         (out, err)
     });
@@ -596,7 +679,17 @@ async fn reexec_checked(
         Ok(binary) => binary,
         Err(e) => return Err(refuse(e)),
     };
-    let version = match probe(&binary, &opts.pebble_dir).await {
+    // The candidate reads the plan it would be handed; asked again, below, if the plan
+    // changes before the listeners pause.
+    let carried = |daemon: &super::Daemon| {
+        carry_plan(&daemon.service_changes.plan())
+            .map_err(|why| ApiError::internal(format!("cannot re-execute: {why}")))
+    };
+    let probed = match carried(daemon) {
+        Ok(layers) => serde_json::to_vec(&layers).expect("layers serialise"),
+        Err(e) => return Err(refuse(e)),
+    };
+    let mut version = match probe(&binary, &opts.pebble_dir, &probed).await {
         Ok(version) => version,
         Err(e) => return Err(refuse(e)),
     };
@@ -620,7 +713,25 @@ async fn reexec_checked(
             DRAIN_WAIT.as_secs()
         );
     }
-    let mut blockers = blockers(opts, daemon).await;
+    let mut blockers = blockers(daemon);
+    let plan = match carried(daemon) {
+        Ok(layers) => layers,
+        Err(e) => {
+            servers.start(listeners, &daemon.cancel);
+            return Err(refuse(e));
+        }
+    };
+    let handed = serde_json::to_vec(&plan).expect("layers serialise");
+    if blockers.is_empty() && handed != probed {
+        // A layer came between the probe and the pause: the candidate must read this plan.
+        match probe(&binary, &opts.pebble_dir, &handed).await {
+            Ok(again) => version = again,
+            Err(e) => {
+                servers.start(listeners, &daemon.cancel);
+                return Err(refuse(e));
+            }
+        }
+    }
     let taken = if blockers.is_empty() {
         match daemon.services.take_over().await {
             Ok(taken) => taken,
@@ -676,7 +787,29 @@ async fn reexec_checked(
     };
     let error = match stop {
         Some(_) => ApiError::internal("cannot re-execute: the daemon is stopping"),
-        None => exec_into(&binary, &version, kept, &listeners, ask, logs, services).await,
+        None => {
+            let handover = Handover {
+                format: FORMAT,
+                old_version: crate::VERSION.to_owned(),
+                boot_id: kept.boot_id.clone(),
+                lock: kept.lock,
+                unix: listeners.unix.as_raw_fd(),
+                http: listeners.http.as_ref().map(AsRawFd::as_raw_fd),
+                https: listeners.https.as_ref().map(AsRawFd::as_raw_fd),
+                reply: Some(Reply {
+                    fd: ask.connection,
+                    binary: binary.to_string_lossy().into_owned(),
+                    asked_ns: ask.asked.as_nanosecond(),
+                    uid: ask.uid,
+                    pid: ask.pid,
+                }),
+                logs,
+                services,
+                plan: Some(plan),
+                rest: BTreeMap::new(),
+            };
+            exec_into(&binary, &version, handover).await
+        }
     };
     // Still here: everything goes back as it was.
     daemon.services.resume(detached);
@@ -690,35 +823,7 @@ const FLUSH_WAIT: Duration = Duration::from_secs(1);
 
 /// Writes the handover document, keeps the descriptors it names across `execve` and
 /// executes `binary`; returns only if that fails, with the descriptors' flags set back.
-async fn exec_into(
-    binary: &Path,
-    version: &str,
-    kept: &super::Kept,
-    listeners: &super::Listeners,
-    ask: &crate::api::reexec::ReexecAsk,
-    logs: Vec<CarriedLog>,
-    services: Vec<CarriedService>,
-) -> ApiError {
-    use std::os::fd::AsRawFd;
-    let handover = Handover {
-        format: FORMAT,
-        old_version: crate::VERSION.to_owned(),
-        boot_id: kept.boot_id.clone(),
-        lock: kept.lock,
-        unix: listeners.unix.as_raw_fd(),
-        http: listeners.http.as_ref().map(AsRawFd::as_raw_fd),
-        https: listeners.https.as_ref().map(AsRawFd::as_raw_fd),
-        reply: Some(Reply {
-            fd: ask.connection,
-            binary: binary.to_string_lossy().into_owned(),
-            asked_ns: ask.asked.as_nanosecond(),
-            uid: ask.uid,
-            pid: ask.pid,
-        }),
-        logs,
-        services,
-        rest: BTreeMap::new(),
-    };
+async fn exec_into(binary: &Path, version: &str, handover: Handover) -> ApiError {
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
     let shown = cobble_plan::go_quote(&binary.to_string_lossy());
     if bytes.len() as u64 > MAX_DOCUMENT {
@@ -736,7 +841,8 @@ async fn exec_into(
             ));
         }
     };
-    let mut kept_fds = vec![handover.lock, handover.unix, ask.connection];
+    let mut kept_fds = vec![handover.lock, handover.unix];
+    kept_fds.extend(handover.reply.as_ref().map(|r| r.fd));
     kept_fds.extend(handover.http);
     kept_fds.extend(handover.https);
     kept_fds.extend(handover.services.iter().filter_map(|s| s.output));
@@ -854,37 +960,15 @@ async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiErr
     }
 }
 
-/// What keeps the daemon from handing over now: changes in progress, held sockets, a plan
-/// the new program would not load. (What of the services cannot be handed over, the
-/// supervisor says when asked to hand them over.)
-async fn blockers(opts: &crate::RunOptions, daemon: &super::Daemon) -> Vec<String> {
+/// What keeps the daemon from handing over now: changes in progress, held sockets, log
+/// targets. (What of the services cannot be handed over, the supervisor says when asked to
+/// hand them over.)
+fn blockers(daemon: &super::Daemon) -> Vec<String> {
     let mut why = Vec::new();
     for (id, _, summary) in daemon.store.in_progress() {
         why.push(format!("change {id} ({summary}) is in progress"));
     }
-    // The new program loads the layers directory, as any daemon starts: layers added
-    // through the API, or files changed since, would be lost or would differ.
     let plan = daemon.service_changes.plan();
-    let (dir, service_args) = (opts.pebble_dir.join("layers"), opts.service_args.clone());
-    let fresh = tokio::task::spawn_blocking(move || {
-        let mut plan = cobble_plan::Plan::load_dir(&dir)?;
-        if !service_args.is_empty() {
-            let layer = cobble_plan::service_args_layer(&plan, &service_args)?;
-            plan = plan.add_layer(layer, false, false)?;
-        }
-        Ok::<_, cobble_plan::PlanError>(plan)
-    })
-    .await;
-    match fresh {
-        Ok(Ok(fresh)) if fresh == *plan => {}
-        Ok(Ok(_)) => why.push(
-            "the plan is not what the layers directory holds (a layer was added through the \
-             API, or the directory changed since)"
-                .to_owned(),
-        ),
-        Ok(Err(e)) => why.push(format!("the layers directory does not load ({e})")),
-        Err(e) => why.push(e.to_string()),
-    }
     if !plan.log_targets.is_empty() {
         // What a target's queue holds would be lost with the exec.
         why.push("the plan has log targets, whose forwarding is not handed over yet".to_owned());
@@ -951,7 +1035,8 @@ mod tests {
     fn the_probe_answer_names_this_build_and_its_formats() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("layers")).unwrap();
-        let answer: ProbeAnswer = serde_json::from_str(&probe_answer(dir.path()).unwrap()).unwrap();
+        let answer: ProbeAnswer =
+            serde_json::from_str(&probe_answer(dir.path(), std::io::empty()).unwrap()).unwrap();
         assert_eq!(answer.version, crate::VERSION);
         assert_eq!(answer.formats, READS);
     }
@@ -961,11 +1046,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("layers")).unwrap();
         std::fs::write(dir.path().join(".pebble.state"), "").unwrap();
-        let why = probe_answer(dir.path()).unwrap_err();
+        let why = probe_answer(dir.path(), std::io::empty()).unwrap_err();
         assert!(why.starts_with("cannot load state file"), "{why}");
         std::fs::write(dir.path().join("layers/001-x.yaml"), "services: [").unwrap();
-        let why = probe_answer(dir.path()).unwrap_err();
+        let why = probe_answer(dir.path(), std::io::empty()).unwrap_err();
         assert!(why.starts_with("cannot load plan: "), "{why}");
+        // Handed a plan, it reads that one, not the directory.
+        std::fs::remove_file(dir.path().join(".pebble.state")).unwrap();
+        let plan = br#"[{"order":1000,"label":"base","yaml":"services:\n  s:\n    override: replace\n    command: x\n"}]"#;
+        assert!(probe_answer(dir.path(), &plan[..]).is_ok());
+        let plan = br#"[{"order":1000,"label":"base","yaml":"services: ["}]"#;
+        let why = probe_answer(dir.path(), &plan[..]).unwrap_err();
+        assert!(why.starts_with("cannot load plan: layer \"base\""), "{why}");
+        let why = probe_answer(dir.path(), &b"not json"[..]).unwrap_err();
+        assert!(why.starts_with("cannot read the plan handed over"), "{why}");
     }
 
     #[test]
@@ -994,6 +1088,32 @@ mod tests {
         let value: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(value["result"]["old-version"], "1");
         assert_eq!(value["result"]["new-version"], "2");
+    }
+
+    #[test]
+    fn the_plan_is_carried_layer_by_layer_and_reads_back_as_itself() {
+        let base = cobble_plan::Layer::parse(
+            1000,
+            "base",
+            "services:\n  s:\n    override: replace\n    command: sleep 1\n",
+        )
+        .unwrap();
+        let plan = cobble_plan::Plan::from_layers(vec![base]).unwrap();
+        let args = BTreeMap::from([("s".to_owned(), vec!["2".to_owned()])]);
+        let args = cobble_plan::service_args_layer(&plan, &args).unwrap();
+        let plan = plan.add_layer(args, false, false).unwrap();
+        let carried = carry_plan(&plan).unwrap();
+        assert_eq!(carried[1].label, cobble_plan::SERVICE_ARGS_LABEL);
+        assert_eq!(carried_plan(&carried).unwrap(), plan);
+        // What a build cannot read (here, a field it does not know) is refused, naming the
+        // layer.
+        let unknown = [CarriedLayer {
+            order: 1000,
+            label: "base".into(),
+            yaml: "services:\n  s:\n    override: replace\n    command: x\n    bogus: 1\n".into(),
+        }];
+        let why = carried_plan(&unknown).unwrap_err();
+        assert!(why.starts_with("cannot load plan: layer \"base\""), "{why}");
     }
 
     #[test]

@@ -258,7 +258,7 @@ fn a_binary_that_cannot_take_over_changes_nothing() {
         (too_old, "it exited with status 1: error: unknown command"),
         (
             other_format,
-            "cobble 9.0.0 reads handover formats [7], and this daemon writes format 2",
+            "cobble 9.0.0 reads handover formats [7], and this daemon writes format 3",
         ),
         (crashes, "it was killed by signal 11"),
         (exits, "it did not answer as cobble does"),
@@ -367,32 +367,60 @@ fn a_daemon_without_a_state_file_refuses() {
 }
 
 #[test]
-fn a_plan_the_new_program_would_not_load_as_it_is_refuses() {
-    let d = Daemon::hold(&[("001-base", LAYER)]);
-    // A layer added through the API lives in the daemon's memory only.
-    let layer = d.scratch().join("extra.yaml");
+fn the_plan_is_handed_over_whole_and_the_layers_directory_is_not_read_again() {
+    let d = Daemon::start(
+        &[("001-base", LAYER)],
+        &["--hold", "--args", "s", "2000", ";"],
+    );
+    // Layers added through the API live in the daemon's memory only: a new one, and one
+    // combined into a layer the directory had.
+    let extra = d.scratch().join("extra.yaml");
     std::fs::write(
-        &layer,
-        "services:\n  t:\n    override: replace\n    command: sleep 1000\n",
+        &extra,
+        "summary: added\nservices:\n  t:\n    override: replace\n    command: sleep 1000\n    \
+         environment: {A: \"x: y\"}\nchecks:\n  up:\n    override: replace\n    \
+         startup: disabled\n    exec: {command: \"true\"}\n",
     )
     .unwrap();
     Test::daemon(&d)
-        .args(&["add", "extra", layer.to_str().unwrap()])
+        .args(&["add", "extra", extra.to_str().unwrap()])
         .any_stdout()
         .run();
-    let (code, _, stderr) = reexec(&d, &[]);
-    assert_eq!(code, 1);
+    let merged = d.scratch().join("merged.yaml");
+    std::fs::write(
+        &merged,
+        "services:\n  s:\n    override: merge\n    after: [t]\n",
+    )
+    .unwrap();
+    Test::daemon(&d)
+        .args(&["add", "--combine", "base", merged.to_str().unwrap()])
+        .any_stdout()
+        .run();
+    let plan = |d: &Daemon| {
+        let (status, body) = raw(d, cobble_client::Method::GET, "/v1/plan?format=yaml", None);
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let before = plan(&d);
     assert!(
-        stderr.contains("the plan is not what the layers directory holds"),
-        "{stderr}"
+        before.contains("sleep 1000 [ 2000 ]") && before.contains("after:"),
+        "{before}"
     );
-    // A layer file broken since start-up: the candidate itself says it cannot start.
+    // A layer file broken since start-up is never read again.
     std::fs::write(d.pebble_dir().join("layers/002-broken.yaml"), "services: [").unwrap();
-    let (code, _, stderr) = reexec(&d, &[]);
-    assert_eq!(code, 1);
-    assert!(stderr.contains("error: cannot load plan:"), "{stderr}");
-    // The daemon still serves the plan it had.
-    assert_eq!(service(&d, "t").current, "inactive");
+    for _ in 0..2 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(plan(&d), before);
+    }
+    // The layers keep their labels and orders: one more combines into the API's layer.
+    Test::daemon(&d)
+        .args(&["add", "--combine", "extra", merged.to_str().unwrap()])
+        .any_stdout()
+        .run();
+    act(&d, "start", &["s", "t"]);
+    assert_eq!(service(&d, "t").current, "active");
+    assert_eq!(service(&d, "s").current, "active");
 }
 
 /// Sends `request` on a new connection to `daemon`'s socket; returns the whole answer.
