@@ -264,13 +264,16 @@ impl CarriedService {
             waiting_oneshots: c.waiting_oneshots.clone(),
             completion_ns: c.completion.map(ns),
             completed_at_ns: taken.completed_at.map(|t| t.as_nanosecond()),
-            file_change: c.file_change.as_ref().map(|(due_in, action)| CarriedFileChange {
-                in_ns: ns(*due_in),
-                signal: match action {
-                    FileAction::Restart => None,
-                    FileAction::Signal(signal) => Some(signal.clone()),
-                },
-            }),
+            file_change: c
+                .file_change
+                .as_ref()
+                .map(|(due_in, action)| CarriedFileChange {
+                    in_ns: ns(*due_in),
+                    signal: match action {
+                        FileAction::Restart => None,
+                        FileAction::Signal(signal) => Some(signal.clone()),
+                    },
+                }),
             unenforced: taken.unenforced.clone(),
         }
     }
@@ -359,7 +362,7 @@ pub(super) async fn adopt_services(
         .filter_map(|(s, _)| {
             let resources = plan
                 .service_to_run(&s.name)
-                .map(|config| config.resources.clone())
+                .map(|config| config.resources)
                 .unwrap_or_default();
             Some((s.name.clone(), s.pid?, s.invocation.clone(), resources))
         })
@@ -1161,6 +1164,56 @@ mod tests {
         assert_eq!(handover.https, Some(5));
         assert_eq!(handover.rest["sessions"]["web"], 1);
         assert!(handover.services.is_empty() && handover.logs.is_empty());
+    }
+
+    #[test]
+    fn a_format_2_service_reads_as_running_with_its_process() {
+        let text = r#"{"name":"s","pid":42,"output":7,"invocation":"i","start_count":3,
+            "since_ns":null,"backoff_num":1,"backoff_ns":500000000,"reset_in_ns":null,
+            "running_ns":1000000000,"last_exit":1}"#;
+        let service: CarriedService = serde_json::from_str(text).unwrap();
+        let carried = service.carried().unwrap();
+        assert_eq!(
+            carried.phase,
+            crate::services::machine::CarriedPhase::Running {
+                pid: 42,
+                oneshot_run: false
+            }
+        );
+        assert_eq!(carried.backoff_num, 1);
+        assert_eq!(carried.running_for, Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_service_without_a_process_reads_back_where_it_stood() {
+        let text = r#"{"name":"s","pid":null,"phase":"backoff","output":null,
+            "invocation":null,"start_count":2,"since_ns":null,"backoff_num":2,
+            "backoff_ns":1000000000,"reset_in_ns":null,"running_ns":null,"last_exit":3,
+            "due_in_ns":4000000000,"hints":["/etc/a"],
+            "file_change":{"in_ns":100,"signal":"SIGHUP"}}"#;
+        let service: CarriedService = serde_json::from_str(text).unwrap();
+        let carried = service.carried().unwrap();
+        assert_eq!(
+            carried.phase,
+            crate::services::machine::CarriedPhase::Backoff {
+                until_in: Duration::from_secs(4)
+            }
+        );
+        assert_eq!(carried.pid(), None);
+        assert_eq!(carried.hints, ["/etc/a"]);
+        assert_eq!(
+            carried.file_change,
+            Some((
+                Duration::from_nanos(100),
+                crate::services::machine::FileAction::Signal("SIGHUP".into())
+            ))
+        );
+        // A running process without a pid is a document that contradicts itself.
+        let text = r#"{"name":"s","phase":"running","output":null,"invocation":null,
+            "start_count":1,"since_ns":null,"backoff_num":0,"backoff_ns":0,
+            "reset_in_ns":null,"running_ns":null,"last_exit":null}"#;
+        let service: CarriedService = serde_json::from_str(text).unwrap();
+        assert!(service.carried().is_none());
     }
 
     #[test]

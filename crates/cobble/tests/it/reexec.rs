@@ -338,7 +338,11 @@ fn a_service_backing_off_keeps_its_step_and_restarts_when_its_timer_ends() {
     // The same backoff, the same step, ending at the same time, not restarted meanwhile.
     let after = service(&d, "f");
     assert_eq!(
-        (after.current.as_str(), &after.reason, after.current_since.as_deref()),
+        (
+            after.current.as_str(),
+            &after.reason,
+            after.current_since.as_deref()
+        ),
         ("backoff", &before.reason, before.current_since.as_deref())
     );
     let kept = details_of(&d, "f");
@@ -878,4 +882,53 @@ fn a_oneshot_running_completes_under_the_new_program_and_releases_what_waits_for
     assert_eq!(lines(&dir.join("launches")), ["launched"]);
     assert_eq!(lines(&counter), ["2"]);
     d.wait_log("Service \"setup\" completed in");
+}
+
+#[test]
+fn a_service_with_resources_keeps_its_cgroup_and_its_limits() {
+    let layer = "services:\n  r:\n    override: replace\n    command: sleep 1000\n    \
+                 resources:\n      memory-max: 64M\n      pids-max: 32\n  \
+                 q:\n    override: replace\n    command: sleep 1000\n    \
+                 resources:\n      pids-max: 16\n";
+    let d = Daemon::hold(&[("001-base", layer)]);
+    act(&d, "start", &["r"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let before = details_of(&d, "r");
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids, "the service keeps its process");
+    let after = details_of(&d, "r");
+    assert_eq!(after.resources_not_enforced, before.resources_not_enforced);
+    if !before.resources_not_enforced.is_empty() {
+        eprintln!(
+            "resources not enforced on this machine: {}",
+            before.resources_not_enforced
+        );
+        return;
+    }
+    // The new program found its cgroup by its path: the same, with the same limits.
+    let cgroup = before.usage.expect("usage").cgroup;
+    assert!(!cgroup.is_empty());
+    assert_eq!(after.usage.expect("usage").cgroup, cgroup);
+    let cgroup = Path::new(&cgroup);
+    let read = |file: &str| {
+        std::fs::read_to_string(cgroup.join(file))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(read("cgroup.procs"), pids[0].to_string());
+    assert_eq!(read("pids.max"), "32");
+    // A service with resources started by the new program leaves it be.
+    act(&d, "start", &["q"]);
+    assert_eq!(service(&d, "q").current, "active");
+    assert_eq!(service(&d, "r").current, "active");
+    assert!(children(&d).contains(&pids[0]), "{:?}", children(&d));
+    assert_eq!(read("cgroup.procs"), pids[0].to_string());
+    // Its stop ends it and its cgroup goes, as the new program's own would.
+    act(&d, "stop", &["r"]);
+    wait_for("the run's cgroup to go", Duration::from_secs(10), || {
+        !cgroup.exists()
+    });
 }

@@ -469,7 +469,7 @@ impl OsProcesses {
                 Instance {
                     start_time,
                     invocation: invocation.to_owned(),
-                    memory_max: resources.memory_max.clone(),
+                    memory_max: resources.memory_max,
                     cgroup,
                 },
             );

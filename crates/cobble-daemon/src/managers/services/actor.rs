@@ -872,7 +872,10 @@ impl Actor {
             let shown = cobble_plan::go_quote(name);
             let status = slot.machine.status();
             // Never started, or stopped: the new program knows it from the plan alone.
-            if matches!(slot.machine.phase(), machine::Phase::Idle | machine::Phase::Stopped) {
+            if matches!(
+                slot.machine.phase(),
+                machine::Phase::Idle | machine::Phase::Stopped
+            ) {
                 continue;
             }
             let Some(state) = slot.machine.carried(now) else {

@@ -299,9 +299,7 @@ impl Machine {
         machine.backoff_num = carried.backoff_num;
         machine.backoff_time = carried.backoff_time;
         machine.reset_at = carried.reset_in.map(|d| at + d);
-        machine.spawned_at = carried
-            .running_for
-            .map(|d| at.checked_sub(d).unwrap_or(at));
+        machine.spawned_at = carried.running_for.map(|d| at.checked_sub(d).unwrap_or(at));
         machine.last_exit = carried.last_exit;
         machine.exit_cause.clone_from(&carried.exit_cause);
         machine.spawn_error.clone_from(&carried.spawn_error);
