@@ -7,10 +7,21 @@
 //! handed over explicitly: the descriptors it keeps (the directory lock, the unix socket's
 //! and the TCP listeners, each running service's output pipe, the asking client's
 //! connection) lose their close-on-exec flag, and a [`Handover`] document in a memory file
-//! says what each is, with where each running service's machine stands and what each
-//! service's log holds; its descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The
-//! state goes through the state file: the persister writes it one last time and stops, and
-//! the new program loads it as any daemon does.
+//! says what each is, with where each service's machine stands and what each service's log
+//! holds; its descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The state goes
+//! through the state file: the persister writes it one last time and stops, and the new
+//! program loads it as any daemon does.
+//!
+//! Every service started and not stopped since is handed over, with or without a process:
+//! running (a one-shot's run too), within its okay delay, backing off, waiting for missing
+//! `requires-paths` or for one-shots, a one-shot completed, or left down. Its machine's
+//! timers (the okay delay, the backoff, the backoff's reset, a coalesced file change) go as
+//! durations from the handover, which is stamped on the monotonic clock, kept by `execve`:
+//! the new program counts them from that instant, so the swap's own time is not added. What
+//! the new program can derive it derives from the plan: the paths to watch (each reported
+//! as it is once watched, so a path created during the swap ends a wait), where each
+//! one-shot stands for what waits for it, and the cgroup of a run with `resources:`, found
+//! by its path from the service's name and its invocation ID.
 //!
 //! In order:
 //!
@@ -31,11 +42,12 @@
 //!    anything more: a change in progress, held `sockets:`, a plan other than the layers
 //!    directory's (the new program loads the directory), a daemon without a state file or
 //!    run by another command (`cobble enter`); then the supervisor is asked to hand over its
-//!    running services, and refuses for one that is not simply running or runs with what is
-//!    not handed over yet (notify readiness, a watchdog, checks, paths, resources). The
-//!    listeners then serve again.
-//! 5. **The services are taken over**: the supervisor stops acting on them, and each output
-//!    reader stops between two reads, handing back its pipe and the line it had begun. Each
+//!    services, and refuses for one being spawned or stopped, or with what is not handed
+//!    over yet (notify readiness, a watchdog, checks, held sockets). The listeners then serve
+//!    again.
+//! 5. **The services are taken over**: the supervisor stops acting on them (their timers,
+//!    exits, paths and one-shots wait for the new program), and each output reader stops
+//!    between two reads, handing back its pipe and the line it had begun. Each
 //!    service's output log goes into the document; the persister writes the state and stops;
 //!    the daemon's own log and the service log files are flushed.
 //! 6. **`execve`**. If it fails, the flags are set back, the readers, the persister and the
@@ -44,7 +56,9 @@
 //!    (an exit during the swap waits as a zombie), starts as a daemon does (loading the plan
 //!    and the state) but neither ends leftovers nor autostarts, follows the services from
 //!    where their machines stood, serves the listeners it was handed, and answers the waiting
-//!    client on its connection with both versions.
+//!    client on its connection with both versions. Had the exec failed instead, the old
+//!    program follows its services again, its path watches armed anew and what waits for
+//!    one-shots told where they stand, for what happened meanwhile was not acted on.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

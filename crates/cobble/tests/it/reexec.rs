@@ -392,9 +392,8 @@ fn a_service_waiting_for_a_path_starts_once_it_appears_after_the_reexec() {
     assert!(children(&d).is_empty());
     std::fs::write(&ready, "").unwrap();
     wait_for("the service to start", Duration::from_secs(30), || {
-        service(&d, "w").current == "active"
+        service(&d, "w").current == "active" && children(&d).len() == 1
     });
-    assert_eq!(children(&d).len(), 1);
     assert_eq!(details_of(&d, "w").start_count, 1);
 }
 
@@ -875,7 +874,7 @@ fn a_oneshot_running_completes_under_the_new_program_and_releases_what_waits_for
     // Its run ends: completed under the new program, and what waited for it launches.
     std::fs::write(dir.join("finish"), "").unwrap();
     wait_for("the app to launch", Duration::from_secs(30), || {
-        service(&d, "app").current == "active"
+        service(&d, "app").current == "active" && !lines(&dir.join("launches")).is_empty()
     });
     assert_eq!(service(&d, "setup").reason.as_deref(), Some("completed"));
     assert!(details_of(&d, "setup").last_completion.is_some());
@@ -931,4 +930,42 @@ fn a_service_with_resources_keeps_its_cgroup_and_its_limits() {
     wait_for("the run's cgroup to go", Duration::from_secs(10), || {
         !cgroup.exists()
     });
+}
+
+#[test]
+fn an_exec_that_fails_gives_back_the_services_waiting_and_backing_off() {
+    let root = tempfile::tempdir().unwrap();
+    let ready = root.path().join("ready");
+    let runs = root.path().join("runs");
+    let layer = format!(
+        "services:\n  w:\n    override: replace\n    requires-paths: [{p}]\n    command: sleep 1000\n  \
+         f:\n    override: replace\n    backoff-delay: 3s\n    backoff-limit: 1h\n    \
+         command: sh -c 'echo run >> {r}; if [ $(wc -l < {r}) -lt 2 ]; then exit 1; fi; exec sleep 1000'\n",
+        p = ready.display(),
+        r = runs.display(),
+    );
+    let d = Daemon::start_with_env(
+        &[("001-base", &layer)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["w", "f"]);
+    wait_for(
+        "the services to wait and back off",
+        Duration::from_secs(30),
+        || service(&d, "w").current == "waiting" && service(&d, "f").current == "backoff",
+    );
+    let failing = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
+    let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(service(&d, "w").current, "waiting");
+    // The old program acts on them again: the backoff ends in a restart, the path in a start.
+    std::fs::write(&ready, "").unwrap();
+    wait_for("the services to run", Duration::from_secs(60), || {
+        service(&d, "w").current == "active"
+            && service(&d, "f").current == "active"
+            && lines(&runs).len() == 2
+    });
+    assert_eq!(details_of(&d, "f").backoff_count, 1);
+    assert_eq!(children(&d).len(), 2);
 }
