@@ -798,8 +798,6 @@ async fn reexec_checked(
         );
     }
     let mut blockers = blockers(opts, daemon).await;
-    // What the services' carried durations count from.
-    let handed_at = cobble_sys::reexec::monotonic_now();
     let taken = if blockers.is_empty() {
         match daemon.services.take_over().await {
             Ok(taken) => taken,
@@ -823,6 +821,10 @@ async fn reexec_checked(
     // it did not waits in the pipe for the new program.
     let mut detached = Vec::new();
     let mut services = Vec::new();
+    // What the services' carried durations count from.
+    let handed_at = taken
+        .first()
+        .map_or_else(cobble_sys::reexec::monotonic_now, |t| t.handed_at);
     for mut taken in taken {
         let output = match taken.output.take() {
             Some((stop, reader)) => {

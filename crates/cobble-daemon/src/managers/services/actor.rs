@@ -865,6 +865,9 @@ impl Actor {
     /// completed.
     fn take_over(&mut self) -> Result<Vec<super::Taken>, Vec<String>> {
         let now = Instant::now();
+        // The same instant on the clock the new program reads (the monotonic one, which the
+        // exec keeps): what the carried durations count from.
+        let handed_at = cobble_sys::reexec::monotonic_now();
         let plan = self.plan.borrow().clone();
         let mut why = Vec::new();
         let mut carried = Vec::new();
@@ -934,6 +937,7 @@ impl Actor {
                     since: slot.since,
                     completed_at: slot.completed_at,
                     unenforced: slot.unenforced.clone(),
+                    handed_at,
                     output: slot.output.take(),
                 })
             })

@@ -27,6 +27,8 @@ pub(crate) struct Taken {
     pub completed_at: Option<jiff::Timestamp>,
     /// What of its `resources:` was not enforced at its last spawn, and why.
     pub unenforced: Option<String>,
+    /// When it was taken over, on the monotonic clock: what its durations count from.
+    pub handed_at: std::time::Duration,
     /// Its output's reader, which the caller stops to take the pipe.
     pub output: Option<(
         tokio_util::sync::CancellationToken,
