@@ -881,7 +881,13 @@ impl Actor {
             ) {
                 continue;
             }
+            // Left down by its policy: handed over when it can be, else left to the new
+            // program as a service stopped (as no refusal holds it back).
+            let left_down = slot.machine.phase() == machine::Phase::Exited;
             let Some(state) = slot.machine.carried(now) else {
+                if left_down {
+                    continue;
+                }
                 let what = match slot.machine.phase() {
                     machine::Phase::Spawning { .. } => "being started".to_owned(),
                     machine::Phase::Terminating { .. } | machine::Phase::Killing { .. } => {
@@ -903,6 +909,10 @@ impl Actor {
                 (!config.on_check_failure.is_empty(), "on-check-failure"),
                 (!config.sockets.is_empty(), "sockets"),
             ];
+            let changed = plan.service_to_run(name).as_deref() != Some(config.as_ref());
+            if left_down && (changed || unsupported.iter().any(|(has, _)| *has)) {
+                continue;
+            }
             if let Some((_, what)) = unsupported.iter().find(|(has, _)| *has) {
                 let how = if slot.machine.pid().is_some() {
                     "is running with"
@@ -914,7 +924,7 @@ impl Actor {
                 ));
                 continue;
             }
-            if plan.service_to_run(name).as_deref() != Some(config.as_ref()) {
+            if changed {
                 why.push(format!(
                     "service {shown} runs a configuration the plan has changed since (replan first)"
                 ));

@@ -786,6 +786,25 @@ fn handed_over(h: &Harness) -> (Machine, Instant) {
 }
 
 #[test]
+fn an_exit_left_down_handed_over_stays_down() {
+    let mut h = Harness::with_policy(Policy {
+        on_failure: ExitAction::Ignore,
+        ..Policy::default()
+    });
+    h.start(10);
+    h.at(1.0).tick();
+    h.at(2.0).step(Event::Exited { pid: 10, code: 4 });
+    assert_eq!(h.m.status(), Status::Error);
+    let (adopted, _) = handed_over(&h);
+    assert_eq!(
+        (adopted.phase(), adopted.status(), adopted.last_exit()),
+        (Phase::Exited, Status::Error, Some(4))
+    );
+    assert_eq!(adopted.wanted(), Wanted::Stopped);
+    assert_eq!(adopted.deadline(), None);
+}
+
+#[test]
 fn a_starting_machine_handed_over_starts_when_its_okay_delay_ends() {
     let mut h = Harness::new();
     h.start(10);
