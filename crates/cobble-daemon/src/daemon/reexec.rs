@@ -812,7 +812,7 @@ async fn reexec_checked(
     if !blockers.is_empty() {
         servers.start(listeners, &daemon.cancel);
         return Err(refuse(ApiError::bad_request(format!(
-            "cannot re-execute: {}; a re-execution hands over running services, but no change \
+            "cannot re-execute: {}; a re-execution hands over services, but no change \
              in progress",
             blockers.join(", ")
         ))));
