@@ -226,7 +226,8 @@ pub(crate) async fn run(
             .carry_logs(logs.into_iter().map(reexec::CarriedLog::entries).collect())
             .await;
     }
-    reexec::adopt_services(&daemon, carried).await;
+    let handed_at = handover.as_ref().and_then(|h| h.handed_at_ns);
+    reexec::adopt_services(&daemon, carried, handed_at).await;
     let listening = listen(&opts, written, &mut daemon, handover.as_ref()).await?;
     let reply = handover.as_mut().and_then(|h| h.reply.take());
     if let Some(handover) = &handover {

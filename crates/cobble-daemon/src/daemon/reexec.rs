@@ -7,13 +7,24 @@
 //! handed over explicitly: the descriptors it keeps (the directory lock, the unix socket's
 //! and the TCP listeners, each running service's output pipe, the asking client's
 //! connection) lose their close-on-exec flag, and a [`Handover`] document in a memory file
-//! says what each is, with where each running service's machine stands and what each
-//! service's log holds; its descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The
-//! state goes through the state file: the persister writes it one last time and stops, and
-//! the new program loads it as any daemon does. The plan goes in the document, layer by layer
-//! as [`cobble_plan::Layer::to_yaml`] prints each (those added through the API too), and the
-//! new program runs it instead of reading the layers directory, which a daemon reads at
-//! start-up only.
+//! says what each is, with where each service's machine stands and what each service's log
+//! holds; its descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The state goes
+//! through the state file: the persister writes it one last time and stops, and the new
+//! program loads it as any daemon does. The plan goes in the document, layer by layer as
+//! [`cobble_plan::Layer::to_yaml`] prints each (those added through the API too), and the new
+//! program runs it instead of reading the layers directory, which a daemon reads at start-up
+//! only.
+//!
+//! Every service started and not stopped since is handed over, with or without a process:
+//! running (a one-shot's run too), within its okay delay, backing off, waiting for missing
+//! `requires-paths` or for one-shots, a one-shot completed, or left down. Its machine's
+//! timers (the okay delay, the backoff, the backoff's reset, a coalesced file change) go as
+//! durations from the handover, which is stamped on the monotonic clock, kept by `execve`:
+//! the new program counts them from that instant, so the swap's own time is not added. What
+//! the new program can derive it derives from the plan: the paths to watch (each reported
+//! as it is once watched, so a path created during the swap ends a wait), where each
+//! one-shot stands for what waits for it, and the cgroup of a run with `resources:`, found
+//! by its path from the service's name and its invocation ID.
 //!
 //! In order:
 //!
@@ -34,12 +45,12 @@
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
 //!    anything more: a change in progress, held `sockets:`, a daemon without a state file or
 //!    run by another command (`cobble enter`); a plan changed since the probe is probed
-//!    again; then the supervisor is asked to hand over its
-//!    running services, and refuses for one that is not simply running or runs with what is
-//!    not handed over yet (notify readiness, a watchdog, checks, paths, resources). The
-//!    listeners then serve again.
-//! 5. **The services are taken over**: the supervisor stops acting on them, and each output
-//!    reader stops between two reads, handing back its pipe and the line it had begun. Each
+//!    again; then the supervisor is asked to hand over its services, and refuses for one
+//!    being spawned or stopped, or with what is not handed over yet (notify readiness, a
+//!    watchdog, checks, held sockets). The listeners then serve again.
+//! 5. **The services are taken over**: the supervisor stops acting on them (their timers,
+//!    exits, paths and one-shots wait for the new program), and each output reader stops
+//!    between two reads, handing back its pipe and the line it had begun. Each
 //!    service's output log goes into the document; the persister writes the state and stops;
 //!    the daemon's own log and the service log files are flushed.
 //! 6. **`execve`**. If it fails, the flags are set back, the readers, the persister and the
@@ -48,7 +59,9 @@
 //!    (an exit during the swap waits as a zombie), starts as a daemon does (with the plan it
 //!    was handed, and the state file) but neither ends leftovers nor autostarts, follows the services from
 //!    where their machines stood, serves the listeners it was handed, and answers the waiting
-//!    client on its connection with both versions.
+//!    client on its connection with both versions. Had the exec failed instead, the old
+//!    program follows its services again, its path watches armed anew and what waits for
+//!    one-shots told where they stand, for what happened meanwhile was not acted on.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -65,8 +78,9 @@ use crate::api::ApiError;
 
 /// The argument that makes `cobble` answer as a re-execution's candidate (see [`probe`]).
 pub const PROBE_ARG: &str = "__reexec-probe";
-/// The handover format this daemon writes: 2 hands over running services (1 did not), 3 the
-/// plan (2 had the new program load the layers directory).
+/// The handover format this daemon writes: 3 hands over the plan and services that are not
+/// running too (backing off, waiting, a one-shot completed), 2 running services only (and
+/// had the new program load the layers directory), 1 none.
 pub(crate) const FORMAT: u32 = 3;
 /// The handover formats this build reads.
 const READS: &[u32] = &[1, 2, FORMAT];
@@ -142,24 +156,35 @@ pub(crate) struct Handover {
     /// What each service's output log held.
     #[serde(default)]
     pub logs: Vec<CarriedLog>,
-    /// The running services.
+    /// The services started and not stopped since.
     #[serde(default)]
     pub services: Vec<CarriedService>,
     /// The plan, layer by layer (those added through the API too); none from a format that
     /// had the new program load the layers directory.
     #[serde(default)]
     pub plan: Option<Vec<CarriedLayer>>,
+    /// When the document was written, on the monotonic clock (which the exec keeps), in
+    /// nanoseconds: what the services' durations count from.
+    #[serde(default)]
+    pub handed_at_ns: Option<u64>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
 }
 
-/// A running service, handed over: its process, its output's pipe, and where its machine
-/// stands (durations counted from the handover).
+/// A service, handed over: where its machine stands (durations counted from the handover),
+/// and its process and its output's pipe, if it has a process.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct CarriedService {
     pub name: String,
-    pub pid: u32,
+    /// Its process (format 2 had one for every service).
+    pub pid: Option<u32>,
+    /// Where its lifecycle stands.
+    #[serde(default)]
+    pub phase: CarriedPhaseName,
+    /// The running process is a one-shot's run, which completes it when it exits with 0.
+    #[serde(default)]
+    pub oneshot_run: bool,
     /// The read end of its output's pipe (none once the process closed it).
     pub output: Option<RawFd>,
     /// The start of a line read from the pipe but not finished yet.
@@ -175,6 +200,55 @@ pub(crate) struct CarriedService {
     pub reset_in_ns: Option<u64>,
     pub running_ns: Option<u64>,
     pub last_exit: Option<i32>,
+    /// When a start's okay delay ends (starting) or its backoff does (backoff).
+    #[serde(default)]
+    pub due_in_ns: Option<u64>,
+    /// What killed the last process, when the kernel did: its pid and the cause.
+    #[serde(default)]
+    pub exit_cause: Option<(u32, String)>,
+    #[serde(default)]
+    pub spawn_error: Option<String>,
+    /// Paths the last failure output named as missing.
+    #[serde(default)]
+    pub hints: Vec<String>,
+    /// The missing `requires-paths` it waits for.
+    #[serde(default)]
+    pub waiting_for: Vec<String>,
+    /// The one-shots of `after:` it waits for.
+    #[serde(default)]
+    pub waiting_oneshots: Vec<String>,
+    /// A one-shot's last completion: how long it ran, and when (nanoseconds since the
+    /// epoch).
+    #[serde(default)]
+    pub completion_ns: Option<u64>,
+    #[serde(default)]
+    pub completed_at_ns: Option<i128>,
+    /// A coalesced `on-file-change` action not done yet.
+    #[serde(default)]
+    pub file_change: Option<CarriedFileChange>,
+    /// What of its `resources:` was not enforced at its last spawn, and why.
+    #[serde(default)]
+    pub unenforced: Option<String>,
+}
+
+/// Where a handed-over service's lifecycle stands (see [`crate::services::machine::CarriedPhase`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum CarriedPhaseName {
+    #[default]
+    Running,
+    Starting,
+    Backoff,
+    Waiting,
+    Completed,
+    Exited,
+}
+
+/// An `on-file-change` action due `in_ns` from the handover: a restart, or `signal`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedFileChange {
+    pub in_ns: u64,
+    pub signal: Option<String>,
 }
 
 impl CarriedService {
@@ -183,11 +257,28 @@ impl CarriedService {
         output: Option<&crate::logs::capture::Detached>,
         invocation: Option<String>,
     ) -> CarriedService {
+        use crate::services::machine::{CarriedPhase, FileAction};
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let c = &taken.carried;
+        let (phase, oneshot_run, due_in) = match c.phase {
+            CarriedPhase::Running { oneshot_run, .. } => {
+                (CarriedPhaseName::Running, oneshot_run, None)
+            }
+            CarriedPhase::Starting { okay_in, .. } => {
+                (CarriedPhaseName::Starting, false, Some(okay_in))
+            }
+            CarriedPhase::Backoff { until_in } => {
+                (CarriedPhaseName::Backoff, false, Some(until_in))
+            }
+            CarriedPhase::Waiting => (CarriedPhaseName::Waiting, false, None),
+            CarriedPhase::Completed => (CarriedPhaseName::Completed, false, None),
+            CarriedPhase::Exited => (CarriedPhaseName::Exited, false, None),
+        };
         CarriedService {
             name: taken.name.clone(),
-            pid: c.pid,
+            pid: c.pid(),
+            phase,
+            oneshot_run,
             output: output.map(|d| d.reader.as_raw_fd()),
             unfinished: output.map(|d| d.unfinished.clone()).unwrap_or_default(),
             invocation,
@@ -198,19 +289,68 @@ impl CarriedService {
             reset_in_ns: c.reset_in.map(ns),
             running_ns: c.running_for.map(ns),
             last_exit: c.last_exit,
+            due_in_ns: due_in.map(ns),
+            exit_cause: c.exit_cause.clone(),
+            spawn_error: c.spawn_error.clone(),
+            hints: c.hints.clone(),
+            waiting_for: c.waiting_for.clone(),
+            waiting_oneshots: c.waiting_oneshots.clone(),
+            completion_ns: c.completion.map(ns),
+            completed_at_ns: taken.completed_at.map(|t| t.as_nanosecond()),
+            file_change: c
+                .file_change
+                .as_ref()
+                .map(|(due_in, action)| CarriedFileChange {
+                    in_ns: ns(*due_in),
+                    signal: match action {
+                        FileAction::Restart => None,
+                        FileAction::Signal(signal) => Some(signal.clone()),
+                    },
+                }),
+            unenforced: taken.unenforced.clone(),
         }
     }
 
-    /// Where its machine stands.
-    fn carried(&self) -> crate::services::machine::Carried {
-        crate::services::machine::Carried {
-            pid: self.pid,
+    /// Where its machine stands; `None` for a document that contradicts itself (a process
+    /// running without a pid).
+    fn carried(&self) -> Option<crate::services::machine::Carried> {
+        use crate::services::machine::{CarriedPhase, FileAction};
+        let due_in = Duration::from_nanos(self.due_in_ns.unwrap_or(0));
+        let phase = match self.phase {
+            CarriedPhaseName::Running => CarriedPhase::Running {
+                pid: self.pid?,
+                oneshot_run: self.oneshot_run,
+            },
+            CarriedPhaseName::Starting => CarriedPhase::Starting {
+                pid: self.pid?,
+                okay_in: due_in,
+            },
+            CarriedPhaseName::Backoff => CarriedPhase::Backoff { until_in: due_in },
+            CarriedPhaseName::Waiting => CarriedPhase::Waiting,
+            CarriedPhaseName::Completed => CarriedPhase::Completed,
+            CarriedPhaseName::Exited => CarriedPhase::Exited,
+        };
+        Some(crate::services::machine::Carried {
+            phase,
             backoff_num: self.backoff_num,
             backoff_time: Duration::from_nanos(self.backoff_ns),
             reset_in: self.reset_in_ns.map(Duration::from_nanos),
             running_for: self.running_ns.map(Duration::from_nanos),
             last_exit: self.last_exit,
-        }
+            exit_cause: self.exit_cause.clone(),
+            spawn_error: self.spawn_error.clone(),
+            hints: self.hints.clone(),
+            waiting_for: self.waiting_for.clone(),
+            waiting_oneshots: self.waiting_oneshots.clone(),
+            completion: self.completion_ns.map(Duration::from_nanos),
+            file_change: self.file_change.as_ref().map(|change| {
+                let action = match &change.signal {
+                    None => FileAction::Restart,
+                    Some(signal) => FileAction::Signal(signal.clone()),
+                };
+                (Duration::from_nanos(change.in_ns), action)
+            }),
+        })
     }
 }
 
@@ -257,74 +397,109 @@ pub(crate) fn carried_plan(layers: &[CarriedLayer]) -> Result<cobble_plan::Plan,
         .collect::<Result<Vec<_>, String>>()?;
     cobble_plan::Plan::from_layers(layers).map_err(|e| format!("cannot load plan: {e}"))
 }
+/// A handed-over service, with its process's exit from the reaper when it has a process.
+pub(super) type CarriedExit = (
+    CarriedService,
+    Option<tokio::sync::oneshot::Receiver<cobble_sys::reaper::ExitStatus>>,
+);
 
 /// Registers the handed-over services' processes with the reaper, before it starts (so that
 /// an exit during the swap, waiting as a zombie, is reported); returns their exits.
-pub(super) fn adopt_exits(
-    services: Vec<CarriedService>,
-) -> Vec<(
-    CarriedService,
-    tokio::sync::oneshot::Receiver<cobble_sys::reaper::ExitStatus>,
-)> {
+pub(super) fn adopt_exits(services: Vec<CarriedService>) -> Vec<CarriedExit> {
     services
         .into_iter()
         .map(|s| {
-            let exit = cobble_sys::reaper::adopt(s.pid);
+            let exit = s.pid.map(cobble_sys::reaper::adopt);
             (s, exit)
         })
         .collect()
 }
 
 /// Has the supervisor follow the handed-over services: their records, their pipes, their
-/// machines.
+/// machines, counted from `handed_at_ns` (the handover's instant on the monotonic clock).
 pub(super) async fn adopt_services(
     daemon: &super::Daemon,
-    services: Vec<(
-        CarriedService,
-        tokio::sync::oneshot::Receiver<cobble_sys::reaper::ExitStatus>,
-    )>,
+    services: Vec<CarriedExit>,
+    handed_at_ns: Option<u64>,
 ) {
     if services.is_empty() {
         return;
     }
+    // The swap's own time has passed for every timer the services had.
+    let swap = handed_at_ns
+        .map(|at| cobble_sys::reexec::monotonic_now().saturating_sub(Duration::from_nanos(at)))
+        .unwrap_or_default();
+    let now = tokio::time::Instant::now();
+    let at = now.checked_sub(swap).unwrap_or(now);
     let processes = daemon.processes.clone();
-    let records: Vec<(String, u32, Option<String>)> = services
+    let plan = daemon.service_changes.plan();
+    let records: Vec<(String, u32, Option<String>, cobble_plan::Resources)> = services
         .iter()
-        .map(|(s, _)| (s.name.clone(), s.pid, s.invocation.clone()))
+        .filter_map(|(s, _)| {
+            let resources = plan
+                .service_to_run(&s.name)
+                .map(|config| config.resources)
+                .unwrap_or_default();
+            Some((s.name.clone(), s.pid?, s.invocation.clone(), resources))
+        })
         .collect();
-    let gone: Vec<bool> = tokio::task::spawn_blocking(move || {
+    let gone: BTreeMap<u32, bool> = tokio::task::spawn_blocking(move || {
         records
             .iter()
-            .map(|(name, pid, invocation)| {
-                processes.adopt(name, *pid, invocation.as_deref());
-                cobble_sys::process::proc_stat(*pid).is_none()
+            .map(|(name, pid, invocation, resources)| {
+                processes.adopt(name, *pid, invocation.as_deref(), resources);
+                (*pid, cobble_sys::process::proc_stat(*pid).is_none())
             })
             .collect()
     })
     .await
     .unwrap_or_default();
     let mut adoptions = Vec::new();
-    for (i, (service, exit)) in services.into_iter().enumerate() {
+    for (service, exit) in services {
+        let Some(carried) = service.carried() else {
+            tracing::warn!(
+                "Cannot follow service \"{}\": its handover names no process",
+                service.name
+            );
+            continue;
+        };
         let reader = service.output.and_then(|fd| {
             let fd = cobble_sys::reexec::adopt(fd).ok()?;
             tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok()
         });
-        tracing::info!(
-            "Service \"{}\" (pid {}) carried over.",
-            service.name,
-            service.pid
-        );
+        match service.pid {
+            Some(pid) => tracing::info!("Service \"{}\" (pid {pid}) carried over.", service.name),
+            None => tracing::info!(
+                "Service \"{}\" ({}) carried over.",
+                service.name,
+                serde_json::to_value(service.phase)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            ),
+        }
+        let gone = service
+            .pid
+            .and_then(|pid| gone.get(&pid).copied())
+            .unwrap_or(false);
         adoptions.push(crate::services::Adoption {
             name: service.name.clone(),
-            carried: service.carried(),
+            carried,
+            at,
             start_count: service.start_count,
             since: service
                 .since_ns
                 .and_then(|ns| jiff::Timestamp::from_nanosecond(ns).ok()),
+            completed_at: service
+                .completed_at_ns
+                .and_then(|ns| jiff::Timestamp::from_nanosecond(ns).ok()),
+            unenforced: service.unenforced,
             reader,
             unfinished: service.unfinished,
-            exit: Box::pin(async move { exit.await.map(|s| s.code()).unwrap_or(-1) }),
-            gone: gone.get(i).copied().unwrap_or(false),
+            exit: exit.map(|exit| -> futures_util::future::BoxFuture<'static, i32> {
+                Box::pin(async move { exit.await.map(|s| s.code()).unwrap_or(-1) })
+            }),
+            gone,
         });
     }
     daemon.services.adopt(adoptions).await;
@@ -746,7 +921,7 @@ async fn reexec_checked(
     if !blockers.is_empty() {
         servers.start(listeners, &daemon.cancel);
         return Err(refuse(ApiError::bad_request(format!(
-            "cannot re-execute: {}; a re-execution hands over running services, but no change \
+            "cannot re-execute: {}; a re-execution hands over services, but no change \
              in progress",
             blockers.join(", ")
         ))));
@@ -755,6 +930,10 @@ async fn reexec_checked(
     // it did not waits in the pipe for the new program.
     let mut detached = Vec::new();
     let mut services = Vec::new();
+    // What the services' carried durations count from.
+    let handed_at = taken
+        .first()
+        .map_or_else(cobble_sys::reexec::monotonic_now, |t| t.handed_at);
     for mut taken in taken {
         let output = match taken.output.take() {
             Some((stop, reader)) => {
@@ -763,7 +942,10 @@ async fn reexec_checked(
             }
             None => None,
         };
-        let invocation = daemon.processes.invocation(taken.carried.pid);
+        let invocation = taken
+            .carried
+            .pid()
+            .and_then(|pid| daemon.processes.invocation(pid));
         services.push(CarriedService::new(&taken, output.as_ref(), invocation));
         detached.push((taken.name, output));
     }
@@ -806,6 +988,7 @@ async fn reexec_checked(
                 logs,
                 services,
                 plan: Some(plan),
+                handed_at_ns: Some(u64::try_from(handed_at.as_nanos()).unwrap_or(u64::MAX)),
                 rest: BTreeMap::new(),
             };
             exec_into(&binary, &version, handover).await
@@ -1070,6 +1253,56 @@ mod tests {
         assert_eq!(handover.https, Some(5));
         assert_eq!(handover.rest["sessions"]["web"], 1);
         assert!(handover.services.is_empty() && handover.logs.is_empty());
+    }
+
+    #[test]
+    fn a_format_2_service_reads_as_running_with_its_process() {
+        let text = r#"{"name":"s","pid":42,"output":7,"invocation":"i","start_count":3,
+            "since_ns":null,"backoff_num":1,"backoff_ns":500000000,"reset_in_ns":null,
+            "running_ns":1000000000,"last_exit":1}"#;
+        let service: CarriedService = serde_json::from_str(text).unwrap();
+        let carried = service.carried().unwrap();
+        assert_eq!(
+            carried.phase,
+            crate::services::machine::CarriedPhase::Running {
+                pid: 42,
+                oneshot_run: false
+            }
+        );
+        assert_eq!(carried.backoff_num, 1);
+        assert_eq!(carried.running_for, Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_service_without_a_process_reads_back_where_it_stood() {
+        let text = r#"{"name":"s","pid":null,"phase":"backoff","output":null,
+            "invocation":null,"start_count":2,"since_ns":null,"backoff_num":2,
+            "backoff_ns":1000000000,"reset_in_ns":null,"running_ns":null,"last_exit":3,
+            "due_in_ns":4000000000,"hints":["/etc/a"],
+            "file_change":{"in_ns":100,"signal":"SIGHUP"}}"#;
+        let service: CarriedService = serde_json::from_str(text).unwrap();
+        let carried = service.carried().unwrap();
+        assert_eq!(
+            carried.phase,
+            crate::services::machine::CarriedPhase::Backoff {
+                until_in: Duration::from_secs(4)
+            }
+        );
+        assert_eq!(carried.pid(), None);
+        assert_eq!(carried.hints, ["/etc/a"]);
+        assert_eq!(
+            carried.file_change,
+            Some((
+                Duration::from_nanos(100),
+                crate::services::machine::FileAction::Signal("SIGHUP".into())
+            ))
+        );
+        // A running process without a pid is a document that contradicts itself.
+        let text = r#"{"name":"s","phase":"running","output":null,"invocation":null,
+            "start_count":1,"since_ns":null,"backoff_num":0,"backoff_ns":0,
+            "reset_in_ns":null,"running_ns":null,"last_exit":null}"#;
+        let service: CarriedService = serde_json::from_str(text).unwrap();
+        assert!(service.carried().is_none());
     }
 
     #[test]
