@@ -112,10 +112,37 @@ pub fn take_handover_env() -> Option<RawFd> {
     value.to_str()?.parse().ok().filter(|fd| *fd >= 0)
 }
 
+/// Opens the program this process runs, close-on-exec: the very file its image was loaded
+/// from, which [`exec_image`] executes again even once it is deleted or replaced on disk.
+pub fn open_own_image() -> io::Result<OwnedFd> {
+    std::fs::File::open("/proc/self/exe").map(OwnedFd::from)
+}
+
+/// What [`exec`] and [`exec_image`] execute.
+enum Program<'a> {
+    Path(&'a Path),
+    /// An open file, executed with `execveat(fd, "", ..., AT_EMPTY_PATH)`.
+    Image(RawFd),
+}
+
 /// Replaces the program of this process with `program`, run with `args` (its `argv`, the
 /// first one included) and `env`. Returns only when `execve` fails, with its error; the
 /// process is then unchanged.
 pub fn exec(program: &Path, args: &[OsString], env: &[(OsString, OsString)]) -> io::Error {
+    exec_program(Program::Path(program), args, env)
+}
+
+/// [`exec`] of the executable open as `image` (see [`open_own_image`]). The file must be a
+/// binary, not a script: a script's interpreter could not open a close-on-exec descriptor.
+pub fn exec_image(image: RawFd, args: &[OsString], env: &[(OsString, OsString)]) -> io::Error {
+    exec_program(Program::Image(image), args, env)
+}
+
+fn exec_program(
+    program: Program<'_>,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+) -> io::Error {
     let cstring = |bytes: &[u8]| {
         CString::new(bytes).map_err(|_| {
             io::Error::new(
@@ -124,8 +151,15 @@ pub fn exec(program: &Path, args: &[OsString], env: &[(OsString, OsString)]) -> 
             )
         })
     };
+    let image = match program {
+        Program::Image(fd) => Some(fd),
+        Program::Path(_) => None,
+    };
     let prepared = (|| {
-        let program = cstring(program.as_os_str().as_bytes())?;
+        let program = match program {
+            Program::Path(path) => cstring(path.as_os_str().as_bytes())?,
+            Program::Image(_) => CString::default(),
+        };
         let args = args
             .iter()
             .map(|a| cstring(a.as_bytes()))
@@ -164,7 +198,22 @@ pub fn exec(program: &Path, args: &[OsString], env: &[(OsString, OsString)]) -> 
     );
     // SAFETY: every pointer is to a NUL-terminated string that lives until the call returns,
     // and both arrays end with a null pointer. On success the call does not return.
-    unsafe { libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    match image {
+        // SAFETY: as above; the empty path names the open file itself (AT_EMPTY_PATH). The
+        // system call, not the C library's wrapper, which some C libraries lack.
+        Some(fd) => unsafe {
+            libc::syscall(
+                libc::SYS_execveat,
+                fd,
+                program.as_ptr(),
+                argv.as_ptr(),
+                envp.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            )
+        },
+        // SAFETY: as above.
+        None => unsafe { libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr()) as _ },
+    };
     let error = io::Error::last_os_error();
     if blocked.is_ok() {
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old_mask), None);
@@ -210,5 +259,23 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         let e = exec(Path::new("/bin/sh\0x"), &[], &[]);
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn a_failed_exec_of_an_image_returns_its_error() {
+        let image = open_own_image().unwrap();
+        assert!(
+            !is_inherited(image.as_raw_fd()).unwrap(),
+            "opened close-on-exec"
+        );
+        // A memory file holding no program: the kernel refuses its format.
+        let text = handover_file(b"not a program").unwrap();
+        let e = exec_image(text.as_raw_fd(), &[OsString::from("x")], &[]);
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::ENOEXEC | libc::EACCES)),
+            "{e}"
+        );
+        let e = exec_image(-1, &[OsString::from("x")], &[]);
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF));
     }
 }

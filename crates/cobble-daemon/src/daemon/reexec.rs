@@ -45,6 +45,17 @@
 //!    and the state) but neither ends leftovers nor autostarts, follows the services from
 //!    where their machines stood, serves the listeners it was handed, and answers the waiting
 //!    client on its connection with both versions.
+//!
+//! **After a panic** of one of the daemon's watched tasks (see `Managers` in the daemon's
+//! module), the daemon re-executes itself the same way ([`Cause::Panicked`]), with no client
+//! waiting: the program it runs now, executed through a descriptor opened on
+//! `/proc/self/exe` at start-up (`execveat`), which names the very file the running image was
+//! loaded from even once the path on disk was replaced or removed; so no probe is needed, and
+//! a panic never turns into an upgrade nobody asked for. The handover carries the times of
+//! the recent panics: the [`PANIC_LIMIT`]th within [`PANIC_WINDOW`] ends the daemon as before
+//! (its services stopped, exit code 1), as does a panic of the service manager, which alone
+//! could hand the services over, or any refusal of the steps above. A state persister that
+//! panicked has its last write made by a new one.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -79,6 +90,12 @@ pub(crate) const CHANGE_WAIT: Duration = Duration::from_secs(10);
 const CHECK_CHANGES: &[&str] = &["perform-check", "recover-check"];
 /// How long the listeners' connections have to finish their requests.
 pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(5);
+
+/// How many panics of the daemon's managers within [`PANIC_WINDOW`] end the daemon (its
+/// services stopped) instead of re-executing it once more: a crash loop.
+pub(crate) const PANIC_LIMIT: usize = 3;
+/// See [`PANIC_LIMIT`].
+pub(crate) const PANIC_WINDOW: Duration = Duration::from_secs(60);
 
 /// What `cobble __reexec-probe` prints: this build's version and the formats it reads.
 #[derive(Debug, Serialize, Deserialize)]
@@ -128,6 +145,10 @@ pub(crate) struct Handover {
     /// The running services.
     #[serde(default)]
     pub services: Vec<CarriedService>,
+    /// When the daemon's managers panicked lately (nanoseconds since the epoch), each panic
+    /// having re-executed the daemon: counted towards [`PANIC_LIMIT`].
+    #[serde(default)]
+    pub panics: Vec<i128>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
@@ -554,17 +575,28 @@ pub(crate) fn reply_bytes(result: &cobble_client::types::ReexecResult) -> Vec<u8
     bytes
 }
 
-/// Carries out a re-execution asked for by `ask`; returns only when the daemon did not
-/// re-execute, with why, having put everything back as it was.
+/// Why the daemon re-executes.
+#[derive(Clone, Copy)]
+pub(super) enum Cause<'a> {
+    /// A client asked, and waits for the answer.
+    Asked(&'a crate::api::reexec::ReexecAsk),
+    /// One of its managers panicked: the program running now starts again, keeping the
+    /// services, with no client waiting. The times of its recent panics, this one's included
+    /// (see [`PANIC_LIMIT`]).
+    Panicked(&'a [i128]),
+}
+
+/// Carries out a re-execution for `cause`; returns only when the daemon did not re-execute,
+/// with why, having put everything back as it was.
 pub(super) async fn reexec_now(
     opts: &crate::RunOptions,
     kept: &super::Kept,
     daemon: &mut super::Daemon,
     servers: &mut super::Servers,
     stop_signals: &mut super::StopSignals,
-    ask: &crate::api::reexec::ReexecAsk,
+    cause: Cause<'_>,
 ) -> (ApiError, Option<i32>) {
-    let refused = reexec_checked(opts, kept, daemon, servers, stop_signals, ask).await;
+    let refused = reexec_checked(opts, kept, daemon, servers, stop_signals, cause).await;
     match refused {
         Ok(never) => match never {},
         Err(refused) => refused,
@@ -578,7 +610,7 @@ async fn reexec_checked(
     daemon: &mut super::Daemon,
     servers: &mut super::Servers,
     stop_signals: &mut super::StopSignals,
-    ask: &crate::api::reexec::ReexecAsk,
+    cause: Cause<'_>,
 ) -> Result<std::convert::Infallible, (ApiError, Option<i32>)> {
     let refuse = |e: ApiError| (e, None);
     if kept.embedded {
@@ -592,13 +624,26 @@ async fn reexec_checked(
              program",
         )));
     }
-    let binary = match resolve(&ask.binary) {
+    // After a panic, the image running now, which needs no probe; else the binary asked
+    // for (or the own binary as it is on disk now, which may be a newer build).
+    let image = match cause {
+        Cause::Panicked(_) => kept.image.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
+        Cause::Asked(_) => None,
+    };
+    let binary = match (cause, image) {
+        (Cause::Asked(ask), _) => resolve(&ask.binary),
+        (Cause::Panicked(_), _) => resolve(""),
+    };
+    let binary = match binary {
         Ok(binary) => binary,
         Err(e) => return Err(refuse(e)),
     };
-    let version = match probe(&binary, &opts.pebble_dir).await {
-        Ok(version) => version,
-        Err(e) => return Err(refuse(e)),
+    let version = match image {
+        Some(_) => crate::VERSION.to_owned(),
+        None => match probe(&binary, &opts.pebble_dir).await {
+            Ok(version) => version,
+            Err(e) => return Err(refuse(e)),
+        },
     };
     if let Err(e) = wait_for_changes(&daemon.store).await {
         return Err(refuse(e));
@@ -659,9 +704,20 @@ async fn reexec_checked(
     let logs = carried_logs(daemon).await;
     // The state goes through the state file: written whole, and nothing written after.
     daemon.persist_stop.cancel();
-    if let Some(persister) = daemon.managers.take_persister() {
-        let _ = persister.await;
-    }
+    let written = match daemon.managers.take_persister() {
+        Some(persister) => {
+            let _ = persister.await;
+            Ok(())
+        }
+        // It panicked: the state is written as it would have written it.
+        None => crate::state::Persister::new(daemon.store.clone(), daemon.state_path.clone())
+            .flush()
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                ApiError::internal(format!("cannot re-execute: cannot write state file: {e}"))
+            }),
+    };
     let log_files = daemon.log_files.clone();
     let _ = tokio::task::spawn_blocking(move || {
         log_files.flush(FLUSH_WAIT);
@@ -674,9 +730,36 @@ async fn reexec_checked(
         code = stop_signals.wait(&mut daemon.shutdown_requests) => Some(code),
         () = std::future::ready(()) => None,
     };
-    let error = match stop {
-        Some(_) => ApiError::internal("cannot re-execute: the daemon is stopping"),
-        None => exec_into(&binary, &version, kept, &listeners, ask, logs, services).await,
+    let (reply, panics) = match cause {
+        Cause::Asked(ask) => (
+            Some(Reply {
+                fd: ask.connection,
+                binary: binary.to_string_lossy().into_owned(),
+                asked_ns: ask.asked.as_nanosecond(),
+                uid: ask.uid,
+                pid: ask.pid,
+            }),
+            Vec::new(),
+        ),
+        Cause::Panicked(panics) => (None, panics.to_vec()),
+    };
+    let error = match (stop, written) {
+        (Some(_), _) => ApiError::internal("cannot re-execute: the daemon is stopping"),
+        (None, Err(e)) => e,
+        (None, Ok(())) => {
+            let target = Target {
+                binary: &binary,
+                image,
+                version: &version,
+            };
+            let handed = Handed {
+                reply,
+                logs,
+                services,
+                panics,
+            };
+            exec_into(target, kept, &listeners, handed).await
+        }
     };
     // Still here: everything goes back as it was.
     daemon.services.resume(detached);
@@ -688,18 +771,44 @@ async fn reexec_checked(
 /// How long the logs' queues may take to be written before the exec.
 const FLUSH_WAIT: Duration = Duration::from_secs(1);
 
-/// Writes the handover document, keeps the descriptors it names across `execve` and
-/// executes `binary`; returns only if that fails, with the descriptors' flags set back.
-async fn exec_into(
-    binary: &Path,
-    version: &str,
-    kept: &super::Kept,
-    listeners: &super::Listeners,
-    ask: &crate::api::reexec::ReexecAsk,
+/// The program a re-execution runs.
+struct Target<'a> {
+    /// Its path.
+    binary: &'a Path,
+    /// The open file executed instead of the path (the image running now).
+    image: Option<RawFd>,
+    /// Its version.
+    version: &'a str,
+}
+
+/// What the handover document carries besides the descriptors.
+struct Handed {
+    reply: Option<Reply>,
     logs: Vec<CarriedLog>,
     services: Vec<CarriedService>,
+    panics: Vec<i128>,
+}
+
+/// Writes the handover document, keeps the descriptors it names across `execve` and
+/// executes the target; returns only if that fails, with the descriptors' flags set back.
+async fn exec_into(
+    target: Target<'_>,
+    kept: &super::Kept,
+    listeners: &super::Listeners,
+    handed: Handed,
 ) -> ApiError {
     use std::os::fd::AsRawFd;
+    let Target {
+        binary,
+        image,
+        version,
+    } = target;
+    let Handed {
+        reply,
+        logs,
+        services,
+        panics,
+    } = handed;
     let handover = Handover {
         format: FORMAT,
         old_version: crate::VERSION.to_owned(),
@@ -708,15 +817,10 @@ async fn exec_into(
         unix: listeners.unix.as_raw_fd(),
         http: listeners.http.as_ref().map(AsRawFd::as_raw_fd),
         https: listeners.https.as_ref().map(AsRawFd::as_raw_fd),
-        reply: Some(Reply {
-            fd: ask.connection,
-            binary: binary.to_string_lossy().into_owned(),
-            asked_ns: ask.asked.as_nanosecond(),
-            uid: ask.uid,
-            pid: ask.pid,
-        }),
+        reply,
         logs,
         services,
+        panics,
         rest: BTreeMap::new(),
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
@@ -736,7 +840,8 @@ async fn exec_into(
             ));
         }
     };
-    let mut kept_fds = vec![handover.lock, handover.unix, ask.connection];
+    let mut kept_fds = vec![handover.lock, handover.unix];
+    kept_fds.extend(handover.reply.as_ref().map(|r| r.fd));
     kept_fds.extend(handover.http);
     kept_fds.extend(handover.https);
     kept_fds.extend(handover.services.iter().filter_map(|s| s.output));
@@ -764,7 +869,10 @@ async fn exec_into(
             tokio::task::spawn_blocking(move || {
                 // Nothing of the daemon's own log may be lost with the exec.
                 crate::daemon_log::flush_all(FLUSH_WAIT);
-                cobble_sys::reexec::exec(&binary, &own_args(), &env)
+                match image {
+                    Some(image) => cobble_sys::reexec::exec_image(image, &own_args(), &env),
+                    None => cobble_sys::reexec::exec(&binary, &own_args(), &env),
+                }
             })
             .await
             .map_or_else(|e| e.to_string(), |e| cobble_sys::os_error_text(&e))
@@ -796,6 +904,34 @@ fn injected_fault(binary: &Path) -> PathBuf {
     binary.to_owned()
 }
 
+/// In debug builds, with `COBBLE_TEST_FAULTS=1` in the daemon's environment, `task` (the
+/// state persister's) panics on SIGUSR2, so that tests see a manager panic. The signal is
+/// caught from this call on, before the task first runs. Release builds have no such path.
+#[cfg(debug_assertions)]
+pub(super) fn injected_panic(
+    task: impl Future<Output = ()> + Send + 'static,
+) -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let fault = std::env::var_os("COBBLE_TEST_FAULTS")
+        .is_some()
+        .then(|| signal(SignalKind::user_defined2()).ok())
+        .flatten();
+    async move {
+        match fault {
+            Some(mut fault) => tokio::select! {
+                () = task => {}
+                _ = fault.recv() => panic!("injected fault (SIGUSR2)"),
+            },
+            None => task.await,
+        }
+    }
+}
+
+#[cfg(not(debug_assertions))]
+pub(super) fn injected_panic<F: Future<Output = ()>>(task: F) -> F {
+    task
+}
+
 /// Starts a persister again after a re-execution that did not happen.
 fn restart_persister(daemon: &mut super::Daemon) {
     daemon.persist_stop = daemon.cancel.child_token();
@@ -804,12 +940,12 @@ fn restart_persister(daemon: &mut super::Daemon) {
     let stop = daemon.persist_stop.clone();
     daemon.managers.watch(
         super::Manager::Persister,
-        tokio::spawn(async move {
+        tokio::spawn(injected_panic(async move {
             if let Err(e) = persister.flush().await {
                 tracing::warn!("Cannot write state file: {e}");
             }
             persister.run(stop).await;
-        }),
+        })),
     );
 }
 

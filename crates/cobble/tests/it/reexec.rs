@@ -684,3 +684,120 @@ fn a_completed_oneshot_refuses_until_it_is_stopped() {
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// Makes the daemon's state persister panic (see the daemon's fault hook).
+fn inject_panic(daemon: &Daemon) {
+    let pid = nix::unistd::Pid::from_raw(daemon.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGUSR2).expect("signal the daemon");
+}
+
+/// How many times the daemon's log holds `text`.
+fn count_in_log(daemon: &Daemon, text: &str) -> usize {
+    daemon.log().matches(text).count()
+}
+
+#[test]
+fn a_panic_re_executes_the_daemon_and_keeps_the_services() {
+    let d = Daemon::start_with_env(
+        &[("001-base", LAYER)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["s"]);
+    Test::daemon(&d)
+        .args(&["notify", "example.com/before", "k=v"])
+        .any_stdout()
+        .run();
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let before = visible_state(&d);
+    let boot = boot_id(&d);
+    inject_panic(&d);
+    wait_for("the re-execution", DEADLINE, || {
+        count_in_log(&d, "Re-executed daemon: cobble") == 1
+    });
+    let log = d.log();
+    assert!(
+        log.contains(
+            "The state persister stopped: panic at crates/cobble-daemon/src/daemon/reexec.rs:"
+        ),
+        "{log}"
+    );
+    assert!(log.contains(": injected fault (SIGUSR2)\n"), "{log}");
+    assert!(
+        log.contains("Re-executing daemon after a panic, keeping its services."),
+        "{log}"
+    );
+    assert!(!log.contains("Cannot continue"), "{log}");
+    // The same process, the same services, the same state.
+    assert!(crate::fixture::running(d.pid()));
+    assert_eq!(children(&d), pids);
+    assert_eq!(service(&d, "s").current, "active");
+    assert_eq!(visible_state(&d), before);
+    assert_eq!(boot_id(&d), boot);
+    // The new program writes the state as any daemon does.
+    act(&d, "stop", &["s"]);
+    assert!(children(&d).is_empty());
+}
+
+#[test]
+fn three_panics_in_a_minute_end_the_daemon_with_its_services() {
+    let mut d = Daemon::start_with_env(
+        &[("001-base", LAYER)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    for n in 1..=2 {
+        inject_panic(&d);
+        wait_for("the re-execution", DEADLINE, || {
+            count_in_log(&d, "Re-executed daemon: cobble") == n
+        });
+        assert_eq!(children(&d), pids);
+    }
+    inject_panic(&d);
+    let code = d.wait_exit(DEADLINE);
+    assert_eq!(code, Some(1), "{}", d.log());
+    let log = d.log();
+    assert!(
+        log.contains(
+            "Cannot continue: the state persister stopped: 3 panics within 60s; stopping services"
+        ),
+        "{log}"
+    );
+    assert_eq!(count_in_log(&d, "Re-executed daemon: cobble"), 2, "{log}");
+    assert!(!crate::fixture::running(pids[0]), "the service was stopped");
+}
+
+#[test]
+fn a_panic_with_what_cannot_be_handed_over_ends_the_daemon_saying_why() {
+    let mut d = Daemon::start_with_env(
+        &[(
+            "001-base",
+            "services:\n  s:\n    override: replace\n    command: sleep 1000\n    requires-paths: [/]\n",
+        )],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    inject_panic(&d);
+    assert_eq!(d.wait_exit(DEADLINE), Some(1), "{}", d.log());
+    let log = d.log();
+    assert!(
+        log.contains(
+            "Cannot continue: the state persister stopped: cannot re-execute: service \"s\" is \
+             running with requires-paths"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("Re-executed daemon"), "{log}");
+    assert!(!crate::fixture::running(pids[0]), "the service was stopped");
+}
+
+/// How long a re-execution after a panic may take to be seen: the product's bound on a
+/// re-execution (the drain and the change wait) with room.
+const DEADLINE: Duration = Duration::from_secs(60);
