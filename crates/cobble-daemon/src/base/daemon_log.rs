@@ -167,6 +167,9 @@ pub(crate) fn init(debug: bool, silent: bool) {
         {
             *last = Some(location.to_string());
         }
+        // A new program that panics before it has taken over executes back into its
+        // predecessor.
+        crate::daemon::reexec::on_panic(info);
     }));
 }
 

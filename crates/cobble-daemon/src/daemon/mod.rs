@@ -176,9 +176,13 @@ pub(crate) async fn run(
     } else {
         None
     };
-    // What a predecessor handed over, when this program was re-executed into.
+    // What a predecessor handed over, when this program was re-executed into. Until it has
+    // taken over, it can execute back into the predecessor (see `reexec::fall_back`).
     let mut handover = match opts.handover_fd {
-        Some(fd) => Some(reexec::read(fd).map_err(DaemonError::Handover)?),
+        Some(fd) => {
+            reexec::arm_fallback(fd);
+            Some(reexec::read(fd).map_err(DaemonError::Handover)?)
+        }
         None => None,
     };
     // The program running now, which a panic re-executes even once its file is replaced.
@@ -230,15 +234,31 @@ pub(crate) async fn run(
             .carry_logs(logs.into_iter().map(reexec::CarriedLog::entries).collect())
             .await;
     }
-    reexec::adopt_services(&daemon, carried).await;
     let listening = listen(&opts, written, &mut daemon, handover.as_ref()).await?;
+    reexec::injected_takeover_fault(handover.as_ref().and_then(|h| h.reply.as_ref()))
+        .map_err(DaemonError::Handover)?;
+    // Last, once nothing else can fail: from here on the services' output is read, and
+    // what is read is this program's.
+    reexec::adopt_services(&daemon, carried).await;
+    // Taken over: a failure from now on is this program's.
+    reexec::disarm_fallback();
     let reply = handover.as_mut().and_then(|h| h.reply.take());
     if let Some(handover) = &handover {
-        tracing::info!(
-            "Re-executed daemon: cobble {} (was {}).",
-            crate::VERSION,
-            handover.old_version
-        );
+        match cobble_sys::reexec::takeover_failure() {
+            Some(why) => {
+                let binary = reply.as_ref().map_or("", |r| r.binary.as_str());
+                tracing::info!(
+                    "{}; cobble {} took over again.",
+                    reexec::takeover_failed(binary, why),
+                    crate::VERSION
+                );
+            }
+            None => tracing::info!(
+                "Re-executed daemon: cobble {} (was {}).",
+                crate::VERSION,
+                handover.old_version
+            ),
+        }
     } else {
         // Logged before the first request is served, as Pebble logs them before it serves: a
         // client that has connected sees its request's line after these.

@@ -586,6 +586,36 @@ pub(super) enum Cause<'a> {
     Panicked(&'a [i128]),
 }
 
+/// The error of a re-execution into `binary` whose new program did not take over, for `why`.
+pub(super) fn takeover_failed(binary: &str, why: &str) -> String {
+    format!(
+        "cannot re-execute {}: the new program did not take over: {why}",
+        cobble_plan::go_quote(binary)
+    )
+}
+
+/// An error answer for the client that asked for the re-execution, as [`reply_bytes`]
+/// writes a result: a 500 whose connection closes.
+fn error_bytes(message: &str) -> Vec<u8> {
+    let body = serde_json::to_vec(&cobble_client::types::Envelope {
+        kind: "error".into(),
+        status_code: 500,
+        status: "Internal Server Error".into(),
+        change: None,
+        result: serde_json::json!({ "message": message }),
+        latest_warning: None,
+    })
+    .expect("responses serialise");
+    let mut bytes = format!(
+        "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
 /// Carries out a re-execution for `cause`; returns only when the daemon did not re-execute,
 /// with why, having put everything back as it was.
 pub(super) async fn reexec_now(
@@ -846,6 +876,10 @@ async fn exec_into(
     kept_fds.extend(handover.https);
     kept_fds.extend(handover.services.iter().filter_map(|s| s.output));
     kept_fds.push(document.as_raw_fd());
+    // The program running now, for the new one to execute back into should it fail to take
+    // over.
+    let previous = kept.image.as_ref().map(AsRawFd::as_raw_fd);
+    kept_fds.extend(previous);
     let mut inherited = Vec::new();
     let mut failed = None;
     for fd in kept_fds {
@@ -865,7 +899,13 @@ async fn exec_into(
                 binary.display()
             );
             let binary = injected_fault(binary);
-            let env = environment(document.as_raw_fd());
+            let mut env = environment(document.as_raw_fd());
+            if let Some(previous) = previous {
+                env.push((
+                    cobble_sys::reexec::PREVIOUS_IMAGE_ENV.into(),
+                    previous.to_string().into(),
+                ));
+            }
             tokio::task::spawn_blocking(move || {
                 // Nothing of the daemon's own log may be lost with the exec.
                 crate::daemon_log::flush_all(FLUSH_WAIT);
@@ -1037,6 +1077,8 @@ async fn blockers(opts: &crate::RunOptions, daemon: &super::Daemon) -> Vec<Strin
 }
 
 /// Answers the client that asked for the re-execution, on the connection handed over.
+///
+/// A program executed back into by a new one that failed to take over answers with why.
 pub(super) fn answer_reexec(reply: Reply, old_version: Option<String>) {
     let result = cobble_client::types::ReexecResult {
         old_version: old_version.unwrap_or_default(),
@@ -1044,7 +1086,10 @@ pub(super) fn answer_reexec(reply: Reply, old_version: Option<String>) {
         binary: reply.binary.clone(),
         pid: std::process::id(),
     };
-    let bytes = reply_bytes(&result);
+    let (bytes, status) = match cobble_sys::reexec::takeover_failure() {
+        Some(why) => (error_bytes(&takeover_failed(&reply.binary, why)), 500),
+        None => (reply_bytes(&result), 200),
+    };
     tokio::task::spawn_blocking(move || {
         use std::io::Write;
         let stream = match cobble_sys::reexec::adopt(reply.fd) {
@@ -1066,7 +1111,7 @@ pub(super) fn answer_reexec(reply: Reply, old_version: Option<String>) {
             method: axum::http::Method::POST,
             target: "/v1/cobble/reexec".into(),
             elapsed: now.duration_since(asked).unsigned_abs(),
-            status: 200,
+            status,
             transport: crate::api::Transport::Unix.as_str(),
             remote: crate::daemon_log::Remote::Unix {
                 pid: reply.pid,
@@ -1077,6 +1122,128 @@ pub(super) fn answer_reexec(reply: Reply, old_version: Option<String>) {
             tracing::warn!("Cannot answer the re-execution's client: {e}");
         }
     });
+}
+
+/// What a new program needs to execute back into its predecessor, until it has taken over.
+struct Fallback {
+    /// The predecessor's program, open.
+    image: std::os::fd::OwnedFd,
+    /// The handover document's descriptor.
+    document: RawFd,
+    /// Every descriptor handed over, as it was handed.
+    reserve: cobble_sys::reexec::Reserve,
+}
+
+static FALLBACK: std::sync::Mutex<Option<Fallback>> = std::sync::Mutex::new(None);
+
+/// Readies the new program, handed `document` by a predecessor that kept its own program
+/// open for it, to execute back into that program should it fail to take over (see
+/// [`fall_back`]): before anything reads or adopts what was handed over.
+pub(super) fn arm_fallback(document: RawFd) {
+    let Some(previous) = cobble_sys::reexec::previous_image() else {
+        return;
+    };
+    let image = match cobble_sys::reexec::adopt(previous) {
+        Ok(image) => image,
+        Err(e) => {
+            tracing::warn!("Cannot keep the previous program to fall back to: {e}");
+            return;
+        }
+    };
+    match cobble_sys::reexec::Reserve::take(&[]) {
+        Ok(reserve) => {
+            if let Ok(mut fallback) = FALLBACK.lock() {
+                *fallback = Some(Fallback {
+                    image,
+                    document,
+                    reserve,
+                });
+            }
+        }
+        Err(e) => tracing::warn!("Cannot keep the handed-over descriptors to fall back: {e}"),
+    }
+}
+
+/// The new program has taken over: nothing falls back any more.
+pub(super) fn disarm_fallback() {
+    if let Ok(mut fallback) = FALLBACK.lock() {
+        fallback.take();
+    }
+}
+
+/// A new program that failed to take over, for `why`, executes back into its predecessor
+/// with the handover it was given, every descriptor as it was handed; the predecessor takes
+/// over as a new program would and answers the waiting client with `why`. Returns only when
+/// nothing is armed (see [`arm_fallback`]) or that `execve` fails.
+pub(crate) fn fall_back(why: &str) {
+    let Some(fallback) = FALLBACK.try_lock().ok().and_then(|mut f| f.take()) else {
+        return;
+    };
+    use std::os::fd::AsRawFd;
+    tracing::error!("Cannot take over: {why}; executing the previous program again.");
+    let restored = fallback
+        .reserve
+        .restore()
+        .and_then(|()| cobble_sys::reexec::Reserve::rewind(fallback.document));
+    if let Err(e) = restored {
+        tracing::error!("Cannot execute the previous program again: {e}");
+        return;
+    }
+    let mut env = environment(fallback.document);
+    env.push((
+        cobble_sys::reexec::TAKEOVER_FAILED_ENV.into(),
+        why.replace('\0', " ").into(),
+    ));
+    crate::daemon_log::flush_all(FLUSH_WAIT);
+    let e = cobble_sys::reexec::exec_image(fallback.image.as_raw_fd(), &own_args(), &env);
+    tracing::error!(
+        "Cannot execute the previous program again: {}",
+        cobble_sys::os_error_text(&e)
+    );
+}
+
+/// Called by the panic hook: a panic while the new program takes over executes back into
+/// the predecessor (see [`fall_back`]).
+pub(crate) fn on_panic(info: &std::panic::PanicHookInfo<'_>) {
+    let armed = FALLBACK.try_lock().is_ok_and(|f| f.is_some());
+    if !armed {
+        return;
+    }
+    let payload = info
+        .payload()
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| info.payload().downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned());
+    let at = info
+        .location()
+        .map(|l| format!(" at {l}"))
+        .unwrap_or_default();
+    fall_back(&format!("it panicked{at}: {payload}"));
+}
+
+/// In debug builds, with `COBBLE_TEST_FAULTS=1` in the daemon's environment, a new program
+/// asked for as a binary named `takeover-fails` fails to take over once it has adopted
+/// everything but the services, and one named `takeover-panics` panics there; one executed back
+/// into does not. Release builds have no such path.
+#[cfg(debug_assertions)]
+pub(super) fn injected_takeover_fault(reply: Option<&Reply>) -> Result<(), String> {
+    if std::env::var_os("COBBLE_TEST_FAULTS").is_none()
+        || cobble_sys::reexec::takeover_failure().is_some()
+    {
+        return Ok(());
+    }
+    let name = reply.and_then(|r| Path::new(&r.binary).file_name().map(|n| n.to_owned()));
+    match name.as_ref().and_then(|n| n.to_str()) {
+        Some("takeover-fails") => Err("injected fault".to_owned()),
+        Some("takeover-panics") => panic!("injected fault (take-over)"),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(not(debug_assertions))]
+pub(super) fn injected_takeover_fault(_: Option<&Reply>) -> Result<(), String> {
+    Ok(())
 }
 
 #[cfg(test)]

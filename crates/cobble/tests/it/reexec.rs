@@ -798,6 +798,72 @@ fn a_panic_with_what_cannot_be_handed_over_ends_the_daemon_saying_why() {
     assert!(!crate::fixture::running(pids[0]), "the service was stopped");
 }
 
+/// A new program that fails to take over (`takeover-fails`: with an error, `takeover-panics`:
+/// with a panic, once it has adopted everything and serves; see the daemon's fault hook)
+/// executes back into the old one, which takes over again and answers with why.
+#[test]
+fn a_new_program_that_fails_to_take_over_leaves_the_old_one_in_charge() {
+    let d = Daemon::start_with_env(
+        &[("001-base", NUMBERED)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["n"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let before = visible_state(&d);
+    let boot = boot_id(&d);
+    let cases = [
+        ("takeover-fails", "injected fault"),
+        (
+            "takeover-panics",
+            "it panicked at crates/cobble-daemon/src/daemon/reexec.rs:",
+        ),
+    ];
+    for (n, (name, why)) in cases.into_iter().enumerate() {
+        let failing = script(d.scratch(), name, &format!("exec {COBBLE} \"$@\""));
+        let (code, stdout, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+        assert_eq!(code, 1, "{stdout}");
+        let expected = format!(
+            "error: cannot re-execute \"{}\": the new program did not take over: {why}",
+            failing.display()
+        );
+        assert!(stderr.starts_with(&expected), "{stderr}\n{}", d.log());
+        // The old program is in charge again: the same process and image, the same
+        // services and state, answering.
+        assert!(crate::fixture::running(d.pid()));
+        assert_eq!(
+            std::fs::read_link(format!("/proc/{}/exe", d.pid())).unwrap(),
+            Path::new(COBBLE)
+        );
+        assert_eq!(children(&d), pids);
+        assert_eq!(service(&d, "n").current, "active");
+        assert_eq!(visible_state(&d), before);
+        assert_eq!(boot_id(&d), boot);
+        assert_eq!(count_in_log(&d, "the new program did not take over"), n + 1);
+        assert_eq!(
+            count_in_log(&d, "; executing the previous program again."),
+            n + 1
+        );
+    }
+    // Every line of the service's output, once, across both.
+    let logs = || all_logs(&d, "n");
+    wait_for("the service's last line", DEADLINE, || {
+        logs().contains("[n] n 2000\n")
+    });
+    let numbers: Vec<u32> = logs()
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(numbers, (1..=2000).collect::<Vec<_>>());
+    // And a re-execution after it works, as does the supervision.
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids);
+    let change = act(&d, "stop", &["n"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+}
+
 /// How long a re-execution after a panic may take to be seen: the product's bound on a
 /// re-execution (the drain and the change wait) with room.
 const DEADLINE: Duration = Duration::from_secs(60);
