@@ -46,6 +46,20 @@
 //!    where their machines stood, serves the listeners it was handed, and answers the waiting
 //!    client on its connection with both versions.
 //!
+//! **A new program that fails to take over** (it cannot read the document or adopt a
+//! descriptor, a start-up step fails, or it panics, before it follows the services) executes
+//! back into the old program ([`fall_back`]): the old program keeps a descriptor on its own
+//! image (opened on `/proc/self/exe` at start-up) across the exec, named by
+//! [`cobble_sys::reexec::PREVIOUS_IMAGE_ENV`]; the new one, first thing, copies every
+//! descriptor it was handed ([`cobble_sys::reexec::Reserve`]), so that whatever it has
+//! adopted or closed since, it can put each back under its number, rewind the document and
+//! execute the old image with it, telling it why in
+//! [`cobble_sys::reexec::TAKEOVER_FAILED_ENV`]. The old program takes over as a new one does
+//! and answers the waiting client with that error. The services' output readers start last,
+//! once nothing else can fail, so that no line is read by a program that then gives up. A
+//! crash by a signal (`SIGSEGV`) cannot be caught: it ends the process; the probe (step 1)
+//! is what catches a binary that crashes at once.
+//!
 //! **After a panic** of one of the daemon's watched tasks (see `Managers` in the daemon's
 //! module), the daemon re-executes itself the same way ([`Cause::Panicked`]), with no client
 //! waiting: the program it runs now, executed through a descriptor opened on
