@@ -246,7 +246,14 @@ pub(crate) async fn run(
     if let Some(handover) = &handover {
         match cobble_sys::reexec::takeover_failure() {
             Some(why) => {
-                let binary = reply.as_ref().map_or("", |r| r.binary.as_str());
+                // No client waits after a panic: the daemon's own program was executed.
+                let own = reexec::own_binary().map(|b| b.to_string_lossy().into_owned());
+                let binary = reply
+                    .as_ref()
+                    .map(|r| r.binary.clone())
+                    .or(own)
+                    .unwrap_or_default();
+                let binary = binary.as_str();
                 tracing::info!(
                     "{}; cobble {} took over again.",
                     reexec::takeover_failed(binary, why),

@@ -741,6 +741,36 @@ fn a_panic_re_executes_the_daemon_and_keeps_the_services() {
 }
 
 #[test]
+fn a_panic_re_executes_the_program_running_even_once_replaced_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("cobble");
+    std::fs::copy(COBBLE, &copy).unwrap();
+    let d = Daemon::start_as(
+        &copy,
+        &[("001-base", LAYER)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    // An upgrade in progress replaced the file, here with what could not take over.
+    std::fs::remove_file(&copy).unwrap();
+    script(dir.path(), "cobble", "exit 1");
+    inject_panic(&d);
+    wait_for("the re-execution", DEADLINE, || {
+        count_in_log(&d, "Re-executed daemon: cobble") == 1
+    });
+    assert_eq!(children(&d), pids);
+    assert_eq!(service(&d, "s").current, "active");
+    // The very file it ran, which is no longer on disk.
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{}/exe", d.pid())).unwrap(),
+        PathBuf::from(format!("{} (deleted)", copy.display()))
+    );
+}
+
+#[test]
 fn three_panics_in_a_minute_end_the_daemon_with_its_services() {
     let mut d = Daemon::start_with_env(
         &[("001-base", LAYER)],
