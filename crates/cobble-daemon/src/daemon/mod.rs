@@ -1033,7 +1033,13 @@ async fn shut_down(daemon: Daemon, servers: Servers, supervisor_alive: bool) {
     // Each connection answers the request in progress, within a bound.
     let _ = tokio::time::timeout(Duration::from_secs(1), servers.open.at_most(0)).await;
     drop(listeners);
-    daemon.managers.wait_persister().await;
+    let (store, state_path) = (daemon.store.clone(), daemon.state_path.clone());
+    if !daemon.managers.wait_persister().await {
+        // It panicked: the state is written one last time as it would have written it.
+        if let Err(e) = Persister::new(store, state_path).flush().await {
+            tracing::warn!("Cannot write state file: {e}");
+        }
+    }
 }
 
 /// The longest kill-delay among services (at least the default), to bound the final stop.
@@ -1072,10 +1078,13 @@ impl std::fmt::Display for Manager {
 #[derive(Default)]
 struct Managers {
     tasks: Vec<(Manager, JoinHandle<()>)>,
+    /// A persister was watched (none is under `PEBBLE_PERSIST=never`).
+    persisted: bool,
 }
 
 impl Managers {
     fn watch(&mut self, name: Manager, task: JoinHandle<()>) {
+        self.persisted |= name == Manager::Persister;
         self.tasks.push((name, task));
     }
 
@@ -1119,12 +1128,16 @@ impl Managers {
     }
 
     /// At shutdown the persister writes the state one last time once cancelled; wait for it.
-    async fn wait_persister(self) {
+    /// False when one was watched and is gone (it ended before, a panic), so that nothing
+    /// wrote the state last.
+    async fn wait_persister(self) -> bool {
+        let mut waited = false;
         for (name, task) in self.tasks {
             if name == Manager::Persister {
-                let _ = task.await;
+                waited = task.await.is_ok();
             }
         }
+        waited || !self.persisted
     }
 }
 

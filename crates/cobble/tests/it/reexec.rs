@@ -799,6 +799,9 @@ fn three_panics_in_a_minute_end_the_daemon_with_its_services() {
     );
     assert_eq!(count_in_log(&d, "Re-executed daemon: cobble"), 2, "{log}");
     assert!(!crate::fixture::running(pids[0]), "the service was stopped");
+    // The persister panicked: the state is written last all the same, with the stop.
+    let state = std::fs::read_to_string(d.pebble_dir().join(".pebble.state")).unwrap();
+    assert!(state.contains("Stop all running services"), "{state}");
 }
 
 #[test]
