@@ -338,7 +338,7 @@ pub(crate) async fn run(
                         reexec::PANIC_WINDOW.as_secs()
                     )
                 } else if !supervisor_alive {
-        "its services cannot be handed over without it".to_owned()
+                    "its services cannot be handed over without it".to_owned()
                 } else {
                     tracing::info!("Re-executing daemon after a panic, keeping its services.");
                     let cause = reexec::Cause::Panicked(&panics);
