@@ -194,6 +194,9 @@ pub fn run_embedded(opts: RunOptions, embedding: Embedding) -> i32 {
     let code = match code {
         Ok(code) => code,
         Err(e) => {
+            // A new program that fails to take over executes back into its predecessor,
+            // every descriptor it was handed still open (see `daemon::reexec::fall_back`).
+            daemon::reexec::fall_back(&e.to_string());
             // Pebble's words, with no `error: ` before them (its `run` prints this itself).
             daemon_log::stderr().text(format!("cannot run daemon: {e}\n").as_bytes());
             1

@@ -25,6 +25,26 @@ use std::path::Path;
 
 /// The environment variable that names the handover document's descriptor.
 pub const HANDOVER_ENV: &str = "COBBLE_HANDOVER_FD";
+/// The environment variable that names a descriptor open on the program that executed this
+/// one: what this one executes back into should it fail to take over.
+pub const PREVIOUS_IMAGE_ENV: &str = "COBBLE_PREVIOUS_IMAGE_FD";
+/// The environment variable that tells a program executed back into why its successor did
+/// not take over.
+pub const TAKEOVER_FAILED_ENV: &str = "COBBLE_TAKEOVER_FAILED";
+
+/// [`PREVIOUS_IMAGE_ENV`] and [`TAKEOVER_FAILED_ENV`], as [`take_handover_env`] found them.
+static TAKEN: std::sync::OnceLock<(Option<RawFd>, Option<String>)> = std::sync::OnceLock::new();
+
+/// The descriptor on the program that executed this one (see [`PREVIOUS_IMAGE_ENV`]).
+pub fn previous_image() -> Option<RawFd> {
+    TAKEN.get().and_then(|t| t.0)
+}
+
+/// Why the program this one executed did not take over, when it executed back into this one
+/// (see [`TAKEOVER_FAILED_ENV`]).
+pub fn takeover_failure() -> Option<&'static str> {
+    TAKEN.get().and_then(|t| t.1.as_deref())
+}
 
 /// Sets or clears `FD_CLOEXEC` on `fd`: inherited means kept across `execve`.
 pub fn set_inherited(fd: RawFd, inherited: bool) -> io::Result<()> {
@@ -101,21 +121,117 @@ pub fn adopt(fd: RawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Takes [`HANDOVER_ENV`] out of the environment and returns the descriptor it named.
+/// Takes [`HANDOVER_ENV`] out of the environment and returns the descriptor it named; takes
+/// [`PREVIOUS_IMAGE_ENV`] and [`TAKEOVER_FAILED_ENV`] out too, for [`previous_image`] and
+/// [`takeover_failure`].
 ///
 /// Call it first thing in `main`, before any thread starts: changing the environment while
 /// another thread may read it is undefined behaviour.
 pub fn take_handover_env() -> Option<RawFd> {
-    let value = std::env::var_os(HANDOVER_ENV)?;
-    // SAFETY: the caller guarantees that no other thread runs yet.
-    unsafe { std::env::remove_var(HANDOVER_ENV) };
-    value.to_str()?.parse().ok().filter(|fd| *fd >= 0)
+    let take = |name: &str| {
+        let value = std::env::var_os(name)?;
+        // SAFETY: the caller guarantees that no other thread runs yet.
+        unsafe { std::env::remove_var(name) };
+        value.into_string().ok()
+    };
+    let fd = |value: Option<String>| value?.parse().ok().filter(|fd: &RawFd| *fd >= 0);
+    let handover = fd(take(HANDOVER_ENV));
+    let previous = fd(take(PREVIOUS_IMAGE_ENV));
+    let failed = take(TAKEOVER_FAILED_ENV);
+    let _ = TAKEN.set((previous.filter(|_| handover.is_some()), failed));
+    handover
+}
+
+/// Copies of the descriptors a program was handed (every descriptor above stderr kept across
+/// `execve`), close-on-exec, which keep what they are open whatever the program does with
+/// the originals: so that it can hand them on, as it got them, to the program it executes
+/// back into when it fails to take over.
+#[derive(Debug)]
+pub struct Reserve {
+    copies: Vec<(RawFd, OwnedFd)>,
+}
+
+impl Reserve {
+    /// Copies every inherited descriptor but those of `except`.
+    pub fn take(except: &[RawFd]) -> io::Result<Reserve> {
+        let mut copies = Vec::new();
+        for entry in std::fs::read_dir("/proc/self/fd")? {
+            let Some(fd) = entry?
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<RawFd>().ok())
+            else {
+                continue;
+            };
+            if fd <= 2 || except.contains(&fd) || !is_inherited(fd).unwrap_or(false) {
+                continue;
+            }
+            // SAFETY: fcntl(2) with F_DUPFD_CLOEXEC makes a new descriptor, owned here.
+            let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if copy < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: `copy` was just made and is owned by nothing else.
+            copies.push((fd, unsafe { OwnedFd::from_raw_fd(copy) }));
+        }
+        Ok(Reserve { copies })
+    }
+
+    /// Puts every copy back under its original number, kept across `execve` (replacing
+    /// whatever the number names now).
+    pub fn restore(&self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        for (fd, copy) in &self.copies {
+            // SAFETY: dup2(2) makes `fd` name what `copy` names; the flag it clears is the
+            // close-on-exec one, as wanted.
+            if unsafe { libc::dup2(copy.as_raw_fd(), *fd) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves `fd`'s offset back to the start (the handover document's, once read).
+    pub fn rewind(fd: RawFd) -> io::Result<()> {
+        // SAFETY: lseek(2) moves the offset of an open file; an invalid one is EBADF.
+        if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Opens the program this process runs, close-on-exec: the very file its image was loaded
+/// from, which [`exec_image`] executes again even once it is deleted or replaced on disk.
+pub fn open_own_image() -> io::Result<OwnedFd> {
+    std::fs::File::open("/proc/self/exe").map(OwnedFd::from)
+}
+
+/// What [`exec`] and [`exec_image`] execute.
+enum Program<'a> {
+    Path(&'a Path),
+    /// An open file, executed with `execveat(fd, "", ..., AT_EMPTY_PATH)`.
+    Image(RawFd),
 }
 
 /// Replaces the program of this process with `program`, run with `args` (its `argv`, the
 /// first one included) and `env`. Returns only when `execve` fails, with its error; the
 /// process is then unchanged.
 pub fn exec(program: &Path, args: &[OsString], env: &[(OsString, OsString)]) -> io::Error {
+    exec_program(Program::Path(program), args, env)
+}
+
+/// [`exec`] of the executable open as `image` (see [`open_own_image`]). The file must be a
+/// binary, not a script: a script's interpreter could not open a close-on-exec descriptor.
+pub fn exec_image(image: RawFd, args: &[OsString], env: &[(OsString, OsString)]) -> io::Error {
+    exec_program(Program::Image(image), args, env)
+}
+
+fn exec_program(
+    program: Program<'_>,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+) -> io::Error {
     let cstring = |bytes: &[u8]| {
         CString::new(bytes).map_err(|_| {
             io::Error::new(
@@ -124,8 +240,15 @@ pub fn exec(program: &Path, args: &[OsString], env: &[(OsString, OsString)]) -> 
             )
         })
     };
+    let image = match program {
+        Program::Image(fd) => Some(fd),
+        Program::Path(_) => None,
+    };
     let prepared = (|| {
-        let program = cstring(program.as_os_str().as_bytes())?;
+        let program = match program {
+            Program::Path(path) => cstring(path.as_os_str().as_bytes())?,
+            Program::Image(_) => CString::default(),
+        };
         let args = args
             .iter()
             .map(|a| cstring(a.as_bytes()))
@@ -164,7 +287,22 @@ pub fn exec(program: &Path, args: &[OsString], env: &[(OsString, OsString)]) -> 
     );
     // SAFETY: every pointer is to a NUL-terminated string that lives until the call returns,
     // and both arrays end with a null pointer. On success the call does not return.
-    unsafe { libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    match image {
+        // SAFETY: as above; the empty path names the open file itself (AT_EMPTY_PATH). The
+        // system call, not the C library's wrapper, which some C libraries lack.
+        Some(fd) => unsafe {
+            libc::syscall(
+                libc::SYS_execveat,
+                fd,
+                program.as_ptr(),
+                argv.as_ptr(),
+                envp.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            )
+        },
+        // SAFETY: as above.
+        None => unsafe { libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr()) as _ },
+    };
     let error = io::Error::last_os_error();
     if blocked.is_ok() {
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old_mask), None);
@@ -235,5 +373,39 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         let e = exec(Path::new("/bin/sh\0x"), &[], &[]);
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn a_reserve_gives_back_descriptors_closed_since() {
+        let file = handover_file(b"kept").unwrap();
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(file);
+        set_inherited(fd, true).unwrap();
+        let reserve = Reserve::take(&[]).unwrap();
+        assert!(reserve.copies.iter().any(|(original, _)| *original == fd));
+        // The original read to its end, then closed.
+        assert_eq!(read_handover(fd, 64).unwrap(), b"kept");
+        assert!(is_inherited(fd).is_err(), "closed");
+        reserve.restore().unwrap();
+        assert!(is_inherited(fd).unwrap(), "back, kept across execve");
+        Reserve::rewind(fd).unwrap();
+        assert_eq!(read_handover(fd, 64).unwrap(), b"kept");
+    }
+
+    #[test]
+    fn a_failed_exec_of_an_image_returns_its_error() {
+        let image = open_own_image().unwrap();
+        assert!(
+            !is_inherited(image.as_raw_fd()).unwrap(),
+            "opened close-on-exec"
+        );
+        // A memory file holding no program: the kernel refuses its format.
+        let text = handover_file(b"not a program").unwrap();
+        let e = exec_image(text.as_raw_fd(), &[OsString::from("x")], &[]);
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::ENOEXEC | libc::EACCES)),
+            "{e}"
+        );
+        let e = exec_image(-1, &[OsString::from("x")], &[]);
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF));
     }
 }

@@ -162,7 +162,23 @@ pub(crate) fn init(debug: bool, silent: bool) {
     // directly and would block a panicking worker on a stalled stream.
     std::panic::set_hook(Box::new(|info| {
         stderr().text(line_now(&format!("panic: {info}")).as_bytes());
+        if let Some(location) = info.location()
+            && let Ok(mut last) = LAST_PANIC.lock()
+        {
+            *last = Some(location.to_string());
+        }
+        // A new program that panics before it has taken over executes back into its
+        // predecessor.
+        crate::daemon::reexec::on_panic(info);
     }));
+}
+
+/// Where the latest panic happened (`file:line:column`).
+static LAST_PANIC: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Where the latest panic happened, for the line that reports a task ended by it.
+pub(crate) fn last_panic_location() -> Option<String> {
+    LAST_PANIC.lock().ok()?.clone()
 }
 
 /// Hands each formatted event to the stderr queue as one piece.

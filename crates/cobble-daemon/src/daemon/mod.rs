@@ -18,8 +18,10 @@
 //!
 //! A daemon whose supervisor, check manager or persister has stopped (a bug: a panic) would
 //! go on answering `/v1/health` while nothing is supervised. So the daemon watches those
-//! tasks; if one ends, it logs why, stops every service and exits with
-//! [`MANAGER_FAILED_EXIT_CODE`], so that the container is restarted.
+//! tasks. If one panics, it logs the panic and re-executes itself, keeping its services (see
+//! [`reexec`]); if one ends otherwise, or that cannot be done (the service manager panicked,
+//! what runs cannot be handed over, a third panic within a minute), it logs why, stops every
+//! service and exits with [`MANAGER_FAILED_EXIT_CODE`], so that the container is restarted.
 
 pub(crate) mod reexec;
 pub(crate) mod systemd;
@@ -174,11 +176,17 @@ pub(crate) async fn run(
     } else {
         None
     };
-    // What a predecessor handed over, when this program was re-executed into.
+    // What a predecessor handed over, when this program was re-executed into. Until it has
+    // taken over, it can execute back into the predecessor (see `reexec::fall_back`).
     let mut handover = match opts.handover_fd {
-        Some(fd) => Some(reexec::read(fd).map_err(DaemonError::Handover)?),
+        Some(fd) => {
+            reexec::arm_fallback(fd);
+            Some(reexec::read(fd).map_err(DaemonError::Handover)?)
+        }
         None => None,
     };
+    // The program running now, which a panic re-executes even once its file is replaced.
+    let image = cobble_sys::reexec::open_own_image().ok();
     // Held until the daemon returns: it alone may end leftovers, write the state and bind or
     // remove the socket.
     let Loaded {
@@ -226,16 +234,39 @@ pub(crate) async fn run(
             .carry_logs(logs.into_iter().map(reexec::CarriedLog::entries).collect())
             .await;
     }
+    let listening = listen(&opts, written, &mut daemon, handover.as_ref()).await?;
+    reexec::injected_takeover_fault(handover.as_ref().and_then(|h| h.reply.as_ref()))
+        .map_err(DaemonError::Handover)?;
+    // Last, once nothing else can fail: from here on the services' output is read, and
+    // what is read is this program's.
     let handed_at = handover.as_ref().and_then(|h| h.handed_at_ns);
     reexec::adopt_services(&daemon, carried, handed_at).await;
-    let listening = listen(&opts, written, &mut daemon, handover.as_ref()).await?;
+    // Taken over: a failure from now on is this program's.
+    reexec::disarm_fallback();
     let reply = handover.as_mut().and_then(|h| h.reply.take());
     if let Some(handover) = &handover {
-        tracing::info!(
-            "Re-executed daemon: cobble {} (was {}).",
-            crate::VERSION,
-            handover.old_version
-        );
+        match cobble_sys::reexec::takeover_failure() {
+            Some(why) => {
+                // No client waits after a panic: the daemon's own program was executed.
+                let own = reexec::own_binary().map(|b| b.to_string_lossy().into_owned());
+                let binary = reply
+                    .as_ref()
+                    .map(|r| r.binary.clone())
+                    .or(own)
+                    .unwrap_or_default();
+                let binary = binary.as_str();
+                tracing::info!(
+                    "{}; cobble {} took over again.",
+                    reexec::takeover_failed(binary, why),
+                    crate::VERSION
+                );
+            }
+            None => tracing::info!(
+                "Re-executed daemon: cobble {} (was {}).",
+                crate::VERSION,
+                handover.old_version
+            ),
+        }
     } else {
         // Logged before the first request is served, as Pebble logs them before it serves: a
         // client that has connected sees its request's line after these.
@@ -278,19 +309,66 @@ pub(crate) async fn run(
         lock: lock.fd(),
         boot_id,
         embedded,
+        image,
     };
+    // The panics that re-executed the daemon lately, towards its crash-loop limit.
+    let mut panics = handover.map(|h| h.panics).unwrap_or_default();
     let (code, supervisor_alive) = loop {
         tokio::select! {
             code = stop_signals.wait(&mut daemon.shutdown_requests) => break (code, true),
             () = embedding.stop.cancelled() => break (0, true),
-            (manager, why) = daemon.managers.first_to_end() => {
-                tracing::info!("Cannot continue: the {manager} stopped: {why}; stopping services");
-                break (MANAGER_FAILED_EXIT_CODE, manager != Manager::Services);
+            (manager, why, panicked) = daemon.managers.first_to_end() => {
+                let supervisor_alive = manager != Manager::Services;
+                if !panicked {
+                    tracing::info!(
+                        "Cannot continue: the {manager} stopped: {why}; stopping services"
+                    );
+                    break (MANAGER_FAILED_EXIT_CODE, supervisor_alive);
+                }
+                // A panic: the daemon starts its program again, keeping its services, unless
+                // they cannot be handed over or it panics in a loop.
+                let now = jiff::Timestamp::now().as_nanosecond();
+                let window = reexec::PANIC_WINDOW.as_nanos() as i128;
+                panics.retain(|at| now.saturating_sub(*at) < window);
+                panics.push(now);
+                tracing::error!("The {manager} stopped: {why}");
+                let refused = if panics.len() >= reexec::PANIC_LIMIT {
+                    format!(
+                        "{} panics within {}s",
+                        panics.len(),
+                        reexec::PANIC_WINDOW.as_secs()
+                    )
+                } else if !supervisor_alive {
+                    "its services cannot be handed over without it".to_owned()
+                } else {
+                    tracing::info!("Re-executing daemon after a panic, keeping its services.");
+                    let cause = reexec::Cause::Panicked(&panics);
+                    // Returns only when the daemon did not re-execute.
+                    let (why, stop) = reexec_now(
+                        &opts,
+                        &kept,
+                        &mut daemon,
+                        &mut servers,
+                        &mut stop_signals,
+                        cause,
+                    )
+                    .await;
+                    if let Some(code) = stop {
+                        tracing::info!("{}", why.message);
+                        break (code, true);
+                    }
+                    why.message
+                };
+                tracing::info!(
+                    "Cannot continue: the {manager} stopped: {refused}; stopping services"
+                );
+                break (MANAGER_FAILED_EXIT_CODE, supervisor_alive);
             }
             Some(ask) = reexec_requests.recv() => {
                 // Returns only when the daemon did not re-execute.
+                let cause = reexec::Cause::Asked(&ask);
                 let (why, stop) =
-                    reexec_now(&opts, &kept, &mut daemon, &mut servers, &mut stop_signals, &ask)
+                    reexec_now(&opts, &kept, &mut daemon, &mut servers, &mut stop_signals, cause)
                         .await;
                 tracing::info!("{}", why.message);
                 let _ = ask.refused.send(why);
@@ -573,6 +651,8 @@ struct Kept {
     boot_id: String,
     /// The daemon runs under another command (`cobble enter`), which waits for it.
     embedded: bool,
+    /// The program running now, open (see `reexec::Cause::Panicked`).
+    image: Option<std::os::fd::OwnedFd>,
 }
 
 /// The third phase: binds every listener. Clients take the socket as the sign of a ready
@@ -612,7 +692,9 @@ async fn listen(
         }
         daemon.managers.watch(
             Manager::Persister,
-            tokio::spawn(persister.run(daemon.persist_stop.clone())),
+            tokio::spawn(reexec::injected_panic(
+                persister.run(daemon.persist_stop.clone()),
+            )),
         );
     }
     let unix = match handover {
@@ -960,7 +1042,13 @@ async fn shut_down(daemon: Daemon, servers: Servers, supervisor_alive: bool) {
     // Each connection answers the request in progress, within a bound.
     let _ = tokio::time::timeout(Duration::from_secs(1), servers.open.at_most(0)).await;
     drop(listeners);
-    daemon.managers.wait_persister().await;
+    let (store, state_path) = (daemon.store.clone(), daemon.state_path.clone());
+    if !daemon.managers.wait_persister().await {
+        // It panicked: the state is written one last time as it would have written it.
+        if let Err(e) = Persister::new(store, state_path).flush().await {
+            tracing::warn!("Cannot write state file: {e}");
+        }
+    }
 }
 
 /// The longest kill-delay among services (at least the default), to bound the final stop.
@@ -999,22 +1087,27 @@ impl std::fmt::Display for Manager {
 #[derive(Default)]
 struct Managers {
     tasks: Vec<(Manager, JoinHandle<()>)>,
+    /// A persister was watched (none is under `PEBBLE_PERSIST=never`).
+    persisted: bool,
 }
 
 impl Managers {
     fn watch(&mut self, name: Manager, task: JoinHandle<()>) {
+        self.persisted |= name == Manager::Persister;
         self.tasks.push((name, task));
     }
 
-    /// Waits until one of them ends and says which, and why: a panic's message, or that it
-    /// returned (a manager returns only when its inputs are gone).
-    async fn first_to_end(&mut self) -> (Manager, String) {
+    /// Waits until one of them ends and says which, why (a panic's message and where it
+    /// happened, or that it returned: a manager returns only when its inputs are gone), and
+    /// whether it panicked.
+    async fn first_to_end(&mut self) -> (Manager, String, bool) {
         if self.tasks.is_empty() {
             return std::future::pending().await;
         }
         let (result, index, _) =
             futures_util::future::select_all(self.tasks.iter_mut().map(|(_, task)| task)).await;
         let (name, _) = self.tasks.remove(index);
+        let panicked = result.as_ref().is_err_and(|e| e.is_panic());
         let why = match result {
             Ok(()) => "it returned".to_owned(),
             Err(e) if e.is_panic() => {
@@ -1024,11 +1117,14 @@ impl Managers {
                     .map(|s| (*s).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".to_owned());
-                format!("panic: {message}")
+                match daemon_log::last_panic_location() {
+                    Some(location) => format!("panic at {location}: {message}"),
+                    None => format!("panic: {message}"),
+                }
             }
             Err(e) => e.to_string(),
         };
-        (name, why)
+        (name, why, panicked)
     }
 
     /// Takes the persister's task out of the watch (to stop it before a re-execution).
@@ -1041,12 +1137,16 @@ impl Managers {
     }
 
     /// At shutdown the persister writes the state one last time once cancelled; wait for it.
-    async fn wait_persister(self) {
+    /// False when one was watched and is gone (it ended before, a panic), so that nothing
+    /// wrote the state last.
+    async fn wait_persister(self) -> bool {
+        let mut waited = false;
         for (name, task) in self.tasks {
             if name == Manager::Persister {
-                let _ = task.await;
+                waited = task.await.is_ok();
             }
         }
+        waited || !self.persisted
     }
 }
 

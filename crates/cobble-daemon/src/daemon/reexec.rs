@@ -62,6 +62,31 @@
 //!    client on its connection with both versions. Had the exec failed instead, the old
 //!    program follows its services again, its path watches armed anew and what waits for
 //!    one-shots told where they stand, for what happened meanwhile was not acted on.
+//!
+//! **A new program that fails to take over** (it cannot read the document or adopt a
+//! descriptor, a start-up step fails, or it panics, before it follows the services) executes
+//! back into the old program ([`fall_back`]): the old program keeps a descriptor on its own
+//! image (opened on `/proc/self/exe` at start-up) across the exec, named by
+//! [`cobble_sys::reexec::PREVIOUS_IMAGE_ENV`]; the new one, first thing, copies every
+//! descriptor it was handed ([`cobble_sys::reexec::Reserve`]), so that whatever it has
+//! adopted or closed since, it can put each back under its number, rewind the document and
+//! execute the old image with it, telling it why in
+//! [`cobble_sys::reexec::TAKEOVER_FAILED_ENV`]. The old program takes over as a new one does
+//! and answers the waiting client with that error. The services' output readers start last,
+//! once nothing else can fail, so that no line is read by a program that then gives up. A
+//! crash by a signal (`SIGSEGV`) cannot be caught: it ends the process; the probe (step 1)
+//! is what catches a binary that crashes at once.
+//!
+//! **After a panic** of one of the daemon's watched tasks (see `Managers` in the daemon's
+//! module), the daemon re-executes itself the same way ([`Cause::Panicked`]), with no client
+//! waiting: the program it runs now, executed through a descriptor opened on
+//! `/proc/self/exe` at start-up (`execveat`), which names the very file the running image was
+//! loaded from even once the path on disk was replaced or removed; so no probe is needed, and
+//! a panic never turns into an upgrade nobody asked for. The handover carries the times of
+//! the recent panics: the [`PANIC_LIMIT`]th within [`PANIC_WINDOW`] ends the daemon as before
+//! (its services stopped, exit code 1), as does a panic of the service manager, which alone
+//! could hand the services over, or any refusal of the steps above. A state persister that
+//! panicked has its last write made by a new one.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -98,6 +123,12 @@ pub(crate) const CHANGE_WAIT: Duration = Duration::from_secs(10);
 const CHECK_CHANGES: &[&str] = &["perform-check", "recover-check"];
 /// How long the listeners' connections have to finish their requests.
 pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(5);
+
+/// How many panics of the daemon's managers within [`PANIC_WINDOW`] end the daemon (its
+/// services stopped) instead of re-executing it once more: a crash loop.
+pub(crate) const PANIC_LIMIT: usize = 3;
+/// See [`PANIC_LIMIT`].
+pub(crate) const PANIC_WINDOW: Duration = Duration::from_secs(60);
 
 /// What `cobble __reexec-probe` prints: this build's version and the formats it reads.
 #[derive(Debug, Serialize, Deserialize)]
@@ -167,6 +198,10 @@ pub(crate) struct Handover {
     /// nanoseconds: what the services' durations count from.
     #[serde(default)]
     pub handed_at_ns: Option<u64>,
+    /// When the daemon's managers panicked lately (nanoseconds since the epoch), each panic
+    /// having re-executed the daemon: counted towards [`PANIC_LIMIT`].
+    #[serde(default)]
+    pub panics: Vec<i128>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
@@ -812,17 +847,58 @@ pub(crate) fn reply_bytes(result: &cobble_client::types::ReexecResult) -> Vec<u8
     bytes
 }
 
-/// Carries out a re-execution asked for by `ask`; returns only when the daemon did not
-/// re-execute, with why, having put everything back as it was.
+/// Why the daemon re-executes.
+#[derive(Clone, Copy)]
+pub(super) enum Cause<'a> {
+    /// A client asked, and waits for the answer.
+    Asked(&'a crate::api::reexec::ReexecAsk),
+    /// One of its managers panicked: the program running now starts again, keeping the
+    /// services, with no client waiting. The times of its recent panics, this one's included
+    /// (see [`PANIC_LIMIT`]).
+    Panicked(&'a [i128]),
+}
+
+/// The error of a re-execution into `binary` whose new program did not take over, for `why`.
+pub(super) fn takeover_failed(binary: &str, why: &str) -> String {
+    format!(
+        "cannot re-execute {}: the new program did not take over: {why}",
+        cobble_plan::go_quote(binary)
+    )
+}
+
+/// An error answer for the client that asked for the re-execution, as [`reply_bytes`]
+/// writes a result: a 500 whose connection closes.
+fn error_bytes(message: &str) -> Vec<u8> {
+    let body = serde_json::to_vec(&cobble_client::types::Envelope {
+        kind: "error".into(),
+        status_code: 500,
+        status: "Internal Server Error".into(),
+        change: None,
+        result: serde_json::json!({ "message": message }),
+        latest_warning: None,
+    })
+    .expect("responses serialise");
+    let mut bytes = format!(
+        "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// Carries out a re-execution for `cause`; returns only when the daemon did not re-execute,
+/// with why, having put everything back as it was.
 pub(super) async fn reexec_now(
     opts: &crate::RunOptions,
     kept: &super::Kept,
     daemon: &mut super::Daemon,
     servers: &mut super::Servers,
     stop_signals: &mut super::StopSignals,
-    ask: &crate::api::reexec::ReexecAsk,
+    cause: Cause<'_>,
 ) -> (ApiError, Option<i32>) {
-    let refused = reexec_checked(opts, kept, daemon, servers, stop_signals, ask).await;
+    let refused = reexec_checked(opts, kept, daemon, servers, stop_signals, cause).await;
     match refused {
         Ok(never) => match never {},
         Err(refused) => refused,
@@ -836,7 +912,7 @@ async fn reexec_checked(
     daemon: &mut super::Daemon,
     servers: &mut super::Servers,
     stop_signals: &mut super::StopSignals,
-    ask: &crate::api::reexec::ReexecAsk,
+    cause: Cause<'_>,
 ) -> Result<std::convert::Infallible, (ApiError, Option<i32>)> {
     let refuse = |e: ApiError| (e, None);
     if kept.embedded {
@@ -850,7 +926,17 @@ async fn reexec_checked(
              program",
         )));
     }
-    let binary = match resolve(&ask.binary) {
+    // After a panic, the image running now, which needs no probe; else the binary asked
+    // for (or the own binary as it is on disk now, which may be a newer build).
+    let image = match cause {
+        Cause::Panicked(_) => kept.image.as_ref().map(AsRawFd::as_raw_fd),
+        Cause::Asked(_) => None,
+    };
+    let binary = match (cause, image) {
+        (Cause::Asked(ask), _) => resolve(&ask.binary),
+        (Cause::Panicked(_), _) => resolve(""),
+    };
+    let binary = match binary {
         Ok(binary) => binary,
         Err(e) => return Err(refuse(e)),
     };
@@ -864,9 +950,12 @@ async fn reexec_checked(
         Ok(layers) => serde_json::to_vec(&layers).expect("layers serialise"),
         Err(e) => return Err(refuse(e)),
     };
-    let mut version = match probe(&binary, &opts.pebble_dir, &probed).await {
-        Ok(version) => version,
-        Err(e) => return Err(refuse(e)),
+    let mut version = match image {
+        Some(_) => crate::VERSION.to_owned(),
+        None => match probe(&binary, &opts.pebble_dir, &probed).await {
+            Ok(version) => version,
+            Err(e) => return Err(refuse(e)),
+        },
     };
     if let Err(e) = wait_for_changes(&daemon.store).await {
         return Err(refuse(e));
@@ -897,7 +986,7 @@ async fn reexec_checked(
         }
     };
     let handed = serde_json::to_vec(&plan).expect("layers serialise");
-    if blockers.is_empty() && handed != probed {
+    if blockers.is_empty() && image.is_none() && handed != probed {
         // A layer came between the probe and the pause: the candidate must read this plan.
         match probe(&binary, &opts.pebble_dir, &handed).await {
             Ok(again) => version = again,
@@ -952,9 +1041,20 @@ async fn reexec_checked(
     let logs = carried_logs(daemon).await;
     // The state goes through the state file: written whole, and nothing written after.
     daemon.persist_stop.cancel();
-    if let Some(persister) = daemon.managers.take_persister() {
-        let _ = persister.await;
-    }
+    let written = match daemon.managers.take_persister() {
+        Some(persister) => {
+            let _ = persister.await;
+            Ok(())
+        }
+        // It panicked: the state is written as it would have written it.
+        None => crate::state::Persister::new(daemon.store.clone(), daemon.state_path.clone())
+            .flush()
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                ApiError::internal(format!("cannot re-execute: cannot write state file: {e}"))
+            }),
+    };
     let log_files = daemon.log_files.clone();
     let _ = tokio::task::spawn_blocking(move || {
         log_files.flush(FLUSH_WAIT);
@@ -967,31 +1067,37 @@ async fn reexec_checked(
         code = stop_signals.wait(&mut daemon.shutdown_requests) => Some(code),
         () = std::future::ready(()) => None,
     };
-    let error = match stop {
-        Some(_) => ApiError::internal("cannot re-execute: the daemon is stopping"),
-        None => {
-            let handover = Handover {
-                format: FORMAT,
-                old_version: crate::VERSION.to_owned(),
-                boot_id: kept.boot_id.clone(),
-                lock: kept.lock,
-                unix: listeners.unix.as_raw_fd(),
-                http: listeners.http.as_ref().map(AsRawFd::as_raw_fd),
-                https: listeners.https.as_ref().map(AsRawFd::as_raw_fd),
-                reply: Some(Reply {
-                    fd: ask.connection,
-                    binary: binary.to_string_lossy().into_owned(),
-                    asked_ns: ask.asked.as_nanosecond(),
-                    uid: ask.uid,
-                    pid: ask.pid,
-                }),
+    let (reply, panics) = match cause {
+        Cause::Asked(ask) => (
+            Some(Reply {
+                fd: ask.connection,
+                binary: binary.to_string_lossy().into_owned(),
+                asked_ns: ask.asked.as_nanosecond(),
+                uid: ask.uid,
+                pid: ask.pid,
+            }),
+            Vec::new(),
+        ),
+        Cause::Panicked(panics) => (None, panics.to_vec()),
+    };
+    let error = match (stop, written) {
+        (Some(_), _) => ApiError::internal("cannot re-execute: the daemon is stopping"),
+        (None, Err(e)) => e,
+        (None, Ok(())) => {
+            let target = Target {
+                binary: &binary,
+                image,
+                version: &version,
+            };
+            let handed = Handed {
+                reply,
                 logs,
                 services,
-                plan: Some(plan),
-                handed_at_ns: Some(u64::try_from(handed_at.as_nanos()).unwrap_or(u64::MAX)),
-                rest: BTreeMap::new(),
+                plan,
+                handed_at,
+                panics,
             };
-            exec_into(&binary, &version, handover).await
+            exec_into(target, kept, &listeners, handed).await
         }
     };
     // Still here: everything goes back as it was.
@@ -1004,9 +1110,64 @@ async fn reexec_checked(
 /// How long the logs' queues may take to be written before the exec.
 const FLUSH_WAIT: Duration = Duration::from_secs(1);
 
+/// The program a re-execution runs.
+struct Target<'a> {
+    /// Its path.
+    binary: &'a Path,
+    /// The open file executed instead of the path (the image running now).
+    image: Option<RawFd>,
+    /// Its version.
+    version: &'a str,
+}
+
+/// What the handover document carries besides the descriptors.
+struct Handed {
+    reply: Option<Reply>,
+    logs: Vec<CarriedLog>,
+    services: Vec<CarriedService>,
+    plan: Vec<CarriedLayer>,
+    /// When the services were taken over, on the monotonic clock.
+    handed_at: Duration,
+    panics: Vec<i128>,
+}
+
 /// Writes the handover document, keeps the descriptors it names across `execve` and
-/// executes `binary`; returns only if that fails, with the descriptors' flags set back.
-async fn exec_into(binary: &Path, version: &str, handover: Handover) -> ApiError {
+/// executes the target; returns only if that fails, with the descriptors' flags set back.
+async fn exec_into(
+    target: Target<'_>,
+    kept: &super::Kept,
+    listeners: &super::Listeners,
+    handed: Handed,
+) -> ApiError {
+    let Target {
+        binary,
+        image,
+        version,
+    } = target;
+    let Handed {
+        reply,
+        logs,
+        services,
+        plan,
+        handed_at,
+        panics,
+    } = handed;
+    let handover = Handover {
+        format: FORMAT,
+        old_version: crate::VERSION.to_owned(),
+        boot_id: kept.boot_id.clone(),
+        lock: kept.lock,
+        unix: listeners.unix.as_raw_fd(),
+        http: listeners.http.as_ref().map(AsRawFd::as_raw_fd),
+        https: listeners.https.as_ref().map(AsRawFd::as_raw_fd),
+        reply,
+        logs,
+        services,
+        plan: Some(plan),
+        handed_at_ns: Some(u64::try_from(handed_at.as_nanos()).unwrap_or(u64::MAX)),
+        panics,
+        rest: BTreeMap::new(),
+    };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
     let shown = cobble_plan::go_quote(&binary.to_string_lossy());
     if bytes.len() as u64 > MAX_DOCUMENT {
@@ -1030,6 +1191,10 @@ async fn exec_into(binary: &Path, version: &str, handover: Handover) -> ApiError
     kept_fds.extend(handover.https);
     kept_fds.extend(handover.services.iter().filter_map(|s| s.output));
     kept_fds.push(document.as_raw_fd());
+    // The program running now, for the new one to execute back into should it fail to take
+    // over.
+    let previous = kept.image.as_ref().map(AsRawFd::as_raw_fd);
+    kept_fds.extend(previous);
     let mut inherited = Vec::new();
     let mut failed = None;
     for fd in kept_fds {
@@ -1049,11 +1214,20 @@ async fn exec_into(binary: &Path, version: &str, handover: Handover) -> ApiError
                 binary.display()
             );
             let binary = injected_fault(binary);
-            let env = environment(document.as_raw_fd());
+            let mut env = environment(document.as_raw_fd());
+            if let Some(previous) = previous {
+                env.push((
+                    cobble_sys::reexec::PREVIOUS_IMAGE_ENV.into(),
+                    previous.to_string().into(),
+                ));
+            }
             tokio::task::spawn_blocking(move || {
                 // Nothing of the daemon's own log may be lost with the exec.
                 crate::daemon_log::flush_all(FLUSH_WAIT);
-                cobble_sys::reexec::exec(&binary, &own_args(), &env)
+                match image {
+                    Some(image) => cobble_sys::reexec::exec_image(image, &own_args(), &env),
+                    None => cobble_sys::reexec::exec(&binary, &own_args(), &env),
+                }
             })
             .await
             .map_or_else(|e| e.to_string(), |e| cobble_sys::os_error_text(&e))
@@ -1085,6 +1259,34 @@ fn injected_fault(binary: &Path) -> PathBuf {
     binary.to_owned()
 }
 
+/// In debug builds, with `COBBLE_TEST_FAULTS=1` in the daemon's environment, `task` (the
+/// state persister's) panics on SIGUSR2, so that tests see a manager panic. The signal is
+/// caught from this call on, before the task first runs. Release builds have no such path.
+#[cfg(debug_assertions)]
+pub(super) fn injected_panic(
+    task: impl Future<Output = ()> + Send + 'static,
+) -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let fault = std::env::var_os("COBBLE_TEST_FAULTS")
+        .is_some()
+        .then(|| signal(SignalKind::user_defined2()).ok())
+        .flatten();
+    async move {
+        match fault {
+            Some(mut fault) => tokio::select! {
+                () = task => {}
+                _ = fault.recv() => panic!("injected fault (SIGUSR2)"),
+            },
+            None => task.await,
+        }
+    }
+}
+
+#[cfg(not(debug_assertions))]
+pub(super) fn injected_panic<F: Future<Output = ()>>(task: F) -> F {
+    task
+}
+
 /// Starts a persister again after a re-execution that did not happen.
 fn restart_persister(daemon: &mut super::Daemon) {
     daemon.persist_stop = daemon.cancel.child_token();
@@ -1093,12 +1295,12 @@ fn restart_persister(daemon: &mut super::Daemon) {
     let stop = daemon.persist_stop.clone();
     daemon.managers.watch(
         super::Manager::Persister,
-        tokio::spawn(async move {
+        tokio::spawn(injected_panic(async move {
             if let Err(e) = persister.flush().await {
                 tracing::warn!("Cannot write state file: {e}");
             }
             persister.run(stop).await;
-        }),
+        })),
     );
 }
 
@@ -1168,6 +1370,8 @@ fn blockers(daemon: &super::Daemon) -> Vec<String> {
 }
 
 /// Answers the client that asked for the re-execution, on the connection handed over.
+///
+/// A program executed back into by a new one that failed to take over answers with why.
 pub(super) fn answer_reexec(reply: Reply, old_version: Option<String>) {
     let result = cobble_client::types::ReexecResult {
         old_version: old_version.unwrap_or_default(),
@@ -1175,7 +1379,10 @@ pub(super) fn answer_reexec(reply: Reply, old_version: Option<String>) {
         binary: reply.binary.clone(),
         pid: std::process::id(),
     };
-    let bytes = reply_bytes(&result);
+    let (bytes, status) = match cobble_sys::reexec::takeover_failure() {
+        Some(why) => (error_bytes(&takeover_failed(&reply.binary, why)), 500),
+        None => (reply_bytes(&result), 200),
+    };
     tokio::task::spawn_blocking(move || {
         use std::io::Write;
         let stream = match cobble_sys::reexec::adopt(reply.fd) {
@@ -1197,7 +1404,7 @@ pub(super) fn answer_reexec(reply: Reply, old_version: Option<String>) {
             method: axum::http::Method::POST,
             target: "/v1/cobble/reexec".into(),
             elapsed: now.duration_since(asked).unsigned_abs(),
-            status: 200,
+            status,
             transport: crate::api::Transport::Unix.as_str(),
             remote: crate::daemon_log::Remote::Unix {
                 pid: reply.pid,
@@ -1208,6 +1415,128 @@ pub(super) fn answer_reexec(reply: Reply, old_version: Option<String>) {
             tracing::warn!("Cannot answer the re-execution's client: {e}");
         }
     });
+}
+
+/// What a new program needs to execute back into its predecessor, until it has taken over.
+struct Fallback {
+    /// The predecessor's program, open.
+    image: std::os::fd::OwnedFd,
+    /// The handover document's descriptor.
+    document: RawFd,
+    /// Every descriptor handed over, as it was handed.
+    reserve: cobble_sys::reexec::Reserve,
+}
+
+static FALLBACK: std::sync::Mutex<Option<Fallback>> = std::sync::Mutex::new(None);
+
+/// Readies the new program, handed `document` by a predecessor that kept its own program
+/// open for it, to execute back into that program should it fail to take over (see
+/// [`fall_back`]): before anything reads or adopts what was handed over.
+pub(super) fn arm_fallback(document: RawFd) {
+    let Some(previous) = cobble_sys::reexec::previous_image() else {
+        return;
+    };
+    let image = match cobble_sys::reexec::adopt(previous) {
+        Ok(image) => image,
+        Err(e) => {
+            tracing::warn!("Cannot keep the previous program to fall back to: {e}");
+            return;
+        }
+    };
+    match cobble_sys::reexec::Reserve::take(&[]) {
+        Ok(reserve) => {
+            if let Ok(mut fallback) = FALLBACK.lock() {
+                *fallback = Some(Fallback {
+                    image,
+                    document,
+                    reserve,
+                });
+            }
+        }
+        Err(e) => tracing::warn!("Cannot keep the handed-over descriptors to fall back: {e}"),
+    }
+}
+
+/// The new program has taken over: nothing falls back any more.
+pub(super) fn disarm_fallback() {
+    if let Ok(mut fallback) = FALLBACK.lock() {
+        fallback.take();
+    }
+}
+
+/// A new program that failed to take over, for `why`, executes back into its predecessor
+/// with the handover it was given, every descriptor as it was handed; the predecessor takes
+/// over as a new program would and answers the waiting client with `why`. Returns only when
+/// nothing is armed (see [`arm_fallback`]) or that `execve` fails.
+pub(crate) fn fall_back(why: &str) {
+    let Some(fallback) = FALLBACK.try_lock().ok().and_then(|mut f| f.take()) else {
+        return;
+    };
+    use std::os::fd::AsRawFd;
+    tracing::error!("Cannot take over: {why}; executing the previous program again.");
+    let restored = fallback
+        .reserve
+        .restore()
+        .and_then(|()| cobble_sys::reexec::Reserve::rewind(fallback.document));
+    if let Err(e) = restored {
+        tracing::error!("Cannot execute the previous program again: {e}");
+        return;
+    }
+    let mut env = environment(fallback.document);
+    env.push((
+        cobble_sys::reexec::TAKEOVER_FAILED_ENV.into(),
+        why.replace('\0', " ").into(),
+    ));
+    crate::daemon_log::flush_all(FLUSH_WAIT);
+    let e = cobble_sys::reexec::exec_image(fallback.image.as_raw_fd(), &own_args(), &env);
+    tracing::error!(
+        "Cannot execute the previous program again: {}",
+        cobble_sys::os_error_text(&e)
+    );
+}
+
+/// Called by the panic hook: a panic while the new program takes over executes back into
+/// the predecessor (see [`fall_back`]).
+pub(crate) fn on_panic(info: &std::panic::PanicHookInfo<'_>) {
+    let armed = FALLBACK.try_lock().is_ok_and(|f| f.is_some());
+    if !armed {
+        return;
+    }
+    let payload = info
+        .payload()
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| info.payload().downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned());
+    let at = info
+        .location()
+        .map(|l| format!(" at {l}"))
+        .unwrap_or_default();
+    fall_back(&format!("it panicked{at}: {payload}"));
+}
+
+/// In debug builds, with `COBBLE_TEST_FAULTS=1` in the daemon's environment, a new program
+/// asked for as a binary named `takeover-fails` fails to take over once it has adopted
+/// everything but the services, and one named `takeover-panics` panics there; one executed back
+/// into does not. Release builds have no such path.
+#[cfg(debug_assertions)]
+pub(super) fn injected_takeover_fault(reply: Option<&Reply>) -> Result<(), String> {
+    if std::env::var_os("COBBLE_TEST_FAULTS").is_none()
+        || cobble_sys::reexec::takeover_failure().is_some()
+    {
+        return Ok(());
+    }
+    let name = reply.and_then(|r| Path::new(&r.binary).file_name().map(|n| n.to_owned()));
+    match name.as_ref().and_then(|n| n.to_str()) {
+        Some("takeover-fails") => Err("injected fault".to_owned()),
+        Some("takeover-panics") => panic!("injected fault (take-over)"),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(not(debug_assertions))]
+pub(super) fn injected_takeover_fault(_: Option<&Reply>) -> Result<(), String> {
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1029,3 +1029,233 @@ fn an_exec_that_fails_gives_back_the_services_waiting_and_backing_off() {
     assert_eq!(details_of(&d, "f").backoff_count, 1);
     assert_eq!(children(&d).len(), 2);
 }
+
+/// Makes the daemon's state persister panic (see the daemon's fault hook).
+fn inject_panic(daemon: &Daemon) {
+    let pid = nix::unistd::Pid::from_raw(daemon.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGUSR2).expect("signal the daemon");
+}
+
+/// How many times the daemon's log holds `text`.
+fn count_in_log(daemon: &Daemon, text: &str) -> usize {
+    daemon.log().matches(text).count()
+}
+
+#[test]
+fn a_panic_re_executes_the_daemon_and_keeps_the_services() {
+    let d = Daemon::start_with_env(
+        &[("001-base", LAYER)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["s"]);
+    Test::daemon(&d)
+        .args(&["notify", "example.com/before", "k=v"])
+        .any_stdout()
+        .run();
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let before = visible_state(&d);
+    let boot = boot_id(&d);
+    inject_panic(&d);
+    wait_for("the re-execution", DEADLINE, || {
+        count_in_log(&d, "Re-executed daemon: cobble") == 1
+    });
+    let log = d.log();
+    assert!(
+        log.contains(
+            "The state persister stopped: panic at crates/cobble-daemon/src/daemon/reexec.rs:"
+        ),
+        "{log}"
+    );
+    assert!(log.contains(": injected fault (SIGUSR2)\n"), "{log}");
+    assert!(
+        log.contains("Re-executing daemon after a panic, keeping its services."),
+        "{log}"
+    );
+    assert!(!log.contains("Cannot continue"), "{log}");
+    // The same process, the same services, the same state.
+    assert!(crate::fixture::running(d.pid()));
+    assert_eq!(children(&d), pids);
+    assert_eq!(service(&d, "s").current, "active");
+    assert_eq!(visible_state(&d), before);
+    assert_eq!(boot_id(&d), boot);
+    // The new program writes the state as any daemon does.
+    act(&d, "stop", &["s"]);
+    assert!(children(&d).is_empty());
+}
+
+#[test]
+fn a_panic_re_executes_the_program_running_even_once_replaced_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("cobble");
+    std::fs::copy(COBBLE, &copy).unwrap();
+    let d = Daemon::start_as(
+        &copy,
+        &[("001-base", LAYER)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    // An upgrade in progress replaced the file, here with what could not take over.
+    std::fs::remove_file(&copy).unwrap();
+    script(dir.path(), "cobble", "exit 1");
+    inject_panic(&d);
+    wait_for("the re-execution", DEADLINE, || {
+        count_in_log(&d, "Re-executed daemon: cobble") == 1
+    });
+    assert_eq!(children(&d), pids);
+    assert_eq!(service(&d, "s").current, "active");
+    // The very file it ran, which is no longer on disk.
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{}/exe", d.pid())).unwrap(),
+        PathBuf::from(format!("{} (deleted)", copy.display()))
+    );
+}
+
+#[test]
+fn three_panics_in_a_minute_end_the_daemon_with_its_services() {
+    let mut d = Daemon::start_with_env(
+        &[("001-base", LAYER)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    for n in 1..=2 {
+        inject_panic(&d);
+        wait_for("the re-execution", DEADLINE, || {
+            count_in_log(&d, "Re-executed daemon: cobble") == n
+        });
+        assert_eq!(children(&d), pids);
+    }
+    inject_panic(&d);
+    let code = d.wait_exit(DEADLINE);
+    assert_eq!(code, Some(1), "{}", d.log());
+    let log = d.log();
+    assert!(
+        log.contains(
+            "Cannot continue: the state persister stopped: 3 panics within 60s; stopping services"
+        ),
+        "{log}"
+    );
+    assert_eq!(count_in_log(&d, "Re-executed daemon: cobble"), 2, "{log}");
+    assert!(!crate::fixture::running(pids[0]), "the service was stopped");
+    // The persister panicked: the state is written last all the same, with the stop.
+    let state = std::fs::read_to_string(d.pebble_dir().join(".pebble.state")).unwrap();
+    assert!(state.contains("Stop all running services"), "{state}");
+}
+
+#[test]
+fn a_panic_with_what_cannot_be_handed_over_ends_the_daemon_saying_why() {
+    let mut d = Daemon::start_with_env(
+        &[("001-base", LAYER)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    // An exec session that outlasts the wait for changes in progress.
+    let mut session = std::process::Command::new(COBBLE)
+        .args(["exec", "sleep", "60"])
+        .env("PEBBLE", d.pebble_dir())
+        .env_remove("PEBBLE_SOCKET")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the exec session", Duration::from_secs(30), || {
+        visible_state(&d)
+            .0
+            .contains(r#""summary":"Execute command \"sleep\"","status":"Doing""#)
+    });
+    inject_panic(&d);
+    assert_eq!(d.wait_exit(DEADLINE), Some(1), "{}", d.log());
+    let _ = session.kill();
+    let _ = session.wait();
+    let log = d.log();
+    assert!(
+        log.contains(
+            "Cannot continue: the state persister stopped: cannot re-execute: changes still in \
+             progress after 10s: change 2 (Execute command \"sleep\")"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("Re-executed daemon"), "{log}");
+    assert!(!crate::fixture::running(pids[0]), "the service was stopped");
+}
+
+/// A new program that fails to take over (`takeover-fails`: with an error, `takeover-panics`:
+/// with a panic, once it has adopted everything and serves; see the daemon's fault hook)
+/// executes back into the old one, which takes over again and answers with why.
+#[test]
+fn a_new_program_that_fails_to_take_over_leaves_the_old_one_in_charge() {
+    let d = Daemon::start_with_env(
+        &[("001-base", NUMBERED)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["n"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let before = visible_state(&d);
+    let boot = boot_id(&d);
+    let cases = [
+        ("takeover-fails", "injected fault"),
+        (
+            "takeover-panics",
+            "it panicked at crates/cobble-daemon/src/daemon/reexec.rs:",
+        ),
+    ];
+    for (n, (name, why)) in cases.into_iter().enumerate() {
+        let failing = script(d.scratch(), name, &format!("exec {COBBLE} \"$@\""));
+        let (code, stdout, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+        assert_eq!(code, 1, "{stdout}");
+        let expected = format!(
+            "error: cannot re-execute \"{}\": the new program did not take over: {why}",
+            failing.display()
+        );
+        assert!(stderr.starts_with(&expected), "{stderr}\n{}", d.log());
+        // The old program is in charge again: the same process and image, the same
+        // services and state, answering.
+        assert!(crate::fixture::running(d.pid()));
+        assert_eq!(
+            std::fs::read_link(format!("/proc/{}/exe", d.pid())).unwrap(),
+            Path::new(COBBLE)
+        );
+        assert_eq!(children(&d), pids);
+        assert_eq!(service(&d, "n").current, "active");
+        assert_eq!(visible_state(&d), before);
+        assert_eq!(boot_id(&d), boot);
+        assert_eq!(count_in_log(&d, "the new program did not take over"), n + 1);
+        assert_eq!(
+            count_in_log(&d, "; executing the previous program again."),
+            n + 1
+        );
+    }
+    // Every line of the service's output, once, across both.
+    let logs = || all_logs(&d, "n");
+    wait_for("the service's last line", DEADLINE, || {
+        logs().contains("[n] n 2000\n")
+    });
+    let numbers: Vec<u32> = logs()
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(numbers, (1..=2000).collect::<Vec<_>>());
+    // And a re-execution after it works, as does the supervision.
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids);
+    let change = act(&d, "stop", &["n"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+}
+
+/// How long a re-execution after a panic may take to be seen: the product's bound on a
+/// re-execution (the drain and the change wait) with room.
+const DEADLINE: Duration = Duration::from_secs(60);

@@ -162,8 +162,18 @@ fn a_dead_supervisor_stops_the_services_and_the_daemon() {
         daemon.log()
     );
     let log = daemon.log();
+    // A panic elsewhere re-executes the daemon, keeping the services: without their
+    // supervisor, they cannot be handed over.
     assert!(
-        log.contains("Cannot continue: the service manager stopped: panic: injected fault"),
+        log.contains("The service manager stopped: panic at crates/cobble-daemon/src/"),
+        "{log}"
+    );
+    assert!(log.contains(": injected fault\n"), "{log}");
+    assert!(
+        log.contains(
+            "Cannot continue: the service manager stopped: its services cannot be handed over \
+             without it; stopping services"
+        ),
         "{log}"
     );
     wait_for("the service to be gone", Duration::from_secs(10), || {
