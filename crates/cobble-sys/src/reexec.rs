@@ -101,6 +101,20 @@ pub fn adopt(fd: RawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// The monotonic clock (`CLOCK_MONOTONIC`, which `Instant` reads): `execve` keeps it, so a
+/// moment read before the exec and one read after tell how long the swap took.
+pub fn monotonic_now() -> std::time::Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) writes only the timespec it is given, which lives here.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
 /// Takes [`HANDOVER_ENV`] out of the environment and returns the descriptor it named.
 ///
 /// Call it first thing in `main`, before any thread starts: changing the environment while

@@ -195,6 +195,13 @@ pub(crate) async fn run(
             .map(|h| std::mem::take(&mut h.services))
             .unwrap_or_default(),
     );
+    // The held sockets are taken before the plan's are bound: the same open sockets.
+    let held = reexec::adopt_sockets(
+        handover
+            .as_mut()
+            .map(|h| std::mem::take(&mut h.sockets))
+            .unwrap_or_default(),
+    );
     let plan = end_leftovers(&opts, plan, &store, handover.is_some())?;
     let boot_id = match &handover {
         Some(handover) => handover.boot_id.clone(),
@@ -209,7 +216,7 @@ pub(crate) async fn run(
         let opts = opts.clone();
         let boot_id = boot_id.clone();
         tokio::spawn(async move {
-            let (daemon, plan) = start_managers(&opts, plan, store, log_files).await?;
+            let (daemon, plan) = start_managers(&opts, plan, store, log_files, held).await?;
             let api = build_api(&opts, &daemon, plan, boot_id, reexec_tx);
             daemon_log::start_stderr();
             Ok::<_, DaemonError>((daemon, api))
@@ -481,6 +488,7 @@ async fn start_managers(
     mut plan: PlanManager,
     store: StateStore,
     log_files: LogFiles,
+    held: Vec<(String, String, std::os::fd::OwnedFd)>,
 ) -> Result<(Daemon, PlanManager), DaemonError> {
     let (shutdown_tx, shutdown_requests) = mpsc::unbounded_channel();
     let state_dir = opts.persist.then(|| opts.pebble_dir.clone());
@@ -491,6 +499,10 @@ async fn start_managers(
     // Exec checks' commands are recorded while they run, as services' are, and launched
     // a few at a time: a plan full of exec checks due together queues short jobs instead of
     // taking the cores from the runtime's workers.
+    if !held.is_empty() {
+        let current = plan.subscribe().borrow().clone();
+        processes.sockets().adopt(&current, held);
+    }
     let check_launcher = Launcher::new(CHECK_LAUNCHES).recording(processes.clone());
     let (checks, checks_task) =
         CheckManager::spawn(plan.subscribe(), store.clone(), check_launcher);

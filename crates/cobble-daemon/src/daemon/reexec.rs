@@ -61,10 +61,12 @@ use crate::api::ApiError;
 
 /// The argument that makes `cobble` answer as a re-execution's candidate (see [`probe`]).
 pub const PROBE_ARG: &str = "__reexec-probe";
-/// The handover format this daemon writes: 2 hands over running services (1 did not).
-pub(crate) const FORMAT: u32 = 2;
+/// The handover format this daemon writes: 2 hands over running services (1 did not), 3
+/// their notify sockets and watchdogs and the held `sockets:`, as descriptors that a reader
+/// of 2 would leave open and bind over.
+pub(crate) const FORMAT: u32 = 3;
 /// The handover formats this build reads.
-const READS: &[u32] = &[1, FORMAT];
+const READS: &[u32] = &[1, 2, FORMAT];
 /// The largest handover document read.
 const MAX_DOCUMENT: u64 = 64 << 20;
 /// How long the candidate may take to answer the probe.
@@ -128,6 +130,9 @@ pub(crate) struct Handover {
     /// The running services.
     #[serde(default)]
     pub services: Vec<CarriedService>,
+    /// The listening sockets held for services (`sockets:`).
+    #[serde(default)]
+    pub sockets: Vec<CarriedSocket>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
@@ -154,6 +159,48 @@ pub(crate) struct CarriedService {
     pub reset_in_ns: Option<u64>,
     pub running_ns: Option<u64>,
     pub last_exit: Option<i32>,
+    /// Its run's watchdog.
+    #[serde(default)]
+    pub watchdog: Option<WatchdogDoc>,
+    /// Its notify socket, under `readiness: notify`.
+    #[serde(default)]
+    pub notify: Option<NotifyDoc>,
+    /// When it was taken over, in nanoseconds on the monotonic clock, which `execve` keeps:
+    /// the durations above count from it.
+    #[serde(default)]
+    pub taken_at_ns: Option<u64>,
+}
+
+/// Where a run's watchdog stands, each moment in nanoseconds before the handover.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct WatchdogDoc {
+    /// None: turned off for the run (`WATCHDOG_USEC=0`).
+    pub interval_ns: Option<u64>,
+    pub ready_ago_ns: Option<u64>,
+    pub last_ping_ago_ns: Option<u64>,
+    pub since_ago_ns: Option<u64>,
+}
+
+/// A `readiness: notify` service's socket and what its running instance said on it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct NotifyDoc {
+    /// `$NOTIFY_SOCKET`, as the service was given it.
+    pub address: String,
+    /// The bound socket, with what was sent to it during the swap.
+    pub fd: RawFd,
+    pub status: Option<String>,
+    #[serde(default)]
+    pub reloading: bool,
+    #[serde(default)]
+    pub stopping: bool,
+}
+
+/// A listening socket held for a service.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedSocket {
+    pub service: String,
+    pub socket: String,
+    pub fd: RawFd,
 }
 
 impl CarriedService {
@@ -178,6 +225,20 @@ impl CarriedService {
             reset_in_ns: c.reset_in.map(ns),
             running_ns: c.running_for.map(ns),
             last_exit: c.last_exit,
+            watchdog: c.watchdog.as_ref().map(|w| WatchdogDoc {
+                interval_ns: w.interval.map(ns),
+                ready_ago_ns: w.ready_ago.map(ns),
+                last_ping_ago_ns: w.last_ping_ago.map(ns),
+                since_ago_ns: w.since_ago.map(ns),
+            }),
+            notify: taken.notify.as_ref().map(|n| NotifyDoc {
+                address: n.address.clone(),
+                fd: n.fd,
+                status: n.status.clone(),
+                reloading: n.reloading,
+                stopping: n.stopping,
+            }),
+            taken_at_ns: Some(ns(taken.taken_at)),
         }
     }
 
@@ -190,7 +251,23 @@ impl CarriedService {
             reset_in: self.reset_in_ns.map(Duration::from_nanos),
             running_for: self.running_ns.map(Duration::from_nanos),
             last_exit: self.last_exit,
+            watchdog: self.watchdog.as_ref().map(|w| {
+                let d = |ns: Option<u64>| ns.map(Duration::from_nanos);
+                crate::services::machine::CarriedWatchdog {
+                    interval: d(w.interval_ns),
+                    ready_ago: d(w.ready_ago_ns),
+                    last_ping_ago: d(w.last_ping_ago_ns),
+                    since_ago: d(w.since_ago_ns),
+                }
+            }),
         }
+    }
+
+    /// How long ago it was taken over (zero when the document does not say).
+    fn elapsed(&self) -> Duration {
+        self.taken_at_ns.map_or(Duration::ZERO, |at| {
+            cobble_sys::reexec::monotonic_now().saturating_sub(Duration::from_nanos(at))
+        })
     }
 }
 
@@ -245,11 +322,30 @@ pub(super) async fn adopt_services(
             let fd = cobble_sys::reexec::adopt(fd).ok()?;
             tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok()
         });
+        let notify = service.notify.as_ref().and_then(|n| {
+            let socket = cobble_sys::reexec::adopt(n.fd)
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        "Cannot take over the notify socket of service \"{}\": {}",
+                        service.name,
+                        cobble_sys::os_error_text(e)
+                    );
+                })
+                .ok()?;
+            Some(crate::services::AdoptedNotify {
+                socket,
+                address: n.address.clone(),
+                status: n.status.clone(),
+                reloading: n.reloading,
+                stopping: n.stopping,
+            })
+        });
         tracing::info!(
             "Service \"{}\" (pid {}) carried over.",
             service.name,
             service.pid
         );
+        let elapsed = service.elapsed();
         adoptions.push(crate::services::Adoption {
             name: service.name.clone(),
             carried: service.carried(),
@@ -261,9 +357,33 @@ pub(super) async fn adopt_services(
             unfinished: service.unfinished,
             exit: Box::pin(async move { exit.await.map(|s| s.code()).unwrap_or(-1) }),
             gone: gone.get(i).copied().unwrap_or(false),
+            notify,
+            elapsed,
         });
     }
     daemon.services.adopt(adoptions).await;
+}
+
+/// Takes the held sockets' descriptors a predecessor handed over, each once, for the
+/// supervisor to hold before it binds anything.
+pub(super) fn adopt_sockets(
+    sockets: Vec<CarriedSocket>,
+) -> Vec<(String, String, std::os::fd::OwnedFd)> {
+    sockets
+        .into_iter()
+        .filter_map(|s| match cobble_sys::reexec::adopt(s.fd) {
+            Ok(fd) => Some((s.service, s.socket, fd)),
+            Err(e) => {
+                tracing::warn!(
+                    "Cannot take over socket \"{}\" of service \"{}\": {}",
+                    s.socket,
+                    s.service,
+                    cobble_sys::os_error_text(&e)
+                );
+                None
+            }
+        })
+        .collect()
 }
 
 /// The lines one service's output log held, oldest first: when each was written (nanoseconds
@@ -621,6 +741,13 @@ async fn reexec_checked(
         );
     }
     let mut blockers = blockers(opts, daemon).await;
+    // What services say on their notify sockets from now on waits there for whichever
+    // program goes on; what was said before is in their machines when they are taken.
+    if blockers.is_empty()
+        && let Err(why) = daemon.services.pause_notify(DRAIN_WAIT).await
+    {
+        blockers.push(why);
+    }
     let taken = if blockers.is_empty() {
         match daemon.services.take_over().await {
             Ok(taken) => taken,
@@ -633,6 +760,7 @@ async fn reexec_checked(
         Vec::new()
     };
     if !blockers.is_empty() {
+        daemon.services.resume_notify();
         servers.start(listeners, &daemon.cancel);
         return Err(refuse(ApiError::bad_request(format!(
             "cannot re-execute: {}; a re-execution hands over running services, but no change \
@@ -657,6 +785,17 @@ async fn reexec_checked(
         detached.push((taken.name, output));
     }
     let logs = carried_logs(daemon).await;
+    let processes = daemon.processes.clone();
+    let sockets = tokio::task::spawn_blocking(move || processes.sockets().carried())
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(service, socket, fd)| CarriedSocket {
+            service,
+            socket,
+            fd,
+        })
+        .collect();
     // The state goes through the state file: written whole, and nothing written after.
     daemon.persist_stop.cancel();
     if let Some(persister) = daemon.managers.take_persister() {
@@ -676,10 +815,18 @@ async fn reexec_checked(
     };
     let error = match stop {
         Some(_) => ApiError::internal("cannot re-execute: the daemon is stopping"),
-        None => exec_into(&binary, &version, kept, &listeners, ask, logs, services).await,
+        None => {
+            let carried = Carried {
+                logs,
+                services,
+                sockets,
+            };
+            exec_into(&binary, &version, kept, &listeners, ask, carried).await
+        }
     };
     // Still here: everything goes back as it was.
     daemon.services.resume(detached);
+    daemon.services.resume_notify();
     restart_persister(daemon);
     servers.start(listeners, &daemon.cancel);
     Err((error, stop))
@@ -687,6 +834,13 @@ async fn reexec_checked(
 
 /// How long the logs' queues may take to be written before the exec.
 const FLUSH_WAIT: Duration = Duration::from_secs(1);
+
+/// What the document carries besides the daemon's own descriptors.
+struct Carried {
+    logs: Vec<CarriedLog>,
+    services: Vec<CarriedService>,
+    sockets: Vec<CarriedSocket>,
+}
 
 /// Writes the handover document, keeps the descriptors it names across `execve` and
 /// executes `binary`; returns only if that fails, with the descriptors' flags set back.
@@ -696,9 +850,13 @@ async fn exec_into(
     kept: &super::Kept,
     listeners: &super::Listeners,
     ask: &crate::api::reexec::ReexecAsk,
-    logs: Vec<CarriedLog>,
-    services: Vec<CarriedService>,
+    carried: Carried,
 ) -> ApiError {
+    let Carried {
+        logs,
+        services,
+        sockets,
+    } = carried;
     use std::os::fd::AsRawFd;
     let handover = Handover {
         format: FORMAT,
@@ -717,6 +875,7 @@ async fn exec_into(
         }),
         logs,
         services,
+        sockets,
         rest: BTreeMap::new(),
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
@@ -740,6 +899,13 @@ async fn exec_into(
     kept_fds.extend(handover.http);
     kept_fds.extend(handover.https);
     kept_fds.extend(handover.services.iter().filter_map(|s| s.output));
+    kept_fds.extend(
+        handover
+            .services
+            .iter()
+            .filter_map(|s| s.notify.as_ref().map(|n| n.fd)),
+    );
+    kept_fds.extend(handover.sockets.iter().map(|s| s.fd));
     kept_fds.push(document.as_raw_fd());
     let mut inherited = Vec::new();
     let mut failed = None;
@@ -854,8 +1020,8 @@ async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiErr
     }
 }
 
-/// What keeps the daemon from handing over now: changes in progress, held sockets, a plan
-/// the new program would not load. (What of the services cannot be handed over, the
+/// What keeps the daemon from handing over now: changes in progress, a plan the new program
+/// would not load, log targets. (What of the services cannot be handed over, the
 /// supervisor says when asked to hand them over.)
 async fn blockers(opts: &crate::RunOptions, daemon: &super::Daemon) -> Vec<String> {
     let mut why = Vec::new();
@@ -888,14 +1054,6 @@ async fn blockers(opts: &crate::RunOptions, daemon: &super::Daemon) -> Vec<Strin
     if !plan.log_targets.is_empty() {
         // What a target's queue holds would be lost with the exec.
         why.push("the plan has log targets, whose forwarding is not handed over yet".to_owned());
-    }
-    for (name, service) in &plan.services {
-        if !service.sockets.is_empty() {
-            why.push(format!(
-                "service {} holds sockets",
-                cobble_plan::go_quote(name)
-            ));
-        }
     }
     why
 }

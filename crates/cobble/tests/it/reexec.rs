@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::fixture::{COBBLE, Daemon, Test, act, free_port, raw, service, wait_for};
+use crate::fixture::{COBBLE, Daemon, Test, act, free_port, lines, raw, service, times, wait_for};
 
 const LAYER: &str = "services:\n  s:\n    override: replace\n    command: sleep 1000\n";
 
@@ -258,7 +258,7 @@ fn a_binary_that_cannot_take_over_changes_nothing() {
         (too_old, "it exited with status 1: error: unknown command"),
         (
             other_format,
-            "cobble 9.0.0 reads handover formats [7], and this daemon writes format 2",
+            "cobble 9.0.0 reads handover formats [7], and this daemon writes format 3",
         ),
         (crashes, "it was killed by signal 11"),
         (exits, "it did not answer as cobble does"),
@@ -683,4 +683,287 @@ fn a_completed_oneshot_refuses_until_it_is_stopped() {
     act(&d, "stop", &["setup"]);
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 0, "{stderr}");
+}
+
+/// The inode of the socket `pid` has open as `fd` (`socket:[N]`).
+fn socket_inode(pid: u32, fd: u32) -> String {
+    let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).expect("fd open");
+    let text = link.to_string_lossy().into_owned();
+    assert!(text.starts_with("socket:["), "{text}");
+    text
+}
+
+/// Whether `pid` has the socket `inode` (`socket:[N]`) open.
+fn holds_socket(pid: u32, inode: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|link| link.to_string_lossy() == inode)
+}
+
+/// The reason `cobble services` gives for `name` (with what it said on its notify socket).
+fn reason(d: &Daemon, name: &str) -> String {
+    service(d, name).reason.unwrap_or_default()
+}
+
+#[test]
+fn a_notify_service_stays_ready_and_its_socket_hears_everything_sent_during_the_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stop, failed) = (dir.path().join("stop"), dir.path().join("failed"));
+    // READY=1 once, then a STATUS= every 10 ms until told to stop, each send's failure
+    // written down, then a last STATUS= that counts them.
+    let talker = script(
+        dir.path(),
+        "talker.py",
+        &format!(
+            "exec python3 -c \"$(cat <<'EOF'\n\
+             import os, socket, time\n\
+             address = os.environ['NOTIFY_SOCKET']\n\
+             if address.startswith('@'):\n    address = '\\0' + address[1:]\n\
+             s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+             s.sendto(b'READY=1\\nSTATUS=ready', address)\n\
+             n = 0\n\
+             while not os.path.exists('{stop}'):\n    \
+                 n += 1\n    \
+                 try:\n        \
+                     s.sendto(b'STATUS=talking %d' % n, address)\n    \
+                 except OSError as e:\n        \
+                     open('{failed}', 'a').write('%d %s\\n' % (n, e))\n    \
+                 time.sleep(0.01)\n\
+             s.sendto(b'STATUS=done after %d' % n, address)\n\
+             while True:\n    \
+                 time.sleep(1)\n\
+             EOF\n)\"",
+            stop = stop.display(),
+            failed = failed.display()
+        ),
+    );
+    let layer = format!(
+        "services:\n  talk:\n    override: replace\n    command: {}\n    readiness: notify\n",
+        talker.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let change = act(&d, "start", &["talk"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+    let pids = children(&d);
+    let since = service(&d, "talk").current_since;
+    wait_for("its status", Duration::from_secs(30), || {
+        reason(&d, "talk").contains("says \"talking")
+    });
+    for _ in 0..3 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        // Ready still: the same run, active since it said so, nothing waited for again.
+        assert_eq!(children(&d), pids);
+        let after = service(&d, "talk");
+        assert_eq!(after.current, "active");
+        assert_eq!(after.current_since, since);
+    }
+    // What it says after the swaps is heard, and nothing it sent was refused.
+    std::fs::write(&stop, "").unwrap();
+    wait_for("its last status", Duration::from_secs(30), || {
+        reason(&d, "talk").contains("says \"done after")
+    });
+    assert!(
+        !failed.exists(),
+        "sends refused: {}",
+        std::fs::read_to_string(&failed).unwrap_or_default()
+    );
+    assert_eq!(children(&d), pids);
+}
+
+#[test]
+fn a_watchdog_keeps_its_deadline_across_the_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name);
+    // Pings every 0.2 s until told to stop, counting them in `pinged`; then writes the time
+    // of its last ping and goes on running. Each run is counted in `runs`; SIGABRT writes
+    // the time to `aborted`.
+    let pinger = script(
+        dir.path(),
+        "pinger.py",
+        &format!(
+            "exec python3 -c \"$(cat <<'EOF'\n\
+             import os, signal, socket, time\n\
+             open('{runs}', 'a').write('run\\n')\n\
+             def aborted(signum, frame):\n    \
+                 open('{aborted}', 'a').write('%f\\n' % time.time())\n    \
+                 os._exit(134)\n\
+             signal.signal(signal.SIGABRT, aborted)\n\
+             address = os.environ['NOTIFY_SOCKET']\n\
+             if address.startswith('@'):\n    address = '\\0' + address[1:]\n\
+             s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+             s.sendto(b'READY=1', address)\n\
+             n = 0\n\
+             while not os.path.exists('{stop}'):\n    \
+                 time.sleep(0.2)\n    \
+                 s.sendto(b'WATCHDOG=1', address)\n    \
+                 n += 1\n    \
+                 open('{pinged}', 'w').write('%d\\n' % n)\n\
+             open('{last}', 'a').write('%f\\n' % time.time())\n\
+             while True:\n    \
+                 time.sleep(1)\n\
+             EOF\n)\"",
+            runs = file("runs").display(),
+            aborted = file("aborted").display(),
+            stop = file("stop").display(),
+            pinged = file("pinged").display(),
+            last = file("last-ping").display(),
+        ),
+    );
+    let layer = format!(
+        "services:\n  wd:\n    override: replace\n    command: {}\n    readiness: notify\n    \
+         watchdog: 6s\n    kill-delay: 1s\n    backoff-delay: 100ms\n",
+        pinger.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let change = act(&d, "start", &["wd"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+    let pids = children(&d);
+    let pinged = || {
+        lines(&file("pinged"))
+            .first()
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    // Pinging through the swaps: never acted on, for longer than an interval after them.
+    for _ in 0..3 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(children(&d), pids);
+    }
+    let then = pinged();
+    wait_for("two intervals of pings", Duration::from_secs(120), || {
+        pinged() >= then + 60
+    });
+    assert!(!file("aborted").exists(), "aborted while it pinged");
+    assert_eq!(children(&d), pids);
+    assert_eq!(lines(&file("runs")).len(), 1);
+    // It stops pinging, then the daemon is re-executed: the new program acts on the
+    // deadline its last ping set, as the old one would have.
+    std::fs::write(file("stop"), "").unwrap();
+    wait_for("its last ping", Duration::from_secs(30), || {
+        file("last-ping").exists()
+    });
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids, "handed over before its deadline");
+    wait_for("SIGABRT", Duration::from_secs(60), || {
+        !lines(&file("aborted")).is_empty()
+    });
+    wait_for("the restart", Duration::from_secs(60), || {
+        lines(&file("runs")).len() == 2 && service(&d, "wd").current == "active"
+    });
+    let log = d.log();
+    let swapped = log
+        .rfind("Re-executed daemon: cobble")
+        .expect("re-executed");
+    let timeout = log
+        .find("Service \"wd\" watchdog timeout after 6s, last ping")
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(swapped < timeout, "acted on by the new program: {log}");
+    // Not before the interval its last ping started had run out.
+    let last_ping = times(&file("last-ping"))[0];
+    let aborted = times(&file("aborted"))[0];
+    assert!(
+        aborted - last_ping >= 5.9,
+        "aborted {aborted}, last ping {last_ping}: {log}"
+    );
+}
+
+#[test]
+fn held_sockets_are_the_same_open_sockets_after_the_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let address: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let record = dir.path().join("record");
+    // Accepts on fd 3 and answers each connection with its pid; each run writes
+    // `pid LISTEN_FDS LISTEN_FDNAMES` to `record`.
+    let server = script(
+        dir.path(),
+        "server.py",
+        &format!(
+            "exec python3 -c \"$(cat <<'EOF'\n\
+             import os, socket\n\
+             env = os.environ\n\
+             open('{record}', 'a').write('%d %s %s\\n' % (os.getpid(), env.get('LISTEN_FDS'), env.get('LISTEN_FDNAMES')))\n\
+             s = socket.socket(fileno=3)\n\
+             while True:\n    \
+                 c, _ = s.accept()\n    \
+                 c.recv(100)\n    \
+                 c.sendall(b'%d\\n' % os.getpid())\n    \
+                 c.close()\n\
+             EOF\n)\"",
+            record = record.display()
+        ),
+    );
+    let layer = format!(
+        "services:\n  web:\n    override: replace\n    command: {}\n    sockets:\n      \
+         http:\n        listen: 127.0.0.1:{port}\n",
+        server.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let connect = move || {
+        let mut stream =
+            std::net::TcpStream::connect(address).expect("the kernel accepts for a held socket");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        stream.write_all(b"hello\n").unwrap();
+        stream
+    };
+    let answer = |mut stream: std::net::TcpStream| -> u32 {
+        let mut text = String::new();
+        stream.read_to_string(&mut text).expect("an answer");
+        text.trim().parse().unwrap_or_else(|_| panic!("{text:?}"))
+    };
+    act(&d, "start", &["web"]);
+    let pids = children(&d);
+    let inode = socket_inode(pids[0], 3);
+    assert!(holds_socket(d.pid(), &inode));
+    // Clients that come during the swap wait in the socket's queue and are served.
+    let swapping = Arc::new(AtomicBool::new(true));
+    let clients = {
+        let swapping = swapping.clone();
+        std::thread::spawn(move || {
+            let mut streams = Vec::new();
+            while swapping.load(Ordering::SeqCst) {
+                streams.push(connect());
+            }
+            streams
+        })
+    };
+    let (code, _, stderr) = reexec(&d, &[]);
+    swapping.store(false, Ordering::SeqCst);
+    assert_eq!(code, 0, "{stderr}");
+    let streams = clients.join().unwrap();
+    assert!(!streams.is_empty());
+    for stream in streams {
+        assert_eq!(answer(stream), pids[0]);
+    }
+    assert_eq!(children(&d), pids);
+    assert!(
+        holds_socket(d.pid(), &inode),
+        "the new program holds the same socket"
+    );
+    // A client that comes while the service is stopped waits through a swap for the next run.
+    act(&d, "stop", &["web"]);
+    let waiting = connect();
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(holds_socket(d.pid(), &inode));
+    act(&d, "start", &["web"]);
+    let run = children(&d);
+    assert_eq!(run.len(), 1);
+    assert_ne!(run, pids);
+    assert_eq!(answer(waiting), run[0]);
+    assert_eq!(
+        socket_inode(run[0], 3),
+        inode,
+        "the restarted run gets the same socket"
+    );
+    let runs = lines(&record);
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1], format!("{} 1 http", run[0]));
 }

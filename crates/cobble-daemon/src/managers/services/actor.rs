@@ -147,10 +147,13 @@ type Output = (
 );
 
 /// A `readiness: notify` service's socket and what it said on it.
-#[derive(Debug)]
 struct Notify {
     /// The socket's address, once it has one (bound at its first spawn).
     address: Option<String>,
+    /// The socket, once bound, and its reader while it runs (stopped while a re-execution
+    /// takes the socket over).
+    socket: Option<Arc<NotifySocket>>,
+    reader: Option<notify_reader::Running>,
     /// The main process of the running instance, for the socket's reader (0: none,
     /// [`notify_reader::SPAWNING`] while one is being spawned).
     leader: watch::Sender<u32>,
@@ -168,6 +171,8 @@ impl Default for Notify {
     fn default() -> Self {
         Notify {
             address: None,
+            socket: None,
+            reader: None,
             leader: watch::Sender::new(0),
             status: None,
             reloading: false,
@@ -710,6 +715,28 @@ impl Actor {
                     .collect();
                 let _ = reply.send(active);
             }
+            Request::PauseNotify { reply } => {
+                // Stopped between two datagrams: what comes meanwhile waits in the socket.
+                let paused = self
+                    .services
+                    .values_mut()
+                    .filter_map(|slot| slot.notify.reader.take())
+                    .map(|running| {
+                        running.stop.cancel();
+                        super::PausedReader {
+                            task: running.task,
+                            in_flight: running.in_flight,
+                            messages: notify_reader::IN_FLIGHT as u32,
+                        }
+                    })
+                    .collect();
+                let _ = reply.send(paused);
+            }
+            Request::ResumeNotify => {
+                for (name, slot) in &mut self.services {
+                    start_notify_reader(name, &mut slot.notify, &self.done_tx, &self.jobs);
+                }
+            }
             Request::TakeOver { reply } => {
                 let _ = reply.send(self.take_over());
             }
@@ -827,6 +854,9 @@ impl Actor {
     /// Hands every running service over for a re-execution (see [`Request::TakeOver`]).
     fn take_over(&mut self) -> Result<Vec<super::Taken>, Vec<String>> {
         let now = Instant::now();
+        // The same moment on the clock that `execve` keeps, for the new program to count
+        // the carried durations from.
+        let taken_at = cobble_sys::reexec::monotonic_now();
         let plan = self.plan.borrow().clone();
         let mut why = Vec::new();
         let mut carried = Vec::new();
@@ -855,17 +885,11 @@ impl Actor {
             };
             let config = &slot.config;
             let unsupported = [
-                (
-                    config.readiness == cobble_plan::Readiness::Notify,
-                    "readiness: notify",
-                ),
-                (config.watchdog.is_some(), "a watchdog"),
                 (!config.requires_paths.is_empty(), "requires-paths"),
                 (!config.requires_checks.is_empty(), "requires-checks"),
                 (!config.on_check_failure.is_empty(), "on-check-failure"),
                 (!config.on_file_change.is_empty(), "on-file-change"),
                 (!config.resources.is_empty(), "resources"),
-                (!config.sockets.is_empty(), "sockets"),
             ];
             if let Some((_, what)) = unsupported.iter().find(|(has, _)| *has) {
                 why.push(format!(
@@ -889,12 +913,28 @@ impl Actor {
             .filter_map(|(name, carried)| {
                 let slot = self.services.get_mut(&name)?;
                 slot.carried = true;
+                // Its readiness socket (its reader stopped already, see
+                // [`Request::PauseNotify`]) and what the running instance said on it.
+                let notify = slot
+                    .notify
+                    .socket
+                    .as_ref()
+                    .zip(slot.notify.address.as_ref())
+                    .map(|(socket, address)| super::TakenNotify {
+                        address: address.clone(),
+                        fd: socket.raw_fd(),
+                        status: slot.notify.status.clone(),
+                        reloading: slot.notify.reloading,
+                        stopping: slot.notify.stopping,
+                    });
                 Some(super::Taken {
                     name,
                     carried,
                     start_count: slot.start_count,
                     since: slot.since,
                     output: slot.output.take(),
+                    notify,
+                    taken_at,
                 })
             })
             .collect())
@@ -911,6 +951,8 @@ impl Actor {
             unfinished,
             exit,
             gone,
+            notify,
+            elapsed,
         } = adoption;
         let plan = self.plan.borrow().clone();
         let Some(config) = plan.service_to_run(&name).map(std::borrow::Cow::into_owned) else {
@@ -927,19 +969,40 @@ impl Actor {
         };
         let pid = carried.pid;
         let file = self.output.file(&name, config.persist_logs == Some(true));
+        let (done_tx, jobs) = (self.done_tx.clone(), self.jobs.clone());
         let slot = self.slot(&name, config.clone());
+        // The handover's moment as this program's clock reads it: the carried durations
+        // (a watchdog's deadline among them) count from it, not from now.
+        let now = Instant::now();
+        let handed_at = now.checked_sub(elapsed).unwrap_or(now);
         slot.machine = Machine::adopted(
             name.clone(),
             seed,
             policy(&config, &plan),
             &carried,
-            Instant::now(),
+            handed_at,
         );
         slot.config = config;
         slot.file.set(file);
         slot.start_count = start_count;
         slot.since = since;
         slot.notify.new_instance(pid);
+        if let Some(notify) = notify {
+            match NotifySocket::adopt(notify.socket, notify.address.clone()) {
+                Ok(socket) => {
+                    slot.notify.address = Some(notify.address);
+                    slot.notify.socket = Some(Arc::new(socket));
+                    slot.notify.status = notify.status;
+                    slot.notify.reloading = notify.reloading;
+                    slot.notify.stopping = notify.stopping;
+                    start_notify_reader(&name, &mut slot.notify, &done_tx, &jobs);
+                }
+                Err(e) => tracing::warn!(
+                    "Service \"{name}\" notify socket cannot be read after the re-execution: {}",
+                    cobble_sys::os_error_text(&e)
+                ),
+            }
+        }
         let output_done = reader.map(|reader| self.read_output(&name, reader, unfinished));
         let Some(slot) = self.services.get(&name) else {
             return;
@@ -1267,17 +1330,34 @@ fn notify_socket(
     if let Some(address) = &notify.address {
         return Ok(address.clone());
     }
-    let socket = NotifySocket::bind()?;
+    let socket = Arc::new(NotifySocket::bind()?);
     let address = socket.address().to_owned();
     notify.address = Some(address.clone());
-    notify_reader::start(
+    notify.socket = Some(socket);
+    start_notify_reader(name, notify, done, jobs);
+    Ok(address)
+}
+
+/// Starts the reader of service `name`'s notify socket, unless it has none or one runs.
+fn start_notify_reader(
+    name: &str,
+    notify: &mut Notify,
+    done: &mpsc::UnboundedSender<Done>,
+    jobs: &ProcessJobs,
+) {
+    let Some(socket) = notify.socket.clone() else {
+        return;
+    };
+    if notify.reader.is_some() {
+        return;
+    }
+    notify.reader = Some(notify_reader::start(
         name.to_owned(),
         socket,
         notify.leader.subscribe(),
         done.clone(),
         jobs.clone(),
-    );
-    Ok(address)
+    ));
 }
 
 /// Whether `new` runs the service otherwise than `old` did, so that a replan restarts it:

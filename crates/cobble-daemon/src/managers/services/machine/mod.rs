@@ -156,12 +156,25 @@ pub(crate) struct Carried {
     /// How long the process has run.
     pub running_for: Option<Duration>,
     pub last_exit: Option<i32>,
+    /// Its run's watchdog, when it has one.
+    pub watchdog: Option<CarriedWatchdog>,
+}
+
+/// Where a run's watchdog stands ([`Watchdog`]), its moments as how long before the handover
+/// they were: the new program's deadline is the one this program would have acted on.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CarriedWatchdog {
+    /// `None`: the service turned it off for this run.
+    pub interval: Option<Duration>,
+    pub ready_ago: Option<Duration>,
+    pub last_ping_ago: Option<Duration>,
+    pub since_ago: Option<Duration>,
 }
 
 impl Machine {
     /// What a re-execution can hand over of this machine: a process running and wanted
-    /// running, with nothing pending (a coalesced file change, a check's action or streak, a
-    /// watchdog). `None` for anything else.
+    /// running, with nothing pending (a coalesced file change, a check's action or streak),
+    /// and its watchdog's deadline. `None` for anything else.
     pub(crate) fn carried(&self, now: Instant) -> Option<Carried> {
         let Phase::Running { pid } = self.phase else {
             return None;
@@ -171,8 +184,8 @@ impl Machine {
             && self.backoff_check.is_none()
             && self.checks_down.is_empty()
             && self.streaks.is_empty()
-            && self.held.is_empty()
-            && self.watchdog.is_none();
+            && self.held.is_empty();
+        let ago = |at: Option<Instant>| at.map(|at| now.saturating_duration_since(at));
         quiet.then(|| Carried {
             pid,
             backoff_num: self.backoff_num,
@@ -180,6 +193,12 @@ impl Machine {
             reset_in: self.reset_at.map(|at| at.saturating_duration_since(now)),
             running_for: self.spawned_at.map(|at| now.saturating_duration_since(at)),
             last_exit: self.last_exit,
+            watchdog: self.watchdog.map(|w| CarriedWatchdog {
+                interval: w.interval,
+                ready_ago: ago(w.ready_at),
+                last_ping_ago: ago(w.last_ping),
+                since_ago: ago(w.since),
+            }),
         })
     }
 
@@ -203,6 +222,17 @@ impl Machine {
             .running_for
             .map(|d| now.checked_sub(d).unwrap_or(now));
         machine.last_exit = carried.last_exit;
+        // The watchdog goes on where it stood, if the policy still asks for one.
+        let at = |ago: Option<Duration>| ago.map(|d| now.checked_sub(d).unwrap_or(now));
+        machine.watchdog = machine.new_watchdog().map(|fresh| match &carried.watchdog {
+            Some(w) => Watchdog {
+                interval: w.interval,
+                ready_at: at(w.ready_ago),
+                last_ping: at(w.last_ping_ago),
+                since: at(w.since_ago),
+            },
+            None => fresh,
+        });
         machine
     }
 
