@@ -5,12 +5,15 @@
 //! The daemon replaces its program with `execve`, so it keeps its pid (PID 1 of a container
 //! stays PID 1) and its children, the services. What the new program needs beyond that is
 //! handed over explicitly: the descriptors it keeps (the directory lock, the unix socket's
-//! and the TCP listeners, each running service's output pipe, the asking client's
-//! connection) lose their close-on-exec flag, and a [`Handover`] document in a memory file
-//! says what each is, with where each running service's machine stands and what each
-//! service's log holds; its descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The
-//! state goes through the state file: the persister writes it one last time and stops, and
-//! the new program loads it as any daemon does.
+//! and the TCP listeners, each running service's output pipe and notify socket, the held
+//! `sockets:`, the asking client's connection) lose their close-on-exec flag, and a
+//! [`Handover`] document in a memory file says what each is, with where each running
+//! service's machine stands (its watchdog's moments among them) and what each service's log
+//! holds; its descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. Sockets are
+//! handed over open rather than bound again, so that nothing sent or connected during the
+//! swap is refused: a client waits in a held socket's queue, a datagram in a notify socket.
+//! The state goes through the state file: the persister writes it one last time and stops,
+//! and the new program loads it as any daemon does.
 //!
 //! In order:
 //!
@@ -28,23 +31,32 @@
 //!    closes; answers that wait (a notices long poll, a logs follower) end as their timeout
 //!    or end of stream would end them. The daemon waits for that up to [`DRAIN_WAIT`].
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
-//!    anything more: a change in progress, held `sockets:`, a plan other than the layers
+//!    anything more: a change in progress, log targets, a plan other than the layers
 //!    directory's (the new program loads the directory), a daemon without a state file or
-//!    run by another command (`cobble enter`); then the supervisor is asked to hand over its
-//!    running services, and refuses for one that is not simply running or runs with what is
-//!    not handed over yet (notify readiness, a watchdog, checks, paths, resources). The
-//!    listeners then serve again.
+//!    run by another command (`cobble enter`). Then the notify sockets' readers stop between
+//!    two datagrams, and the supervisor handles what they had read (so that what a service
+//!    said is in its machine when it is taken, and what it says later waits in its socket);
+//!    then the supervisor is asked to hand over its running services, and refuses for one
+//!    that is not simply running or runs with what is not handed over yet (checks, paths,
+//!    resources). The readers and the listeners then start again.
 //! 5. **The services are taken over**: the supervisor stops acting on them, and each output
 //!    reader stops between two reads, handing back its pipe and the line it had begun. Each
-//!    service's output log goes into the document; the persister writes the state and stops;
-//!    the daemon's own log and the service log files are flushed.
+//!    service's moments (its backoff's reset, its watchdog's ready time, last ping and
+//!    current interval) are written as how long before the take-over they were, with the
+//!    take-over's moment on the monotonic clock, which `execve` keeps: the new program counts
+//!    from that moment, not from its own start, so a watchdog's deadline is the one this
+//!    program would have acted on. Each service's output log and the held sockets go into
+//!    the document; the persister writes the state and stops; the daemon's own log and the
+//!    service log files are flushed.
 //! 6. **`execve`**. If it fails, the flags are set back, the readers, the persister and the
 //!    listeners start again, and the client is told why. If it succeeds, the new program
-//!    adopts the descriptors, registers the services' pids with its reaper before it starts
-//!    (an exit during the swap waits as a zombie), starts as a daemon does (loading the plan
-//!    and the state) but neither ends leftovers nor autostarts, follows the services from
-//!    where their machines stood, serves the listeners it was handed, and answers the waiting
-//!    client on its connection with both versions.
+//!    adopts the descriptors (each once, close-on-exec again), registers the services' pids
+//!    with its reaper before it starts (an exit during the swap waits as a zombie), holds the
+//!    handed sockets before it binds anything the plan names, starts as a daemon does
+//!    (loading the plan and the state) but neither ends leftovers nor autostarts, follows the
+//!    services from where their machines stood, reads their notify sockets again (what was
+//!    sent during the swap first), serves the listeners it was handed, and answers the
+//!    waiting client on its connection with both versions.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

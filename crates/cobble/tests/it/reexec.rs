@@ -707,14 +707,15 @@ fn reason(d: &Daemon, name: &str) -> String {
     service(d, name).reason.unwrap_or_default()
 }
 
-#[test]
-fn a_notify_service_stays_ready_and_its_socket_hears_everything_sent_during_the_swap() {
-    let dir = tempfile::tempdir().unwrap();
-    let (stop, failed) = (dir.path().join("stop"), dir.path().join("failed"));
+/// A `readiness: notify` service `talk` that says READY=1 once, then a STATUS= every 10 ms
+/// until `dir/stop` exists, writing each send's failure to `dir/failed`, then a last STATUS=
+/// that counts them; its layer.
+fn talker(dir: &Path) -> String {
+    let (stop, failed) = (dir.join("stop"), dir.join("failed"));
     // READY=1 once, then a STATUS= every 10 ms until told to stop, each send's failure
     // written down, then a last STATUS= that counts them.
     let talker = script(
-        dir.path(),
+        dir,
         "talker.py",
         &format!(
             "exec python3 -c \"$(cat <<'EOF'\n\
@@ -739,10 +740,17 @@ fn a_notify_service_stays_ready_and_its_socket_hears_everything_sent_during_the_
             failed = failed.display()
         ),
     );
-    let layer = format!(
+    format!(
         "services:\n  talk:\n    override: replace\n    command: {}\n    readiness: notify\n",
         talker.display()
-    );
+    )
+}
+
+#[test]
+fn a_notify_service_stays_ready_and_its_socket_hears_everything_sent_during_the_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stop, failed) = (dir.path().join("stop"), dir.path().join("failed"));
+    let layer = talker(dir.path());
     let d = Daemon::hold(&[("001-base", &layer)]);
     let change = act(&d, "start", &["talk"]);
     assert_eq!(change.status, "Done", "{change:?}");
@@ -966,4 +974,65 @@ fn held_sockets_are_the_same_open_sockets_after_the_swap() {
     let runs = lines(&record);
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[1], format!("{} 1 http", run[0]));
+}
+
+/// The daemon's descriptors above stderr that are kept across `execve` (not close-on-exec).
+fn inherited_fds(pid: u32) -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|fd| {
+            fd.file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n > 2)
+        })
+        .filter_map(|fd| {
+            let info = std::fs::read_to_string(fd.path()).ok()?;
+            let flags = info.lines().find_map(|l| l.strip_prefix("flags:"))?;
+            let flags = u32::from_str_radix(flags.trim(), 8).ok()?;
+            // O_CLOEXEC
+            (flags & 0o2000000 == 0).then(|| fd.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    fds.sort();
+    fds
+}
+
+#[test]
+fn an_exec_that_fails_gives_back_the_notify_and_held_sockets() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let layer = format!(
+        "{}  web:\n    override: replace\n    command: sleep 1000\n    sockets:\n      \
+         http:\n        listen: 127.0.0.1:{port}\n",
+        talker(dir.path())
+    );
+    let d = Daemon::start_with_env(
+        &[("001-base", &layer)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["talk"]);
+    let pids = children(&d);
+    // What the daemon was started with (a test runner's descriptors) aside.
+    let inherited = inherited_fds(d.pid());
+    let failing = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
+    let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    // Every descriptor it was to hand over is its own again, close-on-exec.
+    assert_eq!(inherited_fds(d.pid()), inherited);
+    assert_eq!(children(&d), pids);
+    // The notify socket is read again, and the held socket still queues clients.
+    std::net::TcpStream::connect(("127.0.0.1", port)).expect("still held");
+    std::fs::write(dir.path().join("stop"), "").unwrap();
+    wait_for("its last status", Duration::from_secs(30), || {
+        reason(&d, "talk").contains("says \"done after")
+    });
+    assert!(!dir.path().join("failed").exists());
+    // And a re-execution after it hands them over.
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids);
+    assert_eq!(service(&d, "talk").current, "active");
 }
