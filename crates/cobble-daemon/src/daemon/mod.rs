@@ -202,6 +202,10 @@ pub(crate) async fn run(
             .map(|h| std::mem::take(&mut h.sockets))
             .unwrap_or_default(),
     );
+    let forwarded = handover
+        .as_mut()
+        .map(|h| reexec::carried_forwarding(std::mem::take(&mut h.forwarding)))
+        .unwrap_or_default();
     let plan = end_leftovers(&opts, plan, &store, handover.is_some())?;
     let boot_id = match &handover {
         Some(handover) => handover.boot_id.clone(),
@@ -216,7 +220,8 @@ pub(crate) async fn run(
         let opts = opts.clone();
         let boot_id = boot_id.clone();
         tokio::spawn(async move {
-            let (daemon, plan) = start_managers(&opts, plan, store, log_files, held).await?;
+            let (daemon, plan) =
+                start_managers(&opts, plan, store, log_files, held, forwarded).await?;
             let api = build_api(&opts, &daemon, plan, boot_id, reexec_tx);
             daemon_log::start_stderr();
             Ok::<_, DaemonError>((daemon, api))
@@ -232,6 +237,10 @@ pub(crate) async fn run(
             .services
             .carry_logs(logs.into_iter().map(reexec::CarriedLog::entries).collect())
             .await;
+    }
+    if !carried.is_empty() {
+        // The handed-over services' output is forwarded from its first line read here.
+        daemon.forwarder.ready().await;
     }
     reexec::adopt_services(&daemon, carried).await;
     let listening = listen(&opts, written, &mut daemon, handover.as_ref()).await?;
@@ -489,6 +498,7 @@ async fn start_managers(
     store: StateStore,
     log_files: LogFiles,
     held: Vec<(String, String, std::os::fd::OwnedFd)>,
+    forwarded: BTreeMap<String, Vec<crate::logs::forward::queue::Entry>>,
 ) -> Result<(Daemon, PlanManager), DaemonError> {
     let (shutdown_tx, shutdown_requests) = mpsc::unbounded_channel();
     let state_dir = opts.persist.then(|| opts.pebble_dir.clone());
@@ -507,7 +517,7 @@ async fn start_managers(
     let (checks, checks_task) =
         CheckManager::spawn(plan.subscribe(), store.clone(), check_launcher);
     plan.hold_sockets(processes.clone()).await;
-    let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe());
+    let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe(), forwarded);
     let (services, services_task) = ServiceManager::spawn(
         plan.subscribe(),
         checks.signals(),

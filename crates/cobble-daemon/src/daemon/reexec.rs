@@ -91,6 +91,8 @@ pub(crate) const CHANGE_WAIT: Duration = Duration::from_secs(10);
 /// The kinds of change that last as long as a check runs: handed over by no re-execution yet,
 /// and not worth waiting for.
 const CHECK_CHANGES: &[&str] = &["perform-check", "recover-check"];
+/// How long a log target's sender may take to finish the request it is making.
+const FORWARD_WAIT: Duration = Duration::from_secs(11);
 /// How long the listeners' connections have to finish their requests.
 pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(5);
 
@@ -145,6 +147,9 @@ pub(crate) struct Handover {
     /// The listening sockets held for services (`sockets:`).
     #[serde(default)]
     pub sockets: Vec<CarriedSocket>,
+    /// What each log target held, not yet sent.
+    #[serde(default)]
+    pub forwarding: Vec<CarriedTarget>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
@@ -205,6 +210,69 @@ pub(crate) struct NotifyDoc {
     pub reloading: bool,
     #[serde(default)]
     pub stopping: bool,
+}
+
+/// The lines one log target held, not yet sent, oldest first.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedTarget {
+    pub target: String,
+    pub entries: Vec<CarriedEntry>,
+}
+
+/// A line on its way to a log target, with the labels it was written under.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedEntry {
+    /// When it was written, in nanoseconds since the epoch.
+    pub time_ns: i128,
+    pub service: String,
+    pub message: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// What the log targets held, as this program's forwarder queues it (by target).
+pub(super) fn carried_forwarding(
+    targets: Vec<CarriedTarget>,
+) -> BTreeMap<String, Vec<crate::logs::forward::queue::Entry>> {
+    targets
+        .into_iter()
+        .map(|t| {
+            let entries = t
+                .entries
+                .into_iter()
+                .filter_map(|e| {
+                    Some(crate::logs::forward::queue::Entry {
+                        time: jiff::Timestamp::from_nanosecond(e.time_ns).ok()?,
+                        service: e.service.into(),
+                        message: e.message,
+                        labels: std::sync::Arc::new(e.labels),
+                    })
+                })
+                .collect();
+            (t.target, entries)
+        })
+        .collect()
+}
+
+/// What the log targets hold now, their senders parked.
+fn queued_forwarding(daemon: &super::Daemon) -> Vec<CarriedTarget> {
+    daemon
+        .forwarder
+        .queued()
+        .into_iter()
+        .map(|(target, entries)| CarriedTarget {
+            target,
+            entries: entries
+                .into_iter()
+                .map(|e| CarriedEntry {
+                    time_ns: e.time.as_nanosecond(),
+                    service: e.service.to_string(),
+                    message: e.message,
+                    labels: (*e.labels).clone(),
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 /// A listening socket held for a service.
@@ -760,6 +828,13 @@ async fn reexec_checked(
     {
         blockers.push(why);
     }
+    // Each log target finishes the request it is making and sends nothing more: what it
+    // holds then goes to the new program, and nothing is sent twice.
+    if blockers.is_empty()
+        && let Err(why) = daemon.forwarder.pause(FORWARD_WAIT).await
+    {
+        blockers.push(why);
+    }
     let taken = if blockers.is_empty() {
         match daemon.services.take_over().await {
             Ok(taken) => taken,
@@ -773,6 +848,7 @@ async fn reexec_checked(
     };
     if !blockers.is_empty() {
         daemon.services.resume_notify();
+        daemon.forwarder.resume();
         servers.start(listeners, &daemon.cancel);
         return Err(refuse(ApiError::bad_request(format!(
             "cannot re-execute: {}; a re-execution hands over running services, but no change \
@@ -797,6 +873,8 @@ async fn reexec_checked(
         detached.push((taken.name, output));
     }
     let logs = carried_logs(daemon).await;
+    // After the output readers have stopped: every line they read is queued.
+    let forwarding = queued_forwarding(daemon);
     let processes = daemon.processes.clone();
     let sockets = tokio::task::spawn_blocking(move || processes.sockets().carried())
         .await
@@ -832,6 +910,7 @@ async fn reexec_checked(
                 logs,
                 services,
                 sockets,
+                forwarding,
             };
             exec_into(&binary, &version, kept, &listeners, ask, carried).await
         }
@@ -839,6 +918,7 @@ async fn reexec_checked(
     // Still here: everything goes back as it was.
     daemon.services.resume(detached);
     daemon.services.resume_notify();
+    daemon.forwarder.resume();
     restart_persister(daemon);
     servers.start(listeners, &daemon.cancel);
     Err((error, stop))
@@ -852,6 +932,7 @@ struct Carried {
     logs: Vec<CarriedLog>,
     services: Vec<CarriedService>,
     sockets: Vec<CarriedSocket>,
+    forwarding: Vec<CarriedTarget>,
 }
 
 /// Writes the handover document, keeps the descriptors it names across `execve` and
@@ -868,6 +949,7 @@ async fn exec_into(
         logs,
         services,
         sockets,
+        forwarding,
     } = carried;
     use std::os::fd::AsRawFd;
     let handover = Handover {
@@ -888,6 +970,7 @@ async fn exec_into(
         logs,
         services,
         sockets,
+        forwarding,
         rest: BTreeMap::new(),
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
@@ -1062,10 +1145,6 @@ async fn blockers(opts: &crate::RunOptions, daemon: &super::Daemon) -> Vec<Strin
         ),
         Ok(Err(e)) => why.push(format!("the layers directory does not load ({e})")),
         Err(e) => why.push(e.to_string()),
-    }
-    if !plan.log_targets.is_empty() {
-        // What a target's queue holds would be lost with the exec.
-        why.push("the plan has log targets, whose forwarding is not handed over yet".to_owned());
     }
     why
 }

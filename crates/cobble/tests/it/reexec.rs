@@ -1036,3 +1036,43 @@ fn an_exec_that_fails_gives_back_the_notify_and_held_sockets() {
     assert_eq!(children(&d), pids);
     assert_eq!(service(&d, "talk").current, "active");
 }
+
+#[test]
+fn forwarded_lines_go_out_once_each_across_the_swap() {
+    let syslog = crate::forward::SyslogReceiver::start();
+    let layer = format!(
+        "{NUMBERED}log-targets:\n  central:\n    override: replace\n    type: syslog\n    \
+         location: tcp://127.0.0.1:{}\n    services: [all]\n",
+        syslog.tcp_port
+    );
+    let d = Daemon::start_with_env(
+        &[("001-base", &layer)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["n"]);
+    let pids = children(&d);
+    for _ in 0..4 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(children(&d), pids);
+    }
+    // Last, an exec that fails: the old program's targets send again.
+    let failing = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
+    let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    let numbers = || -> Vec<u32> {
+        syslog
+            .tcp_messages
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m.rsplit_once(" n ")?.1.trim().parse().ok())
+            .collect()
+    };
+    wait_for("the last line forwarded", Duration::from_secs(120), || {
+        numbers().contains(&2000)
+    });
+    // Every line once, in order: none lost with a swap, none sent again by the new program.
+    assert_eq!(numbers(), (1..=2000).collect::<Vec<_>>());
+}

@@ -85,6 +85,38 @@ impl TargetQueue {
         }
     }
 
+    /// Puts `batch`, taken earlier and not delivered, back before what is queued, within
+    /// the bounds (the oldest go first, counted).
+    pub(crate) fn put_back(&self, batch: Vec<Entry>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut dropped = 0;
+        {
+            let mut pending = lock(&self.pending);
+            for entry in batch.into_iter().rev() {
+                pending.bytes += entry.cost();
+                pending.entries.push_front(entry);
+            }
+            while pending.entries.len() > MAX_QUEUED_ENTRIES || pending.bytes > MAX_QUEUED_BYTES {
+                let Some(old) = pending.entries.pop_front() else {
+                    break;
+                };
+                pending.bytes -= old.cost();
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            self.dropped.fetch_add(dropped, Ordering::Relaxed);
+        }
+        self.wake.notify_one();
+    }
+
+    /// A copy of what is queued, oldest first.
+    pub(crate) fn snapshot(&self) -> Vec<Entry> {
+        lock(&self.pending).entries.iter().cloned().collect()
+    }
+
     /// Takes up to `max` of the oldest entries.
     pub(crate) fn take(&self, max: usize) -> Vec<Entry> {
         let mut pending = lock(&self.pending);
