@@ -31,32 +31,38 @@
 //!    closes; answers that wait (a notices long poll, a logs follower) end as their timeout
 //!    or end of stream would end them. The daemon waits for that up to [`DRAIN_WAIT`].
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
-//!    anything more: a change in progress, log targets, a plan other than the layers
-//!    directory's (the new program loads the directory), a daemon without a state file or
-//!    run by another command (`cobble enter`). Then the notify sockets' readers stop between
-//!    two datagrams, and the supervisor handles what they had read (so that what a service
-//!    said is in its machine when it is taken, and what it says later waits in its socket);
-//!    then the supervisor is asked to hand over its running services, and refuses for one
-//!    that is not simply running or runs with what is not handed over yet (checks, paths,
-//!    resources). The readers and the listeners then start again.
+//!    anything more: a change in progress, a plan other than the layers directory's (the
+//!    new program loads the directory), a daemon without a state file or run by another
+//!    command (`cobble enter`). Then the notify sockets' readers stop between two
+//!    datagrams, and the supervisor handles what they had read (so that what a service said
+//!    is in its machine when it is taken, and what it says later waits in its socket), and
+//!    each log target's sender finishes the request it is making (so that nothing is sent
+//!    twice) and parks, its undelivered batch put back in its queue, up to
+//!    [`FORWARD_WAIT`]; then the supervisor is asked to hand over its running services, and
+//!    refuses for one that is not simply running or runs with what is not handed over yet
+//!    (checks, paths, resources). The readers, the senders and the listeners then start
+//!    again.
 //! 5. **The services are taken over**: the supervisor stops acting on them, and each output
 //!    reader stops between two reads, handing back its pipe and the line it had begun. Each
 //!    service's moments (its backoff's reset, its watchdog's ready time, last ping and
 //!    current interval) are written as how long before the take-over they were, with the
 //!    take-over's moment on the monotonic clock, which `execve` keeps: the new program counts
 //!    from that moment, not from its own start, so a watchdog's deadline is the one this
-//!    program would have acted on. Each service's output log and the held sockets go into
-//!    the document; the persister writes the state and stops; the daemon's own log and the
-//!    service log files are flushed.
-//! 6. **`execve`**. If it fails, the flags are set back, the readers, the persister and the
-//!    listeners start again, and the client is told why. If it succeeds, the new program
-//!    adopts the descriptors (each once, close-on-exec again), registers the services' pids
-//!    with its reaper before it starts (an exit during the swap waits as a zombie), holds the
-//!    handed sockets before it binds anything the plan names, starts as a daemon does
-//!    (loading the plan and the state) but neither ends leftovers nor autostarts, follows the
-//!    services from where their machines stood, reads their notify sockets again (what was
-//!    sent during the swap first), serves the listeners it was handed, and answers the
-//!    waiting client on its connection with both versions.
+//!    program would have acted on. Each service's output log, the held sockets and what
+//!    each log target holds (taken once the output readers have stopped, so every line they
+//!    read is in it) go into the document; the persister writes the state and stops; the
+//!    daemon's own log and the service log files are flushed.
+//! 6. **`execve`**. If it fails, the flags are set back, the readers (of output and of
+//!    notify sockets), the log targets' senders, the persister and the listeners start
+//!    again, and the client is told why. If it succeeds, the new program adopts the
+//!    descriptors (each once, close-on-exec again), registers the services' pids with its
+//!    reaper before it starts (an exit during the swap waits as a zombie), holds the handed
+//!    sockets before it binds anything the plan names, starts as a daemon does (loading the
+//!    plan and the state, its log targets queueing what the old ones held before any new
+//!    line) but neither ends leftovers nor autostarts, follows the services from where their
+//!    machines stood, reads their notify sockets again (what was sent during the swap
+//!    first), serves the listeners it was handed, and answers the waiting client on its
+//!    connection with both versions.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -190,6 +190,35 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_put_back_goes_first_in_its_order_within_the_bounds() {
+        let queue = TargetQueue::default();
+        for i in 0..5 {
+            queue.push(entry(format!("line {i}")));
+        }
+        let batch = queue.take(3);
+        queue.push(entry("line 5".into()));
+        queue.put_back(batch);
+        let messages = |entries: Vec<Entry>| -> Vec<String> {
+            entries.into_iter().map(|e| e.message).collect()
+        };
+        let expected: Vec<String> = (0..6).map(|i| format!("line {i}")).collect();
+        assert_eq!(
+            messages(queue.snapshot()),
+            expected,
+            "a copy, the queue unchanged"
+        );
+        assert_eq!(messages(queue.take(usize::MAX)), expected);
+        // Put back into a full queue, the oldest go, counted.
+        for i in 0..MAX_QUEUED_ENTRIES {
+            queue.push(entry(format!("new {i}")));
+        }
+        queue.put_back(vec![entry("old".into())]);
+        assert_eq!(queue.len(), MAX_QUEUED_ENTRIES);
+        assert_eq!(queue.dropped(), 1);
+        assert_eq!(queue.take(1)[0].message, "new 0");
+    }
+
+    #[test]
     fn bytes_are_bounded_too() {
         let queue = TargetQueue::default();
         let big = "x".repeat(64 * 1024);
