@@ -921,7 +921,7 @@ fn held_sockets_are_the_same_open_sockets_after_the_swap() {
         stream.write_all(b"hello\n").unwrap();
         stream
     };
-    let answer = |mut stream: std::net::TcpStream| -> u32 {
+    let answer = move |mut stream: std::net::TcpStream| -> u32 {
         let mut text = String::new();
         stream.read_to_string(&mut text).expect("an answer");
         text.trim().parse().unwrap_or_else(|_| panic!("{text:?}"))
@@ -935,21 +935,19 @@ fn held_sockets_are_the_same_open_sockets_after_the_swap() {
     let clients = {
         let swapping = swapping.clone();
         std::thread::spawn(move || {
-            let mut streams = Vec::new();
+            let mut answers = Vec::new();
             while swapping.load(Ordering::SeqCst) {
-                streams.push(connect());
+                answers.push(answer(connect()));
             }
-            streams
+            answers
         })
     };
     let (code, _, stderr) = reexec(&d, &[]);
     swapping.store(false, Ordering::SeqCst);
     assert_eq!(code, 0, "{stderr}");
-    let streams = clients.join().unwrap();
-    assert!(!streams.is_empty());
-    for stream in streams {
-        assert_eq!(answer(stream), pids[0]);
-    }
+    let answers = clients.join().unwrap();
+    assert!(!answers.is_empty());
+    assert!(answers.iter().all(|pid| *pid == pids[0]), "{answers:?}");
     assert_eq!(children(&d), pids);
     assert!(
         holds_socket(d.pid(), &inode),
@@ -1075,4 +1073,73 @@ fn forwarded_lines_go_out_once_each_across_the_swap() {
     });
     // Every line once, in order: none lost with a swap, none sent again by the new program.
     assert_eq!(numbers(), (1..=2000).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_notify_service_still_starting_is_waited_for_and_handed_over_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    // Says READY=1 only once told to: the start's change waits for it.
+    let go = dir.path().join("go");
+    let late = script(
+        dir.path(),
+        "late.py",
+        &format!(
+            "exec python3 -c \"$(cat <<'EOF'\n\
+             import os, socket, time\n\
+             address = os.environ['NOTIFY_SOCKET']\n\
+             if address.startswith('@'):\n    address = '\\0' + address[1:]\n\
+             while not os.path.exists('{go}'):\n    \
+                 time.sleep(0.2)\n\
+             socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b'READY=1\\nSTATUS=up', address)\n\
+             while True:\n    \
+                 time.sleep(1)\n\
+             EOF\n)\"",
+            go = go.display()
+        ),
+    );
+    let layer = format!(
+        "services:\n  late:\n    override: replace\n    command: {}\n    readiness: notify\n",
+        late.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    Test::daemon(&d)
+        .args(&["start", "--no-wait", "late"])
+        .any_stdout()
+        .run();
+    wait_for("its process", Duration::from_secs(30), || {
+        children(&d).len() == 1
+    });
+    let pids = children(&d);
+    let asked = std::thread::spawn({
+        let pebble = d.pebble_dir();
+        move || {
+            std::process::Command::new(COBBLE)
+                .arg("reexec")
+                .env("PEBBLE", pebble)
+                .env_remove("PEBBLE_SOCKET")
+                .output()
+                .expect("run cobble reexec")
+        }
+    });
+    // Asked before the service can be ready (it looks for `go` every 0.2 s), the
+    // re-execution either waits for the start's change or, asked late, meets it done: the
+    // swap comes after READY=1 either way.
+    std::fs::write(&go, "").unwrap();
+    let out = asked.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = d.log();
+    let ready = log.find("Service \"late\" is ready").expect("ready");
+    let swapped = log.find("Re-executing daemon").expect("re-executed");
+    assert!(ready < swapped, "{log}");
+    assert_eq!(children(&d), pids);
+    assert_eq!(service(&d, "late").current, "active");
+    assert!(
+        reason(&d, "late").contains("says \"up\""),
+        "{:?}",
+        reason(&d, "late")
+    );
 }
