@@ -193,8 +193,8 @@ impl ServiceManager {
     }
 
     /// Stops the notify sockets' readers for a re-execution (see [`Request::PauseNotify`]);
-    /// returns them once each has stopped and the actor has handled what they read, or the
-    /// services whose reader did not within `wait`.
+    /// returns once each has stopped and the actor has handled what they read, or fails if
+    /// that takes longer than `wait`.
     pub(crate) async fn pause_notify(&self, wait: std::time::Duration) -> Result<(), String> {
         let paused = self
             .call(|reply| Request::PauseNotify { reply })

@@ -498,6 +498,66 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn carried_lines_go_first_and_a_parked_sender_keeps_what_comes_until_resumed() {
+        let receiver = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let port = receiver.local_addr().unwrap().port();
+        let yaml = format!(
+            "services:\n  a: {{override: replace, command: x}}\nlog-targets:\n  t:\n    \
+             override: replace\n    type: syslog\n    location: udp://127.0.0.1:{port}\n    \
+             services: [all]\n"
+        );
+        let plan = Plan::default()
+            .add_layer(
+                cobble_plan::Layer::parse(1, "base", &yaml).unwrap(),
+                false,
+                false,
+            )
+            .unwrap();
+        let (_plan_tx, plan_rx) = watch::channel(Arc::new(plan));
+        let carried = |message: &str| Entry {
+            time: Timestamp::now(),
+            service: "a".into(),
+            message: message.into(),
+            labels: Arc::default(),
+        };
+        let (forwarder, tap) = LogForwarder::spawn(
+            plan_rx,
+            [(
+                "t".to_owned(),
+                vec![carried("carried 1"), carried("carried 2")],
+            )]
+            .into(),
+        );
+        forwarder.ready().await;
+        let mut a = tap.service("a");
+        a.line(Timestamp::now(), "new 1");
+        let mut buf = vec![0u8; 4096];
+        let mut next = async || {
+            let n = receiver.recv(&mut buf).await.unwrap();
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            // The message is the last two words.
+            let words: Vec<&str> = text.split(' ').collect();
+            words[words.len() - 2..].join(" ")
+        };
+        assert_eq!(next().await, "carried 1");
+        assert_eq!(next().await, "carried 2");
+        assert_eq!(next().await, "new 1");
+        forwarder
+            .pause(std::time::Duration::from_secs(30))
+            .await
+            .unwrap();
+        a.line(Timestamp::now(), "new 2");
+        let queued = forwarder.queued();
+        assert_eq!(queued.len(), 1);
+        let messages: Vec<&str> = queued[0].1.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(messages, ["new 2"], "parked: nothing sent, the line kept");
+        assert_eq!(forwarder.stats()[0].sent, 3);
+        forwarder.resume();
+        assert_eq!(next().await, "new 2");
+        forwarder.shutdown().await;
+    }
+
+    #[tokio::test]
     async fn routes_follow_the_plan_without_a_restart_of_the_reader() {
         let layer = |label: &str, yaml: &str| cobble_plan::Layer::parse(1, label, yaml).unwrap();
         let plan = Plan::default()

@@ -260,7 +260,8 @@ pub(crate) async fn run(
                 }
             }
             batch = queue.take(BATCH_ENTRIES);
-            if *parking.paused.borrow() {
+            // Asked to park: the batch goes back at the top (a stop sends it instead).
+            if *parking.paused.borrow() && !stop.is_cancelled() {
                 continue;
             }
         }
