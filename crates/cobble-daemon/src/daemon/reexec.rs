@@ -1234,6 +1234,43 @@ mod tests {
     }
 
     #[test]
+    fn format_3_carries_sockets_notify_watchdogs_and_forwarding_and_format_2_reads_without() {
+        let text = r#"{"format":3,"old_version":"0.1.0","boot_id":"b","lock":3,"unix":4,
+            "http":null,"https":null,"reply":null,
+            "services":[{"name":"s","pid":10,"output":null,"invocation":null,"start_count":1,
+              "since_ns":null,"backoff_num":0,"backoff_ns":0,"reset_in_ns":null,
+              "running_ns":null,"last_exit":null,
+              "watchdog":{"interval_ns":5000000000,"ready_ago_ns":3000000000,
+                "last_ping_ago_ns":1000000000,"since_ago_ns":1000000000},
+              "notify":{"address":"@n","fd":7,"status":"up"},"taken_at_ns":42}],
+            "sockets":[{"service":"s","socket":"http","fd":8}],
+            "forwarding":[{"target":"t","entries":[{"time_ns":1,"service":"s",
+              "message":"m","labels":{"k":"v"}}]}]}"#;
+        let handover: Handover = serde_json::from_str(text).unwrap();
+        let service = &handover.services[0];
+        let carried = service.carried().watchdog.unwrap();
+        assert_eq!(carried.interval, Some(Duration::from_secs(5)));
+        assert_eq!(carried.last_ping_ago, Some(Duration::from_secs(1)));
+        let notify = service.notify.as_ref().unwrap();
+        assert_eq!((notify.fd, notify.status.as_deref()), (7, Some("up")));
+        assert!(!notify.reloading && !notify.stopping);
+        assert_eq!(handover.sockets[0].fd, 8);
+        let forwarded = carried_forwarding(handover.forwarding);
+        assert_eq!(forwarded["t"][0].labels["k"], "v");
+        // A format 2 document has none of them, and reads as before.
+        let text = r#"{"format":2,"old_version":"0.1.0","boot_id":"b","lock":3,"unix":4,
+            "http":null,"https":null,"reply":null,
+            "services":[{"name":"s","pid":10,"output":null,"invocation":null,"start_count":1,
+              "since_ns":null,"backoff_num":0,"backoff_ns":0,"reset_in_ns":null,
+              "running_ns":null,"last_exit":null}]}"#;
+        let handover: Handover = serde_json::from_str(text).unwrap();
+        let service = &handover.services[0];
+        assert!(service.watchdog.is_none() && service.notify.is_none());
+        assert_eq!(service.elapsed(), Duration::ZERO);
+        assert!(handover.sockets.is_empty() && handover.forwarding.is_empty());
+    }
+
+    #[test]
     fn the_reply_is_a_whole_response_that_closes_its_connection() {
         let bytes = reply_bytes(&cobble_client::types::ReexecResult {
             old_version: "1".into(),
