@@ -33,15 +33,16 @@
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
 //!    anything more: a change in progress, a plan other than the layers directory's (the
 //!    new program loads the directory), a daemon without a state file or run by another
-//!    command (`cobble enter`). Then the notify sockets' readers stop between two
+//!    command (`cobble enter`). Then each log target's sender finishes the request it is
+//!    making (so that nothing is sent twice) and parks, its undelivered batch put back in
+//!    its queue, up to [`FORWARD_WAIT`]; the notify sockets' readers stop between two
 //!    datagrams, and the supervisor handles what they had read (so that what a service said
-//!    is in its machine when it is taken, and what it says later waits in its socket), and
-//!    each log target's sender finishes the request it is making (so that nothing is sent
-//!    twice) and parks, its undelivered batch put back in its queue, up to
-//!    [`FORWARD_WAIT`]; then the supervisor is asked to hand over its running services, and
-//!    refuses for one that is not simply running or runs with what is not handed over yet
-//!    (checks, paths, resources). The readers, the senders and the listeners then start
-//!    again.
+//!    is in its machine when it is taken, and what it says later waits in its socket); then
+//!    the supervisor is asked at once to hand over its running services (from then on it
+//!    acts on none of their deadlines), and refuses for one that is not simply running or
+//!    runs with what is not handed over yet (checks, paths, resources). The readers (which
+//!    read what waits in their sockets before the services' deadlines are acted on again),
+//!    the senders and the listeners then start again.
 //! 5. **The services are taken over**: the supervisor stops acting on them, and each output
 //!    reader stops between two reads, handing back its pipe and the line it had begun. Each
 //!    service's moments (its backoff's reset, its watchdog's ready time, last ping and
@@ -827,17 +828,18 @@ async fn reexec_checked(
         );
     }
     let mut blockers = blockers(opts, daemon).await;
-    // What services say on their notify sockets from now on waits there for whichever
-    // program goes on; what was said before is in their machines when they are taken.
-    if blockers.is_empty()
-        && let Err(why) = daemon.services.pause_notify(DRAIN_WAIT).await
-    {
-        blockers.push(why);
-    }
     // Each log target finishes the request it is making and sends nothing more: what it
     // holds then goes to the new program, and nothing is sent twice.
     if blockers.is_empty()
         && let Err(why) = daemon.forwarder.pause(FORWARD_WAIT).await
+    {
+        blockers.push(why);
+    }
+    // What services say on their notify sockets from now on waits there for whichever
+    // program goes on; what was said before is in their machines when they are taken, at
+    // once (the services' deadlines, a watchdog's, go on meanwhile).
+    if blockers.is_empty()
+        && let Err(why) = daemon.services.pause_notify(DRAIN_WAIT).await
     {
         blockers.push(why);
     }
@@ -921,9 +923,10 @@ async fn reexec_checked(
             exec_into(&binary, &version, kept, &listeners, ask, carried).await
         }
     };
-    // Still here: everything goes back as it was.
-    daemon.services.resume(detached);
+    // Still here: everything goes back as it was (the notify readers first, so that what
+    // was said meanwhile is read before the services' deadlines are acted on again).
     daemon.services.resume_notify();
+    daemon.services.resume(detached);
     daemon.forwarder.resume();
     restart_persister(daemon);
     servers.start(listeners, &daemon.cancel);

@@ -1143,3 +1143,183 @@ fn a_notify_service_still_starting_is_waited_for_and_handed_over_ready() {
         reason(&d, "late")
     );
 }
+
+/// A Loki receiver that holds each request while `hold` is set, then answers 204; records
+/// every line it was sent (`lines`), and counts the requests that arrived.
+struct HoldingReceiver {
+    port: u16,
+    hold: Arc<AtomicBool>,
+    arrived: Arc<AtomicU64>,
+    lines: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+fn holding_receiver() -> HoldingReceiver {
+    use std::io::BufRead;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hold = Arc::new(AtomicBool::new(true));
+    let arrived = Arc::new(AtomicU64::new(0));
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (h, a, l) = (hold.clone(), arrived.clone(), lines.clone());
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let (hold, arrived, lines) = (h.clone(), a.clone(), l.clone());
+            std::thread::spawn(move || {
+                let mut writer = conn.try_clone().unwrap();
+                let mut reader = std::io::BufReader::new(conn);
+                loop {
+                    let mut length = 0;
+                    let mut first = true;
+                    loop {
+                        let mut header = String::new();
+                        if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let header = header.trim_end();
+                        if header.is_empty() && !first {
+                            break;
+                        }
+                        first = false;
+                        if let Some((name, value)) = header.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    arrived.fetch_add(1, Ordering::SeqCst);
+                    wait_for("the hold released", Duration::from_secs(60), || {
+                        !hold.load(Ordering::SeqCst)
+                    });
+                    let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    for stream in json["streams"].as_array().unwrap() {
+                        for value in stream["values"].as_array().unwrap() {
+                            lines
+                                .lock()
+                                .unwrap()
+                                .push(value[1].as_str().unwrap().to_owned());
+                        }
+                    }
+                    if writer
+                        .write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    HoldingReceiver {
+        port,
+        hold,
+        arrived,
+        lines,
+    }
+}
+
+#[test]
+fn a_swap_that_waits_for_a_log_target_acts_on_no_watchdog_of_a_service_that_pings() {
+    let dir = tempfile::tempdir().unwrap();
+    let HoldingReceiver {
+        port,
+        hold,
+        arrived,
+        lines: received,
+    } = holding_receiver();
+    let pinged = dir.path().join("pinged");
+    let aborted = dir.path().join("aborted");
+    // Pings every 0.2 s and writes a numbered line with each.
+    let pinger = script(
+        dir.path(),
+        "pinger.py",
+        &format!(
+            "exec python3 -c \"$(cat <<'EOF'\n\
+             import os, signal, socket, sys, time\n\
+             def aborted(signum, frame):\n    \
+                 open('{aborted}', 'a').write('aborted\\n')\n    \
+                 os._exit(134)\n\
+             signal.signal(signal.SIGABRT, aborted)\n\
+             address = os.environ['NOTIFY_SOCKET']\n\
+             if address.startswith('@'):\n    address = '\\0' + address[1:]\n\
+             s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+             s.sendto(b'READY=1', address)\n\
+             n = 0\n\
+             while True:\n    \
+                 time.sleep(0.2)\n    \
+                 s.sendto(b'WATCHDOG=1', address)\n    \
+                 n += 1\n    \
+                 print('ping %d' % n, flush=True)\n    \
+                 open('{pinged}', 'w').write('%d\\n' % n)\n\
+             EOF\n)\"",
+            aborted = aborted.display(),
+            pinged = pinged.display(),
+        ),
+    );
+    let layer = format!(
+        "services:\n  wd:\n    override: replace\n    command: {}\n    readiness: notify\n    \
+         watchdog: 2s\nlog-targets:\n  loki:\n    override: replace\n    type: loki\n    \
+         location: http://127.0.0.1:{port}/loki/api/v1/push\n    services: [all]\n",
+        pinger.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    act(&d, "start", &["wd"]);
+    let pids = children(&d);
+    let pings = || {
+        lines(&pinged)
+            .first()
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    // A request to the target is under way and held when the re-execution is asked.
+    wait_for("a request held", Duration::from_secs(30), || {
+        arrived.load(Ordering::SeqCst) > 0
+    });
+    let asked = std::thread::spawn({
+        let pebble = d.pebble_dir();
+        move || {
+            std::process::Command::new(COBBLE)
+                .arg("reexec")
+                .env("PEBBLE", pebble)
+                .env_remove("PEBBLE_SOCKET")
+                .output()
+                .expect("run cobble reexec")
+        }
+    });
+    // Held for longer than the watchdog's interval (2 s), within the request's timeout.
+    let then = pings();
+    wait_for(
+        "more than an interval of pings",
+        Duration::from_secs(30),
+        || pings() >= then + 12,
+    );
+    assert!(!asked.is_finished(), "the swap waits for the request");
+    hold.store(false, Ordering::SeqCst);
+    let out = asked.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let then = pings();
+    wait_for("pings after the swap", Duration::from_secs(30), || {
+        pings() >= then + 12
+    });
+    assert!(!aborted.exists(), "{}", d.log());
+    assert_eq!(children(&d), pids);
+    // Every line the target was sent, once, in order.
+    let last = pings();
+    wait_for("the lines forwarded", Duration::from_secs(30), || {
+        received.lock().unwrap().contains(&format!("ping {last}"))
+    });
+    let numbers: Vec<u32> = received
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.strip_prefix("ping ")?.parse().ok())
+        .collect();
+    assert_eq!(numbers, (1..=numbers.len() as u32).collect::<Vec<_>>());
+}

@@ -86,6 +86,12 @@ impl NotifySocket {
         &self.address
     }
 
+    /// The next datagram if one is queued, as [`NotifySocket::recv`] reads it; `WouldBlock`
+    /// if none is.
+    pub(crate) fn recv_queued(&self, buf: &mut [u8]) -> io::Result<Received> {
+        recv_with_sender(&self.socket, buf)
+    }
+
     /// The next datagram, read into `buf` (a longer one is cut to it and said to be), and
     /// who sent it.
     pub(crate) async fn recv(&self, buf: &mut [u8]) -> io::Result<Received> {

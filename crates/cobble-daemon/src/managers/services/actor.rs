@@ -70,6 +70,8 @@ enum Done {
         /// Counts it among its reader's messages in flight until it is handled.
         permit: notify_reader::InFlight,
     },
+    /// The reader of a handed-over notify socket has handed on everything queued in it.
+    CaughtUp { name: String },
 }
 
 /// Starts the actor's task; returns where its requests go and the task.
@@ -154,6 +156,10 @@ struct Notify {
     /// takes the socket over).
     socket: Option<Arc<NotifySocket>>,
     reader: Option<notify_reader::Running>,
+    /// Handed over by a re-execution, its reader has not yet handed on what was sent during
+    /// the swap: the service's deadlines (its watchdog's) wait for that, so that a ping sent
+    /// in time is not taken for a missed one.
+    catching_up: bool,
     /// The main process of the running instance, for the socket's reader (0: none,
     /// [`notify_reader::SPAWNING`] while one is being spawned).
     leader: watch::Sender<u32>,
@@ -173,6 +179,7 @@ impl Default for Notify {
             address: None,
             socket: None,
             reader: None,
+            catching_up: false,
             leader: watch::Sender::new(0),
             status: None,
             reloading: false,
@@ -297,6 +304,8 @@ impl Actor {
             let deadline = self
                 .services
                 .values()
+                // A service handed to a new program is that program's to time.
+                .filter(|s| !s.notify.catching_up && !s.carried)
                 .filter_map(|s| s.machine.deadline())
                 .min();
             let sleep = async {
@@ -327,6 +336,7 @@ impl Actor {
                     let due: Vec<String> = self
                         .services
                         .iter()
+                        .filter(|(_, s)| !s.notify.catching_up && !s.carried)
                         .filter(|(_, s)| s.machine.deadline().is_some_and(|d| d <= now))
                         .map(|(n, _)| n.clone())
                         .collect();
@@ -444,6 +454,11 @@ impl Actor {
             } => {
                 self.notified(&name, leader, sender, belongs, fields);
                 drop(permit);
+            }
+            Done::CaughtUp { name } => {
+                if let Some(slot) = self.services.get_mut(&name) {
+                    slot.notify.catching_up = false;
+                }
             }
             Done::Signalled { name, pid, escaped } => {
                 let Some(slot) = self.services.get_mut(&name) else {
@@ -734,7 +749,11 @@ impl Actor {
             }
             Request::ResumeNotify => {
                 for (name, slot) in &mut self.services {
-                    start_notify_reader(name, &mut slot.notify, &self.done_tx, &self.jobs);
+                    if slot.notify.socket.is_some() && slot.notify.reader.is_none() {
+                        // What was said while it was stopped is read before its deadlines.
+                        slot.notify.catching_up = true;
+                        start_notify_reader(name, &mut slot.notify, &self.done_tx, &self.jobs);
+                    }
                 }
             }
             Request::TakeOver { reply } => {
@@ -995,6 +1014,7 @@ impl Actor {
                     slot.notify.status = notify.status;
                     slot.notify.reloading = notify.reloading;
                     slot.notify.stopping = notify.stopping;
+                    slot.notify.catching_up = true;
                     start_notify_reader(&name, &mut slot.notify, &done_tx, &jobs);
                 }
                 Err(e) => tracing::warn!(
@@ -1357,6 +1377,7 @@ fn start_notify_reader(
         notify.leader.subscribe(),
         done.clone(),
         jobs.clone(),
+        notify.catching_up,
     ));
 }
 

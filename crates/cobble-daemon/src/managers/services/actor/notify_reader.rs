@@ -33,6 +33,10 @@ pub(super) const IN_FLIGHT: usize = 8;
 /// and what it says waits for the pid rather than be dropped.
 pub(super) const SPAWNING: u32 = u32::MAX;
 
+/// The most datagrams read as queued in a handed-over socket before its reader says it has
+/// caught up: more than a socket's buffer holds of what a service says in a swap.
+const CATCH_UP_MAX: usize = 1024;
+
 /// The pause before a failed reader is started again; it doubles with each failure in a
 /// row, up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_millis(100);
@@ -50,13 +54,16 @@ pub(super) struct Running {
 }
 
 /// Starts reading `socket` for service `name`, whose running instance is led by `leader`
-/// (0: none, [`SPAWNING`]: one is being spawned).
+/// (0: none, [`SPAWNING`]: one is being spawned). With `catch_up` (a socket handed over by a
+/// re-execution), what is queued in it is read first, and [`Done::CaughtUp`] said once it
+/// has all been handed on.
 pub(super) fn start(
     name: String,
     socket: Arc<NotifySocket>,
     leader: watch::Receiver<u32>,
     done: mpsc::UnboundedSender<Done>,
     jobs: ProcessJobs,
+    catch_up: bool,
 ) -> Running {
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
     let stop = CancellationToken::new();
@@ -68,6 +75,7 @@ pub(super) fn start(
         jobs,
         in_flight: in_flight.clone(),
         stop: stop.clone(),
+        catch_up,
     };
     let task = tokio::spawn(keep_running(name, move || reader.clone().run()));
     Running {
@@ -117,6 +125,8 @@ struct Reader {
     in_flight: Arc<Semaphore>,
     /// Ends the reader (`Ok`) before the next datagram.
     stop: CancellationToken,
+    /// Read what is queued first, then say so ([`Done::CaughtUp`]).
+    catch_up: bool,
 }
 
 impl Reader {
@@ -127,12 +137,39 @@ impl Reader {
         let mut buf = vec![0u8; DATAGRAM_MAX];
         // The instance the complaints below were for, and what was said of it.
         let mut complained: (u32, Vec<&'static str>) = (0, Vec::new());
+        let mut caught = 0;
         loop {
-            // Receiving is cancel-safe: a datagram not taken stays queued in the socket.
-            let received = tokio::select! {
-                biased;
-                () = self.stop.cancelled() => return Ok(()),
-                received = self.socket.recv(&mut buf) => received?,
+            let received = if self.catch_up {
+                // Bounded, so that a service that never stops talking cannot hold its
+                // deadlines off.
+                caught += 1;
+                let queued = if caught > CATCH_UP_MAX {
+                    Err(io::ErrorKind::WouldBlock.into())
+                } else {
+                    self.socket.recv_queued(&mut buf)
+                };
+                match queued {
+                    Ok(received) => received,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        // Everything queued is on its way to the actor, in order, before this.
+                        self.catch_up = false;
+                        let caught_up = Done::CaughtUp {
+                            name: self.name.clone(),
+                        };
+                        if self.done.send(caught_up).is_err() {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            } else {
+                // Receiving is cancel-safe: a datagram not taken stays queued in the socket.
+                tokio::select! {
+                    biased;
+                    () = self.stop.cancelled() => return Ok(()),
+                    received = self.socket.recv(&mut buf) => received?,
+                }
             };
             let bytes = &buf[..received.len];
             injected_fault(bytes);
