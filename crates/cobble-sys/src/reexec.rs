@@ -218,6 +218,21 @@ mod tests {
     }
 
     #[test]
+    fn the_monotonic_clock_is_the_one_instants_read() {
+        let before = monotonic_now();
+        let instant = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let elapsed = instant.elapsed();
+        let after = monotonic_now();
+        assert!(before > std::time::Duration::ZERO);
+        // What passed on it is at least what passed on the instants between its readings.
+        assert!(
+            after - before >= elapsed,
+            "{before:?} {after:?} {elapsed:?}"
+        );
+    }
+
+    #[test]
     fn a_failed_exec_returns_its_error() {
         let missing = Path::new("/nonexistent/cobble");
         let e = exec(missing, &[OsString::from("cobble")], &[]);
