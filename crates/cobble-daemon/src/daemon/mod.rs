@@ -203,6 +203,17 @@ pub(crate) async fn run(
             .map(|h| std::mem::take(&mut h.services))
             .unwrap_or_default(),
     );
+    // The held sockets are taken before the plan's are bound: the same open sockets.
+    let held = reexec::adopt_sockets(
+        handover
+            .as_mut()
+            .map(|h| std::mem::take(&mut h.sockets))
+            .unwrap_or_default(),
+    );
+    let forwarded = handover
+        .as_mut()
+        .map(|h| reexec::carried_forwarding(std::mem::take(&mut h.forwarding)))
+        .unwrap_or_default();
     let plan = end_leftovers(&opts, plan, &store, handover.is_some())?;
     let boot_id = match &handover {
         Some(handover) => handover.boot_id.clone(),
@@ -217,7 +228,8 @@ pub(crate) async fn run(
         let opts = opts.clone();
         let boot_id = boot_id.clone();
         tokio::spawn(async move {
-            let (daemon, plan) = start_managers(&opts, plan, store, log_files).await?;
+            let (daemon, plan) =
+                start_managers(&opts, plan, store, log_files, held, forwarded).await?;
             let api = build_api(&opts, &daemon, plan, boot_id, reexec_tx);
             daemon_log::start_stderr();
             Ok::<_, DaemonError>((daemon, api))
@@ -239,6 +251,10 @@ pub(crate) async fn run(
         .map_err(DaemonError::Handover)?;
     // Last, once nothing else can fail: from here on the services' output is read, and
     // what is read is this program's.
+    if !carried.is_empty() {
+        // The handed-over services' output is forwarded from its first line read here.
+        daemon.forwarder.ready().await;
+    }
     let handed_at = handover.as_ref().and_then(|h| h.handed_at_ns);
     reexec::adopt_services(&daemon, carried, handed_at).await;
     // Taken over: a failure from now on is this program's.
@@ -568,6 +584,8 @@ async fn start_managers(
     mut plan: PlanManager,
     store: StateStore,
     log_files: LogFiles,
+    held: Vec<(String, String, std::os::fd::OwnedFd)>,
+    forwarded: BTreeMap<String, Vec<crate::logs::forward::queue::Entry>>,
 ) -> Result<(Daemon, PlanManager), DaemonError> {
     let (shutdown_tx, shutdown_requests) = mpsc::unbounded_channel();
     let state_dir = opts.persist.then(|| opts.pebble_dir.clone());
@@ -578,11 +596,15 @@ async fn start_managers(
     // Exec checks' commands are recorded while they run, as services' are, and launched
     // a few at a time: a plan full of exec checks due together queues short jobs instead of
     // taking the cores from the runtime's workers.
+    if !held.is_empty() {
+        let current = plan.subscribe().borrow().clone();
+        processes.sockets().adopt(&current, held);
+    }
     let check_launcher = Launcher::new(CHECK_LAUNCHES).recording(processes.clone());
     let (checks, checks_task) =
         CheckManager::spawn(plan.subscribe(), store.clone(), check_launcher);
     plan.hold_sockets(processes.clone()).await;
-    let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe());
+    let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe(), forwarded);
     let (services, services_task) = ServiceManager::spawn(
         plan.subscribe(),
         checks.signals(),

@@ -5,8 +5,8 @@
 //! The daemon replaces its program with `execve`, so it keeps its pid (PID 1 of a container
 //! stays PID 1) and its children, the services. What the new program needs beyond that is
 //! handed over explicitly: the descriptors it keeps (the directory lock, the unix socket's
-//! and the TCP listeners, each running service's output pipe, the asking client's
-//! connection) lose their close-on-exec flag, and a [`Handover`] document in a memory file
+//! and the TCP listeners, each running service's output pipe and notify socket, the held
+//! `sockets:`, the asking client's connection) lose their close-on-exec flag, and a [`Handover`] document in a memory file
 //! says what each is, with where each service's machine stands and what each service's log
 //! holds; its descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The state goes
 //! through the state file: the persister writes it one last time and stops, and the new
@@ -26,6 +26,12 @@
 //! one-shot stands for what waits for it, and the cgroup of a run with `resources:`, found
 //! by its path from the service's name and its invocation ID.
 //!
+//! Sockets are handed over open rather than bound again, so that nothing sent or connected
+//! during the swap is refused: a client waits in a held socket's queue, a datagram in a
+//! notify socket. A watchdog's moments (its ready time, last ping and current interval) go
+//! as how long before the handover they were, so its deadline is the one the old program
+//! would have acted on.
+//!
 //! In order:
 //!
 //! 1. **The candidate is asked first.** It is run as a child with [`PROBE_ARG`] and `$PEBBLE`,
@@ -43,23 +49,35 @@
 //!    closes; answers that wait (a notices long poll, a logs follower) end as their timeout
 //!    or end of stream would end them. The daemon waits for that up to [`DRAIN_WAIT`].
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
-//!    anything more: a change in progress, held `sockets:`, a daemon without a state file or
-//!    run by another command (`cobble enter`); a plan changed since the probe is probed
-//!    again; then the supervisor is asked to hand over its services, and refuses for one
-//!    being spawned or stopped, or with what is not handed over yet (notify readiness, a
-//!    watchdog, checks, held sockets). The listeners then serve again.
+//!    anything more: a change in progress, a daemon without a state file or run by another
+//!    command (`cobble enter`); a plan changed since the probe is probed again. Then each
+//!    log target's sender finishes the request it is making (so that nothing is sent twice)
+//!    and parks, its undelivered batch put back in its queue, up to [`FORWARD_WAIT`]; the
+//!    notify sockets' readers stop between two datagrams, and the supervisor handles what
+//!    they had read (so that what a service said is in its machine when it is taken, and
+//!    what it says later waits in its socket); then the supervisor is asked to hand over
+//!    its services, and refuses for one being spawned or stopped, or with what is not
+//!    handed over yet. The readers (which read what waits in their sockets before the
+//!    services' deadlines are acted on again), the senders and the listeners then start
+//!    again.
 //! 5. **The services are taken over**: the supervisor stops acting on them (their timers,
 //!    exits, paths and one-shots wait for the new program), and each output reader stops
 //!    between two reads, handing back its pipe and the line it had begun. Each
-//!    service's output log goes into the document; the persister writes the state and stops;
-//!    the daemon's own log and the service log files are flushed.
-//! 6. **`execve`**. If it fails, the flags are set back, the readers, the persister and the
-//!    listeners start again, and the client is told why. If it succeeds, the new program
+//!    service's output log, the held sockets and what each log target holds (taken once the
+//!    output readers have stopped, so every line they read is in it) go into the document;
+//!    the persister writes the state and stops; the daemon's own log and the service log
+//!    files are flushed.
+//! 6. **`execve`**. If it fails, the flags are set back, the readers (of output and of
+//!    notify sockets), the log targets' senders, the persister and the listeners start
+//!    again, and the client is told why. If it succeeds, the new program
 //!    adopts the descriptors, registers the services' pids with its reaper before it starts
-//!    (an exit during the swap waits as a zombie), starts as a daemon does (with the plan it
-//!    was handed, and the state file) but neither ends leftovers nor autostarts, follows the services from
-//!    where their machines stood, serves the listeners it was handed, and answers the waiting
-//!    client on its connection with both versions. Had the exec failed instead, the old
+//!    (an exit during the swap waits as a zombie), holds the handed sockets before it binds
+//!    anything the plan names, starts as a daemon does (with the plan it was handed, and the
+//!    state file; its log targets queueing what the old ones held before any new line) but
+//!    neither ends leftovers nor autostarts, follows the services from where their machines
+//!    stood, reads their notify sockets again (what was sent during the swap first), serves
+//!    the listeners it was handed, and answers the waiting client on its connection with
+//!    both versions. Had the exec failed instead, the old
 //!    program follows its services again, its path watches armed anew and what waits for
 //!    one-shots told where they stand, for what happened meanwhile was not acted on.
 //!
@@ -103,9 +121,10 @@ use crate::api::ApiError;
 
 /// The argument that makes `cobble` answer as a re-execution's candidate (see [`probe`]).
 pub const PROBE_ARG: &str = "__reexec-probe";
-/// The handover format this daemon writes: 3 hands over the plan and services that are not
-/// running too (backing off, waiting, a one-shot completed), 2 running services only (and
-/// had the new program load the layers directory), 1 none.
+/// The handover format this daemon writes: 3 hands over the plan, services that are not
+/// running too (backing off, waiting, a one-shot completed), notify sockets, watchdogs, held
+/// `sockets:` (descriptors a reader of 2 would leave open and bind over) and what log targets
+/// hold; 2 running services only (and had the new program load the layers directory); 1 none.
 pub(crate) const FORMAT: u32 = 3;
 /// The handover formats this build reads.
 const READS: &[u32] = &[1, 2, FORMAT];
@@ -121,6 +140,8 @@ pub(crate) const CHANGE_WAIT: Duration = Duration::from_secs(10);
 /// The kinds of change that last as long as a check runs: handed over by no re-execution yet,
 /// and not worth waiting for.
 const CHECK_CHANGES: &[&str] = &["perform-check", "recover-check"];
+/// How long a log target's sender may take to finish the request it is making.
+const FORWARD_WAIT: Duration = Duration::from_secs(11);
 /// How long the listeners' connections have to finish their requests.
 pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(5);
 
@@ -202,6 +223,12 @@ pub(crate) struct Handover {
     /// having re-executed the daemon: counted towards [`PANIC_LIMIT`].
     #[serde(default)]
     pub panics: Vec<i128>,
+    /// The listening sockets held for services (`sockets:`).
+    #[serde(default)]
+    pub sockets: Vec<CarriedSocket>,
+    /// What each log target held, not yet sent.
+    #[serde(default)]
+    pub forwarding: Vec<CarriedTarget>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
@@ -264,6 +291,107 @@ pub(crate) struct CarriedService {
     /// What of its `resources:` was not enforced at its last spawn, and why.
     #[serde(default)]
     pub unenforced: Option<String>,
+    /// Its run's watchdog.
+    #[serde(default)]
+    pub watchdog: Option<WatchdogDoc>,
+    /// Its notify socket, under `readiness: notify`.
+    #[serde(default)]
+    pub notify: Option<NotifyDoc>,
+}
+
+/// Where a run's watchdog stands, each moment in nanoseconds before the handover.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct WatchdogDoc {
+    /// None: turned off for the run (`WATCHDOG_USEC=0`).
+    pub interval_ns: Option<u64>,
+    pub ready_ago_ns: Option<u64>,
+    pub last_ping_ago_ns: Option<u64>,
+    pub since_ago_ns: Option<u64>,
+}
+
+/// A `readiness: notify` service's socket and what its running instance said on it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct NotifyDoc {
+    /// `$NOTIFY_SOCKET`, as the service was given it.
+    pub address: String,
+    /// The bound socket, with what was sent to it during the swap.
+    pub fd: RawFd,
+    pub status: Option<String>,
+    #[serde(default)]
+    pub reloading: bool,
+    #[serde(default)]
+    pub stopping: bool,
+}
+
+/// The lines one log target held, not yet sent, oldest first.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedTarget {
+    pub target: String,
+    pub entries: Vec<CarriedEntry>,
+}
+
+/// A line on its way to a log target, with the labels it was written under.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedEntry {
+    /// When it was written, in nanoseconds since the epoch.
+    pub time_ns: i128,
+    pub service: String,
+    pub message: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// What the log targets held, as this program's forwarder queues it (by target).
+pub(super) fn carried_forwarding(
+    targets: Vec<CarriedTarget>,
+) -> BTreeMap<String, Vec<crate::logs::forward::queue::Entry>> {
+    targets
+        .into_iter()
+        .map(|t| {
+            let entries = t
+                .entries
+                .into_iter()
+                .filter_map(|e| {
+                    Some(crate::logs::forward::queue::Entry {
+                        time: jiff::Timestamp::from_nanosecond(e.time_ns).ok()?,
+                        service: e.service.into(),
+                        message: e.message,
+                        labels: std::sync::Arc::new(e.labels),
+                    })
+                })
+                .collect();
+            (t.target, entries)
+        })
+        .collect()
+}
+
+/// What the log targets hold now, their senders parked.
+fn queued_forwarding(daemon: &super::Daemon) -> Vec<CarriedTarget> {
+    daemon
+        .forwarder
+        .queued()
+        .into_iter()
+        .map(|(target, entries)| CarriedTarget {
+            target,
+            entries: entries
+                .into_iter()
+                .map(|e| CarriedEntry {
+                    time_ns: e.time.as_nanosecond(),
+                    service: e.service.to_string(),
+                    message: e.message,
+                    labels: (*e.labels).clone(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// A listening socket held for a service.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedSocket {
+    pub service: String,
+    pub socket: String,
+    pub fd: RawFd,
 }
 
 /// Where a handed-over service's lifecycle stands (see [`crate::services::machine::CarriedPhase`]).
@@ -343,6 +471,19 @@ impl CarriedService {
                     },
                 }),
             unenforced: taken.unenforced.clone(),
+            watchdog: c.watchdog.as_ref().map(|w| WatchdogDoc {
+                interval_ns: w.interval.map(ns),
+                ready_ago_ns: w.ready_ago.map(ns),
+                last_ping_ago_ns: w.last_ping_ago.map(ns),
+                since_ago_ns: w.since_ago.map(ns),
+            }),
+            notify: taken.notify.as_ref().map(|n| NotifyDoc {
+                address: n.address.clone(),
+                fd: n.fd,
+                status: n.status.clone(),
+                reloading: n.reloading,
+                stopping: n.stopping,
+            }),
         }
     }
 
@@ -384,6 +525,15 @@ impl CarriedService {
                     Some(signal) => FileAction::Signal(signal.clone()),
                 };
                 (Duration::from_nanos(change.in_ns), action)
+            }),
+            watchdog: self.watchdog.as_ref().map(|w| {
+                let d = |ns: Option<u64>| ns.map(Duration::from_nanos);
+                crate::services::machine::CarriedWatchdog {
+                    interval: d(w.interval_ns),
+                    ready_ago: d(w.ready_ago_ns),
+                    last_ping_ago: d(w.last_ping_ago_ns),
+                    since_ago: d(w.since_ago_ns),
+                }
             }),
         })
     }
@@ -502,6 +652,24 @@ pub(super) async fn adopt_services(
             let fd = cobble_sys::reexec::adopt(fd).ok()?;
             tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok()
         });
+        let notify = service.notify.as_ref().and_then(|n| {
+            let socket = cobble_sys::reexec::adopt(n.fd)
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        "Cannot take over the notify socket of service \"{}\": {}",
+                        service.name,
+                        cobble_sys::os_error_text(e)
+                    );
+                })
+                .ok()?;
+            Some(crate::services::AdoptedNotify {
+                socket,
+                address: n.address.clone(),
+                status: n.status.clone(),
+                reloading: n.reloading,
+                stopping: n.stopping,
+            })
+        });
         match service.pid {
             Some(pid) => tracing::info!("Service \"{}\" (pid {pid}) carried over.", service.name),
             None => tracing::info!(
@@ -535,9 +703,32 @@ pub(super) async fn adopt_services(
                 Box::pin(async move { exit.await.map(|s| s.code()).unwrap_or(-1) })
             }),
             gone,
+            notify,
         });
     }
     daemon.services.adopt(adoptions).await;
+}
+
+/// Takes the held sockets' descriptors a predecessor handed over, each once, for the
+/// supervisor to hold before it binds anything.
+pub(super) fn adopt_sockets(
+    sockets: Vec<CarriedSocket>,
+) -> Vec<(String, String, std::os::fd::OwnedFd)> {
+    sockets
+        .into_iter()
+        .filter_map(|s| match cobble_sys::reexec::adopt(s.fd) {
+            Ok(fd) => Some((s.service, s.socket, fd)),
+            Err(e) => {
+                tracing::warn!(
+                    "Cannot take over socket \"{}\" of service \"{}\": {}",
+                    s.socket,
+                    s.service,
+                    cobble_sys::os_error_text(&e)
+                );
+                None
+            }
+        })
+        .collect()
 }
 
 /// The lines one service's output log held, oldest first: when each was written (nanoseconds
@@ -996,6 +1187,21 @@ async fn reexec_checked(
             }
         }
     }
+    // Each log target finishes the request it is making and sends nothing more: what it
+    // holds then goes to the new program, and nothing is sent twice.
+    if blockers.is_empty()
+        && let Err(why) = daemon.forwarder.pause(FORWARD_WAIT).await
+    {
+        blockers.push(why);
+    }
+    // What services say on their notify sockets from now on waits there for whichever
+    // program goes on; what was said before is in their machines when they are taken, at
+    // once (the services' deadlines, a watchdog's, go on meanwhile).
+    if blockers.is_empty()
+        && let Err(why) = daemon.services.pause_notify(DRAIN_WAIT).await
+    {
+        blockers.push(why);
+    }
     let taken = if blockers.is_empty() {
         match daemon.services.take_over().await {
             Ok(taken) => taken,
@@ -1008,6 +1214,8 @@ async fn reexec_checked(
         Vec::new()
     };
     if !blockers.is_empty() {
+        daemon.services.resume_notify();
+        daemon.forwarder.resume();
         servers.start(listeners, &daemon.cancel);
         return Err(refuse(ApiError::bad_request(format!(
             "cannot re-execute: {}; a re-execution hands over services, but no change \
@@ -1039,6 +1247,19 @@ async fn reexec_checked(
         detached.push((taken.name, output));
     }
     let logs = carried_logs(daemon).await;
+    // After the output readers have stopped: every line they read is queued.
+    let forwarding = queued_forwarding(daemon);
+    let processes = daemon.processes.clone();
+    let sockets = tokio::task::spawn_blocking(move || processes.sockets().carried())
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(service, socket, fd)| CarriedSocket {
+            service,
+            socket,
+            fd,
+        })
+        .collect();
     // The state goes through the state file: written whole, and nothing written after.
     daemon.persist_stop.cancel();
     let written = match daemon.managers.take_persister() {
@@ -1096,12 +1317,17 @@ async fn reexec_checked(
                 plan,
                 handed_at,
                 panics,
+                sockets,
+                forwarding,
             };
             exec_into(target, kept, &listeners, handed).await
         }
     };
-    // Still here: everything goes back as it was.
+    // Still here: everything goes back as it was (the notify readers first, so that what
+    // was said meanwhile is read before the services' deadlines are acted on again).
+    daemon.services.resume_notify();
     daemon.services.resume(detached);
+    daemon.forwarder.resume();
     restart_persister(daemon);
     servers.start(listeners, &daemon.cancel);
     Err((error, stop))
@@ -1129,6 +1355,8 @@ struct Handed {
     /// When the services were taken over, on the monotonic clock.
     handed_at: Duration,
     panics: Vec<i128>,
+    sockets: Vec<CarriedSocket>,
+    forwarding: Vec<CarriedTarget>,
 }
 
 /// Writes the handover document, keeps the descriptors it names across `execve` and
@@ -1151,6 +1379,8 @@ async fn exec_into(
         plan,
         handed_at,
         panics,
+        sockets,
+        forwarding,
     } = handed;
     let handover = Handover {
         format: FORMAT,
@@ -1166,6 +1396,8 @@ async fn exec_into(
         plan: Some(plan),
         handed_at_ns: Some(u64::try_from(handed_at.as_nanos()).unwrap_or(u64::MAX)),
         panics,
+        sockets,
+        forwarding,
         rest: BTreeMap::new(),
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
@@ -1190,6 +1422,13 @@ async fn exec_into(
     kept_fds.extend(handover.http);
     kept_fds.extend(handover.https);
     kept_fds.extend(handover.services.iter().filter_map(|s| s.output));
+    kept_fds.extend(
+        handover
+            .services
+            .iter()
+            .filter_map(|s| s.notify.as_ref().map(|n| n.fd)),
+    );
+    kept_fds.extend(handover.sockets.iter().map(|s| s.fd));
     kept_fds.push(document.as_raw_fd());
     // The program running now, for the new one to execute back into should it fail to take
     // over.
@@ -1345,26 +1584,12 @@ async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiErr
     }
 }
 
-/// What keeps the daemon from handing over now: changes in progress, held sockets, log
-/// targets. (What of the services cannot be handed over, the supervisor says when asked to
-/// hand them over.)
+/// What keeps the daemon from handing over now: changes in progress. (What of the services
+/// cannot be handed over, the supervisor says when asked to hand them over.)
 fn blockers(daemon: &super::Daemon) -> Vec<String> {
     let mut why = Vec::new();
     for (id, _, summary) in daemon.store.in_progress() {
         why.push(format!("change {id} ({summary}) is in progress"));
-    }
-    let plan = daemon.service_changes.plan();
-    if !plan.log_targets.is_empty() {
-        // What a target's queue holds would be lost with the exec.
-        why.push("the plan has log targets, whose forwarding is not handed over yet".to_owned());
-    }
-    for (name, service) in &plan.services {
-        if !service.sockets.is_empty() {
-            why.push(format!(
-                "service {} holds sockets",
-                cobble_plan::go_quote(name)
-            ));
-        }
     }
     why
 }
@@ -1632,6 +1857,42 @@ mod tests {
             "reset_in_ns":null,"running_ns":null,"last_exit":null}"#;
         let service: CarriedService = serde_json::from_str(text).unwrap();
         assert!(service.carried().is_none());
+    }
+
+    #[test]
+    fn format_3_carries_sockets_notify_watchdogs_and_forwarding_and_format_2_reads_without() {
+        let text = r#"{"format":3,"old_version":"0.1.0","boot_id":"b","lock":3,"unix":4,
+            "http":null,"https":null,"reply":null,
+            "services":[{"name":"s","pid":10,"output":null,"invocation":null,"start_count":1,
+              "since_ns":null,"backoff_num":0,"backoff_ns":0,"reset_in_ns":null,
+              "running_ns":null,"last_exit":null,
+              "watchdog":{"interval_ns":5000000000,"ready_ago_ns":3000000000,
+                "last_ping_ago_ns":1000000000,"since_ago_ns":1000000000},
+              "notify":{"address":"@n","fd":7,"status":"up"},"taken_at_ns":42}],
+            "sockets":[{"service":"s","socket":"http","fd":8}],
+            "forwarding":[{"target":"t","entries":[{"time_ns":1,"service":"s",
+              "message":"m","labels":{"k":"v"}}]}]}"#;
+        let handover: Handover = serde_json::from_str(text).unwrap();
+        let service = &handover.services[0];
+        let carried = service.carried().unwrap().watchdog.unwrap();
+        assert_eq!(carried.interval, Some(Duration::from_secs(5)));
+        assert_eq!(carried.last_ping_ago, Some(Duration::from_secs(1)));
+        let notify = service.notify.as_ref().unwrap();
+        assert_eq!((notify.fd, notify.status.as_deref()), (7, Some("up")));
+        assert!(!notify.reloading && !notify.stopping);
+        assert_eq!(handover.sockets[0].fd, 8);
+        let forwarded = carried_forwarding(handover.forwarding);
+        assert_eq!(forwarded["t"][0].labels["k"], "v");
+        // A format 2 document has none of them, and reads as before.
+        let text = r#"{"format":2,"old_version":"0.1.0","boot_id":"b","lock":3,"unix":4,
+            "http":null,"https":null,"reply":null,
+            "services":[{"name":"s","pid":10,"output":null,"invocation":null,"start_count":1,
+              "since_ns":null,"backoff_num":0,"backoff_ns":0,"reset_in_ns":null,
+              "running_ns":null,"last_exit":null}]}"#;
+        let handover: Handover = serde_json::from_str(text).unwrap();
+        let service = &handover.services[0];
+        assert!(service.watchdog.is_none() && service.notify.is_none());
+        assert!(handover.sockets.is_empty() && handover.forwarding.is_empty());
     }
 
     #[test]

@@ -128,15 +128,15 @@ impl HttpReceiver {
 }
 
 /// A syslog receiver on TCP (octet counting) and UDP (one message per datagram) ports.
-struct SyslogReceiver {
-    tcp_port: u16,
+pub(crate) struct SyslogReceiver {
+    pub(crate) tcp_port: u16,
     udp_port: u16,
-    tcp_messages: Arc<Mutex<Vec<String>>>,
+    pub(crate) tcp_messages: Arc<Mutex<Vec<String>>>,
     udp_messages: Arc<Mutex<Vec<String>>>,
 }
 
 impl SyslogReceiver {
-    fn start() -> SyslogReceiver {
+    pub(crate) fn start() -> SyslogReceiver {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let receiver = SyslogReceiver {

@@ -280,39 +280,39 @@ fn a_binary_that_cannot_take_over_changes_nothing() {
 
 #[test]
 fn what_cannot_be_handed_over_yet_refuses_and_names_it() {
-    // A `readiness: notify` service, backing off (for long) after a start that failed.
+    // A service being restarted by its failing check, which ignores SIGTERM: it is being
+    // stopped, with no change in progress to wait for, until its (long) kill-delay is up.
     let d = Daemon::hold(&[(
         "001-base",
-        "services:\n  s:\n    override: replace\n    readiness: notify\n    command: sh -c 'exit 3'\n    backoff-delay: 1h\n    backoff-limit: 1h\n",
+        "services:\n  s:\n    override: replace\n    \
+         command: sh -c 'trap \"\" TERM; while :; do sleep 0.1; done'\n    \
+         kill-delay: 1h\n    on-check-failure: {down: restart}\n\
+         checks:\n  down:\n    override: replace\n    period: 100ms\n    threshold: 1\n    \
+         exec: {command: \"false\"}\n",
     )]);
     act(&d, "start", &["s"]);
-    wait_for("the service to back off", Duration::from_secs(30), || {
-        service(&d, "s").current == "backoff"
+    let pids = children(&d);
+    wait_for("the check's restart", Duration::from_secs(30), || {
+        service(&d, "s").reason.as_deref() == Some("restarting: check \"down\" failed")
     });
     let before = details_of(&d, "s");
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 1);
     assert!(
-        stderr.starts_with(
-            "error: cannot re-execute: service \"s\" has readiness: notify, which a \
-             re-execution does not hand over yet;"
-        ),
+        stderr.starts_with("error: cannot re-execute: service \"s\" is being stopped;"),
         "{stderr}"
     );
     // The listeners serve again, the supervisor follows the service again, nothing moved.
-    assert_eq!(service(&d, "s").current, "backoff");
+    assert_eq!(
+        service(&d, "s").reason.as_deref(),
+        Some("restarting: check \"down\" failed")
+    );
+    assert_eq!(children(&d), pids);
     let after = details_of(&d, "s");
     assert_eq!(
-        (after.backoff_count, after.start_count, after.last_exit_code),
-        (
-            before.backoff_count,
-            before.start_count,
-            before.last_exit_code
-        )
+        (after.start_count, after.last_exit_code),
+        (before.start_count, before.last_exit_code)
     );
-    act(&d, "stop", &["s"]);
-    let (code, _, stderr) = reexec(&d, &[]);
-    assert_eq!(code, 0, "{stderr}");
 }
 
 /// Seconds since the epoch of an RFC 3339 time the API reports.
@@ -1259,3 +1259,642 @@ fn a_new_program_that_fails_to_take_over_leaves_the_old_one_in_charge() {
 /// How long a re-execution after a panic may take to be seen: the product's bound on a
 /// re-execution (the drain and the change wait) with room.
 const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The inode of the socket `pid` has open as `fd` (`socket:[N]`).
+fn socket_inode(pid: u32, fd: u32) -> String {
+    let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).expect("fd open");
+    let text = link.to_string_lossy().into_owned();
+    assert!(text.starts_with("socket:["), "{text}");
+    text
+}
+
+/// Whether `pid` has the socket `inode` (`socket:[N]`) open.
+fn holds_socket(pid: u32, inode: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|link| link.to_string_lossy() == inode)
+}
+
+/// The reason `cobble services` gives for `name` (with what it said on its notify socket).
+fn reason(d: &Daemon, name: &str) -> String {
+    service(d, name).reason.unwrap_or_default()
+}
+
+/// A `readiness: notify` service `talk` that says READY=1 once, then a STATUS= every 10 ms
+/// until `dir/stop` exists, writing each send's failure to `dir/failed`, then a last STATUS=
+/// that counts them; its layer.
+fn talker(dir: &Path) -> String {
+    let (stop, failed) = (dir.join("stop"), dir.join("failed"));
+    // READY=1 once, then a STATUS= every 10 ms until told to stop, each send's failure
+    // written down, then a last STATUS= that counts them.
+    let talker = script(
+        dir,
+        "talker.py",
+        &format!(
+            "exec python3 -c \"$(cat <<'EOF'\n\
+             import os, socket, time\n\
+             address = os.environ['NOTIFY_SOCKET']\n\
+             if address.startswith('@'):\n    address = '\\0' + address[1:]\n\
+             s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+             s.sendto(b'READY=1\\nSTATUS=ready', address)\n\
+             n = 0\n\
+             while not os.path.exists('{stop}'):\n    \
+                 n += 1\n    \
+                 try:\n        \
+                     s.sendto(b'STATUS=talking %d' % n, address)\n    \
+                 except OSError as e:\n        \
+                     open('{failed}', 'a').write('%d %s\\n' % (n, e))\n    \
+                 time.sleep(0.01)\n\
+             s.sendto(b'STATUS=done after %d' % n, address)\n\
+             while True:\n    \
+                 time.sleep(1)\n\
+             EOF\n)\"",
+            stop = stop.display(),
+            failed = failed.display()
+        ),
+    );
+    format!(
+        "services:\n  talk:\n    override: replace\n    command: {}\n    readiness: notify\n",
+        talker.display()
+    )
+}
+
+#[test]
+fn a_notify_service_stays_ready_and_its_socket_hears_everything_sent_during_the_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stop, failed) = (dir.path().join("stop"), dir.path().join("failed"));
+    let layer = talker(dir.path());
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let change = act(&d, "start", &["talk"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+    let pids = children(&d);
+    let since = service(&d, "talk").current_since;
+    wait_for("its status", Duration::from_secs(30), || {
+        reason(&d, "talk").contains("says \"talking")
+    });
+    for _ in 0..3 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        // Ready still: the same run, active since it said so, nothing waited for again.
+        assert_eq!(children(&d), pids);
+        let after = service(&d, "talk");
+        assert_eq!(after.current, "active");
+        assert_eq!(after.current_since, since);
+    }
+    // What it says after the swaps is heard, and nothing it sent was refused.
+    std::fs::write(&stop, "").unwrap();
+    wait_for("its last status", Duration::from_secs(30), || {
+        reason(&d, "talk").contains("says \"done after")
+    });
+    assert!(
+        !failed.exists(),
+        "sends refused: {}",
+        std::fs::read_to_string(&failed).unwrap_or_default()
+    );
+    assert_eq!(children(&d), pids);
+}
+
+#[test]
+fn a_watchdog_keeps_its_deadline_across_the_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name);
+    // Pings every 0.2 s until told to stop, counting them in `pinged`; then writes the time
+    // of its last ping and goes on running. Each run is counted in `runs`; SIGABRT writes
+    // the time to `aborted`.
+    let pinger = script(
+        dir.path(),
+        "pinger.py",
+        &format!(
+            "exec python3 -c \"$(cat <<'EOF'\n\
+             import os, signal, socket, time\n\
+             open('{runs}', 'a').write('run\\n')\n\
+             def aborted(signum, frame):\n    \
+                 open('{aborted}', 'a').write('%f\\n' % time.time())\n    \
+                 os._exit(134)\n\
+             signal.signal(signal.SIGABRT, aborted)\n\
+             address = os.environ['NOTIFY_SOCKET']\n\
+             if address.startswith('@'):\n    address = '\\0' + address[1:]\n\
+             s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+             s.sendto(b'READY=1', address)\n\
+             n = 0\n\
+             while not os.path.exists('{stop}'):\n    \
+                 time.sleep(0.2)\n    \
+                 s.sendto(b'WATCHDOG=1', address)\n    \
+                 n += 1\n    \
+                 open('{pinged}', 'w').write('%d\\n' % n)\n\
+             open('{last}', 'a').write('%f\\n' % time.time())\n\
+             while True:\n    \
+                 time.sleep(1)\n\
+             EOF\n)\"",
+            runs = file("runs").display(),
+            aborted = file("aborted").display(),
+            stop = file("stop").display(),
+            pinged = file("pinged").display(),
+            last = file("last-ping").display(),
+        ),
+    );
+    let layer = format!(
+        "services:\n  wd:\n    override: replace\n    command: {}\n    readiness: notify\n    \
+         watchdog: 6s\n    kill-delay: 1s\n    backoff-delay: 100ms\n",
+        pinger.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let change = act(&d, "start", &["wd"]);
+    assert_eq!(change.status, "Done", "{change:?}");
+    let pids = children(&d);
+    let pinged = || {
+        lines(&file("pinged"))
+            .first()
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    // Pinging through the swaps: never acted on, for longer than an interval after them.
+    for _ in 0..3 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(children(&d), pids);
+    }
+    let then = pinged();
+    wait_for("two intervals of pings", Duration::from_secs(120), || {
+        pinged() >= then + 60
+    });
+    assert!(!file("aborted").exists(), "aborted while it pinged");
+    assert_eq!(children(&d), pids);
+    assert_eq!(lines(&file("runs")).len(), 1);
+    // It stops pinging, then the daemon is re-executed: the new program acts on the
+    // deadline its last ping set, as the old one would have.
+    std::fs::write(file("stop"), "").unwrap();
+    wait_for("its last ping", Duration::from_secs(30), || {
+        file("last-ping").exists()
+    });
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids, "handed over before its deadline");
+    wait_for("SIGABRT", Duration::from_secs(60), || {
+        !lines(&file("aborted")).is_empty()
+    });
+    wait_for("the restart", Duration::from_secs(60), || {
+        lines(&file("runs")).len() == 2 && service(&d, "wd").current == "active"
+    });
+    let log = d.log();
+    let swapped = log
+        .rfind("Re-executed daemon: cobble")
+        .expect("re-executed");
+    let timeout = log
+        .find("Service \"wd\" watchdog timeout after 6s, last ping")
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(swapped < timeout, "acted on by the new program: {log}");
+    // Not before the interval its last ping started had run out.
+    let last_ping = times(&file("last-ping"))[0];
+    let aborted = times(&file("aborted"))[0];
+    assert!(
+        aborted - last_ping >= 5.9,
+        "aborted {aborted}, last ping {last_ping}: {log}"
+    );
+}
+
+#[test]
+fn held_sockets_are_the_same_open_sockets_after_the_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let address: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let record = dir.path().join("record");
+    // Accepts on fd 3 and answers each connection with its pid; each run writes
+    // `pid LISTEN_FDS LISTEN_FDNAMES` to `record`.
+    let server = script(
+        dir.path(),
+        "server.py",
+        &format!(
+            "exec python3 -c \"$(cat <<'EOF'\n\
+             import os, socket\n\
+             env = os.environ\n\
+             open('{record}', 'a').write('%d %s %s\\n' % (os.getpid(), env.get('LISTEN_FDS'), env.get('LISTEN_FDNAMES')))\n\
+             s = socket.socket(fileno=3)\n\
+             while True:\n    \
+                 c, _ = s.accept()\n    \
+                 c.recv(100)\n    \
+                 c.sendall(b'%d\\n' % os.getpid())\n    \
+                 c.close()\n\
+             EOF\n)\"",
+            record = record.display()
+        ),
+    );
+    let layer = format!(
+        "services:\n  web:\n    override: replace\n    command: {}\n    sockets:\n      \
+         http:\n        listen: 127.0.0.1:{port}\n",
+        server.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let connect = move || {
+        let mut stream =
+            std::net::TcpStream::connect(address).expect("the kernel accepts for a held socket");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        stream.write_all(b"hello\n").unwrap();
+        stream
+    };
+    let answer = move |mut stream: std::net::TcpStream| -> u32 {
+        let mut text = String::new();
+        stream.read_to_string(&mut text).expect("an answer");
+        text.trim().parse().unwrap_or_else(|_| panic!("{text:?}"))
+    };
+    act(&d, "start", &["web"]);
+    let pids = children(&d);
+    let inode = socket_inode(pids[0], 3);
+    assert!(holds_socket(d.pid(), &inode));
+    // Clients that come during the swap wait in the socket's queue and are served.
+    let swapping = Arc::new(AtomicBool::new(true));
+    let clients = {
+        let swapping = swapping.clone();
+        std::thread::spawn(move || {
+            let mut answers = Vec::new();
+            while swapping.load(Ordering::SeqCst) {
+                answers.push(answer(connect()));
+            }
+            answers
+        })
+    };
+    let (code, _, stderr) = reexec(&d, &[]);
+    swapping.store(false, Ordering::SeqCst);
+    assert_eq!(code, 0, "{stderr}");
+    let answers = clients.join().unwrap();
+    assert!(!answers.is_empty());
+    assert!(answers.iter().all(|pid| *pid == pids[0]), "{answers:?}");
+    assert_eq!(children(&d), pids);
+    assert!(
+        holds_socket(d.pid(), &inode),
+        "the new program holds the same socket"
+    );
+    // A client that comes while the service is stopped waits through a swap for the next run.
+    act(&d, "stop", &["web"]);
+    let waiting = connect();
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(holds_socket(d.pid(), &inode));
+    act(&d, "start", &["web"]);
+    let run = children(&d);
+    assert_eq!(run.len(), 1);
+    assert_ne!(run, pids);
+    assert_eq!(answer(waiting), run[0]);
+    assert_eq!(
+        socket_inode(run[0], 3),
+        inode,
+        "the restarted run gets the same socket"
+    );
+    let runs = lines(&record);
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1], format!("{} 1 http", run[0]));
+}
+
+/// The daemon's descriptors above stderr that are kept across `execve` (not close-on-exec).
+fn inherited_fds(pid: u32) -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|fd| {
+            fd.file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n > 2)
+        })
+        .filter_map(|fd| {
+            let info = std::fs::read_to_string(fd.path()).ok()?;
+            let flags = info.lines().find_map(|l| l.strip_prefix("flags:"))?;
+            let flags = u32::from_str_radix(flags.trim(), 8).ok()?;
+            // O_CLOEXEC
+            (flags & 0o2000000 == 0).then(|| fd.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    fds.sort();
+    fds
+}
+
+#[test]
+fn an_exec_that_fails_gives_back_the_notify_and_held_sockets() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let layer = format!(
+        "{}  web:\n    override: replace\n    command: sleep 1000\n    sockets:\n      \
+         http:\n        listen: 127.0.0.1:{port}\n",
+        talker(dir.path())
+    );
+    let d = Daemon::start_with_env(
+        &[("001-base", &layer)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["talk"]);
+    let pids = children(&d);
+    // What the daemon was started with (a test runner's descriptors) aside.
+    let inherited = inherited_fds(d.pid());
+    let failing = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
+    let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    // Every descriptor it was to hand over is its own again, close-on-exec.
+    assert_eq!(inherited_fds(d.pid()), inherited);
+    assert_eq!(children(&d), pids);
+    // The notify socket is read again, and the held socket still queues clients.
+    std::net::TcpStream::connect(("127.0.0.1", port)).expect("still held");
+    std::fs::write(dir.path().join("stop"), "").unwrap();
+    wait_for("its last status", Duration::from_secs(30), || {
+        reason(&d, "talk").contains("says \"done after")
+    });
+    assert!(!dir.path().join("failed").exists());
+    // And a re-execution after it hands them over.
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids);
+    assert_eq!(service(&d, "talk").current, "active");
+}
+
+#[test]
+fn forwarded_lines_go_out_once_each_across_the_swap() {
+    let syslog = crate::forward::SyslogReceiver::start();
+    let layer = format!(
+        "{NUMBERED}log-targets:\n  central:\n    override: replace\n    type: syslog\n    \
+         location: tcp://127.0.0.1:{}\n    services: [all]\n",
+        syslog.tcp_port
+    );
+    let d = Daemon::start_with_env(
+        &[("001-base", &layer)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["n"]);
+    let pids = children(&d);
+    for _ in 0..4 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(children(&d), pids);
+    }
+    // Last, an exec that fails: the old program's targets send again.
+    let failing = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
+    let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    let numbers = || -> Vec<u32> {
+        syslog
+            .tcp_messages
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m.rsplit_once(" n ")?.1.trim().parse().ok())
+            .collect()
+    };
+    wait_for("the last line forwarded", Duration::from_secs(120), || {
+        numbers().contains(&2000)
+    });
+    // Every line once, in order: none lost with a swap, none sent again by the new program.
+    assert_eq!(numbers(), (1..=2000).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_notify_service_still_starting_is_waited_for_and_handed_over_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    // Says READY=1 only once told to: the start's change waits for it.
+    let go = dir.path().join("go");
+    let late = script(
+        dir.path(),
+        "late.py",
+        &format!(
+            "exec python3 -c \"$(cat <<'EOF'\n\
+             import os, socket, time\n\
+             address = os.environ['NOTIFY_SOCKET']\n\
+             if address.startswith('@'):\n    address = '\\0' + address[1:]\n\
+             while not os.path.exists('{go}'):\n    \
+                 time.sleep(0.2)\n\
+             socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b'READY=1\\nSTATUS=up', address)\n\
+             while True:\n    \
+                 time.sleep(1)\n\
+             EOF\n)\"",
+            go = go.display()
+        ),
+    );
+    let layer = format!(
+        "services:\n  late:\n    override: replace\n    command: {}\n    readiness: notify\n",
+        late.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    Test::daemon(&d)
+        .args(&["start", "--no-wait", "late"])
+        .any_stdout()
+        .run();
+    wait_for("its process", Duration::from_secs(30), || {
+        children(&d).len() == 1
+    });
+    let pids = children(&d);
+    let asked = std::thread::spawn({
+        let pebble = d.pebble_dir();
+        move || {
+            std::process::Command::new(COBBLE)
+                .arg("reexec")
+                .env("PEBBLE", pebble)
+                .env_remove("PEBBLE_SOCKET")
+                .output()
+                .expect("run cobble reexec")
+        }
+    });
+    // Asked before the service can be ready (it looks for `go` every 0.2 s), the
+    // re-execution either waits for the start's change or, asked late, meets it done: the
+    // swap comes after READY=1 either way.
+    std::fs::write(&go, "").unwrap();
+    let out = asked.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = d.log();
+    let ready = log.find("Service \"late\" is ready").expect("ready");
+    let swapped = log.find("Re-executing daemon").expect("re-executed");
+    assert!(ready < swapped, "{log}");
+    assert_eq!(children(&d), pids);
+    assert_eq!(service(&d, "late").current, "active");
+    assert!(
+        reason(&d, "late").contains("says \"up\""),
+        "{:?}",
+        reason(&d, "late")
+    );
+}
+
+/// A Loki receiver that holds each request while `hold` is set, then answers 204; records
+/// every line it was sent (`lines`), and counts the requests that arrived.
+struct HoldingReceiver {
+    port: u16,
+    hold: Arc<AtomicBool>,
+    arrived: Arc<AtomicU64>,
+    lines: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+fn holding_receiver() -> HoldingReceiver {
+    use std::io::BufRead;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hold = Arc::new(AtomicBool::new(true));
+    let arrived = Arc::new(AtomicU64::new(0));
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (h, a, l) = (hold.clone(), arrived.clone(), lines.clone());
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let (hold, arrived, lines) = (h.clone(), a.clone(), l.clone());
+            std::thread::spawn(move || {
+                let mut writer = conn.try_clone().unwrap();
+                let mut reader = std::io::BufReader::new(conn);
+                loop {
+                    let mut length = 0;
+                    let mut first = true;
+                    loop {
+                        let mut header = String::new();
+                        if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let header = header.trim_end();
+                        if header.is_empty() && !first {
+                            break;
+                        }
+                        first = false;
+                        if let Some((name, value)) = header.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    arrived.fetch_add(1, Ordering::SeqCst);
+                    wait_for("the hold released", Duration::from_secs(60), || {
+                        !hold.load(Ordering::SeqCst)
+                    });
+                    let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    for stream in json["streams"].as_array().unwrap() {
+                        for value in stream["values"].as_array().unwrap() {
+                            lines
+                                .lock()
+                                .unwrap()
+                                .push(value[1].as_str().unwrap().to_owned());
+                        }
+                    }
+                    if writer
+                        .write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    HoldingReceiver {
+        port,
+        hold,
+        arrived,
+        lines,
+    }
+}
+
+#[test]
+fn a_swap_that_waits_for_a_log_target_acts_on_no_watchdog_of_a_service_that_pings() {
+    let dir = tempfile::tempdir().unwrap();
+    let HoldingReceiver {
+        port,
+        hold,
+        arrived,
+        lines: received,
+    } = holding_receiver();
+    let pinged = dir.path().join("pinged");
+    let aborted = dir.path().join("aborted");
+    // Pings every 0.2 s and writes a numbered line with each.
+    let pinger = script(
+        dir.path(),
+        "pinger.py",
+        &format!(
+            "exec python3 -c \"$(cat <<'EOF'\n\
+             import os, signal, socket, sys, time\n\
+             def aborted(signum, frame):\n    \
+                 open('{aborted}', 'a').write('aborted\\n')\n    \
+                 os._exit(134)\n\
+             signal.signal(signal.SIGABRT, aborted)\n\
+             address = os.environ['NOTIFY_SOCKET']\n\
+             if address.startswith('@'):\n    address = '\\0' + address[1:]\n\
+             s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+             s.sendto(b'READY=1', address)\n\
+             n = 0\n\
+             while True:\n    \
+                 time.sleep(0.2)\n    \
+                 s.sendto(b'WATCHDOG=1', address)\n    \
+                 n += 1\n    \
+                 print('ping %d' % n, flush=True)\n    \
+                 open('{pinged}', 'w').write('%d\\n' % n)\n\
+             EOF\n)\"",
+            aborted = aborted.display(),
+            pinged = pinged.display(),
+        ),
+    );
+    let layer = format!(
+        "services:\n  wd:\n    override: replace\n    command: {}\n    readiness: notify\n    \
+         watchdog: 2s\nlog-targets:\n  loki:\n    override: replace\n    type: loki\n    \
+         location: http://127.0.0.1:{port}/loki/api/v1/push\n    services: [all]\n",
+        pinger.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    act(&d, "start", &["wd"]);
+    let pids = children(&d);
+    let pings = || {
+        lines(&pinged)
+            .first()
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    // A request to the target is under way and held when the re-execution is asked.
+    wait_for("a request held", Duration::from_secs(30), || {
+        arrived.load(Ordering::SeqCst) > 0
+    });
+    let asked = std::thread::spawn({
+        let pebble = d.pebble_dir();
+        move || {
+            std::process::Command::new(COBBLE)
+                .arg("reexec")
+                .env("PEBBLE", pebble)
+                .env_remove("PEBBLE_SOCKET")
+                .output()
+                .expect("run cobble reexec")
+        }
+    });
+    // Held for longer than the watchdog's interval (2 s), within the request's timeout.
+    let then = pings();
+    wait_for(
+        "more than an interval of pings",
+        Duration::from_secs(30),
+        || pings() >= then + 12,
+    );
+    assert!(!asked.is_finished(), "the swap waits for the request");
+    hold.store(false, Ordering::SeqCst);
+    let out = asked.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let then = pings();
+    wait_for("pings after the swap", Duration::from_secs(30), || {
+        pings() >= then + 12
+    });
+    assert!(!aborted.exists(), "{}", d.log());
+    assert_eq!(children(&d), pids);
+    // Every line the target was sent, once, in order.
+    let last = pings();
+    wait_for("the lines forwarded", Duration::from_secs(30), || {
+        received.lock().unwrap().contains(&format!("ping {last}"))
+    });
+    let numbers: Vec<u32> = received
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.strip_prefix("ping ")?.parse().ok())
+        .collect();
+    assert_eq!(numbers, (1..=numbers.len() as u32).collect::<Vec<_>>());
+}

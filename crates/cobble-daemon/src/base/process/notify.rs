@@ -63,9 +63,33 @@ impl NotifySocket {
         })
     }
 
+    /// The socket a predecessor bound at `address` and handed over as `fd` (see
+    /// `daemon::reexec`): what was sent to it during the swap is still queued on it. Needs a
+    /// runtime.
+    pub(crate) fn adopt(fd: std::os::fd::OwnedFd, address: String) -> io::Result<NotifySocket> {
+        let socket = std::os::unix::net::UnixDatagram::from(fd);
+        socket.set_nonblocking(true)?;
+        pass_credentials(&socket)?;
+        Ok(NotifySocket {
+            address,
+            socket: UnixDatagram::from_std(socket)?,
+        })
+    }
+
+    /// The socket's descriptor, for a re-execution to keep across `execve`.
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.socket)
+    }
+
     /// What the service is given as `$NOTIFY_SOCKET`.
     pub(crate) fn address(&self) -> &str {
         &self.address
+    }
+
+    /// The next datagram if one is queued, as [`NotifySocket::recv`] reads it; `WouldBlock`
+    /// if none is.
+    pub(crate) fn recv_queued(&self, buf: &mut [u8]) -> io::Result<Received> {
+        recv_with_sender(&self.socket, buf)
     }
 
     /// The next datagram, read into `buf` (a longer one is cut to it and said to be), and

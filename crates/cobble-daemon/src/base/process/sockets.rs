@@ -131,6 +131,49 @@ impl HeldSockets {
         passed
     }
 
+    /// Every socket held, as `(service, socket, descriptor)`, for a re-execution to hand
+    /// over: the daemon goes on owning them until its program is replaced. Blocking.
+    pub(crate) fn carried(&self) -> Vec<(String, String, std::os::fd::RawFd)> {
+        use std::os::fd::AsRawFd;
+        self.lock()
+            .iter()
+            .flat_map(|(service, slots)| {
+                slots.iter().filter_map(move |(socket, slot)| {
+                    let fd = slot.fd.as_ref()?.as_raw_fd();
+                    Some((service.clone(), socket.clone(), fd))
+                })
+            })
+            .collect()
+    }
+
+    /// Holds the sockets a predecessor handed over, as `plan` names them, before anything
+    /// is bound: the same open sockets, whose queued clients the services accept. One the
+    /// plan no longer names as it was is closed (the next sync binds what it names).
+    pub(crate) fn adopt(&self, plan: &Plan, sockets: Vec<(String, String, OwnedFd)>) {
+        let mut held = self.lock();
+        for (service, socket, fd) in sockets {
+            let Some(config) = plan
+                .services
+                .get(&service)
+                .and_then(|s| s.sockets.get(&socket))
+            else {
+                continue;
+            };
+            let Ok(address) = config.address() else {
+                continue;
+            };
+            held.entry(service).or_default().insert(
+                socket,
+                Slot {
+                    config: config.clone(),
+                    address,
+                    fd: Some(Arc::new(fd)),
+                    error: None,
+                },
+            );
+        }
+    }
+
     /// What is held for service `name`, by socket name.
     pub(crate) fn report(&self, name: &str) -> Vec<SocketReport> {
         self.lock()

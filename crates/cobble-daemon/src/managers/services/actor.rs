@@ -70,6 +70,8 @@ enum Done {
         /// Counts it among its reader's messages in flight until it is handled.
         permit: notify_reader::InFlight,
     },
+    /// The reader of a handed-over notify socket has handed on everything queued in it.
+    CaughtUp { name: String },
 }
 
 /// Starts the actor's task; returns where its requests go and the task.
@@ -147,10 +149,17 @@ type Output = (
 );
 
 /// A `readiness: notify` service's socket and what it said on it.
-#[derive(Debug)]
 struct Notify {
     /// The socket's address, once it has one (bound at its first spawn).
     address: Option<String>,
+    /// The socket, once bound, and its reader while it runs (stopped while a re-execution
+    /// takes the socket over).
+    socket: Option<Arc<NotifySocket>>,
+    reader: Option<notify_reader::Running>,
+    /// Handed over by a re-execution, its reader has not yet handed on what was sent during
+    /// the swap: the service's deadlines (its watchdog's) wait for that, so that a ping sent
+    /// in time is not taken for a missed one.
+    catching_up: bool,
     /// The main process of the running instance, for the socket's reader (0: none,
     /// [`notify_reader::SPAWNING`] while one is being spawned).
     leader: watch::Sender<u32>,
@@ -168,6 +177,9 @@ impl Default for Notify {
     fn default() -> Self {
         Notify {
             address: None,
+            socket: None,
+            reader: None,
+            catching_up: false,
             leader: watch::Sender::new(0),
             status: None,
             reloading: false,
@@ -293,7 +305,8 @@ impl Actor {
             let deadline = self
                 .services
                 .values()
-                .filter(|s| !s.carried)
+                // A service handed to a new program is that program's to time.
+                .filter(|s| !s.notify.catching_up && !s.carried)
                 .filter_map(|s| s.machine.deadline())
                 .min();
             let sleep = async {
@@ -324,9 +337,8 @@ impl Actor {
                     let due: Vec<String> = self
                         .services
                         .iter()
-                        .filter(|(_, s)| {
-                            !s.carried && s.machine.deadline().is_some_and(|d| d <= now)
-                        })
+                        .filter(|(_, s)| !s.notify.catching_up && !s.carried)
+                        .filter(|(_, s)| s.machine.deadline().is_some_and(|d| d <= now))
                         .map(|(n, _)| n.clone())
                         .collect();
                     for name in due {
@@ -443,6 +455,11 @@ impl Actor {
             } => {
                 self.notified(&name, leader, sender, belongs, fields);
                 drop(permit);
+            }
+            Done::CaughtUp { name } => {
+                if let Some(slot) = self.services.get_mut(&name) {
+                    slot.notify.catching_up = false;
+                }
             }
             Done::Signalled { name, pid, escaped } => {
                 let Some(slot) = self.services.get_mut(&name) else {
@@ -714,6 +731,32 @@ impl Actor {
                     .collect();
                 let _ = reply.send(active);
             }
+            Request::PauseNotify { reply } => {
+                // Stopped between two datagrams: what comes meanwhile waits in the socket.
+                let paused = self
+                    .services
+                    .values_mut()
+                    .filter_map(|slot| slot.notify.reader.take())
+                    .map(|running| {
+                        running.stop.cancel();
+                        super::PausedReader {
+                            task: running.task,
+                            in_flight: running.in_flight,
+                            messages: notify_reader::IN_FLIGHT as u32,
+                        }
+                    })
+                    .collect();
+                let _ = reply.send(paused);
+            }
+            Request::ResumeNotify => {
+                for (name, slot) in &mut self.services {
+                    if slot.notify.socket.is_some() && slot.notify.reader.is_none() {
+                        // What was said while it was stopped is read before its deadlines.
+                        slot.notify.catching_up = true;
+                        start_notify_reader(name, &mut slot.notify, &self.done_tx, &self.jobs);
+                    }
+                }
+            }
             Request::TakeOver { reply } => {
                 let _ = reply.send(self.take_over());
             }
@@ -900,14 +943,8 @@ impl Actor {
             };
             let config = &slot.config;
             let unsupported = [
-                (
-                    config.readiness == cobble_plan::Readiness::Notify,
-                    "readiness: notify",
-                ),
-                (config.watchdog.is_some(), "a watchdog"),
                 (!config.requires_checks.is_empty(), "requires-checks"),
                 (!config.on_check_failure.is_empty(), "on-check-failure"),
-                (!config.sockets.is_empty(), "sockets"),
             ];
             let changed = plan.service_to_run(name).as_deref() != Some(config.as_ref());
             if left_down && (changed || unsupported.iter().any(|(has, _)| *has)) {
@@ -940,6 +977,20 @@ impl Actor {
             .filter_map(|(name, carried)| {
                 let slot = self.services.get_mut(&name)?;
                 slot.carried = true;
+                // Its readiness socket (its reader stopped already, see
+                // [`Request::PauseNotify`]) and what the running instance said on it.
+                let notify = slot
+                    .notify
+                    .socket
+                    .as_ref()
+                    .zip(slot.notify.address.as_ref())
+                    .map(|(socket, address)| super::TakenNotify {
+                        address: address.clone(),
+                        fd: socket.raw_fd(),
+                        status: slot.notify.status.clone(),
+                        reloading: slot.notify.reloading,
+                        stopping: slot.notify.stopping,
+                    });
                 Some(super::Taken {
                     name,
                     carried,
@@ -949,6 +1000,7 @@ impl Actor {
                     unenforced: slot.unenforced.clone(),
                     handed_at,
                     output: slot.output.take(),
+                    notify,
                 })
             })
             .collect())
@@ -969,6 +1021,7 @@ impl Actor {
             unfinished,
             exit,
             gone,
+            notify,
         } = adoption;
         let plan = self.plan.borrow().clone();
         let Some(config) = plan.service_to_run(&name).map(std::borrow::Cow::into_owned) else {
@@ -987,6 +1040,7 @@ impl Actor {
         };
         self.watches_stale = true;
         let file = self.output.file(&name, config.persist_logs == Some(true));
+        let (done_tx, jobs) = (self.done_tx.clone(), self.jobs.clone());
         let slot = self.slot(&name, config.clone());
         slot.machine = Machine::adopted(name.clone(), seed, policy(&config, &plan), &carried, at);
         slot.config = config;
@@ -999,6 +1053,23 @@ impl Actor {
             return Some(name);
         };
         slot.notify.new_instance(pid);
+        if let Some(notify) = notify {
+            match NotifySocket::adopt(notify.socket, notify.address.clone()) {
+                Ok(socket) => {
+                    slot.notify.address = Some(notify.address);
+                    slot.notify.socket = Some(Arc::new(socket));
+                    slot.notify.status = notify.status;
+                    slot.notify.reloading = notify.reloading;
+                    slot.notify.stopping = notify.stopping;
+                    slot.notify.catching_up = true;
+                    start_notify_reader(&name, &mut slot.notify, &done_tx, &jobs);
+                }
+                Err(e) => tracing::warn!(
+                    "Service \"{name}\" notify socket cannot be read after the re-execution: {}",
+                    cobble_sys::os_error_text(&e)
+                ),
+            }
+        }
         let output_done = reader.map(|reader| self.read_output(&name, reader, unfinished));
         let log = self.services.get(&name)?.log.clone();
         self.watch_exit(&name, pid, exit, output_done, log);
@@ -1327,17 +1398,35 @@ fn notify_socket(
     if let Some(address) = &notify.address {
         return Ok(address.clone());
     }
-    let socket = NotifySocket::bind()?;
+    let socket = Arc::new(NotifySocket::bind()?);
     let address = socket.address().to_owned();
     notify.address = Some(address.clone());
-    notify_reader::start(
+    notify.socket = Some(socket);
+    start_notify_reader(name, notify, done, jobs);
+    Ok(address)
+}
+
+/// Starts the reader of service `name`'s notify socket, unless it has none or one runs.
+fn start_notify_reader(
+    name: &str,
+    notify: &mut Notify,
+    done: &mpsc::UnboundedSender<Done>,
+    jobs: &ProcessJobs,
+) {
+    let Some(socket) = notify.socket.clone() else {
+        return;
+    };
+    if notify.reader.is_some() {
+        return;
+    }
+    notify.reader = Some(notify_reader::start(
         name.to_owned(),
         socket,
         notify.leader.subscribe(),
         done.clone(),
         jobs.clone(),
-    );
-    Ok(address)
+        notify.catching_up,
+    ));
 }
 
 /// Whether `new` runs the service otherwise than `old` did, so that a replan restarts it:

@@ -192,6 +192,29 @@ impl ServiceManager {
             .unwrap_or_else(|| Err(vec!["the service manager has stopped".to_owned()]))
     }
 
+    /// Stops the notify sockets' readers for a re-execution (see [`Request::PauseNotify`]);
+    /// returns once each has stopped and the actor has handled what they read, or fails if
+    /// that takes longer than `wait`.
+    pub(crate) async fn pause_notify(&self, wait: std::time::Duration) -> Result<(), String> {
+        let paused = self
+            .call(|reply| Request::PauseNotify { reply })
+            .await
+            .ok_or_else(|| "the service manager has stopped".to_owned())?;
+        let settled = tokio::time::timeout(wait, async {
+            for reader in paused {
+                let _ = reader.task.await;
+                let _ = reader.in_flight.acquire_many(reader.messages).await;
+            }
+        })
+        .await;
+        settled.map_err(|_| "a notify socket's messages are still being handled".to_owned())
+    }
+
+    /// Starts the notify sockets' readers a [`ServiceManager::pause_notify`] stopped again.
+    pub(crate) fn resume_notify(&self) {
+        let _ = self.tx.send(Request::ResumeNotify);
+    }
+
     /// Follows again the services of a [`ServiceManager::take_over`] whose re-execution did
     /// not happen.
     pub(crate) fn resume(&self, services: Vec<(String, Option<crate::logs::capture::Detached>)>) {

@@ -34,6 +34,37 @@ pub(crate) struct Taken {
         tokio_util::sync::CancellationToken,
         tokio::task::JoinHandle<Option<crate::logs::capture::Detached>>,
     )>,
+    /// Its notify socket, under `readiness: notify`.
+    pub notify: Option<TakenNotify>,
+}
+
+/// A `readiness: notify` service's socket, handed over with what its instance said on it.
+pub(crate) struct TakenNotify {
+    /// `$NOTIFY_SOCKET`.
+    pub address: String,
+    /// The bound socket, which the daemon still owns.
+    pub fd: std::os::fd::RawFd,
+    pub status: Option<String>,
+    pub reloading: bool,
+    pub stopping: bool,
+}
+
+/// A notify socket's reader told to stop ([`Request::PauseNotify`]): its task, and its
+/// messages in flight, all `messages` permits of which are free once the actor has handled
+/// each.
+pub(crate) struct PausedReader {
+    pub task: tokio::task::JoinHandle<()>,
+    pub in_flight: std::sync::Arc<tokio::sync::Semaphore>,
+    pub messages: u32,
+}
+
+/// A handed-over notify socket, taken by the new program.
+pub(crate) struct AdoptedNotify {
+    pub socket: std::os::fd::OwnedFd,
+    pub address: String,
+    pub status: Option<String>,
+    pub reloading: bool,
+    pub stopping: bool,
 }
 
 /// A service a re-executed daemon takes over ([`Request::Adopt`]).
@@ -54,6 +85,8 @@ pub(crate) struct Adoption {
     pub exit: Option<futures_util::future::BoxFuture<'static, i32>>,
     /// Its process was gone (reaped) before it could be adopted: its exit is unknown.
     pub gone: bool,
+    /// Its notify socket, under `readiness: notify`.
+    pub notify: Option<AdoptedNotify>,
 }
 
 /// What the handle asks of the actor.
@@ -109,6 +142,14 @@ pub(super) enum Request {
     TakeOver {
         reply: oneshot::Sender<Result<Vec<Taken>, Vec<String>>>,
     },
+    /// Stop every notify socket's reader between two datagrams, before a take-over, so that
+    /// what a service says meanwhile waits in its socket for whichever program goes on.
+    PauseNotify {
+        reply: oneshot::Sender<Vec<PausedReader>>,
+    },
+    /// Start the notify sockets' readers stopped by [`Request::PauseNotify`] again: the
+    /// re-execution did not happen.
+    ResumeNotify,
     /// The re-execution did not happen: follow the services taken over again, their output
     /// read from the pipes given back.
     Resume {

@@ -133,33 +133,55 @@ pub(crate) struct TargetStats {
 /// One running target.
 struct Target {
     queue: Arc<TargetQueue>,
+    /// Its sender has parked (see [`LogForwarder::pause`]).
+    parked: watch::Receiver<bool>,
     destination: watch::Sender<Destination>,
     stop: CancellationToken,
     task: JoinHandle<()>,
 }
 
+/// Each running target's queue, and whether its sender has parked.
+type Running = BTreeMap<String, (Arc<TargetQueue>, watch::Receiver<bool>)>;
+
 /// Handle to the log forwarder. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct LogForwarder {
-    targets: Arc<Mutex<BTreeMap<String, Arc<TargetQueue>>>>,
+    targets: Arc<Mutex<Running>>,
     stop: CancellationToken,
     task: Arc<Mutex<Option<JoinHandle<()>>>>,
+    /// Asks every sender to park, for a re-execution.
+    paused: watch::Sender<bool>,
+    /// Whether the first plan has been applied (its targets made and routed).
+    applied: watch::Receiver<bool>,
 }
 
 impl LogForwarder {
     /// Starts following `plan`; lines handed to the returned [`Tap`] reach the targets.
-    pub(crate) fn spawn(plan: watch::Receiver<Arc<Plan>>) -> (LogForwarder, Tap) {
+    /// `carried` are the entries a predecessor's targets still held (a re-execution), queued
+    /// first at the targets of the same names.
+    pub(crate) fn spawn(
+        plan: watch::Receiver<Arc<Plan>>,
+        carried: BTreeMap<String, Vec<Entry>>,
+    ) -> (LogForwarder, Tap) {
         let tap = Tap::default();
+        let (applied_tx, applied) = watch::channel(false);
         let forwarder = LogForwarder {
             targets: Arc::default(),
             stop: CancellationToken::new(),
             task: Arc::default(),
+            paused: watch::Sender::new(false),
+            applied,
         };
         let task = tokio::spawn(follow_plan(
             plan,
             tap.clone(),
             forwarder.targets.clone(),
             forwarder.stop.clone(),
+            Following {
+                paused: forwarder.paused.clone(),
+                applied: applied_tx,
+                carried,
+            },
         ));
         *forwarder.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
         (forwarder, tap)
@@ -170,13 +192,58 @@ impl LogForwarder {
         let targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
         targets
             .iter()
-            .map(|(name, queue)| TargetStats {
+            .map(|(name, (queue, _))| TargetStats {
                 name: name.clone(),
                 sent: queue.sent(),
                 dropped: queue.dropped(),
                 queued: queue.len() as u64,
             })
             .collect()
+    }
+
+    /// Resolves once the first plan's targets are made and routed: lines read from then on
+    /// are forwarded.
+    pub(crate) async fn ready(&self) {
+        let mut applied = self.applied.clone();
+        let _ = applied.wait_for(|applied| *applied).await;
+    }
+
+    /// Parks every target's sender for a re-execution: each finishes the request it is
+    /// making (so nothing is sent twice) and puts back what it did not deliver. Fails,
+    /// naming them, for targets whose sender has not parked within `wait`; the senders stay
+    /// asked to park until [`LogForwarder::resume`].
+    pub(crate) async fn pause(&self, wait: std::time::Duration) -> Result<(), String> {
+        self.paused.send_replace(true);
+        let targets: Vec<(String, watch::Receiver<bool>)> = lock(&self.targets)
+            .iter()
+            .map(|(name, (_, parked))| (name.clone(), parked.clone()))
+            .collect();
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut busy = Vec::new();
+        for (name, mut parked) in targets {
+            let waited = tokio::time::timeout_at(deadline, parked.wait_for(|parked| *parked));
+            if !matches!(waited.await, Ok(Ok(_))) {
+                busy.push(format!("log target \"{name}\" is still sending"));
+            }
+        }
+        if busy.is_empty() {
+            Ok(())
+        } else {
+            Err(busy.join(", "))
+        }
+    }
+
+    /// What each target holds, oldest first, its sender parked.
+    pub(crate) fn queued(&self) -> Vec<(String, Vec<Entry>)> {
+        lock(&self.targets)
+            .iter()
+            .map(|(name, (queue, _))| (name.clone(), queue.snapshot()))
+            .collect()
+    }
+
+    /// Lets the senders a [`LogForwarder::pause`] parked go on.
+    pub(crate) fn resume(&self) {
+        self.paused.send_replace(false);
     }
 
     /// Sends what is queued (each target gets [`send::FINAL_FLUSH`]) and stops.
@@ -189,12 +256,25 @@ impl LogForwarder {
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the forwarder's task keeps besides the targets.
+struct Following {
+    paused: watch::Sender<bool>,
+    applied: watch::Sender<bool>,
+    /// A predecessor's queued entries, by target, until its target is made.
+    carried: BTreeMap<String, Vec<Entry>>,
+}
+
 /// The forwarder's task: applies each plan to the running targets and the routes.
 async fn follow_plan(
     mut plan: watch::Receiver<Arc<Plan>>,
     tap: Tap,
-    stats: Arc<Mutex<BTreeMap<String, Arc<TargetQueue>>>>,
+    stats: Arc<Mutex<Running>>,
     stop: CancellationToken,
+    mut following: Following,
 ) {
     // Read when the first plan with a log target comes: most daemons forward nothing, and
     // start-up need not wait for a thread of the blocking pool to learn a name no one sends.
@@ -209,11 +289,14 @@ async fn follow_plan(
             host = Some(name.into());
         }
         let hostname = host.clone().unwrap_or_else(|| Arc::from("-"));
-        apply(&current, &mut targets, &tap, &hostname);
+        apply(&current, &mut targets, &tap, &hostname, &mut following);
         *stats.lock().unwrap_or_else(|e| e.into_inner()) = targets
             .iter()
-            .map(|(name, target)| (name.clone(), target.queue.clone()))
+            .map(|(name, target)| (name.clone(), (target.queue.clone(), target.parked.clone())))
             .collect();
+        // What a predecessor queued for a target the plan no longer has is not sent.
+        following.carried.clear();
+        following.applied.send_replace(true);
         tokio::select! {
             changed = plan.changed() => if changed.is_err() { break },
             () = stop.cancelled() => break,
@@ -233,7 +316,13 @@ async fn follow_plan(
     }
 }
 
-fn apply(plan: &Plan, targets: &mut BTreeMap<String, Target>, tap: &Tap, hostname: &Arc<str>) {
+fn apply(
+    plan: &Plan,
+    targets: &mut BTreeMap<String, Target>,
+    tap: &Tap,
+    hostname: &Arc<str>,
+    following: &mut Following,
+) {
     // A target that can never deliver (see `Plan::log_target_problems`) gets nothing: the
     // layer manager has said why, and the services it would serve say so in their notes.
     let usable = |name: &String| !plan.log_target_problems.contains_key(name);
@@ -260,19 +349,28 @@ fn apply(plan: &Plan, targets: &mut BTreeMap<String, Target>, tap: &Tap, hostnam
             }
             None => {
                 let queue = Arc::new(TargetQueue::default());
+                if let Some(carried) = following.carried.remove(name) {
+                    queue.put_back(carried);
+                }
                 let (destination_tx, destination_rx) = watch::channel(destination);
                 let stop = CancellationToken::new();
+                let (parked_tx, parked) = watch::channel(false);
                 let task = tokio::spawn(send::run(
                     name.clone(),
                     queue.clone(),
                     destination_rx,
                     hostname.clone(),
                     stop.clone(),
+                    send::Parking {
+                        paused: following.paused.subscribe(),
+                        parked: parked_tx,
+                    },
                 ));
                 targets.insert(
                     name.clone(),
                     Target {
                         queue,
+                        parked,
                         destination: destination_tx,
                         stop,
                         task,
@@ -400,6 +498,66 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn carried_lines_go_first_and_a_parked_sender_keeps_what_comes_until_resumed() {
+        let receiver = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let port = receiver.local_addr().unwrap().port();
+        let yaml = format!(
+            "services:\n  a: {{override: replace, command: x}}\nlog-targets:\n  t:\n    \
+             override: replace\n    type: syslog\n    location: udp://127.0.0.1:{port}\n    \
+             services: [all]\n"
+        );
+        let plan = Plan::default()
+            .add_layer(
+                cobble_plan::Layer::parse(1, "base", &yaml).unwrap(),
+                false,
+                false,
+            )
+            .unwrap();
+        let (_plan_tx, plan_rx) = watch::channel(Arc::new(plan));
+        let carried = |message: &str| Entry {
+            time: Timestamp::now(),
+            service: "a".into(),
+            message: message.into(),
+            labels: Arc::default(),
+        };
+        let (forwarder, tap) = LogForwarder::spawn(
+            plan_rx,
+            [(
+                "t".to_owned(),
+                vec![carried("carried 1"), carried("carried 2")],
+            )]
+            .into(),
+        );
+        forwarder.ready().await;
+        let mut a = tap.service("a");
+        a.line(Timestamp::now(), "new 1");
+        let mut buf = vec![0u8; 4096];
+        let mut next = async || {
+            let n = receiver.recv(&mut buf).await.unwrap();
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            // The message is the last two words.
+            let words: Vec<&str> = text.split(' ').collect();
+            words[words.len() - 2..].join(" ")
+        };
+        assert_eq!(next().await, "carried 1");
+        assert_eq!(next().await, "carried 2");
+        assert_eq!(next().await, "new 1");
+        forwarder
+            .pause(std::time::Duration::from_secs(30))
+            .await
+            .unwrap();
+        a.line(Timestamp::now(), "new 2");
+        let queued = forwarder.queued();
+        assert_eq!(queued.len(), 1);
+        let messages: Vec<&str> = queued[0].1.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(messages, ["new 2"], "parked: nothing sent, the line kept");
+        assert_eq!(forwarder.stats()[0].sent, 3);
+        forwarder.resume();
+        assert_eq!(next().await, "new 2");
+        forwarder.shutdown().await;
+    }
+
+    #[tokio::test]
     async fn routes_follow_the_plan_without_a_restart_of_the_reader() {
         let layer = |label: &str, yaml: &str| cobble_plan::Layer::parse(1, label, yaml).unwrap();
         let plan = Plan::default()
@@ -413,7 +571,7 @@ mod tests {
             )
             .unwrap();
         let (plan_tx, plan_rx) = watch::channel(Arc::new(plan.clone()));
-        let (forwarder, tap) = LogForwarder::spawn(plan_rx);
+        let (forwarder, tap) = LogForwarder::spawn(plan_rx, BTreeMap::new());
         let mut a = tap.service("a");
         a.line(Timestamp::now(), "before any target");
         let with_target = plan

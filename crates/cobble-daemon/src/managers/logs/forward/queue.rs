@@ -85,6 +85,38 @@ impl TargetQueue {
         }
     }
 
+    /// Puts `batch`, taken earlier and not delivered, back before what is queued, within
+    /// the bounds (the oldest go first, counted).
+    pub(crate) fn put_back(&self, batch: Vec<Entry>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut dropped = 0;
+        {
+            let mut pending = lock(&self.pending);
+            for entry in batch.into_iter().rev() {
+                pending.bytes += entry.cost();
+                pending.entries.push_front(entry);
+            }
+            while pending.entries.len() > MAX_QUEUED_ENTRIES || pending.bytes > MAX_QUEUED_BYTES {
+                let Some(old) = pending.entries.pop_front() else {
+                    break;
+                };
+                pending.bytes -= old.cost();
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            self.dropped.fetch_add(dropped, Ordering::Relaxed);
+        }
+        self.wake.notify_one();
+    }
+
+    /// A copy of what is queued, oldest first.
+    pub(crate) fn snapshot(&self) -> Vec<Entry> {
+        lock(&self.pending).entries.iter().cloned().collect()
+    }
+
     /// Takes up to `max` of the oldest entries.
     pub(crate) fn take(&self, max: usize) -> Vec<Entry> {
         let mut pending = lock(&self.pending);
@@ -155,6 +187,35 @@ mod tests {
         assert_eq!(first[0].message, "line 2500");
         assert_eq!(first.len(), BATCH_ENTRIES);
         assert_eq!(queue.len(), MAX_QUEUED_ENTRIES - BATCH_ENTRIES);
+    }
+
+    #[test]
+    fn a_batch_put_back_goes_first_in_its_order_within_the_bounds() {
+        let queue = TargetQueue::default();
+        for i in 0..5 {
+            queue.push(entry(format!("line {i}")));
+        }
+        let batch = queue.take(3);
+        queue.push(entry("line 5".into()));
+        queue.put_back(batch);
+        let messages = |entries: Vec<Entry>| -> Vec<String> {
+            entries.into_iter().map(|e| e.message).collect()
+        };
+        let expected: Vec<String> = (0..6).map(|i| format!("line {i}")).collect();
+        assert_eq!(
+            messages(queue.snapshot()),
+            expected,
+            "a copy, the queue unchanged"
+        );
+        assert_eq!(messages(queue.take(usize::MAX)), expected);
+        // Put back into a full queue, the oldest go, counted.
+        for i in 0..MAX_QUEUED_ENTRIES {
+            queue.push(entry(format!("new {i}")));
+        }
+        queue.put_back(vec![entry("old".into())]);
+        assert_eq!(queue.len(), MAX_QUEUED_ENTRIES);
+        assert_eq!(queue.dropped(), 1);
+        assert_eq!(queue.take(1)[0].message, "new 0");
     }
 
     #[test]

@@ -191,6 +191,35 @@ impl Client {
     }
 }
 
+/// What parks a sender for a re-execution: `paused` asks it to (it finishes the request it
+/// is making, puts back what it did not deliver and sends nothing more while it holds),
+/// `parked` is where it says it has.
+pub(crate) struct Parking {
+    pub paused: watch::Receiver<bool>,
+    pub parked: watch::Sender<bool>,
+}
+
+impl Parking {
+    /// Holds the sender while it is asked to, with `batch` back in `queue`.
+    async fn hold(
+        &mut self,
+        queue: &TargetQueue,
+        batch: &mut Vec<Entry>,
+        stop: &CancellationToken,
+    ) {
+        if !*self.paused.borrow_and_update() {
+            return;
+        }
+        queue.put_back(std::mem::take(batch));
+        self.parked.send_replace(true);
+        tokio::select! {
+            _ = self.paused.wait_for(|paused| !paused) => {}
+            () = stop.cancelled() => {}
+        }
+        self.parked.send_replace(false);
+    }
+}
+
 /// Runs one target's sender until `stop`, then gives the last entries [`FINAL_FLUSH`].
 pub(crate) async fn run(
     name: String,
@@ -198,6 +227,7 @@ pub(crate) async fn run(
     mut destination: watch::Receiver<Destination>,
     hostname: Arc<str>,
     stop: CancellationToken,
+    mut parking: Parking,
 ) {
     let mut client = Client::new(&destination.borrow_and_update(), hostname.clone());
     let mut backoff = FIRST_BACKOFF;
@@ -205,11 +235,15 @@ pub(crate) async fn run(
     let mut batch: Vec<Entry> = Vec::new();
     let mut failing = false;
     loop {
+        parking.hold(&queue, &mut batch, &stop).await;
         if batch.is_empty() {
             // Wait for a first entry, then for a full batch or the batch delay.
             while queue.is_empty() {
                 tokio::select! {
                     () = queue.wake.notified() => {}
+                    Ok(()) = parking.paused.changed() => {
+                        parking.hold(&queue, &mut batch, &stop).await;
+                    }
                     () = stop.cancelled() => return final_flush(&name, &queue, &mut client, batch).await,
                     Ok(()) = destination.changed() => {
                         client = Client::new(&destination.borrow_and_update(), hostname.clone());
@@ -222,9 +256,14 @@ pub(crate) async fn run(
                     () = queue.wake.notified() => {}
                     () = tokio::time::sleep_until(deadline) => break,
                     () = stop.cancelled() => break,
+                    Ok(()) = parking.paused.changed() => break,
                 }
             }
             batch = queue.take(BATCH_ENTRIES);
+            // Asked to park: the batch goes back at the top (a stop sends it instead).
+            if *parking.paused.borrow() && !stop.is_cancelled() {
+                continue;
+            }
         }
         if stop.is_cancelled() {
             return final_flush(&name, &queue, &mut client, batch).await;
@@ -259,6 +298,7 @@ pub(crate) async fn run(
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
                     () = stop.cancelled() => {}
+                    Ok(()) = parking.paused.changed() => {}
                     Ok(()) = destination.changed() => {
                         client = Client::new(&destination.borrow_and_update(), hostname.clone());
                     }

@@ -8,7 +8,9 @@
 //! at most [`IN_FLIGHT`] messages wait for the actor, so a flood queues in the socket, whose
 //! buffer the kernel bounds, and its sender waits. Should the reader fail all the same (an
 //! error of the socket, a bug), it is started again on the same socket after a pause, so
-//! the address the service was given keeps working; it ends only with the supervisor.
+//! the address the service was given keeps working; it ends only with the supervisor, or
+//! when it is stopped between two datagrams for a re-execution, which hands the socket (and
+//! what waits in it) to the new program.
 
 use std::future::Future;
 use std::io;
@@ -16,7 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::{Done, ProcessJobs};
 use crate::process::notify::{self, DATAGRAM_MAX, Message, NotifySocket};
@@ -29,6 +33,10 @@ pub(super) const IN_FLIGHT: usize = 8;
 /// and what it says waits for the pid rather than be dropped.
 pub(super) const SPAWNING: u32 = u32::MAX;
 
+/// The most datagrams read as queued in a handed-over socket before its reader says it has
+/// caught up: more than a socket's buffer holds of what a service says in a swap.
+const CATCH_UP_MAX: usize = 1024;
+
 /// The pause before a failed reader is started again; it doubles with each failure in a
 /// row, up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_millis(100);
@@ -37,26 +45,44 @@ const RETRY_MAX: Duration = Duration::from_secs(10);
 /// A reader that ran this long before it failed starts the pauses over.
 const HEALTHY: Duration = Duration::from_secs(60);
 
+/// A running reader: what stops it between two datagrams, its task, and its messages in
+/// flight (all [`IN_FLIGHT`] permits are free once the actor has handled every one).
+pub(super) struct Running {
+    pub stop: CancellationToken,
+    pub task: JoinHandle<()>,
+    pub in_flight: Arc<Semaphore>,
+}
+
 /// Starts reading `socket` for service `name`, whose running instance is led by `leader`
-/// (0: none, [`SPAWNING`]: one is being spawned).
+/// (0: none, [`SPAWNING`]: one is being spawned). With `catch_up` (a socket handed over by a
+/// re-execution), what is queued in it is read first, and [`Done::CaughtUp`] said once it
+/// has all been handed on.
 pub(super) fn start(
     name: String,
-    socket: NotifySocket,
+    socket: Arc<NotifySocket>,
     leader: watch::Receiver<u32>,
     done: mpsc::UnboundedSender<Done>,
     jobs: ProcessJobs,
-) {
-    let socket = Arc::new(socket);
+    catch_up: bool,
+) -> Running {
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
+    let stop = CancellationToken::new();
     let reader = Reader {
         name: name.clone(),
         socket,
         leader,
         done,
         jobs,
-        in_flight,
+        in_flight: in_flight.clone(),
+        stop: stop.clone(),
+        catch_up,
     };
-    tokio::spawn(keep_running(name, move || reader.clone().run()));
+    let task = tokio::spawn(keep_running(name, move || reader.clone().run()));
+    Running {
+        stop,
+        task,
+        in_flight,
+    }
 }
 
 /// Runs the reader `run` makes until one ends well (`Ok`: the supervisor is gone), starting
@@ -97,6 +123,10 @@ struct Reader {
     done: mpsc::UnboundedSender<Done>,
     jobs: ProcessJobs,
     in_flight: Arc<Semaphore>,
+    /// Ends the reader (`Ok`) before the next datagram.
+    stop: CancellationToken,
+    /// Read what is queued first, then say so ([`Done::CaughtUp`]).
+    catch_up: bool,
 }
 
 impl Reader {
@@ -107,8 +137,40 @@ impl Reader {
         let mut buf = vec![0u8; DATAGRAM_MAX];
         // The instance the complaints below were for, and what was said of it.
         let mut complained: (u32, Vec<&'static str>) = (0, Vec::new());
+        let mut caught = 0;
         loop {
-            let received = self.socket.recv(&mut buf).await?;
+            let received = if self.catch_up {
+                // Bounded, so that a service that never stops talking cannot hold its
+                // deadlines off.
+                caught += 1;
+                let queued = if caught > CATCH_UP_MAX {
+                    Err(io::ErrorKind::WouldBlock.into())
+                } else {
+                    self.socket.recv_queued(&mut buf)
+                };
+                match queued {
+                    Ok(received) => received,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        // Everything queued is on its way to the actor, in order, before this.
+                        self.catch_up = false;
+                        let caught_up = Done::CaughtUp {
+                            name: self.name.clone(),
+                        };
+                        if self.done.send(caught_up).is_err() {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            } else {
+                // Receiving is cancel-safe: a datagram not taken stays queued in the socket.
+                tokio::select! {
+                    biased;
+                    () = self.stop.cancelled() => return Ok(()),
+                    received = self.socket.recv(&mut buf) => received?,
+                }
+            };
             let bytes = &buf[..received.len];
             injected_fault(bytes);
             let message = notify::read(bytes, received.truncated);

@@ -171,6 +171,19 @@ pub(crate) struct Carried {
     pub completion: Option<Duration>,
     /// A coalesced `on-file-change` action, due this long from now.
     pub file_change: Option<(Duration, FileAction)>,
+    /// Its run's watchdog, when it has one.
+    pub watchdog: Option<CarriedWatchdog>,
+}
+
+/// Where a run's watchdog stands ([`Watchdog`]), its moments as how long before the handover
+/// they were: the new program's deadline is the one this program would have acted on.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CarriedWatchdog {
+    /// `None`: the service turned it off for this run.
+    pub interval: Option<Duration>,
+    pub ready_ago: Option<Duration>,
+    pub last_ping_ago: Option<Duration>,
+    pub since_ago: Option<Duration>,
 }
 
 /// Where a handed-over machine's lifecycle stands.
@@ -204,9 +217,9 @@ impl Carried {
 impl Machine {
     /// What a re-execution can hand over of this machine: a process running or starting
     /// (past its spawn, not being ended), a backoff, a wait for missing paths or one-shots,
-    /// a one-shot's completion, or an exit left down; with nothing the new program could not
-    /// take on (a check's action, hold or streak, a wait for checks, a watchdog, a start that
-    /// waits for its answer). `None` for anything else.
+    /// a one-shot's completion, or an exit left down, with its watchdog's deadline; with
+    /// nothing the new program could not take on (a check's action, hold or streak, a wait
+    /// for checks, a start that waits for its answer). `None` for anything else.
     pub(crate) fn carried(&self, now: Instant) -> Option<Carried> {
         let wanted = self.wanted == Wanted::Running;
         let phase = match self.phase {
@@ -234,8 +247,8 @@ impl Machine {
             && self.backoff_check.is_none()
             && self.checks_down.is_empty()
             && self.streaks.is_empty()
-            && self.held.is_empty()
-            && self.watchdog.is_none();
+            && self.held.is_empty();
+        let ago = |at: Option<Instant>| at.map(|at| now.saturating_duration_since(at));
         quiet.then(|| Carried {
             phase,
             backoff_num: self.backoff_num,
@@ -257,6 +270,12 @@ impl Machine {
                 .file_change
                 .as_ref()
                 .map(|(at, action)| (at.saturating_duration_since(now), action.clone())),
+            watchdog: self.watchdog.map(|w| CarriedWatchdog {
+                interval: w.interval,
+                ready_ago: ago(w.ready_at),
+                last_ping_ago: ago(w.last_ping),
+                since_ago: ago(w.since),
+            }),
         })
     }
 
@@ -316,6 +335,17 @@ impl Machine {
             .file_change
             .as_ref()
             .map(|(due_in, action)| (at + *due_in, action.clone()));
+        // The watchdog goes on where it stood, if the policy still asks for one.
+        let ago = |ago: Option<Duration>| ago.map(|d| at.checked_sub(d).unwrap_or(at));
+        machine.watchdog = machine.new_watchdog().map(|fresh| match &carried.watchdog {
+            Some(w) => Watchdog {
+                interval: w.interval,
+                ready_at: ago(w.ready_ago),
+                last_ping: ago(w.last_ping_ago),
+                since: ago(w.since_ago),
+            },
+            None => fresh,
+        });
         machine
     }
 

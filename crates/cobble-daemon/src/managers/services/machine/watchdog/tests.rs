@@ -296,3 +296,37 @@ fn a_service_that_pings_in_time_for_minutes_is_never_touched() {
     assert_eq!(h.m.phase(), Phase::Running { pid: 10 });
     assert_eq!(h.m.backoff_num(), 0);
 }
+
+#[test]
+fn a_handed_over_watchdog_keeps_its_deadline_and_what_it_last_heard() {
+    use crate::services::machine::Machine;
+    let mut h = ready();
+    said(h.at(3.0), WatchdogSaid::Ping);
+    let deadline = h.m.deadline();
+    assert_eq!(deadline, Some(h.t0 + secs(8.0)));
+    // Handed over at 4.5, taken by the new program as of that same moment.
+    let handed_at = h.t0 + secs(4.5);
+    let carried =
+        h.m.carried(handed_at)
+            .expect("a running service with a watchdog");
+    let mut m = Machine::adopted("svc", 1, h.m.policy().clone(), &carried, handed_at);
+    assert_eq!(m.deadline(), deadline);
+    assert_eq!(m.watchdog(), h.m.watchdog());
+    // Silent since: acted on at that deadline, with the last ping it had heard.
+    assert_eq!(m.step(h.t0 + secs(7.9), Event::Tick), []);
+    let actions = m.step(h.t0 + secs(8.0), Event::Tick);
+    assert!(
+        actions.contains(&Action::Log(
+            "Service \"svc\" watchdog timeout after 5s, last ping 5s ago, sending SIGABRT".into()
+        )),
+        "{actions:?}"
+    );
+    // A run that turned its watchdog off keeps it off.
+    let mut h = ready();
+    said(h.at(2.0), WatchdogSaid::Interval(std::time::Duration::ZERO));
+    let carried = h.m.carried(h.now).unwrap();
+    let m = Machine::adopted("svc", 1, h.m.policy().clone(), &carried, h.now);
+    assert_eq!(m.watchdog().unwrap().interval, None);
+    assert_eq!(m.watchdog().unwrap().deadline(), None);
+    assert_eq!(m.deadline(), h.m.deadline());
+}
