@@ -205,11 +205,16 @@ pub(crate) async fn run(
     // socket is made meanwhile, on a worker. That includes the API's routes and the log's
     // writer thread (which the first line below would start), so that the socket, once
     // bound, is served at once.
+    let carried_checks = handover
+        .as_mut()
+        .map(|h| std::mem::take(&mut h.checks))
+        .unwrap_or_default();
     let starting = {
         let opts = opts.clone();
         let boot_id = boot_id.clone();
         tokio::spawn(async move {
-            let (daemon, plan) = start_managers(&opts, plan, store, log_files).await?;
+            let (daemon, plan) =
+                start_managers(&opts, plan, store, log_files, carried_checks).await?;
             let api = build_api(&opts, &daemon, plan, boot_id, reexec_tx);
             daemon_log::start_stderr();
             Ok::<_, DaemonError>((daemon, api))
@@ -402,7 +407,17 @@ fn load(opts: &RunOptions, handover: Option<&reexec::Handover>) -> Result<Loaded
         }
         None => None,
     };
-    let store = StateStore::new(data);
+    // The checks a predecessor handed over go on with their changes' tasks.
+    let keep: Vec<u64> = handover
+        .map(|h| {
+            h.checks
+                .iter()
+                .filter(|c| c.running)
+                .filter_map(|c| c.task_id)
+                .collect()
+        })
+        .unwrap_or_default();
+    let store = StateStore::keeping(data, &keep);
     let persister = opts
         .persist
         .then(|| Persister::new(store.clone(), state_path));
@@ -481,6 +496,7 @@ async fn start_managers(
     mut plan: PlanManager,
     store: StateStore,
     log_files: LogFiles,
+    carried_checks: Vec<crate::checks::CarriedCheck>,
 ) -> Result<(Daemon, PlanManager), DaemonError> {
     let (shutdown_tx, shutdown_requests) = mpsc::unbounded_channel();
     let state_dir = opts.persist.then(|| opts.pebble_dir.clone());
@@ -492,8 +508,12 @@ async fn start_managers(
     // a few at a time: a plan full of exec checks due together queues short jobs instead of
     // taking the cores from the runtime's workers.
     let check_launcher = Launcher::new(CHECK_LAUNCHES).recording(processes.clone());
-    let (checks, checks_task) =
-        CheckManager::spawn(plan.subscribe(), store.clone(), check_launcher);
+    let (checks, checks_task) = CheckManager::spawn(
+        plan.subscribe(),
+        store.clone(),
+        check_launcher,
+        carried_checks,
+    );
     plan.hold_sockets(processes.clone()).await;
     let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe());
     let (services, services_task) = ServiceManager::spawn(

@@ -7,10 +7,11 @@
 //! handed over explicitly: the descriptors it keeps (the directory lock, the unix socket's
 //! and the TCP listeners, each running service's output pipe, the asking client's
 //! connection) lose their close-on-exec flag, and a [`Handover`] document in a memory file
-//! says what each is, with where each running service's machine stands and what each
-//! service's log holds; its descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The
-//! state goes through the state file: the persister writes it one last time and stops, and
-//! the new program loads it as any daemon does.
+//! says what each is, with where each running service's machine stands, what each
+//! service's log holds and where each check stands; its descriptor is named by
+//! [`cobble_sys::reexec::HANDOVER_ENV`]. The state goes through the state file: the
+//! persister writes it one last time and stops, and the new program loads it as any daemon
+//! does, but leaves the handed-over checks' tasks in progress.
 //!
 //! In order:
 //!
@@ -22,7 +23,8 @@
 //!    are refused with the reason, and nothing else has happened.
 //! 2. **Changes in progress are waited for** up to [`CHANGE_WAIT`] (an exec session, a stop
 //!    waiting out its kill-delay), then the request is refused, naming them; a check's
-//!    change, which lasts as long as its check runs, is refused at once.
+//!    change (`perform-check`, `recover-check`), which lasts as long as its check runs, is
+//!    not waited for: it is handed over with its check (5).
 //! 3. **The listeners pause.** They stop accepting (the kernel queues new connections, which
 //!    the new program accepts) and every connection finishes the request it is answering and
 //!    closes; answers that wait (a notices long poll, a logs follower) end as their timeout
@@ -32,19 +34,27 @@
 //!    directory's (the new program loads the directory), a daemon without a state file or
 //!    run by another command (`cobble enter`); then the supervisor is asked to hand over its
 //!    running services, and refuses for one that is not simply running or runs with what is
-//!    not handed over yet (notify readiness, a watchdog, checks, paths, resources). The
-//!    listeners then serve again.
-//! 5. **The services are taken over**: the supervisor stops acting on them, and each output
-//!    reader stops between two reads, handing back its pipe and the line it had begun. Each
-//!    service's output log goes into the document; the persister writes the state and stops;
-//!    the daemon's own log and the service log files are flushed.
-//! 6. **`execve`**. If it fails, the flags are set back, the readers, the persister and the
-//!    listeners start again, and the client is told why. If it succeeds, the new program
-//!    adopts the descriptors, registers the services' pids with its reaper before it starts
-//!    (an exit during the swap waits as a zombie), starts as a daemon does (loading the plan
-//!    and the state) but neither ends leftovers nor autostarts, follows the services from
-//!    where their machines stood, serves the listeners it was handed, and answers the waiting
-//!    client on its connection with both versions.
+//!    not handed over yet (notify readiness, a watchdog, paths, resources). The listeners
+//!    then serve again.
+//! 5. **The services and the checks are taken over**: the supervisor stops acting on the
+//!    services, and each output reader stops between two reads, handing back its pipe and
+//!    the line it had begun. Each check's runner stops between two runs (a run in flight is
+//!    dropped, and is due at once in the new program), its change and task left in progress;
+//!    the document carries every check's status, streak (failures, successes, whether it is
+//!    recovering), counters, change and task, and how long until its next run. Each
+//!    service's output log goes into the document; the persister writes the state (with
+//!    everything the checks recorded) and stops; the daemon's own log and the service log
+//!    files are flushed.
+//! 6. **`execve`**. If it fails, the flags are set back, the readers, the checks (as they
+//!    stood), the persister and the listeners start again, and the client is told why. If it
+//!    succeeds, the new program adopts the descriptors, registers the services' pids with its
+//!    reaper before it starts (an exit during the swap waits as a zombie), starts as a daemon
+//!    does (loading the plan and the state) but neither ends leftovers nor autostarts, runs
+//!    each check on from where it stood (same change and task, next run when it was due; a
+//!    stopped or disabled check stays inactive with its record), follows the services from
+//!    where their machines stood (acting on the checks as they stand: a firing the old
+//!    program had not acted on is acted on), serves the listeners it was handed, and answers
+//!    the waiting client on its connection with both versions.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -74,8 +84,8 @@ const MAX_PROBE_OUTPUT: u64 = 64 * 1024;
 /// How long a re-execution waits for changes in progress (exec sessions, service actions) to
 /// be ready.
 pub(crate) const CHANGE_WAIT: Duration = Duration::from_secs(10);
-/// The kinds of change that last as long as a check runs: handed over by no re-execution yet,
-/// and not worth waiting for.
+/// The kinds of change that last as long as a check runs: not waited for, handed over with
+/// their checks.
 const CHECK_CHANGES: &[&str] = &["perform-check", "recover-check"];
 /// How long the listeners' connections have to finish their requests.
 pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(5);
@@ -128,6 +138,9 @@ pub(crate) struct Handover {
     /// The running services.
     #[serde(default)]
     pub services: Vec<CarriedService>,
+    /// Every check of the plan: its status, counters and change.
+    #[serde(default)]
+    pub checks: Vec<crate::checks::CarriedCheck>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
@@ -656,6 +669,9 @@ async fn reexec_checked(
         services.push(CarriedService::new(&taken, output.as_ref(), invocation));
         detached.push((taken.name, output));
     }
+    // Each check stops between two runs, its change and task in progress: what it recorded
+    // goes through the state file, where it stands goes into the document.
+    let checks = daemon.checks.take_over().await;
     let logs = carried_logs(daemon).await;
     // The state goes through the state file: written whole, and nothing written after.
     daemon.persist_stop.cancel();
@@ -676,10 +692,18 @@ async fn reexec_checked(
     };
     let error = match stop {
         Some(_) => ApiError::internal("cannot re-execute: the daemon is stopping"),
-        None => exec_into(&binary, &version, kept, &listeners, ask, logs, services).await,
+        None => {
+            let carried = Carried {
+                logs,
+                services,
+                checks: checks.clone(),
+            };
+            exec_into(&binary, &version, kept, &listeners, ask, carried).await
+        }
     };
     // Still here: everything goes back as it was.
     daemon.services.resume(detached);
+    daemon.checks.resume(checks);
     restart_persister(daemon);
     servers.start(listeners, &daemon.cancel);
     Err((error, stop))
@@ -687,6 +711,13 @@ async fn reexec_checked(
 
 /// How long the logs' queues may take to be written before the exec.
 const FLUSH_WAIT: Duration = Duration::from_secs(1);
+
+/// What the handover document carries of the services, their logs and the checks.
+struct Carried {
+    logs: Vec<CarriedLog>,
+    services: Vec<CarriedService>,
+    checks: Vec<crate::checks::CarriedCheck>,
+}
 
 /// Writes the handover document, keeps the descriptors it names across `execve` and
 /// executes `binary`; returns only if that fails, with the descriptors' flags set back.
@@ -696,9 +727,13 @@ async fn exec_into(
     kept: &super::Kept,
     listeners: &super::Listeners,
     ask: &crate::api::reexec::ReexecAsk,
-    logs: Vec<CarriedLog>,
-    services: Vec<CarriedService>,
+    carried: Carried,
 ) -> ApiError {
+    let Carried {
+        logs,
+        services,
+        checks,
+    } = carried;
     use std::os::fd::AsRawFd;
     let handover = Handover {
         format: FORMAT,
@@ -717,6 +752,7 @@ async fn exec_into(
         }),
         logs,
         services,
+        checks,
         rest: BTreeMap::new(),
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
@@ -815,27 +851,16 @@ fn restart_persister(daemon: &mut super::Daemon) {
 
 /// Waits up to [`CHANGE_WAIT`] for the changes in progress (exec sessions, a stop waiting out
 /// its kill-delay, a start waiting for its okay delay) to be ready, so that each completes
-/// whole under the program that began it; refuses, naming them, past it. A check's change is
-/// refused at once: it lasts as long as its check runs.
+/// whole under the program that began it; refuses, naming them, past it. A check's change,
+/// which lasts as long as its check runs, is not waited for: it is handed over.
 async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiError> {
     let deadline = tokio::time::Instant::now() + CHANGE_WAIT;
     let mut changed = store.subscribe();
     loop {
-        let in_progress = store.in_progress();
-        let checks: Vec<String> = in_progress
+        let waited: Vec<String> = store
+            .in_progress()
             .iter()
-            .filter(|(_, kind, _)| CHECK_CHANGES.contains(&kind.as_str()))
-            .map(|(id, _, summary)| format!("change {id} ({summary})"))
-            .collect();
-        if !checks.is_empty() {
-            return Err(ApiError::bad_request(format!(
-                "cannot re-execute: checks are running ({}); a re-execution does not hand \
-                 checks over yet",
-                checks.join(", ")
-            )));
-        }
-        let waited: Vec<String> = in_progress
-            .iter()
+            .filter(|(_, kind, _)| !CHECK_CHANGES.contains(&kind.as_str()))
             .map(|(id, _, summary)| format!("change {id} ({summary})"))
             .collect();
         if waited.is_empty() {
@@ -859,7 +884,10 @@ async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiErr
 /// supervisor says when asked to hand them over.)
 async fn blockers(opts: &crate::RunOptions, daemon: &super::Daemon) -> Vec<String> {
     let mut why = Vec::new();
-    for (id, _, summary) in daemon.store.in_progress() {
+    for (id, kind, summary) in daemon.store.in_progress() {
+        if CHECK_CHANGES.contains(&kind.as_str()) {
+            continue;
+        }
         why.push(format!("change {id} ({summary}) is in progress"));
     }
     // The new program loads the layers directory, as any daemon starts: layers added

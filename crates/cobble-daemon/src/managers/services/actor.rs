@@ -861,8 +861,6 @@ impl Actor {
                 ),
                 (config.watchdog.is_some(), "a watchdog"),
                 (!config.requires_paths.is_empty(), "requires-paths"),
-                (!config.requires_checks.is_empty(), "requires-checks"),
-                (!config.on_check_failure.is_empty(), "on-check-failure"),
                 (!config.on_file_change.is_empty(), "on-file-change"),
                 (!config.resources.is_empty(), "resources"),
                 (!config.sockets.is_empty(), "sockets"),
@@ -945,8 +943,14 @@ impl Actor {
             return;
         };
         let log = slot.log.clone();
+        let uses_checks = slot.machine.policy().uses_checks();
         self.watch_exit(&name, pid, exit, output_done, log);
         self.watches_stale = true;
+        if uses_checks {
+            // The checks, handed over too, as they stand: a firing the predecessor had not
+            // acted on is acted on now.
+            self.feed(&name, Event::Checks(self.checks.clone()));
+        }
         if gone {
             // Reaped before this program could follow it: it exited, how is not known.
             self.feed(&name, Event::Exited { pid, code: -1 });
