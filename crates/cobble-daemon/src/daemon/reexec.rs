@@ -38,7 +38,8 @@
 //!    then serve again.
 //! 5. **The services and the checks are taken over**: the supervisor stops acting on the
 //!    services, and each output reader stops between two reads, handing back its pipe and
-//!    the line it had begun. Each check's runner stops between two runs (a run in flight is
+//!    the line it had begun, and where its checks' actions stand (the firing acted on, a
+//!    restart streak, an action held). Each check's runner stops between two runs (a run in flight is
 //!    dropped, and is due at once in the new program), its change and task left in progress;
 //!    the document carries every check's status, streak (failures, successes, whether it is
 //!    recovering), counters, change and task, and how long until its next run. Each
@@ -167,6 +168,16 @@ pub(crate) struct CarriedService {
     pub reset_in_ns: Option<u64>,
     pub running_ns: Option<u64>,
     pub last_exit: Option<i32>,
+    /// Its `on-check-failure` checks last seen down, with the firing number acted on.
+    #[serde(default)]
+    pub checks_down: BTreeMap<String, u64>,
+    /// Per check that stays down, the restarts it caused, the delay before the next and the
+    /// nanoseconds until the next may follow.
+    #[serde(default)]
+    pub streaks: BTreeMap<String, (u32, u64, u64)>,
+    /// Its checks whose action is held, each for how many nanoseconds still.
+    #[serde(default)]
+    pub held_ns: BTreeMap<String, u64>,
 }
 
 impl CarriedService {
@@ -191,6 +202,13 @@ impl CarriedService {
             reset_in_ns: c.reset_in.map(ns),
             running_ns: c.running_for.map(ns),
             last_exit: c.last_exit,
+            checks_down: c.checks_down.clone(),
+            streaks: c
+                .streaks
+                .iter()
+                .map(|(check, (n, delay, next))| (check.clone(), (*n, ns(*delay), ns(*next))))
+                .collect(),
+            held_ns: c.held.iter().map(|(k, d)| (k.clone(), ns(*d))).collect(),
         }
     }
 
@@ -203,6 +221,20 @@ impl CarriedService {
             reset_in: self.reset_in_ns.map(Duration::from_nanos),
             running_for: self.running_ns.map(Duration::from_nanos),
             last_exit: self.last_exit,
+            checks_down: self.checks_down.clone(),
+            streaks: self
+                .streaks
+                .iter()
+                .map(|(check, (n, delay, next))| {
+                    let (delay, next) = (Duration::from_nanos(*delay), Duration::from_nanos(*next));
+                    (check.clone(), (*n, delay, next))
+                })
+                .collect(),
+            held: self
+                .held_ns
+                .iter()
+                .map(|(k, d)| (k.clone(), Duration::from_nanos(*d)))
+                .collect(),
         }
     }
 }
@@ -693,7 +725,7 @@ async fn reexec_checked(
     let error = match stop {
         Some(_) => ApiError::internal("cannot re-execute: the daemon is stopping"),
         None => {
-            let carried = Carried {
+            let carried = Contents {
                 logs,
                 services,
                 checks: checks.clone(),
@@ -713,7 +745,7 @@ async fn reexec_checked(
 const FLUSH_WAIT: Duration = Duration::from_secs(1);
 
 /// What the handover document carries of the services, their logs and the checks.
-struct Carried {
+struct Contents {
     logs: Vec<CarriedLog>,
     services: Vec<CarriedService>,
     checks: Vec<crate::checks::CarriedCheck>,
@@ -727,9 +759,9 @@ async fn exec_into(
     kept: &super::Kept,
     listeners: &super::Listeners,
     ask: &crate::api::reexec::ReexecAsk,
-    carried: Carried,
+    carried: Contents,
 ) -> ApiError {
-    let Carried {
+    let Contents {
         logs,
         services,
         checks,

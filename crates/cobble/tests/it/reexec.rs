@@ -698,6 +698,24 @@ fn a_check_that_fails_after_a_reexec_restarts_its_service() {
     });
     d.wait_log("Service \"s\" on-check-failure action is \"restart\"");
     assert_eq!(service(&d, "r").current, "active");
+    // Handed over while its check stays down after a restart: the check's next failure
+    // fires again, and s is restarted again under the next program.
+    let pids = children(&d);
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids);
+    assert_eq!(checks_listed(&d)["chk"]["status"], "down");
+    refresh(&d, "chk");
+    wait_for("s restarted again", Duration::from_secs(60), || {
+        let now = children(&d);
+        service(&d, "s").current == "active"
+            && now.len() == 2
+            && now.iter().filter(|p| pids.contains(p)).count() == 1
+    });
+    // Up again: the service is left alone.
+    std::fs::write(&ok, "").unwrap();
+    refresh(&d, "chk");
+    assert_eq!(checks_listed(&d)["chk"]["status"], "up");
 }
 
 /// The pid `pid` has in its own pid namespace (the last of `NSpid`).

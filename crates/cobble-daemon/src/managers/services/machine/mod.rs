@@ -156,12 +156,19 @@ pub(crate) struct Carried {
     /// How long the process has run.
     pub running_for: Option<Duration>,
     pub last_exit: Option<i32>,
+    /// The checks of `on-check-failure` last seen down, with the firing number acted on.
+    pub checks_down: BTreeMap<String, u64>,
+    /// Per check that stays down, the restarts it caused: how many, the delay before the
+    /// next, and how long until the next may follow.
+    pub streaks: BTreeMap<String, (u32, Duration, Duration)>,
+    /// Checks whose action is held, each for how long still.
+    pub held: BTreeMap<String, Duration>,
 }
 
 impl Machine {
     /// What a re-execution can hand over of this machine: a process running and wanted
-    /// running, with nothing pending (a coalesced file change, a check's action or streak, a
-    /// watchdog). `None` for anything else.
+    /// running, with nothing pending (a coalesced file change, a watchdog), and where its
+    /// checks' actions stand. `None` for anything else.
     pub(crate) fn carried(&self, now: Instant) -> Option<Carried> {
         let Phase::Running { pid } = self.phase else {
             return None;
@@ -169,10 +176,8 @@ impl Machine {
         let quiet = self.wanted == Wanted::Running
             && self.file_change.is_none()
             && self.backoff_check.is_none()
-            && self.checks_down.is_empty()
-            && self.streaks.is_empty()
-            && self.held.is_empty()
             && self.watchdog.is_none();
+        let left = |at: Instant| at.saturating_duration_since(now);
         quiet.then(|| Carried {
             pid,
             backoff_num: self.backoff_num,
@@ -180,6 +185,17 @@ impl Machine {
             reset_in: self.reset_at.map(|at| at.saturating_duration_since(now)),
             running_for: self.spawned_at.map(|at| now.saturating_duration_since(at)),
             last_exit: self.last_exit,
+            checks_down: self.checks_down.clone(),
+            streaks: self
+                .streaks
+                .iter()
+                .map(|(check, s)| (check.clone(), (s.restarts, s.delay, left(s.next_at))))
+                .collect(),
+            held: self
+                .held
+                .iter()
+                .map(|(check, at)| (check.clone(), left(*at)))
+                .collect(),
         })
     }
 
@@ -203,6 +219,24 @@ impl Machine {
             .running_for
             .map(|d| now.checked_sub(d).unwrap_or(now));
         machine.last_exit = carried.last_exit;
+        machine.checks_down = carried.checks_down.clone();
+        machine.streaks = carried
+            .streaks
+            .iter()
+            .map(|(check, (restarts, delay, next_in))| {
+                let streak = Streak {
+                    restarts: *restarts,
+                    delay: *delay,
+                    next_at: now + *next_in,
+                };
+                (check.clone(), streak)
+            })
+            .collect();
+        machine.held = carried
+            .held
+            .iter()
+            .map(|(check, until)| (check.clone(), now + *until))
+            .collect();
         machine
     }
 
