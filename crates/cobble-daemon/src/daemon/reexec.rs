@@ -1036,6 +1036,7 @@ mod tests {
         assert_eq!(handover.https, Some(5));
         assert_eq!(handover.rest["sessions"]["web"], 1);
         assert!(handover.services.is_empty() && handover.logs.is_empty());
+        assert!(handover.checks.is_empty());
     }
 
     #[test]

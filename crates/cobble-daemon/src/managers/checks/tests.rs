@@ -768,6 +768,9 @@ impl Harness {
     /// state as the state file carries it, with their tasks kept in progress.
     async fn reexecuted(&self) -> Harness {
         let carried = self.manager.take_over().await;
+        // Through the handover document's JSON.
+        let carried: Vec<super::CarriedCheck> =
+            serde_json::from_slice(&serde_json::to_vec(&carried).unwrap()).unwrap();
         let keep: Vec<u64> = carried.iter().filter_map(|c| c.task_id).collect();
         let bytes = self.store.snapshot_json();
         let store = StateStore::keeping(crate::state::format::decode(&bytes).unwrap(), &keep);
@@ -882,4 +885,22 @@ async fn checks_taken_over_resume_as_they_stood_when_the_reexecution_fails() {
     assert_eq!(h.runs("chk"), 2);
     let view = h.view("chk").await;
     assert_eq!((view.failures, view.change_id), (2, before.change_id));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_in_flight_at_a_reexecution_runs_again_at_once_under_the_new_program() {
+    let mut config = check("chk");
+    config.timeout = secs(5);
+    let h = Harness::new(vec![config]);
+    h.set("chk", Outcome::Hang);
+    pass(11.0).await;
+    assert_eq!(h.runs("chk"), 1);
+    let change = h.view("chk").await.change_id;
+    let h = h.reexecuted().await;
+    pass(0.1).await;
+    assert_eq!(h.runs("chk"), 2);
+    // Its timeout counts from that run: one failure, in the same change.
+    pass(5.0).await;
+    let view = h.view("chk").await;
+    assert_eq!((view.failures, view.change_id), (1, change));
 }
