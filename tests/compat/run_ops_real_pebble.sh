@@ -4,6 +4,10 @@
 #
 #   COBBLE_BIN=/path/to/cobble tests/compat/run_ops_real_pebble.sh [extra pytest args...]
 #
+# With COBBLE_REEXEC_BETWEEN=1 the daemon is re-executed in place (`cobble reexec`) after
+# every test, and a test fails unless that succeeds with the daemon's pid kept
+# (plugins/reexec_between.py).
+#
 # - the sdist is downloaded with pip into $OPS_SDIST_CACHE (default target/ops-sdist) if it
 #   is not there yet, and only its test/ directory is extracted, so the tests import the
 #   pinned ops installed in .venv (provisioned by run.sh);
@@ -98,13 +102,21 @@ if [ ! -S "$PEBBLE/.pebble.socket" ]; then
     exit 1
 fi
 
-echo "==> ops $OPS_VERSION real-Pebble tests against $COBBLE_BIN (http port $PORT):"
+PLUGINS=()
+between=""
+if [ "${COBBLE_REEXEC_BETWEEN:-}" = 1 ]; then
+    PLUGINS=(-p reexec_between)
+    between=", re-executed in place after every test"
+fi
+echo "==> ops $OPS_VERSION real-Pebble tests against $COBBLE_BIN (http port $PORT$between):"
 printf '    %s\n' "${NODE_IDS[@]}"
 status=0
 (
     cd "$SUITE"
-    RUN_REAL_PEBBLE_TESTS=1 PYTHONDONTWRITEBYTECODE=1 "$PYTHON" -m pytest -q \
-        -p no:cacheprovider --rootdir "$SUITE" --junitxml "$WORK/report.xml" \
+    COBBLE_BIN="$COBBLE_BIN" COBBLE_DAEMON_PID="$DAEMON_PID" \
+        PYTHONPATH="$HERE/plugins${PYTHONPATH:+:$PYTHONPATH}" \
+        RUN_REAL_PEBBLE_TESTS=1 PYTHONDONTWRITEBYTECODE=1 "$PYTHON" -m pytest -q \
+        -p no:cacheprovider "${PLUGINS[@]}" --rootdir "$SUITE" --junitxml "$WORK/report.xml" \
         "${NODE_IDS[@]}" "$@"
 ) || status=$?
 

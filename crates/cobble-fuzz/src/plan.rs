@@ -192,10 +192,27 @@ fn check_layer_text(text: &str) {
     let Ok(layer) = Layer::parse(1, "fuzz", text) else {
         return;
     };
-    let Ok(plan) = Plan::from_layers(vec![layer]) else {
+    let Ok(plan) = Plan::from_layers(vec![layer.clone()]) else {
         return;
     };
+    check_layer_round_trip(&layer, text);
     check_plan_round_trip(&plan, text);
+}
+
+/// The printed layer of a valid plan reads back as the very same layer (what a re-execution
+/// hands over).
+fn check_layer_round_trip(layer: &Layer, source: &str) {
+    let yaml = layer.to_yaml();
+    match Layer::parse(layer.order, &layer.label, &yaml) {
+        Ok(again) => assert!(
+            again == *layer,
+            "printed layer reads back as another\n--- source\n{source}\n--- printed\n{yaml}\n\
+             --- layer\n{layer:?}\n--- read back\n{again:?}"
+        ),
+        Err(e) => {
+            panic!("printed layer does not parse: {e}\n--- source\n{source}\n--- printed\n{yaml}")
+        }
+    }
 }
 
 /// The printed plan, parsed as a layer, is the same plan; and prints the same again.
@@ -256,6 +273,9 @@ pub fn plan_merge(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
         _ => panic!("combining succeeds in one association only: {flat:?} {left:?} {right:?}"),
     }
     if let Ok(plan) = Plan::from_layers(layers) {
+        for layer in &plan.layers {
+            check_layer_round_trip(layer, "one of three generated layers");
+        }
         check_plan_round_trip(&plan, "three generated layers");
     }
     Ok(())

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::duration::GoDuration;
-use crate::{Check, LogTarget, Plan, Service, Workload};
+use crate::{Check, Layer, LogTarget, Plan, Service, Workload};
 
 impl Plan {
     /// The combined plan as YAML, as `GET /v1/plan?format=yaml` returns it.
@@ -22,43 +22,65 @@ impl Plan {
     /// the order Pebble registers them (`workloads`, then `pairing`). An empty plan is `{}`.
     pub fn to_yaml(&self) -> String {
         let mut out = Emitter::default();
-        if !self.services.is_empty() {
-            out.key(0, "services");
-            for (name, service) in &self.services {
-                out.key(1, name);
-                emit_service(&mut out, 2, service);
-            }
-        }
-        if !self.checks.is_empty() {
-            out.key(0, "checks");
-            for (name, check) in &self.checks {
-                out.key(1, name);
-                emit_check(&mut out, 2, check);
-            }
-        }
-        if !self.log_targets.is_empty() {
-            out.key(0, "log-targets");
-            for (name, target) in &self.log_targets {
-                out.key(1, name);
-                emit_log_target(&mut out, 2, target);
-            }
-        }
-        if !self.workloads.is_empty() {
-            out.key(0, "workloads");
-            for (name, workload) in &self.workloads {
-                out.key(1, name);
-                emit_workload(&mut out, 2, workload);
-            }
-        }
-        if !self.pairing.as_str().is_empty() {
-            out.key(0, "pairing");
-            out.string(1, "mode", self.pairing.as_str());
-        }
+        out.sections(
+            Sections {
+                services: &self.services,
+                checks: &self.checks,
+                log_targets: &self.log_targets,
+                workloads: &self.workloads,
+                pairing: self.pairing.as_str(),
+            },
+            Threshold::Effective,
+        );
         if out.text.is_empty() {
             return "{}\n".to_owned();
         }
         out.text
     }
+}
+
+impl Layer {
+    /// The layer as a document that [`Layer::parse`] reads back as this very layer (given
+    /// its order and label again): what it set, and nothing it left unset. This is how a
+    /// daemon's plan, layers added through the API included, reaches the program a
+    /// re-execution starts.
+    pub fn to_yaml(&self) -> String {
+        let mut out = Emitter::default();
+        out.string(0, "summary", &self.summary);
+        out.string(0, "description", &self.description);
+        out.sections(
+            Sections {
+                services: &self.services,
+                checks: &self.checks,
+                log_targets: &self.log_targets,
+                workloads: &self.workloads,
+                pairing: self.pairing.as_str(),
+            },
+            Threshold::AsSet,
+        );
+        if out.text.is_empty() {
+            return "{}\n".to_owned();
+        }
+        out.text
+    }
+}
+
+/// The sections a plan and a layer have alike.
+struct Sections<'a> {
+    services: &'a BTreeMap<String, Service>,
+    checks: &'a BTreeMap<String, Check>,
+    log_targets: &'a BTreeMap<String, LogTarget>,
+    workloads: &'a BTreeMap<String, Workload>,
+    pairing: &'a str,
+}
+
+/// How a check's threshold is printed.
+#[derive(Clone, Copy)]
+enum Threshold {
+    /// Always, the default filling an unset one in: the combined plan, as Pebble prints it.
+    Effective,
+    /// Only when set: a layer, whose unset threshold leaves an earlier layer's in place.
+    AsSet,
 }
 
 /// Every field is named, and every name must be used: a field added to [`Service`] does not
@@ -175,7 +197,7 @@ fn emit_service(out: &mut Emitter, depth: usize, s: &Service) {
 /// Every field is named, and every name must be used: a field added to [`Check`] does not
 /// compile until it is printed here.
 #[deny(unused_variables)]
-fn emit_check(out: &mut Emitter, depth: usize, c: &Check) {
+fn emit_check(out: &mut Emitter, depth: usize, c: &Check, threshold: Threshold) {
     let Check {
         name: _,
         override_,
@@ -193,8 +215,10 @@ fn emit_check(out: &mut Emitter, depth: usize, c: &Check) {
     out.string(depth, "startup", startup.as_str());
     out.duration(depth, "period", *period);
     out.duration(depth, "timeout", *timeout);
-    // The combined plan always has a threshold (the default fills it in), so it is printed.
-    out.raw(depth, "threshold", &c.threshold().to_string());
+    match threshold {
+        Threshold::Effective => out.raw(depth, "threshold", &c.threshold().to_string()),
+        Threshold::AsSet => out.int(depth, "threshold", Some(c.threshold).filter(|t| *t != 0)),
+    }
     if let Some(http) = http {
         out.key(depth, "http");
         let start = out.text.len();
@@ -261,6 +285,41 @@ struct Emitter {
 }
 
 impl Emitter {
+    fn sections(&mut self, s: Sections<'_>, threshold: Threshold) {
+        if !s.services.is_empty() {
+            self.key(0, "services");
+            for (name, service) in s.services {
+                self.key(1, name);
+                emit_service(self, 2, service);
+            }
+        }
+        if !s.checks.is_empty() {
+            self.key(0, "checks");
+            for (name, check) in s.checks {
+                self.key(1, name);
+                emit_check(self, 2, check, threshold);
+            }
+        }
+        if !s.log_targets.is_empty() {
+            self.key(0, "log-targets");
+            for (name, target) in s.log_targets {
+                self.key(1, name);
+                emit_log_target(self, 2, target);
+            }
+        }
+        if !s.workloads.is_empty() {
+            self.key(0, "workloads");
+            for (name, workload) in s.workloads {
+                self.key(1, name);
+                emit_workload(self, 2, workload);
+            }
+        }
+        if !s.pairing.is_empty() {
+            self.key(0, "pairing");
+            self.string(1, "mode", s.pairing);
+        }
+    }
+
     fn indent(&mut self, depth: usize) {
         for _ in 0..depth {
             self.text.push_str("    ");

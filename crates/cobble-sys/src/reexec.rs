@@ -173,6 +173,24 @@ pub fn exec(program: &Path, args: &[OsString], env: &[(OsString, OsString)]) -> 
     error
 }
 
+/// The time on the monotonic clock (`CLOCK_MONOTONIC`), which an `execve` keeps: what a
+/// handover is stamped with, so that the new program can tell how long the swap took.
+pub fn monotonic_now() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +219,13 @@ mod tests {
             read_handover(fd, 99).unwrap_err().kind(),
             io::ErrorKind::InvalidData
         );
+    }
+
+    #[test]
+    fn the_monotonic_clock_runs_on() {
+        let before = monotonic_now();
+        assert!(before > std::time::Duration::ZERO);
+        assert!(monotonic_now() >= before);
     }
 
     #[test]

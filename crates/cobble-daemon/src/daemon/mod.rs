@@ -231,7 +231,8 @@ pub(crate) async fn run(
             .carry_logs(logs.into_iter().map(reexec::CarriedLog::entries).collect())
             .await;
     }
-    reexec::adopt_services(&daemon, carried).await;
+    let handed_at = handover.as_ref().and_then(|h| h.handed_at_ns);
+    reexec::adopt_services(&daemon, carried, handed_at).await;
     let listening = listen(&opts, written, &mut daemon, handover.as_ref()).await?;
     let reply = handover.as_mut().and_then(|h| h.reply.take());
     if let Some(handover) = &handover {
@@ -384,12 +385,20 @@ fn load(opts: &RunOptions, handover: Option<&reexec::Handover>) -> Result<Loaded
     if !leftovers.is_empty() {
         tracing::info!("Removed leftover temporary files {}", leftovers.join(", "));
     }
-    let layers_dir = opts.pebble_dir.join("layers");
-    let mut plan = Plan::load_dir(&layers_dir).map_err(DaemonError::LoadPlan)?;
-    if !opts.service_args.is_empty() {
-        let layer = service_args_layer(&plan, &opts.service_args)?;
-        plan = plan.add_layer(layer, false, false)?;
-    }
+    // A re-executed daemon runs the plan its predecessor ran, layers added through the API
+    // included; the layers directory is read at start-up only.
+    let plan = match handover.and_then(|h| h.plan.as_deref()) {
+        Some(layers) => reexec::carried_plan(layers).map_err(DaemonError::Handover)?,
+        None => {
+            let layers_dir = opts.pebble_dir.join("layers");
+            let mut plan = Plan::load_dir(&layers_dir).map_err(DaemonError::LoadPlan)?;
+            if !opts.service_args.is_empty() {
+                let layer = service_args_layer(&plan, &opts.service_args)?;
+                plan = plan.add_layer(layer, false, false)?;
+            }
+            plan
+        }
+    };
     let state_path = opts.pebble_dir.join(".pebble.state");
     let mut data = if opts.persist {
         state::load(&state_path)?

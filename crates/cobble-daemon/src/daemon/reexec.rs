@@ -7,16 +7,37 @@
 //! handed over explicitly: the descriptors it keeps (the directory lock, the unix socket's
 //! and the TCP listeners, each running service's output pipe, the asking client's
 //! connection) lose their close-on-exec flag, and a [`Handover`] document in a memory file
-//! says what each is, with where each running service's machine stands, what each
-//! service's log holds and where each check stands; its descriptor is named by
+//! says what each is, with where each service's machine stands, what each service's log
+//! holds and where each check stands; its descriptor is named by
 //! [`cobble_sys::reexec::HANDOVER_ENV`]. The state goes through the state file: the
 //! persister writes it one last time and stops, and the new program loads it as any daemon
-//! does, but leaves the handed-over checks' tasks in progress.
+//! does, but leaves the handed-over checks' tasks in progress. The plan goes in the
+//! document, layer by layer as [`cobble_plan::Layer::to_yaml`] prints each (those added
+//! through the API too), and the new program runs it instead of reading the layers
+//! directory, which a daemon reads at start-up only.
+//!
+//! Every service started and not stopped since is handed over, with or without a process:
+//! running (a one-shot's run too), within its okay delay, backing off, waiting for missing
+//! `requires-paths`, for one-shots or for `requires-checks`, a one-shot completed, or left
+//! down. Its machine's timers (the okay delay, the backoff, the backoff's reset, a coalesced
+//! file change, a check's restart streak or held action) go as durations from the handover,
+//! which is stamped on the monotonic clock, kept by `execve`: the new program counts them
+//! from that instant, so the swap's own time is not added. What the new program can derive
+//! it derives from the plan: the paths to watch (each reported as it is once watched, so a
+//! path created during the swap ends a wait), where each one-shot stands for what waits for
+//! it, and the cgroup of a run with `resources:`, found by its path from the service's name
+//! and its invocation ID.
+//!
+//! Every check is handed over too: its status, streak (failures, successes, whether it is
+//! recovering), counters, last error, its perform-check or recover-check change and task
+//! (left in progress), and how long until its next run, counted from when the new program
+//! takes it. A stopped or disabled check stays inactive with its record.
 //!
 //! In order:
 //!
 //! 1. **The candidate is asked first.** It is run as a child with [`PROBE_ARG`] and `$PEBBLE`,
-//!    reads the layers and the state file it would start from, and must answer, within
+//!    reads the plan it would be handed (on its standard input) and the state file it would
+//!    start from, and must answer, within
 //!    [`PROBE_TIMEOUT`], with its version and the handover formats it reads. A missing file,
 //!    one that is not executable or not for this machine, a build that does not know the
 //!    probe or does not read this daemon's [`FORMAT`], and one that crashes or exits at once
@@ -30,19 +51,16 @@
 //!    closes; answers that wait (a notices long poll, a logs follower) end as their timeout
 //!    or end of stream would end them. The daemon waits for that up to [`DRAIN_WAIT`].
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
-//!    anything more: a change in progress, held `sockets:`, a plan other than the layers
-//!    directory's (the new program loads the directory), a daemon without a state file or
-//!    run by another command (`cobble enter`); then the supervisor is asked to hand over its
-//!    running services, and refuses for one that is not simply running or runs with what is
-//!    not handed over yet (notify readiness, a watchdog, paths, resources). The listeners
-//!    then serve again.
+//!    anything more: a change in progress (but a check's), held `sockets:`, a daemon without
+//!    a state file or run by another command (`cobble enter`); a plan changed since the
+//!    probe is probed again; then the supervisor is asked to hand over its services, and
+//!    refuses for one being spawned or stopped, or with what is not handed over yet (notify
+//!    readiness, a watchdog, held sockets). The listeners then serve again.
 //! 5. **The services and the checks are taken over**: the supervisor stops acting on the
-//!    services, and each output reader stops between two reads, handing back its pipe and
-//!    the line it had begun, and where its checks' actions stand (the firing acted on, a
-//!    restart streak, an action held). Each check's runner stops between two runs (a run in flight is
-//!    dropped, and is due at once in the new program), its change and task left in progress;
-//!    the document carries every check's status, streak (failures, successes, whether it is
-//!    recovering), counters, change and task, and how long until its next run. Each
+//!    services (their timers, exits, paths, one-shots and checks wait for the new program),
+//!    and each output reader stops between two reads, handing back its pipe and the line it
+//!    had begun. Each check's runner stops between two runs (a run in flight is dropped, and
+//!    is due at once in the new program), its change and task left in progress. Each
 //!    service's output log goes into the document; the persister writes the state (with
 //!    everything the checks recorded) and stops; the daemon's own log and the service log
 //!    files are flushed.
@@ -50,17 +68,19 @@
 //!    stood), the persister and the listeners start again, and the client is told why. If it
 //!    succeeds, the new program adopts the descriptors, registers the services' pids with its
 //!    reaper before it starts (an exit during the swap waits as a zombie), starts as a daemon
-//!    does (loading the plan and the state) but neither ends leftovers nor autostarts, runs
-//!    each check on from where it stood (same change and task, next run when it was due; a
-//!    stopped or disabled check stays inactive with its record), follows the services from
-//!    where their machines stood (acting on the checks as they stand: a firing the old
-//!    program had not acted on is acted on), serves the listeners it was handed, and answers
-//!    the waiting client on its connection with both versions.
+//!    does (with the plan it was handed, and the state file) but neither ends leftovers nor
+//!    autostarts, runs each check on from where it stood (same change and task, next run
+//!    when it was due), follows the services from where their machines stood (acting on the
+//!    checks as they stand: a firing the old program had not acted on is acted on, a wait
+//!    for checks that pass now ends), serves the listeners it was handed, and answers the
+//!    waiting client on its connection with both versions. Had the exec failed instead, the
+//!    old program follows its services again, its path watches armed anew and what waits
+//!    for one-shots told where they stand, for what happened meanwhile was not acted on.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Read;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -72,10 +92,12 @@ use crate::api::ApiError;
 
 /// The argument that makes `cobble` answer as a re-execution's candidate (see [`probe`]).
 pub const PROBE_ARG: &str = "__reexec-probe";
-/// The handover format this daemon writes: 2 hands over running services (1 did not).
-pub(crate) const FORMAT: u32 = 2;
+/// The handover format this daemon writes: 3 hands over the plan and services that are not
+/// running too (backing off, waiting, a one-shot completed), 2 running services only (and
+/// had the new program load the layers directory), 1 none.
+pub(crate) const FORMAT: u32 = 3;
 /// The handover formats this build reads.
-const READS: &[u32] = &[1, FORMAT];
+const READS: &[u32] = &[1, 2, FORMAT];
 /// The largest handover document read.
 const MAX_DOCUMENT: u64 = 64 << 20;
 /// How long the candidate may take to answer the probe.
@@ -101,10 +123,22 @@ struct ProbeAnswer {
 }
 
 /// The probe's answer for the daemon of `pebble_dir`: one line of JSON, once this build has
-/// read what it would start from there (the layers, the state file), or why it cannot.
-pub fn probe_answer(pebble_dir: &Path) -> Result<String, String> {
-    cobble_plan::Plan::load_dir(&pebble_dir.join("layers"))
-        .map_err(|e| format!("cannot load plan: {e}"))?;
+/// read what it would start from (the plan `input` carries, as a handover's
+/// [`Handover::plan`] does, or else the layers directory; the state file), or why it cannot.
+pub fn probe_answer(pebble_dir: &Path, input: impl Read) -> Result<String, String> {
+    let mut carried = Vec::new();
+    input
+        .take(MAX_DOCUMENT)
+        .read_to_end(&mut carried)
+        .map_err(|e| format!("cannot read the plan handed over: {e}"))?;
+    if carried.iter().all(u8::is_ascii_whitespace) {
+        cobble_plan::Plan::load_dir(&pebble_dir.join("layers"))
+            .map_err(|e| format!("cannot load plan: {e}"))?;
+    } else {
+        let layers: Vec<CarriedLayer> = serde_json::from_slice(&carried)
+            .map_err(|e| format!("cannot read the plan handed over: {e}"))?;
+        carried_plan(&layers)?;
+    }
     let state = pebble_dir.join(".pebble.state");
     crate::state::load(&state).map_err(|e| e.to_string())?;
     Ok(serde_json::to_string(&ProbeAnswer {
@@ -136,9 +170,17 @@ pub(crate) struct Handover {
     /// What each service's output log held.
     #[serde(default)]
     pub logs: Vec<CarriedLog>,
-    /// The running services.
+    /// The services started and not stopped since.
     #[serde(default)]
     pub services: Vec<CarriedService>,
+    /// The plan, layer by layer (those added through the API too); none from a format that
+    /// had the new program load the layers directory.
+    #[serde(default)]
+    pub plan: Option<Vec<CarriedLayer>>,
+    /// When the document was written, on the monotonic clock (which the exec keeps), in
+    /// nanoseconds: what the services' durations count from.
+    #[serde(default)]
+    pub handed_at_ns: Option<u64>,
     /// Every check of the plan: its status, counters and change.
     #[serde(default)]
     pub checks: Vec<crate::checks::CarriedCheck>,
@@ -147,12 +189,19 @@ pub(crate) struct Handover {
     pub rest: BTreeMap<String, serde_json::Value>,
 }
 
-/// A running service, handed over: its process, its output's pipe, and where its machine
-/// stands (durations counted from the handover).
+/// A service, handed over: where its machine stands (durations counted from the handover),
+/// and its process and its output's pipe, if it has a process.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct CarriedService {
     pub name: String,
-    pub pid: u32,
+    /// Its process (format 2 had one for every service).
+    pub pid: Option<u32>,
+    /// Where its lifecycle stands.
+    #[serde(default)]
+    pub phase: CarriedPhaseName,
+    /// The running process is a one-shot's run, which completes it when it exits with 0.
+    #[serde(default)]
+    pub oneshot_run: bool,
     /// The read end of its output's pipe (none once the process closed it).
     pub output: Option<RawFd>,
     /// The start of a line read from the pipe but not finished yet.
@@ -168,6 +217,35 @@ pub(crate) struct CarriedService {
     pub reset_in_ns: Option<u64>,
     pub running_ns: Option<u64>,
     pub last_exit: Option<i32>,
+    /// When a start's okay delay ends (starting) or its backoff does (backoff).
+    #[serde(default)]
+    pub due_in_ns: Option<u64>,
+    /// What killed the last process, when the kernel did: its pid and the cause.
+    #[serde(default)]
+    pub exit_cause: Option<(u32, String)>,
+    #[serde(default)]
+    pub spawn_error: Option<String>,
+    /// Paths the last failure output named as missing.
+    #[serde(default)]
+    pub hints: Vec<String>,
+    /// The missing `requires-paths` it waits for.
+    #[serde(default)]
+    pub waiting_for: Vec<String>,
+    /// The one-shots of `after:` it waits for.
+    #[serde(default)]
+    pub waiting_oneshots: Vec<String>,
+    /// A one-shot's last completion: how long it ran, and when (nanoseconds since the
+    /// epoch).
+    #[serde(default)]
+    pub completion_ns: Option<u64>,
+    #[serde(default)]
+    pub completed_at_ns: Option<i128>,
+    /// A coalesced `on-file-change` action not done yet.
+    #[serde(default)]
+    pub file_change: Option<CarriedFileChange>,
+    /// What of its `resources:` was not enforced at its last spawn, and why.
+    #[serde(default)]
+    pub unenforced: Option<String>,
     /// Its `on-check-failure` checks last seen down, with the firing number acted on.
     #[serde(default)]
     pub checks_down: BTreeMap<String, u64>,
@@ -178,6 +256,32 @@ pub(crate) struct CarriedService {
     /// Its checks whose action is held, each for how many nanoseconds still.
     #[serde(default)]
     pub held_ns: BTreeMap<String, u64>,
+    /// The `requires-checks` that do not pass, while it waits for them.
+    #[serde(default)]
+    pub waiting_checks: Vec<String>,
+    /// The check whose action caused its backoff, if one did.
+    #[serde(default)]
+    pub backoff_check: Option<String>,
+}
+
+/// Where a handed-over service's lifecycle stands (see [`crate::services::machine::CarriedPhase`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum CarriedPhaseName {
+    #[default]
+    Running,
+    Starting,
+    Backoff,
+    Waiting,
+    Completed,
+    Exited,
+}
+
+/// An `on-file-change` action due `in_ns` from the handover: a restart, or `signal`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedFileChange {
+    pub in_ns: u64,
+    pub signal: Option<String>,
 }
 
 impl CarriedService {
@@ -186,12 +290,28 @@ impl CarriedService {
         output: Option<&crate::logs::capture::Detached>,
         invocation: Option<String>,
     ) -> CarriedService {
-        use std::os::fd::AsRawFd;
+        use crate::services::machine::{CarriedPhase, FileAction};
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let c = &taken.carried;
+        let (phase, oneshot_run, due_in) = match c.phase {
+            CarriedPhase::Running { oneshot_run, .. } => {
+                (CarriedPhaseName::Running, oneshot_run, None)
+            }
+            CarriedPhase::Starting { okay_in, .. } => {
+                (CarriedPhaseName::Starting, false, Some(okay_in))
+            }
+            CarriedPhase::Backoff { until_in } => {
+                (CarriedPhaseName::Backoff, false, Some(until_in))
+            }
+            CarriedPhase::Waiting => (CarriedPhaseName::Waiting, false, None),
+            CarriedPhase::Completed => (CarriedPhaseName::Completed, false, None),
+            CarriedPhase::Exited => (CarriedPhaseName::Exited, false, None),
+        };
         CarriedService {
             name: taken.name.clone(),
-            pid: c.pid,
+            pid: c.pid(),
+            phase,
+            oneshot_run,
             output: output.map(|d| d.reader.as_raw_fd()),
             unfinished: output.map(|d| d.unfinished.clone()).unwrap_or_default(),
             invocation,
@@ -202,6 +322,25 @@ impl CarriedService {
             reset_in_ns: c.reset_in.map(ns),
             running_ns: c.running_for.map(ns),
             last_exit: c.last_exit,
+            due_in_ns: due_in.map(ns),
+            exit_cause: c.exit_cause.clone(),
+            spawn_error: c.spawn_error.clone(),
+            hints: c.hints.clone(),
+            waiting_for: c.waiting_for.clone(),
+            waiting_oneshots: c.waiting_oneshots.clone(),
+            completion_ns: c.completion.map(ns),
+            completed_at_ns: taken.completed_at.map(|t| t.as_nanosecond()),
+            file_change: c
+                .file_change
+                .as_ref()
+                .map(|(due_in, action)| CarriedFileChange {
+                    in_ns: ns(*due_in),
+                    signal: match action {
+                        FileAction::Restart => None,
+                        FileAction::Signal(signal) => Some(signal.clone()),
+                    },
+                }),
+            unenforced: taken.unenforced.clone(),
             checks_down: c.checks_down.clone(),
             streaks: c
                 .streaks
@@ -209,18 +348,50 @@ impl CarriedService {
                 .map(|(check, (n, delay, next))| (check.clone(), (*n, ns(*delay), ns(*next))))
                 .collect(),
             held_ns: c.held.iter().map(|(k, d)| (k.clone(), ns(*d))).collect(),
+            waiting_checks: c.waiting_checks.clone(),
+            backoff_check: c.backoff_check.clone(),
         }
     }
 
-    /// Where its machine stands.
-    fn carried(&self) -> crate::services::machine::Carried {
-        crate::services::machine::Carried {
-            pid: self.pid,
+    /// Where its machine stands; `None` for a document that contradicts itself (a process
+    /// running without a pid).
+    fn carried(&self) -> Option<crate::services::machine::Carried> {
+        use crate::services::machine::{CarriedPhase, FileAction};
+        let due_in = Duration::from_nanos(self.due_in_ns.unwrap_or(0));
+        let phase = match self.phase {
+            CarriedPhaseName::Running => CarriedPhase::Running {
+                pid: self.pid?,
+                oneshot_run: self.oneshot_run,
+            },
+            CarriedPhaseName::Starting => CarriedPhase::Starting {
+                pid: self.pid?,
+                okay_in: due_in,
+            },
+            CarriedPhaseName::Backoff => CarriedPhase::Backoff { until_in: due_in },
+            CarriedPhaseName::Waiting => CarriedPhase::Waiting,
+            CarriedPhaseName::Completed => CarriedPhase::Completed,
+            CarriedPhaseName::Exited => CarriedPhase::Exited,
+        };
+        Some(crate::services::machine::Carried {
+            phase,
             backoff_num: self.backoff_num,
             backoff_time: Duration::from_nanos(self.backoff_ns),
             reset_in: self.reset_in_ns.map(Duration::from_nanos),
             running_for: self.running_ns.map(Duration::from_nanos),
             last_exit: self.last_exit,
+            exit_cause: self.exit_cause.clone(),
+            spawn_error: self.spawn_error.clone(),
+            hints: self.hints.clone(),
+            waiting_for: self.waiting_for.clone(),
+            waiting_oneshots: self.waiting_oneshots.clone(),
+            completion: self.completion_ns.map(Duration::from_nanos),
+            file_change: self.file_change.as_ref().map(|change| {
+                let action = match &change.signal {
+                    None => FileAction::Restart,
+                    Some(signal) => FileAction::Signal(signal.clone()),
+                };
+                (Duration::from_nanos(change.in_ns), action)
+            }),
             checks_down: self.checks_down.clone(),
             streaks: self
                 .streaks
@@ -235,77 +406,158 @@ impl CarriedService {
                 .iter()
                 .map(|(k, d)| (k.clone(), Duration::from_nanos(*d)))
                 .collect(),
-        }
+            waiting_checks: self.waiting_checks.clone(),
+            backoff_check: self.backoff_check.clone(),
+        })
     }
 }
 
+/// One layer of the plan, handed over as the document that reads back as it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedLayer {
+    pub order: u64,
+    pub label: String,
+    pub yaml: String,
+}
+
+/// The plan as layers to hand over; refuses one that would not read back as itself (which
+/// would be a bug of [`cobble_plan::Layer::to_yaml`], but a plan that changed across a
+/// re-execution would silently change what runs).
+fn carry_plan(plan: &cobble_plan::Plan) -> Result<Vec<CarriedLayer>, String> {
+    let layers: Vec<CarriedLayer> = plan
+        .layers
+        .iter()
+        .map(|layer| CarriedLayer {
+            order: layer.order,
+            label: layer.label.clone(),
+            yaml: layer.to_yaml(),
+        })
+        .collect();
+    match carried_plan(&layers) {
+        Ok(again) if again == *plan => Ok(layers),
+        Ok(_) => Err("the plan does not read back as itself".to_owned()),
+        Err(e) => Err(format!("the plan does not read back ({e})")),
+    }
+}
+
+/// The plan a handover carries.
+pub(crate) fn carried_plan(layers: &[CarriedLayer]) -> Result<cobble_plan::Plan, String> {
+    let layers = layers
+        .iter()
+        .map(|l| {
+            // Read under a neutral label: the daemon's own layers have the reserved prefix
+            // (`pebble-service-args`) that a client's may not.
+            let mut layer = cobble_plan::Layer::parse(l.order, "handed-over", &l.yaml)
+                .map_err(|e| format!("cannot load plan: layer {:?}: {e}", l.label))?;
+            layer.label.clone_from(&l.label);
+            Ok(layer)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    cobble_plan::Plan::from_layers(layers).map_err(|e| format!("cannot load plan: {e}"))
+}
+/// A handed-over service, with its process's exit from the reaper when it has a process.
+pub(super) type CarriedExit = (
+    CarriedService,
+    Option<tokio::sync::oneshot::Receiver<cobble_sys::reaper::ExitStatus>>,
+);
+
 /// Registers the handed-over services' processes with the reaper, before it starts (so that
 /// an exit during the swap, waiting as a zombie, is reported); returns their exits.
-pub(super) fn adopt_exits(
-    services: Vec<CarriedService>,
-) -> Vec<(
-    CarriedService,
-    tokio::sync::oneshot::Receiver<cobble_sys::reaper::ExitStatus>,
-)> {
+pub(super) fn adopt_exits(services: Vec<CarriedService>) -> Vec<CarriedExit> {
     services
         .into_iter()
         .map(|s| {
-            let exit = cobble_sys::reaper::adopt(s.pid);
+            let exit = s.pid.map(cobble_sys::reaper::adopt);
             (s, exit)
         })
         .collect()
 }
 
 /// Has the supervisor follow the handed-over services: their records, their pipes, their
-/// machines.
+/// machines, counted from `handed_at_ns` (the handover's instant on the monotonic clock).
 pub(super) async fn adopt_services(
     daemon: &super::Daemon,
-    services: Vec<(
-        CarriedService,
-        tokio::sync::oneshot::Receiver<cobble_sys::reaper::ExitStatus>,
-    )>,
+    services: Vec<CarriedExit>,
+    handed_at_ns: Option<u64>,
 ) {
     if services.is_empty() {
         return;
     }
+    // The swap's own time has passed for every timer the services had.
+    let swap = handed_at_ns
+        .map(|at| cobble_sys::reexec::monotonic_now().saturating_sub(Duration::from_nanos(at)))
+        .unwrap_or_default();
+    let now = tokio::time::Instant::now();
+    let at = now.checked_sub(swap).unwrap_or(now);
     let processes = daemon.processes.clone();
-    let records: Vec<(String, u32, Option<String>)> = services
+    let plan = daemon.service_changes.plan();
+    let records: Vec<(String, u32, Option<String>, cobble_plan::Resources)> = services
         .iter()
-        .map(|(s, _)| (s.name.clone(), s.pid, s.invocation.clone()))
+        .filter_map(|(s, _)| {
+            let resources = plan
+                .service_to_run(&s.name)
+                .map(|config| config.resources)
+                .unwrap_or_default();
+            Some((s.name.clone(), s.pid?, s.invocation.clone(), resources))
+        })
         .collect();
-    let gone: Vec<bool> = tokio::task::spawn_blocking(move || {
+    let gone: BTreeMap<u32, bool> = tokio::task::spawn_blocking(move || {
         records
             .iter()
-            .map(|(name, pid, invocation)| {
-                processes.adopt(name, *pid, invocation.as_deref());
-                cobble_sys::process::proc_stat(*pid).is_none()
+            .map(|(name, pid, invocation, resources)| {
+                processes.adopt(name, *pid, invocation.as_deref(), resources);
+                (*pid, cobble_sys::process::proc_stat(*pid).is_none())
             })
             .collect()
     })
     .await
     .unwrap_or_default();
     let mut adoptions = Vec::new();
-    for (i, (service, exit)) in services.into_iter().enumerate() {
+    for (service, exit) in services {
+        let Some(carried) = service.carried() else {
+            tracing::warn!(
+                "Cannot follow service \"{}\": its handover names no process",
+                service.name
+            );
+            continue;
+        };
         let reader = service.output.and_then(|fd| {
             let fd = cobble_sys::reexec::adopt(fd).ok()?;
             tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok()
         });
-        tracing::info!(
-            "Service \"{}\" (pid {}) carried over.",
-            service.name,
-            service.pid
-        );
+        match service.pid {
+            Some(pid) => tracing::info!("Service \"{}\" (pid {pid}) carried over.", service.name),
+            None => tracing::info!(
+                "Service \"{}\" ({}) carried over.",
+                service.name,
+                serde_json::to_value(service.phase)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            ),
+        }
+        let gone = service
+            .pid
+            .and_then(|pid| gone.get(&pid).copied())
+            .unwrap_or(false);
         adoptions.push(crate::services::Adoption {
             name: service.name.clone(),
-            carried: service.carried(),
+            carried,
+            at,
             start_count: service.start_count,
             since: service
                 .since_ns
                 .and_then(|ns| jiff::Timestamp::from_nanosecond(ns).ok()),
+            completed_at: service
+                .completed_at_ns
+                .and_then(|ns| jiff::Timestamp::from_nanosecond(ns).ok()),
+            unenforced: service.unenforced,
             reader,
             unfinished: service.unfinished,
-            exit: Box::pin(async move { exit.await.map(|s| s.code()).unwrap_or(-1) }),
-            gone: gone.get(i).copied().unwrap_or(false),
+            exit: exit.map(|exit| -> futures_util::future::BoxFuture<'static, i32> {
+                Box::pin(async move { exit.await.map(|s| s.code()).unwrap_or(-1) })
+            }),
+            gone,
         });
     }
     daemon.services.adopt(adoptions).await;
@@ -432,15 +684,19 @@ pub(crate) fn resolve(binary: &str) -> Result<PathBuf, ApiError> {
     Ok(path)
 }
 
-/// Runs `binary` as a candidate and returns the version it reports; refuses, with the reason,
-/// one that cannot take over.
-pub(crate) async fn probe(binary: &Path, pebble_dir: &Path) -> Result<String, ApiError> {
+/// Runs `binary` as a candidate, handing it `plan` (a [`Handover::plan`] as JSON) to read,
+/// and returns the version it reports; refuses, with the reason, one that cannot take over.
+pub(crate) async fn probe(
+    binary: &Path,
+    pebble_dir: &Path,
+    plan: &[u8],
+) -> Result<String, ApiError> {
     let shown = cobble_plan::go_quote(&binary.to_string_lossy());
     let refuse = |why: String| ApiError::bad_request(format!("cannot re-execute {shown}: {why}"));
     let mut cmd = Command::new(binary);
     cmd.arg(PROBE_ARG)
         .arg(pebble_dir)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cobble_sys::inherit::on_exec(&mut cmd);
@@ -458,9 +714,21 @@ pub(crate) async fn probe(binary: &Path, pebble_dir: &Path) -> Result<String, Ap
     };
     let mut spawned = spawned.map_err(refuse)?;
     let pid = spawned.pid;
+    let stdin = spawned.stdin.take();
     let stdout = spawned.stdout.take();
     let stderr = spawned.stderr.take();
+    let plan = plan.to_vec();
     let read = tokio::task::spawn_blocking(move || {
+        // Written on a thread of its own: a candidate that does not read its input (one
+        // that fails first) must not hold up the reading of what it says.
+        let writer = stdin.map(|mut stdin| {
+            std::thread::spawn(move || {
+                use std::io::Write;
+                // A candidate that exits without reading it closes the pipe: not an error
+                // here, its exit says what went wrong.
+                let _ = stdin.write_all(&plan);
+            })
+        });
         let mut out = Vec::new();
         let mut err = Vec::new();
         if let Some(stdout) = stdout {
@@ -468,6 +736,9 @@ pub(crate) async fn probe(binary: &Path, pebble_dir: &Path) -> Result<String, Ap
         }
         if let Some(stderr) = stderr {
             let _ = stderr.take(MAX_PROBE_OUTPUT).read_to_end(&mut err);
+        }
+        if let Some(writer) = writer {
+            let _ = writer.join();
         }
         (out, err)
     });
@@ -641,7 +912,17 @@ async fn reexec_checked(
         Ok(binary) => binary,
         Err(e) => return Err(refuse(e)),
     };
-    let version = match probe(&binary, &opts.pebble_dir).await {
+    // The candidate reads the plan it would be handed; asked again, below, if the plan
+    // changes before the listeners pause.
+    let carried = |daemon: &super::Daemon| {
+        carry_plan(&daemon.service_changes.plan())
+            .map_err(|why| ApiError::internal(format!("cannot re-execute: {why}")))
+    };
+    let probed = match carried(daemon) {
+        Ok(layers) => serde_json::to_vec(&layers).expect("layers serialise"),
+        Err(e) => return Err(refuse(e)),
+    };
+    let mut version = match probe(&binary, &opts.pebble_dir, &probed).await {
         Ok(version) => version,
         Err(e) => return Err(refuse(e)),
     };
@@ -665,7 +946,25 @@ async fn reexec_checked(
             DRAIN_WAIT.as_secs()
         );
     }
-    let mut blockers = blockers(opts, daemon).await;
+    let mut blockers = blockers(daemon);
+    let plan = match carried(daemon) {
+        Ok(layers) => layers,
+        Err(e) => {
+            servers.start(listeners, &daemon.cancel);
+            return Err(refuse(e));
+        }
+    };
+    let handed = serde_json::to_vec(&plan).expect("layers serialise");
+    if blockers.is_empty() && handed != probed {
+        // A layer came between the probe and the pause: the candidate must read this plan.
+        match probe(&binary, &opts.pebble_dir, &handed).await {
+            Ok(again) => version = again,
+            Err(e) => {
+                servers.start(listeners, &daemon.cancel);
+                return Err(refuse(e));
+            }
+        }
+    }
     let taken = if blockers.is_empty() {
         match daemon.services.take_over().await {
             Ok(taken) => taken,
@@ -680,7 +979,7 @@ async fn reexec_checked(
     if !blockers.is_empty() {
         servers.start(listeners, &daemon.cancel);
         return Err(refuse(ApiError::bad_request(format!(
-            "cannot re-execute: {}; a re-execution hands over running services, but no change \
+            "cannot re-execute: {}; a re-execution hands over services, but no change \
              in progress",
             blockers.join(", ")
         ))));
@@ -689,6 +988,10 @@ async fn reexec_checked(
     // it did not waits in the pipe for the new program.
     let mut detached = Vec::new();
     let mut services = Vec::new();
+    // What the services' carried durations count from.
+    let handed_at = taken
+        .first()
+        .map_or_else(cobble_sys::reexec::monotonic_now, |t| t.handed_at);
     for mut taken in taken {
         let output = match taken.output.take() {
             Some((stop, reader)) => {
@@ -697,7 +1000,10 @@ async fn reexec_checked(
             }
             None => None,
         };
-        let invocation = daemon.processes.invocation(taken.carried.pid);
+        let invocation = taken
+            .carried
+            .pid()
+            .and_then(|pid| daemon.processes.invocation(pid));
         services.push(CarriedService::new(&taken, output.as_ref(), invocation));
         detached.push((taken.name, output));
     }
@@ -725,12 +1031,29 @@ async fn reexec_checked(
     let error = match stop {
         Some(_) => ApiError::internal("cannot re-execute: the daemon is stopping"),
         None => {
-            let carried = Contents {
+            let handover = Handover {
+                format: FORMAT,
+                old_version: crate::VERSION.to_owned(),
+                boot_id: kept.boot_id.clone(),
+                lock: kept.lock,
+                unix: listeners.unix.as_raw_fd(),
+                http: listeners.http.as_ref().map(AsRawFd::as_raw_fd),
+                https: listeners.https.as_ref().map(AsRawFd::as_raw_fd),
+                reply: Some(Reply {
+                    fd: ask.connection,
+                    binary: binary.to_string_lossy().into_owned(),
+                    asked_ns: ask.asked.as_nanosecond(),
+                    uid: ask.uid,
+                    pid: ask.pid,
+                }),
                 logs,
                 services,
                 checks: checks.clone(),
+                plan: Some(plan),
+                handed_at_ns: Some(u64::try_from(handed_at.as_nanos()).unwrap_or(u64::MAX)),
+                rest: BTreeMap::new(),
             };
-            exec_into(&binary, &version, kept, &listeners, ask, carried).await
+            exec_into(&binary, &version, handover).await
         }
     };
     // Still here: everything goes back as it was.
@@ -744,49 +1067,9 @@ async fn reexec_checked(
 /// How long the logs' queues may take to be written before the exec.
 const FLUSH_WAIT: Duration = Duration::from_secs(1);
 
-/// What the handover document carries of the services, their logs and the checks.
-struct Contents {
-    logs: Vec<CarriedLog>,
-    services: Vec<CarriedService>,
-    checks: Vec<crate::checks::CarriedCheck>,
-}
-
 /// Writes the handover document, keeps the descriptors it names across `execve` and
 /// executes `binary`; returns only if that fails, with the descriptors' flags set back.
-async fn exec_into(
-    binary: &Path,
-    version: &str,
-    kept: &super::Kept,
-    listeners: &super::Listeners,
-    ask: &crate::api::reexec::ReexecAsk,
-    carried: Contents,
-) -> ApiError {
-    let Contents {
-        logs,
-        services,
-        checks,
-    } = carried;
-    use std::os::fd::AsRawFd;
-    let handover = Handover {
-        format: FORMAT,
-        old_version: crate::VERSION.to_owned(),
-        boot_id: kept.boot_id.clone(),
-        lock: kept.lock,
-        unix: listeners.unix.as_raw_fd(),
-        http: listeners.http.as_ref().map(AsRawFd::as_raw_fd),
-        https: listeners.https.as_ref().map(AsRawFd::as_raw_fd),
-        reply: Some(Reply {
-            fd: ask.connection,
-            binary: binary.to_string_lossy().into_owned(),
-            asked_ns: ask.asked.as_nanosecond(),
-            uid: ask.uid,
-            pid: ask.pid,
-        }),
-        logs,
-        services,
-        checks,
-        rest: BTreeMap::new(),
-    };
+async fn exec_into(binary: &Path, version: &str, handover: Handover) -> ApiError {
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
     let shown = cobble_plan::go_quote(&binary.to_string_lossy());
     if bytes.len() as u64 > MAX_DOCUMENT {
@@ -804,7 +1087,8 @@ async fn exec_into(
             ));
         }
     };
-    let mut kept_fds = vec![handover.lock, handover.unix, ask.connection];
+    let mut kept_fds = vec![handover.lock, handover.unix];
+    kept_fds.extend(handover.reply.as_ref().map(|r| r.fd));
     kept_fds.extend(handover.http);
     kept_fds.extend(handover.https);
     kept_fds.extend(handover.services.iter().filter_map(|s| s.output));
@@ -911,10 +1195,10 @@ async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiErr
     }
 }
 
-/// What keeps the daemon from handing over now: changes in progress, held sockets, a plan
-/// the new program would not load. (What of the services cannot be handed over, the
-/// supervisor says when asked to hand them over.)
-async fn blockers(opts: &crate::RunOptions, daemon: &super::Daemon) -> Vec<String> {
+/// What keeps the daemon from handing over now: changes in progress, held sockets, log
+/// targets. (What of the services cannot be handed over, the supervisor says when asked to
+/// hand them over.)
+fn blockers(daemon: &super::Daemon) -> Vec<String> {
     let mut why = Vec::new();
     for (id, kind, summary) in daemon.store.in_progress() {
         if CHECK_CHANGES.contains(&kind.as_str()) {
@@ -922,29 +1206,7 @@ async fn blockers(opts: &crate::RunOptions, daemon: &super::Daemon) -> Vec<Strin
         }
         why.push(format!("change {id} ({summary}) is in progress"));
     }
-    // The new program loads the layers directory, as any daemon starts: layers added
-    // through the API, or files changed since, would be lost or would differ.
     let plan = daemon.service_changes.plan();
-    let (dir, service_args) = (opts.pebble_dir.join("layers"), opts.service_args.clone());
-    let fresh = tokio::task::spawn_blocking(move || {
-        let mut plan = cobble_plan::Plan::load_dir(&dir)?;
-        if !service_args.is_empty() {
-            let layer = cobble_plan::service_args_layer(&plan, &service_args)?;
-            plan = plan.add_layer(layer, false, false)?;
-        }
-        Ok::<_, cobble_plan::PlanError>(plan)
-    })
-    .await;
-    match fresh {
-        Ok(Ok(fresh)) if fresh == *plan => {}
-        Ok(Ok(_)) => why.push(
-            "the plan is not what the layers directory holds (a layer was added through the \
-             API, or the directory changed since)"
-                .to_owned(),
-        ),
-        Ok(Err(e)) => why.push(format!("the layers directory does not load ({e})")),
-        Err(e) => why.push(e.to_string()),
-    }
     if !plan.log_targets.is_empty() {
         // What a target's queue holds would be lost with the exec.
         why.push("the plan has log targets, whose forwarding is not handed over yet".to_owned());
@@ -1011,7 +1273,8 @@ mod tests {
     fn the_probe_answer_names_this_build_and_its_formats() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("layers")).unwrap();
-        let answer: ProbeAnswer = serde_json::from_str(&probe_answer(dir.path()).unwrap()).unwrap();
+        let answer: ProbeAnswer =
+            serde_json::from_str(&probe_answer(dir.path(), std::io::empty()).unwrap()).unwrap();
         assert_eq!(answer.version, crate::VERSION);
         assert_eq!(answer.formats, READS);
     }
@@ -1021,11 +1284,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("layers")).unwrap();
         std::fs::write(dir.path().join(".pebble.state"), "").unwrap();
-        let why = probe_answer(dir.path()).unwrap_err();
+        let why = probe_answer(dir.path(), std::io::empty()).unwrap_err();
         assert!(why.starts_with("cannot load state file"), "{why}");
         std::fs::write(dir.path().join("layers/001-x.yaml"), "services: [").unwrap();
-        let why = probe_answer(dir.path()).unwrap_err();
+        let why = probe_answer(dir.path(), std::io::empty()).unwrap_err();
         assert!(why.starts_with("cannot load plan: "), "{why}");
+        // Handed a plan, it reads that one, not the directory.
+        std::fs::remove_file(dir.path().join(".pebble.state")).unwrap();
+        let plan = br#"[{"order":1000,"label":"base","yaml":"services:\n  s:\n    override: replace\n    command: x\n"}]"#;
+        assert!(probe_answer(dir.path(), &plan[..]).is_ok());
+        let plan = br#"[{"order":1000,"label":"base","yaml":"services: ["}]"#;
+        let why = probe_answer(dir.path(), &plan[..]).unwrap_err();
+        assert!(why.starts_with("cannot load plan: layer \"base\""), "{why}");
+        let why = probe_answer(dir.path(), &b"not json"[..]).unwrap_err();
+        assert!(why.starts_with("cannot read the plan handed over"), "{why}");
     }
 
     #[test]
@@ -1037,6 +1309,56 @@ mod tests {
         assert_eq!(handover.rest["sessions"]["web"], 1);
         assert!(handover.services.is_empty() && handover.logs.is_empty());
         assert!(handover.checks.is_empty());
+    }
+
+    #[test]
+    fn a_format_2_service_reads_as_running_with_its_process() {
+        let text = r#"{"name":"s","pid":42,"output":7,"invocation":"i","start_count":3,
+            "since_ns":null,"backoff_num":1,"backoff_ns":500000000,"reset_in_ns":null,
+            "running_ns":1000000000,"last_exit":1}"#;
+        let service: CarriedService = serde_json::from_str(text).unwrap();
+        let carried = service.carried().unwrap();
+        assert_eq!(
+            carried.phase,
+            crate::services::machine::CarriedPhase::Running {
+                pid: 42,
+                oneshot_run: false
+            }
+        );
+        assert_eq!(carried.backoff_num, 1);
+        assert_eq!(carried.running_for, Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_service_without_a_process_reads_back_where_it_stood() {
+        let text = r#"{"name":"s","pid":null,"phase":"backoff","output":null,
+            "invocation":null,"start_count":2,"since_ns":null,"backoff_num":2,
+            "backoff_ns":1000000000,"reset_in_ns":null,"running_ns":null,"last_exit":3,
+            "due_in_ns":4000000000,"hints":["/etc/a"],
+            "file_change":{"in_ns":100,"signal":"SIGHUP"}}"#;
+        let service: CarriedService = serde_json::from_str(text).unwrap();
+        let carried = service.carried().unwrap();
+        assert_eq!(
+            carried.phase,
+            crate::services::machine::CarriedPhase::Backoff {
+                until_in: Duration::from_secs(4)
+            }
+        );
+        assert_eq!(carried.pid(), None);
+        assert_eq!(carried.hints, ["/etc/a"]);
+        assert_eq!(
+            carried.file_change,
+            Some((
+                Duration::from_nanos(100),
+                crate::services::machine::FileAction::Signal("SIGHUP".into())
+            ))
+        );
+        // A running process without a pid is a document that contradicts itself.
+        let text = r#"{"name":"s","phase":"running","output":null,"invocation":null,
+            "start_count":1,"since_ns":null,"backoff_num":0,"backoff_ns":0,
+            "reset_in_ns":null,"running_ns":null,"last_exit":null}"#;
+        let service: CarriedService = serde_json::from_str(text).unwrap();
+        assert!(service.carried().is_none());
     }
 
     #[test]
@@ -1055,6 +1377,32 @@ mod tests {
         let value: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(value["result"]["old-version"], "1");
         assert_eq!(value["result"]["new-version"], "2");
+    }
+
+    #[test]
+    fn the_plan_is_carried_layer_by_layer_and_reads_back_as_itself() {
+        let base = cobble_plan::Layer::parse(
+            1000,
+            "base",
+            "services:\n  s:\n    override: replace\n    command: sleep 1\n",
+        )
+        .unwrap();
+        let plan = cobble_plan::Plan::from_layers(vec![base]).unwrap();
+        let args = BTreeMap::from([("s".to_owned(), vec!["2".to_owned()])]);
+        let args = cobble_plan::service_args_layer(&plan, &args).unwrap();
+        let plan = plan.add_layer(args, false, false).unwrap();
+        let carried = carry_plan(&plan).unwrap();
+        assert_eq!(carried[1].label, cobble_plan::SERVICE_ARGS_LABEL);
+        assert_eq!(carried_plan(&carried).unwrap(), plan);
+        // What a build cannot read (here, a field it does not know) is refused, naming the
+        // layer.
+        let unknown = [CarriedLayer {
+            order: 1000,
+            label: "base".into(),
+            yaml: "services:\n  s:\n    override: replace\n    command: x\n    bogus: 1\n".into(),
+        }];
+        let why = carried_plan(&unknown).unwrap_err();
+        assert!(why.starts_with("cannot load plan: layer \"base\""), "{why}");
     }
 
     #[test]

@@ -221,7 +221,8 @@ pub(crate) fn main() -> ExitCode {
         .collect();
     // A daemon about to re-execute into this binary asks it first whether it can take over.
     if argv.get(1).map(String::as_str) == Some(cobble_daemon::REEXEC_PROBE_ARG) && argv.len() == 3 {
-        return match cobble_daemon::reexec_probe_answer(std::path::Path::new(&argv[2])) {
+        let pebble_dir = std::path::Path::new(&argv[2]);
+        return match cobble_daemon::reexec_probe_answer(pebble_dir, std::io::stdin().lock()) {
             Ok(answer) => {
                 println!("{answer}");
                 ExitCode::SUCCESS

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::fixture::{
-    COBBLE, Daemon, Test, act, free_port, raw, service, wait_check_runs, wait_for,
+    COBBLE, Daemon, Test, act, details_of, free_port, lines, raw, service, times, wait_check_runs,
+    wait_for,
 };
 
 const LAYER: &str = "services:\n  s:\n    override: replace\n    command: sleep 1000\n";
@@ -260,7 +261,7 @@ fn a_binary_that_cannot_take_over_changes_nothing() {
         (too_old, "it exited with status 1: error: unknown command"),
         (
             other_format,
-            "cobble 9.0.0 reads handover formats [7], and this daemon writes format 2",
+            "cobble 9.0.0 reads handover formats [7], and this daemon writes format 3",
         ),
         (crashes, "it was killed by signal 11"),
         (exits, "it did not answer as cobble does"),
@@ -280,31 +281,198 @@ fn a_binary_that_cannot_take_over_changes_nothing() {
 
 #[test]
 fn what_cannot_be_handed_over_yet_refuses_and_names_it() {
-    let d = Daemon::start(
-        &[(
-            "001-base",
-            "services:\n  s:\n    override: replace\n    command: sleep 1000\n    requires-paths: [/]\n",
-        )],
-        &["--hold"],
-    );
+    // A `readiness: notify` service, backing off (for long) after a start that failed.
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  s:\n    override: replace\n    readiness: notify\n    command: sh -c 'exit 3'\n    backoff-delay: 1h\n    backoff-limit: 1h\n",
+    )]);
     act(&d, "start", &["s"]);
-    let pids = children(&d);
+    wait_for("the service to back off", Duration::from_secs(30), || {
+        service(&d, "s").current == "backoff"
+    });
+    let before = details_of(&d, "s");
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 1);
     assert!(
         stderr.starts_with(
-            "error: cannot re-execute: service \"s\" is running with requires-paths, which a \
+            "error: cannot re-execute: service \"s\" has readiness: notify, which a \
              re-execution does not hand over yet;"
         ),
         "{stderr}"
     );
     // The listeners serve again, the supervisor follows the service again, nothing moved.
-    assert_eq!(service(&d, "s").current, "active");
-    assert_eq!(children(&d), pids);
+    assert_eq!(service(&d, "s").current, "backoff");
+    let after = details_of(&d, "s");
+    assert_eq!(
+        (after.backoff_count, after.start_count, after.last_exit_code),
+        (
+            before.backoff_count,
+            before.start_count,
+            before.last_exit_code
+        )
+    );
     act(&d, "stop", &["s"]);
-    assert!(children(&d).is_empty());
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 0, "{stderr}");
+}
+
+/// Seconds since the epoch of an RFC 3339 time the API reports.
+fn epoch_secs(time: &str) -> f64 {
+    let at: jiff::Timestamp = time.parse().unwrap();
+    at.as_nanosecond() as f64 / 1e9
+}
+
+#[test]
+fn a_service_backing_off_keeps_its_step_and_restarts_when_its_timer_ends() {
+    let root = tempfile::tempdir().unwrap();
+    let runs = root.path().join("runs");
+    // The first run fails at once; the second runs on.
+    let layer = format!(
+        "services:\n  f:\n    override: replace\n    backoff-delay: 10s\n    backoff-limit: 1h\n    \
+         command: sh -c 'date +%s.%N >> {r}; if [ $(wc -l < {r}) -lt 2 ]; then exit 1; fi; exec sleep 1000'\n",
+        r = runs.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let change = act(&d, "start", &["f"]);
+    assert_eq!(change.status, "Error", "{change:?}");
+    wait_for("the service to back off", Duration::from_secs(30), || {
+        service(&d, "f").current == "backoff"
+    });
+    let before = service(&d, "f");
+    let details = details_of(&d, "f");
+    assert_eq!((details.backoff_count, details.start_count), (1, 1));
+    let until = epoch_secs(details.backoff_until.as_deref().expect("backoff-until"));
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    // The same backoff, the same step, ending at the same time, not restarted meanwhile.
+    // The reason names the backoff's end to the second, which its instant, compared below
+    // within a bound, may cross by a hair.
+    let without_until = |reason: &Option<String>| {
+        let reason = reason.clone().unwrap_or_default();
+        match reason.split_once(" until ") {
+            Some((head, tail)) => format!("{head}{}", tail.split_once(' ').map_or("", |t| t.1)),
+            None => reason,
+        }
+    };
+    assert!(
+        before
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("backing off until "),
+        "{before:?}"
+    );
+    let after = service(&d, "f");
+    assert_eq!(
+        (
+            after.current.as_str(),
+            without_until(&after.reason),
+            after.current_since.as_deref()
+        ),
+        (
+            "backoff",
+            without_until(&before.reason),
+            before.current_since.as_deref()
+        )
+    );
+    let kept = details_of(&d, "f");
+    assert_eq!(
+        (kept.backoff_count, kept.start_count, kept.last_exit_code),
+        (1, 1, Some(1))
+    );
+    assert_eq!(kept.backoff_delay, details.backoff_delay);
+    let kept_until = epoch_secs(kept.backoff_until.as_deref().expect("backoff-until"));
+    assert!(
+        (kept_until - until).abs() < 0.5,
+        "backoff until {until}, and {kept_until} after the re-execution"
+    );
+    assert_eq!(lines(&runs).len(), 1, "restarted before its timer ended");
+    // Restarted by the new program once the timer ends, not before.
+    wait_for("the restart", Duration::from_secs(60), || {
+        service(&d, "f").current == "active"
+            && lines(&runs).len() == 2
+            && details_of(&d, "f").start_count == 2
+    });
+    let restarted = times(&runs)[1];
+    assert!(
+        restarted >= until - 0.05,
+        "restarted at {restarted}, before its backoff ended at {until}"
+    );
+    assert_eq!(details_of(&d, "f").backoff_count, 1);
+}
+
+#[test]
+fn a_service_waiting_for_a_path_starts_once_it_appears_after_the_reexec() {
+    let root = tempfile::tempdir().unwrap();
+    let ready = root.path().join("ready");
+    let layer = format!(
+        "services:\n  w:\n    override: replace\n    requires-paths: [{}]\n    command: sleep 1000\n",
+        ready.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    act(&d, "start", &["w"]);
+    assert_eq!(service(&d, "w").current, "waiting");
+    let before = service(&d, "w");
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(service(&d, "w"), before);
+    assert_eq!(
+        details_of(&d, "w").waiting_for,
+        [ready.display().to_string()]
+    );
+    assert!(children(&d).is_empty());
+    std::fs::write(&ready, "").unwrap();
+    wait_for("the service to start", Duration::from_secs(30), || {
+        service(&d, "w").current == "active" && details_of(&d, "w").start_count == 1
+    });
+    assert_eq!(children(&d).len(), 1);
+}
+
+#[test]
+fn a_file_change_after_the_reexec_restarts_the_service() {
+    let root = tempfile::tempdir().unwrap();
+    let config = root.path().join("app.conf");
+    std::fs::write(&config, "one\n").unwrap();
+    let layer = format!(
+        "services:\n  a:\n    override: replace\n    command: sleep 1000\n    \
+         on-file-change:\n      {}: restart\n",
+        config.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    act(&d, "start", &["a"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids, "the service keeps its process");
+    std::fs::write(&config, "two\n").unwrap();
+    wait_for("the restart", Duration::from_secs(30), || {
+        let now = children(&d);
+        now.len() == 1
+            && now != pids
+            && service(&d, "a").current == "active"
+            && details_of(&d, "a").start_count == 2
+    });
+    d.wait_log("Service \"a\" on-file-change action is \"restart\"");
+}
+
+#[test]
+fn a_starting_service_is_waited_for_and_handed_over_running() {
+    let d = Daemon::hold(&[("001-base", LAYER)]);
+    let c = crate::fixture::client(&d);
+    // The start's change waits out the okay delay: the re-execution waits for it.
+    let id = crate::fixture::rt()
+        .block_on(c.services_action("start", &["s".to_owned()]))
+        .expect("start");
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let change = crate::fixture::rt()
+        .block_on(c.change(&id))
+        .expect("the start's change");
+    assert_eq!((change.status.as_str(), change.ready), ("Done", true));
+    assert_eq!(service(&d, "s").current, "active");
+    assert_eq!(children(&d).len(), 1);
+    assert_eq!(details_of(&d, "s").start_count, 1);
 }
 
 /// A service that writes `n 1` to `n 2000`, a line about every millisecond, then sleeps.
@@ -369,32 +537,60 @@ fn a_daemon_without_a_state_file_refuses() {
 }
 
 #[test]
-fn a_plan_the_new_program_would_not_load_as_it_is_refuses() {
-    let d = Daemon::hold(&[("001-base", LAYER)]);
-    // A layer added through the API lives in the daemon's memory only.
-    let layer = d.scratch().join("extra.yaml");
+fn the_plan_is_handed_over_whole_and_the_layers_directory_is_not_read_again() {
+    let d = Daemon::start(
+        &[("001-base", LAYER)],
+        &["--hold", "--args", "s", "2000", ";"],
+    );
+    // Layers added through the API live in the daemon's memory only: a new one, and one
+    // combined into a layer the directory had.
+    let extra = d.scratch().join("extra.yaml");
     std::fs::write(
-        &layer,
-        "services:\n  t:\n    override: replace\n    command: sleep 1000\n",
+        &extra,
+        "summary: added\nservices:\n  t:\n    override: replace\n    command: sleep 1000\n    \
+         environment: {A: \"x: y\"}\nchecks:\n  up:\n    override: replace\n    \
+         startup: disabled\n    exec: {command: \"true\"}\n",
     )
     .unwrap();
     Test::daemon(&d)
-        .args(&["add", "extra", layer.to_str().unwrap()])
+        .args(&["add", "extra", extra.to_str().unwrap()])
         .any_stdout()
         .run();
-    let (code, _, stderr) = reexec(&d, &[]);
-    assert_eq!(code, 1);
+    let merged = d.scratch().join("merged.yaml");
+    std::fs::write(
+        &merged,
+        "services:\n  s:\n    override: merge\n    after: [t]\n",
+    )
+    .unwrap();
+    Test::daemon(&d)
+        .args(&["add", "--combine", "base", merged.to_str().unwrap()])
+        .any_stdout()
+        .run();
+    let plan = |d: &Daemon| {
+        let (status, body) = raw(d, cobble_client::Method::GET, "/v1/plan?format=yaml", None);
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let before = plan(&d);
     assert!(
-        stderr.contains("the plan is not what the layers directory holds"),
-        "{stderr}"
+        before.contains("sleep 1000 [ 2000 ]") && before.contains("after:"),
+        "{before}"
     );
-    // A layer file broken since start-up: the candidate itself says it cannot start.
+    // A layer file broken since start-up is never read again.
     std::fs::write(d.pebble_dir().join("layers/002-broken.yaml"), "services: [").unwrap();
-    let (code, _, stderr) = reexec(&d, &[]);
-    assert_eq!(code, 1);
-    assert!(stderr.contains("error: cannot load plan:"), "{stderr}");
-    // The daemon still serves the plan it had.
-    assert_eq!(service(&d, "t").current, "inactive");
+    for _ in 0..2 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(plan(&d), before);
+    }
+    // The layers keep their labels and orders: one more combines into the API's layer.
+    Test::daemon(&d)
+        .args(&["add", "--combine", "extra", merged.to_str().unwrap()])
+        .any_stdout()
+        .run();
+    act(&d, "start", &["s", "t"]);
+    assert_eq!(service(&d, "t").current, "active");
+    assert_eq!(service(&d, "s").current, "active");
 }
 
 /// Sends `request` on a new connection to `daemon`'s socket; returns the whole answer.
@@ -829,26 +1025,206 @@ fn an_exec_session_that_outlasts_the_wait_is_named_in_the_refusal() {
 }
 
 #[test]
-fn a_completed_oneshot_refuses_until_it_is_stopped() {
-    let d = Daemon::hold(&[(
-        "001-base",
-        "services:\n  setup:\n    override: replace\n    type: oneshot\n    command: 'true'\n",
-    )]);
-    assert_eq!(act(&d, "start", &["setup"]).status, "Done");
-    assert_eq!(service(&d, "setup").reason.as_deref(), Some("completed"));
-    // Its completion keeps replan from running it again; a new program would not know it.
-    let (code, _, stderr) = reexec(&d, &[]);
-    assert_eq!(code, 1);
-    assert!(
-        stderr.starts_with(
-            "error: cannot re-execute: service \"setup\" is a one-shot, whose run or completion \
-             a re-execution does not hand over yet"
-        ),
-        "{stderr}"
+fn a_completed_oneshot_stays_completed_and_is_not_run_again_by_replan() {
+    let root = tempfile::tempdir().unwrap();
+    let runs = root.path().join("runs");
+    let layer = format!(
+        "services:\n  setup:\n    override: replace\n    type: oneshot\n    startup: enabled\n    \
+         command: sh -c 'echo ran >> {}'\n",
+        runs.display()
     );
-    assert_eq!(service(&d, "setup").reason.as_deref(), Some("completed"));
-    // Stopped, it is forgotten, and the re-execution goes ahead.
-    act(&d, "stop", &["setup"]);
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    assert_eq!(act(&d, "start", &["setup"]).status, "Done");
+    let before = service(&d, "setup");
+    assert_eq!(before.reason.as_deref(), Some("completed"));
+    let completion = details_of(&d, "setup").last_completion;
+    assert!(completion.is_some());
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 0, "{stderr}");
+    assert_eq!(service(&d, "setup"), before);
+    assert_eq!(details_of(&d, "setup").last_completion, completion);
+    // Its completion keeps replan (and autostart) from running it again.
+    let change = act(&d, "replan", &[]);
+    assert_eq!(change.status, "Done", "{change:?}");
+    assert_eq!(service(&d, "setup").reason.as_deref(), Some("completed"));
+    assert_eq!(lines(&runs), ["ran"]);
+    // A stop forgets it, as before the re-execution.
+    act(&d, "stop", &["setup"]);
+    assert_eq!(details_of(&d, "setup").last_completion, None);
+}
+
+#[test]
+fn a_oneshot_running_completes_under_the_new_program_and_releases_what_waits_for_it() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    let counter = dir.join("runs");
+    // Run 1 fails naming a file that does not exist yet, which ends its (hour-long) backoff
+    // the moment the test creates it; run 2 completes once the test says so.
+    let script = format!(
+        "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; \
+         if [ $n -lt 2 ]; then cat {d}/go; exit 1; fi; \
+         while [ ! -e {d}/finish ]; do sleep 0.05; done",
+        c = counter.display(),
+        d = dir.display(),
+    );
+    let layer = format!(
+        "services:\n  setup:\n    override: replace\n    type: oneshot\n    startup: enabled\n    \
+         backoff-delay: 1h\n    backoff-limit: 1h\n    command: /bin/sh -c '{script}'\n  \
+         app:\n    override: replace\n    startup: enabled\n    after: [setup]\n    requires: [setup]\n    \
+         command: sh -c 'echo launched >> {l}; exec sleep 1000'\n",
+        l = dir.join("launches").display(),
+    );
+    let d = Daemon::start(&[("001-base", &layer)], &[]);
+    wait_for("run 1 to fail", Duration::from_secs(30), || {
+        lines(&counter) == ["1"] && service(&d, "setup").current == "backoff"
+    });
+    wait_for("the autostart to be done", Duration::from_secs(30), || {
+        !visible_state(&d).0.contains(r#""ready":false"#)
+    });
+    std::fs::write(dir.join("go"), "").unwrap();
+    wait_for("run 2", Duration::from_secs(30), || {
+        lines(&counter) == ["2"] && service(&d, "setup").current == "active"
+    });
+    assert_eq!(service(&d, "app").current, "waiting");
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids, "the one-shot keeps its run");
+    let app = service(&d, "app");
+    assert_eq!(app.current, "waiting");
+    assert_eq!(
+        app.reason.as_deref(),
+        Some("waiting for one-shot \"setup\" to complete (running)")
+    );
+    assert!(lines(&dir.join("launches")).is_empty());
+    // Its run ends: completed under the new program, and what waited for it launches.
+    std::fs::write(dir.join("finish"), "").unwrap();
+    wait_for("the app to launch", Duration::from_secs(30), || {
+        service(&d, "app").current == "active" && !lines(&dir.join("launches")).is_empty()
+    });
+    assert_eq!(service(&d, "setup").reason.as_deref(), Some("completed"));
+    assert!(details_of(&d, "setup").last_completion.is_some());
+    assert_eq!(lines(&dir.join("launches")), ["launched"]);
+    assert_eq!(lines(&counter), ["2"]);
+    d.wait_log("Service \"setup\" completed in");
+}
+
+#[test]
+fn a_service_with_resources_keeps_its_cgroup_and_its_limits() {
+    let layer = "services:\n  r:\n    override: replace\n    command: sleep 1000\n    \
+                 resources:\n      memory-max: 64M\n      pids-max: 32\n  \
+                 q:\n    override: replace\n    command: sleep 1000\n    \
+                 resources:\n      pids-max: 16\n";
+    let d = Daemon::hold(&[("001-base", layer)]);
+    act(&d, "start", &["r"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let before = details_of(&d, "r");
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids, "the service keeps its process");
+    let after = details_of(&d, "r");
+    assert_eq!(after.resources_not_enforced, before.resources_not_enforced);
+    if !before.resources_not_enforced.is_empty() {
+        eprintln!(
+            "resources not enforced on this machine: {}",
+            before.resources_not_enforced
+        );
+        return;
+    }
+    // The new program found its cgroup by its path: the same, with the same limits.
+    let cgroup = before.usage.expect("usage").cgroup;
+    assert!(!cgroup.is_empty());
+    assert_eq!(after.usage.expect("usage").cgroup, cgroup);
+    let cgroup = Path::new(&cgroup);
+    let read = |file: &str| {
+        std::fs::read_to_string(cgroup.join(file))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(read("cgroup.procs"), pids[0].to_string());
+    assert_eq!(read("pids.max"), "32");
+    // A service with resources started by the new program leaves it be.
+    act(&d, "start", &["q"]);
+    assert_eq!(service(&d, "q").current, "active");
+    assert_eq!(service(&d, "r").current, "active");
+    assert!(children(&d).contains(&pids[0]), "{:?}", children(&d));
+    assert_eq!(read("cgroup.procs"), pids[0].to_string());
+    // Its stop ends it and its cgroup goes, as the new program's own would.
+    act(&d, "stop", &["r"]);
+    wait_for("the run's cgroup to go", Duration::from_secs(10), || {
+        !cgroup.exists()
+    });
+}
+
+#[test]
+fn an_exec_that_fails_gives_back_the_services_waiting_and_backing_off() {
+    let root = tempfile::tempdir().unwrap();
+    let ready = root.path().join("ready");
+    let runs = root.path().join("runs");
+    let layer = format!(
+        "services:\n  w:\n    override: replace\n    requires-paths: [{p}]\n    command: sleep 1000\n  \
+         f:\n    override: replace\n    backoff-delay: 3s\n    backoff-limit: 1h\n    \
+         command: sh -c 'echo run >> {r}; if [ $(wc -l < {r}) -lt 2 ]; then exit 1; fi; exec sleep 1000'\n",
+        p = ready.display(),
+        r = runs.display(),
+    );
+    let d = Daemon::start_with_env(
+        &[("001-base", &layer)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["w", "f"]);
+    wait_for(
+        "the services to wait and back off",
+        Duration::from_secs(30),
+        || service(&d, "w").current == "waiting" && service(&d, "f").current == "backoff",
+    );
+    let failing = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
+    let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(service(&d, "w").current, "waiting");
+    // The old program acts on them again: the backoff ends in a restart, the path in a start.
+    std::fs::write(&ready, "").unwrap();
+    wait_for("the services to run", Duration::from_secs(60), || {
+        service(&d, "w").current == "active"
+            && service(&d, "f").current == "active"
+            && lines(&runs).len() == 2
+    });
+    assert_eq!(details_of(&d, "f").backoff_count, 1);
+    assert_eq!(children(&d).len(), 2);
+}
+
+#[test]
+fn a_service_waiting_for_its_checks_is_released_when_they_pass_after_a_reexec() {
+    let mut d = Daemon::hold(&[("001-base", "")]);
+    let ok = d.scratch().join("ok");
+    let layer = format!(
+        "services:\n\
+         \x20 w:\n    override: replace\n    command: sleep 1000\n    requires-checks: [chk]\n\
+         checks:\n\
+         \x20 chk:\n    override: replace\n    period: 1h\n    threshold: 1\n    exec:\n      command: test -e {ok}\n",
+        ok = ok.display()
+    );
+    std::fs::write(d.pebble_dir().join("layers/002-check.yaml"), layer).unwrap();
+    d.stop();
+    d.restart(&["--hold"]);
+    act(&d, "start", &["w"]);
+    wait_for("w waiting for its check", Duration::from_secs(30), || {
+        service(&d, "w").current == "waiting"
+    });
+    assert!(children(&d).is_empty());
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(service(&d, "w").current, "waiting");
+    assert!(children(&d).is_empty());
+    std::fs::write(&ok, "").unwrap();
+    refresh(&d, "chk");
+    wait_for(
+        "w started once its check passed",
+        Duration::from_secs(60),
+        || service(&d, "w").current == "active" && children(&d).len() == 1,
+    );
 }

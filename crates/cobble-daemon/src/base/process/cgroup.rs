@@ -243,6 +243,30 @@ impl Cgroups {
         Ok(Some(cgroup))
     }
 
+    /// The cgroup a re-executed daemon's predecessor made for the run `invocation` of
+    /// service `name`, found by its path, if it is still there. Finding one makes the base
+    /// directories this daemon's as they are: they are not swept as a killed predecessor's
+    /// would be, which would end the run.
+    pub(crate) fn adopt(&self, name: &str, invocation: &str) -> Option<ServiceCgroup> {
+        let leaf = format!("{}.{invocation}", escape_name(name));
+        let (dirs, v2) = match &self.layout {
+            Layout::None(_) => return None,
+            Layout::V2 { base, .. } => (BTreeMap::from([("", base.join(&leaf))]), true),
+            Layout::V1 { bases } => (
+                bases
+                    .iter()
+                    .map(|(controller, base)| (*controller, base.join(&leaf)))
+                    .collect(),
+                false,
+            ),
+        };
+        if !dirs.values().all(|dir| dir.is_dir()) {
+            return None;
+        }
+        lock(&self.prepared).get_or_insert(Ok(()));
+        Some(ServiceCgroup { dirs, v2 })
+    }
+
     /// Creates the base directories once, removing what a killed predecessor left in them.
     fn prepare(&self) -> Result<(), String> {
         let mut prepared = lock(&self.prepared);

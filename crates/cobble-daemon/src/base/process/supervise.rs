@@ -447,18 +447,30 @@ impl OsProcesses {
     }
 
     /// Takes on a service's run led by `pid` that a re-executed daemon's predecessor started
-    /// (with `invocation`): recorded, and known as its own runs are. Blocking.
-    pub(crate) fn adopt(&self, name: &str, pid: u32, invocation: Option<&str>) {
+    /// (with `invocation`, under `resources`): recorded, and known as its own runs are, in
+    /// the cgroup its predecessor made for it (found by its path). Blocking.
+    pub(crate) fn adopt(
+        &self,
+        name: &str,
+        pid: u32,
+        invocation: Option<&str>,
+        resources: &cobble_plan::Resources,
+    ) {
         self.registry().record(name, pid, invocation);
         reaper::keep_cpu_time(pid);
         if let (Some(start_time), Some(invocation)) = (sys::process_start_time(pid), invocation) {
+            let cgroup = if resources.is_empty() {
+                None
+            } else {
+                self.cgroups().adopt(name, invocation)
+            };
             self.instances().insert(
                 pid,
                 Instance {
                     start_time,
                     invocation: invocation.to_owned(),
-                    cgroup: None,
-                    memory_max: None,
+                    memory_max: resources.memory_max,
+                    cgroup,
                 },
             );
         }

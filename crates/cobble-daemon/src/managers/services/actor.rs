@@ -289,9 +289,11 @@ impl Actor {
         mut checks: watch::Receiver<Arc<CheckSignals>>,
     ) {
         loop {
+            // A service handed to a new program is that program's to act on.
             let deadline = self
                 .services
                 .values()
+                .filter(|s| !s.carried)
                 .filter_map(|s| s.machine.deadline())
                 .min();
             let sleep = async {
@@ -322,7 +324,9 @@ impl Actor {
                     let due: Vec<String> = self
                         .services
                         .iter()
-                        .filter(|(_, s)| s.machine.deadline().is_some_and(|d| d <= now))
+                        .filter(|(_, s)| {
+                            !s.carried && s.machine.deadline().is_some_and(|d| d <= now)
+                        })
                         .map(|(n, _)| n.clone())
                         .collect();
                     for name in due {
@@ -714,6 +718,7 @@ impl Actor {
                 let _ = reply.send(self.take_over());
             }
             Request::Resume { services } => {
+                let names: Vec<String> = services.iter().map(|(name, _)| name.clone()).collect();
                 for (name, detached) in services {
                     let Some(slot) = self.services.get_mut(&name) else {
                         continue;
@@ -734,10 +739,52 @@ impl Actor {
                         drop(self.read_output(&name, detached.reader, detached.unfinished));
                     }
                 }
+                // What the paths and the one-shots did meanwhile was not acted on: the
+                // watches are armed anew (each reports its path as it is now), and what
+                // waits for one-shots hears where they stand.
+                drop(self.watcher.set(BTreeSet::new()));
+                self.watched.clear();
+                self.watches_stale = true;
+                for name in &names {
+                    self.oneshot_changed(name);
+                    let after_oneshots = self
+                        .services
+                        .get(name)
+                        .is_some_and(|slot| !slot.machine.policy().after_oneshots.is_empty());
+                    if after_oneshots {
+                        self.perform(name, Event::Oneshots(self.oneshots.clone()), None);
+                    }
+                }
             }
             Request::Adopt { services, reply } => {
-                for adoption in services {
-                    self.adopt(adoption);
+                let adopted: Vec<String> = services
+                    .into_iter()
+                    .filter_map(|adoption| self.adopt(adoption))
+                    .collect();
+                // The one-shots as they stand now reach what is ordered after them: a
+                // service that waits for them goes on waiting, or starts.
+                for name in &adopted {
+                    self.oneshot_changed(name);
+                }
+                for name in &adopted {
+                    let after_oneshots = self
+                        .services
+                        .get(name)
+                        .is_some_and(|slot| !slot.machine.policy().after_oneshots.is_empty());
+                    if after_oneshots {
+                        self.perform(name, Event::Oneshots(self.oneshots.clone()), None);
+                    }
+                }
+                // The checks, handed over too, as they stand: a firing the predecessor had not
+                // acted on is acted on, a service waiting for its checks starts once they pass.
+                for name in &adopted {
+                    let uses_checks = self
+                        .services
+                        .get(name)
+                        .is_some_and(|slot| slot.machine.policy().uses_checks());
+                    if uses_checks {
+                        self.perform(name, Event::Checks(self.checks.clone()), None);
+                    }
                 }
                 let _ = reply.send(());
             }
@@ -824,33 +871,42 @@ impl Actor {
         self.perform(&name, event, Some(reply));
     }
 
-    /// Hands every running service over for a re-execution (see [`Request::TakeOver`]).
+    /// Hands every service that was started and not stopped since over for a re-execution
+    /// (see [`Request::TakeOver`]): running, starting, backing off, waiting, or a one-shot
+    /// completed.
     fn take_over(&mut self) -> Result<Vec<super::Taken>, Vec<String>> {
         let now = Instant::now();
+        // The same instant on the clock the new program reads (the monotonic one, which the
+        // exec keeps): what the carried durations count from.
+        let handed_at = cobble_sys::reexec::monotonic_now();
         let plan = self.plan.borrow().clone();
         let mut why = Vec::new();
         let mut carried = Vec::new();
         for (name, slot) in &self.services {
             let shown = cobble_plan::go_quote(name);
             let status = slot.machine.status();
-            // A one-shot's completion (what keeps replan from running it again) lives in
-            // this program's machine only.
-            if slot.config.type_ == cobble_plan::ServiceType::Oneshot
-                && (slot.completed_at.is_some() || slot.machine.pid().is_some())
-            {
-                why.push(format!(
-                    "service {shown} is a one-shot, whose run or completion a re-execution does not hand over yet"
-                ));
+            // Never started, or stopped: the new program knows it from the plan alone.
+            if matches!(
+                slot.machine.phase(),
+                machine::Phase::Idle | machine::Phase::Stopped
+            ) {
                 continue;
             }
-            if slot.machine.pid().is_none()
-                && !slot.machine.is_spawning()
-                && matches!(status, machine::Status::Inactive | machine::Status::Error)
-            {
-                continue;
-            }
+            // Left down by its policy: handed over when it can be, else left to the new
+            // program as a service stopped (as no refusal holds it back).
+            let left_down = slot.machine.phase() == machine::Phase::Exited;
             let Some(state) = slot.machine.carried(now) else {
-                why.push(format!("service {shown} is {}", status.as_str()));
+                if left_down {
+                    continue;
+                }
+                let what = match slot.machine.phase() {
+                    machine::Phase::Spawning { .. } => "being started".to_owned(),
+                    machine::Phase::Terminating { .. } | machine::Phase::Killing { .. } => {
+                        "being stopped".to_owned()
+                    }
+                    _ => status.as_str().to_owned(),
+                };
+                why.push(format!("service {shown} is {what}"));
                 continue;
             };
             let config = &slot.config;
@@ -860,18 +916,24 @@ impl Actor {
                     "readiness: notify",
                 ),
                 (config.watchdog.is_some(), "a watchdog"),
-                (!config.requires_paths.is_empty(), "requires-paths"),
-                (!config.on_file_change.is_empty(), "on-file-change"),
-                (!config.resources.is_empty(), "resources"),
                 (!config.sockets.is_empty(), "sockets"),
             ];
+            let changed = plan.service_to_run(name).as_deref() != Some(config.as_ref());
+            if left_down && (changed || unsupported.iter().any(|(has, _)| *has)) {
+                continue;
+            }
             if let Some((_, what)) = unsupported.iter().find(|(has, _)| *has) {
+                let how = if slot.machine.pid().is_some() {
+                    "is running with"
+                } else {
+                    "has"
+                };
                 why.push(format!(
-                    "service {shown} is running with {what}, which a re-execution does not hand over yet"
+                    "service {shown} {how} {what}, which a re-execution does not hand over yet"
                 ));
                 continue;
             }
-            if plan.service_to_run(name).as_deref() != Some(config.as_ref()) {
+            if changed {
                 why.push(format!(
                     "service {shown} runs a configuration the plan has changed since (replan first)"
                 ));
@@ -892,19 +954,26 @@ impl Actor {
                     carried,
                     start_count: slot.start_count,
                     since: slot.since,
+                    completed_at: slot.completed_at,
+                    unenforced: slot.unenforced.clone(),
+                    handed_at,
                     output: slot.output.take(),
                 })
             })
             .collect())
     }
 
-    /// Follows a running service a predecessor handed over.
-    fn adopt(&mut self, adoption: super::Adoption) {
+    /// Follows a service a predecessor handed over: its machine where it stood, and its
+    /// process, if it has one; returns its name once it has its slot.
+    fn adopt(&mut self, adoption: super::Adoption) -> Option<String> {
         let super::Adoption {
             name,
             carried,
+            at,
             start_count,
             since,
+            completed_at,
+            unenforced,
             reader,
             unfinished,
             exit,
@@ -912,49 +981,41 @@ impl Actor {
         } = adoption;
         let plan = self.plan.borrow().clone();
         let Some(config) = plan.service_to_run(&name).map(std::borrow::Cow::into_owned) else {
-            tracing::warn!(
-                "Cannot follow service \"{name}\" (pid {}): it is not in the plan",
-                carried.pid
-            );
-            return;
+            match carried.pid() {
+                Some(pid) => tracing::warn!(
+                    "Cannot follow service \"{name}\" (pid {pid}): it is not in the plan"
+                ),
+                None => tracing::warn!("Cannot follow service \"{name}\": it is not in the plan"),
+            }
+            return None;
         };
         let config = Arc::new(config);
         let seed = {
             self.next_seed = self.next_seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
             self.next_seed
         };
-        let pid = carried.pid;
+        self.watches_stale = true;
         let file = self.output.file(&name, config.persist_logs == Some(true));
         let slot = self.slot(&name, config.clone());
-        slot.machine = Machine::adopted(
-            name.clone(),
-            seed,
-            policy(&config, &plan),
-            &carried,
-            Instant::now(),
-        );
+        slot.machine = Machine::adopted(name.clone(), seed, policy(&config, &plan), &carried, at);
         slot.config = config;
         slot.file.set(file);
         slot.start_count = start_count;
         slot.since = since;
+        slot.completed_at = completed_at;
+        slot.unenforced = unenforced;
+        let (Some(pid), Some(exit)) = (carried.pid(), exit) else {
+            return Some(name);
+        };
         slot.notify.new_instance(pid);
         let output_done = reader.map(|reader| self.read_output(&name, reader, unfinished));
-        let Some(slot) = self.services.get(&name) else {
-            return;
-        };
-        let log = slot.log.clone();
-        let uses_checks = slot.machine.policy().uses_checks();
+        let log = self.services.get(&name)?.log.clone();
         self.watch_exit(&name, pid, exit, output_done, log);
-        self.watches_stale = true;
-        if uses_checks {
-            // The checks, handed over too, as they stand: a firing the predecessor had not
-            // acted on is acted on now.
-            self.feed(&name, Event::Checks(self.checks.clone()));
-        }
         if gone {
             // Reaped before this program could follow it: it exited, how is not known.
             self.feed(&name, Event::Exited { pid, code: -1 });
         }
+        Some(name)
     }
 
     /// The slot of `name`, made with `config` if the service has none yet.
@@ -1044,6 +1105,10 @@ impl Actor {
         let Some(slot) = self.services.get_mut(name) else {
             return;
         };
+        if slot.carried {
+            // Handed to a new program: what happens to it now is that program's to act on.
+            return;
+        }
         self.watches_stale = true;
         let before = slot.machine.status();
         let mut actions = slot.machine.step(Instant::now(), event);

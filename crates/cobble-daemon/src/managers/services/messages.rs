@@ -16,13 +16,19 @@ pub(crate) struct StartReply {
     pub output: Vec<String>,
 }
 
-/// A running service the actor hands over for a re-execution ([`Request::TakeOver`]).
+/// A service the actor hands over for a re-execution ([`Request::TakeOver`]).
 pub(crate) struct Taken {
     pub name: String,
     pub carried: super::machine::Carried,
     pub start_count: u64,
     /// When its status last changed.
     pub since: Option<jiff::Timestamp>,
+    /// When a one-shot last completed.
+    pub completed_at: Option<jiff::Timestamp>,
+    /// What of its `resources:` was not enforced at its last spawn, and why.
+    pub unenforced: Option<String>,
+    /// When it was taken over, on the monotonic clock: what its durations count from.
+    pub handed_at: std::time::Duration,
     /// Its output's reader, which the caller stops to take the pipe.
     pub output: Option<(
         tokio_util::sync::CancellationToken,
@@ -30,17 +36,22 @@ pub(crate) struct Taken {
     )>,
 }
 
-/// A running service a re-executed daemon takes over ([`Request::Adopt`]).
+/// A service a re-executed daemon takes over ([`Request::Adopt`]).
 pub(crate) struct Adoption {
     pub name: String,
     pub carried: super::machine::Carried,
+    /// The instant of the handover, on this program's clock: what the carried durations
+    /// count from.
+    pub at: tokio::time::Instant,
     pub start_count: u64,
     pub since: Option<jiff::Timestamp>,
+    pub completed_at: Option<jiff::Timestamp>,
+    pub unenforced: Option<String>,
     /// Its output's pipe, and the start of a line the predecessor read but did not finish.
     pub reader: Option<tokio::net::unix::pipe::Receiver>,
     pub unfinished: Vec<u8>,
-    /// Its exit, from the reaper.
-    pub exit: futures_util::future::BoxFuture<'static, i32>,
+    /// Its process's exit, from the reaper (none without a process).
+    pub exit: Option<futures_util::future::BoxFuture<'static, i32>>,
     /// Its process was gone (reaped) before it could be adopted: its exit is unknown.
     pub gone: bool,
 }
@@ -103,7 +114,7 @@ pub(super) enum Request {
     Resume {
         services: Vec<(String, Option<crate::logs::capture::Detached>)>,
     },
-    /// Follow the running services a predecessor handed over.
+    /// Follow the services a predecessor handed over.
     Adopt {
         services: Vec<Adoption>,
         reply: oneshot::Sender<()>,

@@ -144,11 +144,12 @@ pub(crate) struct Machine {
     rng: u64,
 }
 
-/// What a re-execution hands over of a running service's machine: its process, where its
-/// backoff stands, and the times it keeps, as durations from the moment of the handover.
+/// What a re-execution hands over of a service's machine: where its lifecycle stands (its
+/// process, if it has one), where its backoff stands, and the times it keeps, as durations
+/// from the moment of the handover.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Carried {
-    pub pid: u32,
+    pub phase: CarriedPhase,
     pub backoff_num: u32,
     pub backoff_time: Duration,
     /// When the running process resets the backoff, from now.
@@ -156,6 +157,20 @@ pub(crate) struct Carried {
     /// How long the process has run.
     pub running_for: Option<Duration>,
     pub last_exit: Option<i32>,
+    /// What killed the last process, when the kernel did, with its pid.
+    pub exit_cause: Option<(u32, String)>,
+    /// Why the last spawn failed, until a spawn succeeds.
+    pub spawn_error: Option<String>,
+    /// Paths the last failure output named as missing, while backing off.
+    pub hints: Vec<String>,
+    /// The missing `requires-paths`, while waiting.
+    pub waiting_for: Vec<String>,
+    /// The one-shots of `after:` that hold the service back, while waiting.
+    pub waiting_oneshots: Vec<String>,
+    /// How long a completed one-shot's last run ran.
+    pub completion: Option<Duration>,
+    /// A coalesced `on-file-change` action, due this long from now.
+    pub file_change: Option<(Duration, FileAction)>,
     /// The checks of `on-check-failure` last seen down, with the firing number acted on.
     pub checks_down: BTreeMap<String, u64>,
     /// Per check that stays down, the restarts it caused: how many, the delay before the
@@ -163,28 +178,92 @@ pub(crate) struct Carried {
     pub streaks: BTreeMap<String, (u32, Duration, Duration)>,
     /// Checks whose action is held, each for how long still.
     pub held: BTreeMap<String, Duration>,
+    /// The `requires-checks` that do not pass, while waiting.
+    pub waiting_checks: Vec<String>,
+    /// The check whose action caused the current backoff, if one did.
+    pub backoff_check: Option<String>,
+}
+
+/// Where a handed-over machine's lifecycle stands.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CarriedPhase {
+    /// Its process runs: a one-shot's run (`oneshot_run`), which completes it when it exits
+    /// with code 0, or a daemon's.
+    Running { pid: u32, oneshot_run: bool },
+    /// Its process runs within the okay delay of its start, which ends `okay_in` from now.
+    Starting { pid: u32, okay_in: Duration },
+    /// Backing off: it is spawned again `until_in` from now.
+    Backoff { until_in: Duration },
+    /// Wanted running, and waiting for missing `requires-paths` or one-shots of `after:`.
+    Waiting,
+    /// A one-shot whose last run completed.
+    Completed,
+    /// Exited, and left down by its policy.
+    Exited,
+}
+
+impl Carried {
+    /// Its process, if it has one.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        match self.phase {
+            CarriedPhase::Running { pid, .. } | CarriedPhase::Starting { pid, .. } => Some(pid),
+            _ => None,
+        }
+    }
 }
 
 impl Machine {
-    /// What a re-execution can hand over of this machine: a process running and wanted
-    /// running, with nothing pending (a coalesced file change, a watchdog), and where its
-    /// checks' actions stand. `None` for anything else.
+    /// What a re-execution can hand over of this machine: a process running or starting
+    /// (past its spawn, not being ended), a backoff, a wait for missing paths, one-shots or
+    /// checks, a one-shot's completion, or an exit left down, with where its checks' actions
+    /// stand; with nothing the new program could not take on (a watchdog, a start that waits
+    /// for its answer). `None` for anything else.
     pub(crate) fn carried(&self, now: Instant) -> Option<Carried> {
-        let Phase::Running { pid } = self.phase else {
-            return None;
+        let wanted = self.wanted == Wanted::Running;
+        let phase = match self.phase {
+            Phase::Running { pid } if wanted => CarriedPhase::Running {
+                pid,
+                oneshot_run: self.oneshot_run,
+            },
+            Phase::Starting {
+                pid,
+                okay_at,
+                ready_signal: false,
+            } if wanted => CarriedPhase::Starting {
+                pid,
+                okay_in: okay_at.saturating_duration_since(now),
+            },
+            Phase::Backoff { until } if wanted => CarriedPhase::Backoff {
+                until_in: until.saturating_duration_since(now),
+            },
+            Phase::Waiting if wanted => CarriedPhase::Waiting,
+            Phase::Completed => CarriedPhase::Completed,
+            Phase::Exited => CarriedPhase::Exited,
+            _ => return None,
         };
-        let quiet = self.wanted == Wanted::Running
-            && self.file_change.is_none()
-            && self.backoff_check.is_none()
-            && self.watchdog.is_none();
+        let quiet = !self.start_pending && self.watchdog.is_none();
         let left = |at: Instant| at.saturating_duration_since(now);
         quiet.then(|| Carried {
-            pid,
+            phase,
             backoff_num: self.backoff_num,
             backoff_time: self.backoff_time,
             reset_in: self.reset_at.map(|at| at.saturating_duration_since(now)),
             running_for: self.spawned_at.map(|at| now.saturating_duration_since(at)),
             last_exit: self.last_exit,
+            exit_cause: self.exit_cause.clone(),
+            spawn_error: self.spawn_error.clone(),
+            hints: self.hints.clone(),
+            waiting_for: self.waiting_for.clone(),
+            waiting_oneshots: self
+                .waiting_oneshots
+                .iter()
+                .map(|(name, _)| name.clone())
+                .collect(),
+            completion: self.completion,
+            file_change: self
+                .file_change
+                .as_ref()
+                .map(|(at, action)| (at.saturating_duration_since(now), action.clone())),
             checks_down: self.checks_down.clone(),
             streaks: self
                 .streaks
@@ -196,29 +275,67 @@ impl Machine {
                 .iter()
                 .map(|(check, at)| (check.clone(), left(*at)))
                 .collect(),
+            waiting_checks: self.waiting_checks.clone(),
+            backoff_check: self.backoff_check.clone(),
         })
     }
 
-    /// The machine of a service whose running process a re-executed daemon's predecessor
-    /// handed over ([`Machine::carried`]), under `policy`.
+    /// The machine of a service a re-executed daemon's predecessor handed over
+    /// ([`Machine::carried`]) at the instant `at`, under `policy`. A service that waits for
+    /// one-shots learns where they stand from the next [`Event::Oneshots`].
     pub(crate) fn adopted(
         name: impl Into<String>,
         seed: u64,
         policy: Policy,
         carried: &Carried,
-        now: Instant,
+        at: Instant,
     ) -> Machine {
         let mut machine = Machine::new(name, seed);
-        machine.phase = Phase::Running { pid: carried.pid };
         machine.wanted = Wanted::Running;
+        machine.phase = match carried.phase {
+            CarriedPhase::Running { pid, oneshot_run } => {
+                machine.oneshot_run = oneshot_run;
+                Phase::Running { pid }
+            }
+            CarriedPhase::Starting { pid, okay_in } => Phase::Starting {
+                pid,
+                okay_at: at + okay_in,
+                ready_signal: false,
+            },
+            CarriedPhase::Backoff { until_in } => Phase::Backoff {
+                until: at + until_in,
+            },
+            CarriedPhase::Waiting => Phase::Waiting,
+            CarriedPhase::Completed => {
+                machine.wanted = Wanted::Stopped;
+                Phase::Completed
+            }
+            CarriedPhase::Exited => {
+                machine.wanted = Wanted::Stopped;
+                Phase::Exited
+            }
+        };
         machine.policy = policy;
         machine.backoff_num = carried.backoff_num;
         machine.backoff_time = carried.backoff_time;
-        machine.reset_at = carried.reset_in.map(|d| now + d);
-        machine.spawned_at = carried
-            .running_for
-            .map(|d| now.checked_sub(d).unwrap_or(now));
+        machine.reset_at = carried.reset_in.map(|d| at + d);
+        machine.spawned_at = carried.running_for.map(|d| at.checked_sub(d).unwrap_or(at));
         machine.last_exit = carried.last_exit;
+        machine.exit_cause.clone_from(&carried.exit_cause);
+        machine.spawn_error.clone_from(&carried.spawn_error);
+        machine.hints.clone_from(&carried.hints);
+        machine.waiting_for.clone_from(&carried.waiting_for);
+        // Where each stands is not known yet: the supervisor says, once it has them all.
+        machine.waiting_oneshots = carried
+            .waiting_oneshots
+            .iter()
+            .map(|name| (name.clone(), OneshotState::Inactive))
+            .collect();
+        machine.completion = carried.completion;
+        machine.file_change = carried
+            .file_change
+            .as_ref()
+            .map(|(due_in, action)| (at + *due_in, action.clone()));
         machine.checks_down = carried.checks_down.clone();
         machine.streaks = carried
             .streaks
@@ -227,7 +344,7 @@ impl Machine {
                 let streak = Streak {
                     restarts: *restarts,
                     delay: *delay,
-                    next_at: now + *next_in,
+                    next_at: at + *next_in,
                 };
                 (check.clone(), streak)
             })
@@ -235,8 +352,10 @@ impl Machine {
         machine.held = carried
             .held
             .iter()
-            .map(|(check, until)| (check.clone(), now + *until))
+            .map(|(check, until)| (check.clone(), at + *until))
             .collect();
+        machine.waiting_checks.clone_from(&carried.waiting_checks);
+        machine.backoff_check.clone_from(&carried.backoff_check);
         machine
     }
 

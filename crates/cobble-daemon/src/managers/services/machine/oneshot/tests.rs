@@ -335,3 +335,76 @@ fn a_daemon_is_no_oneshot_and_what_follows_a_daemon_is_unchanged() {
     h.step(setup(OneshotState::Running));
     assert!(spawns(&h.start(10)));
 }
+
+/// The machine a new program makes of `h`'s, handed over at `h.now`, and the instant it
+/// took over at.
+fn handed_over(h: &Harness) -> (crate::services::machine::Machine, tokio::time::Instant) {
+    let carried = h.m.carried(h.now).expect("handed over");
+    let at = h.now + secs(1000.0);
+    let machine =
+        crate::services::machine::Machine::adopted("svc", 9, h.m.policy.clone(), &carried, at);
+    (machine, at)
+}
+
+#[test]
+fn a_completion_handed_over_keeps_autostart_and_replan_from_running_it_again() {
+    let mut h = oneshot();
+    h.start(10);
+    h.at(1.5).step(Event::Exited { pid: 10, code: 0 });
+    assert_eq!(h.m.phase(), Phase::Completed);
+    let (mut adopted, at) = handed_over(&h);
+    assert_eq!(adopted.phase(), Phase::Completed);
+    assert_eq!(adopted.oneshot_state(), Some(OneshotState::Completed));
+    assert_eq!(adopted.completion(), Some(secs(1.5)));
+    let policy = adopted.policy().clone();
+    let actions = adopted.step(at, Event::Ensure(policy.clone()));
+    assert_eq!(start_done(&actions), Some(&StartOutcome::AlreadyCompleted));
+    assert!(!spawns(&actions));
+    // A client's start runs it again, as before.
+    assert!(spawns(&adopted.step(at, Event::Start(policy))));
+}
+
+#[test]
+fn a_oneshot_run_handed_over_completes_when_it_exits_0() {
+    let mut h = oneshot();
+    // Its first run fails and its start is answered; the retry runs on its own.
+    h.start(10);
+    h.at(0.5).step(Event::Exited { pid: 10, code: 1 });
+    let Phase::Backoff { until } = h.m.phase() else {
+        panic!("expected backoff, got {:?}", h.m.phase());
+    };
+    h.now = until;
+    assert!(spawns(&h.tick()));
+    h.step(Event::Spawned { pid: 11 });
+    assert_eq!(h.m.oneshot_state(), Some(OneshotState::Running));
+    let (mut adopted, at) = handed_over(&h);
+    assert_eq!(adopted.oneshot_state(), Some(OneshotState::Running));
+    adopted.step(at + secs(2.0), Event::Exited { pid: 11, code: 0 });
+    assert_eq!(adopted.phase(), Phase::Completed);
+    assert_eq!(adopted.oneshot_state(), Some(OneshotState::Completed));
+}
+
+#[test]
+fn a_wait_for_oneshots_handed_over_goes_on_and_ends_with_their_completion() {
+    let mut h = after_setup(true);
+    h.step(setup(failed()));
+    let actions = h.start(10);
+    assert!(matches!(
+        start_done(&actions),
+        Some(StartOutcome::Waiting { .. })
+    ));
+    h.step(setup(OneshotState::Running));
+    assert_eq!(h.m.status(), Status::Waiting);
+    let (mut adopted, at) = handed_over(&h);
+    assert_eq!(adopted.status(), Status::Waiting);
+    // Told where the one-shots stand now: still waiting, then released.
+    let actions = adopted.step(at, setup(OneshotState::Running));
+    assert!(!spawns(&actions));
+    assert_eq!(
+        adopted.waiting_oneshots(),
+        [("setup".to_owned(), OneshotState::Running)]
+    );
+    let actions = adopted.step(at, setup(OneshotState::Completed));
+    assert!(spawns(&actions));
+    assert_eq!(start_done(&actions), None, "its start was answered before");
+}

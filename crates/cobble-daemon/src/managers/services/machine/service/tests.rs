@@ -1,5 +1,7 @@
 //! Transition tables for a service's own process. Time is a plain `Instant` advanced by hand.
 
+use tokio::time::Instant;
+
 use crate::services::machine::harness::{Harness, secs, spawns, start_done, stop_done};
 use crate::services::machine::types::*;
 use crate::services::machine::*;
@@ -726,7 +728,7 @@ fn a_running_machine_handed_over_goes_on_where_it_was() {
     let carried =
         h.m.carried(h.now)
             .expect("a running machine is handed over");
-    assert_eq!(carried.pid, 11);
+    assert_eq!(carried.pid(), Some(11));
     assert_eq!(carried.backoff_num, 1);
     assert_eq!(carried.running_for, Some(secs(1.0)));
     assert_eq!(carried.last_exit, Some(1));
@@ -753,13 +755,137 @@ fn a_running_machine_handed_over_goes_on_where_it_was() {
 }
 
 #[test]
-fn a_machine_with_something_pending_is_not_handed_over() {
+fn a_machine_being_spawned_or_ended_or_with_a_start_waiting_is_not_handed_over() {
     let mut h = Harness::new();
     assert_eq!(h.m.carried(h.now), None, "never started");
-    h.start(10);
-    assert_eq!(h.m.carried(h.now), None, "still starting");
+    let policy = h.m.policy.clone();
+    h.step(Event::Start(policy));
+    assert_eq!(h.m.carried(h.now), None, "being spawned");
+    h.step(Event::Spawned { pid: 10 });
     h.at(1.0).tick();
-    assert!(h.m.carried(h.now).is_some());
+    h.step(Event::Stop);
+    assert_eq!(h.m.carried(h.now), None, "being stopped");
+    // A one-shot's run that a start waits on: the start's change is this program's.
+    let mut h = Harness::with_policy(Policy {
+        oneshot: true,
+        ..Policy::default()
+    });
+    h.start(10);
+    assert_eq!(h.m.carried(h.now), None, "a start waits on the run");
+}
+
+/// The machine a new program makes of `h`'s, handed over at `h.now`, with its clock
+/// elsewhere: the instant it took over at.
+fn handed_over(h: &Harness) -> (Machine, Instant) {
+    let carried = h.m.carried(h.now).expect("handed over");
+    let at = h.now + secs(1000.0);
+    (
+        Machine::adopted("svc", 9, h.m.policy.clone(), &carried, at),
+        at,
+    )
+}
+
+#[test]
+fn an_exit_left_down_handed_over_stays_down() {
+    let mut h = Harness::with_policy(Policy {
+        on_failure: ExitAction::Ignore,
+        ..Policy::default()
+    });
+    h.start(10);
+    h.at(1.0).tick();
+    h.at(2.0).step(Event::Exited { pid: 10, code: 4 });
+    assert_eq!(h.m.status(), Status::Error);
+    let (adopted, _) = handed_over(&h);
+    assert_eq!(
+        (adopted.phase(), adopted.status(), adopted.last_exit()),
+        (Phase::Exited, Status::Error, Some(4))
+    );
+    assert_eq!(adopted.wanted(), Wanted::Stopped);
+    assert_eq!(adopted.deadline(), None);
+}
+
+#[test]
+fn a_starting_machine_handed_over_starts_when_its_okay_delay_ends() {
+    let mut h = Harness::new();
+    h.start(10);
+    h.at(0.4);
+    let (mut adopted, at) = handed_over(&h);
+    assert!(matches!(adopted.phase(), Phase::Starting { pid: 10, .. }));
+    assert_eq!(adopted.deadline(), Some(at + secs(0.6)));
+    let actions = adopted.step(at + secs(0.6), Event::Tick);
+    assert_eq!(start_done(&actions), Some(&StartOutcome::Started));
+    assert_eq!(adopted.phase(), Phase::Running { pid: 10 });
+}
+
+#[test]
+fn a_backoff_handed_over_keeps_its_step_and_the_time_left() {
+    let mut h = Harness::new();
+    h.start(10);
+    h.at(1.0).tick();
+    h.at(2.0).step(Event::Exited { pid: 10, code: 3 });
+    h.step(Event::MissingNamed(vec!["/etc/app.conf".into()]));
+    let Phase::Backoff { until } = h.m.phase() else {
+        panic!("expected backoff, got {:?}", h.m.phase());
+    };
+    h.at(2.1);
+    let left = until - h.now;
+    let (mut adopted, at) = handed_over(&h);
+    assert_eq!(adopted.status(), Status::Backoff);
+    assert_eq!(adopted.backoff_num(), 1);
+    assert_eq!(adopted.backoff_time(), h.m.backoff_time());
+    assert_eq!(adopted.last_exit(), Some(3));
+    assert_eq!(adopted.hints(), ["/etc/app.conf"]);
+    assert_eq!(adopted.deadline(), Some(at + left));
+    // Not restarted before its time, restarted at it.
+    assert!(!spawns(&adopted.step(at + left - secs(0.01), Event::Tick)));
+    assert!(spawns(&adopted.step(at + left, Event::Tick)));
+    adopted.step(at + left, Event::Spawned { pid: 11 });
+    assert_eq!(adopted.phase(), Phase::Running { pid: 11 });
+    // The next failure is its second backoff.
+    adopted.step(at + left + secs(1.0), Event::Exited { pid: 11, code: 3 });
+    assert_eq!(adopted.backoff_num(), 2);
+}
+
+#[test]
+fn a_wait_for_paths_handed_over_ends_when_they_appear() {
+    let mut h = Harness::new();
+    let policy = h.m.policy.clone();
+    h.step(Event::Start(policy));
+    h.step(Event::PathsMissing {
+        missing: vec!["/run/ready".into()],
+    });
+    assert_eq!(h.m.status(), Status::Waiting);
+    let (mut adopted, at) = handed_over(&h);
+    assert_eq!(adopted.status(), Status::Waiting);
+    assert_eq!(adopted.waiting_for(), ["/run/ready"]);
+    assert_eq!(adopted.watched_paths().collect::<Vec<_>>(), ["/run/ready"]);
+    assert_eq!(
+        adopted.path_events("/run/ready", true, true),
+        vec![Event::PathAppeared("/run/ready".into())]
+    );
+    let actions = adopted.step(at, Event::PathAppeared("/run/ready".into()));
+    assert!(spawns(&actions));
+    assert_eq!(start_done(&actions), None, "its start was answered before");
+}
+
+#[test]
+fn a_file_change_due_when_handed_over_is_done_when_it_was_due() {
+    let mut h = Harness::new();
+    h.m.policy
+        .on_file_change
+        .insert("/etc/app.conf".into(), FileAction::Restart);
+    h.start(10);
+    h.at(1.0).tick();
     h.step(Event::FileChanged(FileAction::Restart));
-    assert_eq!(h.m.carried(h.now), None, "a file change is due");
+    h.at(1.2);
+    let (mut adopted, at) = handed_over(&h);
+    assert_eq!(adopted.deadline(), Some(at + secs(0.3)));
+    let actions = adopted.step(at + secs(0.3), Event::Tick);
+    assert!(
+        actions.contains(&Action::Signal {
+            pid: 10,
+            signal: GroupSignal::Term
+        }),
+        "{actions:?}"
+    );
 }
