@@ -50,6 +50,10 @@ pub(crate) struct CarriedCheck {
     pub last_success_ago_ns: Option<u64>,
     /// How long after the handover its next run is due.
     pub next_run_in_ns: Option<u64>,
+    /// The handover's instant, on the monotonic clock (which the exec keeps), in
+    /// nanoseconds: what the durations count from.
+    #[serde(default)]
+    pub taken_at_ns: Option<u64>,
 }
 
 /// The most bytes of a check's last error carried (a probe's error is already bounded).
@@ -90,6 +94,7 @@ impl CarriedCheck {
                 .last_success
                 .map(|at| ns(now.saturating_duration_since(at))),
             next_run_in_ns: None,
+            taken_at_ns: u64::try_from(cobble_sys::reexec::monotonic_now().as_nanos()).ok(),
         };
         if let Some(d) = detached {
             carried.running = true;
@@ -105,7 +110,18 @@ impl CarriedCheck {
         carried
     }
 
-    /// The runner's state again, when it ran (`now`: the moment it is taken back).
+    /// The instant of the handover as `now`'s clock tells it: the swap's own time has passed
+    /// for the check's times too.
+    pub(crate) fn taken_at(&self, now: Instant) -> Instant {
+        let swap = self
+            .taken_at_ns
+            .map(|at| cobble_sys::reexec::monotonic_now().saturating_sub(Duration::from_nanos(at)))
+            .unwrap_or_default();
+        now.checked_sub(swap).unwrap_or(now)
+    }
+
+    /// The runner's state again, when it ran (`now`: the instant of the handover, see
+    /// [`CarriedCheck::taken_at`]).
     pub(crate) fn detached(&self, now: Instant) -> Option<Detached> {
         if !self.running {
             return None;

@@ -500,7 +500,8 @@ impl Actor {
                 } else {
                     let generation = self.generation();
                     let level = self.entries[name].config.level;
-                    let view = carried.view(level, generation, tokio::time::Instant::now());
+                    let at = carried.taken_at(tokio::time::Instant::now());
+                    let view = carried.view(level, generation, at);
                     self.shared.publisher.send_modify(|s| {
                         s.checks.insert(name.clone(), view);
                     });
@@ -639,9 +640,10 @@ impl Actor {
         let now = tokio::time::Instant::now();
         let store = &self.shared.store;
         let carried = carried.and_then(|c| {
-            let detached = c.detached(now)?;
+            let at = c.taken_at(now);
+            let detached = c.detached(at)?;
             (store.task_status(detached.task_id) == Some(TaskStatus::Doing))
-                .then(|| (c.view(config.level, generation, now), detached))
+                .then(|| (c.view(config.level, generation, at), detached))
         });
         let (run, change_id, task_id, prev_change_id, first_due) = match carried {
             Some((view, detached)) => {
