@@ -167,10 +167,20 @@ pub(crate) fn init(debug: bool, silent: bool) {
         {
             *last = Some(location.to_string());
         }
-        // A new program that panics before it has taken over executes back into its
-        // predecessor.
-        crate::daemon::reexec::on_panic(info);
+        // What the daemon asked a panic to do besides (a new program that panics before it
+        // has taken over executes back into its predecessor).
+        if let Some(action) = ON_PANIC.get() {
+            action(info);
+        }
     }));
+}
+
+/// What a panic does after it is logged, set once by the daemon.
+static ON_PANIC: OnceLock<fn(&std::panic::PanicHookInfo<'_>)> = OnceLock::new();
+
+/// Has every panic, once logged, call `action` (the first call only sets it).
+pub(crate) fn on_panic(action: fn(&std::panic::PanicHookInfo<'_>)) {
+    let _ = ON_PANIC.set(action);
 }
 
 /// Where the latest panic happened (`file:line:column`).

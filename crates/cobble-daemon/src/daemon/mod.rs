@@ -224,12 +224,24 @@ pub(crate) async fn run(
     // socket is made meanwhile, on a worker. That includes the API's routes and the log's
     // writer thread (which the first line below would start), so that the socket, once
     // bound, is served at once.
+    let carried_checks = handover
+        .as_mut()
+        .map(|h| std::mem::take(&mut h.checks))
+        .unwrap_or_default();
     let starting = {
         let opts = opts.clone();
         let boot_id = boot_id.clone();
         tokio::spawn(async move {
-            let (daemon, plan) =
-                start_managers(&opts, plan, store, log_files, held, forwarded).await?;
+            let (daemon, plan) = start_managers(
+                &opts,
+                plan,
+                store,
+                log_files,
+                held,
+                forwarded,
+                carried_checks,
+            )
+            .await?;
             let api = build_api(&opts, &daemon, plan, boot_id, reexec_tx);
             daemon_log::start_stderr();
             Ok::<_, DaemonError>((daemon, api))
@@ -505,7 +517,17 @@ fn load(opts: &RunOptions, handover: Option<&reexec::Handover>) -> Result<Loaded
         }
         None => None,
     };
-    let store = StateStore::new(data);
+    // The checks a predecessor handed over go on with their changes' tasks.
+    let keep: Vec<u64> = handover
+        .map(|h| {
+            h.checks
+                .iter()
+                .filter(|c| c.running)
+                .filter_map(|c| c.task_id)
+                .collect()
+        })
+        .unwrap_or_default();
+    let store = StateStore::keeping(data, &keep);
     let persister = opts
         .persist
         .then(|| Persister::new(store.clone(), state_path));
@@ -586,6 +608,7 @@ async fn start_managers(
     log_files: LogFiles,
     held: Vec<(String, String, std::os::fd::OwnedFd)>,
     forwarded: BTreeMap<String, Vec<crate::logs::forward::queue::Entry>>,
+    carried_checks: Vec<crate::checks::CarriedCheck>,
 ) -> Result<(Daemon, PlanManager), DaemonError> {
     let (shutdown_tx, shutdown_requests) = mpsc::unbounded_channel();
     let state_dir = opts.persist.then(|| opts.pebble_dir.clone());
@@ -601,8 +624,12 @@ async fn start_managers(
         processes.sockets().adopt(&current, held);
     }
     let check_launcher = Launcher::new(CHECK_LAUNCHES).recording(processes.clone());
-    let (checks, checks_task) =
-        CheckManager::spawn(plan.subscribe(), store.clone(), check_launcher);
+    let (checks, checks_task) = CheckManager::spawn(
+        plan.subscribe(),
+        store.clone(),
+        check_launcher,
+        carried_checks,
+    );
     plan.hold_sockets(processes.clone()).await;
     let (forwarder, forward_tap) = LogForwarder::spawn(plan.subscribe(), forwarded);
     let (services, services_task) = ServiceManager::spawn(

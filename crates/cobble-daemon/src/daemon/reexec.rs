@@ -6,25 +6,32 @@
 //! stays PID 1) and its children, the services. What the new program needs beyond that is
 //! handed over explicitly: the descriptors it keeps (the directory lock, the unix socket's
 //! and the TCP listeners, each running service's output pipe and notify socket, the held
-//! `sockets:`, the asking client's connection) lose their close-on-exec flag, and a [`Handover`] document in a memory file
-//! says what each is, with where each service's machine stands and what each service's log
-//! holds; its descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The state goes
-//! through the state file: the persister writes it one last time and stops, and the new
-//! program loads it as any daemon does. The plan goes in the document, layer by layer as
-//! [`cobble_plan::Layer::to_yaml`] prints each (those added through the API too), and the new
-//! program runs it instead of reading the layers directory, which a daemon reads at start-up
-//! only.
+//! `sockets:`, the asking client's connection) lose their close-on-exec flag, and a
+//! [`Handover`] document in a memory file says what each is, with where each service's
+//! machine stands, what each service's log holds and where each check stands; its
+//! descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The state goes through the
+//! state file: the persister writes it one last time and stops, and the new program loads
+//! it as any daemon does, but leaves the handed-over checks' tasks in progress. The plan
+//! goes in the document, layer by layer as [`cobble_plan::Layer::to_yaml`] prints each
+//! (those added through the API too), and the new program runs it instead of reading the
+//! layers directory, which a daemon reads at start-up only.
 //!
 //! Every service started and not stopped since is handed over, with or without a process:
 //! running (a one-shot's run too), within its okay delay, backing off, waiting for missing
-//! `requires-paths` or for one-shots, a one-shot completed, or left down. Its machine's
-//! timers (the okay delay, the backoff, the backoff's reset, a coalesced file change) go as
-//! durations from the handover, which is stamped on the monotonic clock, kept by `execve`:
-//! the new program counts them from that instant, so the swap's own time is not added. What
-//! the new program can derive it derives from the plan: the paths to watch (each reported
-//! as it is once watched, so a path created during the swap ends a wait), where each
-//! one-shot stands for what waits for it, and the cgroup of a run with `resources:`, found
-//! by its path from the service's name and its invocation ID.
+//! `requires-paths`, for one-shots or for `requires-checks`, a one-shot completed, or left
+//! down. Its machine's timers (the okay delay, the backoff, the backoff's reset, a coalesced
+//! file change, a check's restart streak or held action) go as durations from the handover,
+//! which is stamped on the monotonic clock, kept by `execve`: the new program counts them
+//! from that instant, so the swap's own time is not added. What the new program can derive
+//! it derives from the plan: the paths to watch (each reported as it is once watched, so a
+//! path created during the swap ends a wait), where each one-shot stands for what waits for
+//! it, and the cgroup of a run with `resources:`, found by its path from the service's name
+//! and its invocation ID.
+//!
+//! Every check is handed over too: its status, streak (failures, successes, whether it is
+//! recovering), counters, last error, its perform-check or recover-check change and task
+//! (left in progress), and how long until its next run, counted from when the new program
+//! takes it. A stopped or disabled check stays inactive with its record.
 //!
 //! Sockets are handed over open rather than bound again, so that nothing sent or connected
 //! during the swap is refused: a client waits in a held socket's queue, a datagram in a
@@ -43,14 +50,15 @@
 //!    are refused with the reason, and nothing else has happened.
 //! 2. **Changes in progress are waited for** up to [`CHANGE_WAIT`] (an exec session, a stop
 //!    waiting out its kill-delay), then the request is refused, naming them; a check's
-//!    change, which lasts as long as its check runs, is refused at once.
+//!    change (`perform-check`, `recover-check`), which lasts as long as its check runs, is
+//!    not waited for: it is handed over with its check (5).
 //! 3. **The listeners pause.** They stop accepting (the kernel queues new connections, which
 //!    the new program accepts) and every connection finishes the request it is answering and
 //!    closes; answers that wait (a notices long poll, a logs follower) end as their timeout
 //!    or end of stream would end them. The daemon waits for that up to [`DRAIN_WAIT`].
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
-//!    anything more: a change in progress, a daemon without a state file or run by another
-//!    command (`cobble enter`); a plan changed since the probe is probed again. Then each
+//!    anything more: a change in progress (but a check's), a daemon without a state file or
+//!    run by another command (`cobble enter`); a plan changed since the probe is probed again. Then each
 //!    log target's sender finishes the request it is making (so that nothing is sent twice)
 //!    and parks, its undelivered batch put back in its queue, up to [`FORWARD_WAIT`]; the
 //!    notify sockets' readers stop between two datagrams, and the supervisor handles what
@@ -60,22 +68,26 @@
 //!    handed over yet. The readers (which read what waits in their sockets before the
 //!    services' deadlines are acted on again), the senders and the listeners then start
 //!    again.
-//! 5. **The services are taken over**: the supervisor stops acting on them (their timers,
-//!    exits, paths and one-shots wait for the new program), and each output reader stops
-//!    between two reads, handing back its pipe and the line it had begun. Each
+//! 5. **The services and the checks are taken over**: the supervisor stops acting on the
+//!    services (their timers, exits, paths, one-shots and checks wait for the new program),
+//!    and each output reader stops between two reads, handing back its pipe and the line it
+//!    had begun. Each check's runner stops between two runs (a run in flight is dropped, and
+//!    is due at once in the new program), its change and task left in progress. Each
 //!    service's output log, the held sockets and what each log target holds (taken once the
 //!    output readers have stopped, so every line they read is in it) go into the document;
 //!    the persister writes the state and stops; the daemon's own log and the service log
 //!    files are flushed.
 //! 6. **`execve`**. If it fails, the flags are set back, the readers (of output and of
-//!    notify sockets), the log targets' senders, the persister and the listeners start
-//!    again, and the client is told why. If it succeeds, the new program
+//!    notify sockets), the log targets' senders, the checks (as they stood), the persister
+//!    and the listeners start again, and the client is told why. If it succeeds, the new program
 //!    adopts the descriptors, registers the services' pids with its reaper before it starts
 //!    (an exit during the swap waits as a zombie), holds the handed sockets before it binds
 //!    anything the plan names, starts as a daemon does (with the plan it was handed, and the
 //!    state file; its log targets queueing what the old ones held before any new line) but
-//!    neither ends leftovers nor autostarts, follows the services from where their machines
-//!    stood, reads their notify sockets again (what was sent during the swap first), serves
+//!    neither ends leftovers nor autostarts, runs each check on from where it stood (same
+//!    change and task, next run when it was due), follows the services from where their
+//!    machines stood (acting on the checks as they stand: a firing the old program had not
+//!    acted on is acted on, a wait for checks that pass now ends), reads their notify sockets again (what was sent during the swap first), serves
 //!    the listeners it was handed, and answers the waiting client on its connection with
 //!    both versions. Had the exec failed instead, the old
 //!    program follows its services again, its path watches armed anew and what waits for
@@ -137,8 +149,8 @@ const MAX_PROBE_OUTPUT: u64 = 64 * 1024;
 /// How long a re-execution waits for changes in progress (exec sessions, service actions) to
 /// be ready.
 pub(crate) const CHANGE_WAIT: Duration = Duration::from_secs(10);
-/// The kinds of change that last as long as a check runs: handed over by no re-execution yet,
-/// and not worth waiting for.
+/// The kinds of change that last as long as a check runs: not waited for, handed over with
+/// their checks.
 const CHECK_CHANGES: &[&str] = &["perform-check", "recover-check"];
 /// How long a log target's sender may take to finish the request it is making.
 const FORWARD_WAIT: Duration = Duration::from_secs(11);
@@ -229,6 +241,9 @@ pub(crate) struct Handover {
     /// What each log target held, not yet sent.
     #[serde(default)]
     pub forwarding: Vec<CarriedTarget>,
+    /// Every check of the plan: its status, counters and change.
+    #[serde(default)]
+    pub checks: Vec<crate::checks::CarriedCheck>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
@@ -291,6 +306,22 @@ pub(crate) struct CarriedService {
     /// What of its `resources:` was not enforced at its last spawn, and why.
     #[serde(default)]
     pub unenforced: Option<String>,
+    /// Its `on-check-failure` checks last seen down, with the firing number acted on.
+    #[serde(default)]
+    pub checks_down: BTreeMap<String, u64>,
+    /// Per check that stays down, the restarts it caused, the delay before the next and the
+    /// nanoseconds until the next may follow.
+    #[serde(default)]
+    pub streaks: BTreeMap<String, (u32, u64, u64)>,
+    /// Its checks whose action is held, each for how many nanoseconds still.
+    #[serde(default)]
+    pub held_ns: BTreeMap<String, u64>,
+    /// The `requires-checks` that do not pass, while it waits for them.
+    #[serde(default)]
+    pub waiting_checks: Vec<String>,
+    /// The check whose action caused its backoff, if one did.
+    #[serde(default)]
+    pub backoff_check: Option<String>,
     /// Its run's watchdog.
     #[serde(default)]
     pub watchdog: Option<WatchdogDoc>,
@@ -484,6 +515,15 @@ impl CarriedService {
                 reloading: n.reloading,
                 stopping: n.stopping,
             }),
+            checks_down: c.checks_down.clone(),
+            streaks: c
+                .streaks
+                .iter()
+                .map(|(check, (n, delay, next))| (check.clone(), (*n, ns(*delay), ns(*next))))
+                .collect(),
+            held_ns: c.held.iter().map(|(k, d)| (k.clone(), ns(*d))).collect(),
+            waiting_checks: c.waiting_checks.clone(),
+            backoff_check: c.backoff_check.clone(),
         }
     }
 
@@ -535,6 +575,22 @@ impl CarriedService {
                     since_ago: d(w.since_ago_ns),
                 }
             }),
+            checks_down: self.checks_down.clone(),
+            streaks: self
+                .streaks
+                .iter()
+                .map(|(check, (n, delay, next))| {
+                    let (delay, next) = (Duration::from_nanos(*delay), Duration::from_nanos(*next));
+                    (check.clone(), (*n, delay, next))
+                })
+                .collect(),
+            held: self
+                .held_ns
+                .iter()
+                .map(|(k, d)| (k.clone(), Duration::from_nanos(*d)))
+                .collect(),
+            waiting_checks: self.waiting_checks.clone(),
+            backoff_check: self.backoff_check.clone(),
         })
     }
 }
@@ -1246,6 +1302,9 @@ async fn reexec_checked(
         services.push(CarriedService::new(&taken, output.as_ref(), invocation));
         detached.push((taken.name, output));
     }
+    // Each check stops between two runs, its change and task in progress: what it recorded
+    // goes through the state file, where it stands goes into the document.
+    let checks = daemon.checks.take_over().await;
     let logs = carried_logs(daemon).await;
     // After the output readers have stopped: every line they read is queued.
     let forwarding = queued_forwarding(daemon);
@@ -1319,6 +1378,7 @@ async fn reexec_checked(
                 panics,
                 sockets,
                 forwarding,
+                checks: checks.clone(),
             };
             exec_into(target, kept, &listeners, handed).await
         }
@@ -1328,6 +1388,7 @@ async fn reexec_checked(
     daemon.services.resume_notify();
     daemon.services.resume(detached);
     daemon.forwarder.resume();
+    daemon.checks.resume(checks);
     restart_persister(daemon);
     servers.start(listeners, &daemon.cancel);
     Err((error, stop))
@@ -1357,6 +1418,7 @@ struct Handed {
     panics: Vec<i128>,
     sockets: Vec<CarriedSocket>,
     forwarding: Vec<CarriedTarget>,
+    checks: Vec<crate::checks::CarriedCheck>,
 }
 
 /// Writes the handover document, keeps the descriptors it names across `execve` and
@@ -1381,6 +1443,7 @@ async fn exec_into(
         panics,
         sockets,
         forwarding,
+        checks,
     } = handed;
     let handover = Handover {
         format: FORMAT,
@@ -1398,6 +1461,7 @@ async fn exec_into(
         panics,
         sockets,
         forwarding,
+        checks,
         rest: BTreeMap::new(),
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
@@ -1545,27 +1609,16 @@ fn restart_persister(daemon: &mut super::Daemon) {
 
 /// Waits up to [`CHANGE_WAIT`] for the changes in progress (exec sessions, a stop waiting out
 /// its kill-delay, a start waiting for its okay delay) to be ready, so that each completes
-/// whole under the program that began it; refuses, naming them, past it. A check's change is
-/// refused at once: it lasts as long as its check runs.
+/// whole under the program that began it; refuses, naming them, past it. A check's change,
+/// which lasts as long as its check runs, is not waited for: it is handed over.
 async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiError> {
     let deadline = tokio::time::Instant::now() + CHANGE_WAIT;
     let mut changed = store.subscribe();
     loop {
-        let in_progress = store.in_progress();
-        let checks: Vec<String> = in_progress
+        let waited: Vec<String> = store
+            .in_progress()
             .iter()
-            .filter(|(_, kind, _)| CHECK_CHANGES.contains(&kind.as_str()))
-            .map(|(id, _, summary)| format!("change {id} ({summary})"))
-            .collect();
-        if !checks.is_empty() {
-            return Err(ApiError::bad_request(format!(
-                "cannot re-execute: checks are running ({}); a re-execution does not hand \
-                 checks over yet",
-                checks.join(", ")
-            )));
-        }
-        let waited: Vec<String> = in_progress
-            .iter()
+            .filter(|(_, kind, _)| !CHECK_CHANGES.contains(&kind.as_str()))
             .map(|(id, _, summary)| format!("change {id} ({summary})"))
             .collect();
         if waited.is_empty() {
@@ -1588,7 +1641,10 @@ async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiErr
 /// cannot be handed over, the supervisor says when asked to hand them over.)
 fn blockers(daemon: &super::Daemon) -> Vec<String> {
     let mut why = Vec::new();
-    for (id, _, summary) in daemon.store.in_progress() {
+    for (id, kind, summary) in daemon.store.in_progress() {
+        if CHECK_CHANGES.contains(&kind.as_str()) {
+            continue;
+        }
         why.push(format!("change {id} ({summary}) is in progress"));
     }
     why
@@ -1661,6 +1717,7 @@ pub(super) fn arm_fallback(document: RawFd) {
     let Some(previous) = cobble_sys::reexec::previous_image() else {
         return;
     };
+    crate::daemon_log::on_panic(on_panic);
     let image = match cobble_sys::reexec::adopt(previous) {
         Ok(image) => image,
         Err(e) => {
@@ -1722,7 +1779,7 @@ pub(crate) fn fall_back(why: &str) {
 
 /// Called by the panic hook: a panic while the new program takes over executes back into
 /// the predecessor (see [`fall_back`]).
-pub(crate) fn on_panic(info: &std::panic::PanicHookInfo<'_>) {
+fn on_panic(info: &std::panic::PanicHookInfo<'_>) {
     let armed = FALLBACK.try_lock().is_ok_and(|f| f.is_some());
     if !armed {
         return;
@@ -1807,6 +1864,7 @@ mod tests {
         assert_eq!(handover.https, Some(5));
         assert_eq!(handover.rest["sessions"]["web"], 1);
         assert!(handover.services.is_empty() && handover.logs.is_empty());
+        assert!(handover.checks.is_empty());
     }
 
     #[test]

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::fixture::{
-    COBBLE, Daemon, Test, act, details_of, free_port, lines, raw, service, times, wait_for,
+    COBBLE, Daemon, Test, act, details_of, free_port, lines, raw, service, times, wait_check_runs,
+    wait_for,
 };
 
 const LAYER: &str = "services:\n  s:\n    override: replace\n    command: sleep 1000\n";
@@ -292,8 +293,13 @@ fn what_cannot_be_handed_over_yet_refuses_and_names_it() {
     )]);
     act(&d, "start", &["s"]);
     let pids = children(&d);
+    let restarting = |d: &Daemon| {
+        service(d, "s")
+            .reason
+            .is_some_and(|r| r.starts_with("restarting: check \"down\" failed"))
+    };
     wait_for("the check's restart", Duration::from_secs(30), || {
-        service(&d, "s").reason.as_deref() == Some("restarting: check \"down\" failed")
+        restarting(&d)
     });
     let before = details_of(&d, "s");
     let (code, _, stderr) = reexec(&d, &[]);
@@ -303,16 +309,16 @@ fn what_cannot_be_handed_over_yet_refuses_and_names_it() {
         "{stderr}"
     );
     // The listeners serve again, the supervisor follows the service again, nothing moved.
-    assert_eq!(
-        service(&d, "s").reason.as_deref(),
-        Some("restarting: check \"down\" failed")
-    );
+    assert!(restarting(&d), "{:?}", service(&d, "s").reason);
     assert_eq!(children(&d), pids);
     let after = details_of(&d, "s");
     assert_eq!(
         (after.start_count, after.last_exit_code),
         (before.start_count, before.last_exit_code)
     );
+    // Its process ends (no kill-delay to wait out when the daemon stops).
+    let pid = nix::unistd::Pid::from_raw(pids[0] as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill the service");
 }
 
 /// Seconds since the epoch of an RFC 3339 time the API reports.
@@ -726,25 +732,6 @@ fn a_stop_in_progress_completes_before_the_swap() {
     );
     assert_eq!(service(&d, "s").current, "inactive");
     assert!(children(&d).is_empty());
-}
-
-#[test]
-fn running_checks_refuse_at_once() {
-    let d = Daemon::hold(&[(
-        "001-base",
-        "checks:\n  chk:\n    override: replace\n    period: 10s\n    exec:\n      command: \"true\"\n",
-    )]);
-    wait_for("the check's change", Duration::from_secs(30), || {
-        visible_state(&d).0.contains("perform-check")
-    });
-    let (code, _, stderr) = reexec(&d, &[]);
-    assert_eq!(code, 1);
-    assert!(
-        stderr.starts_with(
-            "error: cannot re-execute: checks are running (change 1 (Perform exec check \"chk\"))"
-        ),
-        "{stderr}"
-    );
 }
 
 /// The pid `pid` has in its own pid namespace (the last of `NSpid`).
@@ -1897,4 +1884,221 @@ fn a_swap_that_waits_for_a_log_target_acts_on_no_watchdog_of_a_service_that_ping
         .filter_map(|l| l.strip_prefix("ping ")?.parse().ok())
         .collect();
     assert_eq!(numbers, (1..=numbers.len() as u32).collect::<Vec<_>>());
+}
+
+/// `GET /v1/checks`, each check's entry by name.
+fn checks_listed(daemon: &Daemon) -> serde_json::Map<String, serde_json::Value> {
+    let (status, body) = raw(daemon, cobble_client::Method::GET, "/v1/checks", None);
+    assert_eq!(status, 200, "{body}");
+    let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+    value["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap().to_owned(), c.clone()))
+        .collect()
+}
+
+/// Runs check `name` now (`POST /v1/checks/refresh`).
+fn refresh(daemon: &Daemon, name: &str) {
+    let (status, body) = raw(
+        daemon,
+        cobble_client::Method::POST,
+        "/v1/checks/refresh",
+        Some(&format!(r#"{{"name":"{name}"}}"#)),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+/// The change `id` as `GET /v1/changes/{id}` shows it.
+fn change(daemon: &Daemon, id: &str) -> serde_json::Value {
+    let (status, body) = raw(
+        daemon,
+        cobble_client::Method::GET,
+        &format!("/v1/changes/{id}"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str::<serde_json::Value>(&body).unwrap()["result"].clone()
+}
+
+#[test]
+fn checks_keep_their_status_counters_and_changes_through_a_reexec() {
+    let port = free_port();
+    let http = format!("127.0.0.1:{port}");
+    let mut d = Daemon::start(&[("001-base", "")], &["--hold", "--http", &http]);
+    let ok = d.scratch().join("ok");
+    // Long periods: the checks run when refreshed, and nothing moves between two listings.
+    let layer = format!(
+        "checks:\n\
+         \x20 exec:\n    override: replace\n    period: 1h\n    threshold: 3\n    exec:\n      command: test -e {ok}\n\
+         \x20 tcp:\n    override: replace\n    level: alive\n    period: 1h\n    tcp:\n      port: {port}\n      host: 127.0.0.1\n\
+         \x20 stopped:\n    override: replace\n    period: 1h\n    exec:\n      command: \"true\"\n\
+         \x20 disabled:\n    override: replace\n    startup: disabled\n    period: 1h\n    exec:\n      command: \"true\"\n\
+         \x20 ticking:\n    override: replace\n    period: 1s\n    exec:\n      command: \"true\"\n",
+        ok = ok.display()
+    );
+    std::fs::write(d.pebble_dir().join("layers/002-checks.yaml"), layer).unwrap();
+    d.stop();
+    d.restart(&["--hold", "--http", &http]);
+    refresh(&d, "tcp");
+    refresh(&d, "tcp");
+    refresh(&d, "exec");
+    refresh(&d, "exec");
+    act_checks(&d, "stop", "stopped");
+    wait_check_runs(&d, "ticking", 2);
+    let before = checks_listed(&d);
+    assert_eq!(before["exec"]["status"], "up");
+    assert_eq!(before["exec"]["failures"], 2);
+    assert_eq!(before["tcp"]["successes"], 2);
+    assert_eq!(before["stopped"]["status"], "inactive");
+    assert_eq!(before["disabled"]["status"], "inactive");
+    let perform = before["exec"]["change-id"].as_str().unwrap().to_owned();
+    let log = change(&d, &perform)["tasks"][0]["log"].clone();
+    assert_eq!(log.as_array().unwrap().len(), 2, "{log}");
+
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let after = checks_listed(&d);
+    for name in ["exec", "tcp", "stopped", "disabled"] {
+        assert_eq!(after[name], before[name], "check {name}");
+    }
+    // The ticking check goes on in its change, its successes counted on.
+    assert_eq!(
+        after["ticking"]["change-id"],
+        before["ticking"]["change-id"]
+    );
+    assert!(
+        after["ticking"]["successes"].as_u64() >= before["ticking"]["successes"].as_u64(),
+        "{after:?}"
+    );
+    wait_check_runs(&d, "ticking", 2);
+    assert_eq!(
+        checks_listed(&d)["ticking"]["change-id"],
+        before["ticking"]["change-id"]
+    );
+    // The same change, in progress, its log kept.
+    let kept = change(&d, &perform);
+    assert_eq!(kept["status"], "Doing", "{kept}");
+    assert_eq!(kept["tasks"][0]["log"], log);
+
+    // A third failure is the threshold: that change fails, a recover-check change follows.
+    refresh(&d, "exec");
+    let down = checks_listed(&d)["exec"].clone();
+    assert_eq!(down["status"], "down", "{down}");
+    assert_eq!(down["prev-change-id"].as_str(), Some(perform.as_str()));
+    assert_eq!(change(&d, &perform)["status"], "Error");
+    let recover = down["change-id"].as_str().unwrap().to_owned();
+    assert_eq!(change(&d, &recover)["kind"], "recover-check");
+    // Handed over again while recovering, it recovers under the next program.
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(checks_listed(&d)["exec"], down);
+    std::fs::write(&ok, "").unwrap();
+    refresh(&d, "exec");
+    let up = checks_listed(&d)["exec"].clone();
+    assert_eq!(up["status"], "up", "{up}");
+    assert_eq!(up["prev-change-id"].as_str(), Some(recover.as_str()));
+    assert_eq!(change(&d, &recover)["status"], "Done");
+    // Stopped and disabled checks stayed inactive, and start as ever.
+    act_checks(&d, "start", "stopped");
+    assert_eq!(checks_listed(&d)["stopped"]["status"], "up");
+}
+
+/// `POST /v1/checks` with `action` for check `name`.
+fn act_checks(daemon: &Daemon, action: &str, name: &str) {
+    let (status, body) = raw(
+        daemon,
+        cobble_client::Method::POST,
+        "/v1/checks",
+        Some(&format!(r#"{{"action":"{action}","checks":["{name}"]}}"#)),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn a_check_that_fails_after_a_reexec_restarts_its_service() {
+    let mut d = Daemon::hold(&[("001-base", "")]);
+    let ok = d.scratch().join("ok");
+    std::fs::write(&ok, "").unwrap();
+    let layer = format!(
+        "services:\n\
+         \x20 s:\n    override: replace\n    command: sleep 1000\n    on-check-failure:\n      chk: restart\n\
+         \x20 r:\n    override: replace\n    command: sleep 1000\n    requires-checks: [chk]\n\
+         checks:\n\
+         \x20 chk:\n    override: replace\n    period: 1h\n    threshold: 1\n    exec:\n      command: test -e {ok}\n",
+        ok = ok.display()
+    );
+    std::fs::write(d.pebble_dir().join("layers/002-check.yaml"), layer).unwrap();
+    d.stop();
+    d.restart(&["--hold"]);
+    refresh(&d, "chk");
+    act(&d, "start", &["s", "r"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids, "both services handed over");
+    std::fs::remove_file(&ok).unwrap();
+    refresh(&d, "chk");
+    // s restarts: one of the two processes is new; r, which only waits for the check to
+    // start, keeps its own.
+    wait_for("s restarted by its check", Duration::from_secs(60), || {
+        let now = children(&d);
+        service(&d, "s").current == "active"
+            && now.len() == 2
+            && now.iter().filter(|p| pids.contains(p)).count() == 1
+    });
+    d.wait_log("Service \"s\" on-check-failure action is \"restart\"");
+    assert_eq!(service(&d, "r").current, "active");
+    // Handed over while its check stays down after a restart: the check's next failure
+    // fires again, and s is restarted again under the next program.
+    let pids = children(&d);
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids);
+    assert_eq!(checks_listed(&d)["chk"]["status"], "down");
+    refresh(&d, "chk");
+    wait_for("s restarted again", Duration::from_secs(60), || {
+        let now = children(&d);
+        service(&d, "s").current == "active"
+            && now.len() == 2
+            && now.iter().filter(|p| pids.contains(p)).count() == 1
+    });
+    // Up again: the service is left alone.
+    std::fs::write(&ok, "").unwrap();
+    refresh(&d, "chk");
+    assert_eq!(checks_listed(&d)["chk"]["status"], "up");
+}
+
+#[test]
+fn a_service_waiting_for_its_checks_is_released_when_they_pass_after_a_reexec() {
+    let mut d = Daemon::hold(&[("001-base", "")]);
+    let ok = d.scratch().join("ok");
+    let layer = format!(
+        "services:\n\
+         \x20 w:\n    override: replace\n    command: sleep 1000\n    requires-checks: [chk]\n\
+         checks:\n\
+         \x20 chk:\n    override: replace\n    period: 1h\n    threshold: 1\n    exec:\n      command: test -e {ok}\n",
+        ok = ok.display()
+    );
+    std::fs::write(d.pebble_dir().join("layers/002-check.yaml"), layer).unwrap();
+    d.stop();
+    d.restart(&["--hold"]);
+    act(&d, "start", &["w"]);
+    wait_for("w waiting for its check", Duration::from_secs(30), || {
+        service(&d, "w").current == "waiting"
+    });
+    assert!(children(&d).is_empty());
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(service(&d, "w").current, "waiting");
+    assert!(children(&d).is_empty());
+    std::fs::write(&ok, "").unwrap();
+    refresh(&d, "chk");
+    wait_for(
+        "w started once its check passed",
+        Duration::from_secs(60),
+        || service(&d, "w").current == "active" && children(&d).len() == 1,
+    );
 }

@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::carry::{CarriedCheck, Detached};
 use super::checker::{self, CheckError, Checker};
 use super::machine::CheckRun;
 use super::runner::{
@@ -29,7 +30,7 @@ use super::runner::{
 };
 use super::{CheckLevel, CheckSignals, CheckStatus, CheckView, Publisher, Snapshot};
 use crate::process::launcher::Launcher;
-use crate::state::{NotRecorded, StateStore};
+use crate::state::{NotRecorded, StateStore, TaskStatus};
 
 /// Builds the probe of a check (service context already merged).
 pub(crate) type CheckerFactory = Arc<dyn Fn(&Check) -> Arc<dyn Checker> + Send + Sync>;
@@ -101,6 +102,12 @@ enum Request {
     Sync {
         reply: oneshot::Sender<()>,
     },
+    TakeOver {
+        reply: oneshot::Sender<Vec<CarriedCheck>>,
+    },
+    Resume {
+        checks: Vec<CarriedCheck>,
+    },
 }
 
 /// Handle to the check manager. Cheap to clone. Reads (`checks`, `healthy`) come from the
@@ -120,23 +127,38 @@ impl CheckManager {
     /// Applies the current plan (starting its enabled checks) and starts the actor; exec
     /// checks start their commands through `launcher`. The handle to the actor's task lets
     /// the daemon notice if it ever ends.
+    /// A re-executed daemon passes the `carried` checks its predecessor handed over: they go
+    /// on as they stood (see [`CheckManager::take_over`]) instead of starting afresh.
     pub(crate) fn spawn(
         plan: watch::Receiver<Arc<Plan>>,
         store: StateStore,
         launcher: Launcher,
+        carried: Vec<CarriedCheck>,
     ) -> (CheckManager, JoinHandle<()>) {
-        CheckManager::spawn_with(
+        CheckManager::spawn_carrying(
             plan,
             store,
             Arc::new(move |config| checker::build(config, &launcher)),
+            carried,
         )
     }
 
     /// [`CheckManager::spawn`] with another way to build probes (tests use scripted ones).
+    #[cfg(test)]
     pub(crate) fn spawn_with(
         plan: watch::Receiver<Arc<Plan>>,
         store: StateStore,
         build: CheckerFactory,
+    ) -> (CheckManager, JoinHandle<()>) {
+        CheckManager::spawn_carrying(plan, store, build, Vec::new())
+    }
+
+    /// [`CheckManager::spawn`] with another way to build probes.
+    pub(crate) fn spawn_carrying(
+        plan: watch::Receiver<Arc<Plan>>,
+        store: StateStore,
+        build: CheckerFactory,
+        carried: Vec<CarriedCheck>,
     ) -> (CheckManager, JoinHandle<()>) {
         let publisher = Publisher::new();
         let snapshot = publisher.subscribe();
@@ -151,6 +173,7 @@ impl CheckManager {
             entries: BTreeMap::new(),
             next_generation: 0,
             build,
+            carried: carried.into_iter().map(|c| (c.name.clone(), c)).collect(),
         };
         actor.sync_plan();
         let task = tokio::spawn(actor.run(rx));
@@ -237,6 +260,22 @@ impl CheckManager {
         rx.await.unwrap_or_default()
     }
 
+    /// Hands every check over for a re-execution: each running check's runner stops between
+    /// two runs (a run in flight is dropped, and due again at once), leaving its change and
+    /// task in progress; returns every check as it stands. Until [`CheckManager::resume`] no
+    /// check runs, and the listing stays as it was.
+    pub(crate) async fn take_over(&self) -> Vec<CarriedCheck> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::TakeOver { reply });
+        rx.await.unwrap_or_default()
+    }
+
+    /// Runs again the checks [`CheckManager::take_over`] handed over, as they stood, after a
+    /// re-execution that did not happen.
+    pub(crate) fn resume(&self, checks: Vec<CarriedCheck>) {
+        self.send(Request::Resume { checks });
+    }
+
     fn send(&self, request: Request) {
         let _ = self.tx.send(request);
     }
@@ -272,8 +311,10 @@ struct Running {
     /// running check to `startup: disabled` leaves it running with this one, as Pebble does.
     config: Arc<Check>,
     cancel: CancellationToken,
+    /// Stops the runner for a re-execution (see [`super::runner::Runner::run`]).
+    detach: CancellationToken,
     refresh: mpsc::UnboundedSender<RefreshRequest>,
-    task: JoinHandle<()>,
+    task: JoinHandle<Option<Detached>>,
 }
 
 impl Entry {
@@ -289,6 +330,8 @@ struct Actor {
     entries: BTreeMap<String, Entry>,
     next_generation: u64,
     build: CheckerFactory,
+    /// What a predecessor handed over, until the first plan is applied.
+    carried: BTreeMap<String, CarriedCheck>,
 }
 
 impl Actor {
@@ -301,6 +344,10 @@ impl Actor {
                     Err(_) => plan_open = false,
                 },
                 request = requests.recv() => match request {
+                    Some(Request::TakeOver { reply }) => {
+                        self.sync_plan();
+                        let _ = reply.send(self.take_over().await);
+                    }
                     Some(request) => {
                         self.sync_plan();
                         self.handle(request);
@@ -344,7 +391,40 @@ impl Actor {
             Request::Sync { reply } => {
                 let _ = reply.send(());
             }
+            Request::TakeOver { .. } => unreachable!("handled by run"),
+            Request::Resume { checks } => {
+                for carried in checks {
+                    if self
+                        .entries
+                        .get(&carried.name)
+                        .is_some_and(|e| !e.is_running())
+                    {
+                        self.start_runner_from(&carried.name, Some(&carried));
+                    }
+                }
+            }
         }
+    }
+
+    /// Detaches every running check's runner (see [`CheckManager::take_over`]).
+    async fn take_over(&mut self) -> Vec<CarriedCheck> {
+        let mut detached = BTreeMap::new();
+        for (name, entry) in &mut self.entries {
+            let Some(running) = entry.running.take() else {
+                continue;
+            };
+            running.detach.cancel();
+            if let Ok(Some(state)) = running.task.await {
+                detached.insert(name.clone(), state);
+            }
+        }
+        let now = tokio::time::Instant::now();
+        let snapshot = self.shared.publisher.borrow();
+        snapshot
+            .checks
+            .values()
+            .map(|view| CarriedCheck::new(view, detached.get(&view.name), now))
+            .collect()
     }
 
     fn current_plan(&self) -> Arc<Plan> {
@@ -413,10 +493,29 @@ impl Actor {
                     running: None,
                 },
             );
-            if enabled {
+            if let Some(carried) = self.carried.remove(name) {
+                // As the predecessor left it: running on, or stopped with its record.
+                if carried.running {
+                    self.start_runner_from(name, Some(&carried));
+                } else {
+                    let generation = self.generation();
+                    let level = self.entries[name].config.level;
+                    let at = carried.taken_at(tokio::time::Instant::now());
+                    let view = carried.view(level, generation, at);
+                    self.shared.publisher.send_modify(|s| {
+                        s.checks.insert(name.clone(), view);
+                    });
+                }
+            } else if enabled {
                 to_start.push(name.clone());
             } else {
                 self.publish_fresh_inactive(name);
+            }
+        }
+        // A check handed over that the plan no longer has: its change ends.
+        for (_, carried) in std::mem::take(&mut self.carried) {
+            if let Some(task) = carried.task_id.filter(|_| carried.running) {
+                self.shared.store.end_stopped_task(task);
             }
         }
         tracing::debug!(
@@ -526,13 +625,82 @@ impl Actor {
     /// Starts a fresh run of `name`: a new perform-check change, counters reset (lifetime
     /// metrics kept).
     fn start_runner(&mut self, name: &str) {
+        self.start_runner_from(name, None);
+    }
+
+    /// Starts a run of `name`: the one `carried` (handed over by a re-execution, or taken
+    /// back after one that did not happen) as it stood, with its change and task, when its
+    /// task is still in progress; otherwise a fresh one.
+    fn start_runner_from(&mut self, name: &str, carried: Option<&CarriedCheck>) {
         let generation = self.generation();
         let Some(entry) = self.entries.get_mut(name) else {
             return;
         };
         let config = entry.config.clone();
-        let (change_id, task_id) = new_check_change(&self.shared.store, PERFORM_CHECK, &config);
-        let run = CheckRun::new(config.threshold());
+        let now = tokio::time::Instant::now();
+        let store = &self.shared.store;
+        let carried = carried.and_then(|c| {
+            let at = c.taken_at(now);
+            let detached = c.detached(at)?;
+            (store.task_status(detached.task_id) == Some(TaskStatus::Doing))
+                .then(|| (c.view(config.level, generation, at), detached))
+        });
+        let (run, change_id, task_id, prev_change_id, first_due) = match carried {
+            Some((view, detached)) => {
+                tracing::debug!("Check \"{name}\" carried over");
+                self.shared.publisher.send_modify(|s| {
+                    s.checks.insert(name.to_owned(), view);
+                });
+                (
+                    detached.run,
+                    detached.change_id,
+                    detached.task_id,
+                    detached.prev_change_id,
+                    detached.next_due,
+                )
+            }
+            None => {
+                let (change_id, task_id) = new_check_change(store, PERFORM_CHECK, &config);
+                let run = CheckRun::new(config.threshold());
+                self.publish_fresh(name, &config, &run, change_id, generation);
+                (run, change_id, task_id, None, now + config.period())
+            }
+        };
+        let runner = Runner {
+            name: name.to_owned(),
+            checker: (self.build)(&config),
+            config,
+            generation,
+            run,
+            change_id,
+            prev_change_id,
+            task_id,
+            first_due,
+            shared: self.shared.clone(),
+        };
+        let cancel = CancellationToken::new();
+        let detach = CancellationToken::new();
+        let (refresh, refreshes) = mpsc::unbounded_channel();
+        let task = tokio::spawn(runner.run(cancel.clone(), detach.clone(), refreshes));
+        let entry = self.entries.get_mut(name).expect("looked up above");
+        entry.running = Some(Running {
+            config: entry.config.clone(),
+            cancel,
+            detach,
+            refresh,
+            task,
+        });
+    }
+
+    /// Lists `name` as a fresh run of `config` in `change_id`.
+    fn publish_fresh(
+        &self,
+        name: &str,
+        config: &Check,
+        run: &CheckRun,
+        change_id: u64,
+        generation: u64,
+    ) {
         self.shared.publisher.send_modify(|s| {
             let (success_count, failure_count, action_count) =
                 s.checks.get(name).map_or((0, 0, 0), |v| {
@@ -559,26 +727,6 @@ impl Actor {
                     generation,
                 },
             );
-        });
-        let runner = Runner {
-            name: name.to_owned(),
-            checker: (self.build)(&config),
-            config,
-            generation,
-            run,
-            change_id,
-            prev_change_id: None,
-            task_id,
-            shared: self.shared.clone(),
-        };
-        let cancel = CancellationToken::new();
-        let (refresh, refreshes) = mpsc::unbounded_channel();
-        let task = tokio::spawn(runner.run(cancel.clone(), refreshes));
-        entry.running = Some(Running {
-            config: entry.config.clone(),
-            cancel,
-            refresh,
-            task,
         });
     }
 

@@ -33,13 +33,16 @@
 //!
 //! # Layout
 //!
-//! - `manager` — the actor: plan changes, start/stop, refresh.
+//! - `manager` — the actor: plan changes, start/stop, refresh, and handing the checks over
+//!   to a re-executed daemon.
+//! - [`carry`] — what a re-execution hands over of each check.
 //! - `runner` — one check's loop, and the recording of its changes and tasks.
 //! - [`machine`] — the pure failure-streak state machine.
 //! - `checker` — the probe trait, [`CheckError`], and building a probe from a check's
 //!   configuration (including the `service-context` merge); `http`, `tcp` and `exec` are the
 //!   three probes.
 
+pub(crate) mod carry;
 mod checker;
 mod exec;
 pub(crate) mod http;
@@ -55,6 +58,7 @@ use cobble_plan::{CheckLevel, Plan};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+pub(crate) use carry::CarriedCheck;
 pub(crate) use checker::CheckError;
 pub(crate) use manager::{CheckAction, CheckManager, CheckManagerError};
 

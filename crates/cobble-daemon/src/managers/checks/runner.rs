@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use super::carry::Detached;
 use super::checker::{self, CheckError, Checker};
 use super::machine::{CheckRun, Effect};
 use super::{CheckStatus, CheckView, Publisher};
@@ -79,41 +80,56 @@ pub(super) struct Runner {
     pub prev_change_id: Option<u64>,
     /// That change's one task.
     pub task_id: u64,
+    /// When its first run is due: a period after a fresh start, or when it was due for a
+    /// check a re-execution handed over.
+    pub first_due: Instant,
     /// Store and snapshot.
     pub shared: Arc<Shared>,
 }
 
 impl Runner {
-    /// Runs until `cancel` fires or the change is aborted.
+    /// Runs until `cancel` fires or the change is aborted; or, when `detach` fires, stops
+    /// between two runs (a run in flight is dropped and due again at once) with its change and
+    /// task left as they are, and returns where it stood, for a re-execution.
     pub(super) async fn run(
         mut self,
         cancel: CancellationToken,
+        detach: CancellationToken,
         mut refreshes: mpsc::UnboundedReceiver<RefreshRequest>,
-    ) {
+    ) -> Option<Detached> {
         let period = self.config.period();
         let timeout = self.config.timeout();
         tracing::debug!("Check \"{}\" starting with period {period:?}", self.name);
-        let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
+        let mut next_due = self.first_due;
+        let mut ticker = tokio::time::interval_at(next_due, period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
         let mut abort = self.shared.store.abort_token(self.change_id);
         loop {
             let refresh = tokio::select! {
                 biased;
                 () = cancel.cancelled() => break,
+                () = detach.cancelled() => return Some(self.detached(next_due)),
                 () = abort.cancelled() => {
                     self.publish_inactive();
                     break;
                 }
-                _ = ticker.tick() => None,
+                due = ticker.tick() => {
+                    // Missed ticks are skipped: the next is a period on, or at once.
+                    next_due = (due + period).max(Instant::now());
+                    None
+                }
                 Some(request) = refreshes.recv() => {
                     // A refresh starts the period again, as Pebble's resets its ticker.
                     ticker.reset();
+                    next_due = Instant::now() + period;
                     Some(request)
                 }
             };
             let result = tokio::select! {
                 biased;
                 () = cancel.cancelled() => break,
+                // The run in flight is dropped: the new program runs it at once.
+                () = detach.cancelled() => return Some(self.detached(Instant::now())),
                 () = abort.cancelled() => {
                     self.publish_inactive();
                     break;
@@ -132,12 +148,26 @@ impl Runner {
                 // Each change runs its own ticker in Pebble: the first probe of a recover
                 // (or a new perform) change is a full period after it starts.
                 ticker.reset();
+                next_due = Instant::now() + period;
             }
             if let Some(request) = refresh {
                 let _ = request.reply.send((self.view(), result.err()));
             }
         }
         self.finish();
+        None
+    }
+
+    /// Where this run stands, its next run due at `next_due`.
+    fn detached(&self, next_due: Instant) -> Detached {
+        tracing::debug!("Check \"{}\" detached", self.name);
+        Detached {
+            run: self.run.clone(),
+            change_id: self.change_id,
+            task_id: self.task_id,
+            prev_change_id: self.prev_change_id,
+            next_due,
+        }
     }
 
     /// Records one probe result: task log, transitions, failure action, snapshot. Returns

@@ -762,3 +762,161 @@ async fn a_check_disabled_while_running_runs_the_plans_configuration_once_starte
         (CheckLevel::Ready, 2, false)
     );
 }
+
+impl Harness {
+    /// What a re-executed daemon starts from: the checks `take_over` handed over, and the
+    /// state as the state file carries it, with their tasks kept in progress.
+    async fn reexecuted(&self) -> Harness {
+        let carried = self.manager.take_over().await;
+        // Through the handover document's JSON.
+        let carried: Vec<super::CarriedCheck> =
+            serde_json::from_slice(&serde_json::to_vec(&carried).unwrap()).unwrap();
+        let keep: Vec<u64> = carried.iter().filter_map(|c| c.task_id).collect();
+        let bytes = self.store.snapshot_json();
+        let store = StateStore::keeping(crate::state::format::decode(&bytes).unwrap(), &keep);
+        let factory = {
+            let script = self.script.clone();
+            Arc::new(move |config: &Check| {
+                Arc::new(Scripted {
+                    name: config.name.clone(),
+                    script: script.clone(),
+                }) as Arc<dyn Checker>
+            })
+        };
+        let (manager, _task) =
+            CheckManager::spawn_carrying(self.plan.subscribe(), store.clone(), factory, carried);
+        Harness {
+            plan: self.plan.clone(),
+            store,
+            manager,
+            script: self.script.clone(),
+        }
+    }
+}
+
+/// The listing of a check, without what belongs to one program (the generation) and its
+/// last success (see [`same_last_success`]).
+fn listed(mut view: CheckView) -> CheckView {
+    view.generation = 0;
+    view.last_success = None;
+    view
+}
+
+/// Whether two listings' last successes are the same, but for the swap's own time (on the
+/// real monotonic clock, which paused time does not stop), less than a second.
+fn same_last_success(a: &[CheckView], b: &[CheckView]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(a, b)| match (a.last_success, b.last_success) {
+                (Some(x), Some(y)) => x.max(y) - x.min(y) < Duration::from_secs(1),
+                (x, y) => x == y,
+            })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reexecution_hands_every_check_over_with_its_streak_change_and_schedule() {
+    let mut failing = check("failing");
+    failing.threshold = 2;
+    let mut disabled = check("disabled");
+    disabled.startup = Startup::Disabled;
+    let h = Harness::new(vec![failing, check("passing"), check("stopped"), disabled]);
+    h.set("failing", Outcome::Pass);
+    pass(10.5).await;
+    h.set("failing", Outcome::Fail("exit status 1", "details"));
+    pass(10.0).await;
+    h.manager
+        .act(CheckAction::Stop, vec!["stopped".into()])
+        .await
+        .unwrap();
+    pass(4.0).await;
+    let before = h.manager.checks().await;
+    let failing_before = h.view("failing").await;
+    assert_eq!((failing_before.successes, failing_before.failures), (1, 1));
+    let perform = failing_before.change_id;
+    assert!(failing_before.last_success.is_some());
+    let runs = h.runs("failing");
+
+    let h = Arc::new(h.reexecuted().await);
+    let after = h.manager.checks().await;
+    assert!(same_last_success(&after, &before), "{after:?} {before:?}");
+    assert_eq!(
+        after.into_iter().map(listed).collect::<Vec<_>>(),
+        before.into_iter().map(listed).collect::<Vec<_>>()
+    );
+    // The same change, its task still running, its log kept.
+    let change = h.change(perform);
+    assert_eq!(change.status, "Doing");
+    assert_eq!(log_messages(&change), ["ERROR exit status 1; details"]);
+    // The next run is when it was due (10 s after the last, 5.5 s from here), not at once
+    // and not a whole period from the swap.
+    pass(5.3).await;
+    assert_eq!(h.runs("failing"), runs);
+    pass(0.4).await;
+    assert_eq!(h.runs("failing"), runs + 1);
+    // That second failure is the threshold: the same change fails, a recover change starts.
+    let view = h.view("failing").await;
+    assert_eq!(view.status, CheckStatus::Down);
+    assert_eq!(view.prev_change_id, perform);
+    assert_eq!(h.change(perform).status, "Error");
+    let recover = h.change(view.change_id);
+    assert_eq!(
+        (recover.kind.as_str(), recover.status.as_str()),
+        ("recover-check", "Doing")
+    );
+    assert_eq!(h.firing(), Firing::from([("failing".into(), 1)]));
+    // Stopped and disabled checks stay inactive.
+    assert_eq!(h.view("stopped").await.status, CheckStatus::Inactive);
+    assert_eq!(h.view("disabled").await.status, CheckStatus::Inactive);
+
+    // Handed over again while recovering, it recovers under the next program.
+    let h = h.reexecuted().await;
+    assert_eq!(h.view("failing").await.change_id, view.change_id);
+    h.set("failing", Outcome::Pass);
+    pass(10.5).await;
+    let recovered = h.view("failing").await;
+    assert_eq!(recovered.status, CheckStatus::Up);
+    assert_eq!(recovered.prev_change_id, view.change_id);
+    assert_eq!(h.change(view.change_id).status, "Done");
+    assert_eq!(h.change(recovered.change_id).kind, "perform-check");
+    assert!(h.firing().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn checks_taken_over_resume_as_they_stood_when_the_reexecution_fails() {
+    let h = Harness::new(vec![check("chk")]);
+    h.set("chk", Outcome::Fail("exit status 1", ""));
+    pass(10.5).await;
+    let before = h.view("chk").await;
+    let carried = h.manager.take_over().await;
+    pass(30.0).await;
+    // Nothing runs while taken over.
+    assert_eq!(h.runs("chk"), 1);
+    assert_eq!(listed(h.view("chk").await), listed(before.clone()));
+    h.manager.resume(carried);
+    // Its next run as it was due when taken over: 9.5 s on, in the same change.
+    pass(9.3).await;
+    assert_eq!(h.runs("chk"), 1);
+    pass(0.4).await;
+    assert_eq!(h.runs("chk"), 2);
+    let view = h.view("chk").await;
+    assert_eq!((view.failures, view.change_id), (2, before.change_id));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_in_flight_at_a_reexecution_runs_again_at_once_under_the_new_program() {
+    let mut config = check("chk");
+    config.timeout = secs(5);
+    let h = Harness::new(vec![config]);
+    h.set("chk", Outcome::Hang);
+    pass(11.0).await;
+    assert_eq!(h.runs("chk"), 1);
+    let change = h.view("chk").await.change_id;
+    let h = h.reexecuted().await;
+    pass(0.1).await;
+    assert_eq!(h.runs("chk"), 2);
+    // Its timeout counts from that run: one failure, in the same change.
+    pass(5.0).await;
+    let view = h.view("chk").await;
+    assert_eq!((view.failures, view.change_id), (1, change));
+}

@@ -818,6 +818,17 @@ impl Actor {
                         self.perform(name, Event::Oneshots(self.oneshots.clone()), None);
                     }
                 }
+                // The checks, handed over too, as they stand: a firing the predecessor had not
+                // acted on is acted on, a service waiting for its checks starts once they pass.
+                for name in &adopted {
+                    let uses_checks = self
+                        .services
+                        .get(name)
+                        .is_some_and(|slot| slot.machine.policy().uses_checks());
+                    if uses_checks {
+                        self.perform(name, Event::Checks(self.checks.clone()), None);
+                    }
+                }
                 let _ = reply.send(());
             }
             Request::Carry { logs, reply } => {
@@ -942,23 +953,8 @@ impl Actor {
                 continue;
             };
             let config = &slot.config;
-            let unsupported = [
-                (!config.requires_checks.is_empty(), "requires-checks"),
-                (!config.on_check_failure.is_empty(), "on-check-failure"),
-            ];
             let changed = plan.service_to_run(name).as_deref() != Some(config.as_ref());
-            if left_down && (changed || unsupported.iter().any(|(has, _)| *has)) {
-                continue;
-            }
-            if let Some((_, what)) = unsupported.iter().find(|(has, _)| *has) {
-                let how = if slot.machine.pid().is_some() {
-                    "is running with"
-                } else {
-                    "has"
-                };
-                why.push(format!(
-                    "service {shown} {how} {what}, which a re-execution does not hand over yet"
-                ));
+            if left_down && changed {
                 continue;
             }
             if changed {

@@ -194,11 +194,15 @@ pub struct StateData {
 }
 
 /// Closes changes a previous daemon left unfinished: a task that was running is treated as
-/// done (its process, if any, did not survive the daemon), tasks not yet begun are held.
-pub(super) fn close_unfinished(d: &mut StateData) {
+/// done (its process, if any, did not survive the daemon), tasks not yet begun are held;
+/// but for the tasks `keep`, which a re-executed daemon's predecessor handed over running.
+pub(super) fn close_unfinished(d: &mut StateData, keep: &[u64]) {
     let now = Timestamp::now();
     let mut touched = Vec::new();
     for task in d.tasks.values_mut() {
+        if keep.contains(&task.id) {
+            continue;
+        }
         match task.status {
             TaskStatus::Doing | TaskStatus::Abort => {
                 task.status = TaskStatus::Done;

@@ -95,8 +95,15 @@ pub(super) struct Inner {
 
 impl StateStore {
     /// A store holding `data` (fresh or loaded from disk).
-    pub(crate) fn new(mut data: StateData) -> StateStore {
-        close_unfinished(&mut data);
+    #[cfg(test)]
+    pub(crate) fn new(data: StateData) -> StateStore {
+        StateStore::keeping(data, &[])
+    }
+
+    /// [`StateStore::new`] for a re-executed daemon: the tasks `keep` (the handed-over
+    /// checks' tasks, which go on under it) stay in progress.
+    pub(crate) fn keeping(mut data: StateData, keep: &[u64]) -> StateStore {
+        close_unfinished(&mut data, keep);
         notices::prune(&mut data, Timestamp::now());
         let latest_warning = Arc::new(notices::LatestWarning::default());
         for warning in data

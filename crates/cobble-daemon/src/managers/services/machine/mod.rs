@@ -171,6 +171,17 @@ pub(crate) struct Carried {
     pub completion: Option<Duration>,
     /// A coalesced `on-file-change` action, due this long from now.
     pub file_change: Option<(Duration, FileAction)>,
+    /// The checks of `on-check-failure` last seen down, with the firing number acted on.
+    pub checks_down: BTreeMap<String, u64>,
+    /// Per check that stays down, the restarts it caused: how many, the delay before the
+    /// next, and how long until the next may follow.
+    pub streaks: BTreeMap<String, (u32, Duration, Duration)>,
+    /// Checks whose action is held, each for how long still.
+    pub held: BTreeMap<String, Duration>,
+    /// The `requires-checks` that do not pass, while waiting.
+    pub waiting_checks: Vec<String>,
+    /// The check whose action caused the current backoff, if one did.
+    pub backoff_check: Option<String>,
     /// Its run's watchdog, when it has one.
     pub watchdog: Option<CarriedWatchdog>,
 }
@@ -216,10 +227,10 @@ impl Carried {
 
 impl Machine {
     /// What a re-execution can hand over of this machine: a process running or starting
-    /// (past its spawn, not being ended), a backoff, a wait for missing paths or one-shots,
-    /// a one-shot's completion, or an exit left down, with its watchdog's deadline; with
-    /// nothing the new program could not take on (a check's action, hold or streak, a wait
-    /// for checks, a start that waits for its answer). `None` for anything else.
+    /// (past its spawn, not being ended), a backoff, a wait for missing paths, one-shots or
+    /// checks, a one-shot's completion, or an exit left down, with where its checks' actions
+    /// stand and its watchdog's deadline; with nothing the new program could not take on (a
+    /// start that waits for its answer). `None` for anything else.
     pub(crate) fn carried(&self, now: Instant) -> Option<Carried> {
         let wanted = self.wanted == Wanted::Running;
         let phase = match self.phase {
@@ -238,17 +249,14 @@ impl Machine {
             Phase::Backoff { until } if wanted => CarriedPhase::Backoff {
                 until_in: until.saturating_duration_since(now),
             },
-            Phase::Waiting if wanted && self.waiting_checks.is_empty() => CarriedPhase::Waiting,
+            Phase::Waiting if wanted => CarriedPhase::Waiting,
             Phase::Completed => CarriedPhase::Completed,
             Phase::Exited => CarriedPhase::Exited,
             _ => return None,
         };
-        let quiet = !self.start_pending
-            && self.backoff_check.is_none()
-            && self.checks_down.is_empty()
-            && self.streaks.is_empty()
-            && self.held.is_empty();
+        let quiet = !self.start_pending;
         let ago = |at: Option<Instant>| at.map(|at| now.saturating_duration_since(at));
+        let left = |at: Instant| at.saturating_duration_since(now);
         quiet.then(|| Carried {
             phase,
             backoff_num: self.backoff_num,
@@ -276,6 +284,19 @@ impl Machine {
                 last_ping_ago: ago(w.last_ping),
                 since_ago: ago(w.since),
             }),
+            checks_down: self.checks_down.clone(),
+            streaks: self
+                .streaks
+                .iter()
+                .map(|(check, s)| (check.clone(), (s.restarts, s.delay, left(s.next_at))))
+                .collect(),
+            held: self
+                .held
+                .iter()
+                .map(|(check, at)| (check.clone(), left(*at)))
+                .collect(),
+            waiting_checks: self.waiting_checks.clone(),
+            backoff_check: self.backoff_check.clone(),
         })
     }
 
@@ -346,6 +367,26 @@ impl Machine {
             },
             None => fresh,
         });
+        machine.checks_down = carried.checks_down.clone();
+        machine.streaks = carried
+            .streaks
+            .iter()
+            .map(|(check, (restarts, delay, next_in))| {
+                let streak = Streak {
+                    restarts: *restarts,
+                    delay: *delay,
+                    next_at: at + *next_in,
+                };
+                (check.clone(), streak)
+            })
+            .collect();
+        machine.held = carried
+            .held
+            .iter()
+            .map(|(check, until)| (check.clone(), at + *until))
+            .collect();
+        machine.waiting_checks.clone_from(&carried.waiting_checks);
+        machine.backoff_check.clone_from(&carried.backoff_check);
         machine
     }
 

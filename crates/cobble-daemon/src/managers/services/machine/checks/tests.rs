@@ -620,3 +620,37 @@ fn check_failure_is_ignored_unless_running_backing_off_or_exited() {
         assert_eq!(h.m.phase(), Phase::Stopped);
     }
 }
+
+// --- re-execution ---------------------------------------------------------------------------
+
+#[test]
+fn a_handed_over_machine_keeps_where_its_checks_actions_stand() {
+    let mut h = running();
+    h.at(5.0).check_failed(ExitAction::Restart);
+    back_up(&mut h, 10, 11);
+    h.at(6.0).check_failed(ExitAction::Restart);
+    back_up(&mut h, 11, 12);
+    // Held until 7 s by the streak's spacing.
+    assert!(!term(&h.at(6.5).check_failed(ExitAction::Restart)));
+    let carried =
+        h.m.carried(h.now)
+            .expect("a running service is handed over");
+    let mut adopted = Harness::with_policy(h.m.policy().clone());
+    adopted.t0 = h.t0;
+    adopted.now = h.now;
+    adopted.firings = h.firings;
+    adopted.m = Machine::adopted("svc", 7, h.m.policy().clone(), &carried, h.now);
+    assert_eq!(adopted.m.streaks(), h.m.streaks());
+    assert_eq!(adopted.m.held(), h.m.held());
+    assert_eq!(adopted.m.deadline(), h.m.deadline());
+    // The checks as they stand, told again: the firing it acted on is not acted on again.
+    let firing = Firing::from([("chk".to_owned(), adopted.firings)]);
+    assert_eq!(adopted.step(Event::Checks(signals(firing))), vec![]);
+    // The held restart happens when it would have.
+    assert_eq!(adopted.at(6.9).tick(), vec![]);
+    assert!(adopted.at(7.0).tick().contains(&Action::Signal {
+        pid: 12,
+        signal: GroupSignal::Term
+    }));
+    assert_eq!(adopted.m.streaks()["chk"].restarts, 3);
+}
