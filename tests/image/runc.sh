@@ -25,7 +25,12 @@
 #   4. the liveness probe, GET /v1/health?level=alive as the kubelet sends it, answers 200,
 #      then 502 once the service behind the alive check is stopped, then 200 again once it
 #      is started;
-#   5. `runc kill` SIGTERM stops everything, the service that ignores SIGTERM by SIGKILL
+#   5. `cobble reexec`: a binary that is missing, one that exits at once and an older build
+#      that cannot read the handover are refused with the reason and change nothing; the
+#      daemon's own binary takes over in place (run again as it was started, `enter`
+#      included), PID 1 stays PID 1, every service keeps its process, and the probe still
+#      answers;
+#   6. `runc kill` SIGTERM stops everything, the service that ignores SIGTERM by SIGKILL
 #      once its kill-delay is up, and PID 1 exits 0 within kill-delay plus a margin; no
 #      process of the container is left.
 #
@@ -297,7 +302,32 @@ scenario() { # name, entrypoint...
     wait_until "the probe answers 200 again" probe_is 200
     echo "    ok: /v1/health?level=alive answered 200, then 502 with web stopped, then 200"
 
-    # 5. runc kill SIGTERM.
+    # 5. Re-execution in place.
+    children() { cat /proc/"$init"/task/*/children | tr ' ' '\n' | grep . | sort -n | tr '\n' ' '; }
+    printf '#!/bin/busybox sh\nexit 0\n' > "$ROOT/usr/bin/exits"
+    printf '#!/bin/busybox sh\necho '"'"'{"cobble-version":"0.0.1","handover-formats":[1]}'"'"'\n' \
+        > "$ROOT/usr/bin/older"
+    chmod 755 "$ROOT/usr/bin/exits" "$ROOT/usr/bin/older"
+    local before
+    before=$(children)
+    for bad in "missing:no such file or directory" "exits:it did not answer as cobble does" \
+        "older:reads handover formats [1]"; do
+        out=$(in_container /usr/bin/cobble reexec --binary "/usr/bin/${bad%%:*}" 2>&1) \
+            && fail "reexec into ${bad%%:*} succeeded: $out"
+        echo "$out" | tr '\n' ' ' | tr -s ' ' | grep -qF -- "${bad#*:}" || fail "reexec into ${bad%%:*} said: $out"
+        [ "$(children)" = "$before" ] || fail "reexec into ${bad%%:*} changed the services: $before -> $(children)"
+    done
+    out=$(in_container /usr/bin/cobble reexec 2>&1) || fail "reexec failed: $out"
+    echo "$out" | grep -q "^Re-executed daemon (pid 1) as /usr/bin/pebble: cobble " \
+        || fail "reexec said: $out"
+    [ "$(children)" = "$before" ] || fail "the services' processes changed across reexec: $before -> $(children)"
+    [ "$(awk '/^NSpid:/ {print $NF}' "/proc/$init/status")" = 1 ] || fail "PID 1 is gone after reexec"
+    wait_until "orphans, stubborn and web are active after reexec" services_active
+    wait_until "the probe answers 200 after reexec" probe_is 200
+    has_log "Re-executed daemon: cobble" || fail "the new program did not log its take-over"
+    echo "    ok: bad binaries refused with the reason, nothing changed; reexec in place kept PID 1 and the services' processes ($before)"
+
+    # 6. runc kill SIGTERM.
     local kill_delay=2 start end took status
     start=$(date +%s.%N)
     "$RUNC" --root "$STATE" kill "$ID" TERM
