@@ -149,9 +149,18 @@ const MAX_PROBE_OUTPUT: u64 = 64 * 1024;
 /// How long a re-execution waits for changes in progress (exec sessions, service actions) to
 /// be ready.
 pub(crate) const CHANGE_WAIT: Duration = Duration::from_secs(10);
-/// The kinds of change that last as long as a check runs: not waited for, handed over with
-/// their checks.
-const CHECK_CHANGES: &[&str] = &["perform-check", "recover-check"];
+/// The kinds of change that are not waited for: those that last as long as a check runs,
+/// handed over with their checks, and the services' changes, handed over with their services
+/// and taken up by the new program where they stood.
+const HANDED_CHANGES: &[&str] = &[
+    "perform-check",
+    "recover-check",
+    "start",
+    "stop",
+    "restart",
+    "autostart",
+    "replan",
+];
 /// How long a log target's sender may take to finish the request it is making.
 const FORWARD_WAIT: Duration = Duration::from_secs(11);
 /// How long the listeners' connections have to finish their requests.
@@ -244,6 +253,10 @@ pub(crate) struct Handover {
     /// Every check of the plan: its status, counters and change.
     #[serde(default)]
     pub checks: Vec<crate::checks::CarriedCheck>,
+    /// The service changes in progress (start, stop, restart, autostart, replan), each with
+    /// its tasks by lane: the new program takes them up where they stood.
+    #[serde(default)]
+    pub changes: Vec<crate::services::changes::CarriedChange>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
@@ -277,9 +290,18 @@ pub(crate) struct CarriedService {
     pub reset_in_ns: Option<u64>,
     pub running_ns: Option<u64>,
     pub last_exit: Option<i32>,
-    /// When a start's okay delay ends (starting) or its backoff does (backoff).
+    /// When a start's okay delay ends (starting), its backoff does (backoff), or a stop's
+    /// kill-delay (stopping) or its wait after SIGKILL (killing).
     #[serde(default)]
     pub due_in_ns: Option<u64>,
+    /// Starting, it has not said `READY=1` yet (`readiness: notify`): `due_in_ns` is when
+    /// its start fails for it.
+    #[serde(default)]
+    pub ready_signal: bool,
+    /// A start waits for more than the spawn (a one-shot's run, the one-shots it is
+    /// ordered after).
+    #[serde(default)]
+    pub start_pending: bool,
     /// What killed the last process, when the kernel did: its pid and the cause.
     #[serde(default)]
     pub exit_cause: Option<(u32, String)>,
@@ -436,6 +458,10 @@ pub(crate) enum CarriedPhaseName {
     Waiting,
     Completed,
     Exited,
+    /// A client's stop ends its process: SIGTERM sent, SIGKILL due.
+    Stopping,
+    /// A client's stop ends its process: SIGKILL sent.
+    Killing,
 }
 
 /// An `on-file-change` action due `in_ns` from the handover: a restart, or `signal`.
@@ -454,12 +480,28 @@ impl CarriedService {
         use crate::services::machine::{CarriedPhase, FileAction};
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let c = &taken.carried;
+        let mut ready_signal = false;
         let (phase, oneshot_run, due_in) = match c.phase {
             CarriedPhase::Running { oneshot_run, .. } => {
                 (CarriedPhaseName::Running, oneshot_run, None)
             }
-            CarriedPhase::Starting { okay_in, .. } => {
+            CarriedPhase::Starting {
+                okay_in,
+                ready_signal: signal,
+                ..
+            } => {
+                ready_signal = signal;
                 (CarriedPhaseName::Starting, false, Some(okay_in))
+            }
+            CarriedPhase::Stopping {
+                killing, due_in, ..
+            } => {
+                let name = if killing {
+                    CarriedPhaseName::Killing
+                } else {
+                    CarriedPhaseName::Stopping
+                };
+                (name, false, Some(due_in))
             }
             CarriedPhase::Backoff { until_in } => {
                 (CarriedPhaseName::Backoff, false, Some(until_in))
@@ -484,6 +526,8 @@ impl CarriedService {
             running_ns: c.running_for.map(ns),
             last_exit: c.last_exit,
             due_in_ns: due_in.map(ns),
+            ready_signal,
+            start_pending: c.start_pending,
             exit_cause: c.exit_cause.clone(),
             spawn_error: c.spawn_error.clone(),
             hints: c.hints.clone(),
@@ -540,6 +584,12 @@ impl CarriedService {
             CarriedPhaseName::Starting => CarriedPhase::Starting {
                 pid: self.pid?,
                 okay_in: due_in,
+                ready_signal: self.ready_signal,
+            },
+            CarriedPhaseName::Stopping | CarriedPhaseName::Killing => CarriedPhase::Stopping {
+                pid: self.pid?,
+                killing: self.phase == CarriedPhaseName::Killing,
+                due_in,
             },
             CarriedPhaseName::Backoff => CarriedPhase::Backoff { until_in: due_in },
             CarriedPhaseName::Waiting => CarriedPhase::Waiting,
@@ -591,6 +641,7 @@ impl CarriedService {
                 .collect(),
             waiting_checks: self.waiting_checks.clone(),
             backoff_check: self.backoff_check.clone(),
+            start_pending: self.start_pending,
         })
     }
 }
@@ -657,14 +708,15 @@ pub(super) fn adopt_exits(services: Vec<CarriedService>) -> Vec<CarriedExit> {
 }
 
 /// Has the supervisor follow the handed-over services: their records, their pipes, their
-/// machines, counted from `handed_at_ns` (the handover's instant on the monotonic clock).
+/// machines, counted from `handed_at_ns` (the handover's instant on the monotonic clock);
+/// returns the starts and stops they were in the middle of.
 pub(super) async fn adopt_services(
     daemon: &super::Daemon,
     services: Vec<CarriedExit>,
     handed_at_ns: Option<u64>,
-) {
+) -> Vec<(String, crate::services::InFlight)> {
     if services.is_empty() {
-        return;
+        return Vec::new();
     }
     // The swap's own time has passed for every timer the services had.
     let swap = handed_at_ns
@@ -762,7 +814,7 @@ pub(super) async fn adopt_services(
             notify,
         });
     }
-    daemon.services.adopt(adoptions).await;
+    daemon.services.adopt(adoptions).await
 }
 
 /// Takes the held sockets' descriptors a predecessor handed over, each once, for the
@@ -1274,8 +1326,8 @@ async fn reexec_checked(
         daemon.forwarder.resume();
         servers.start(listeners, &daemon.cancel);
         return Err(refuse(ApiError::bad_request(format!(
-            "cannot re-execute: {}; a re-execution hands over services, but no change \
-             in progress",
+            "cannot re-execute: {}; a re-execution hands over services and their \
+             changes, but no other change in progress",
             blockers.join(", ")
         ))));
     }
@@ -1306,6 +1358,9 @@ async fn reexec_checked(
     // goes through the state file, where it stands goes into the document.
     let checks = daemon.checks.take_over().await;
     let logs = carried_logs(daemon).await;
+    // What the services' changes were doing: their services are handed over, and their
+    // tasks stand in the state file as they are now.
+    let changes = daemon.service_changes.carried();
     // After the output readers have stopped: every line they read is queued.
     let forwarding = queued_forwarding(daemon);
     let processes = daemon.processes.clone();
@@ -1379,6 +1434,7 @@ async fn reexec_checked(
                 sockets,
                 forwarding,
                 checks: checks.clone(),
+                changes,
             };
             exec_into(target, kept, &listeners, handed).await
         }
@@ -1419,6 +1475,7 @@ struct Handed {
     sockets: Vec<CarriedSocket>,
     forwarding: Vec<CarriedTarget>,
     checks: Vec<crate::checks::CarriedCheck>,
+    changes: Vec<crate::services::changes::CarriedChange>,
 }
 
 /// Writes the handover document, keeps the descriptors it names across `execve` and
@@ -1444,6 +1501,7 @@ async fn exec_into(
         sockets,
         forwarding,
         checks,
+        changes,
     } = handed;
     let handover = Handover {
         format: FORMAT,
@@ -1462,6 +1520,7 @@ async fn exec_into(
         sockets,
         forwarding,
         checks,
+        changes,
         rest: BTreeMap::new(),
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
@@ -1618,7 +1677,7 @@ async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiErr
         let waited: Vec<String> = store
             .in_progress()
             .iter()
-            .filter(|(_, kind, _)| !CHECK_CHANGES.contains(&kind.as_str()))
+            .filter(|(_, kind, _)| !HANDED_CHANGES.contains(&kind.as_str()))
             .map(|(id, _, summary)| format!("change {id} ({summary})"))
             .collect();
         if waited.is_empty() {
@@ -1642,7 +1701,7 @@ async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiErr
 fn blockers(daemon: &super::Daemon) -> Vec<String> {
     let mut why = Vec::new();
     for (id, kind, summary) in daemon.store.in_progress() {
-        if CHECK_CHANGES.contains(&kind.as_str()) {
+        if HANDED_CHANGES.contains(&kind.as_str()) {
             continue;
         }
         why.push(format!("change {id} ({summary}) is in progress"));
