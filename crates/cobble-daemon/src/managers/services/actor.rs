@@ -101,6 +101,7 @@ pub(super) fn spawn(
         oneshots: Arc::default(),
         expected: BTreeMap::new(),
         held_requests: Vec::new(),
+        held_takeover: None,
     };
     // The checks as they are at the start are the actor's: their runners may wait for it.
     actor.checks.acted();
@@ -250,7 +251,13 @@ struct Actor {
     /// Starts and stops asked of services handed to a new program (a change's next task,
     /// asked while the re-execution got ready): taken up again if it does not happen.
     held_requests: Vec<Request>,
+    /// A take-over asked while a service was being spawned: answered once none is (a
+    /// spawn takes moments, and what comes of it, a process starting, is handed over).
+    held_takeover: Option<TakeOverReply>,
 }
+
+/// The answer to [`Request::TakeOver`].
+type TakeOverReply = oneshot::Sender<Result<Vec<super::Taken>, Vec<String>>>;
 
 /// A `/v1/signals` request that waits for a spawn to finish.
 struct HeldSignal {
@@ -329,6 +336,13 @@ impl Actor {
                 Some(result) = done.recv() => {
                     self.finished(result);
                     self.release_signals();
+                    if self.held_takeover.is_some() && !self.any_spawning() {
+                        let reply = self.held_takeover.take().expect("held");
+                        // Nothing is handed over to an asker that has gone.
+                        if !reply.is_closed() {
+                            let _ = reply.send(self.take_over());
+                        }
+                    }
                 }
                 Some(event) = paths.recv() => self.path_changed(event),
                 Ok(()) = checks.changed() => {
@@ -772,7 +786,11 @@ impl Actor {
                 }
             }
             Request::TakeOver { reply } => {
-                let _ = reply.send(self.take_over());
+                if self.any_spawning() {
+                    self.held_takeover = Some(reply);
+                } else {
+                    let _ = reply.send(self.take_over());
+                }
             }
             Request::Resume { services } => {
                 let names: Vec<String> = services.iter().map(|(name, _)| name.clone()).collect();
@@ -1350,6 +1368,13 @@ impl Actor {
         names
             .iter()
             .filter_map(|name| self.services.get(name))
+            .any(|slot| slot.machine.is_spawning())
+    }
+
+    /// Whether any service is between asking for a process and having one.
+    fn any_spawning(&self) -> bool {
+        self.services
+            .values()
             .any(|slot| slot.machine.is_spawning())
     }
 

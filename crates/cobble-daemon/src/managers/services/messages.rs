@@ -147,7 +147,7 @@ pub(super) enum Request {
         reply: oneshot::Sender<()>,
     },
     /// Hand every running service over for a re-execution, or, when one cannot be, say why
-    /// (each) and change nothing.
+    /// (each) and change nothing; answered once no service is being spawned.
     TakeOver {
         reply: oneshot::Sender<Result<Vec<Taken>, Vec<String>>>,
     },
