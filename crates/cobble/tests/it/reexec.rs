@@ -1100,6 +1100,37 @@ fn an_exec_that_fails_gives_back_the_services_waiting_and_backing_off() {
     assert_eq!(children(&d).len(), 2);
 }
 
+#[test]
+fn an_exec_that_fails_gives_back_a_restart_whose_stop_is_in_progress() {
+    let d = Daemon::start_with_env(
+        &[("001-base", DEAF)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    let id = act_no_wait(&d, "restart", &["s"]);
+    let failing = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
+    let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    // The old program goes on with the change it began: the stop, then the start.
+    let change = ready_change(&d, &id);
+    assert_eq!(change.status, "Done", "{change:?}");
+    assert!(
+        change
+            .tasks
+            .iter()
+            .all(|t| t.status == "Done" && t.log.is_empty()),
+        "{change:?}"
+    );
+    assert_eq!(service(&d, "s").current, "active");
+    let now = children(&d);
+    assert_eq!(now.len(), 1);
+    assert_ne!(now, pids);
+    let pid = nix::unistd::Pid::from_raw(now[0] as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill the service");
+}
+
 /// Makes the daemon's state persister panic (see the daemon's fault hook).
 fn inject_panic(daemon: &Daemon) {
     let pid = nix::unistd::Pid::from_raw(daemon.pid() as i32);
@@ -1784,6 +1815,38 @@ fn a_notify_service_still_starting_is_handed_over_and_its_start_completes_when_i
         "{:?}",
         reason(&d, "late")
     );
+}
+
+#[test]
+fn a_start_handed_over_that_fails_under_the_new_program_fails_its_change_as_it_would_have() {
+    let dir = tempfile::tempdir().unwrap();
+    // Never says READY=1: once told to, it says why and exits.
+    let go = dir.path().join("go");
+    let layer = format!(
+        "services:\n  late:\n    override: replace\n    readiness: notify\n    \
+         on-failure: ignore\n    \
+         command: sh -c 'while [ ! -e {go} ]; do sleep 0.1; done; echo giving up; exit 3'\n",
+        go = go.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let id = act_no_wait(&d, "start", &["late"]);
+    wait_for("its process", Duration::from_secs(30), || {
+        children(&d).len() == 1
+    });
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let c = crate::fixture::client(&d);
+    let during = crate::fixture::rt()
+        .block_on(c.change(&id))
+        .expect("the change");
+    assert_eq!(during.status, "Doing", "{during:?}");
+    std::fs::write(&go, "").unwrap();
+    let change = ready_change(&d, &id);
+    assert_eq!(change.status, "Error", "{change:?}");
+    let log = change.tasks[0].log.join("\n");
+    assert!(log.contains("Most recent service output:"), "{log}");
+    assert!(log.contains("giving up"), "{log}");
+    assert!(!log.contains("Daemon restarted"), "{log}");
 }
 
 /// A Loki receiver that holds each request while `hold` is set, then answers 204; records
