@@ -1849,6 +1849,45 @@ fn a_start_handed_over_that_fails_under_the_new_program_fails_its_change_as_it_w
     assert!(!log.contains("Daemon restarted"), "{log}");
 }
 
+#[test]
+fn a_start_waiting_for_a_oneshot_it_requires_completes_under_the_new_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let layer = format!(
+        "services:\n  prep:\n    override: replace\n    type: oneshot\n    \
+         command: sh -c 'while [ ! -e {go} ]; do sleep 0.1; done'\n  \
+         app:\n    override: replace\n    requires: [prep]\n    after: [prep]\n    \
+         command: sleep 1000\n",
+        go = go.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let id = act_no_wait(&d, "start", &["app"]);
+    wait_for("the one-shot's run", Duration::from_secs(30), || {
+        children(&d).len() == 1 && service(&d, "app").current == "waiting"
+    });
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let c = crate::fixture::client(&d);
+    let during = crate::fixture::rt()
+        .block_on(c.change(&id))
+        .expect("the change");
+    let statuses: Vec<&str> = during.tasks.iter().map(|t| t.status.as_str()).collect();
+    assert_eq!(statuses, ["Doing", "Doing"], "{during:?}");
+    // The one-shot completes under the new program, and what waits for it starts.
+    std::fs::write(&go, "").unwrap();
+    let change = ready_change(&d, &id);
+    assert_eq!(change.status, "Done", "{change:?}");
+    assert!(
+        change
+            .tasks
+            .iter()
+            .all(|t| t.status == "Done" && t.log.is_empty()),
+        "{change:?}"
+    );
+    assert_eq!(service(&d, "app").current, "active");
+    assert_eq!(children(&d).len(), 1);
+}
+
 /// A Loki receiver that holds each request while `hold` is set, then answers 204; records
 /// every line it was sent (`lines`), and counts the requests that arrived.
 struct HoldingReceiver {
