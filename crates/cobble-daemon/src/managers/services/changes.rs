@@ -530,6 +530,16 @@ impl ServiceChanges {
                     start: start.clone(),
                 },
             );
+        // Aborted before it was handed over: its starts in progress are aborted here too.
+        let aborted = resumed.is_some()
+            && stop
+                .iter()
+                .chain(&start)
+                .flatten()
+                .any(|task| self.state.task_status(task.task_id) == Some(TaskStatus::Abort));
+        if aborted {
+            self.state.abort_token(change_id).cancel();
+        }
         self.run(change_id, stop, start, resumed).await;
         self.running
             .lock()
@@ -552,7 +562,7 @@ impl ServiceChanges {
             resumed.is_none()
                 || matches!(
                     self.state.task_status(task.task_id),
-                    Some(TaskStatus::Do | TaskStatus::Doing)
+                    Some(TaskStatus::Do | TaskStatus::Doing | TaskStatus::Abort)
                 )
         };
         let expected = Expected::new(
@@ -607,7 +617,9 @@ impl ServiceChanges {
                     expected.release(&task.service);
                     continue;
                 }
-                (Some(TaskStatus::Doing), Some(resumed)) => (true, Some(resumed)),
+                (Some(TaskStatus::Doing | TaskStatus::Abort), Some(resumed)) => {
+                    (true, Some(resumed))
+                }
                 // An abort may have held the task already.
                 _ => {
                     self.hold(&lane[i..], expected);
