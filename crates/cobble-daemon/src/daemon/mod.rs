@@ -268,7 +268,14 @@ pub(crate) async fn run(
         daemon.forwarder.ready().await;
     }
     let handed_at = handover.as_ref().and_then(|h| h.handed_at_ns);
-    reexec::adopt_services(&daemon, carried, handed_at).await;
+    let in_flight = reexec::adopt_services(&daemon, carried, handed_at).await;
+    // The services' changes go on where they stood: what their services were in the middle
+    // of is answered as it would have been, and the tasks not begun run as any do.
+    let changes = handover
+        .as_mut()
+        .map(|h| std::mem::take(&mut h.changes))
+        .unwrap_or_default();
+    daemon.service_changes.resume(changes, in_flight);
     // Taken over: a failure from now on is this program's.
     reexec::disarm_fallback();
     let reply = handover.as_mut().and_then(|h| h.reply.take());
@@ -517,14 +524,17 @@ fn load(opts: &RunOptions, handover: Option<&reexec::Handover>) -> Result<Loaded
         }
         None => None,
     };
-    // The checks a predecessor handed over go on with their changes' tasks.
+    // The checks a predecessor handed over go on with their changes' tasks, and its
+    // services' changes are taken up where their tasks stood.
     let keep: Vec<u64> = handover
         .map(|h| {
-            h.checks
+            let checks = h
+                .checks
                 .iter()
                 .filter(|c| c.running)
-                .filter_map(|c| c.task_id)
-                .collect()
+                .filter_map(|c| c.task_id);
+            let changes = h.changes.iter().flat_map(|c| c.task_ids());
+            checks.chain(changes).collect()
         })
         .unwrap_or_default();
     let store = StateStore::keeping(data, &keep);

@@ -11,22 +11,35 @@
 //! machine stands, what each service's log holds and where each check stands; its
 //! descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The state goes through the
 //! state file: the persister writes it one last time and stops, and the new program loads
-//! it as any daemon does, but leaves the handed-over checks' tasks in progress. The plan
+//! it as any daemon does, but leaves the handed-over checks' tasks, and the tasks of the
+//! handed-over service changes, as they stood. The plan
 //! goes in the document, layer by layer as [`cobble_plan::Layer::to_yaml`] prints each
 //! (those added through the API too), and the new program runs it instead of reading the
 //! layers directory, which a daemon reads at start-up only.
 //!
 //! Every service started and not stopped since is handed over, with or without a process:
-//! running (a one-shot's run too), within its okay delay, backing off, waiting for missing
-//! `requires-paths`, for one-shots or for `requires-checks`, a one-shot completed, or left
-//! down. Its machine's timers (the okay delay, the backoff, the backoff's reset, a coalesced
-//! file change, a check's restart streak or held action) go as durations from the handover,
+//! running (a one-shot's run too), within its okay delay or not ready yet, backing off,
+//! waiting for missing `requires-paths`, for one-shots or for `requires-checks`, a one-shot
+//! completed, or left down; and so is one a client's stop is ending (SIGTERM sent and its
+//! kill-delay not out, or SIGKILL sent). Its machine's timers (the okay delay or the time
+//! left to say `READY=1`, the kill-delay or the wait after SIGKILL, the backoff, the
+//! backoff's reset, a coalesced file change, a check's restart streak or held action) go as
+//! durations from the handover,
 //! which is stamped on the monotonic clock, kept by `execve`: the new program counts them
 //! from that instant, so the swap's own time is not added. What the new program can derive
 //! it derives from the plan: the paths to watch (each reported as it is once watched, so a
 //! path created during the swap ends a wait), where each one-shot stands for what waits for
 //! it, and the cgroup of a run with `resources:`, found by its path from the service's name
 //! and its invocation ID.
+//!
+//! The services' changes in progress are handed over too, each with its tasks by lane
+//! ([`crate::services::changes::CarriedChange`]); their tasks stay in the state file as
+//! they stood. The new program takes each change up where it stood: a task in progress waits
+//! for the start or stop its service was in the middle of, which the supervisor answers as
+//! the old program would have (it registers the waiters as it adopts the service, before
+//! anything more happens to it), and records it as the old program would have; the tasks
+//! not begun run as any do. A task the old program began as it got ready (its request held
+//! by the supervisor, which no longer acts on a handed-over service) is begun again.
 //!
 //! Every check is handed over too: its status, streak (failures, successes, whether it is
 //! recovering), counters, last error, its perform-check or recover-check change and task
@@ -48,23 +61,24 @@
 //!    one that is not executable or not for this machine, a build that does not know the
 //!    probe or does not read this daemon's [`FORMAT`], and one that crashes or exits at once
 //!    are refused with the reason, and nothing else has happened.
-//! 2. **Changes in progress are waited for** up to [`CHANGE_WAIT`] (an exec session, a stop
-//!    waiting out its kill-delay), then the request is refused, naming them; a check's
-//!    change (`perform-check`, `recover-check`), which lasts as long as its check runs, is
-//!    not waited for: it is handed over with its check (5).
+//! 2. **Exec sessions in progress are waited for** up to [`CHANGE_WAIT`] (their websockets
+//!    end with the process), then the request is refused, naming them; a check's change
+//!    (`perform-check`, `recover-check`) and a service change (`start`, `stop`, `restart`,
+//!    `autostart`, `replan`) are not waited for: each is handed over (5).
 //! 3. **The listeners pause.** They stop accepting (the kernel queues new connections, which
 //!    the new program accepts) and every connection finishes the request it is answering and
 //!    closes; answers that wait (a notices long poll, a logs follower) end as their timeout
 //!    or end of stream would end them. The daemon waits for that up to [`DRAIN_WAIT`].
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
-//!    anything more: a change in progress (but a check's), a daemon without a state file or
+//!    anything more: an exec session in progress, a daemon without a state file or
 //!    run by another command (`cobble enter`); a plan changed since the probe is probed again. Then each
 //!    log target's sender finishes the request it is making (so that nothing is sent twice)
 //!    and parks, its undelivered batch put back in its queue, up to [`FORWARD_WAIT`]; the
 //!    notify sockets' readers stop between two datagrams, and the supervisor handles what
 //!    they had read (so that what a service said is in its machine when it is taken, and
 //!    what it says later waits in its socket); then the supervisor is asked to hand over
-//!    its services, and refuses for one being spawned or stopped, or with what is not
+//!    its services once none is being spawned (a spawn takes moments), and refuses for one
+//!    whose process is being ended by anything but a client's stop, or with what is not
 //!    handed over yet. The readers (which read what waits in their sockets before the
 //!    services' deadlines are acted on again), the senders and the listeners then start
 //!    again.
@@ -72,7 +86,8 @@
 //!    services (their timers, exits, paths, one-shots and checks wait for the new program),
 //!    and each output reader stops between two reads, handing back its pipe and the line it
 //!    had begun. Each check's runner stops between two runs (a run in flight is dropped, and
-//!    is due at once in the new program), its change and task left in progress. Each
+//!    is due at once in the new program), its change and task left in progress. The service
+//!    changes being carried out go into the document with their lanes. Each
 //!    service's output log, the held sockets and what each log target holds (taken once the
 //!    output readers have stopped, so every line they read is in it) go into the document;
 //!    the persister writes the state and stops; the daemon's own log and the service log
@@ -87,7 +102,9 @@
 //!    neither ends leftovers nor autostarts, runs each check on from where it stood (same
 //!    change and task, next run when it was due), follows the services from where their
 //!    machines stood (acting on the checks as they stand: a firing the old program had not
-//!    acted on is acted on, a wait for checks that pass now ends), reads their notify sockets again (what was sent during the swap first), serves
+//!    acted on is acted on, a wait for checks that pass now ends), takes up the service
+//!    changes where they stood, reads their notify sockets again (what was sent during the
+//!    swap first), serves
 //!    the listeners it was handed, and answers the waiting client on its connection with
 //!    both versions. Had the exec failed instead, the old
 //!    program follows its services again, its path watches armed anew and what waits for
@@ -134,9 +151,9 @@ use crate::api::ApiError;
 /// The argument that makes `cobble` answer as a re-execution's candidate (see [`probe`]).
 pub const PROBE_ARG: &str = "__reexec-probe";
 /// The handover format this daemon writes: 3 hands over the plan, services that are not
-/// running too (backing off, waiting, a one-shot completed), notify sockets, watchdogs, held
-/// `sockets:` (descriptors a reader of 2 would leave open and bind over) and what log targets
-/// hold; 2 running services only (and had the new program load the layers directory); 1 none.
+/// running too (backing off, waiting, a one-shot completed, being stopped), notify sockets,
+/// watchdogs, held `sockets:` (descriptors a reader of 2 would leave open and bind over),
+/// what log targets hold and the service changes in progress; 2 running services only (and had the new program load the layers directory); 1 none.
 pub(crate) const FORMAT: u32 = 3;
 /// The handover formats this build reads.
 const READS: &[u32] = &[1, 2, FORMAT];
@@ -146,12 +163,21 @@ const MAX_DOCUMENT: u64 = 64 << 20;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of the probe's output read.
 const MAX_PROBE_OUTPUT: u64 = 64 * 1024;
-/// How long a re-execution waits for changes in progress (exec sessions, service actions) to
-/// be ready.
+/// How long a re-execution waits for changes in progress that cannot be handed over (exec
+/// sessions) to be ready.
 pub(crate) const CHANGE_WAIT: Duration = Duration::from_secs(10);
-/// The kinds of change that last as long as a check runs: not waited for, handed over with
-/// their checks.
-const CHECK_CHANGES: &[&str] = &["perform-check", "recover-check"];
+/// The kinds of change that are not waited for: those that last as long as a check runs,
+/// handed over with their checks, and the services' changes, handed over with their services
+/// and taken up by the new program where they stood.
+const HANDED_CHANGES: &[&str] = &[
+    "perform-check",
+    "recover-check",
+    "start",
+    "stop",
+    "restart",
+    "autostart",
+    "replan",
+];
 /// How long a log target's sender may take to finish the request it is making.
 const FORWARD_WAIT: Duration = Duration::from_secs(11);
 /// How long the listeners' connections have to finish their requests.
@@ -244,6 +270,10 @@ pub(crate) struct Handover {
     /// Every check of the plan: its status, counters and change.
     #[serde(default)]
     pub checks: Vec<crate::checks::CarriedCheck>,
+    /// The service changes in progress (start, stop, restart, autostart, replan), each with
+    /// its tasks by lane: the new program takes them up where they stood.
+    #[serde(default)]
+    pub changes: Vec<crate::services::changes::CarriedChange>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
@@ -277,9 +307,18 @@ pub(crate) struct CarriedService {
     pub reset_in_ns: Option<u64>,
     pub running_ns: Option<u64>,
     pub last_exit: Option<i32>,
-    /// When a start's okay delay ends (starting) or its backoff does (backoff).
+    /// When a start's okay delay ends (starting), its backoff does (backoff), or a stop's
+    /// kill-delay (stopping) or its wait after SIGKILL (killing).
     #[serde(default)]
     pub due_in_ns: Option<u64>,
+    /// Starting, it has not said `READY=1` yet (`readiness: notify`): `due_in_ns` is when
+    /// its start fails for it.
+    #[serde(default)]
+    pub ready_signal: bool,
+    /// A start waits for more than the spawn (a one-shot's run, the one-shots it is
+    /// ordered after).
+    #[serde(default)]
+    pub start_pending: bool,
     /// What killed the last process, when the kernel did: its pid and the cause.
     #[serde(default)]
     pub exit_cause: Option<(u32, String)>,
@@ -436,6 +475,10 @@ pub(crate) enum CarriedPhaseName {
     Waiting,
     Completed,
     Exited,
+    /// A client's stop ends its process: SIGTERM sent, SIGKILL due.
+    Stopping,
+    /// A client's stop ends its process: SIGKILL sent.
+    Killing,
 }
 
 /// An `on-file-change` action due `in_ns` from the handover: a restart, or `signal`.
@@ -454,12 +497,28 @@ impl CarriedService {
         use crate::services::machine::{CarriedPhase, FileAction};
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let c = &taken.carried;
+        let mut ready_signal = false;
         let (phase, oneshot_run, due_in) = match c.phase {
             CarriedPhase::Running { oneshot_run, .. } => {
                 (CarriedPhaseName::Running, oneshot_run, None)
             }
-            CarriedPhase::Starting { okay_in, .. } => {
+            CarriedPhase::Starting {
+                okay_in,
+                ready_signal: signal,
+                ..
+            } => {
+                ready_signal = signal;
                 (CarriedPhaseName::Starting, false, Some(okay_in))
+            }
+            CarriedPhase::Stopping {
+                killing, due_in, ..
+            } => {
+                let name = if killing {
+                    CarriedPhaseName::Killing
+                } else {
+                    CarriedPhaseName::Stopping
+                };
+                (name, false, Some(due_in))
             }
             CarriedPhase::Backoff { until_in } => {
                 (CarriedPhaseName::Backoff, false, Some(until_in))
@@ -484,6 +543,8 @@ impl CarriedService {
             running_ns: c.running_for.map(ns),
             last_exit: c.last_exit,
             due_in_ns: due_in.map(ns),
+            ready_signal,
+            start_pending: c.start_pending,
             exit_cause: c.exit_cause.clone(),
             spawn_error: c.spawn_error.clone(),
             hints: c.hints.clone(),
@@ -540,6 +601,12 @@ impl CarriedService {
             CarriedPhaseName::Starting => CarriedPhase::Starting {
                 pid: self.pid?,
                 okay_in: due_in,
+                ready_signal: self.ready_signal,
+            },
+            CarriedPhaseName::Stopping | CarriedPhaseName::Killing => CarriedPhase::Stopping {
+                pid: self.pid?,
+                killing: self.phase == CarriedPhaseName::Killing,
+                due_in,
             },
             CarriedPhaseName::Backoff => CarriedPhase::Backoff { until_in: due_in },
             CarriedPhaseName::Waiting => CarriedPhase::Waiting,
@@ -591,6 +658,7 @@ impl CarriedService {
                 .collect(),
             waiting_checks: self.waiting_checks.clone(),
             backoff_check: self.backoff_check.clone(),
+            start_pending: self.start_pending,
         })
     }
 }
@@ -657,14 +725,15 @@ pub(super) fn adopt_exits(services: Vec<CarriedService>) -> Vec<CarriedExit> {
 }
 
 /// Has the supervisor follow the handed-over services: their records, their pipes, their
-/// machines, counted from `handed_at_ns` (the handover's instant on the monotonic clock).
+/// machines, counted from `handed_at_ns` (the handover's instant on the monotonic clock);
+/// returns the starts and stops they were in the middle of.
 pub(super) async fn adopt_services(
     daemon: &super::Daemon,
     services: Vec<CarriedExit>,
     handed_at_ns: Option<u64>,
-) {
+) -> Vec<(String, crate::services::InFlight)> {
     if services.is_empty() {
-        return;
+        return Vec::new();
     }
     // The swap's own time has passed for every timer the services had.
     let swap = handed_at_ns
@@ -762,7 +831,7 @@ pub(super) async fn adopt_services(
             notify,
         });
     }
-    daemon.services.adopt(adoptions).await;
+    daemon.services.adopt(adoptions).await
 }
 
 /// Takes the held sockets' descriptors a predecessor handed over, each once, for the
@@ -1274,8 +1343,8 @@ async fn reexec_checked(
         daemon.forwarder.resume();
         servers.start(listeners, &daemon.cancel);
         return Err(refuse(ApiError::bad_request(format!(
-            "cannot re-execute: {}; a re-execution hands over services, but no change \
-             in progress",
+            "cannot re-execute: {}; a re-execution hands over services and their \
+             changes, but no other change in progress",
             blockers.join(", ")
         ))));
     }
@@ -1306,6 +1375,9 @@ async fn reexec_checked(
     // goes through the state file, where it stands goes into the document.
     let checks = daemon.checks.take_over().await;
     let logs = carried_logs(daemon).await;
+    // What the services' changes were doing: their services are handed over, and their
+    // tasks stand in the state file as they are now.
+    let changes = daemon.service_changes.carried();
     // After the output readers have stopped: every line they read is queued.
     let forwarding = queued_forwarding(daemon);
     let processes = daemon.processes.clone();
@@ -1379,6 +1451,7 @@ async fn reexec_checked(
                 sockets,
                 forwarding,
                 checks: checks.clone(),
+                changes,
             };
             exec_into(target, kept, &listeners, handed).await
         }
@@ -1419,6 +1492,7 @@ struct Handed {
     sockets: Vec<CarriedSocket>,
     forwarding: Vec<CarriedTarget>,
     checks: Vec<crate::checks::CarriedCheck>,
+    changes: Vec<crate::services::changes::CarriedChange>,
 }
 
 /// Writes the handover document, keeps the descriptors it names across `execve` and
@@ -1444,6 +1518,7 @@ async fn exec_into(
         sockets,
         forwarding,
         checks,
+        changes,
     } = handed;
     let handover = Handover {
         format: FORMAT,
@@ -1462,6 +1537,7 @@ async fn exec_into(
         sockets,
         forwarding,
         checks,
+        changes,
         rest: BTreeMap::new(),
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");
@@ -1607,10 +1683,9 @@ fn restart_persister(daemon: &mut super::Daemon) {
     );
 }
 
-/// Waits up to [`CHANGE_WAIT`] for the changes in progress (exec sessions, a stop waiting out
-/// its kill-delay, a start waiting for its okay delay) to be ready, so that each completes
-/// whole under the program that began it; refuses, naming them, past it. A check's change,
-/// which lasts as long as its check runs, is not waited for: it is handed over.
+/// Waits up to [`CHANGE_WAIT`] for the changes in progress that cannot be handed over (exec
+/// sessions, whose websockets end with the process) to be ready; refuses, naming them, past
+/// it. A check's change and a service change are not waited for: they are handed over.
 async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiError> {
     let deadline = tokio::time::Instant::now() + CHANGE_WAIT;
     let mut changed = store.subscribe();
@@ -1618,7 +1693,7 @@ async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiErr
         let waited: Vec<String> = store
             .in_progress()
             .iter()
-            .filter(|(_, kind, _)| !CHECK_CHANGES.contains(&kind.as_str()))
+            .filter(|(_, kind, _)| !HANDED_CHANGES.contains(&kind.as_str()))
             .map(|(id, _, summary)| format!("change {id} ({summary})"))
             .collect();
         if waited.is_empty() {
@@ -1637,12 +1712,13 @@ async fn wait_for_changes(store: &crate::state::StateStore) -> Result<(), ApiErr
     }
 }
 
-/// What keeps the daemon from handing over now: changes in progress. (What of the services
+/// What keeps the daemon from handing over now: changes in progress that cannot be handed
+/// over (exec sessions). (What of the services
 /// cannot be handed over, the supervisor says when asked to hand them over.)
 fn blockers(daemon: &super::Daemon) -> Vec<String> {
     let mut why = Vec::new();
     for (id, kind, summary) in daemon.store.in_progress() {
-        if CHECK_CHANGES.contains(&kind.as_str()) {
+        if HANDED_CHANGES.contains(&kind.as_str()) {
             continue;
         }
         why.push(format!("change {id} ({summary}) is in progress"));
@@ -1864,7 +1940,63 @@ mod tests {
         assert_eq!(handover.https, Some(5));
         assert_eq!(handover.rest["sessions"]["web"], 1);
         assert!(handover.services.is_empty() && handover.logs.is_empty());
-        assert!(handover.checks.is_empty());
+        assert!(handover.checks.is_empty() && handover.changes.is_empty());
+    }
+
+    #[test]
+    fn a_service_being_stopped_or_not_ready_reads_back_with_its_deadline() {
+        use crate::services::machine::CarriedPhase;
+        let service = |phase: &str, extra: &str| -> CarriedService {
+            let text = format!(
+                r#"{{"name":"s","pid":42,"phase":"{phase}","output":null,"invocation":null,
+                "start_count":1,"since_ns":null,"backoff_num":0,"backoff_ns":0,
+                "reset_in_ns":null,"running_ns":null,"last_exit":null,
+                "due_in_ns":3000000000{extra}}}"#
+            );
+            serde_json::from_str(&text).unwrap()
+        };
+        let due_in = Duration::from_secs(3);
+        let stopping = service("stopping", "").carried().unwrap();
+        assert_eq!(
+            stopping.phase,
+            CarriedPhase::Stopping {
+                pid: 42,
+                killing: false,
+                due_in
+            }
+        );
+        assert_eq!(stopping.pid(), Some(42));
+        let killing = service("killing", "").carried().unwrap();
+        assert_eq!(
+            killing.phase,
+            CarriedPhase::Stopping {
+                pid: 42,
+                killing: true,
+                due_in
+            }
+        );
+        let starting = service("starting", r#","ready_signal":true,"start_pending":true"#)
+            .carried()
+            .unwrap();
+        assert_eq!(
+            starting.phase,
+            CarriedPhase::Starting {
+                pid: 42,
+                okay_in: due_in,
+                ready_signal: true
+            }
+        );
+        assert!(starting.start_pending);
+        // Written before the fields were: not ready-signalled, no start waiting.
+        let starting = service("starting", "").carried().unwrap();
+        assert!(matches!(
+            starting.phase,
+            CarriedPhase::Starting {
+                ready_signal: false,
+                ..
+            }
+        ));
+        assert!(!starting.start_pending);
     }
 
     #[test]

@@ -462,19 +462,27 @@ fn a_file_change_after_the_reexec_restarts_the_service() {
 }
 
 #[test]
-fn a_starting_service_is_waited_for_and_handed_over_running() {
+fn a_starting_service_is_handed_over_and_its_start_completes_under_the_new_program() {
     let d = Daemon::hold(&[("001-base", LAYER)]);
     let c = crate::fixture::client(&d);
-    // The start's change waits out the okay delay: the re-execution waits for it.
+    // The start's change waits out the okay delay, under whichever program follows it.
     let id = crate::fixture::rt()
         .block_on(c.services_action("start", &["s".to_owned()]))
         .expect("start");
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 0, "{stderr}");
-    let change = crate::fixture::rt()
-        .block_on(c.change(&id))
-        .expect("the start's change");
-    assert_eq!((change.status.as_str(), change.ready), ("Done", true));
+    let done = || {
+        crate::fixture::rt()
+            .block_on(c.change(&id))
+            .expect("the start's change")
+    };
+    wait_for("the start's change", Duration::from_secs(30), || {
+        done().ready
+    });
+    let change = done();
+    assert_eq!(change.status, "Done", "{change:?}");
+    // Recorded as it would have been without the swap: no line about a restart.
+    assert!(change.tasks[0].log.is_empty(), "{change:?}");
     assert_eq!(service(&d, "s").current, "active");
     assert_eq!(children(&d).len(), 1);
     assert_eq!(details_of(&d, "s").start_count, 1);
@@ -708,30 +716,105 @@ fn an_exec_that_fails_after_the_probe_puts_everything_back() {
     assert_eq!(children(&d), pids);
 }
 
+/// A service that ignores SIGTERM, with a kill-delay a re-execution must not wait out.
+const DEAF: &str = "services:\n  s:\n    override: replace\n    command: sh -c 'trap \"\" TERM; while :; do sleep 0.1; done'\n    kill-delay: 6s\n";
+
+/// Asks for `action` on `names` without waiting; the change's ID.
+fn act_no_wait(d: &Daemon, action: &str, names: &[&str]) -> String {
+    let c = crate::fixture::client(d);
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    crate::fixture::rt()
+        .block_on(c.services_action(action, &names))
+        .expect("the action")
+}
+
+/// The change `id`, once it is ready.
+fn ready_change(d: &Daemon, id: &str) -> cobble_client::types::ChangeInfo {
+    let c = crate::fixture::client(d);
+    let get = || {
+        crate::fixture::rt()
+            .block_on(c.change(id))
+            .expect("the change")
+    };
+    wait_for("the change to be ready", Duration::from_secs(60), || {
+        get().ready
+    });
+    get()
+}
+
 #[test]
-fn a_stop_in_progress_completes_before_the_swap() {
-    let d = Daemon::hold(&[(
-        "001-base",
-        "services:\n  s:\n    override: replace\n    command: sh -c 'trap \"\" TERM; exec sleep 1000'\n    kill-delay: 2s\n",
-    )]);
+fn a_stop_waiting_out_its_kill_delay_completes_under_the_new_program() {
+    let d = Daemon::hold(&[("001-base", DEAF)]);
     act(&d, "start", &["s"]);
-    let c = crate::fixture::client(&d);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1);
     // The stop waits out the kill-delay: SIGTERM is ignored.
-    let id = crate::fixture::rt()
-        .block_on(c.services_action("stop", &["s".to_owned()]))
-        .expect("stop");
+    let id = act_no_wait(&d, "stop", &["s"]);
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 0, "{stderr}");
-    let change = crate::fixture::rt()
+    // Answered without waiting out the kill-delay: the stop is still in progress, the
+    // process still there, followed by the new program.
+    let answered = jiff::Timestamp::now();
+    let c = crate::fixture::client(&d);
+    let during = crate::fixture::rt()
         .block_on(c.change(&id))
-        .expect("the stop's change");
+        .expect("the change");
     assert_eq!(
-        (change.status.as_str(), change.ready),
-        ("Done", true),
+        (during.status.as_str(), during.tasks[0].status.as_str()),
+        ("Doing", "Doing"),
+        "{during:?}"
+    );
+    assert_eq!(children(&d), pids);
+    // The new program sends SIGKILL when the old deadline comes, and completes the change as
+    // the old program would have: Done, no line about a restart in its task's log.
+    let change = ready_change(&d, &id);
+    assert_eq!(change.status, "Done", "{change:?}");
+    assert_eq!(change.tasks[0].status, "Done", "{change:?}");
+    assert!(change.tasks[0].log.is_empty(), "{change:?}");
+    let ready = change.ready_time.as_deref().expect("its ready time");
+    assert!(
+        epoch_secs(ready) > answered.as_nanosecond() as f64 / 1e9,
+        "{change:?}"
+    );
+    // Not before the kill-delay the stop began with.
+    assert!(
+        epoch_secs(ready) - epoch_secs(&change.spawn_time) >= 6.0,
         "{change:?}"
     );
     assert_eq!(service(&d, "s").current, "inactive");
     assert!(children(&d).is_empty());
+    assert!(!Path::new(&format!("/proc/{}", pids[0])).exists());
+}
+
+#[test]
+fn a_restart_whose_stop_is_in_progress_completes_with_the_service_running_again() {
+    let d = Daemon::hold(&[("001-base", DEAF)]);
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    let id = act_no_wait(&d, "restart", &["s"]);
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let c = crate::fixture::client(&d);
+    let during = crate::fixture::rt()
+        .block_on(c.change(&id))
+        .expect("the change");
+    let statuses = |change: &cobble_client::types::ChangeInfo| -> Vec<String> {
+        change.tasks.iter().map(|t| t.status.clone()).collect()
+    };
+    assert_eq!(statuses(&during), ["Doing", "Do"], "{during:?}");
+    // The stop completes under the new program, which then runs the start.
+    let change = ready_change(&d, &id);
+    assert_eq!(change.status, "Done", "{change:?}");
+    assert_eq!(statuses(&change), ["Done", "Done"], "{change:?}");
+    assert!(change.tasks.iter().all(|t| t.log.is_empty()), "{change:?}");
+    assert_eq!(service(&d, "s").current, "active");
+    let now = children(&d);
+    assert_eq!(now.len(), 1);
+    assert_ne!(now, pids);
+    assert_eq!(details_of(&d, "s").start_count, 2);
+    // Its process ends (no kill-delay to wait out when the daemon stops).
+    let pid = nix::unistd::Pid::from_raw(now[0] as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill the service");
 }
 
 /// The pid `pid` has in its own pid namespace (the last of `NSpid`).
@@ -1015,6 +1098,37 @@ fn an_exec_that_fails_gives_back_the_services_waiting_and_backing_off() {
     });
     assert_eq!(details_of(&d, "f").backoff_count, 1);
     assert_eq!(children(&d).len(), 2);
+}
+
+#[test]
+fn an_exec_that_fails_gives_back_a_restart_whose_stop_is_in_progress() {
+    let d = Daemon::start_with_env(
+        &[("001-base", DEAF)],
+        &["--hold"],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    let id = act_no_wait(&d, "restart", &["s"]);
+    let failing = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
+    let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    // The old program goes on with the change it began: the stop, then the start.
+    let change = ready_change(&d, &id);
+    assert_eq!(change.status, "Done", "{change:?}");
+    assert!(
+        change
+            .tasks
+            .iter()
+            .all(|t| t.status == "Done" && t.log.is_empty()),
+        "{change:?}"
+    );
+    assert_eq!(service(&d, "s").current, "active");
+    let now = children(&d);
+    assert_eq!(now.len(), 1);
+    assert_ne!(now, pids);
+    let pid = nix::unistd::Pid::from_raw(now[0] as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill the service");
 }
 
 /// Makes the daemon's state persister panic (see the daemon's fault hook).
@@ -1638,7 +1752,7 @@ fn forwarded_lines_go_out_once_each_across_the_swap() {
 }
 
 #[test]
-fn a_notify_service_still_starting_is_waited_for_and_handed_over_ready() {
+fn a_notify_service_still_starting_is_handed_over_and_its_start_completes_when_it_is_ready() {
     let dir = tempfile::tempdir().unwrap();
     // Says READY=1 only once told to: the start's change waits for it.
     let go = dir.path().join("go");
@@ -1672,31 +1786,28 @@ fn a_notify_service_still_starting_is_waited_for_and_handed_over_ready() {
         children(&d).len() == 1
     });
     let pids = children(&d);
-    let asked = std::thread::spawn({
-        let pebble = d.pebble_dir();
-        move || {
-            std::process::Command::new(COBBLE)
-                .arg("reexec")
-                .env("PEBBLE", pebble)
-                .env_remove("PEBBLE_SOCKET")
-                .output()
-                .expect("run cobble reexec")
-        }
-    });
-    // Asked before the service can be ready (it looks for `go` every 0.2 s), the
-    // re-execution either waits for the start's change or, asked late, meets it done: the
-    // swap comes after READY=1 either way.
+    let c = crate::fixture::client(&d);
+    let starts = crate::fixture::rt()
+        .block_on(c.changes(cobble_client::ChangeSelector::InProgress, None))
+        .expect("the changes");
+    assert_eq!(starts.len(), 1, "{starts:?}");
+    let id = starts[0].id.clone();
+    // The service cannot be ready before `go` exists: the start is handed over waiting.
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let during = crate::fixture::rt()
+        .block_on(c.change(&id))
+        .expect("the change");
+    assert_eq!(during.status, "Doing", "{during:?}");
+    assert_eq!(service(&d, "late").current, "starting");
     std::fs::write(&go, "").unwrap();
-    let out = asked.join().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let change = ready_change(&d, &id);
+    assert_eq!(change.status, "Done", "{change:?}");
+    assert!(change.tasks[0].log.is_empty(), "{change:?}");
     let log = d.log();
+    let swapped = log.find("Re-executed daemon").expect("re-executed");
     let ready = log.find("Service \"late\" is ready").expect("ready");
-    let swapped = log.find("Re-executing daemon").expect("re-executed");
-    assert!(ready < swapped, "{log}");
+    assert!(swapped < ready, "{log}");
     assert_eq!(children(&d), pids);
     assert_eq!(service(&d, "late").current, "active");
     assert!(
@@ -1704,6 +1815,77 @@ fn a_notify_service_still_starting_is_waited_for_and_handed_over_ready() {
         "{:?}",
         reason(&d, "late")
     );
+}
+
+#[test]
+fn a_start_handed_over_that_fails_under_the_new_program_fails_its_change_as_it_would_have() {
+    let dir = tempfile::tempdir().unwrap();
+    // Never says READY=1: once told to, it says why and exits.
+    let go = dir.path().join("go");
+    let layer = format!(
+        "services:\n  late:\n    override: replace\n    readiness: notify\n    \
+         on-failure: ignore\n    \
+         command: sh -c 'while [ ! -e {go} ]; do sleep 0.1; done; echo giving up; exit 3'\n",
+        go = go.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let id = act_no_wait(&d, "start", &["late"]);
+    wait_for("its process", Duration::from_secs(30), || {
+        children(&d).len() == 1
+    });
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let c = crate::fixture::client(&d);
+    let during = crate::fixture::rt()
+        .block_on(c.change(&id))
+        .expect("the change");
+    assert_eq!(during.status, "Doing", "{during:?}");
+    std::fs::write(&go, "").unwrap();
+    let change = ready_change(&d, &id);
+    assert_eq!(change.status, "Error", "{change:?}");
+    let log = change.tasks[0].log.join("\n");
+    assert!(log.contains("Most recent service output:"), "{log}");
+    assert!(log.contains("giving up"), "{log}");
+    assert!(!log.contains("Daemon restarted"), "{log}");
+}
+
+#[test]
+fn a_start_waiting_for_a_oneshot_it_requires_completes_under_the_new_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let layer = format!(
+        "services:\n  prep:\n    override: replace\n    type: oneshot\n    \
+         command: sh -c 'while [ ! -e {go} ]; do sleep 0.1; done'\n  \
+         app:\n    override: replace\n    requires: [prep]\n    after: [prep]\n    \
+         command: sleep 1000\n",
+        go = go.display()
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
+    let id = act_no_wait(&d, "start", &["app"]);
+    wait_for("the one-shot's run", Duration::from_secs(30), || {
+        children(&d).len() == 1 && service(&d, "app").current == "waiting"
+    });
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let c = crate::fixture::client(&d);
+    let during = crate::fixture::rt()
+        .block_on(c.change(&id))
+        .expect("the change");
+    let statuses: Vec<&str> = during.tasks.iter().map(|t| t.status.as_str()).collect();
+    assert_eq!(statuses, ["Doing", "Doing"], "{during:?}");
+    // The one-shot completes under the new program, and what waits for it starts.
+    std::fs::write(&go, "").unwrap();
+    let change = ready_change(&d, &id);
+    assert_eq!(change.status, "Done", "{change:?}");
+    assert!(
+        change
+            .tasks
+            .iter()
+            .all(|t| t.status == "Done" && t.log.is_empty()),
+        "{change:?}"
+    );
+    assert_eq!(service(&d, "app").current, "active");
+    assert_eq!(children(&d).len(), 1);
 }
 
 /// A Loki receiver that holds each request while `hold` is set, then answers 204; records

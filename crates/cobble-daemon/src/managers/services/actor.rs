@@ -100,6 +100,8 @@ pub(super) fn spawn(
         held_signals: Vec::new(),
         oneshots: Arc::default(),
         expected: BTreeMap::new(),
+        held_requests: Vec::new(),
+        held_takeover: None,
     };
     // The checks as they are at the start are the actor's: their runners may wait for it.
     actor.checks.acted();
@@ -246,7 +248,16 @@ struct Actor {
     /// One-shots a change is about to start, with how many changes are: until the change
     /// has asked for them, what is ordered after them counts them as under way.
     expected: BTreeMap<String, usize>,
+    /// Starts and stops asked of services handed to a new program (a change's next task,
+    /// asked while the re-execution got ready): taken up again if it does not happen.
+    held_requests: Vec<Request>,
+    /// A take-over asked while a service was being spawned: answered once none is (a
+    /// spawn takes moments, and what comes of it, a process starting, is handed over).
+    held_takeover: Option<TakeOverReply>,
 }
+
+/// The answer to [`Request::TakeOver`].
+type TakeOverReply = oneshot::Sender<Result<Vec<super::Taken>, Vec<String>>>;
 
 /// A `/v1/signals` request that waits for a spawn to finish.
 struct HeldSignal {
@@ -325,6 +336,13 @@ impl Actor {
                 Some(result) = done.recv() => {
                     self.finished(result);
                     self.release_signals();
+                    if self.held_takeover.is_some() && !self.any_spawning() {
+                        let reply = self.held_takeover.take().expect("held");
+                        // Nothing is handed over to an asker that has gone.
+                        if !reply.is_closed() {
+                            let _ = reply.send(self.take_over());
+                        }
+                    }
                 }
                 Some(event) = paths.recv() => self.path_changed(event),
                 Ok(()) = checks.changed() => {
@@ -645,6 +663,16 @@ impl Actor {
     }
 
     fn handle(&mut self, request: Request) {
+        // A start or stop of a service handed to a new program is that program's to answer
+        // (the change's task, in progress in the state file, is taken up by it); it waits
+        // here in case the re-execution does not happen.
+        let carried = |name: &String| self.services.get(name).is_some_and(|slot| slot.carried);
+        if let Request::Start { name, .. } | Request::Stop { name, .. } = &request
+            && carried(name)
+        {
+            self.held_requests.push(request);
+            return;
+        }
         match request {
             Request::Start { name, again, reply } => self.start(name, again, reply),
             Request::Expect { names, expect } => {
@@ -758,7 +786,11 @@ impl Actor {
                 }
             }
             Request::TakeOver { reply } => {
-                let _ = reply.send(self.take_over());
+                if self.any_spawning() {
+                    self.held_takeover = Some(reply);
+                } else {
+                    let _ = reply.send(self.take_over());
+                }
             }
             Request::Resume { services } => {
                 let names: Vec<String> = services.iter().map(|(name, _)| name.clone()).collect();
@@ -782,6 +814,9 @@ impl Actor {
                         drop(self.read_output(&name, detached.reader, detached.unfinished));
                     }
                 }
+                for held in std::mem::take(&mut self.held_requests) {
+                    self.handle(held);
+                }
                 // What the paths and the one-shots did meanwhile was not acted on: the
                 // watches are armed anew (each reports its path as it is now), and what
                 // waits for one-shots hears where they stand.
@@ -800,9 +835,10 @@ impl Actor {
                 }
             }
             Request::Adopt { services, reply } => {
+                let mut in_flight = Vec::new();
                 let adopted: Vec<String> = services
                     .into_iter()
-                    .filter_map(|adoption| self.adopt(adoption))
+                    .filter_map(|adoption| self.adopt(adoption, &mut in_flight))
                     .collect();
                 // The one-shots as they stand now reach what is ordered after them: a
                 // service that waits for them goes on waiting, or starts.
@@ -829,7 +865,7 @@ impl Actor {
                         self.perform(name, Event::Checks(self.checks.clone()), None);
                     }
                 }
-                let _ = reply.send(());
+                let _ = reply.send(in_flight);
             }
             Request::Carry { logs, reply } => {
                 for (name, lines) in logs {
@@ -1003,8 +1039,14 @@ impl Actor {
     }
 
     /// Follows a service a predecessor handed over: its machine where it stood, and its
-    /// process, if it has one; returns its name once it has its slot.
-    fn adopt(&mut self, adoption: super::Adoption) -> Option<String> {
+    /// process, if it has one; returns its name once it has its slot. What it was in the
+    /// middle of (a start, a stop) goes to `in_flight`, to be answered as it would have been:
+    /// its waiters are there before anything more happens to the service.
+    fn adopt(
+        &mut self,
+        adoption: super::Adoption,
+        in_flight: &mut Vec<(String, super::InFlight)>,
+    ) -> Option<String> {
         let super::Adoption {
             name,
             carried,
@@ -1045,9 +1087,13 @@ impl Actor {
         slot.since = since;
         slot.completed_at = completed_at;
         slot.unenforced = unenforced;
+        if let Some(waiters) = self.in_flight(&name) {
+            in_flight.push((name.clone(), waiters));
+        }
         let (Some(pid), Some(exit)) = (carried.pid(), exit) else {
             return Some(name);
         };
+        let slot = self.services.get_mut(&name)?;
         slot.notify.new_instance(pid);
         if let Some(notify) = notify {
             match NotifySocket::adopt(notify.socket, notify.address.clone()) {
@@ -1074,6 +1120,33 @@ impl Actor {
             self.feed(&name, Event::Exited { pid, code: -1 });
         }
         Some(name)
+    }
+
+    /// Waiters for the start or the stop the adopted service `name` is in the middle of: a
+    /// start within its okay delay, not ready yet or waiting for a one-shot, or a client's
+    /// stop waiting out its kill-delay; `None` for one in the middle of neither.
+    fn in_flight(&mut self, name: &str) -> Option<super::InFlight> {
+        let slot = self.services.get_mut(name)?;
+        let mut in_flight = super::InFlight::default();
+        match slot.machine.phase() {
+            machine::Phase::Terminating { .. } | machine::Phase::Killing { .. } => {
+                let (tx, rx) = oneshot::channel();
+                slot.stop_waiters.push(tx);
+                in_flight.stop = Some(rx);
+            }
+            machine::Phase::Starting { .. } => {
+                let (tx, rx) = oneshot::channel();
+                slot.start_waiters.push(tx);
+                in_flight.start = Some(rx);
+            }
+            _ if slot.machine.start_pending() => {
+                let (tx, rx) = oneshot::channel();
+                slot.start_waiters.push(tx);
+                in_flight.start = Some(rx);
+            }
+            _ => return None,
+        }
+        Some(in_flight)
     }
 
     /// The slot of `name`, made with `config` if the service has none yet.
@@ -1295,6 +1368,13 @@ impl Actor {
         names
             .iter()
             .filter_map(|name| self.services.get(name))
+            .any(|slot| slot.machine.is_spawning())
+    }
+
+    /// Whether any service is between asking for a process and having one.
+    fn any_spawning(&self) -> bool {
+        self.services
+            .values()
             .any(|slot| slot.machine.is_spawning())
     }
 

@@ -5,13 +5,20 @@
 //! by one runner per lane that asks the [`ServiceManager`] to start or stop one service at a
 //! time. A failed task holds the rest of its lane; other lanes go on. Start tasks of a restart
 //! or replan begin once every stop task has finished.
+//!
+//! A re-execution hands the changes in progress to the new program ([`CarriedChange`]: each
+//! change's lanes of tasks), whose tasks the state file keeps as they stood: the new program
+//! takes each up where it stood ([`ServiceChanges::resume`]): a task in progress waits for the
+//! start or stop its service was in the middle of (handed over with the service) and is
+//! recorded as the old program would have recorded it; the tasks not begun run as any do.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use cobble_plan::Plan;
-use futures_util::future::join_all;
-use tokio::sync::watch;
+use futures_util::FutureExt;
+use futures_util::future::{Shared, join_all};
+use tokio::sync::{oneshot, watch};
 
 use super::machine::{StartOutcome, StopOutcome};
 use super::{LAST_LOG_LINES, ServiceManager, StartReply};
@@ -111,13 +118,40 @@ enum Op {
 }
 
 /// One task of a lane.
-#[derive(Debug, Clone)]
-struct LaneTask {
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct LaneTask {
     task_id: u64,
     service: String,
     /// Runs a completed one-shot again: a service a client's start or restart names (not
     /// one started because a named service requires it, nor autostart's or replan's).
     again: bool,
+}
+
+/// A change being carried out, handed to a re-executed daemon: its tasks by lane.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct CarriedChange {
+    pub id: u64,
+    pub stop: Vec<Vec<LaneTask>>,
+    pub start: Vec<Vec<LaneTask>>,
+}
+
+impl CarriedChange {
+    /// Its tasks' IDs.
+    pub(crate) fn task_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.stop
+            .iter()
+            .chain(&self.start)
+            .flatten()
+            .map(|task| task.task_id)
+    }
+}
+
+/// The answers of the starts and stops a handed-over service was in the middle of, by
+/// service: each may answer the tasks of more than one change.
+#[derive(Default)]
+struct Resumed {
+    start: std::collections::BTreeMap<String, Shared<oneshot::Receiver<StartReply>>>,
+    stop: std::collections::BTreeMap<String, Shared<oneshot::Receiver<StopOutcome>>>,
 }
 
 /// An action resolved against the plan, not yet recorded.
@@ -144,6 +178,8 @@ pub(crate) struct ServiceChanges {
     manager: ServiceManager,
     /// A replan also starts the enabled checks that are not running, as Pebble's does.
     checks: CheckManager,
+    /// The changes being carried out, by ID: what a re-execution hands over.
+    running: Arc<std::sync::Mutex<std::collections::BTreeMap<u64, CarriedChange>>>,
 }
 
 impl ServiceChanges {
@@ -158,6 +194,44 @@ impl ServiceChanges {
             state,
             manager,
             checks,
+            running: Arc::default(),
+        }
+    }
+
+    /// The changes being carried out, for a re-execution to hand over.
+    pub(crate) fn carried(&self) -> Vec<CarriedChange> {
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Takes up the changes a predecessor handed over (see the module's documentation):
+    /// `in_flight` holds what each handed-over service was in the middle of.
+    pub(crate) fn resume(
+        &self,
+        changes: Vec<CarriedChange>,
+        in_flight: Vec<(String, super::InFlight)>,
+    ) {
+        let mut resumed = Resumed::default();
+        for (name, waiters) in in_flight {
+            if let Some(start) = waiters.start {
+                resumed.start.insert(name.clone(), start.shared());
+            }
+            if let Some(stop) = waiters.stop {
+                resumed.stop.insert(name, stop.shared());
+            }
+        }
+        let resumed = Arc::new(resumed);
+        for change in changes {
+            let this = self.clone();
+            let resumed = resumed.clone();
+            tokio::spawn(async move {
+                this.run_resumed(change.id, change.stop, change.start, Some(&resumed))
+                    .await;
+            });
         }
     }
 
@@ -335,7 +409,7 @@ impl ServiceChanges {
             active,
         );
         let stop = self.add_tasks(change_id, Op::Stop, lanes, &BTreeSet::new());
-        self.run(change_id, stop, Vec::new()).await;
+        self.run_resumed(change_id, stop, Vec::new(), None).await;
     }
 
     /// Records the change and tasks of a resolved action.
@@ -401,7 +475,7 @@ impl ServiceChanges {
         }
         let this = self.clone();
         tokio::spawn(async move {
-            this.run(pending.change_id, pending.stop, pending.start)
+            this.run_resumed(pending.change_id, pending.stop, pending.start, None)
                 .await
         });
     }
@@ -436,16 +510,67 @@ impl ServiceChanges {
             .collect()
     }
 
-    async fn run(&self, change_id: u64, stop: Vec<Vec<LaneTask>>, start: Vec<Vec<LaneTask>>) {
+    /// Carries out a change's lanes: from the start, or (`resumed`: handed over by a
+    /// predecessor) from where each task stands.
+    async fn run_resumed(
+        &self,
+        change_id: u64,
+        stop: Vec<Vec<LaneTask>>,
+        start: Vec<Vec<LaneTask>>,
+        resumed: Option<&Resumed>,
+    ) {
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                change_id,
+                CarriedChange {
+                    id: change_id,
+                    stop: stop.clone(),
+                    start: start.clone(),
+                },
+            );
+        // Aborted before it was handed over: its starts in progress are aborted here too.
+        let aborted = resumed.is_some()
+            && stop
+                .iter()
+                .chain(&start)
+                .flatten()
+                .any(|task| self.state.task_status(task.task_id) == Some(TaskStatus::Abort));
+        if aborted {
+            self.state.abort_token(change_id).cancel();
+        }
+        self.run(change_id, stop, start, resumed).await;
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&change_id);
+    }
+
+    async fn run(
+        &self,
+        change_id: u64,
+        stop: Vec<Vec<LaneTask>>,
+        start: Vec<Vec<LaneTask>>,
+        resumed: Option<&Resumed>,
+    ) {
         // The one-shots this change starts count as under way from now until their task
         // has asked for them (or is held): what is ordered after them in another lane must
         // not take them for idle because its own lane came first.
         let plan = self.plan();
+        let left = |task: &LaneTask| {
+            resumed.is_none()
+                || matches!(
+                    self.state.task_status(task.task_id),
+                    Some(TaskStatus::Do | TaskStatus::Doing | TaskStatus::Abort)
+                )
+        };
         let expected = Expected::new(
             self.manager.clone(),
             start
                 .iter()
                 .flatten()
+                .filter(|task| left(task))
                 .filter(|task| {
                     plan.services
                         .get(&task.service)
@@ -456,41 +581,63 @@ impl ServiceChanges {
         );
         let stopped = join_all(
             stop.into_iter()
-                .map(|lane| self.run_lane(change_id, Op::Stop, lane, &expected)),
+                .map(|lane| self.run_lane(change_id, Op::Stop, lane, &expected, resumed)),
         )
         .await;
         if stopped.iter().all(|ok| *ok) {
             join_all(
                 start
                     .into_iter()
-                    .map(|lane| self.run_lane(change_id, Op::Start, lane, &expected)),
+                    .map(|lane| self.run_lane(change_id, Op::Start, lane, &expected, resumed)),
             )
             .await;
         } else {
             for task in start.iter().flatten() {
-                self.state.set_task_status(task.task_id, TaskStatus::Hold);
+                if self.state.task_status(task.task_id) == Some(TaskStatus::Do) {
+                    self.state.set_task_status(task.task_id, TaskStatus::Hold);
+                }
             }
         }
     }
 
-    /// Runs a lane's tasks in order; returns whether all of them succeeded.
+    /// Runs a lane's tasks in order; returns whether all of them succeeded. A lane handed
+    /// over (`resumed`) goes on past its tasks done, and takes up the one in progress.
     async fn run_lane(
         &self,
         change_id: u64,
         op: Op,
         lane: Vec<LaneTask>,
         expected: &Expected,
+        resumed: Option<&Resumed>,
     ) -> bool {
         for (i, task) in lane.iter().enumerate() {
-            // An abort may have held the task already.
-            if self.state.task_status(task.task_id) != Some(TaskStatus::Do) {
-                self.hold(&lane[i..], expected);
-                return false;
+            let (in_progress, answer) = match (self.state.task_status(task.task_id), resumed) {
+                (Some(TaskStatus::Do), _) => (false, None),
+                (Some(TaskStatus::Done), Some(_)) => {
+                    expected.release(&task.service);
+                    continue;
+                }
+                (Some(TaskStatus::Doing | TaskStatus::Abort), Some(resumed)) => {
+                    (true, Some(resumed))
+                }
+                // An abort may have held the task already.
+                _ => {
+                    self.hold(&lane[i..], expected);
+                    return false;
+                }
+            };
+            if !in_progress {
+                self.state.set_task_status(task.task_id, TaskStatus::Doing);
             }
-            self.state.set_task_status(task.task_id, TaskStatus::Doing);
             let ok = match op {
-                Op::Start => self.start_task(change_id, task, expected).await,
-                Op::Stop => self.stop_task(task).await,
+                Op::Start => {
+                    let answer = answer.and_then(|r| r.start.get(&task.service).cloned());
+                    self.start_task(change_id, task, expected, answer).await
+                }
+                Op::Stop => {
+                    let answer = answer.and_then(|r| r.stop.get(&task.service).cloned());
+                    self.stop_task(task, answer).await
+                }
             };
             if !ok {
                 self.hold(&lane[i + 1..], expected);
@@ -509,9 +656,24 @@ impl ServiceChanges {
         }
     }
 
-    async fn start_task(&self, change_id: u64, task: &LaneTask, expected: &Expected) -> bool {
+    /// Starts the task's service, or, handed over in progress (`answer`), waits for the start
+    /// it was in the middle of; records the outcome.
+    async fn start_task(
+        &self,
+        change_id: u64,
+        task: &LaneTask,
+        expected: &Expected,
+        answer: Option<Shared<oneshot::Receiver<StartReply>>>,
+    ) -> bool {
         let abort = self.state.abort_token(change_id);
-        let start = self.manager.start(&task.service, task.again);
+        let start = async {
+            if let Some(answer) = answer
+                && let Ok(reply) = answer.await
+            {
+                return reply;
+            }
+            self.manager.start(&task.service, task.again).await
+        };
         tokio::pin!(start);
         let reply: StartReply = tokio::select! {
             reply = &mut start => reply,
@@ -567,10 +729,24 @@ impl ServiceChanges {
         }
     }
 
-    async fn stop_task(&self, task: &LaneTask) -> bool {
+    /// Stops the task's service, or, handed over in progress (`answer`), waits for the stop
+    /// it was in the middle of; records the outcome.
+    async fn stop_task(
+        &self,
+        task: &LaneTask,
+        answer: Option<Shared<oneshot::Receiver<StopOutcome>>>,
+    ) -> bool {
         let id = task.task_id;
         let name = &task.service;
-        let note = match self.manager.stop(name).await {
+        let stopped = match answer {
+            Some(answer) => answer.await.ok(),
+            None => None,
+        };
+        let stopped = match stopped {
+            Some(stopped) => stopped,
+            None => self.manager.stop(name).await,
+        };
+        let note = match stopped {
             StopOutcome::Stopped => None,
             StopOutcome::NeverStarted => {
                 Some(format!("Service \"{name}\" has never been started."))

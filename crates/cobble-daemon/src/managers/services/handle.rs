@@ -221,9 +221,15 @@ impl ServiceManager {
         let _ = self.tx.send(Request::Resume { services });
     }
 
-    /// Follows the running services a predecessor handed over.
-    pub(crate) async fn adopt(&self, services: Vec<super::messages::Adoption>) {
-        self.call(|reply| Request::Adopt { services, reply }).await;
+    /// Follows the running services a predecessor handed over; returns the starts and stops
+    /// they were in the middle of, each answered once it ends.
+    pub(crate) async fn adopt(
+        &self,
+        services: Vec<super::messages::Adoption>,
+    ) -> Vec<(String, super::messages::InFlight)> {
+        self.call(|reply| Request::Adopt { services, reply })
+            .await
+            .unwrap_or_default()
     }
 
     /// Services that are starting, running or backing off.

@@ -89,6 +89,15 @@ pub(crate) struct Adoption {
     pub notify: Option<AdoptedNotify>,
 }
 
+/// The start or stop a handed-over service was in the middle of (its okay delay, its
+/// `READY=1`, a one-shot's run, a stop's kill-delay), answered once it ends under the new
+/// program, as it would have been answered under the old one.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    pub start: Option<oneshot::Receiver<StartReply>>,
+    pub stop: Option<oneshot::Receiver<StopOutcome>>,
+}
+
 /// What the handle asks of the actor.
 pub(super) enum Request {
     Start {
@@ -138,7 +147,7 @@ pub(super) enum Request {
         reply: oneshot::Sender<()>,
     },
     /// Hand every running service over for a re-execution, or, when one cannot be, say why
-    /// (each) and change nothing.
+    /// (each) and change nothing; answered once no service is being spawned.
     TakeOver {
         reply: oneshot::Sender<Result<Vec<Taken>, Vec<String>>>,
     },
@@ -155,10 +164,11 @@ pub(super) enum Request {
     Resume {
         services: Vec<(String, Option<crate::logs::capture::Detached>)>,
     },
-    /// Follow the services a predecessor handed over.
+    /// Follow the services a predecessor handed over; answered with the starts and stops
+    /// each was in the middle of, which end under this program.
     Adopt {
         services: Vec<Adoption>,
-        reply: oneshot::Sender<()>,
+        reply: oneshot::Sender<Vec<(String, InFlight)>>,
     },
     /// Answered at once: proof that the actor takes requests.
     Ping {

@@ -48,7 +48,9 @@ pub(crate) mod status;
 mod tests;
 
 pub(crate) use handle::ServiceManager;
-pub(crate) use messages::{AdoptedNotify, Adoption, PausedReader, StartReply, Taken, TakenNotify};
+pub(crate) use messages::{
+    AdoptedNotify, Adoption, InFlight, PausedReader, StartReply, Taken, TakenNotify,
+};
 pub(crate) use status::ServiceStatus;
 
 /// Lines of output copied into the task log when a start fails.

@@ -184,6 +184,9 @@ pub(crate) struct Carried {
     pub backoff_check: Option<String>,
     /// Its run's watchdog, when it has one.
     pub watchdog: Option<CarriedWatchdog>,
+    /// A start waits for more than the spawn: a one-shot's run to end, or the one-shots the
+    /// service is ordered after to complete.
+    pub start_pending: bool,
 }
 
 /// Where a run's watchdog stands ([`Watchdog`]), its moments as how long before the handover
@@ -203,8 +206,21 @@ pub(crate) enum CarriedPhase {
     /// Its process runs: a one-shot's run (`oneshot_run`), which completes it when it exits
     /// with code 0, or a daemon's.
     Running { pid: u32, oneshot_run: bool },
-    /// Its process runs within the okay delay of its start, which ends `okay_in` from now.
-    Starting { pid: u32, okay_in: Duration },
+    /// Its process runs within the okay delay of its start, which ends `okay_in` from now;
+    /// or, for a service that says when it is ready (`ready_signal`), it has not said so
+    /// yet, and has until `okay_in` from now to.
+    Starting {
+        pid: u32,
+        okay_in: Duration,
+        ready_signal: bool,
+    },
+    /// A client's stop ends its process: SIGTERM was sent, and SIGKILL follows `due_in`
+    /// from now; or (`killing`) SIGKILL was sent, and the stop gives up `due_in` from now.
+    Stopping {
+        pid: u32,
+        killing: bool,
+        due_in: Duration,
+    },
     /// Backing off: it is spawned again `until_in` from now.
     Backoff { until_in: Duration },
     /// Wanted running, and waiting for missing `requires-paths` or one-shots of `after:`.
@@ -219,7 +235,9 @@ impl Carried {
     /// Its process, if it has one.
     pub(crate) fn pid(&self) -> Option<u32> {
         match self.phase {
-            CarriedPhase::Running { pid, .. } | CarriedPhase::Starting { pid, .. } => Some(pid),
+            CarriedPhase::Running { pid, .. }
+            | CarriedPhase::Starting { pid, .. }
+            | CarriedPhase::Stopping { pid, .. } => Some(pid),
             _ => None,
         }
     }
@@ -227,12 +245,15 @@ impl Carried {
 
 impl Machine {
     /// What a re-execution can hand over of this machine: a process running or starting
-    /// (past its spawn, not being ended), a backoff, a wait for missing paths, one-shots or
+    /// (past its spawn; within its okay delay or not ready yet), a process a client's stop
+    /// ends (waiting out its kill-delay), a backoff, a wait for missing paths, one-shots or
     /// checks, a one-shot's completion, or an exit left down, with where its checks' actions
-    /// stand and its watchdog's deadline; with nothing the new program could not take on (a
-    /// start that waits for its answer). `None` for anything else.
+    /// stand, its watchdog's deadline and whether a start waits for its answer. `None` for
+    /// anything else (a spawn under way, a process ended by a check's or a file change's
+    /// restart or by its watchdog).
     pub(crate) fn carried(&self, now: Instant) -> Option<Carried> {
         let wanted = self.wanted == Wanted::Running;
+        let stopping = self.wanted == Wanted::Stopped && self.after_exit == AfterExit::Stop;
         let phase = match self.phase {
             Phase::Running { pid } if wanted => CarriedPhase::Running {
                 pid,
@@ -241,10 +262,21 @@ impl Machine {
             Phase::Starting {
                 pid,
                 okay_at,
-                ready_signal: false,
+                ready_signal,
             } if wanted => CarriedPhase::Starting {
                 pid,
                 okay_in: okay_at.saturating_duration_since(now),
+                ready_signal,
+            },
+            Phase::Terminating { pid, kill_at } if stopping => CarriedPhase::Stopping {
+                pid,
+                killing: false,
+                due_in: kill_at.saturating_duration_since(now),
+            },
+            Phase::Killing { pid, give_up_at } if stopping => CarriedPhase::Stopping {
+                pid,
+                killing: true,
+                due_in: give_up_at.saturating_duration_since(now),
             },
             Phase::Backoff { until } if wanted => CarriedPhase::Backoff {
                 until_in: until.saturating_duration_since(now),
@@ -254,10 +286,9 @@ impl Machine {
             Phase::Exited => CarriedPhase::Exited,
             _ => return None,
         };
-        let quiet = !self.start_pending;
         let ago = |at: Option<Instant>| at.map(|at| now.saturating_duration_since(at));
         let left = |at: Instant| at.saturating_duration_since(now);
-        quiet.then(|| Carried {
+        Some(Carried {
             phase,
             backoff_num: self.backoff_num,
             backoff_time: self.backoff_time,
@@ -297,6 +328,7 @@ impl Machine {
                 .collect(),
             waiting_checks: self.waiting_checks.clone(),
             backoff_check: self.backoff_check.clone(),
+            start_pending: self.start_pending,
         })
     }
 
@@ -317,11 +349,35 @@ impl Machine {
                 machine.oneshot_run = oneshot_run;
                 Phase::Running { pid }
             }
-            CarriedPhase::Starting { pid, okay_in } => Phase::Starting {
+            CarriedPhase::Starting {
+                pid,
+                okay_in,
+                ready_signal,
+            } => Phase::Starting {
                 pid,
                 okay_at: at + okay_in,
-                ready_signal: false,
+                ready_signal,
             },
+            CarriedPhase::Stopping {
+                pid,
+                killing,
+                due_in,
+            } => {
+                // A client's stop: once the process is down, the service is stopped.
+                machine.wanted = Wanted::Stopped;
+                machine.client_stopped = true;
+                if killing {
+                    Phase::Killing {
+                        pid,
+                        give_up_at: at + due_in,
+                    }
+                } else {
+                    Phase::Terminating {
+                        pid,
+                        kill_at: at + due_in,
+                    }
+                }
+            }
             CarriedPhase::Backoff { until_in } => Phase::Backoff {
                 until: at + until_in,
             },
@@ -387,6 +443,7 @@ impl Machine {
             .collect();
         machine.waiting_checks.clone_from(&carried.waiting_checks);
         machine.backoff_check.clone_from(&carried.backoff_check);
+        machine.start_pending = carried.start_pending;
         machine
     }
 
@@ -427,6 +484,12 @@ impl Machine {
 
     pub(crate) fn phase(&self) -> Phase {
         self.phase
+    }
+
+    /// Whether an explicit start waits for more than the spawn (a one-shot's run, the
+    /// one-shots the service is ordered after).
+    pub(crate) fn start_pending(&self) -> bool {
+        self.start_pending
     }
 
     #[cfg(test)]

@@ -755,7 +755,7 @@ fn a_running_machine_handed_over_goes_on_where_it_was() {
 }
 
 #[test]
-fn a_machine_being_spawned_or_ended_or_with_a_start_waiting_is_not_handed_over() {
+fn a_machine_being_spawned_or_ended_by_anything_but_a_stop_is_not_handed_over() {
     let mut h = Harness::new();
     assert_eq!(h.m.carried(h.now), None, "never started");
     let policy = h.m.policy.clone();
@@ -763,15 +763,64 @@ fn a_machine_being_spawned_or_ended_or_with_a_start_waiting_is_not_handed_over()
     assert_eq!(h.m.carried(h.now), None, "being spawned");
     h.step(Event::Spawned { pid: 10 });
     h.at(1.0).tick();
+    // A file change's restart ends the process: not a stop the new program could finish.
+    h.step(Event::FileChanged(FileAction::Restart));
+    h.at(2.0).tick();
+    assert!(matches!(h.m.phase(), Phase::Terminating { .. }));
+    assert_eq!(h.m.carried(h.now), None, "being restarted");
+}
+
+#[test]
+fn a_stop_waiting_out_its_kill_delay_is_handed_over_and_finished_by_the_new_program() {
+    let mut h = Harness::new();
+    h.start(10);
+    h.at(1.0).tick();
     h.step(Event::Stop);
-    assert_eq!(h.m.carried(h.now), None, "being stopped");
-    // A one-shot's run that a start waits on: the start's change is this program's.
+    // Half the (5 s) kill-delay waited out by the old program.
+    h.at(3.5);
+    let (mut adopted, at) = handed_over(&h);
+    assert!(matches!(
+        adopted.phase(),
+        Phase::Terminating { pid: 10, .. }
+    ));
+    assert_eq!(adopted.status(), Status::Inactive);
+    assert_eq!(adopted.deadline(), Some(at + secs(2.5)));
+    let actions = adopted.step(at + secs(2.5), Event::Tick);
+    assert!(actions.contains(&Action::Signal {
+        pid: 10,
+        signal: GroupSignal::Kill
+    }));
+    // Killing is handed over too, with the time left before the stop gives up.
+    let carried = adopted.carried(at + secs(3.0)).expect("handed over");
+    assert_eq!(
+        carried.phase,
+        CarriedPhase::Stopping {
+            pid: 10,
+            killing: true,
+            due_in: FAIL_DELAY - secs(0.5)
+        }
+    );
+    let actions = adopted.step(at + secs(3.0), Event::Exited { pid: 10, code: -9 });
+    assert_eq!(stop_done(&actions), Some(&StopOutcome::Stopped));
+    assert_eq!(adopted.phase(), Phase::Stopped);
+    // Stopped by a client: nothing restarts it.
+    assert_eq!(adopted.wanted(), Wanted::Stopped);
+}
+
+#[test]
+fn a_start_waiting_on_a_oneshot_run_is_handed_over_waiting() {
     let mut h = Harness::with_policy(Policy {
         oneshot: true,
         ..Policy::default()
     });
     h.start(10);
-    assert_eq!(h.m.carried(h.now), None, "a start waits on the run");
+    let carried = h.m.carried(h.now).expect("handed over");
+    assert!(carried.start_pending);
+    let (mut adopted, at) = handed_over(&h);
+    assert!(adopted.start_pending());
+    let actions = adopted.step(at + secs(2.0), Event::Exited { pid: 10, code: 0 });
+    assert_eq!(start_done(&actions), Some(&StartOutcome::Started));
+    assert_eq!(adopted.phase(), Phase::Completed);
 }
 
 /// The machine a new program makes of `h`'s, handed over at `h.now`, with its clock
