@@ -70,45 +70,42 @@
 //!    closes; answers that wait (a notices long poll, a logs follower) end as their timeout
 //!    or end of stream would end them. The daemon waits for that up to [`DRAIN_WAIT`].
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
-//!    anything more: an exec session in progress, a daemon without a state file or
-//!    run by another command (`cobble enter`); a plan changed since the probe is probed again. Then each
-//!    log target's sender finishes the request it is making (so that nothing is sent twice)
-//!    and parks, its undelivered batch put back in its queue, up to [`FORWARD_WAIT`]; the
-//!    notify sockets' readers stop between two datagrams, and the supervisor handles what
-//!    they had read (so that what a service said is in its machine when it is taken, and
-//!    what it says later waits in its socket); then the supervisor is asked to hand over
-//!    its services once none is being spawned (a spawn takes moments), and refuses for one
-//!    whose process is being ended by anything but a client's stop, or with what is not
-//!    handed over yet. The readers (which read what waits in their sockets before the
-//!    services' deadlines are acted on again), the senders and the listeners then start
-//!    again.
+//!    anything more: an exec session in progress, a daemon without a state file or one that
+//!    `cobble enter` runs for one command; a plan changed since the probe is probed again. Then
+//!    each log target's sender finishes the request it is making (so that nothing is sent
+//!    twice) and parks, its undelivered batch put back in its queue, up to [`FORWARD_WAIT`];
+//!    the notify sockets' readers stop between two datagrams, and the supervisor handles what
+//!    they had read (so that what a service said is in its machine when it is taken, and what
+//!    it says later waits in its socket); then the supervisor is asked to hand over its
+//!    services once none is being spawned (a spawn takes moments), and refuses for one whose
+//!    process is being ended by anything but a client's stop, or with what is not handed over
+//!    yet. The readers (which read what waits in their sockets before the services' deadlines
+//!    are acted on again), the senders and the listeners then start again.
 //! 5. **The services and the checks are taken over**: the supervisor stops acting on the
-//!    services (their timers, exits, paths, one-shots and checks wait for the new program),
-//!    and each output reader stops between two reads, handing back its pipe and the line it
-//!    had begun. Each check's runner stops between two runs (a run in flight is dropped, and
-//!    is due at once in the new program), its change and task left in progress. The service
-//!    changes being carried out go into the document with their lanes. Each
-//!    service's output log, the held sockets and what each log target holds (taken once the
-//!    output readers have stopped, so every line they read is in it) go into the document;
-//!    the persister writes the state and stops; the daemon's own log and the service log
-//!    files are flushed.
-//! 6. **`execve`**. If it fails, the flags are set back, the readers (of output and of
-//!    notify sockets), the log targets' senders, the checks (as they stood), the persister
-//!    and the listeners start again, and the client is told why. If it succeeds, the new program
-//!    adopts the descriptors, registers the services' pids with its reaper before it starts
-//!    (an exit during the swap waits as a zombie), holds the handed sockets before it binds
-//!    anything the plan names, starts as a daemon does (with the plan it was handed, and the
-//!    state file; its log targets queueing what the old ones held before any new line) but
-//!    neither ends leftovers nor autostarts, runs each check on from where it stood (same
-//!    change and task, next run when it was due), follows the services from where their
-//!    machines stood (acting on the checks as they stand: a firing the old program had not
-//!    acted on is acted on, a wait for checks that pass now ends), takes up the service
-//!    changes where they stood, reads their notify sockets again (what was sent during the
-//!    swap first), serves
-//!    the listeners it was handed, and answers the waiting client on its connection with
-//!    both versions. Had the exec failed instead, the old
-//!    program follows its services again, its path watches armed anew and what waits for
-//!    one-shots told where they stand, for what happened meanwhile was not acted on.
+//!    services (their timers, exits, paths, one-shots and checks wait for the new program), and
+//!    each output reader stops between two reads, handing back its pipe and the line it had
+//!    begun. Each check's runner stops between two runs (a run in flight is dropped, and is due
+//!    at once in the new program), its change and task left in progress. The service changes
+//!    being carried out go into the document with their lanes. Each service's output log, the
+//!    held sockets and what each log target holds (taken once the output readers have stopped,
+//!    so every line they read is in it) go into the document; the persister writes the state
+//!    and stops; the daemon's own log and the service log files are flushed.
+//! 6. **`execve`**. If it fails, the flags are set back, the readers (of output and of notify
+//!    sockets), the log targets' senders, the checks (as they stood), the persister and the
+//!    listeners start again, and the client is told why. If it succeeds, the new program adopts
+//!    the descriptors, registers the services' pids with its reaper before it starts (an exit
+//!    during the swap waits as a zombie), holds the handed sockets before it binds anything the
+//!    plan names, starts as a daemon does (with the plan it was handed, and the state file; its
+//!    log targets queueing what the old ones held before any new line) but neither ends
+//!    leftovers nor autostarts, runs each check on from where it stood (same change and task,
+//!    next run when it was due), follows the services from where their machines stood (acting
+//!    on the checks as they stand: a firing the old program had not acted on is acted on, a
+//!    wait for checks that pass now ends), takes up the service changes where they stood, reads
+//!    their notify sockets again (what was sent during the swap first), serves the listeners it
+//!    was handed, and answers the waiting client on its connection with both versions. Had the
+//!    exec failed instead, the old program follows its services again, its path watches armed
+//!    anew and what waits for one-shots told where they stand, for what happened meanwhile was
+//!    not acted on.
 //!
 //! **A new program that fails to take over** (it cannot read the document or adopt a
 //! descriptor, a start-up step fails, or it panics, before it follows the services) executes
@@ -150,10 +147,11 @@ use crate::api::ApiError;
 
 /// The argument that makes `cobble` answer as a re-execution's candidate (see [`probe`]).
 pub const PROBE_ARG: &str = "__reexec-probe";
-/// The handover format this daemon writes: 3 hands over the plan, services that are not
-/// running too (backing off, waiting, a one-shot completed, being stopped), notify sockets,
-/// watchdogs, held `sockets:` (descriptors a reader of 2 would leave open and bind over),
-/// what log targets hold and the service changes in progress; 2 running services only (and had the new program load the layers directory); 1 none.
+/// The handover format this daemon writes: 3 hands over the plan, services that are not running too
+/// (backing off, waiting, a one-shot completed, being stopped), notify sockets, watchdogs, held
+/// `sockets:` (descriptors a reader of 2 would leave open and bind over), what log targets hold and
+/// the service changes in progress; 2 running services only (and had the new program load the
+/// layers directory); 1 none.
 pub(crate) const FORMAT: u32 = 3;
 /// The handover formats this build reads.
 const READS: &[u32] = &[1, 2, FORMAT];
