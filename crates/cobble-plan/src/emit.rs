@@ -65,6 +65,58 @@ impl Layer {
     }
 }
 
+impl Check {
+    /// This check alone, as a layer document that [`Check::from_layer_yaml`] reads back as
+    /// this very check. A re-execution hands over this way the configuration a running check
+    /// runs when the plan has moved on from it (a layer that disabled the check while it ran
+    /// leaves it running as it was, as Pebble does).
+    pub fn to_layer_yaml(&self) -> String {
+        Layer {
+            checks: BTreeMap::from([(self.name.clone(), self.clone())]),
+            ..Layer::default()
+        }
+        .to_yaml()
+    }
+
+    /// The one check of a document [`Check::to_layer_yaml`] wrote.
+    pub fn from_layer_yaml(yaml: &str) -> Result<Check, String> {
+        only_one(Layer::parse(0, "check", yaml).map(|l| l.checks), "check")
+    }
+}
+
+impl Service {
+    /// This service alone, as a layer document that [`Service::from_layer_yaml`] reads back
+    /// as this very service. A re-execution hands over this way the configuration a service
+    /// last ran when the plan has changed it since, so that a replan still sees the change.
+    pub fn to_layer_yaml(&self) -> String {
+        Layer {
+            services: BTreeMap::from([(self.name.clone(), self.clone())]),
+            ..Layer::default()
+        }
+        .to_yaml()
+    }
+
+    /// The one service of a document [`Service::to_layer_yaml`] wrote.
+    pub fn from_layer_yaml(yaml: &str) -> Result<Service, String> {
+        only_one(
+            Layer::parse(0, "service", yaml).map(|l| l.services),
+            "service",
+        )
+    }
+}
+
+/// The one entry of a section of a parsed layer.
+fn only_one<T>(
+    section: Result<BTreeMap<String, T>, crate::PlanError>,
+    what: &str,
+) -> Result<T, String> {
+    let mut section = section.map_err(|e| e.to_string())?;
+    match (section.pop_first(), section.is_empty()) {
+        (Some((_, entry)), true) => Ok(entry),
+        _ => Err(format!("the document does not hold exactly one {what}")),
+    }
+}
+
 /// The sections a plan and a layer have alike.
 struct Sections<'a> {
     services: &'a BTreeMap<String, Service>,

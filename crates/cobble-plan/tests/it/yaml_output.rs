@@ -1,4 +1,4 @@
-use cobble_plan::{Layer, Plan};
+use cobble_plan::{Check, Layer, Plan, Service};
 
 use crate::{dedent, plan};
 
@@ -203,6 +203,50 @@ fn output_parses_back_to_the_same_plan() {
 }
 
 #[test]
+fn each_check_reads_back_from_its_own_layer_document() {
+    let original = plan(&[FULL]).unwrap();
+    assert!(!original.checks.is_empty());
+    for check in original.checks.values() {
+        let yaml = check.to_layer_yaml();
+        assert_eq!(Check::from_layer_yaml(&yaml).as_ref(), Ok(check), "{yaml}");
+    }
+    // One without `override:`, as a test builds one, too.
+    let bare = Check {
+        name: "bare".into(),
+        tcp: Some(cobble_plan::TcpCheck {
+            port: 80,
+            host: String::new(),
+        }),
+        ..Check::default()
+    };
+    assert_eq!(Check::from_layer_yaml(&bare.to_layer_yaml()), Ok(bare));
+    // Anything but exactly one check is refused.
+    assert!(Check::from_layer_yaml("{}\n").is_err());
+    assert!(Check::from_layer_yaml("checks: [").is_err());
+}
+
+#[test]
+fn each_service_reads_back_from_its_own_layer_document() {
+    let original = plan(&[FULL]).unwrap();
+    assert!(!original.services.is_empty());
+    for service in original.services.values() {
+        let yaml = service.to_layer_yaml();
+        assert_eq!(
+            Service::from_layer_yaml(&yaml).as_ref(),
+            Ok(service),
+            "{yaml}"
+        );
+    }
+    assert!(Service::from_layer_yaml("{}\n").is_err());
+    assert!(
+        Service::from_layer_yaml(
+            "services:\n  a: {override: replace, command: x}\n  b: {override: replace, command: y}\n"
+        )
+        .is_err()
+    );
+}
+
+#[test]
 fn awkward_strings_round_trip() {
     let values = [
         "",
@@ -255,7 +299,7 @@ fn awkward_strings_round_trip() {
     }
     services.insert(
         "svc".to_string(),
-        cobble_plan::Service {
+        Service {
             name: "svc".into(),
             override_: cobble_plan::Override::Replace,
             command: "cmd".into(),

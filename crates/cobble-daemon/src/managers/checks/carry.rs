@@ -54,6 +54,11 @@ pub(crate) struct CarriedCheck {
     /// nanoseconds: what the durations count from.
     #[serde(default)]
     pub taken_at_ns: Option<u64>,
+    /// The configuration a running check runs, as a one-check layer document, when it is
+    /// not the plan's: a layer that disabled the check while it ran leaves it running as it
+    /// was (as Pebble does), and it runs on so under the new program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_config: Option<String>,
 }
 
 /// The most bytes of a check's last error carried (a probe's error is already bounded).
@@ -95,6 +100,7 @@ impl CarriedCheck {
                 .map(|at| ns(now.saturating_duration_since(at))),
             next_run_in_ns: None,
             taken_at_ns: u64::try_from(cobble_sys::reexec::monotonic_now().as_nanos()).ok(),
+            running_config: None,
         };
         if let Some(d) = detached {
             carried.running = true;
@@ -108,6 +114,23 @@ impl CarriedCheck {
             carried.next_run_in_ns = Some(ns(d.next_due.saturating_duration_since(now)));
         }
         carried
+    }
+
+    /// The configuration it runs on with, when that is not the plan's: the handed-over one
+    /// with `plan`'s service context merged in again (which gives the same fields back, and
+    /// the context service's limits, which a layer cannot give a check).
+    pub(crate) fn running_config(&self, plan: &cobble_plan::Plan) -> Option<cobble_plan::Check> {
+        let yaml = self.running_config.as_deref()?;
+        match cobble_plan::Check::from_layer_yaml(yaml) {
+            Ok(check) => Some(super::checker::merge_service_context(plan, &check)),
+            Err(e) => {
+                tracing::warn!(
+                    "Check \"{}\" handed over a configuration that cannot be read ({e}): it runs the plan's",
+                    self.name
+                );
+                None
+            }
+        }
     }
 
     /// The instant of the handover as `now`'s clock tells it: the swap's own time has passed

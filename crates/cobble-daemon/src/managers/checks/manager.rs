@@ -409,6 +409,7 @@ impl Actor {
     /// Detaches every running check's runner (see [`CheckManager::take_over`]).
     async fn take_over(&mut self) -> Vec<CarriedCheck> {
         let mut detached = BTreeMap::new();
+        let mut running_configs = BTreeMap::new();
         for (name, entry) in &mut self.entries {
             let Some(running) = entry.running.take() else {
                 continue;
@@ -416,6 +417,9 @@ impl Actor {
             running.detach.cancel();
             if let Ok(Some(state)) = running.task.await {
                 detached.insert(name.clone(), state);
+                if running.config != entry.config {
+                    running_configs.insert(name.clone(), running.config.to_layer_yaml());
+                }
             }
         }
         let now = tokio::time::Instant::now();
@@ -423,7 +427,11 @@ impl Actor {
         snapshot
             .checks
             .values()
-            .map(|view| CarriedCheck::new(view, detached.get(&view.name), now))
+            .map(|view| {
+                let mut carried = CarriedCheck::new(view, detached.get(&view.name), now);
+                carried.running_config = running_configs.remove(&view.name);
+                carried
+            })
             .collect()
     }
 
@@ -636,17 +644,22 @@ impl Actor {
         let Some(entry) = self.entries.get_mut(name) else {
             return;
         };
-        let config = entry.config.clone();
+        let mut config = entry.config.clone();
         let now = tokio::time::Instant::now();
         let store = &self.shared.store;
+        let plan = self.plan_rx.borrow().clone();
         let carried = carried.and_then(|c| {
             let at = c.taken_at(now);
             let detached = c.detached(at)?;
-            (store.task_status(detached.task_id) == Some(TaskStatus::Doing))
-                .then(|| (c.view(config.level, generation, at), detached))
+            (store.task_status(detached.task_id) == Some(TaskStatus::Doing)).then(|| {
+                // It runs on as it ran, which the plan may have moved on from.
+                let running = c.running_config(&plan).map_or(config.clone(), Arc::new);
+                (c.view(running.level, generation, at), detached, running)
+            })
         });
         let (run, change_id, task_id, prev_change_id, first_due) = match carried {
-            Some((view, detached)) => {
+            Some((view, detached, running)) => {
+                config = running;
                 tracing::debug!("Check \"{name}\" carried over");
                 self.shared.publisher.send_modify(|s| {
                     s.checks.insert(name.to_owned(), view);
@@ -669,7 +682,7 @@ impl Actor {
         let runner = Runner {
             name: name.to_owned(),
             checker: (self.build)(&config),
-            config,
+            config: config.clone(),
             generation,
             run,
             change_id,
@@ -684,7 +697,7 @@ impl Actor {
         let task = tokio::spawn(runner.run(cancel.clone(), detach.clone(), refreshes));
         let entry = self.entries.get_mut(name).expect("looked up above");
         entry.running = Some(Running {
-            config: entry.config.clone(),
+            config,
             cancel,
             detach,
             refresh,

@@ -883,6 +883,51 @@ async fn a_reexecution_hands_every_check_over_with_its_streak_change_and_schedul
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_check_disabled_while_running_runs_on_as_it_ran_under_the_new_program() {
+    let mut first = check("chk");
+    first.level = CheckLevel::Alive;
+    first.threshold = 1;
+    let h = Harness::new(vec![first.clone()]);
+    h.set("chk", Outcome::Fail("exit status 1", ""));
+    pass(10.5).await;
+    let mut merged = first;
+    merged.level = CheckLevel::Ready;
+    merged.startup = Startup::Disabled;
+    merged.threshold = 2;
+    merged.period = secs(1);
+    h.plan.send(plan(vec![merged])).unwrap();
+    let before = h.view("chk").await;
+    assert_eq!((before.level, before.threshold), (CheckLevel::Alive, 1));
+    let runs = h.runs("chk");
+
+    let h = h.reexecuted().await;
+    let after = h.view("chk").await;
+    assert_eq!(listed(after), listed(before.clone()));
+    // Still every 10 s (its own period), not every second (the plan's): the next run is
+    // due 10 s after the first, 9.5 s from the swap.
+    pass(9.3).await;
+    assert_eq!(h.runs("chk"), runs);
+    pass(0.4).await;
+    assert_eq!(h.runs("chk"), runs + 1);
+    let view = h.view("chk").await;
+    assert_eq!(
+        (view.level, view.threshold, view.failures),
+        (CheckLevel::Alive, 1, 2)
+    );
+    // Stopped and started again, it runs the plan's configuration.
+    h.manager
+        .act(CheckAction::Stop, vec!["chk".into()])
+        .await
+        .unwrap();
+    h.manager
+        .act(CheckAction::Start, vec!["chk".into()])
+        .await
+        .unwrap();
+    let view = h.view("chk").await;
+    assert_eq!((view.level, view.threshold), (CheckLevel::Ready, 2));
+}
+
+#[tokio::test(start_paused = true)]
 async fn checks_taken_over_resume_as_they_stood_when_the_reexecution_fails() {
     let h = Harness::new(vec![check("chk")]);
     h.set("chk", Outcome::Fail("exit status 1", ""));
