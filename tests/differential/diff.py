@@ -2142,6 +2142,7 @@ def run(args: argparse.Namespace) -> int:
     pebble = Daemon('pebble', os.path.abspath(args.pebble), workdir, marker)
     cobble = Daemon('cobble', os.path.abspath(args.cobble), workdir, marker)
     runner = Runner(pebble, cobble, args.verbose)
+    reexecs = Reexecs(cobble) if args.reexec_every > 0 else None
     results: list[dict[str, Any]] = []
     started = time.monotonic()
     status = 0
@@ -2174,6 +2175,8 @@ def run(args: argparse.Namespace) -> int:
                     print(f'       {entry["signature"][:200]}', flush=True)
             if not cobble.alive() and not cobble.exited_note:
                 cobble.exited_note = f'cobble exited ({cobble.proc.returncode}) at request {req.index}'
+            if reexecs and cobble.alive() and len(results) % args.reexec_every == 0:
+                reexecs.once(req.index)
     except Exception as e:  # noqa: BLE001 - reported, then the daemons are stopped
         truncated = f'harness error: {type(e).__name__}: {e}'
         status = 2
@@ -2199,6 +2202,10 @@ def run(args: argparse.Namespace) -> int:
                 'elapsed': time.monotonic() - started, 'daemon-log-tails': logs,
                 'results': results,
             }, f, indent=1, default=str)
+    if reexecs:
+        reexecs.print_summary()
+        if reexecs.failed and status == 0:
+            status = 1
     if truncated and status == 0:
         status = 2
     if status:
@@ -2207,6 +2214,42 @@ def run(args: argparse.Namespace) -> int:
     if pct < args.min_identical:
         return 1
     return 0
+
+
+class Reexecs:
+    """cobble re-executed in place between requests (`--reexec-every`). A refusal (400) names
+    what cannot be handed over at that moment and changes nothing, so it is counted and
+    reported; an answer of any other kind, or none, is a failure of the run."""
+
+    def __init__(self, cobble: 'Daemon') -> None:
+        self.cobble = cobble
+        self.done = 0
+        self.refused: dict[str, list[int]] = {}
+        self.failed: list[str] = []
+
+    def once(self, after: int) -> None:
+        ans = http_request(self.cobble.socket, 'POST', '/v1/cobble/reexec', b'{}',
+                           {'Content-Type': 'application/json'}, timeout=60.0)
+        env = decode_json(ans) if 'error' not in ans else None
+        message = ''
+        if isinstance(env, dict) and isinstance(env.get('result'), dict):
+            message = str(env['result'].get('message', ''))
+        if ans.get('status') == 200:
+            self.done += 1
+        elif ans.get('status') == 400:
+            self.refused.setdefault(message, []).append(after)
+        else:
+            self.failed.append(f'after #{after}: {ans.get("status", ans.get("error"))} '
+                               f'{message or short(str(ans.get("raw", b"")), 200)}')
+
+    def print_summary(self) -> None:
+        refused = sum(len(v) for v in self.refused.values())
+        print(f'\ncobble re-executed {self.done} times, {refused} refused, '
+              f'{len(self.failed)} failed')
+        for message, after in sorted(self.refused.items(), key=lambda kv: -len(kv[1])):
+            print(f'   refused x{len(after)} (after #{after[0]}...): {short(message, 200)}')
+        for f in self.failed:
+            print(f'   FAILED {f}')
 
 
 def print_summary(results, total, same, pct, notes, truncated, exits, leftovers, show):
@@ -2264,6 +2307,9 @@ def main(argv: list[str] | None = None) -> int:
                                       '--dump-requests) instead of generating them')
     p.add_argument('--dump-requests', help='write the requests to run as JSON here')
     p.add_argument('--keep', action='store_true', help='keep the daemons\' directories')
+    p.add_argument('--reexec-every', type=int, default=0, metavar='N',
+                   help='re-execute cobble in place (POST /v1/cobble/reexec) after every N '
+                        'requests: its answers must stay Pebble\'s through the swaps')
     args = p.parse_args(argv)
     return run(args)
 

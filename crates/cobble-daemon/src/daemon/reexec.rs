@@ -365,6 +365,13 @@ pub(crate) struct CarriedService {
     /// Its notify socket, under `readiness: notify`.
     #[serde(default)]
     pub notify: Option<NotifyDoc>,
+    /// Stopped, a client stopped it (rather than its policy).
+    #[serde(default)]
+    pub stopped_by_client: bool,
+    /// The configuration it last ran, as a one-service layer document, when the plan has
+    /// changed it since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ran: Option<String>,
 }
 
 /// Where a run's watchdog stands, each moment in nanoseconds before the handover.
@@ -477,6 +484,8 @@ pub(crate) enum CarriedPhaseName {
     Stopping,
     /// A client's stop ends its process: SIGKILL sent.
     Killing,
+    /// Stopped after it ran (see [`CarriedService::stopped_by_client`]).
+    Stopped,
 }
 
 /// An `on-file-change` action due `in_ns` from the handover: a restart, or `signal`.
@@ -496,6 +505,7 @@ impl CarriedService {
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let c = &taken.carried;
         let mut ready_signal = false;
+        let mut stopped_by_client = false;
         let (phase, oneshot_run, due_in) = match c.phase {
             CarriedPhase::Running { oneshot_run, .. } => {
                 (CarriedPhaseName::Running, oneshot_run, None)
@@ -524,6 +534,10 @@ impl CarriedService {
             CarriedPhase::Waiting => (CarriedPhaseName::Waiting, false, None),
             CarriedPhase::Completed => (CarriedPhaseName::Completed, false, None),
             CarriedPhase::Exited => (CarriedPhaseName::Exited, false, None),
+            CarriedPhase::Stopped { by_client } => {
+                stopped_by_client = by_client;
+                (CarriedPhaseName::Stopped, false, None)
+            }
         };
         CarriedService {
             name: taken.name.clone(),
@@ -583,6 +597,8 @@ impl CarriedService {
             held_ns: c.held.iter().map(|(k, d)| (k.clone(), ns(*d))).collect(),
             waiting_checks: c.waiting_checks.clone(),
             backoff_check: c.backoff_check.clone(),
+            stopped_by_client,
+            ran: taken.ran.as_ref().map(|config| config.to_layer_yaml()),
         }
     }
 
@@ -610,6 +626,9 @@ impl CarriedService {
             CarriedPhaseName::Waiting => CarriedPhase::Waiting,
             CarriedPhaseName::Completed => CarriedPhase::Completed,
             CarriedPhaseName::Exited => CarriedPhase::Exited,
+            CarriedPhaseName::Stopped => CarriedPhase::Stopped {
+                by_client: self.stopped_by_client,
+            },
         };
         Some(crate::services::machine::Carried {
             phase,
@@ -808,6 +827,16 @@ pub(super) async fn adopt_services(
             .pid
             .and_then(|pid| gone.get(&pid).copied())
             .unwrap_or(false);
+        let ran = service.ran.as_deref().and_then(|yaml| {
+            cobble_plan::Service::from_layer_yaml(yaml)
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        "Service \"{}\" handed over the configuration it last ran, which cannot be read ({e}): it has the plan's",
+                        service.name
+                    );
+                })
+                .ok()
+        });
         adoptions.push(crate::services::Adoption {
             name: service.name.clone(),
             carried,
@@ -827,6 +856,7 @@ pub(super) async fn adopt_services(
             }),
             gone,
             notify,
+            ran,
         });
     }
     daemon.services.adopt(adoptions).await

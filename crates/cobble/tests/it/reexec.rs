@@ -957,6 +957,71 @@ fn a_completed_oneshot_stays_completed_and_is_not_run_again_by_replan() {
 }
 
 #[test]
+fn a_stopped_service_keeps_its_record_and_what_it_last_ran_though_the_plan_changed_it() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  s:\n    override: replace\n    command: sleep 1000\n",
+    )]);
+    act(&d, "start", &["s"]);
+    act(&d, "stop", &["s"]);
+    // The plan changes the stopped service: nothing runs it, so nothing holds the swap back.
+    let changed = d.scratch().join("changed.yaml");
+    std::fs::write(
+        &changed,
+        "services:\n  s:\n    override: merge\n    command: sleep 2000\n",
+    )
+    .unwrap();
+    Test::daemon(&d)
+        .args(&["add", "--combine", "base", changed.to_str().unwrap()])
+        .any_stdout()
+        .run();
+    let listed = |d: &Daemon| {
+        let (status, body) = raw(d, cobble_client::Method::GET, "/v1/services", None);
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let starts = |d: &Daemon| {
+        let (status, body) = raw(d, cobble_client::Method::GET, "/v1/metrics", None);
+        assert_eq!(status, 200, "{body}");
+        body.lines()
+            .find(|l| l.starts_with("pebble_service_start_count{service=\"s\"}"))
+            .map(str::to_owned)
+    };
+    let before = listed(&d);
+    assert!(before.contains("\"current-since\""), "{before}");
+    assert_eq!(
+        starts(&d).as_deref(),
+        Some("pebble_service_start_count{service=\"s\"} 1")
+    );
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    // Inactive since its stop, started once: as before, not as never started.
+    assert_eq!(listed(&d), before);
+    assert_eq!(
+        starts(&d).as_deref(),
+        Some("pebble_service_start_count{service=\"s\"} 1")
+    );
+    // It last ran what the plan has changed since: a replan stops it and starts it again
+    // with the plan's configuration, as it would have (and as Pebble does).
+    let replan = act(&d, "replan", &[]);
+    let tasks: Vec<&str> = replan.tasks.iter().map(|t| t.summary.as_str()).collect();
+    assert_eq!(
+        tasks,
+        ["Stop service \"s\"", "Start service \"s\""],
+        "{replan:?}"
+    );
+    assert_eq!(
+        starts(&d).as_deref(),
+        Some("pebble_service_start_count{service=\"s\"} 2")
+    );
+    let running: Vec<String> = children(&d)
+        .iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok())
+        .collect();
+    assert_eq!(running, ["sleep\u{0}2000\u{0}"]);
+}
+
+#[test]
 fn a_oneshot_running_completes_under_the_new_program_and_releases_what_waits_for_it() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();

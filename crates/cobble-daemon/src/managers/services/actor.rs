@@ -950,9 +950,9 @@ impl Actor {
         self.perform(&name, event, Some(reply));
     }
 
-    /// Hands every service that was started and not stopped since over for a re-execution
-    /// (see [`Request::TakeOver`]): running, starting, backing off, waiting, or a one-shot
-    /// completed.
+    /// Hands every service that was started over for a re-execution (see
+    /// [`Request::TakeOver`]): running, starting, backing off, waiting, a one-shot completed,
+    /// or down since (stopped, or left down by its policy), with its record.
     fn take_over(&mut self) -> Result<Vec<super::Taken>, Vec<String>> {
         let now = Instant::now();
         // The same instant on the clock the new program reads (the monotonic one, which the
@@ -964,18 +964,22 @@ impl Actor {
         for (name, slot) in &self.services {
             let shown = cobble_plan::go_quote(name);
             let status = slot.machine.status();
-            // Never started, or stopped: the new program knows it from the plan alone.
-            if matches!(
-                slot.machine.phase(),
-                machine::Phase::Idle | machine::Phase::Stopped
-            ) {
+            // Never started: the new program knows it from the plan alone.
+            if slot.machine.phase() == machine::Phase::Idle {
                 continue;
             }
-            // Left down by its policy: handed over when it can be, else left to the new
-            // program as a service stopped (as no refusal holds it back).
-            let left_down = slot.machine.phase() == machine::Phase::Exited;
+            let to_run = plan.service_to_run(name);
+            let changed = to_run.as_deref() != Some(slot.config.as_ref());
+            // Down (stopped, or left down by its policy): handed over with its record (since
+            // when, its starts, its last exit) and the configuration it last ran, whatever
+            // the plan has made of it since, as it runs nothing; one the plan no longer has
+            // is left behind.
+            let down = matches!(
+                slot.machine.phase(),
+                machine::Phase::Stopped | machine::Phase::Exited
+            );
             let Some(state) = slot.machine.carried(now) else {
-                if left_down {
+                if down {
                     continue;
                 }
                 let what = match slot.machine.phase() {
@@ -988,9 +992,10 @@ impl Actor {
                 why.push(format!("service {shown} is {what}"));
                 continue;
             };
-            let config = &slot.config;
-            let changed = plan.service_to_run(name).as_deref() != Some(config.as_ref());
-            if left_down && changed {
+            if down {
+                if to_run.is_some() {
+                    carried.push((name.clone(), state));
+                }
                 continue;
             }
             if changed {
@@ -1009,6 +1014,8 @@ impl Actor {
             .filter_map(|(name, carried)| {
                 let slot = self.services.get_mut(&name)?;
                 slot.carried = true;
+                let ran = (plan.service_to_run(&name).as_deref() != Some(slot.config.as_ref()))
+                    .then(|| slot.config.clone());
                 // Its readiness socket (its reader stopped already, see
                 // [`Request::PauseNotify`]) and what the running instance said on it.
                 let notify = slot
@@ -1033,6 +1040,7 @@ impl Actor {
                     handed_at,
                     output: slot.output.take(),
                     notify,
+                    ran,
                 })
             })
             .collect())
@@ -1060,9 +1068,10 @@ impl Actor {
             exit,
             gone,
             notify,
+            ran,
         } = adoption;
         let plan = self.plan.borrow().clone();
-        let Some(config) = plan.service_to_run(&name).map(std::borrow::Cow::into_owned) else {
+        let Some(planned) = plan.service_to_run(&name).map(std::borrow::Cow::into_owned) else {
             match carried.pid() {
                 Some(pid) => tracing::warn!(
                     "Cannot follow service \"{name}\" (pid {pid}): it is not in the plan"
@@ -1071,7 +1080,8 @@ impl Actor {
             }
             return None;
         };
-        let config = Arc::new(config);
+        // What it last ran, so that a replan still sees what the plan has changed since.
+        let config = Arc::new(ran.unwrap_or(planned));
         let seed = {
             self.next_seed = self.next_seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
             self.next_seed

@@ -36,6 +36,9 @@ pub(crate) struct Taken {
     )>,
     /// Its notify socket, under `readiness: notify`.
     pub notify: Option<TakenNotify>,
+    /// The configuration it last ran, when the plan has changed it since (it is down: a
+    /// service running a changed configuration is not handed over).
+    pub ran: Option<std::sync::Arc<cobble_plan::Service>>,
 }
 
 /// A `readiness: notify` service's socket, handed over with what its instance said on it.
@@ -87,6 +90,8 @@ pub(crate) struct Adoption {
     pub gone: bool,
     /// Its notify socket, under `readiness: notify`.
     pub notify: Option<AdoptedNotify>,
+    /// The configuration it last ran, when the plan has changed it since ([`Taken::ran`]).
+    pub ran: Option<cobble_plan::Service>,
 }
 
 /// The start or stop a handed-over service was in the middle of (its okay delay, its

@@ -229,6 +229,8 @@ pub(crate) enum CarriedPhase {
     Completed,
     /// Exited, and left down by its policy.
     Exited,
+    /// Stopped after it ran: by a client (`by_client`), or down by its policy.
+    Stopped { by_client: bool },
 }
 
 impl Carried {
@@ -284,6 +286,9 @@ impl Machine {
             Phase::Waiting if wanted => CarriedPhase::Waiting,
             Phase::Completed => CarriedPhase::Completed,
             Phase::Exited => CarriedPhase::Exited,
+            Phase::Stopped => CarriedPhase::Stopped {
+                by_client: self.client_stopped,
+            },
             _ => return None,
         };
         let ago = |at: Option<Instant>| at.map(|at| now.saturating_duration_since(at));
@@ -389,6 +394,11 @@ impl Machine {
             CarriedPhase::Exited => {
                 machine.wanted = Wanted::Stopped;
                 Phase::Exited
+            }
+            CarriedPhase::Stopped { by_client } => {
+                machine.wanted = Wanted::Stopped;
+                machine.client_stopped = by_client;
+                Phase::Stopped
             }
         };
         machine.policy = policy;
