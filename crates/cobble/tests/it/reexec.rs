@@ -45,29 +45,24 @@ fn all_logs(daemon: &Daemon, service: &str) -> String {
         .stdout
 }
 
+/// The body of `GET path`, which must answer 200.
+fn get(daemon: &Daemon, path: &str) -> String {
+    let (status, body) = raw(daemon, cobble_client::Method::GET, path, None);
+    assert_eq!(status, 200, "GET {path}: {body}");
+    body
+}
+
 /// What a client sees of the state: every change and task, every notice (and warning).
 fn visible_state(daemon: &Daemon) -> (String, String) {
-    let (status, changes) = raw(
-        daemon,
-        cobble_client::Method::GET,
-        "/v1/changes?select=all",
-        None,
-    );
-    assert_eq!(status, 200, "{changes}");
-    let (status, notices) = raw(
-        daemon,
-        cobble_client::Method::GET,
-        "/v1/notices?users=all",
-        None,
-    );
-    assert_eq!(status, 200, "{notices}");
-    (changes, notices)
+    (
+        get(daemon, "/v1/changes?select=all"),
+        get(daemon, "/v1/notices?users=all"),
+    )
 }
 
 /// `/v1/system-info`'s boot ID.
 fn boot_id(daemon: &Daemon) -> String {
-    let (_, body) = raw(daemon, cobble_client::Method::GET, "/v1/system-info", None);
-    let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&get(daemon, "/v1/system-info")).unwrap();
     value["result"]["boot-id"].as_str().unwrap().to_owned()
 }
 
@@ -579,11 +574,7 @@ fn the_plan_is_handed_over_whole_and_the_layers_directory_is_not_read_again() {
         .args(&["add", "--combine", "base", merged.to_str().unwrap()])
         .any_stdout()
         .run();
-    let plan = |d: &Daemon| {
-        let (status, body) = raw(d, cobble_client::Method::GET, "/v1/plan?format=yaml", None);
-        assert_eq!(status, 200, "{body}");
-        body
-    };
+    let plan = |d: &Daemon| get(d, "/v1/plan?format=yaml");
     let before = plan(&d);
     assert!(
         before.contains("sleep 1000 [ 2000 ]") && before.contains("after:"),
@@ -975,15 +966,10 @@ fn a_stopped_service_keeps_its_record_and_what_it_last_ran_though_the_plan_chang
         .args(&["add", "--combine", "base", changed.to_str().unwrap()])
         .any_stdout()
         .run();
-    let listed = |d: &Daemon| {
-        let (status, body) = raw(d, cobble_client::Method::GET, "/v1/services", None);
-        assert_eq!(status, 200, "{body}");
-        body
-    };
+    let listed = |d: &Daemon| get(d, "/v1/services");
     let starts = |d: &Daemon| {
-        let (status, body) = raw(d, cobble_client::Method::GET, "/v1/metrics", None);
-        assert_eq!(status, 200, "{body}");
-        body.lines()
+        get(d, "/v1/metrics")
+            .lines()
             .find(|l| l.starts_with("pebble_service_start_count{service=\"s\"}"))
             .map(str::to_owned)
     };
@@ -2135,9 +2121,7 @@ fn a_swap_that_waits_for_a_log_target_acts_on_no_watchdog_of_a_service_that_ping
 
 /// `GET /v1/checks`, each check's entry by name.
 fn checks_listed(daemon: &Daemon) -> serde_json::Map<String, serde_json::Value> {
-    let (status, body) = raw(daemon, cobble_client::Method::GET, "/v1/checks", None);
-    assert_eq!(status, 200, "{body}");
-    let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&get(daemon, "/v1/checks")).unwrap();
     value["result"]
         .as_array()
         .unwrap()
@@ -2159,13 +2143,7 @@ fn refresh(daemon: &Daemon, name: &str) {
 
 /// The change `id` as `GET /v1/changes/{id}` shows it.
 fn change(daemon: &Daemon, id: &str) -> serde_json::Value {
-    let (status, body) = raw(
-        daemon,
-        cobble_client::Method::GET,
-        &format!("/v1/changes/{id}"),
-        None,
-    );
-    assert_eq!(status, 200, "{body}");
+    let body = get(daemon, &format!("/v1/changes/{id}"));
     serde_json::from_str::<serde_json::Value>(&body).unwrap()["result"].clone()
 }
 
