@@ -32,10 +32,7 @@ impl Plan {
             },
             Threshold::Effective,
         );
-        if out.text.is_empty() {
-            return "{}\n".to_owned();
-        }
-        out.text
+        out.document()
     }
 }
 
@@ -58,10 +55,7 @@ impl Layer {
             },
             Threshold::AsSet,
         );
-        if out.text.is_empty() {
-            return "{}\n".to_owned();
-        }
-        out.text
+        out.document()
     }
 }
 
@@ -337,6 +331,15 @@ struct Emitter {
 }
 
 impl Emitter {
+    /// What was written, as a document: an empty one is `{}`.
+    fn document(self) -> String {
+        if self.text.is_empty() {
+            "{}\n".to_owned()
+        } else {
+            self.text
+        }
+    }
+
     fn sections(&mut self, s: Sections<'_>, threshold: Threshold) {
         if !s.services.is_empty() {
             self.key(0, "services");

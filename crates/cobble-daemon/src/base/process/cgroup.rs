@@ -211,19 +211,9 @@ impl Cgroups {
         if self.prepare().is_err() {
             return Ok(None);
         }
-        let leaf = format!("{}.{invocation}", escape_name(name));
-        let (dirs, v2) = match &self.layout {
-            Layout::None(_) => return Ok(None),
-            Layout::V2 { base, .. } => (BTreeMap::from([("", base.join(&leaf))]), true),
-            Layout::V1 { bases } => (
-                bases
-                    .iter()
-                    .map(|(controller, base)| (*controller, base.join(&leaf)))
-                    .collect(),
-                false,
-            ),
+        let Some(cgroup) = self.of_run(name, invocation) else {
+            return Ok(None);
         };
-        let cgroup = ServiceCgroup { dirs, v2 };
         for dir in cgroup.dirs.values() {
             if let Err(e) = std::fs::create_dir(dir)
                 && e.kind() != io::ErrorKind::AlreadyExists
@@ -248,6 +238,17 @@ impl Cgroups {
     /// directories this daemon's as they are: they are not swept as a killed predecessor's
     /// would be, which would end the run.
     pub(crate) fn adopt(&self, name: &str, invocation: &str) -> Option<ServiceCgroup> {
+        let cgroup = self.of_run(name, invocation)?;
+        if !cgroup.dirs.values().all(|dir| dir.is_dir()) {
+            return None;
+        }
+        lock(&self.prepared).get_or_insert(Ok(()));
+        Some(cgroup)
+    }
+
+    /// Where the cgroup of the run `invocation` of service `name` goes (nothing is created);
+    /// `None` without cgroups.
+    fn of_run(&self, name: &str, invocation: &str) -> Option<ServiceCgroup> {
         let leaf = format!("{}.{invocation}", escape_name(name));
         let (dirs, v2) = match &self.layout {
             Layout::None(_) => return None,
@@ -260,10 +261,6 @@ impl Cgroups {
                 false,
             ),
         };
-        if !dirs.values().all(|dir| dir.is_dir()) {
-            return None;
-        }
-        lock(&self.prepared).get_or_insert(Ok(()));
         Some(ServiceCgroup { dirs, v2 })
     }
 

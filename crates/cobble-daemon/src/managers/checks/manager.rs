@@ -647,13 +647,14 @@ impl Actor {
         let mut config = entry.config.clone();
         let now = tokio::time::Instant::now();
         let store = &self.shared.store;
-        let plan = self.plan_rx.borrow().clone();
         let carried = carried.and_then(|c| {
             let at = c.taken_at(now);
             let detached = c.detached(at)?;
             (store.task_status(detached.task_id) == Some(TaskStatus::Doing)).then(|| {
                 // It runs on as it ran, which the plan may have moved on from.
-                let running = c.running_config(&plan).map_or(config.clone(), Arc::new);
+                let running = c
+                    .running_config(&self.current_plan())
+                    .map_or(config.clone(), Arc::new);
                 (c.view(running.level, generation, at), detached, running)
             })
         });

@@ -825,13 +825,7 @@ impl Actor {
                 self.watches_stale = true;
                 for name in &names {
                     self.oneshot_changed(name);
-                    let after_oneshots = self
-                        .services
-                        .get(name)
-                        .is_some_and(|slot| !slot.machine.policy().after_oneshots.is_empty());
-                    if after_oneshots {
-                        self.perform(name, Event::Oneshots(self.oneshots.clone()), None);
-                    }
+                    self.tell_where_oneshots_stand(name);
                 }
             }
             Request::Adopt { services, reply } => {
@@ -846,13 +840,7 @@ impl Actor {
                     self.oneshot_changed(name);
                 }
                 for name in &adopted {
-                    let after_oneshots = self
-                        .services
-                        .get(name)
-                        .is_some_and(|slot| !slot.machine.policy().after_oneshots.is_empty());
-                    if after_oneshots {
-                        self.perform(name, Event::Oneshots(self.oneshots.clone()), None);
-                    }
+                    self.tell_where_oneshots_stand(name);
                 }
                 // The checks, handed over too, as they stand: a firing the predecessor had not
                 // acted on is acted on, a service waiting for its checks starts once they pass.
@@ -979,9 +967,6 @@ impl Actor {
                 machine::Phase::Stopped | machine::Phase::Exited
             );
             let Some(state) = slot.machine.carried(now) else {
-                if down {
-                    continue;
-                }
                 let what = match slot.machine.phase() {
                     machine::Phase::Spawning { .. } => "being started".to_owned(),
                     machine::Phase::Terminating { .. } | machine::Phase::Killing { .. } => {
@@ -994,7 +979,7 @@ impl Actor {
             };
             if down {
                 if to_run.is_some() {
-                    carried.push((name.clone(), state));
+                    carried.push((name.clone(), state, changed));
                 }
                 continue;
             }
@@ -1004,18 +989,17 @@ impl Actor {
                 ));
                 continue;
             }
-            carried.push((name.clone(), state));
+            carried.push((name.clone(), state, false));
         }
         if !why.is_empty() {
             return Err(why);
         }
         Ok(carried
             .into_iter()
-            .filter_map(|(name, carried)| {
+            .filter_map(|(name, carried, changed)| {
                 let slot = self.services.get_mut(&name)?;
                 slot.carried = true;
-                let ran = (plan.service_to_run(&name).as_deref() != Some(slot.config.as_ref()))
-                    .then(|| slot.config.clone());
+                let ran = changed.then(|| slot.config.clone());
                 // Its readiness socket (its reader stopped already, see
                 // [`Request::PauseNotify`]) and what the running instance said on it.
                 let notify = slot
@@ -1044,6 +1028,18 @@ impl Actor {
                 })
             })
             .collect())
+    }
+
+    /// Tells service `name`, if it is ordered after one-shots, where they stand now: after a
+    /// re-execution, or one given up, it did not hear what they did meanwhile.
+    fn tell_where_oneshots_stand(&mut self, name: &str) {
+        let after_oneshots = self
+            .services
+            .get(name)
+            .is_some_and(|slot| !slot.machine.policy().after_oneshots.is_empty());
+        if after_oneshots {
+            self.perform(name, Event::Oneshots(self.oneshots.clone()), None);
+        }
     }
 
     /// Follows a service a predecessor handed over: its machine where it stood, and its
