@@ -184,7 +184,7 @@ impl crate::Plan {
             .collect()
     }
 
-    /// [`Plan::tcp_checks_on_held_sockets`] for the sockets of one service.
+    /// [`crate::Plan::tcp_checks_on_held_sockets`] for the sockets of one service.
     pub fn tcp_checks_on_sockets_of(&self, service: &str) -> Vec<HeldProbe> {
         let Some(config) = self.services.get(service) else {
             return Vec::new();

@@ -223,7 +223,7 @@ pub fn start() -> io::Result<()> {
 ///
 /// Note that `Command` keeps the `Stdio` values it was given; drop `cmd` after
 /// spawning if it holds the write end of a pipe you read until EOF (see
-/// [`crate::output::merged_pipe`]).
+/// [`crate::pipe::merged_pipe`]).
 pub fn spawn(cmd: &mut Command) -> io::Result<Spawned> {
     start()?;
 

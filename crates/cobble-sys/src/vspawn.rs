@@ -51,7 +51,7 @@ pub struct Spawn {
     pub ids: Option<(u32, u32)>,
     /// Whether the child takes `ids` only once its gate has opened, so that `before_exec`
     /// acts on it while it still runs as the daemon's user (see
-    /// [`reaper::AfterGate`](crate::reaper::AfterGate)); otherwise before it reports its pid.
+    /// [`crate::reaper::AfterGate`]); otherwise before it reports its pid.
     pub ids_after_gate: bool,
     /// Whether it leads a session of its own.
     pub new_session: bool,

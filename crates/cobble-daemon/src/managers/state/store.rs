@@ -100,8 +100,9 @@ impl StateStore {
         StateStore::keeping(data, &[])
     }
 
-    /// [`StateStore::new`] for a re-executed daemon: the tasks `keep` (the handed-over
-    /// checks' tasks, which go on under it) stay in progress.
+    /// A store holding `data`, whose unfinished tasks are closed but for `keep`: a
+    /// re-executed daemon's handed-over tasks (its checks', its service changes'), which go
+    /// on under it and stay in progress.
     pub(crate) fn keeping(mut data: StateData, keep: &[u64]) -> StateStore {
         close_unfinished(&mut data, keep);
         notices::prune(&mut data, Timestamp::now());
@@ -274,7 +275,7 @@ impl StateStore {
         Ok(change)
     }
 
-    /// Aborts the change (see [`StateStore::abort`]) and returns it once the abort is in the
+    /// Aborts the change (see `mark_aborted`) and returns it once the abort is in the
     /// state file. An abort is carried out as it is recorded (its runners are told at once),
     /// so while the disk refuses writes it is refused up front; a write that fails after
     /// leaves it in memory, written once the disk takes it, and says so.
