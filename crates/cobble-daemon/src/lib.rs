@@ -34,6 +34,8 @@
 //! - [`watch`]: path watching for `requires-paths`, `on-file-change` and failure hints.
 //! - [`tls`]: the daemon's identity key and certificates, and the HTTPS server's
 //!   configuration.
+//! - [`tls_handoff`]: an `--https` connection taken out of the server with its session's
+//!   sending keys, so that a re-execution's new program can answer on it.
 //!
 //! **Managers** (`managers/`): each owns one part of what the daemon knows or does.
 //!
@@ -79,7 +81,9 @@ mod views;
 mod api;
 mod daemon;
 
-pub(crate) use base::{atomic, daemon_log, go_json, http_client, lock, process, sink, tls, watch};
+pub(crate) use base::{
+    atomic, daemon_log, go_json, http_client, lock, process, sink, tls, tls_handoff, watch,
+};
 pub(crate) use managers::{checks, exec, files, identities, layers, logs, services, state};
 pub(crate) use views::{listing, metrics};
 

@@ -68,9 +68,18 @@ pub(crate) struct Peer {
     pub cert: Option<Arc<[u8]>>,
     /// The peer's address over TCP.
     pub addr: Option<SocketAddr>,
-    /// The connection's descriptor, on the unix socket: a re-execution hands it to the new
-    /// program, which answers on it.
-    pub fd: Option<std::os::fd::RawFd>,
+    /// The connection, as a re-execution hands it to the new program, which answers on it;
+    /// none over plain HTTP, which grants no admin.
+    pub handable: Option<Handable>,
+}
+
+/// A client's connection, as a re-execution can hand it to the new program.
+#[derive(Debug, Clone)]
+pub(crate) enum Handable {
+    /// The unix socket's connection, by its descriptor.
+    Unix(std::os::fd::RawFd),
+    /// An `--https` connection, which the server gives up with its session's keys.
+    Tls(crate::tls_handoff::HandableTls),
 }
 
 impl Peer {
@@ -82,7 +91,7 @@ impl Peer {
             transport: Transport::Http,
             cert: None,
             addr,
-            fd: None,
+            handable: None,
         }
     }
 }

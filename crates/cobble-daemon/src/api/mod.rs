@@ -78,7 +78,7 @@ pub(crate) struct ApiState {
 
 pub(crate) type Shared = Arc<ApiState>;
 
-pub(crate) use access::{Admin, Metrics, Peer, Read, Transport};
+pub(crate) use access::{Admin, Handable, Metrics, Peer, Read, Transport};
 
 /// An error response in Pebble's envelope.
 #[derive(Debug)]

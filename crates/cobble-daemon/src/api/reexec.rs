@@ -1,7 +1,9 @@
 //! `POST /v1/cobble/reexec`, cobble's own: re-executes the daemon in place (see
 //! `daemon::reexec`). The handler hands the request to the daemon and waits: when the new
-//! program has taken over, it answers on this very connection, which it was handed; when the
-//! re-execution is refused or fails, the old program answers here with the reason.
+//! program has taken over, it answers on this very connection, which it was handed (a unix
+//! socket's by its descriptor, an `--https` one with its session's keys, see
+//! `tls_handoff`); when the re-execution is refused or fails, the old program answers here
+//! with the reason.
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
@@ -9,7 +11,7 @@ use axum::response::Response;
 use cobble_client::types::ReexecRequest;
 use tokio::sync::oneshot;
 
-use super::{Admin, ApiError, Peer, Shared, Transport, json_body};
+use super::{Admin, ApiError, Handable, Peer, Shared, json_body};
 use crate::go_json::{GoField, GoPayload, GoStruct, GoType, STRING};
 
 impl GoPayload for ReexecRequest {
@@ -25,10 +27,12 @@ pub(crate) struct ReexecAsk {
     /// What the client named (empty for the daemon's own binary).
     pub binary: String,
     /// The asking client's connection, which the new program answers on.
-    pub connection: std::os::fd::RawFd,
-    /// Who asked, for the request's line in the log.
+    pub connection: Handable,
+    /// Who asked, for the request's line in the log: the unix peer's credentials, or the
+    /// TCP peer's address.
     pub uid: Option<u32>,
     pub pid: Option<i32>,
+    pub addr: Option<std::net::SocketAddr>,
     /// When they asked.
     pub asked: jiff::Timestamp,
     /// Why the re-execution did not happen; never sent when it did.
@@ -45,14 +49,12 @@ pub(super) async fn post_reexec(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request: ReexecRequest = json_body(body, "cannot decode request body").await?;
-    let connection = match (peer.transport, peer.fd) {
-        (Transport::Unix, Some(fd)) => fd,
-        _ => {
-            return Err(ApiError::bad_request(
-                "cannot re-execute: ask over the unix socket, whose connection the new program \
-                 answers on",
-            ));
-        }
+    let Some(connection) = peer.handable else {
+        // Plain HTTP grants no admin: never reached, but never a panic either.
+        return Err(ApiError::bad_request(
+            "cannot re-execute: ask over the unix socket or HTTPS, whose connections the new \
+             program answers on",
+        ));
     };
     let (refused, reason) = oneshot::channel();
     let ask = ReexecAsk {
@@ -60,6 +62,7 @@ pub(super) async fn post_reexec(
         connection,
         uid: peer.uid,
         pid: peer.pid,
+        addr: peer.addr,
         asked: jiff::Timestamp::now(),
         refused,
     };

@@ -66,8 +66,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::request_log::{self, Logged};
-use super::{Peer, Transport};
+use super::{Handable, Peer, Transport};
 use crate::exec::ws::Connection;
+use crate::tls_handoff::HandableTls;
 
 /// Who is on the other end of an accepted connection.
 pub(crate) trait PeerOf {
@@ -83,7 +84,7 @@ impl PeerOf for UnixStream {
             transport: Transport::Unix,
             cert: None,
             addr: None,
-            fd: Some(std::os::fd::AsRawFd::as_raw_fd(self)),
+            handable: Some(Handable::Unix(std::os::fd::AsRawFd::as_raw_fd(self))),
         }
     }
 }
@@ -738,7 +739,7 @@ pub(crate) async fn serve_tls(
             transport: Transport::Https,
             cert: None,
             addr: Some(addr),
-            fd: None,
+            handable: None,
         };
         let admitted = admission.admit(None);
         counters.count(&admitted, &peer, cap);
@@ -763,9 +764,14 @@ pub(crate) async fn serve_tls(
                 () = slot.evict.notified() => return,
             };
             let cert = crate::tls::client_cert(tls.get_ref().1.peer_certificates());
+            let tls = HandableTls::new(tls);
             let service = PeerService {
                 router,
-                peer: Peer { cert, ..peer },
+                peer: Peer {
+                    cert,
+                    handable: Some(Handable::Tls(tls.clone())),
+                    ..peer
+                },
                 slot: slot.clone(),
             };
             serve_connection(tls, service, cancel, &slot, timeouts, keep_alive).await;

@@ -549,11 +549,14 @@ pub(crate) fn server_config(
             last_attempt: std::sync::Mutex::new((Some(std::time::Instant::now()), last_error)),
         }),
     });
-    let config = rustls::ServerConfig::builder_with_provider(provider)
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| cert_err(&e))?
         .with_client_cert_verifier(verifier)
         .with_cert_resolver(resolver);
+    // So that a re-execution asked over HTTPS can be answered by the new program (see
+    // `tls_handoff`); nothing else extracts a session's keys.
+    config.enable_secret_extraction = true;
     Ok(Arc::new(config))
 }
 

@@ -59,8 +59,9 @@
 //!    start from, and must answer, within
 //!    [`PROBE_TIMEOUT`], with its version and the handover formats it reads. A missing file,
 //!    one that is not executable or not for this machine, a build that does not know the
-//!    probe or does not read this daemon's [`FORMAT`], and one that crashes or exits at once
-//!    are refused with the reason, and nothing else has happened.
+//!    probe or does not read the format this daemon would write ([`FORMAT`], or
+//!    [`HTTPS_FORMAT`] for a client that asked over `--https`), and one that crashes or
+//!    exits at once are refused with the reason, and nothing else has happened.
 //! 2. **Exec sessions in progress are waited for** up to [`CHANGE_WAIT`] (their websockets
 //!    end with the process), then the request is refused, naming them; a check's change
 //!    (`perform-check`, `recover-check`) and a service change (`start`, `stop`, `restart`,
@@ -90,22 +91,24 @@
 //!    held sockets and what each log target holds (taken once the output readers have stopped,
 //!    so every line they read is in it) go into the document; the persister writes the state
 //!    and stops; the daemon's own log and the service log files are flushed.
-//! 6. **`execve`**. If it fails, the flags are set back, the readers (of output and of notify
-//!    sockets), the log targets' senders, the checks (as they stood), the persister and the
-//!    listeners start again, and the client is told why. If it succeeds, the new program adopts
-//!    the descriptors, registers the services' pids with its reaper before it starts (an exit
-//!    during the swap waits as a zombie), holds the handed sockets before it binds anything the
-//!    plan names, starts as a daemon does (with the plan it was handed, and the state file; its
-//!    log targets queueing what the old ones held before any new line) but neither ends
-//!    leftovers nor autostarts, runs each check on from where it stood (same change and task,
-//!    next run when it was due), follows the services from where their machines stood (acting
-//!    on the checks as they stand: a firing the old program had not acted on is acted on, a
-//!    wait for checks that pass now ends), takes up the service changes where they stood, reads
-//!    their notify sockets again (what was sent during the swap first), serves the listeners it
-//!    was handed, and answers the waiting client on its connection with both versions. Had the
-//!    exec failed instead, the old program follows its services again, its path watches armed
-//!    anew and what waits for one-shots told where they stand, for what happened meanwhile was
-//!    not acted on.
+//! 6. **`execve`**. Just before it, an `--https` asker's connection is taken out of the HTTPS
+//!    server with its TLS session's sending half ([`crate::tls_handoff`]), which the document
+//!    carries ([`HTTPS_FORMAT`]). If it fails, the flags are set back, the readers (of output and
+//!    of notify sockets), the log targets' senders, the checks (as they stood), the persister and
+//!    the listeners start again, and the client is told why (an `--https` one on its session, as
+//!    its server gave the connection up). If it succeeds, the new program adopts the descriptors,
+//!    registers the services' pids with its reaper before it starts (an exit during the swap waits
+//!    as a zombie), holds the handed sockets before it binds anything the plan names, starts as a
+//!    daemon does (with the plan it was handed, and the state file; its log targets queueing what
+//!    the old ones held before any new line) but neither ends leftovers nor autostarts, runs each
+//!    check on from where it stood (same change and task, next run when it was due), follows the
+//!    services from where their machines stood (acting on the checks as they stand: a firing the
+//!    old program had not acted on is acted on, a wait for checks that pass now ends), takes up the
+//!    service changes where they stood, reads their notify sockets again (what was sent during the
+//!    swap first), serves the listeners it was handed, and answers the waiting client on its
+//!    connection with both versions. Had the exec failed instead, the old program follows its
+//!    services again, its path watches armed anew and what waits for one-shots told where they
+//!    stand, for what happened meanwhile was not acted on.
 //!
 //! **A new program that fails to take over** (it cannot read the document or adopt a
 //! descriptor, a start-up step fails, or it panics, before it follows the services) executes
@@ -143,7 +146,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::ApiError;
+use crate::api::{ApiError, Handable};
 
 /// The argument that makes `cobble` answer as a re-execution's candidate (see [`probe`]).
 pub const PROBE_ARG: &str = "__reexec-probe";
@@ -153,8 +156,13 @@ pub const PROBE_ARG: &str = "__reexec-probe";
 /// the service changes in progress; 2 running services only (and had the new program load the
 /// layers directory); 1 none.
 pub(crate) const FORMAT: u32 = 3;
+/// The format written instead of [`FORMAT`] when the client asked over `--https`: 3 with the
+/// session's keys in [`Reply::tls`], which a reader of 3 would ignore and answer in
+/// cleartext. So a build that reads 3 and not 4 can still be executed into when asked over
+/// the unix socket.
+pub(crate) const HTTPS_FORMAT: u32 = 4;
 /// The handover formats this build reads.
-const READS: &[u32] = &[1, 2, FORMAT];
+const READS: &[u32] = &[1, 2, FORMAT, HTTPS_FORMAT];
 /// The largest handover document read.
 const MAX_DOCUMENT: u64 = 64 << 20;
 /// How long the candidate may take to answer the probe.
@@ -225,7 +233,7 @@ pub fn probe_answer(pebble_dir: &Path, input: impl Read) -> Result<String, Strin
 /// What the daemon hands its new program.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Handover {
-    /// [`FORMAT`].
+    /// [`FORMAT`], or [`HTTPS_FORMAT`].
     pub format: u32,
     /// The version of cobble that wrote it.
     pub old_version: String,
@@ -954,6 +962,12 @@ pub(crate) struct Reply {
     /// Its credentials, for the request's line in the debug log.
     pub uid: Option<u32>,
     pub pid: Option<i32>,
+    /// Over `--https` ([`HTTPS_FORMAT`]): the session's sending half, which the answer is
+    /// sealed with, and the client's address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::tls_handoff::Sealer>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<std::net::SocketAddr>,
 }
 
 /// Reads the handover document from `fd`.
@@ -1006,11 +1020,13 @@ pub(crate) fn resolve(binary: &str) -> Result<PathBuf, ApiError> {
 }
 
 /// Runs `binary` as a candidate, handing it `plan` (a [`Handover::plan`] as JSON) to read,
-/// and returns the version it reports; refuses, with the reason, one that cannot take over.
+/// and returns the version it reports; refuses, with the reason, one that cannot take over,
+/// or that does not read the handover `format` it would be handed.
 pub(crate) async fn probe(
     binary: &Path,
     pebble_dir: &Path,
     plan: &[u8],
+    format: u32,
 ) -> Result<String, ApiError> {
     let shown = cobble_plan::go_quote(&binary.to_string_lossy());
     let refuse = |why: String| ApiError::bad_request(format!("cannot re-execute {shown}: {why}"));
@@ -1108,9 +1124,14 @@ pub(crate) async fn probe(
              not cobble, or a cobble too old to be re-executed into"
         )));
     };
-    if !answer.formats.contains(&FORMAT) {
+    if !answer.formats.contains(&format) {
+        let over = if format == HTTPS_FORMAT {
+            " for a client that asks over HTTPS"
+        } else {
+            ""
+        };
         return Err(refuse(format!(
-            "cobble {} reads handover formats {:?}, and this daemon writes format {FORMAT}",
+            "cobble {} reads handover formats {:?}, and this daemon writes format {format}{over}",
             answer.version, answer.formats
         )));
     }
@@ -1294,9 +1315,13 @@ async fn reexec_checked(
         Ok(layers) => serde_json::to_vec(&layers).expect("layers serialise"),
         Err(e) => return Err(refuse(e)),
     };
+    let format = match cause {
+        Cause::Asked(ask) if matches!(ask.connection, Handable::Tls(_)) => HTTPS_FORMAT,
+        _ => FORMAT,
+    };
     let mut version = match image {
         Some(_) => crate::VERSION.to_owned(),
-        None => match probe(&binary, &opts.pebble_dir, &probed).await {
+        None => match probe(&binary, &opts.pebble_dir, &probed, format).await {
             Ok(version) => version,
             Err(e) => return Err(refuse(e)),
         },
@@ -1332,7 +1357,7 @@ async fn reexec_checked(
     let handed = serde_json::to_vec(&plan).expect("layers serialise");
     if blockers.is_empty() && image.is_none() && handed != probed {
         // A layer came between the probe and the pause: the candidate must read this plan.
-        match probe(&binary, &opts.pebble_dir, &handed).await {
+        match probe(&binary, &opts.pebble_dir, &handed, format).await {
             Ok(again) => version = again,
             Err(e) => {
                 servers.start(listeners, &daemon.cancel);
@@ -1447,27 +1472,28 @@ async fn reexec_checked(
         code = stop_signals.wait(&mut daemon.shutdown_requests) => Some(code),
         () = std::future::ready(()) => None,
     };
-    let (reply, panics) = match cause {
-        Cause::Asked(ask) => (
-            Some(Reply {
-                fd: ask.connection,
-                binary: binary.to_string_lossy().into_owned(),
-                asked_ns: ask.asked.as_nanosecond(),
-                uid: ask.uid,
-                pid: ask.pid,
-            }),
-            Vec::new(),
-        ),
-        Cause::Panicked(panics) => (None, panics.to_vec()),
-    };
+    // An `--https` connection taken out of the server, which this program answers on should
+    // the exec fail: its server can no longer write on it.
+    let mut surrendered = None;
     let error = match (stop, written) {
         (Some(_), _) => ApiError::internal("cannot re-execute: the daemon is stopping"),
         (None, Err(e)) => e,
-        (None, Ok(())) => {
+        (None, Ok(())) => 'exec: {
+            let (reply, panics) = match cause {
+                Cause::Asked(ask) => match reply_for(ask, &binary).await {
+                    Ok((reply, taken)) => {
+                        surrendered = taken;
+                        (Some(reply), Vec::new())
+                    }
+                    Err(e) => break 'exec e,
+                },
+                Cause::Panicked(panics) => (None, panics.to_vec()),
+            };
             let target = Target {
                 binary: &binary,
                 image,
                 version: &version,
+                format,
             };
             let handed = Handed {
                 reply,
@@ -1484,6 +1510,14 @@ async fn reexec_checked(
             exec_into(target, kept, &listeners, handed).await
         }
     };
+    if let Some(mut taken) = surrendered {
+        let bytes = error_bytes(&error.message);
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = crate::tls_handoff::answer(&taken.socket, &mut taken.sealer, &bytes) {
+                tracing::warn!("Cannot answer the re-execution's client: {e}");
+            }
+        });
+    }
     // Still here: everything goes back as it was (the notify readers first, so that what
     // was said meanwhile is read before the services' deadlines are acted on again).
     daemon.services.resume_notify();
@@ -1506,6 +1540,48 @@ struct Target<'a> {
     image: Option<RawFd>,
     /// Its version.
     version: &'a str,
+    /// The handover format it is handed.
+    format: u32,
+}
+
+/// The [`Reply`] for the client that asked, on its connection: an `--https` one is taken
+/// out of the server here (see [`crate::tls_handoff`]), and returned too, for this program
+/// to answer on should the exec fail.
+async fn reply_for(
+    ask: &crate::api::reexec::ReexecAsk,
+    binary: &Path,
+) -> Result<(Reply, Option<crate::tls_handoff::Surrendered>), ApiError> {
+    let mut reply = Reply {
+        fd: -1,
+        binary: binary.to_string_lossy().into_owned(),
+        asked_ns: ask.asked.as_nanosecond(),
+        uid: ask.uid,
+        pid: ask.pid,
+        tls: None,
+        addr: ask.addr,
+    };
+    match &ask.connection {
+        Handable::Unix(fd) => {
+            reply.fd = *fd;
+            Ok((reply, None))
+        }
+        Handable::Tls(tls) => {
+            let tls = tls.clone();
+            let taken = tokio::task::spawn_blocking(move || tls.surrender())
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|taken| taken)
+                .map_err(|why| {
+                    ApiError::internal(format!(
+                        "cannot re-execute: cannot hand over the HTTPS connection: {why}"
+                    ))
+                })?;
+            reply.fd = taken.socket.as_raw_fd();
+            // The same session's next record number in both: only one program writes.
+            reply.tls = Some(taken.sealer.clone());
+            Ok((reply, Some(taken)))
+        }
+    }
 }
 
 /// What the handover document carries besides the descriptors.
@@ -1535,6 +1611,7 @@ async fn exec_into(
         binary,
         image,
         version,
+        format,
     } = target;
     let Handed {
         reply,
@@ -1549,7 +1626,7 @@ async fn exec_into(
         changes,
     } = handed;
     let handover = Handover {
-        format: FORMAT,
+        format,
         old_version: crate::VERSION.to_owned(),
         boot_id: kept.boot_id.clone(),
         lock: kept.lock,
@@ -1769,33 +1846,55 @@ pub(super) fn answer_reexec(reply: Reply, old_version: Option<String>) {
         None => (reply_bytes(&result), 200),
     };
     tokio::task::spawn_blocking(move || {
-        use std::io::Write;
-        let stream = match cobble_sys::reexec::adopt(reply.fd) {
-            Ok(fd) => std::os::unix::net::UnixStream::from(fd),
-            Err(e) => {
-                tracing::warn!("Cannot answer the re-execution's client: {e}");
-                return;
-            }
-        };
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
-        let written = (&stream).write_all(&bytes);
-        let _ = stream.shutdown(std::net::Shutdown::Write);
-        let asked = jiff::Timestamp::from_nanosecond(reply.asked_ns)
-            .unwrap_or_else(|_| jiff::Timestamp::now());
-        let now = jiff::Timestamp::now();
-        crate::daemon_log::request(crate::daemon_log::RequestLine {
-            at: now,
-            method: axum::http::Method::POST,
-            target: "/v1/cobble/reexec".into(),
-            elapsed: now.duration_since(asked).unsigned_abs(),
-            status,
-            transport: crate::api::Transport::Unix.as_str(),
-            remote: crate::daemon_log::Remote::Unix {
-                pid: reply.pid,
-                uid: reply.uid,
+        let Reply {
+            fd,
+            asked_ns,
+            uid,
+            pid,
+            tls,
+            addr,
+            ..
+        } = reply;
+        let (written, transport, remote) = match cobble_sys::reexec::adopt(fd) {
+            Err(e) => (Err(e), crate::api::Transport::Unix, None),
+            Ok(fd) => match tls {
+                Some(mut sealer) => {
+                    let socket = std::net::TcpStream::from(fd);
+                    (
+                        crate::tls_handoff::answer(&socket, &mut sealer, &bytes),
+                        crate::api::Transport::Https,
+                        Some(crate::daemon_log::Remote::Tcp(addr)),
+                    )
+                }
+                None => {
+                    use std::io::Write;
+                    let stream = std::os::unix::net::UnixStream::from(fd);
+                    let _ = stream.set_nonblocking(false);
+                    let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+                    let written = (&stream).write_all(&bytes);
+                    let _ = stream.shutdown(std::net::Shutdown::Write);
+                    (
+                        written,
+                        crate::api::Transport::Unix,
+                        Some(crate::daemon_log::Remote::Unix { pid, uid }),
+                    )
+                }
             },
-        });
+        };
+        if let Some(remote) = remote {
+            let asked = jiff::Timestamp::from_nanosecond(asked_ns)
+                .unwrap_or_else(|_| jiff::Timestamp::now());
+            let now = jiff::Timestamp::now();
+            crate::daemon_log::request(crate::daemon_log::RequestLine {
+                at: now,
+                method: axum::http::Method::POST,
+                target: "/v1/cobble/reexec".into(),
+                elapsed: now.duration_since(asked).unsigned_abs(),
+                status,
+                transport: transport.as_str(),
+                remote,
+            });
+        }
         if let Err(e) = written {
             tracing::warn!("Cannot answer the re-execution's client: {e}");
         }

@@ -28,7 +28,7 @@ const WEB_HASH: &str = "$6$saltsalt$JcVDtuB6d1BHhCd5RPBh8g8xX/1CbY8EU2PN0MTaj2/M
 
 /// A client certificate and its key, as PEM files in `dir` named after `name`; valid from
 /// `not_before` to `not_after` (years).
-fn client_cert(dir: &Path, name: &str, years: (i32, i32)) -> (PathBuf, PathBuf, String) {
+pub(crate) fn client_cert(dir: &Path, name: &str, years: (i32, i32)) -> (PathBuf, PathBuf, String) {
     // ECDSA rather than Ed25519: curl's OpenSSL reads this key's PKCS#8 form.
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -47,7 +47,7 @@ fn client_cert(dir: &Path, name: &str, years: (i32, i32)) -> (PathBuf, PathBuf, 
 }
 
 /// YAML for one `cert` identity.
-fn cert_identity(name: &str, access: &str, pem: &str) -> String {
+pub(crate) fn cert_identity(name: &str, access: &str, pem: &str) -> String {
     let pem: String = pem.lines().map(|l| format!("        {l}\n")).collect();
     format!("  {name}:\n    access: {access}\n    cert:\n      pem: |\n{pem}")
 }

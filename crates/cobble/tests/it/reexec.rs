@@ -2327,3 +2327,164 @@ fn a_service_waiting_for_its_checks_is_released_when_they_pass_after_a_reexec() 
         || service(&d, "w").current == "active" && children(&d).len() == 1,
     );
 }
+
+/// `POST /v1/cobble/reexec` over `--https`, as `curl` makes it with the admin client
+/// certificate `name` of `certs` (OpenSSL's TLS, not the daemon's rustls, reads the answer):
+/// curl's exit code and stderr, the status and the body.
+fn reexec_over_https(
+    port: u16,
+    certs: &Path,
+    name: &str,
+    binary: &str,
+) -> (i32, String, u16, serde_json::Value) {
+    let file = |ext: &str| certs.join(format!("{name}.{ext}")).display().to_string();
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-k", "--cert", &file("crt"), "--key", &file("key")])
+        .args(["-X", "POST", "-H", "Content-Type: application/json"])
+        .args([
+            "--data",
+            &serde_json::json!({ "binary": binary }).to_string(),
+        ])
+        .args(["-w", "\n%{http_code}"])
+        .arg(format!("https://127.0.0.1:{port}/v1/cobble/reexec"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run curl");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = stdout.rsplit_once('\n').unwrap_or(("", &stdout));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        status.trim().parse().unwrap_or(0),
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[test]
+fn a_reexec_asked_over_https_is_answered_on_that_connection() {
+    let port = free_port();
+    let https = format!("127.0.0.1:{port}");
+    let d = Daemon::start_with_env(
+        &[("001-base", NUMBERED)],
+        &["--hold", "--https", &https],
+        &[("COBBLE_TEST_FAULTS", "1")],
+    );
+    let certs = d.scratch().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    let (_, _, admin) = crate::identities::client_cert(&certs, "admin", (2000, 4000));
+    let (_, _, reader) = crate::identities::client_cert(&certs, "reader", (2000, 4000));
+    let ids = d.scratch().join("ids.yaml");
+    std::fs::write(
+        &ids,
+        format!(
+            "identities:\n{}{}",
+            crate::identities::cert_identity("admin", "admin", &admin),
+            crate::identities::cert_identity("reader", "read", &reader)
+        ),
+    )
+    .unwrap();
+    Test::daemon(&d)
+        .args(&["add-identities", "--from", ids.to_str().unwrap()])
+        .any_stdout()
+        .run();
+    act(&d, "start", &["n"]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let before = visible_state(&d);
+    let version = env!("CARGO_PKG_VERSION");
+
+    // Answered by the new program, on the connection the old one took the request on; the
+    // TLS session ends cleanly (curl fails on a record it cannot read, or on a connection
+    // cut without close_notify).
+    for _ in 0..2 {
+        let (code, stderr, status, body) = reexec_over_https(port, &certs, "admin", "");
+        assert_eq!((code, stderr.as_str(), status), (0, "", 200), "{body}");
+        assert_eq!(
+            body["result"],
+            serde_json::json!({
+                "old-version": version,
+                "new-version": version,
+                "binary": COBBLE,
+                "pid": d.pid(),
+            })
+        );
+        assert_eq!(children(&d), pids);
+        assert_eq!(visible_state(&d), before);
+    }
+    assert_eq!(count_in_log(&d, "Re-executed daemon: cobble"), 2);
+
+    // A new program that fails to take over: the old one, executed back into, answers on
+    // the same connection with why.
+    let fails = script(
+        d.scratch(),
+        "takeover-fails",
+        &format!("exec {COBBLE} \"$@\""),
+    );
+    let (code, stderr, status, body) =
+        reexec_over_https(port, &certs, "admin", fails.to_str().unwrap());
+    assert_eq!((code, stderr.as_str(), status), (0, "", 500), "{body}");
+    let message = body["result"]["message"].as_str().unwrap();
+    assert_eq!(
+        message,
+        format!(
+            "cannot re-execute \"{}\": the new program did not take over: injected fault",
+            fails.display()
+        )
+    );
+
+    // An execve that fails: the old program, whose HTTP server gave the connection up,
+    // answers on it all the same.
+    let exec_fails = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
+    let (code, stderr, status, body) =
+        reexec_over_https(port, &certs, "admin", exec_fails.to_str().unwrap());
+    assert_eq!((code, stderr.as_str(), status), (0, "", 500), "{body}");
+    let message = body["result"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "cannot re-execute \"{}\": not a directory",
+            exec_fails.display()
+        )),
+        "{message}"
+    );
+
+    // A build that reads format 3 and not 4 would answer in cleartext: refused before
+    // anything happens, as a binary that cannot take over is.
+    let reads_3 = script(
+        d.scratch(),
+        "reads-3",
+        r#"echo '{"cobble-version":"0.9.0","handover-formats":[1,2,3]}'"#,
+    );
+    let (code, stderr, status, body) =
+        reexec_over_https(port, &certs, "admin", reads_3.to_str().unwrap());
+    assert_eq!((code, stderr.as_str(), status), (0, "", 400), "{body}");
+    assert_eq!(
+        body["result"]["message"],
+        format!(
+            "cannot re-execute \"{}\": cobble 0.9.0 reads handover formats [1, 2, 3], and this \
+             daemon writes format 4 for a client that asks over HTTPS",
+            reads_3.display()
+        )
+    );
+    // A reader's certificate is not an admin's.
+    let (code, _, status, _) = reexec_over_https(port, &certs, "reader", "");
+    assert_eq!((code, status), (0, 401));
+
+    // Through all of it: the same process, service, state and output, every line once.
+    assert_eq!(children(&d), pids);
+    assert_eq!(service(&d, "n").current, "active");
+    assert_eq!(visible_state(&d), before);
+    let logs = || all_logs(&d, "n");
+    wait_for("the service's last line", DEADLINE, || {
+        logs().contains("[n] n 2000\n")
+    });
+    let numbers: Vec<u32> = logs()
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(numbers, (1..=2000).collect::<Vec<_>>());
+    // HTTPS still serves, and the unix socket's re-execution still works.
+    let (code, _, status, _) = reexec_over_https(port, &certs, "admin", "");
+    assert_eq!((code, status), (0, 200));
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+}
