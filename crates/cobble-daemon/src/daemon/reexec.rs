@@ -376,8 +376,8 @@ pub(crate) struct CarriedService {
     /// Stopped, a client stopped it (rather than its policy).
     #[serde(default)]
     pub stopped_by_client: bool,
-    /// The configuration it last ran, as a one-service layer document, when the plan has
-    /// changed it since.
+    /// The configuration it runs, or last ran if it is down, as a one-service layer
+    /// document, when the plan has changed it since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ran: Option<String>,
 }

@@ -1000,11 +1000,56 @@ fn a_stopped_service_keeps_its_record_and_what_it_last_ran_though_the_plan_chang
         starts(&d).as_deref(),
         Some("pebble_service_start_count{service=\"s\"} 2")
     );
-    let running: Vec<String> = children(&d)
+    assert_eq!(running_commands(&d), ["sleep\u{0}2000\u{0}"]);
+}
+
+/// The command lines of the daemon's children.
+fn running_commands(d: &Daemon) -> Vec<String> {
+    children(d)
         .iter()
         .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok())
-        .collect();
-    assert_eq!(running, ["sleep\u{0}2000\u{0}"]);
+        .collect()
+}
+
+#[test]
+fn a_running_service_the_plan_changed_goes_on_as_it_ran_until_a_replan() {
+    let d = Daemon::hold(&[(
+        "001-base",
+        "services:\n  s:\n    override: replace\n    command: sleep 1000\n",
+    )]);
+    act(&d, "start", &["s"]);
+    let pids = children(&d);
+    let changed = d.scratch().join("changed.yaml");
+    std::fs::write(
+        &changed,
+        "services:\n  s:\n    override: merge\n    command: sleep 2000\n",
+    )
+    .unwrap();
+    Test::daemon(&d)
+        .args(&["add", "--combine", "base", changed.to_str().unwrap()])
+        .any_stdout()
+        .run();
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids);
+    // Killed, it is restarted with what it ran, as the old program would have restarted it:
+    // the plan's change waits for a replan.
+    let [pid] = pids[..] else { panic!("{pids:?}") };
+    let kill = cobble_sys::process::parse_signal("SIGKILL").unwrap();
+    cobble_sys::process::signal_pid(pid, kill).unwrap();
+    wait_for("the restart", Duration::from_secs(30), || {
+        let now = children(&d);
+        now.len() == 1 && now != pids
+    });
+    assert_eq!(running_commands(&d), ["sleep\u{0}1000\u{0}"]);
+    let replan = act(&d, "replan", &[]);
+    let tasks: Vec<&str> = replan.tasks.iter().map(|t| t.summary.as_str()).collect();
+    assert_eq!(
+        tasks,
+        ["Stop service \"s\"", "Start service \"s\""],
+        "{replan:?}"
+    );
+    assert_eq!(running_commands(&d), ["sleep\u{0}2000\u{0}"]);
 }
 
 #[test]

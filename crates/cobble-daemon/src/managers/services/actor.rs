@@ -957,11 +957,12 @@ impl Actor {
                 continue;
             }
             let to_run = plan.service_to_run(name);
+            // The plan has changed it since it started: it goes over with the configuration
+            // it runs (or last ran), which is what this program would go on with (its
+            // restarts, its policy) until a replan.
             let changed = to_run.as_deref() != Some(slot.config.as_ref());
             // Down (stopped, or left down by its policy): handed over with its record (since
-            // when, its starts, its last exit) and the configuration it last ran, whatever
-            // the plan has made of it since, as it runs nothing; one the plan no longer has
-            // is left behind.
+            // when, its starts, its last exit); one the plan no longer has is left behind.
             let down = matches!(
                 slot.machine.phase(),
                 machine::Phase::Stopped | machine::Phase::Exited
@@ -977,19 +978,10 @@ impl Actor {
                 why.push(format!("service {shown} is {what}"));
                 continue;
             };
-            if down {
-                if to_run.is_some() {
-                    carried.push((name.clone(), state, changed));
-                }
+            if down && to_run.is_none() {
                 continue;
             }
-            if changed {
-                why.push(format!(
-                    "service {shown} runs a configuration the plan has changed since (replan first)"
-                ));
-                continue;
-            }
-            carried.push((name.clone(), state, false));
+            carried.push((name.clone(), state, changed));
         }
         if !why.is_empty() {
             return Err(why);
@@ -1067,7 +1059,10 @@ impl Actor {
             ran,
         } = adoption;
         let plan = self.plan.borrow().clone();
-        let Some(planned) = plan.service_to_run(&name).map(std::borrow::Cow::into_owned) else {
+        // What it runs or last ran, when the plan has changed it since: so that it goes on
+        // (restarts, policy) as it would have, and a replan sees what changed.
+        let config = ran.or_else(|| plan.service_to_run(&name).map(std::borrow::Cow::into_owned));
+        let Some(config) = config.map(Arc::new) else {
             match carried.pid() {
                 Some(pid) => tracing::warn!(
                     "Cannot follow service \"{name}\" (pid {pid}): it is not in the plan"
@@ -1076,8 +1071,6 @@ impl Actor {
             }
             return None;
         };
-        // What it last ran, so that a replan still sees what the plan has changed since.
-        let config = Arc::new(ran.unwrap_or(planned));
         let seed = {
             self.next_seed = self.next_seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
             self.next_seed

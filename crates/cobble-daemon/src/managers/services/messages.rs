@@ -36,8 +36,8 @@ pub(crate) struct Taken {
     )>,
     /// Its notify socket, under `readiness: notify`.
     pub notify: Option<TakenNotify>,
-    /// The configuration it last ran, when the plan has changed it since (it is down: a
-    /// service running a changed configuration is not handed over).
+    /// The configuration it runs, or last ran if it is down, when the plan has changed it
+    /// since.
     pub ran: Option<std::sync::Arc<cobble_plan::Service>>,
 }
 
@@ -90,7 +90,8 @@ pub(crate) struct Adoption {
     pub gone: bool,
     /// Its notify socket, under `readiness: notify`.
     pub notify: Option<AdoptedNotify>,
-    /// The configuration it last ran, when the plan has changed it since ([`Taken::ran`]).
+    /// The configuration it runs or last ran, when the plan has changed it since
+    /// ([`Taken::ran`]).
     pub ran: Option<cobble_plan::Service>,
 }
 
