@@ -17,20 +17,20 @@
 //! (those added through the API too), and the new program runs it instead of reading the
 //! layers directory, which a daemon reads at start-up only.
 //!
-//! Every service started and not stopped since is handed over, with or without a process:
-//! running (a one-shot's run too), within its okay delay or not ready yet, backing off,
-//! waiting for missing `requires-paths`, for one-shots or for `requires-checks`, a one-shot
-//! completed, or left down; and so is one a client's stop is ending (SIGTERM sent and its
-//! kill-delay not out, or SIGKILL sent). Its machine's timers (the okay delay or the time
-//! left to say `READY=1`, the kill-delay or the wait after SIGKILL, the backoff, the
-//! backoff's reset, a coalesced file change, a check's restart streak or held action) go as
-//! durations from the handover,
-//! which is stamped on the monotonic clock, kept by `execve`: the new program counts them
-//! from that instant, so the swap's own time is not added. What the new program can derive
-//! it derives from the plan: the paths to watch (each reported as it is once watched, so a
-//! path created during the swap ends a wait), where each one-shot stands for what waits for
-//! it, and the cgroup of a run with `resources:`, found by its path from the service's name
-//! and its invocation ID.
+//! Every service this daemon started is handed over, with or without a process: running
+//! (a one-shot's run too), within its okay delay or not ready yet, backing off, waiting for missing
+//! `requires-paths`, for one-shots or for `requires-checks`, a one-shot completed, or left down;
+//! and so is one whose process is being ended (SIGTERM sent and its kill-delay not out, or SIGKILL
+//! sent), with what follows the exit: stopped after a client's stop, or, still wanted running, a
+//! restart for a check or a file change, or the `on-failure` action after a failed start or a
+//! watchdog's failure. Its machine's timers (the okay delay or the time left to say `READY=1`, the
+//! kill-delay or the wait after SIGKILL, the backoff, the backoff's reset, a coalesced file change,
+//! a check's restart streak or held action) go as durations from the handover, which is stamped on
+//! the monotonic clock, kept by `execve`: the new program counts them from that instant, so the
+//! swap's own time is not added. What the new program can derive it derives from the plan: the
+//! paths to watch (each reported as it is once watched, so a path created during the swap ends a
+//! wait), where each one-shot stands for what waits for it, and the cgroup of a run with
+//! `resources:`, found by its path from the service's name and its invocation ID.
 //!
 //! The services' changes in progress are handed over too, each with its tasks by lane
 //! ([`crate::services::changes::CarriedChange`]); their tasks stay in the state file as
@@ -78,10 +78,11 @@
 //!    the notify sockets' readers stop between two datagrams, and the supervisor handles what
 //!    they had read (so that what a service said is in its machine when it is taken, and what
 //!    it says later waits in its socket); then the supervisor is asked to hand over its
-//!    services once none is being spawned (a spawn takes moments), and refuses for one whose
-//!    process is being ended by anything but a client's stop, or with what is not handed over
-//!    yet. The readers (which read what waits in their sockets before the services' deadlines
-//!    are acted on again), the senders and the listeners then start again.
+//!    services once none is being spawned (a spawn takes moments), and refuses, for a
+//!    candidate that does not read [`ENDINGS_FORMAT`], one whose process is being ended by
+//!    anything but a client's stop. On a refusal, the readers (which read what waits in their
+//!    sockets before the services' deadlines are acted on again), the senders and the
+//!    listeners start again.
 //! 5. **The services and the checks are taken over**: the supervisor stops acting on the
 //!    services (their timers, exits, paths, one-shots and checks wait for the new program), and
 //!    each output reader stops between two reads, handing back its pipe and the line it had
@@ -161,8 +162,13 @@ pub(crate) const FORMAT: u32 = 3;
 /// cleartext. So a build that reads 3 and not 4 can still be executed into when asked over
 /// the unix socket.
 pub(crate) const HTTPS_FORMAT: u32 = 4;
+/// The format written instead when a service is being ended for another reason than a
+/// client's stop ([`CarriedService::ending`]): 4 and that, which a reader of 4 would take
+/// for a client's stop and leave the service stopped. A candidate that does not read it
+/// refuses such a service instead.
+pub(crate) const ENDINGS_FORMAT: u32 = 5;
 /// The handover formats this build reads.
-const READS: &[u32] = &[1, 2, FORMAT, HTTPS_FORMAT];
+const READS: &[u32] = &[1, 2, FORMAT, HTTPS_FORMAT, ENDINGS_FORMAT];
 /// The largest handover document read.
 const MAX_DOCUMENT: u64 = 64 << 20;
 /// How long the candidate may take to answer the probe.
@@ -233,7 +239,7 @@ pub fn probe_answer(pebble_dir: &Path, input: impl Read) -> Result<String, Strin
 /// What the daemon hands its new program.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Handover {
-    /// [`FORMAT`], or [`HTTPS_FORMAT`].
+    /// [`FORMAT`], [`HTTPS_FORMAT`] or [`ENDINGS_FORMAT`].
     pub format: u32,
     /// The version of cobble that wrote it.
     pub old_version: String,
@@ -376,6 +382,10 @@ pub(crate) struct CarriedService {
     /// Stopped, a client stopped it (rather than its policy).
     #[serde(default)]
     pub stopped_by_client: bool,
+    /// Being ended (stopping, killing) for another reason than a client's stop, and so
+    /// still wanted running: what follows its exit ([`ENDINGS_FORMAT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ending: Option<CarriedEnding>,
     /// The configuration it runs, or last ran if it is down, as a one-service layer
     /// document, when the plan has changed it since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -488,12 +498,27 @@ pub(crate) enum CarriedPhaseName {
     Waiting,
     Completed,
     Exited,
-    /// A client's stop ends its process: SIGTERM sent, SIGKILL due.
+    /// Its process is being ended (a client's stop, unless [`CarriedService::ending`] says
+    /// otherwise): SIGTERM sent, SIGKILL due.
     Stopping,
-    /// A client's stop ends its process: SIGKILL sent.
+    /// Its process is being ended: SIGKILL sent.
     Killing,
     /// Stopped after it ran (see [`CarriedService::stopped_by_client`]).
     Stopped,
+}
+
+/// Why a service being ended, and still wanted running, is ended: what follows its exit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum CarriedEnding {
+    /// Its `on-check-failure: restart` for this check: it backs off while the check is down.
+    CheckRestart(String),
+    /// An `on-file-change` restart: it is started again at once.
+    Respawn,
+    /// A start that failed (it never said `READY=1`): its `on-failure` action follows.
+    Failed,
+    /// Its watchdog's failure: its `on-failure` action follows.
+    Watchdog,
 }
 
 /// An `on-file-change` action due `in_ns` from the handover: a restart, or `signal`.
@@ -509,11 +534,12 @@ impl CarriedService {
         output: Option<&crate::logs::capture::Detached>,
         invocation: Option<String>,
     ) -> CarriedService {
-        use crate::services::machine::{CarriedPhase, FileAction};
+        use crate::services::machine::{AfterExit, CarriedPhase, FileAction};
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let c = &taken.carried;
         let mut ready_signal = false;
         let mut stopped_by_client = false;
+        let mut ending = None;
         let (phase, oneshot_run, due_in) = match c.phase {
             CarriedPhase::Running { oneshot_run, .. } => {
                 (CarriedPhaseName::Running, oneshot_run, None)
@@ -527,8 +553,20 @@ impl CarriedService {
                 (CarriedPhaseName::Starting, false, Some(okay_in))
             }
             CarriedPhase::Stopping {
-                killing, due_in, ..
+                killing,
+                due_in,
+                ref after,
+                ..
             } => {
+                ending = match after {
+                    AfterExit::Stop => None,
+                    AfterExit::CheckRestart(check) => {
+                        Some(CarriedEnding::CheckRestart(check.clone()))
+                    }
+                    AfterExit::Respawn => Some(CarriedEnding::Respawn),
+                    AfterExit::Failed => Some(CarriedEnding::Failed),
+                    AfterExit::Watchdog => Some(CarriedEnding::Watchdog),
+                };
                 let name = if killing {
                     CarriedPhaseName::Killing
                 } else {
@@ -606,6 +644,7 @@ impl CarriedService {
             waiting_checks: c.waiting_checks.clone(),
             backoff_check: c.backoff_check.clone(),
             stopped_by_client,
+            ending,
             ran: taken.ran.as_ref().map(|config| config.to_layer_yaml()),
         }
     }
@@ -613,7 +652,7 @@ impl CarriedService {
     /// Where its machine stands; `None` for a document that contradicts itself (a process
     /// running without a pid).
     fn carried(&self) -> Option<crate::services::machine::Carried> {
-        use crate::services::machine::{CarriedPhase, FileAction};
+        use crate::services::machine::{AfterExit, CarriedPhase, FileAction};
         let due_in = Duration::from_nanos(self.due_in_ns.unwrap_or(0));
         let phase = match self.phase {
             CarriedPhaseName::Running => CarriedPhase::Running {
@@ -629,6 +668,15 @@ impl CarriedService {
                 pid: self.pid?,
                 killing: self.phase == CarriedPhaseName::Killing,
                 due_in,
+                after: match &self.ending {
+                    None => AfterExit::Stop,
+                    Some(CarriedEnding::CheckRestart(check)) => {
+                        AfterExit::CheckRestart(check.clone())
+                    }
+                    Some(CarriedEnding::Respawn) => AfterExit::Respawn,
+                    Some(CarriedEnding::Failed) => AfterExit::Failed,
+                    Some(CarriedEnding::Watchdog) => AfterExit::Watchdog,
+                },
             },
             CarriedPhaseName::Backoff => CarriedPhase::Backoff { until_in: due_in },
             CarriedPhaseName::Waiting => CarriedPhase::Waiting,
@@ -1020,14 +1068,15 @@ pub(crate) fn resolve(binary: &str) -> Result<PathBuf, ApiError> {
 }
 
 /// Runs `binary` as a candidate, handing it `plan` (a [`Handover::plan`] as JSON) to read,
-/// and returns the version it reports; refuses, with the reason, one that cannot take over,
-/// or that does not read the handover `format` it would be handed.
+/// and returns the version and the handover formats it reports; refuses, with the reason,
+/// one that cannot take over, or that does not read the handover `format` it would be
+/// handed.
 pub(crate) async fn probe(
     binary: &Path,
     pebble_dir: &Path,
     plan: &[u8],
     format: u32,
-) -> Result<String, ApiError> {
+) -> Result<(String, Vec<u32>), ApiError> {
     let shown = cobble_plan::go_quote(&binary.to_string_lossy());
     let refuse = |why: String| ApiError::bad_request(format!("cannot re-execute {shown}: {why}"));
     let mut cmd = Command::new(binary);
@@ -1135,7 +1184,7 @@ pub(crate) async fn probe(
             answer.version, answer.formats
         )));
     }
-    Ok(answer.version)
+    Ok((answer.version, answer.formats))
 }
 
 /// Refuses a file `execve` would refuse as `ENOEXEC`: neither a script nor an executable
@@ -1319,10 +1368,10 @@ async fn reexec_checked(
         Cause::Asked(ask) if matches!(ask.connection, Handable::Tls(_)) => HTTPS_FORMAT,
         _ => FORMAT,
     };
-    let mut version = match image {
-        Some(_) => crate::VERSION.to_owned(),
+    let (mut version, mut reads) = match image {
+        Some(_) => (crate::VERSION.to_owned(), READS.to_vec()),
         None => match probe(&binary, &opts.pebble_dir, &probed, format).await {
-            Ok(version) => version,
+            Ok(answer) => answer,
             Err(e) => return Err(refuse(e)),
         },
     };
@@ -1358,7 +1407,7 @@ async fn reexec_checked(
     if blockers.is_empty() && image.is_none() && handed != probed {
         // A layer came between the probe and the pause: the candidate must read this plan.
         match probe(&binary, &opts.pebble_dir, &handed, format).await {
-            Ok(again) => version = again,
+            Ok(again) => (version, reads) = again,
             Err(e) => {
                 servers.start(listeners, &daemon.cancel);
                 return Err(refuse(e));
@@ -1381,7 +1430,11 @@ async fn reexec_checked(
         blockers.push(why);
     }
     let taken = if blockers.is_empty() {
-        match daemon.services.take_over().await {
+        match daemon
+            .services
+            .take_over(reads.contains(&ENDINGS_FORMAT))
+            .await
+        {
             Ok(taken) => taken,
             Err(why) => {
                 blockers = why;
@@ -1540,7 +1593,8 @@ struct Target<'a> {
     image: Option<RawFd>,
     /// Its version.
     version: &'a str,
-    /// The handover format it is handed.
+    /// The handover format it is handed, unless a service being ended needs
+    /// [`ENDINGS_FORMAT`].
     format: u32,
 }
 
@@ -1625,6 +1679,12 @@ async fn exec_into(
         checks,
         changes,
     } = handed;
+    // The lowest format that carries everything handed over.
+    let format = if services.iter().any(|s| s.ending.is_some()) {
+        ENDINGS_FORMAT
+    } else {
+        format
+    };
     let handover = Handover {
         format,
         old_version: crate::VERSION.to_owned(),
@@ -2072,7 +2132,7 @@ mod tests {
 
     #[test]
     fn a_service_being_stopped_or_not_ready_reads_back_with_its_deadline() {
-        use crate::services::machine::CarriedPhase;
+        use crate::services::machine::{AfterExit, CarriedPhase};
         let service = |phase: &str, extra: &str| -> CarriedService {
             let text = format!(
                 r#"{{"name":"s","pid":42,"phase":"{phase}","output":null,"invocation":null,
@@ -2089,7 +2149,8 @@ mod tests {
             CarriedPhase::Stopping {
                 pid: 42,
                 killing: false,
-                due_in
+                due_in,
+                after: AfterExit::Stop,
             }
         );
         assert_eq!(stopping.pid(), Some(42));
@@ -2099,7 +2160,8 @@ mod tests {
             CarriedPhase::Stopping {
                 pid: 42,
                 killing: true,
-                due_in
+                due_in,
+                after: AfterExit::Stop,
             }
         );
         let starting = service("starting", r#","ready_signal":true,"start_pending":true"#)

@@ -275,17 +275,23 @@ fn a_binary_that_cannot_take_over_changes_nothing() {
 }
 
 #[test]
-fn what_cannot_be_handed_over_yet_refuses_and_names_it() {
-    // A service being restarted by its failing check, which ignores SIGTERM: it is being
-    // stopped, with no change in progress to wait for, until its (long) kill-delay is up.
-    let d = Daemon::hold(&[(
-        "001-base",
+fn a_service_its_check_is_restarting_is_handed_over_and_restarted_by_the_new_program() {
+    // A service its failing check restarts, which takes its time to exit on SIGTERM (until
+    // `release` exists): it is being ended, with no change in progress, across the swap.
+    let root = tempfile::tempdir().unwrap();
+    let fail = root.path().join("fail");
+    let release = root.path().join("release");
+    let layer = format!(
         "services:\n  s:\n    override: replace\n    \
-         command: sh -c 'trap \"\" TERM; while :; do sleep 0.1; done'\n    \
-         kill-delay: 1h\n    on-check-failure: {down: restart}\n\
+         command: sh -c 'trap \"while [ ! -e {release} ]; do sleep 0.05; done; exit 0\" TERM; \
+         while :; do sleep 0.1; done'\n    \
+         kill-delay: 1h\n    on-check-failure: {{down: restart}}\n\
          checks:\n  down:\n    override: replace\n    period: 100ms\n    threshold: 1\n    \
-         exec: {command: \"false\"}\n",
-    )]);
+         exec: {{command: \"test ! -e {fail}\"}}\n",
+        release = release.display(),
+        fail = fail.display(),
+    );
+    let d = Daemon::hold(&[("001-base", &layer)]);
     act(&d, "start", &["s"]);
     let pids = children(&d);
     let restarting = |d: &Daemon| {
@@ -293,17 +299,32 @@ fn what_cannot_be_handed_over_yet_refuses_and_names_it() {
             .reason
             .is_some_and(|r| r.starts_with("restarting: check \"down\" failed"))
     };
+    std::fs::write(&fail, "").unwrap();
     wait_for("the check's restart", Duration::from_secs(30), || {
         restarting(&d)
     });
     let before = details_of(&d, "s");
-    let (code, _, stderr) = reexec(&d, &[]);
+    // A cobble from before handover format 5 would take it for a client's stop: refused,
+    // naming it, with nothing moved.
+    let old = script(
+        d.scratch(),
+        "reads-4",
+        r#"echo '{"cobble-version":"0.9.0","handover-formats":[1,2,3,4]}'"#,
+    );
+    let (code, _, stderr) = reexec(&d, &["--binary", old.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(
-        stderr.starts_with("error: cannot re-execute: service \"s\" is being stopped;"),
+        stderr.starts_with(
+            "error: cannot re-execute: service \"s\" is being restarted for check \"down\", \
+             which the new program (a cobble too old for that) cannot take over;"
+        ),
         "{stderr}"
     );
-    // The listeners serve again, the supervisor follows the service again, nothing moved.
+    assert!(restarting(&d), "{:?}", service(&d, "s").reason);
+    assert_eq!(children(&d), pids);
+    // This build takes it over: still being restarted for its check, same process.
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
     assert!(restarting(&d), "{:?}", service(&d, "s").reason);
     assert_eq!(children(&d), pids);
     let after = details_of(&d, "s");
@@ -311,9 +332,17 @@ fn what_cannot_be_handed_over_yet_refuses_and_names_it() {
         (after.start_count, after.last_exit_code),
         (before.start_count, before.last_exit_code)
     );
-    // Its process ends (no kill-delay to wait out when the daemon stops).
-    let pid = nix::unistd::Pid::from_raw(pids[0] as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill the service");
+    // Once the process has exited, the new program backs off while the check is down, and
+    // starts it again once the check passes, as the old program would have.
+    std::fs::write(&release, "").unwrap();
+    d.wait_log("Service \"s\" exited after check failure, restarting");
+    // (`release` stays: the next instance ends as soon as the daemon stops it.)
+    std::fs::remove_file(&fail).unwrap();
+    wait_for("the restart", Duration::from_secs(30), || {
+        let now = children(&d);
+        now.len() == 1 && now != pids && service(&d, "s").current == "active"
+    });
+    assert_eq!(details_of(&d, "s").start_count, before.start_count + 1);
 }
 
 /// Seconds since the epoch of an RFC 3339 time the API reports.

@@ -253,7 +253,7 @@ struct Actor {
     held_requests: Vec<Request>,
     /// A take-over asked while a service was being spawned: answered once none is (a
     /// spawn takes moments, and what comes of it, a process starting, is handed over).
-    held_takeover: Option<TakeOverReply>,
+    held_takeover: Option<(TakeOverReply, bool)>,
 }
 
 /// The answer to [`Request::TakeOver`].
@@ -337,10 +337,10 @@ impl Actor {
                     self.finished(result);
                     self.release_signals();
                     if self.held_takeover.is_some() && !self.any_spawning() {
-                        let reply = self.held_takeover.take().expect("held");
+                        let (reply, endings) = self.held_takeover.take().expect("held");
                         // Nothing is handed over to an asker that has gone.
                         if !reply.is_closed() {
-                            let _ = reply.send(self.take_over());
+                            let _ = reply.send(self.take_over(endings));
                         }
                     }
                 }
@@ -785,11 +785,11 @@ impl Actor {
                     }
                 }
             }
-            Request::TakeOver { reply } => {
+            Request::TakeOver { endings, reply } => {
                 if self.any_spawning() {
-                    self.held_takeover = Some(reply);
+                    self.held_takeover = Some((reply, endings));
                 } else {
-                    let _ = reply.send(self.take_over());
+                    let _ = reply.send(self.take_over(endings));
                 }
             }
             Request::Resume { services } => {
@@ -939,9 +939,10 @@ impl Actor {
     }
 
     /// Hands every service that was started over for a re-execution (see
-    /// [`Request::TakeOver`]): running, starting, backing off, waiting, a one-shot completed,
-    /// or down since (stopped, or left down by its policy), with its record.
-    fn take_over(&mut self) -> Result<Vec<super::Taken>, Vec<String>> {
+    /// [`Request::TakeOver`]): running, starting, being ended (by a client's stop, or for
+    /// another reason when `endings`), backing off, waiting, a one-shot completed, or down
+    /// since (stopped, or left down by its policy), with its record.
+    fn take_over(&mut self, endings: bool) -> Result<Vec<super::Taken>, Vec<String>> {
         let now = Instant::now();
         // The same instant on the clock the new program reads (the monotonic one, which the
         // exec keeps): what the carried durations count from.
@@ -978,6 +979,27 @@ impl Actor {
                 why.push(format!("service {shown} is {what}"));
                 continue;
             };
+            if let machine::CarriedPhase::Stopping { after, .. } = &state.phase
+                && !endings
+            {
+                let why_ended = match after {
+                    machine::AfterExit::Stop => None,
+                    machine::AfterExit::CheckRestart(check) => Some(format!(
+                        "restarted for check {}",
+                        cobble_plan::go_quote(check)
+                    )),
+                    machine::AfterExit::Respawn => Some("restarted after a file change".into()),
+                    machine::AfterExit::Failed => Some("ended after a failed start".into()),
+                    machine::AfterExit::Watchdog => Some("ended by its watchdog".into()),
+                };
+                if let Some(why_ended) = why_ended {
+                    why.push(format!(
+                        "service {shown} is being {why_ended}, which the new program (a cobble \
+                         too old for that) cannot take over"
+                    ));
+                    continue;
+                }
+            }
             if down && to_run.is_none() {
                 continue;
             }

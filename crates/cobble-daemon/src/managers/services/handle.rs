@@ -184,10 +184,14 @@ impl ServiceManager {
         self.call(|reply| Request::Carry { logs, reply }).await;
     }
 
-    /// Hands every running service over for a re-execution: the actor stops acting on them.
-    /// When one cannot be handed over, says why, having changed nothing.
-    pub(crate) async fn take_over(&self) -> Result<Vec<super::messages::Taken>, Vec<String>> {
-        self.call(|reply| Request::TakeOver { reply })
+    /// Hands every service started over for a re-execution: the actor stops acting on them.
+    /// When one cannot be handed over (see [`Request::TakeOver`] for `endings`), says why,
+    /// having changed nothing.
+    pub(crate) async fn take_over(
+        &self,
+        endings: bool,
+    ) -> Result<Vec<super::messages::Taken>, Vec<String>> {
+        self.call(|reply| Request::TakeOver { endings, reply })
             .await
             .unwrap_or_else(|| Err(vec!["the service manager has stopped".to_owned()]))
     }

@@ -155,6 +155,10 @@ pub(super) enum Request {
     /// Hand every running service over for a re-execution, or, when one cannot be, say why
     /// (each) and change nothing; answered once no service is being spawned.
     TakeOver {
+        /// Whether the new program takes over a service being ended for another reason
+        /// than a client's stop (a check's or file change's restart, a failed start, a
+        /// watchdog's failure); if not, such a service refuses the take-over.
+        endings: bool,
         reply: oneshot::Sender<Result<Vec<Taken>, Vec<String>>>,
     },
     /// Stop every notify socket's reader between two datagrams, before a take-over, so that

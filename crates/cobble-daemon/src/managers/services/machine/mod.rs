@@ -72,10 +72,10 @@ mod service;
 mod types;
 mod watchdog;
 
-use types::AfterExit;
 pub(crate) use types::{
-    Action, Event, ExitAction, FileAction, GroupSignal, OneshotDep, OneshotState, Oneshots, Phase,
-    Policy, StartOutcome, Status, StopOutcome, Streak, Wanted, Watchdog, WatchdogSaid,
+    Action, AfterExit, Event, ExitAction, FileAction, GroupSignal, OneshotDep, OneshotState,
+    Oneshots, Phase, Policy, StartOutcome, Status, StopOutcome, Streak, Wanted, Watchdog,
+    WatchdogSaid,
 };
 
 /// The lifecycle of one service.
@@ -214,12 +214,16 @@ pub(crate) enum CarriedPhase {
         okay_in: Duration,
         ready_signal: bool,
     },
-    /// A client's stop ends its process: SIGTERM was sent, and SIGKILL follows `due_in`
-    /// from now; or (`killing`) SIGKILL was sent, and the stop gives up `due_in` from now.
+    /// Its process is being ended: SIGTERM (or the watchdog's signal) was sent, and SIGKILL
+    /// follows `due_in` from now; or (`killing`) SIGKILL was sent, and the ending gives up
+    /// `due_in` from now. `after` says what follows the exit: a client's stop
+    /// ([`AfterExit::Stop`]), or, the service still wanted running, a check's or a file
+    /// change's restart, a start that failed or a watchdog's failure.
     Stopping {
         pid: u32,
         killing: bool,
         due_in: Duration,
+        after: AfterExit,
     },
     /// Backing off: it is spawned again `until_in` from now.
     Backoff { until_in: Duration },
@@ -247,15 +251,19 @@ impl Carried {
 
 impl Machine {
     /// What a re-execution can hand over of this machine: a process running or starting
-    /// (past its spawn; within its okay delay or not ready yet), a process a client's stop
-    /// ends (waiting out its kill-delay), a backoff, a wait for missing paths, one-shots or
-    /// checks, a one-shot's completion, or an exit left down, with where its checks' actions
-    /// stand, its watchdog's deadline and whether a start waits for its answer. `None` for
-    /// anything else (a spawn under way, a process ended by a check's or a file change's
-    /// restart or by its watchdog).
+    /// (past its spawn; within its okay delay or not ready yet), a process being ended
+    /// (waiting out its kill-delay, or after SIGKILL) with what follows its exit, a backoff,
+    /// a wait for missing paths, one-shots or checks, a one-shot's completion, or an exit left
+    /// down, with where its checks' actions stand, its watchdog's deadline and whether a start
+    /// waits for its answer. `None` for a spawn under way.
     pub(crate) fn carried(&self, now: Instant) -> Option<Carried> {
         let wanted = self.wanted == Wanted::Running;
-        let stopping = self.wanted == Wanted::Stopped && self.after_exit == AfterExit::Stop;
+        // A client's stop, or an ending after which the service runs again (or its
+        // `on-failure` decides).
+        let stopping = match self.after_exit {
+            AfterExit::Stop => self.wanted == Wanted::Stopped,
+            _ => wanted,
+        };
         let phase = match self.phase {
             Phase::Running { pid } if wanted => CarriedPhase::Running {
                 pid,
@@ -274,11 +282,13 @@ impl Machine {
                 pid,
                 killing: false,
                 due_in: kill_at.saturating_duration_since(now),
+                after: self.after_exit.clone(),
             },
             Phase::Killing { pid, give_up_at } if stopping => CarriedPhase::Stopping {
                 pid,
                 killing: true,
                 due_in: give_up_at.saturating_duration_since(now),
+                after: self.after_exit.clone(),
             },
             Phase::Backoff { until } if wanted => CarriedPhase::Backoff {
                 until_in: until.saturating_duration_since(now),
@@ -367,10 +377,15 @@ impl Machine {
                 pid,
                 killing,
                 due_in,
+                ref after,
             } => {
-                // A client's stop: once the process is down, the service is stopped.
-                machine.wanted = Wanted::Stopped;
-                machine.client_stopped = true;
+                // A client's stop: once the process is down, the service is stopped. Any
+                // other ending: it is still wanted running.
+                if *after == AfterExit::Stop {
+                    machine.wanted = Wanted::Stopped;
+                    machine.client_stopped = true;
+                }
+                machine.after_exit = after.clone();
                 if killing {
                     Phase::Killing {
                         pid,

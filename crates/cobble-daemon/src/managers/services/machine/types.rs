@@ -183,7 +183,7 @@ pub(crate) enum FileAction {
 
 /// What follows once a terminating process has exited.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum AfterExit {
+pub(crate) enum AfterExit {
     /// A client stopped it: stopped.
     Stop,
     /// This check's action restarted it: back off while the check is down, then restart.

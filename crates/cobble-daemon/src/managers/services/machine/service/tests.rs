@@ -755,19 +755,60 @@ fn a_running_machine_handed_over_goes_on_where_it_was() {
 }
 
 #[test]
-fn a_machine_being_spawned_or_ended_by_anything_but_a_stop_is_not_handed_over() {
+fn a_machine_being_spawned_is_not_handed_over() {
     let mut h = Harness::new();
     assert_eq!(h.m.carried(h.now), None, "never started");
     let policy = h.m.policy.clone();
     h.step(Event::Start(policy));
     assert_eq!(h.m.carried(h.now), None, "being spawned");
-    h.step(Event::Spawned { pid: 10 });
+}
+
+#[test]
+fn a_restart_ending_its_process_is_handed_over_and_the_new_program_restarts_it() {
+    let mut h = Harness::new();
+    h.start(10);
     h.at(1.0).tick();
-    // A file change's restart ends the process: not a stop the new program could finish.
+    // A file change's restart ends the process; the new program starts it again once it
+    // has exited, as the old one would have.
     h.step(Event::FileChanged(FileAction::Restart));
     h.at(2.0).tick();
     assert!(matches!(h.m.phase(), Phase::Terminating { .. }));
-    assert_eq!(h.m.carried(h.now), None, "being restarted");
+    let carried = h.m.carried(h.now).expect("handed over");
+    assert!(matches!(
+        carried.phase,
+        CarriedPhase::Stopping {
+            pid: 10,
+            killing: false,
+            after: AfterExit::Respawn,
+            ..
+        }
+    ));
+    let (mut adopted, at) = handed_over(&h);
+    assert_eq!(adopted.wanted(), Wanted::Running);
+    assert_eq!(adopted.status(), h.m.status());
+    let actions = adopted.step(at, Event::Exited { pid: 10, code: 0 });
+    assert!(actions.contains(&Action::Spawn), "{actions:?}");
+    assert_eq!(adopted.wanted(), Wanted::Running);
+}
+
+#[test]
+fn a_failed_start_ending_its_process_is_handed_over_and_its_on_failure_follows() {
+    let mut h = Harness::new();
+    h.start(10);
+    h.at(1.0).tick();
+    // Ended as a failure (a failed start, a watchdog's): `on-failure` (restart, by
+    // default) follows the exit in the new program, whatever the code.
+    h.m.after_exit = AfterExit::Watchdog;
+    h.m.phase = Phase::Killing {
+        pid: 10,
+        give_up_at: h.now + secs(5.0),
+    };
+    let (mut adopted, at) = handed_over(&h);
+    assert!(matches!(adopted.phase(), Phase::Killing { pid: 10, .. }));
+    assert_eq!(adopted.deadline(), Some(at + secs(5.0)));
+    adopted.step(at, Event::Exited { pid: 10, code: 0 });
+    assert!(matches!(adopted.phase(), Phase::Backoff { .. }));
+    assert_eq!(adopted.backoff_num(), 1);
 }
 
 #[test]
@@ -797,7 +838,8 @@ fn a_stop_waiting_out_its_kill_delay_is_handed_over_and_finished_by_the_new_prog
         CarriedPhase::Stopping {
             pid: 10,
             killing: true,
-            due_in: FAIL_DELAY - secs(0.5)
+            due_in: FAIL_DELAY - secs(0.5),
+            after: AfterExit::Stop,
         }
     );
     let actions = adopted.step(at + secs(3.0), Event::Exited { pid: 10, code: -9 });
