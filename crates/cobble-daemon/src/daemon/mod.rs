@@ -508,10 +508,13 @@ fn load(opts: &RunOptions, handover: Option<&reexec::Handover>) -> Result<Loaded
         }
     };
     let state_path = opts.pebble_dir.join(".pebble.state");
-    let mut data = if opts.persist {
-        state::load(&state_path)?
-    } else {
-        StateData::default()
+    let mut data = match handover.and_then(|h| h.state.as_deref()) {
+        // A predecessor without a state file handed its state over.
+        Some(carried) => state::format::decode(carried.as_bytes()).map_err(|e| {
+            DaemonError::Handover(format!("cannot read the state handed over: {e}"))
+        })?,
+        None if opts.persist => state::load(&state_path)?,
+        None => StateData::default(),
     };
     let identities = match &opts.identities {
         Some(identities) => {

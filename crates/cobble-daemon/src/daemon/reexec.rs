@@ -11,7 +11,8 @@
 //! machine stands, what each service's log holds and where each check stands; its
 //! descriptor is named by [`cobble_sys::reexec::HANDOVER_ENV`]. The state goes through the
 //! state file: the persister writes it one last time and stops, and the new program loads
-//! it as any daemon does, but leaves the handed-over checks' tasks, and the tasks of the
+//! it as any daemon does (without a state file, `PEBBLE_PERSIST=never`, it goes in the
+//! document, [`Handover::state`]), but leaves the handed-over checks' tasks, and the tasks of the
 //! handed-over service changes, as they stood. The plan
 //! goes in the document, layer by layer as [`cobble_plan::Layer::to_yaml`] prints each
 //! (those added through the API too), and the new program runs it instead of reading the
@@ -71,8 +72,8 @@
 //!    closes; answers that wait (a notices long poll, a logs follower) end as their timeout
 //!    or end of stream would end them. The daemon waits for that up to [`DRAIN_WAIT`].
 //! 4. **What cannot be handed over refuses the request**, checked once no request can start
-//!    anything more: an exec session in progress, a daemon without a state file or one that
-//!    `cobble enter` runs for one command; a plan changed since the probe is probed again. Then
+//!    anything more: an exec session in progress, a daemon that `cobble enter` runs for one
+//!    command; a plan changed since the probe is probed again. Then
 //!    each log target's sender finishes the request it is making (so that nothing is sent
 //!    twice) and parks, its undelivered batch put back in its queue, up to [`FORWARD_WAIT`];
 //!    the notify sockets' readers stop between two datagrams, and the supervisor handles what
@@ -167,8 +168,12 @@ pub(crate) const HTTPS_FORMAT: u32 = 4;
 /// for a client's stop and leave the service stopped. A candidate that does not read it
 /// refuses such a service instead.
 pub(crate) const ENDINGS_FORMAT: u32 = 5;
+/// The format written instead when there is no state file (`PEBBLE_PERSIST=never`): 5 with
+/// the state itself in [`Handover::state`], which a reader of 5 would not look at, and so
+/// start with no changes, notices or identities.
+pub(crate) const STATE_FORMAT: u32 = 6;
 /// The handover formats this build reads.
-const READS: &[u32] = &[1, 2, FORMAT, HTTPS_FORMAT, ENDINGS_FORMAT];
+const READS: &[u32] = &[1, 2, FORMAT, HTTPS_FORMAT, ENDINGS_FORMAT, STATE_FORMAT];
 /// The largest handover document read.
 const MAX_DOCUMENT: u64 = 64 << 20;
 /// How long the candidate may take to answer the probe.
@@ -212,7 +217,8 @@ struct ProbeAnswer {
 
 /// The probe's answer for the daemon of `pebble_dir`: one line of JSON, once this build has
 /// read what it would start from (the plan `input` carries, as a handover's
-/// [`Handover::plan`] does, or else the layers directory; the state file), or why it cannot.
+/// [`Handover::plan`] does, or else the layers directory; the state file, unless
+/// `PEBBLE_PERSIST=never`), or why it cannot.
 pub fn probe_answer(pebble_dir: &Path, input: impl Read) -> Result<String, String> {
     let mut carried = Vec::new();
     input
@@ -227,8 +233,12 @@ pub fn probe_answer(pebble_dir: &Path, input: impl Read) -> Result<String, Strin
             .map_err(|e| format!("cannot read the plan handed over: {e}"))?;
         carried_plan(&layers)?;
     }
-    let state = pebble_dir.join(".pebble.state");
-    crate::state::load(&state).map_err(|e| e.to_string())?;
+    // Without a state file (`PEBBLE_PERSIST=never`) the state is handed over in the
+    // document, and whatever file there is would not be read.
+    if std::env::var_os("PEBBLE_PERSIST").is_none_or(|v| v != "never") {
+        let state = pebble_dir.join(".pebble.state");
+        crate::state::load(&state).map_err(|e| e.to_string())?;
+    }
     Ok(serde_json::to_string(&ProbeAnswer {
         version: crate::VERSION.to_owned(),
         formats: READS.to_vec(),
@@ -286,6 +296,10 @@ pub(crate) struct Handover {
     /// its tasks by lane: the new program takes them up where they stood.
     #[serde(default)]
     pub changes: Vec<crate::services::changes::CarriedChange>,
+    /// Under `PEBBLE_PERSIST=never` ([`STATE_FORMAT`]): the state, as a state file would
+    /// hold it, which the new program starts from instead of a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
     /// What else a later format may carry, kept so that this one reads it without error.
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
@@ -1334,12 +1348,6 @@ async fn reexec_checked(
             "cannot re-execute: the daemon is run by another command (cobble enter)",
         )));
     }
-    if !opts.persist {
-        return Err(refuse(ApiError::bad_request(
-            "cannot re-execute with PEBBLE_PERSIST=never: the state would not reach the new \
-             program",
-        )));
-    }
     // After a panic, the image running now, which needs no probe; else the binary asked
     // for (or the own binary as it is on disk now, which may be a newer build).
     let image = match cause {
@@ -1365,6 +1373,8 @@ async fn reexec_checked(
         Err(e) => return Err(refuse(e)),
     };
     let format = match cause {
+        // No state file: the state goes in the document.
+        _ if !opts.persist => STATE_FORMAT,
         Cause::Asked(ask) if matches!(ask.connection, Handable::Tls(_)) => HTTPS_FORMAT,
         _ => FORMAT,
     };
@@ -1497,21 +1507,29 @@ async fn reexec_checked(
             fd,
         })
         .collect();
-    // The state goes through the state file: written whole, and nothing written after.
-    daemon.persist_stop.cancel();
-    let written = match daemon.managers.take_persister() {
-        Some(persister) => {
-            let _ = persister.await;
-            Ok(())
+    // The state goes through the state file: written whole, and nothing written after. With
+    // no state file, it goes in the document.
+    let mut state = None;
+    let written = if opts.persist {
+        daemon.persist_stop.cancel();
+        match daemon.managers.take_persister() {
+            Some(persister) => {
+                let _ = persister.await;
+                Ok(())
+            }
+            // It panicked: the state is written as it would have written it.
+            None => crate::state::Persister::new(daemon.store.clone(), daemon.state_path.clone())
+                .flush()
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    ApiError::internal(format!("cannot re-execute: cannot write state file: {e}"))
+                }),
         }
-        // It panicked: the state is written as it would have written it.
-        None => crate::state::Persister::new(daemon.store.clone(), daemon.state_path.clone())
-            .flush()
-            .await
-            .map(|_| ())
-            .map_err(|e| {
-                ApiError::internal(format!("cannot re-execute: cannot write state file: {e}"))
-            }),
+    } else {
+        String::from_utf8(daemon.store.encoded())
+            .map(|encoded| state = Some(encoded))
+            .map_err(|e| ApiError::internal(format!("cannot re-execute: cannot encode state: {e}")))
     };
     let log_files = daemon.log_files.clone();
     let _ = tokio::task::spawn_blocking(move || {
@@ -1559,6 +1577,7 @@ async fn reexec_checked(
                 forwarding,
                 checks: checks.clone(),
                 changes,
+                state,
             };
             exec_into(target, kept, &listeners, handed).await
         }
@@ -1577,7 +1596,9 @@ async fn reexec_checked(
     daemon.services.resume(detached);
     daemon.forwarder.resume();
     daemon.checks.resume(checks);
-    restart_persister(daemon);
+    if opts.persist {
+        restart_persister(daemon);
+    }
     servers.start(listeners, &daemon.cancel);
     Err((error, stop))
 }
@@ -1651,6 +1672,7 @@ struct Handed {
     forwarding: Vec<CarriedTarget>,
     checks: Vec<crate::checks::CarriedCheck>,
     changes: Vec<crate::services::changes::CarriedChange>,
+    state: Option<String>,
 }
 
 /// Writes the handover document, keeps the descriptors it names across `execve` and
@@ -1678,10 +1700,11 @@ async fn exec_into(
         forwarding,
         checks,
         changes,
+        state,
     } = handed;
     // The lowest format that carries everything handed over.
     let format = if services.iter().any(|s| s.ending.is_some()) {
-        ENDINGS_FORMAT
+        format.max(ENDINGS_FORMAT)
     } else {
         format
     };
@@ -1703,6 +1726,7 @@ async fn exec_into(
         forwarding,
         checks,
         changes,
+        state,
         rest: BTreeMap::new(),
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");

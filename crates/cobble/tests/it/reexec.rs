@@ -562,15 +562,45 @@ fn a_handed_over_service_that_dies_is_restarted_by_the_new_program() {
 }
 
 #[test]
-fn a_daemon_without_a_state_file_refuses() {
+fn a_daemon_without_a_state_file_hands_its_state_over_in_memory() {
     let d = Daemon::start_with_env(
         &[("001-base", LAYER)],
         &["--hold"],
         &[("PEBBLE_PERSIST", "never")],
     );
-    let (code, _, stderr) = reexec(&d, &[]);
+    act(&d, "start", &["s"]);
+    act(&d, "stop", &["s"]);
+    act(&d, "start", &["s"]);
+    Test::daemon(&d)
+        .args(&["notify", "example.com/before", "k=v"])
+        .any_stdout()
+        .run();
+    let pids = children(&d);
+    let before = visible_state(&d);
+    // A cobble that reads no state from the document would start with none: refused.
+    let old = script(
+        d.scratch(),
+        "reads-5",
+        r#"echo '{"cobble-version":"0.9.0","handover-formats":[1,2,3,4,5]}'"#,
+    );
+    let (code, _, stderr) = reexec(&d, &["--binary", old.to_str().unwrap()]);
     assert_eq!(code, 1);
-    assert!(stderr.contains("PEBBLE_PERSIST=never"), "{stderr}");
+    assert!(
+        stderr.ends_with(
+            "cobble 0.9.0 reads handover formats [1, 2, 3, 4, 5], and this daemon writes format 6"
+        ),
+        "{stderr}"
+    );
+    for _ in 0..2 {
+        let (code, _, stderr) = reexec(&d, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(visible_state(&d), before);
+        assert_eq!(children(&d), pids);
+    }
+    // Still nothing on disk, and new IDs go on from the old ones.
+    assert!(!d.pebble_dir().join(".pebble.state").exists());
+    let change = act(&d, "stop", &["s"]);
+    assert_eq!(change.id, "4", "{change:?}");
 }
 
 #[test]

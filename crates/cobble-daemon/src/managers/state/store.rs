@@ -201,6 +201,12 @@ impl StateStore {
         (covers, data.generation, journal::Base::of(&data), bytes)
     }
 
+    /// The state as a state file holds it, without a write: what a re-execution hands over
+    /// when there is no state file (`PEBBLE_PERSIST=never`).
+    pub(crate) fn encoded(&self) -> Vec<u8> {
+        format::encode(&self.lock())
+    }
+
     /// The journal record of what changed since the last write (None if nothing did), with
     /// what the journal covers once it is appended.
     pub(super) fn journal_record(&self, seq: u64) -> (Durable, Option<Vec<u8>>) {
