@@ -277,13 +277,15 @@ fn a_binary_that_cannot_take_over_changes_nothing() {
 #[test]
 fn a_service_its_check_is_restarting_is_handed_over_and_restarted_by_the_new_program() {
     // A service its failing check restarts, which takes its time to exit on SIGTERM (until
-    // `release` exists): it is being ended, with no change in progress, across the swap.
+    // `release` exists, or 30 s at most, so that no process outlives a failed test): it is
+    // being ended, with no change in progress, across the swap.
     let root = tempfile::tempdir().unwrap();
     let fail = root.path().join("fail");
     let release = root.path().join("release");
     let layer = format!(
         "services:\n  s:\n    override: replace\n    \
-         command: sh -c 'trap \"while [ ! -e {release} ]; do sleep 0.05; done; exit 0\" TERM; \
+         command: sh -c 'trap \"i=0; while [ ! -e {release} ] && [ \\$i -lt 600 ]; do sleep 0.05; \
+         i=\\$((i+1)); done; exit 0\" TERM; \
          while :; do sleep 0.1; done'\n    \
          kill-delay: 1h\n    on-check-failure: {{down: restart}}\n\
          checks:\n  down:\n    override: replace\n    period: 100ms\n    threshold: 1\n    \
