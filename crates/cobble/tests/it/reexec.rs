@@ -82,6 +82,19 @@ fn children(daemon: &Daemon) -> Vec<u32> {
     pids
 }
 
+/// Adds `yaml` to the plan with `cobble add` as layer `label`, combined into the layer of
+/// that label when `combine`.
+fn add_layer(d: &Daemon, label: &str, yaml: &str, combine: bool) {
+    let file = d.scratch().join(format!("added-{label}.yaml"));
+    std::fs::write(&file, yaml).unwrap();
+    let mut args = vec!["add"];
+    if combine {
+        args.push("--combine");
+    }
+    args.extend([label, file.to_str().unwrap()]);
+    Test::daemon(d).args(&args).any_stdout().run();
+}
+
 /// A script at `dir/name` with `body`, executable.
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(name);
@@ -613,28 +626,16 @@ fn the_plan_is_handed_over_whole_and_the_layers_directory_is_not_read_again() {
     );
     // Layers added through the API live in the daemon's memory only: a new one, and one
     // combined into a layer the directory had.
-    let extra = d.scratch().join("extra.yaml");
-    std::fs::write(
-        &extra,
+    add_layer(
+        &d,
+        "extra",
         "summary: added\nservices:\n  t:\n    override: replace\n    command: sleep 1000\n    \
          environment: {A: \"x: y\"}\nchecks:\n  up:\n    override: replace\n    \
          startup: disabled\n    exec: {command: \"true\"}\n",
-    )
-    .unwrap();
-    Test::daemon(&d)
-        .args(&["add", "extra", extra.to_str().unwrap()])
-        .any_stdout()
-        .run();
-    let merged = d.scratch().join("merged.yaml");
-    std::fs::write(
-        &merged,
-        "services:\n  s:\n    override: merge\n    after: [t]\n",
-    )
-    .unwrap();
-    Test::daemon(&d)
-        .args(&["add", "--combine", "base", merged.to_str().unwrap()])
-        .any_stdout()
-        .run();
+        false,
+    );
+    let merged = "services:\n  s:\n    override: merge\n    after: [t]\n";
+    add_layer(&d, "base", merged, true);
     let plan = |d: &Daemon| get(d, "/v1/plan?format=yaml");
     let before = plan(&d);
     assert!(
@@ -649,10 +650,7 @@ fn the_plan_is_handed_over_whole_and_the_layers_directory_is_not_read_again() {
         assert_eq!(plan(&d), before);
     }
     // The layers keep their labels and orders: one more combines into the API's layer.
-    Test::daemon(&d)
-        .args(&["add", "--combine", "extra", merged.to_str().unwrap()])
-        .any_stdout()
-        .run();
+    add_layer(&d, "extra", merged, true);
     act(&d, "start", &["s", "t"]);
     assert_eq!(service(&d, "t").current, "active");
     assert_eq!(service(&d, "s").current, "active");
@@ -1017,16 +1015,12 @@ fn a_stopped_service_keeps_its_record_and_what_it_last_ran_though_the_plan_chang
     act(&d, "start", &["s"]);
     act(&d, "stop", &["s"]);
     // The plan changes the stopped service: nothing runs it, so nothing holds the swap back.
-    let changed = d.scratch().join("changed.yaml");
-    std::fs::write(
-        &changed,
+    add_layer(
+        &d,
+        "base",
         "services:\n  s:\n    override: merge\n    command: sleep 2000\n",
-    )
-    .unwrap();
-    Test::daemon(&d)
-        .args(&["add", "--combine", "base", changed.to_str().unwrap()])
-        .any_stdout()
-        .run();
+        true,
+    );
     let listed = |d: &Daemon| get(d, "/v1/services");
     let starts = |d: &Daemon| {
         get(d, "/v1/metrics")
@@ -1080,16 +1074,12 @@ fn a_running_service_the_plan_changed_goes_on_as_it_ran_until_a_replan() {
     )]);
     act(&d, "start", &["s"]);
     let pids = children(&d);
-    let changed = d.scratch().join("changed.yaml");
-    std::fs::write(
-        &changed,
+    add_layer(
+        &d,
+        "base",
         "services:\n  s:\n    override: merge\n    command: sleep 2000\n",
-    )
-    .unwrap();
-    Test::daemon(&d)
-        .args(&["add", "--combine", "base", changed.to_str().unwrap()])
-        .any_stdout()
-        .run();
+        true,
+    );
     let (code, _, stderr) = reexec(&d, &[]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(children(&d), pids);
