@@ -1626,20 +1626,8 @@ async fn reply_for(
     ask: &crate::api::reexec::ReexecAsk,
     binary: &Path,
 ) -> Result<(Reply, Option<crate::tls_handoff::Surrendered>), ApiError> {
-    let mut reply = Reply {
-        fd: -1,
-        binary: binary.to_string_lossy().into_owned(),
-        asked_ns: ask.asked.as_nanosecond(),
-        uid: ask.uid,
-        pid: ask.pid,
-        tls: None,
-        addr: ask.addr,
-    };
-    match &ask.connection {
-        Handable::Unix(fd) => {
-            reply.fd = *fd;
-            Ok((reply, None))
-        }
+    let (fd, taken) = match &ask.connection {
+        Handable::Unix(fd) => (*fd, None),
         Handable::Tls(tls) => {
             let tls = tls.clone();
             let taken = tokio::task::spawn_blocking(move || tls.surrender())
@@ -1651,12 +1639,20 @@ async fn reply_for(
                         "cannot re-execute: cannot hand over the HTTPS connection: {why}"
                     ))
                 })?;
-            reply.fd = taken.socket.as_raw_fd();
-            // The same session's next record number in both: only one program writes.
-            reply.tls = Some(taken.sealer.clone());
-            Ok((reply, Some(taken)))
+            (taken.socket.as_raw_fd(), Some(taken))
         }
-    }
+    };
+    let reply = Reply {
+        fd,
+        binary: binary.to_string_lossy().into_owned(),
+        asked_ns: ask.asked.as_nanosecond(),
+        uid: ask.uid,
+        pid: ask.pid,
+        // The same session's next record number in both: only one program writes.
+        tls: taken.as_ref().map(|t| t.sealer.clone()),
+        addr: ask.addr,
+    };
+    Ok((reply, taken))
 }
 
 /// What the handover document carries besides the descriptors.
@@ -1939,46 +1935,48 @@ pub(super) fn answer_reexec(reply: Reply, old_version: Option<String>) {
             addr,
             ..
         } = reply;
-        let (written, transport, remote) = match cobble_sys::reexec::adopt(fd) {
-            Err(e) => (Err(e), crate::api::Transport::Unix, None),
-            Ok(fd) => match tls {
-                Some(mut sealer) => {
-                    let socket = std::net::TcpStream::from(fd);
-                    (
-                        crate::tls_handoff::answer(&socket, &mut sealer, &bytes),
-                        crate::api::Transport::Https,
-                        Some(crate::daemon_log::Remote::Tcp(addr)),
-                    )
-                }
-                None => {
-                    use std::io::Write;
-                    let stream = std::os::unix::net::UnixStream::from(fd);
-                    let _ = stream.set_nonblocking(false);
-                    let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
-                    let written = (&stream).write_all(&bytes);
-                    let _ = stream.shutdown(std::net::Shutdown::Write);
-                    (
-                        written,
-                        crate::api::Transport::Unix,
-                        Some(crate::daemon_log::Remote::Unix { pid, uid }),
-                    )
-                }
-            },
+        let fd = match cobble_sys::reexec::adopt(fd) {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::warn!("Cannot answer the re-execution's client: {e}");
+                return;
+            }
         };
-        if let Some(remote) = remote {
-            let asked = jiff::Timestamp::from_nanosecond(asked_ns)
-                .unwrap_or_else(|_| jiff::Timestamp::now());
-            let now = jiff::Timestamp::now();
-            crate::daemon_log::request(crate::daemon_log::RequestLine {
-                at: now,
-                method: axum::http::Method::POST,
-                target: "/v1/cobble/reexec".into(),
-                elapsed: now.duration_since(asked).unsigned_abs(),
-                status,
-                transport: transport.as_str(),
-                remote,
-            });
-        }
+        let (written, transport, remote) = match tls {
+            Some(mut sealer) => {
+                let socket = std::net::TcpStream::from(fd);
+                (
+                    crate::tls_handoff::answer(&socket, &mut sealer, &bytes),
+                    crate::api::Transport::Https,
+                    crate::daemon_log::Remote::Tcp(addr),
+                )
+            }
+            None => {
+                use std::io::Write;
+                let stream = std::os::unix::net::UnixStream::from(fd);
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+                let written = (&stream).write_all(&bytes);
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+                (
+                    written,
+                    crate::api::Transport::Unix,
+                    crate::daemon_log::Remote::Unix { pid, uid },
+                )
+            }
+        };
+        let asked =
+            jiff::Timestamp::from_nanosecond(asked_ns).unwrap_or_else(|_| jiff::Timestamp::now());
+        let now = jiff::Timestamp::now();
+        crate::daemon_log::request(crate::daemon_log::RequestLine {
+            at: now,
+            method: axum::http::Method::POST,
+            target: "/v1/cobble/reexec".into(),
+            elapsed: now.duration_since(asked).unsigned_abs(),
+            status,
+            transport: transport.as_str(),
+            remote,
+        });
         if let Err(e) = written {
             tracing::warn!("Cannot answer the re-execution's client: {e}");
         }
