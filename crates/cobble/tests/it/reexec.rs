@@ -1072,11 +1072,27 @@ fn a_stopped_service_keeps_its_record_and_what_it_last_ran_though_the_plan_chang
     assert_eq!(running_commands(&d), ["sleep\u{0}2000\u{0}"]);
 }
 
-/// The command lines of the daemon's children.
-fn running_commands(d: &Daemon) -> Vec<String> {
+/// The daemon's children that have executed their command (a child between its fork and its
+/// `execve` still runs the daemon's image, and its command line is the daemon's), with their
+/// command lines.
+fn executed_children(d: &Daemon) -> Vec<(u32, String)> {
+    let image = |pid: u32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let daemon = image(d.pid());
     children(d)
-        .iter()
-        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok())
+        .into_iter()
+        .filter(|&pid| image(pid).is_some_and(|exe| Some(exe) != daemon))
+        .filter_map(|pid| {
+            let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
+            Some((pid, cmdline))
+        })
+        .collect()
+}
+
+/// The command lines of the daemon's children that have executed their command.
+fn running_commands(d: &Daemon) -> Vec<String> {
+    executed_children(d)
+        .into_iter()
+        .map(|(_, cmdline)| cmdline)
         .collect()
 }
 
@@ -1102,10 +1118,11 @@ fn a_running_service_the_plan_changed_goes_on_as_it_ran_until_a_replan() {
     let [pid] = pids[..] else { panic!("{pids:?}") };
     let kill = cobble_sys::process::parse_signal("SIGKILL").unwrap();
     cobble_sys::process::signal_pid(pid, kill).unwrap();
-    wait_for("the restart", Duration::from_secs(30), || {
-        let now = children(&d);
-        now.len() == 1 && now != pids
-    });
+    wait_for(
+        "the restart",
+        Duration::from_secs(30),
+        || matches!(executed_children(&d)[..], [(now, _)] if now != pid),
+    );
     assert_eq!(running_commands(&d), ["sleep\u{0}1000\u{0}"]);
     let replan = act(&d, "replan", &[]);
     let tasks: Vec<&str> = replan.tasks.iter().map(|t| t.summary.as_str()).collect();
