@@ -18,6 +18,11 @@
 //! dedicated thread, not a task on the runtime: nothing it waits for can stall the daemon.
 //! The thread (and inotify's own) starts with the first path anyone watches: most daemons
 //! watch none, and start-up need not pay for two threads that would only wait.
+//!
+//! Each event carries the fingerprint it reports, so that whoever acts on the events knows
+//! what it last acted on. Handed back as a *baseline* ([`PathWatcher::set_from`]), that
+//! makes a path newly watched by another watcher (the daemon's after a re-execution) report
+//! as a change what changed since, instead of taking the path as it is now for its start.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
@@ -32,8 +37,8 @@ use tokio::sync::mpsc;
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What identifies the content a path names right now. `None` when the path does not exist.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Fingerprint {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Fingerprint {
     dev: u64,
     ino: u64,
     size: u64,
@@ -61,7 +66,12 @@ pub(crate) struct PathEvent {
     pub exists: bool,
     /// The state found when the path was newly watched, not a change.
     pub initial: bool,
+    /// What the path names now (`None` when it does not exist).
+    pub fingerprint: Option<Fingerprint>,
 }
+
+/// The fingerprint of each path, as someone last saw it.
+pub(crate) type Baseline = BTreeMap<PathBuf, Option<Fingerprint>>;
 
 /// Handle to the watcher thread, which starts with the first path to watch.
 #[derive(Clone)]
@@ -78,8 +88,13 @@ enum Thread {
 }
 
 enum Message {
-    /// Watch exactly these paths from now on; answer once the watches are armed.
-    Set(BTreeSet<PathBuf>, Option<tokio::sync::oneshot::Sender<()>>),
+    /// Watch exactly these paths from now on, comparing those newly watched with their
+    /// baseline, if they have one; answer once the watches are armed.
+    Set(
+        BTreeSet<PathBuf>,
+        Baseline,
+        Option<tokio::sync::oneshot::Sender<()>>,
+    ),
     /// inotify saw something in a watched directory.
     Look,
 }
@@ -93,9 +108,21 @@ impl PathWatcher {
         }
     }
 
-    /// Replaces the set of watched paths. Paths newly watched are reported only when they
-    /// change after the returned ticket resolves (callers that do not care may drop it).
+    /// Replaces the set of watched paths. Paths newly watched are reported as they are
+    /// ([`PathEvent::initial`]), then when they change after the returned ticket resolves
+    /// (callers that do not care may drop it).
     pub(crate) fn set(&self, paths: BTreeSet<PathBuf>) -> tokio::sync::oneshot::Receiver<()> {
+        self.set_from(paths, Baseline::new())
+    }
+
+    /// [`PathWatcher::set`], but a newly watched path that `baseline` has is compared with
+    /// that fingerprint: it reports as a change if it differs, as found if not.
+    pub(crate) fn set_from(
+        &self,
+        paths: BTreeSet<PathBuf>,
+        mut baseline: Baseline,
+    ) -> tokio::sync::oneshot::Receiver<()> {
+        baseline.retain(|path, _| paths.contains(path));
         let (armed, ticket) = tokio::sync::oneshot::channel();
         let mut thread = self.thread.lock().unwrap_or_else(|e| e.into_inner());
         let tx = match &*thread {
@@ -111,7 +138,7 @@ impl PathWatcher {
                 tx
             }
         };
-        let _ = tx.send(Message::Set(paths, Some(armed)));
+        let _ = tx.send(Message::Set(paths, baseline, Some(armed)));
         ticket
     }
 }
@@ -154,8 +181,8 @@ fn run(mut state: State, messages: std::sync::mpsc::Receiver<Message>) {
     loop {
         let wait = next_poll.saturating_duration_since(std::time::Instant::now());
         match messages.recv_timeout(wait) {
-            Ok(Message::Set(paths, armed)) => {
-                state.replace(paths);
+            Ok(Message::Set(paths, baseline, armed)) => {
+                state.replace(paths, baseline);
                 if let Some(armed) = armed {
                     let _ = armed.send(());
                 }
@@ -164,13 +191,13 @@ fn run(mut state: State, messages: std::sync::mpsc::Receiver<Message>) {
                 // Coalesce a burst of inotify events into one look; keep any new path set.
                 let mut sets = Vec::new();
                 while let Ok(message) = messages.try_recv() {
-                    if let Message::Set(paths, armed) = message {
-                        sets.push((paths, armed));
+                    if let Message::Set(paths, baseline, armed) = message {
+                        sets.push((paths, baseline, armed));
                     }
                 }
                 state.look();
-                for (paths, armed) in sets {
-                    state.replace(paths);
+                for (paths, baseline, armed) in sets {
+                    state.replace(paths, baseline);
                     if let Some(armed) = armed {
                         let _ = armed.send(());
                     }
@@ -193,7 +220,7 @@ fn run(mut state: State, messages: std::sync::mpsc::Receiver<Message>) {
 }
 
 impl State {
-    fn replace(&mut self, paths: BTreeSet<PathBuf>) {
+    fn replace(&mut self, paths: BTreeSet<PathBuf>, baseline: Baseline) {
         self.paths.retain(|p, _| paths.contains(p));
         for path in paths {
             if self.paths.contains_key(&path) {
@@ -203,7 +230,8 @@ impl State {
             let _ = self.events.send(PathEvent {
                 path: path.clone(),
                 exists: now.is_some(),
-                initial: true,
+                initial: baseline.get(&path).is_none_or(|then| *then == now),
+                fingerprint: now,
             });
             self.paths.insert(path, now);
         }
@@ -227,6 +255,7 @@ impl State {
                         path: path.clone(),
                         exists: now.is_some(),
                         initial: false,
+                        fingerprint: now,
                     });
                 }
             }
@@ -273,11 +302,24 @@ mod tests {
 
     const DEADLINE: Duration = Duration::from_secs(5);
 
+    /// The next event, as the tests compare it: without its fingerprint, whose values are
+    /// the file system's (the tests of baselines look at it whole).
     async fn next_event(rx: &mut mpsc::UnboundedReceiver<PathEvent>) -> PathEvent {
+        said(next_whole(rx).await)
+    }
+
+    async fn next_whole(rx: &mut mpsc::UnboundedReceiver<PathEvent>) -> PathEvent {
         tokio::time::timeout(DEADLINE, rx.recv())
             .await
             .expect("an event in time")
             .expect("watcher alive")
+    }
+
+    fn said(event: PathEvent) -> PathEvent {
+        PathEvent {
+            fingerprint: None,
+            ..event
+        }
     }
 
     fn change(path: &Path, exists: bool) -> PathEvent {
@@ -285,6 +327,14 @@ mod tests {
             path: path.to_owned(),
             exists,
             initial: false,
+            fingerprint: None,
+        }
+    }
+
+    fn found(path: &Path, exists: bool) -> PathEvent {
+        PathEvent {
+            initial: true,
+            ..change(path, exists)
         }
     }
 
@@ -296,8 +346,22 @@ mod tests {
         rx: &mut mpsc::UnboundedReceiver<PathEvent>,
         paths: &[&Path],
     ) -> Vec<PathEvent> {
+        watch_from(watcher, rx, paths, Baseline::new())
+            .await
+            .into_iter()
+            .map(said)
+            .collect()
+    }
+
+    /// [`watch`] from `baseline`, the events whole.
+    async fn watch_from(
+        watcher: &PathWatcher,
+        rx: &mut mpsc::UnboundedReceiver<PathEvent>,
+        paths: &[&Path],
+        baseline: Baseline,
+    ) -> Vec<PathEvent> {
         let set = paths.iter().map(|p| p.to_path_buf()).collect();
-        watcher.set(set).await.unwrap();
+        watcher.set_from(set, baseline).await.unwrap();
         let mut events = Vec::new();
         while let Ok(event) = rx.try_recv() {
             events.push(event);
@@ -333,24 +397,68 @@ mod tests {
         let missing = dir.path().join("missing");
         fs::write(&there, "x").unwrap();
         let initial = watch(&watcher, &mut rx, &[&there, &missing]).await;
-        assert_eq!(
-            initial,
-            [
-                PathEvent {
-                    path: missing.clone(),
-                    exists: false,
-                    initial: true
-                },
-                PathEvent {
-                    path: there.clone(),
-                    exists: true,
-                    initial: true
-                },
-            ]
-        );
+        assert_eq!(initial, [found(&missing, false), found(&there, true)]);
         // Watched already: not reported again when the set is given anew.
         assert!(
             watch(&watcher, &mut rx, &[&there, &missing])
+                .await
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn each_event_carries_the_fingerprint_it_reports() {
+        let (dir, watcher, mut rx) = setup();
+        let path = dir.path().join("cert.pem");
+        let [event] = &watch_from(&watcher, &mut rx, &[&path], Baseline::new()).await[..] else {
+            panic!("one event");
+        };
+        assert_eq!(event.fingerprint, None);
+        fs::write(&path, "one").unwrap();
+        let event = next_whole(&mut rx).await;
+        assert!(event.exists);
+        assert_eq!(event.fingerprint, fingerprint(&path));
+        assert!(event.fingerprint.is_some());
+    }
+
+    /// What another watcher saw last: a path that changed since reports as a change, one
+    /// that did not as found, and one the baseline lacks as found.
+    #[tokio::test]
+    async fn a_path_newly_watched_from_a_baseline_reports_what_changed_since() {
+        let (dir, watcher, mut rx) = setup();
+        let [same, changed, appeared, gone, unknown] =
+            ["same", "changed", "appeared", "gone", "unknown"].map(|n| dir.path().join(n));
+        for path in [&same, &changed, &gone, &unknown] {
+            fs::write(path, "before").unwrap();
+        }
+        let baseline: Baseline = [&same, &changed, &appeared, &gone]
+            .into_iter()
+            .map(|p| (p.clone(), fingerprint(p)))
+            .collect();
+        // Another size: a different fingerprint, whatever the clock's granularity.
+        fs::write(&changed, "after, longer").unwrap();
+        fs::write(&appeared, "new").unwrap();
+        fs::remove_file(&gone).unwrap();
+        let events = watch_from(
+            &watcher,
+            &mut rx,
+            &[&same, &changed, &appeared, &gone, &unknown],
+            baseline.clone(),
+        )
+        .await;
+        assert_eq!(
+            events.into_iter().map(said).collect::<Vec<_>>(),
+            [
+                change(&appeared, true),
+                change(&changed, true),
+                change(&gone, false),
+                found(&same, true),
+                found(&unknown, true),
+            ]
+        );
+        // Watched already: a baseline given again is not compared again.
+        assert!(
+            watch_from(&watcher, &mut rx, &[&changed], baseline)
                 .await
                 .is_empty()
         );

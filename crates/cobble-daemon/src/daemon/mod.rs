@@ -268,7 +268,11 @@ pub(crate) async fn run(
         daemon.forwarder.ready().await;
     }
     let handed_at = handover.as_ref().and_then(|h| h.handed_at_ns);
-    let in_flight = reexec::adopt_services(&daemon, carried, handed_at).await;
+    let paths = handover
+        .as_mut()
+        .map(|h| std::mem::take(&mut h.paths))
+        .unwrap_or_default();
+    let in_flight = reexec::adopt_services(&daemon, carried, handed_at, paths).await;
     // The services' changes go on where they stood: what their services were in the middle
     // of is answered as it would have been, and the tasks not begun run as any do.
     let changes = handover

@@ -105,12 +105,14 @@
 //!    the old ones held before any new line) but neither ends leftovers nor autostarts, runs each
 //!    check on from where it stood (same change and task, next run when it was due), follows the
 //!    services from where their machines stood (acting on the checks as they stand: a firing the
-//!    old program had not acted on is acted on, a wait for checks that pass now ends), takes up the
-//!    service changes where they stood, reads their notify sockets again (what was sent during the
-//!    swap first), serves the listeners it was handed, and answers the waiting client on its
-//!    connection with both versions. Had the exec failed instead, the old program follows its
-//!    services again, its path watches armed anew and what waits for one-shots told where they
-//!    stand, for what happened meanwhile was not acted on.
+//!    old program had not acted on is acted on, a wait for checks that pass now ends; the paths
+//!    they watch compared with how the old program last saw them, so that a file changed during
+//!    the swap is a change), takes up the service changes where they stood, reads their notify
+//!    sockets again (what was sent during the swap first), serves the listeners it was handed,
+//!    and answers the waiting client on its connection with both versions. Had the exec failed
+//!    instead, the old program follows its services again, its path watches armed anew (compared
+//!    with what it last acted on) and what waits for one-shots told where they stand, for what
+//!    happened meanwhile was not acted on.
 //!
 //! **A new program that fails to take over** (it cannot read the document or adopt a
 //! descriptor, a start-up step fails, or it panics, before it follows the services) executes
@@ -296,6 +298,11 @@ pub(crate) struct Handover {
     /// its tasks by lane: the new program takes them up where they stood.
     #[serde(default)]
     pub changes: Vec<crate::services::changes::CarriedChange>,
+    /// The paths the services watch, each as they last acted on it: the new program acts on
+    /// what changed since (a certificate replaced during the swap restarts its service).
+    /// Without it (a document from before), each path is taken as the new program finds it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<CarriedPath>,
     /// Under `PEBBLE_PERSIST=never` ([`STATE_FORMAT`]): the state, as a state file would
     /// hold it, which the new program starts from instead of a file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -491,6 +498,37 @@ fn queued_forwarding(daemon: &super::Daemon) -> Vec<CarriedTarget> {
                 .collect(),
         })
         .collect()
+}
+
+/// A watched path, as the services last acted on it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedPath {
+    pub path: String,
+    /// What it named then; `None` when it did not exist.
+    pub fingerprint: Option<crate::watch::Fingerprint>,
+}
+
+impl CarriedPath {
+    /// The document's paths from the supervisor's baseline (the plan's paths are text; a
+    /// path that is not, which nothing watches, is left out).
+    fn carried(baseline: crate::watch::Baseline) -> Vec<CarriedPath> {
+        baseline
+            .into_iter()
+            .filter_map(|(path, fingerprint)| {
+                Some(CarriedPath {
+                    path: path.into_os_string().into_string().ok()?,
+                    fingerprint,
+                })
+            })
+            .collect()
+    }
+
+    fn baseline(paths: Vec<CarriedPath>) -> crate::watch::Baseline {
+        paths
+            .into_iter()
+            .map(|p| (PathBuf::from(p.path), p.fingerprint))
+            .collect()
+    }
 }
 
 /// A listening socket held for a service.
@@ -812,12 +850,14 @@ pub(super) fn adopt_exits(services: Vec<CarriedService>) -> Vec<CarriedExit> {
 }
 
 /// Has the supervisor follow the handed-over services: their records, their pipes, their
-/// machines, counted from `handed_at_ns` (the handover's instant on the monotonic clock);
+/// machines, counted from `handed_at_ns` (the handover's instant on the monotonic clock),
+/// and the paths they watch, compared with how the predecessor last saw them (`paths`);
 /// returns the starts and stops they were in the middle of.
 pub(super) async fn adopt_services(
     daemon: &super::Daemon,
     services: Vec<CarriedExit>,
     handed_at_ns: Option<u64>,
+    paths: Vec<CarriedPath>,
 ) -> Vec<(String, crate::services::InFlight)> {
     if services.is_empty() {
         return Vec::new();
@@ -929,7 +969,10 @@ pub(super) async fn adopt_services(
             ran,
         });
     }
-    daemon.services.adopt(adoptions).await
+    daemon
+        .services
+        .adopt(adoptions, CarriedPath::baseline(paths))
+        .await
 }
 
 /// Takes the held sockets' descriptors a predecessor handed over, each once, for the
@@ -1439,20 +1482,20 @@ async fn reexec_checked(
     {
         blockers.push(why);
     }
-    let taken = if blockers.is_empty() {
+    let (taken, paths) = if blockers.is_empty() {
         match daemon
             .services
             .take_over(reads.contains(&ENDINGS_FORMAT))
             .await
         {
-            Ok(taken) => taken,
+            Ok(taken) => (taken.services, taken.paths),
             Err(why) => {
                 blockers = why;
-                Vec::new()
+                Default::default()
             }
         }
     } else {
-        Vec::new()
+        Default::default()
     };
     if !blockers.is_empty() {
         daemon.services.resume_notify();
@@ -1578,6 +1621,7 @@ async fn reexec_checked(
                 checks: checks.clone(),
                 changes,
                 state,
+                paths: CarriedPath::carried(paths),
             };
             exec_into(target, kept, &listeners, handed).await
         }
@@ -1669,6 +1713,7 @@ struct Handed {
     checks: Vec<crate::checks::CarriedCheck>,
     changes: Vec<crate::services::changes::CarriedChange>,
     state: Option<String>,
+    paths: Vec<CarriedPath>,
 }
 
 /// Writes the handover document, keeps the descriptors it names across `execve` and
@@ -1697,6 +1742,7 @@ async fn exec_into(
         checks,
         changes,
         state,
+        paths,
     } = handed;
     // The lowest format that carries everything handed over.
     let format = if services.iter().any(|s| s.ending.is_some()) {
@@ -1723,6 +1769,7 @@ async fn exec_into(
         checks,
         changes,
         state,
+        paths,
         rest: BTreeMap::new(),
     };
     let bytes = serde_json::to_vec(&handover).expect("the handover serialises");

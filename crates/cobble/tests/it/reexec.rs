@@ -514,6 +514,86 @@ fn a_file_change_after_the_reexec_restarts_the_service() {
     d.wait_log("Service \"a\" on-file-change action is \"restart\"");
 }
 
+/// A service restarted on a change of `app.conf`, started, with the file as it was then.
+fn watching_a_file(env: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf, Daemon) {
+    let root = tempfile::tempdir().unwrap();
+    let config = root.path().join("app.conf");
+    std::fs::write(&config, "one\n").unwrap();
+    let layer = format!(
+        "services:\n  a:\n    override: replace\n    command: sleep 1000\n    \
+         on-file-change:\n      {}: restart\n",
+        config.display()
+    );
+    let d = Daemon::start_with_env(&[("001-base", &layer)], &["--hold"], env);
+    act(&d, "start", &["a"]);
+    (root, config, d)
+}
+
+/// A program that replaces `config` (another size: a change whatever the clock's
+/// granularity), then runs cobble: executed by a re-execution, it changes the file after
+/// the old program has stopped looking and before the new one has started.
+fn changing_on_exec(d: &Daemon, name: &str, config: &Path) -> PathBuf {
+    script(
+        d.scratch(),
+        name,
+        &format!(
+            "[ \"$1\" = {probe} ] || echo 'two, longer' > {config}\nexec {COBBLE} \"$@\"",
+            probe = cobble_daemon::REEXEC_PROBE_ARG,
+            config = config.display()
+        ),
+    )
+}
+
+#[test]
+fn a_file_changed_during_the_swap_restarts_the_service_under_the_new_program() {
+    let (_root, config, d) = watching_a_file(&[]);
+    let pids = children(&d);
+    let changing = changing_on_exec(&d, "cobble-next", &config);
+    let (code, _, stderr) = reexec(&d, &["--binary", changing.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), "two, longer\n");
+    // The new program found the file other than the old one last saw it: a change.
+    d.wait_log("Service \"a\" on-file-change action is \"restart\"");
+    wait_for("the restart", Duration::from_secs(30), || {
+        let now = children(&d);
+        now.len() == 1
+            && now != pids
+            && service(&d, "a").current == "active"
+            && details_of(&d, "a").start_count == 2
+    });
+    // Once: a re-execution with nothing changed restarts nothing.
+    let pids = children(&d);
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids);
+    assert_eq!(details_of(&d, "a").start_count, 2);
+    assert_eq!(count_in_log(&d, "on-file-change action is \"restart\""), 1);
+}
+
+#[test]
+fn a_file_changed_during_a_failed_take_over_restarts_the_service_under_the_old_program() {
+    let (_root, config, d) = watching_a_file(&[("COBBLE_TEST_FAULTS", "1")]);
+    let pids = children(&d);
+    // Its take-over fails (see the daemon's fault hook): the old program is executed again,
+    // and acts on what changed meanwhile.
+    let failing = changing_on_exec(&d, "takeover-fails", &config);
+    let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("the new program did not take over"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), "two, longer\n");
+    d.wait_log("Service \"a\" on-file-change action is \"restart\"");
+    wait_for("the restart", Duration::from_secs(30), || {
+        let now = children(&d);
+        now.len() == 1
+            && now != pids
+            && service(&d, "a").current == "active"
+            && details_of(&d, "a").start_count == 2
+    });
+}
+
 #[test]
 fn a_starting_service_is_handed_over_and_its_start_completes_under_the_new_program() {
     let d = Daemon::hold(&[("001-base", LAYER)]);

@@ -29,7 +29,7 @@ use crate::process::notify::{self, NotifyField, NotifySocket};
 
 mod notify_reader;
 use crate::process::{Escaped, Processes, SpawnError, Spawned};
-use crate::watch::{PathEvent, PathWatcher};
+use crate::watch::{Baseline, PathEvent, PathWatcher};
 
 /// How long an exit waits for the output reader to reach end of file.
 const OUTPUT_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
@@ -94,6 +94,8 @@ pub(super) fn spawn(
         next_seed: cobble_client::random::random_u64(),
         watcher: PathWatcher::spawn(paths_tx),
         watched: BTreeSet::new(),
+        seen: Baseline::new(),
+        baseline: Baseline::new(),
         watches_stale: false,
         jobs: ProcessJobs::new(processes),
         checks: checks.borrow().clone(),
@@ -233,6 +235,13 @@ struct Actor {
     watcher: PathWatcher,
     /// The set last given to the watcher.
     watched: BTreeSet<PathBuf>,
+    /// Each watched path's fingerprint as the services last acted on it (from its last
+    /// event): handed over by a re-execution, and the baseline of one that did not happen.
+    seen: Baseline,
+    /// What the next watched set compares the paths it newly watches with: the fingerprints
+    /// acted on before a re-execution (by the predecessor, or by this program before one
+    /// that did not happen), so that what changed meanwhile is acted on as a change.
+    baseline: Baseline,
     /// A machine stepped since the watched set was last computed.
     watches_stale: bool,
     /// Spawning and signalling, run on the blocking pool.
@@ -257,7 +266,7 @@ struct Actor {
 }
 
 /// The answer to [`Request::TakeOver`].
-type TakeOverReply = oneshot::Sender<Result<Vec<super::Taken>, Vec<String>>>;
+type TakeOverReply = oneshot::Sender<Result<super::TakenOver, Vec<String>>>;
 
 /// A `/v1/signals` request that waits for a spawn to finish.
 struct HeldSignal {
@@ -382,13 +391,20 @@ impl Actor {
             .collect();
         if wanted != self.watched {
             // Nobody waits for the watches to be armed; the watcher looks once they are.
-            drop(self.watcher.set(wanted.clone()));
+            let baseline = std::mem::take(&mut self.baseline);
+            drop(self.watcher.set_from(wanted.clone(), baseline));
+            self.seen.retain(|path, _| wanted.contains(path));
             self.watched = wanted;
         }
     }
 
     /// A watched path changed: each machine says what that means for its service.
     fn path_changed(&mut self, event: PathEvent) {
+        // Acted on, unless services are handed over (their new program acts on it), or the
+        // path is no longer watched (an event from before the watched set changed).
+        if self.watched.contains(&event.path) && !self.services.values().any(|s| s.carried) {
+            self.seen.insert(event.path.clone(), event.fingerprint);
+        }
         let path = event.path.to_string_lossy();
         let events: Vec<(String, Event)> = self
             .services
@@ -818,17 +834,26 @@ impl Actor {
                     self.handle(held);
                 }
                 // What the paths and the one-shots did meanwhile was not acted on: the
-                // watches are armed anew (each reports its path as it is now), and what
-                // waits for one-shots hears where they stand.
+                // watches are armed anew, each comparing its path with what was acted on
+                // (a change meanwhile is one), and what waits for one-shots hears where
+                // they stand.
                 drop(self.watcher.set(BTreeSet::new()));
                 self.watched.clear();
+                self.baseline = self.seen.clone();
                 self.watches_stale = true;
                 for name in &names {
                     self.oneshot_changed(name);
                     self.tell_where_oneshots_stand(name);
                 }
             }
-            Request::Adopt { services, reply } => {
+            Request::Adopt {
+                services,
+                paths,
+                reply,
+            } => {
+                // The paths the adopted services watch are compared with what the
+                // predecessor acted on when the watches are armed, after this request.
+                self.baseline.extend(paths);
                 let mut in_flight = Vec::new();
                 let adopted: Vec<String> = services
                     .into_iter()
@@ -942,7 +967,7 @@ impl Actor {
     /// [`Request::TakeOver`]): running, starting, being ended (by a client's stop, or for
     /// another reason when `endings`), backing off, waiting, a one-shot completed, or down
     /// since (stopped, or left down by its policy), with its record.
-    fn take_over(&mut self, endings: bool) -> Result<Vec<super::Taken>, Vec<String>> {
+    fn take_over(&mut self, endings: bool) -> Result<super::TakenOver, Vec<String>> {
         let now = Instant::now();
         // The same instant on the clock the new program reads (the monotonic one, which the
         // exec keeps): what the carried durations count from.
@@ -1008,7 +1033,7 @@ impl Actor {
         if !why.is_empty() {
             return Err(why);
         }
-        Ok(carried
+        let services = carried
             .into_iter()
             .filter_map(|(name, carried, changed)| {
                 let slot = self.services.get_mut(&name)?;
@@ -1041,7 +1066,11 @@ impl Actor {
                     ran,
                 })
             })
-            .collect())
+            .collect();
+        Ok(super::TakenOver {
+            services,
+            paths: self.seen.clone(),
+        })
     }
 
     /// Tells service `name`, if it is ordered after one-shots, where they stand now: after a

@@ -190,7 +190,7 @@ impl ServiceManager {
     pub(crate) async fn take_over(
         &self,
         endings: bool,
-    ) -> Result<Vec<super::messages::Taken>, Vec<String>> {
+    ) -> Result<super::messages::TakenOver, Vec<String>> {
         self.call(|reply| Request::TakeOver { endings, reply })
             .await
             .unwrap_or_else(|| Err(vec!["the service manager has stopped".to_owned()]))
@@ -225,15 +225,21 @@ impl ServiceManager {
         let _ = self.tx.send(Request::Resume { services });
     }
 
-    /// Follows the running services a predecessor handed over; returns the starts and stops
-    /// they were in the middle of, each answered once it ends.
+    /// Follows the running services a predecessor handed over, acting on what changed since
+    /// in the paths they watch, as `paths` says the predecessor last saw them; returns the
+    /// starts and stops they were in the middle of, each answered once it ends.
     pub(crate) async fn adopt(
         &self,
         services: Vec<super::messages::Adoption>,
+        paths: crate::watch::Baseline,
     ) -> Vec<(String, super::messages::InFlight)> {
-        self.call(|reply| Request::Adopt { services, reply })
-            .await
-            .unwrap_or_default()
+        self.call(|reply| Request::Adopt {
+            services,
+            paths,
+            reply,
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// Services that are starting, running or backing off.

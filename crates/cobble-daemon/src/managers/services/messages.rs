@@ -16,6 +16,14 @@ pub(crate) struct StartReply {
     pub output: Vec<String>,
 }
 
+/// What the actor hands over for a re-execution ([`Request::TakeOver`]).
+pub(crate) struct TakenOver {
+    pub services: Vec<Taken>,
+    /// Each watched path's fingerprint as the services last acted on it: what changed since
+    /// (during the swap, say) is for the new program to act on.
+    pub paths: crate::watch::Baseline,
+}
+
 /// A service the actor hands over for a re-execution ([`Request::TakeOver`]).
 pub(crate) struct Taken {
     pub name: String,
@@ -159,7 +167,7 @@ pub(super) enum Request {
         /// than a client's stop (a check's or file change's restart, a failed start, a
         /// watchdog's failure); if not, such a service refuses the take-over.
         endings: bool,
-        reply: oneshot::Sender<Result<Vec<Taken>, Vec<String>>>,
+        reply: oneshot::Sender<Result<TakenOver, Vec<String>>>,
     },
     /// Stop every notify socket's reader between two datagrams, before a take-over, so that
     /// what a service says meanwhile waits in its socket for whichever program goes on.
@@ -178,6 +186,8 @@ pub(super) enum Request {
     /// each was in the middle of, which end under this program.
     Adopt {
         services: Vec<Adoption>,
+        /// The watched paths as the predecessor last acted on them.
+        paths: crate::watch::Baseline,
         reply: oneshot::Sender<Vec<(String, InFlight)>>,
     },
     /// Answered at once: proof that the actor takes requests.

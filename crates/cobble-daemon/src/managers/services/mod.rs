@@ -49,7 +49,7 @@ mod tests;
 
 pub(crate) use handle::ServiceManager;
 pub(crate) use messages::{
-    AdoptedNotify, Adoption, InFlight, PausedReader, StartReply, Taken, TakenNotify,
+    AdoptedNotify, Adoption, InFlight, PausedReader, StartReply, Taken, TakenNotify, TakenOver,
 };
 pub(crate) use status::ServiceStatus;
 
