@@ -201,6 +201,202 @@ impl Reserve {
     }
 }
 
+impl Reserve {
+    /// Each copy's original number and its own: what [`arm_crash_fallback`] puts back.
+    fn numbers(&self) -> Vec<(RawFd, RawFd)> {
+        use std::os::fd::AsRawFd;
+        self.copies
+            .iter()
+            .map(|(fd, copy)| (*fd, copy.as_raw_fd()))
+            .collect()
+    }
+}
+
+/// The signals a crash ends a program with: a bad memory access, an illegal instruction, an
+/// arithmetic fault, an abort (a Rust stack overflow, a panic while panicking).
+const CRASH_SIGNALS: [(libc::c_int, &str); 5] = [
+    (libc::SIGSEGV, "SIGSEGV"),
+    (libc::SIGBUS, "SIGBUS"),
+    (libc::SIGILL, "SIGILL"),
+    (libc::SIGFPE, "SIGFPE"),
+    (libc::SIGABRT, "SIGABRT"),
+];
+
+/// Everything the crash handler needs, made before it can run: a signal handler may not
+/// allocate, lock or read the environment.
+struct CrashFallback {
+    image: RawFd,
+    document: RawFd,
+    /// (original number, copy) of each handed-over descriptor.
+    descriptors: Vec<(RawFd, RawFd)>,
+    argv: Vec<*const libc::c_char>,
+    /// For each crash signal, the environment that names it in [`TAKEOVER_FAILED_ENV`].
+    envp: Vec<(libc::c_int, Vec<*const libc::c_char>)>,
+    /// The mask the program executed back into starts with: the stop signals blocked, as
+    /// [`exec`] leaves them.
+    mask: libc::sigset_t,
+    /// The actions the crash signals had before, put back when disarmed.
+    previous: Vec<(libc::c_int, libc::sigaction)>,
+    /// What the pointers point into.
+    _strings: Vec<CString>,
+}
+
+/// The armed [`CrashFallback`], or null.
+static CRASH: std::sync::atomic::AtomicPtr<CrashFallback> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes a crash by signal (see [`CRASH_SIGNALS`]) of a program that has not taken over yet
+/// execute back into its predecessor, as a panic does: `image` is the predecessor's program
+/// (see [`previous_image`]), run with `args` and `env` and [`TAKEOVER_FAILED_ENV`] saying
+/// "it crashed with" the signal, and `document` the handover, rewound, with every
+/// descriptor of `reserve` put back first. A crash once it is disarmed
+/// ([`disarm_crash_fallback`]), or one whose `execve` fails, ends the program as before.
+///
+/// The handler runs on the thread's alternate signal stack, which Rust gives every thread
+/// it starts, so that a stack overflow reaches it too.
+pub fn arm_crash_fallback(
+    image: RawFd,
+    document: RawFd,
+    reserve: &Reserve,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+) -> io::Result<()> {
+    let invalid = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "argument or environment holds a NUL byte",
+        )
+    };
+    let mut strings = Vec::new();
+    let mut pointer = |bytes: Vec<u8>| -> io::Result<*const libc::c_char> {
+        let string = CString::new(bytes).map_err(|_| invalid())?;
+        // The string's heap buffer does not move when the CString does.
+        let pointer = string.as_ptr();
+        strings.push(string);
+        Ok(pointer)
+    };
+    let mut argv = args
+        .iter()
+        .map(|a| pointer(a.as_bytes().to_vec()))
+        .collect::<io::Result<Vec<_>>>()?;
+    argv.push(std::ptr::null());
+    let entry = |k: &std::ffi::OsStr, v: &[u8]| {
+        let mut entry = k.as_bytes().to_vec();
+        entry.push(b'=');
+        entry.extend_from_slice(v);
+        entry
+    };
+    let mut base = Vec::new();
+    for (k, v) in env.iter().filter(|(k, _)| k != TAKEOVER_FAILED_ENV) {
+        base.push(pointer(entry(k, v.as_bytes()))?);
+    }
+    let mut envp = Vec::new();
+    for (signal, name) in CRASH_SIGNALS {
+        let why = format!("it crashed with {name}");
+        let mut one = base.clone();
+        one.push(pointer(entry(
+            TAKEOVER_FAILED_ENV.as_ref(),
+            why.as_bytes(),
+        ))?);
+        one.push(std::ptr::null());
+        envp.push((signal, one));
+    }
+    let mask = {
+        let stop = crate::inherit::stop_signals();
+        *stop.as_ref()
+    };
+    let mut fallback = Box::new(CrashFallback {
+        image,
+        document,
+        descriptors: reserve.numbers(),
+        argv,
+        envp,
+        mask,
+        previous: Vec::new(),
+        _strings: strings,
+    });
+    for (signal, _) in CRASH_SIGNALS {
+        // SAFETY: a zeroed sigaction is a valid value to fill in; sigaction(2) reads `action`
+        // and writes `previous`, both on this stack.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_crash as *const () as libc::sighandler_t;
+            action.sa_flags = libc::SA_ONSTACK;
+            libc::sigemptyset(&mut action.sa_mask);
+            let mut previous: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, &action, &mut previous) != 0 {
+                let error = io::Error::last_os_error();
+                restore_actions(&fallback.previous);
+                return Err(error);
+            }
+            fallback.previous.push((signal, previous));
+        }
+    }
+    // A program arms it once; one armed before would be left allocated, as a disarmed one
+    // is (see `disarm_crash_fallback`).
+    CRASH.store(Box::into_raw(fallback), std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// A crash from now on ends the program, as before [`arm_crash_fallback`]: the crash
+/// signals' earlier actions are put back.
+pub fn disarm_crash_fallback() {
+    let armed = CRASH.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::SeqCst);
+    if armed.is_null() {
+        return;
+    }
+    // SAFETY: made by Box::into_raw in `arm_crash_fallback`, and no longer reachable by
+    // the handler. Only read here: a handler that took it just before would still read it,
+    // so it is left allocated (a few kilobytes, until the program's next execve).
+    let fallback = unsafe { &*armed };
+    restore_actions(&fallback.previous);
+}
+
+fn restore_actions(previous: &[(libc::c_int, libc::sigaction)]) {
+    for (signal, action) in previous {
+        // SAFETY: puts back an action sigaction(2) itself returned.
+        unsafe {
+            libc::sigaction(*signal, action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The crash handler: executes back into the predecessor (see [`arm_crash_fallback`]), or,
+/// when not armed or that fails, dies of the signal as the program would have.
+extern "C" fn on_crash(signal: libc::c_int) {
+    let armed = CRASH.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::SeqCst);
+    if !armed.is_null() {
+        // SAFETY: made by Box::into_raw and never freed (see `disarm_crash_fallback`); taken
+        // once. Every call below is async-signal-safe: dup2, lseek, setrlimit,
+        // pthread_sigmask and execveat, on what was prepared beforehand.
+        unsafe {
+            let fallback = &*armed;
+            for (fd, copy) in &fallback.descriptors {
+                libc::dup2(*copy, *fd);
+            }
+            libc::lseek(fallback.document, 0, libc::SEEK_SET);
+            crate::inherit::restore_nofile();
+            libc::pthread_sigmask(libc::SIG_SETMASK, &fallback.mask, std::ptr::null_mut());
+            if let Some((_, envp)) = fallback.envp.iter().find(|(s, _)| *s == signal) {
+                libc::syscall(
+                    libc::SYS_execveat,
+                    fallback.image,
+                    c"".as_ptr(),
+                    fallback.argv.as_ptr(),
+                    envp.as_ptr(),
+                    libc::AT_EMPTY_PATH,
+                );
+            }
+        }
+    }
+    // SAFETY: signal(2) and raise(3) are async-signal-safe; with the default action back,
+    // the signal ends the process (now, or as the handler returns, for a fault).
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+}
+
 /// Opens the program this process runs, close-on-exec: the very file its image was loaded
 /// from, which [`exec_image`] executes again even once it is deleted or replaced on disk.
 pub fn open_own_image() -> io::Result<OwnedFd> {

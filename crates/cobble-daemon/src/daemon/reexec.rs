@@ -125,8 +125,9 @@
 //! [`cobble_sys::reexec::TAKEOVER_FAILED_ENV`]. The old program takes over as a new one does
 //! and answers the waiting client with that error. The services' output readers start last,
 //! once nothing else can fail, so that no line is read by a program that then gives up. A
-//! crash by a signal (`SIGSEGV`) cannot be caught: it ends the process; the probe (step 1)
-//! is what catches a binary that crashes at once.
+//! crash by a signal (`SIGSEGV`, an abort) does the same from a signal handler armed with
+//! everything it needs made beforehand ([`cobble_sys::reexec::arm_crash_fallback`]); only
+//! `SIGKILL` cannot be caught. The probe (step 1) catches a binary that crashes at once.
 //!
 //! **After a panic** of one of the daemon's watched tasks (see `Managers` in the daemon's
 //! module), the daemon re-executes itself the same way ([`Cause::Panicked`]), with no client
@@ -2059,6 +2060,17 @@ pub(super) fn arm_fallback(document: RawFd) {
     };
     match cobble_sys::reexec::Reserve::take(&[]) {
         Ok(reserve) => {
+            // A crash by signal executes back into the predecessor as a panic does.
+            use std::os::fd::AsRawFd;
+            if let Err(e) = cobble_sys::reexec::arm_crash_fallback(
+                image.as_raw_fd(),
+                document,
+                &reserve,
+                &own_args(),
+                &environment(document),
+            ) {
+                tracing::warn!("Cannot fall back to the previous program after a crash: {e}");
+            }
             if let Ok(mut fallback) = FALLBACK.lock() {
                 *fallback = Some(Fallback {
                     image,
@@ -2073,6 +2085,7 @@ pub(super) fn arm_fallback(document: RawFd) {
 
 /// The new program has taken over: nothing falls back any more.
 pub(super) fn disarm_fallback() {
+    cobble_sys::reexec::disarm_crash_fallback();
     if let Ok(mut fallback) = FALLBACK.lock() {
         fallback.take();
     }
@@ -2086,6 +2099,8 @@ pub(crate) fn fall_back(why: &str) {
     let Some(fallback) = FALLBACK.try_lock().ok().and_then(|mut f| f.take()) else {
         return;
     };
+    // The crash handler would use the descriptors this one now puts back.
+    cobble_sys::reexec::disarm_crash_fallback();
     use std::os::fd::AsRawFd;
     tracing::error!("Cannot take over: {why}; executing the previous program again.");
     let restored = fallback
@@ -2131,8 +2146,9 @@ fn on_panic(info: &std::panic::PanicHookInfo<'_>) {
 
 /// In debug builds, with `COBBLE_TEST_FAULTS=1` in the daemon's environment, a new program
 /// asked for as a binary named `takeover-fails` fails to take over once it has adopted
-/// everything but the services, and one named `takeover-panics` panics there; one executed back
-/// into does not. Release builds have no such path.
+/// everything but the services, one named `takeover-panics` panics there, and ones named
+/// `takeover-segfaults` and `takeover-aborts` die there of SIGSEGV and SIGABRT; one executed
+/// back into does not. Release builds have no such path.
 #[cfg(debug_assertions)]
 pub(super) fn injected_takeover_fault(reply: Option<&Reply>) -> Result<(), String> {
     if std::env::var_os("COBBLE_TEST_FAULTS").is_none()
@@ -2144,6 +2160,15 @@ pub(super) fn injected_takeover_fault(reply: Option<&Reply>) -> Result<(), Strin
     match name.as_ref().and_then(|n| n.to_str()) {
         Some("takeover-fails") => Err("injected fault".to_owned()),
         Some("takeover-panics") => panic!("injected fault (take-over)"),
+        Some("takeover-segfaults") => {
+            let segv = cobble_sys::process::parse_signal("SIGSEGV").expect("a signal");
+            let _ = cobble_sys::process::signal_pid(std::process::id(), segv);
+            // Delivered to whichever thread: this one waits for the handler's execve.
+            loop {
+                std::thread::park();
+            }
+        }
+        Some("takeover-aborts") => std::process::abort(),
         _ => Ok(()),
     }
 }

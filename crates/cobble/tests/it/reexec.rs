@@ -1564,14 +1564,20 @@ fn a_new_program_that_fails_to_take_over_leaves_the_old_one_in_charge() {
     assert_eq!(pids.len(), 1, "{pids:?}");
     let before = visible_state(&d);
     let boot = boot_id(&d);
+    // Each new program's fault, what the old one says of it, and whether the new one could
+    // say it executes back (one that dies of a signal cannot: its handler only executes).
     let cases = [
-        ("takeover-fails", "injected fault"),
+        ("takeover-fails", "injected fault", true),
         (
             "takeover-panics",
             "it panicked at crates/cobble-daemon/src/daemon/reexec.rs:",
+            true,
         ),
+        ("takeover-segfaults", "it crashed with SIGSEGV", false),
+        ("takeover-aborts", "it crashed with SIGABRT", false),
     ];
-    for (n, (name, why)) in cases.into_iter().enumerate() {
+    let mut said = 0;
+    for (n, (name, why, says)) in cases.into_iter().enumerate() {
         let failing = script(d.scratch(), name, &format!("exec {COBBLE} \"$@\""));
         let (code, stdout, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
         assert_eq!(code, 1, "{stdout}");
@@ -1592,9 +1598,10 @@ fn a_new_program_that_fails_to_take_over_leaves_the_old_one_in_charge() {
         assert_eq!(visible_state(&d), before);
         assert_eq!(boot_id(&d), boot);
         assert_eq!(count_in_log(&d, "the new program did not take over"), n + 1);
+        said += usize::from(says);
         assert_eq!(
             count_in_log(&d, "; executing the previous program again."),
-            n + 1
+            said
         );
     }
     // Every line of the service's output, once, across both.
