@@ -624,7 +624,7 @@ async fn start_managers(
     store: StateStore,
     log_files: LogFiles,
     held: Vec<(String, String, std::os::fd::OwnedFd)>,
-    forwarded: BTreeMap<String, Vec<crate::logs::forward::queue::Entry>>,
+    forwarded: BTreeMap<String, crate::logs::forward::Carried>,
     carried_checks: Vec<crate::checks::CarriedCheck>,
 ) -> Result<(Daemon, PlanManager), DaemonError> {
     let (shutdown_tx, shutdown_requests) = mpsc::unbounded_channel();

@@ -443,6 +443,11 @@ pub(crate) struct NotifyDoc {
 pub(crate) struct CarriedTarget {
     pub target: String,
     pub entries: Vec<CarriedEntry>,
+    /// Its counters, which the new program counts on from (none from a document before).
+    #[serde(default)]
+    pub sent: u64,
+    #[serde(default)]
+    pub dropped: u64,
 }
 
 /// A line on its way to a log target, with the labels it was written under.
@@ -459,7 +464,7 @@ pub(crate) struct CarriedEntry {
 /// What the log targets held, as this program's forwarder queues it (by target).
 pub(super) fn carried_forwarding(
     targets: Vec<CarriedTarget>,
-) -> BTreeMap<String, Vec<crate::logs::forward::queue::Entry>> {
+) -> BTreeMap<String, crate::logs::forward::Carried> {
     targets
         .into_iter()
         .map(|t| {
@@ -475,7 +480,12 @@ pub(super) fn carried_forwarding(
                     })
                 })
                 .collect();
-            (t.target, entries)
+            let carried = crate::logs::forward::Carried {
+                entries,
+                sent: t.sent,
+                dropped: t.dropped,
+            };
+            (t.target, carried)
         })
         .collect()
 }
@@ -486,9 +496,12 @@ fn queued_forwarding(daemon: &super::Daemon) -> Vec<CarriedTarget> {
         .forwarder
         .queued()
         .into_iter()
-        .map(|(target, entries)| CarriedTarget {
+        .map(|(target, carried)| CarriedTarget {
             target,
-            entries: entries
+            sent: carried.sent,
+            dropped: carried.dropped,
+            entries: carried
+                .entries
                 .into_iter()
                 .map(|e| CarriedEntry {
                     time_ns: e.time.as_nanosecond(),
@@ -2355,7 +2368,9 @@ mod tests {
         assert!(!notify.reloading && !notify.stopping);
         assert_eq!(handover.sockets[0].fd, 8);
         let forwarded = carried_forwarding(handover.forwarding);
-        assert_eq!(forwarded["t"][0].labels["k"], "v");
+        assert_eq!(forwarded["t"].entries[0].labels["k"], "v");
+        // From a document that had no counters: counted from 0.
+        assert_eq!((forwarded["t"].sent, forwarded["t"].dropped), (0, 0));
         // A format 2 document has none of them, and reads as before.
         let text = r#"{"format":2,"old_version":"0.1.0","boot_id":"b","lock":3,"unix":4,
             "http":null,"https":null,"reply":null,

@@ -2014,6 +2014,20 @@ fn forwarded_lines_go_out_once_each_across_the_swap() {
     });
     // Every line once, in order: none lost with a swap, none sent again by the new program.
     assert_eq!(numbers(), (1..=2000).collect::<Vec<_>>());
+    // And the target's counters went on across the swaps: every line counted once.
+    let metric = |name: &str| {
+        get(&d, "/v1/metrics")
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{target=\"central\"}}")))
+            .map(str::to_owned)
+    };
+    wait_for("every line counted", Duration::from_secs(30), || {
+        metric("cobble_log_forward_sent_total").is_some_and(|l| l.ends_with(" 2000"))
+    });
+    assert_eq!(
+        metric("cobble_log_forward_dropped_total").as_deref(),
+        Some("cobble_log_forward_dropped_total{target=\"central\"} 0")
+    );
 }
 
 #[test]

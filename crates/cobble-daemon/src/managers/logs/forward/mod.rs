@@ -130,6 +130,18 @@ pub(crate) struct TargetStats {
     pub queued: u64,
 }
 
+/// What a target held and had counted, handed from one program to the next by a
+/// re-execution.
+#[derive(Default)]
+pub(crate) struct Carried {
+    /// The entries not sent yet, oldest first.
+    pub entries: Vec<Entry>,
+    /// Its counters (`cobble_log_forward_sent_total`, `cobble_log_forward_dropped_total`),
+    /// which go on from there.
+    pub sent: u64,
+    pub dropped: u64,
+}
+
 /// One running target.
 struct Target {
     queue: Arc<TargetQueue>,
@@ -157,11 +169,11 @@ pub(crate) struct LogForwarder {
 
 impl LogForwarder {
     /// Starts following `plan`; lines handed to the returned [`Tap`] reach the targets.
-    /// `carried` are the entries a predecessor's targets still held (a re-execution), queued
-    /// first at the targets of the same names.
+    /// `carried` is what a predecessor's targets still held and had counted (a
+    /// re-execution): queued first, and counted on from, at the targets of the same names.
     pub(crate) fn spawn(
         plan: watch::Receiver<Arc<Plan>>,
-        carried: BTreeMap<String, Vec<Entry>>,
+        carried: BTreeMap<String, Carried>,
     ) -> (LogForwarder, Tap) {
         let tap = Tap::default();
         let (applied_tx, applied) = watch::channel(false);
@@ -233,11 +245,18 @@ impl LogForwarder {
         }
     }
 
-    /// What each target holds, oldest first, its sender parked.
-    pub(crate) fn queued(&self) -> Vec<(String, Vec<Entry>)> {
+    /// What each target holds, oldest first, its sender parked, and its counters.
+    pub(crate) fn queued(&self) -> Vec<(String, Carried)> {
         lock(&self.targets)
             .iter()
-            .map(|(name, (queue, _))| (name.clone(), queue.snapshot()))
+            .map(|(name, (queue, _))| {
+                let carried = Carried {
+                    entries: queue.snapshot(),
+                    sent: queue.sent(),
+                    dropped: queue.dropped(),
+                };
+                (name.clone(), carried)
+            })
             .collect()
     }
 
@@ -264,8 +283,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct Following {
     paused: watch::Sender<bool>,
     applied: watch::Sender<bool>,
-    /// A predecessor's queued entries, by target, until its target is made.
-    carried: BTreeMap<String, Vec<Entry>>,
+    /// What a predecessor's targets held and counted, by target, until its target is made.
+    carried: BTreeMap<String, Carried>,
 }
 
 /// The forwarder's task: applies each plan to the running targets and the routes.
@@ -350,7 +369,8 @@ fn apply(
             None => {
                 let queue = Arc::new(TargetQueue::default());
                 if let Some(carried) = following.carried.remove(name) {
-                    queue.put_back(carried);
+                    queue.count_on_from(carried.sent, carried.dropped);
+                    queue.put_back(carried.entries);
                 }
                 let (destination_tx, destination_rx) = watch::channel(destination);
                 let stop = CancellationToken::new();
@@ -524,7 +544,11 @@ mod tests {
             plan_rx,
             [(
                 "t".to_owned(),
-                vec![carried("carried 1"), carried("carried 2")],
+                Carried {
+                    entries: vec![carried("carried 1"), carried("carried 2")],
+                    sent: 10,
+                    dropped: 4,
+                },
             )]
             .into(),
         );
@@ -549,9 +573,13 @@ mod tests {
         a.line(Timestamp::now(), "new 2");
         let queued = forwarder.queued();
         assert_eq!(queued.len(), 1);
-        let messages: Vec<&str> = queued[0].1.iter().map(|e| e.message.as_str()).collect();
+        let carried = &queued[0].1;
+        let messages: Vec<&str> = carried.entries.iter().map(|e| e.message.as_str()).collect();
         assert_eq!(messages, ["new 2"], "parked: nothing sent, the line kept");
-        assert_eq!(forwarder.stats()[0].sent, 3);
+        // Counted on from the predecessor's counts.
+        assert_eq!((carried.sent, carried.dropped), (13, 4));
+        assert_eq!(forwarder.stats()[0].sent, 13);
+        assert_eq!(forwarder.stats()[0].dropped, 4);
         forwarder.resume();
         assert_eq!(next().await, "new 2");
         forwarder.shutdown().await;

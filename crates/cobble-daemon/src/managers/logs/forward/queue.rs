@@ -146,6 +146,12 @@ impl TargetQueue {
         self.sent.fetch_add(n as u64, Ordering::Relaxed);
     }
 
+    /// Counts on from what a predecessor counted (a re-execution).
+    pub(crate) fn count_on_from(&self, sent: u64, dropped: u64) {
+        self.sent.fetch_add(sent, Ordering::Relaxed);
+        self.dropped.fetch_add(dropped, Ordering::Relaxed);
+    }
+
     /// Entries lost so far.
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
