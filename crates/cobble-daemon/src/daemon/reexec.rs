@@ -79,9 +79,10 @@
 //!    the notify sockets' readers stop between two datagrams, and the supervisor handles what
 //!    they had read (so that what a service said is in its machine when it is taken, and what
 //!    it says later waits in its socket); then the supervisor is asked to hand over its
-//!    services once none is being spawned (a spawn takes moments), and refuses, for a
-//!    candidate that does not read [`ENDINGS_FORMAT`], one whose process is being ended by
-//!    anything but a client's stop. On a refusal, the readers (which read what waits in their
+//!    services once none is being spawned (a spawn takes moments; one still under way after
+//!    [`SPAWN_WAIT`] refuses, naming it), and refuses, for a candidate that does not read
+//!    [`ENDINGS_FORMAT`], one whose process is being ended by anything but a client's stop.
+//!    On a refusal, the readers (which read what waits in their
 //!    sockets before the services' deadlines are acted on again), the senders and the
 //!    listeners start again.
 //! 5. **The services and the checks are taken over**: the supervisor stops acting on the
@@ -200,6 +201,9 @@ const HANDED_CHANGES: &[&str] = &[
 ];
 /// How long a log target's sender may take to finish the request it is making.
 const FORWARD_WAIT: Duration = Duration::from_secs(11);
+/// How long a re-execution waits for services' processes being spawned (moments, unless
+/// something a spawn waits for hangs), the API's listeners paused.
+const SPAWN_WAIT: Duration = Duration::from_secs(5);
 /// How long the listeners' connections have to finish their requests.
 pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(5);
 
@@ -1499,7 +1503,7 @@ async fn reexec_checked(
     let (taken, paths) = if blockers.is_empty() {
         match daemon
             .services
-            .take_over(reads.contains(&ENDINGS_FORMAT))
+            .take_over(reads.contains(&ENDINGS_FORMAT), SPAWN_WAIT)
             .await
         {
             Ok(taken) => (taken.services, taken.paths),

@@ -347,10 +347,7 @@ impl Actor {
                     self.release_signals();
                     if self.held_takeover.is_some() && !self.any_spawning() {
                         let (reply, endings) = self.held_takeover.take().expect("held");
-                        // Nothing is handed over to an asker that has gone.
-                        if !reply.is_closed() {
-                            let _ = reply.send(self.take_over(endings));
-                        }
+                        self.answer_take_over(reply, endings);
                     }
                 }
                 Some(event) = paths.recv() => self.path_changed(event),
@@ -805,8 +802,17 @@ impl Actor {
                 if self.any_spawning() {
                     self.held_takeover = Some((reply, endings));
                 } else {
-                    let _ = reply.send(self.take_over(endings));
+                    self.answer_take_over(reply, endings);
                 }
+            }
+            Request::Spawning { reply } => {
+                let spawning = self
+                    .services
+                    .iter()
+                    .filter(|(_, slot)| slot.machine.is_spawning())
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                let _ = reply.send(spawning);
             }
             Request::Resume { services } => {
                 let names: Vec<String> = services.iter().map(|(name, _)| name.clone()).collect();
@@ -961,6 +967,22 @@ impl Actor {
             Event::Ensure(policy)
         };
         self.perform(&name, event, Some(reply));
+    }
+
+    /// Answers a take-over: nothing is handed over to an asker that has gone (it waited
+    /// too long for a spawn), and what is handed over just as it goes is taken back.
+    fn answer_take_over(&mut self, reply: TakeOverReply, endings: bool) {
+        if reply.is_closed() {
+            return;
+        }
+        if let Err(Ok(taken)) = reply.send(self.take_over(endings)) {
+            for taken in taken.services {
+                if let Some(slot) = self.services.get_mut(&taken.name) {
+                    slot.carried = false;
+                    slot.output = taken.output;
+                }
+            }
+        }
     }
 
     /// Hands every service that was started over for a re-execution (see

@@ -185,15 +185,41 @@ impl ServiceManager {
     }
 
     /// Hands every service started over for a re-execution: the actor stops acting on them.
-    /// When one cannot be handed over (see [`Request::TakeOver`] for `endings`), says why,
-    /// having changed nothing.
+    /// When one cannot be handed over (see [`Request::TakeOver`] for `endings`), or a
+    /// service's process is still being spawned after `wait` (a spawn takes moments, unless
+    /// something it waits for hangs), says why, having changed nothing.
     pub(crate) async fn take_over(
         &self,
         endings: bool,
+        wait: std::time::Duration,
     ) -> Result<super::messages::TakenOver, Vec<String>> {
-        self.call(|reply| Request::TakeOver { endings, reply })
-            .await
-            .unwrap_or_else(|| Err(vec!["the service manager has stopped".to_owned()]))
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.send(Request::TakeOver { endings, reply });
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(vec!["the service manager has stopped".to_owned()]),
+            // Given up: the actor hands nothing over to a receiver that is gone, and takes
+            // back what it handed over just as it went.
+            Err(_) => {
+                let seconds = wait.as_secs();
+                let mut why: Vec<String> = self
+                    .call(|reply| Request::Spawning { reply })
+                    .await
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|name| {
+                        let name = cobble_plan::go_quote(name);
+                        format!("service {name} is still being spawned after {seconds}s")
+                    })
+                    .collect();
+                if why.is_empty() {
+                    why.push(format!(
+                        "the services were not ready to be handed over after {seconds}s"
+                    ));
+                }
+                Err(why)
+            }
+        }
     }
 
     /// Stops the notify sockets' readers for a re-execution (see [`Request::PauseNotify`]);

@@ -169,6 +169,10 @@ pub(super) enum Request {
         endings: bool,
         reply: oneshot::Sender<Result<TakenOver, Vec<String>>>,
     },
+    /// The services whose process is being spawned now, by name.
+    Spawning {
+        reply: oneshot::Sender<Vec<String>>,
+    },
     /// Stop every notify socket's reader between two datagrams, before a take-over, so that
     /// what a service says meanwhile waits in its socket for whichever program goes on.
     PauseNotify {

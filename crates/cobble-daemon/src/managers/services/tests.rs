@@ -403,6 +403,42 @@ async fn a_stop_during_a_slow_spawn_stops_what_the_spawn_produces() {
     assert_eq!(h.status("web").await, "inactive");
 }
 
+/// A take-over waits for a spawn under way, but not for one that hangs: it gives up, naming
+/// the service, and the service stays this program's to supervise. (On real time: paused
+/// time does not advance while a spawn, on the blocking pool, is under way.)
+#[tokio::test]
+async fn a_take_over_held_by_a_spawn_that_hangs_gives_up_and_changes_nothing() {
+    let h = Harness::new(vec![service("web")]);
+    let (release, gate) = std::sync::mpsc::channel();
+    *h.processes.hold_spawns.lock().unwrap() = Some(gate);
+    let start = h.start("web");
+    h.processes.until("spawning", |r| r.spawning == 1).await;
+    let wait = Duration::from_millis(1500);
+    let began = Instant::now();
+    let refused = h.manager.take_over(true, wait).await.err();
+    assert_eq!(
+        refused,
+        Some(vec![
+            "service \"web\" is still being spawned after 1s".to_owned()
+        ])
+    );
+    assert!(Instant::now() - began >= wait);
+    // This spawn, and the restart's.
+    release.send(()).unwrap();
+    release.send(()).unwrap();
+    assert_eq!(start.await.unwrap().outcome, StartOutcome::Started);
+    // Still followed: its exit is acted on, with a restart once the backoff is over.
+    h.processes.exit(h.processes.last_pid(), 1);
+    h.processes
+        .until("restarted", |r| r.spawns.len() == 2)
+        .await;
+    h.wait_status("web", "active").await;
+    // And a take-over with nothing being spawned hands it over at once.
+    let taken = h.manager.take_over(true, wait).await.ok().unwrap();
+    let names: Vec<&str> = taken.services.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["web"]);
+}
+
 /// Regression: a service listed `active` while its spawn was under way answered a signal with
 /// "service is not running". The signal now waits for the pid, as it would in Pebble, whose
 /// spawn no client can see half done.
