@@ -22,6 +22,7 @@ use std::io::{self, Read, Seek, Write};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
 /// The environment variable that names the handover document's descriptor.
 pub const HANDOVER_ENV: &str = "COBBLE_HANDOVER_FD";
@@ -225,6 +226,9 @@ const CRASH_SIGNALS: [(libc::c_int, &str); 5] = [
 /// Everything the crash handler needs, made before it can run: a signal handler may not
 /// allocate, lock or read the environment.
 struct CrashFallback {
+    /// The process that armed it: a child between its fork and its exec (a service being
+    /// spawned) inherits the handler, and must not execute the old daemon.
+    pid: libc::pid_t,
     image: RawFd,
     document: RawFd,
     /// (original number, copy) of each handed-over descriptor.
@@ -241,19 +245,27 @@ struct CrashFallback {
     _strings: Vec<CString>,
 }
 
-/// The armed [`CrashFallback`], or null.
-static CRASH: std::sync::atomic::AtomicPtr<CrashFallback> =
-    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+/// The [`CrashFallback`] armed, or null. Never freed: a handler may hold it.
+static CRASH: AtomicPtr<CrashFallback> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Where the crash fallback stands: [`DISARMED`], [`ARMED`] or [`FALLING_BACK`].
+static CRASH_STATE: AtomicU8 = AtomicU8::new(DISARMED);
+const DISARMED: u8 = 0;
+const ARMED: u8 = 1;
+/// A thread is executing the previous program (a crash handler, or the panic path of
+/// [`hold_crashes`]): a crash in another thread waits for that `execve`, which ends it.
+const FALLING_BACK: u8 = 2;
 
 /// Makes a crash by signal (see [`CRASH_SIGNALS`]) of a program that has not taken over yet
 /// execute back into its predecessor, as a panic does: `image` is the predecessor's program
 /// (see [`previous_image`]), run with `args` and `env` and [`TAKEOVER_FAILED_ENV`] saying
 /// "it crashed with" the signal, and `document` the handover, rewound, with every
-/// descriptor of `reserve` put back first. A crash once it is disarmed
-/// ([`disarm_crash_fallback`]), or one whose `execve` fails, ends the program as before.
+/// descriptor of `reserve` put back first (so `image` and `reserve` must stay open until
+/// [`disarm_crash_fallback`]). A crash once it is disarmed, or one whose `execve` fails,
+/// ends the program as before. A program arms it once.
 ///
 /// The handler runs on the thread's alternate signal stack, which Rust gives every thread
-/// it starts, so that a stack overflow reaches it too.
+/// it starts, so that a stack overflow reaches it too, with every signal blocked.
 pub fn arm_crash_fallback(
     image: RawFd,
     document: RawFd,
@@ -261,6 +273,12 @@ pub fn arm_crash_fallback(
     args: &[OsString],
     env: &[(OsString, OsString)],
 ) -> io::Result<()> {
+    if !CRASH.load(Ordering::SeqCst).is_null() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "the crash fallback is armed already",
+        ));
+    }
     let invalid = || {
         io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -301,11 +319,9 @@ pub fn arm_crash_fallback(
         one.push(std::ptr::null());
         envp.push((signal, one));
     }
-    let mask = {
-        let stop = crate::inherit::stop_signals();
-        *stop.as_ref()
-    };
+    let mask = *crate::inherit::stop_signals().as_ref();
     let mut fallback = Box::new(CrashFallback {
+        pid: std::process::id() as libc::pid_t,
         image,
         document,
         descriptors: reserve.numbers(),
@@ -322,7 +338,7 @@ pub fn arm_crash_fallback(
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = on_crash as *const () as libc::sighandler_t;
             action.sa_flags = libc::SA_ONSTACK;
-            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigfillset(&mut action.sa_mask);
             let mut previous: libc::sigaction = std::mem::zeroed();
             if libc::sigaction(signal, &action, &mut previous) != 0 {
                 let error = io::Error::last_os_error();
@@ -332,24 +348,29 @@ pub fn arm_crash_fallback(
             fallback.previous.push((signal, previous));
         }
     }
-    // A program arms it once; one armed before would be left allocated, as a disarmed one
-    // is (see `disarm_crash_fallback`).
-    CRASH.store(Box::into_raw(fallback), std::sync::atomic::Ordering::SeqCst);
+    CRASH.store(Box::into_raw(fallback), Ordering::SeqCst);
+    CRASH_STATE.store(ARMED, Ordering::SeqCst);
     Ok(())
 }
 
 /// A crash from now on ends the program, as before [`arm_crash_fallback`]: the crash
 /// signals' earlier actions are put back.
 pub fn disarm_crash_fallback() {
-    let armed = CRASH.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::SeqCst);
+    CRASH_STATE.store(DISARMED, Ordering::SeqCst);
+    let armed = CRASH.load(Ordering::SeqCst);
     if armed.is_null() {
         return;
     }
-    // SAFETY: made by Box::into_raw in `arm_crash_fallback`, and no longer reachable by
-    // the handler. Only read here: a handler that took it just before would still read it,
-    // so it is left allocated (a few kilobytes, until the program's next execve).
+    // SAFETY: made by Box::into_raw in `arm_crash_fallback` and never freed.
     let fallback = unsafe { &*armed };
     restore_actions(&fallback.previous);
+}
+
+/// For a thread about to execute the previous program itself (after a panic): a crash in
+/// another thread meanwhile waits for that `execve` instead of ending the process. Should
+/// the `execve` fail, [`disarm_crash_fallback`] lets crashes end the program again.
+pub fn hold_crashes() {
+    let _ = CRASH_STATE.compare_exchange(ARMED, FALLING_BACK, Ordering::SeqCst, Ordering::SeqCst);
 }
 
 fn restore_actions(previous: &[(libc::c_int, libc::sigaction)]) {
@@ -361,36 +382,50 @@ fn restore_actions(previous: &[(libc::c_int, libc::sigaction)]) {
     }
 }
 
-/// The crash handler: executes back into the predecessor (see [`arm_crash_fallback`]), or,
-/// when not armed or that fails, dies of the signal as the program would have.
+/// The crash handler: executes back into the predecessor (see [`arm_crash_fallback`]),
+/// waits for another thread doing so, or, when not armed, in a child of the daemon, or when
+/// the `execve` fails, dies of the signal as the program would have.
 extern "C" fn on_crash(signal: libc::c_int) {
-    let armed = CRASH.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::SeqCst);
-    if !armed.is_null() {
-        // SAFETY: made by Box::into_raw and never freed (see `disarm_crash_fallback`); taken
-        // once. Every call below is async-signal-safe: dup2, lseek, setrlimit,
-        // pthread_sigmask and execveat, on what was prepared beforehand.
-        unsafe {
-            let fallback = &*armed;
-            for (fd, copy) in &fallback.descriptors {
-                libc::dup2(*copy, *fd);
-            }
-            libc::lseek(fallback.document, 0, libc::SEEK_SET);
-            crate::inherit::restore_nofile();
-            libc::pthread_sigmask(libc::SIG_SETMASK, &fallback.mask, std::ptr::null_mut());
-            if let Some((_, envp)) = fallback.envp.iter().find(|(s, _)| *s == signal) {
-                libc::syscall(
-                    libc::SYS_execveat,
-                    fallback.image,
-                    c"".as_ptr(),
-                    fallback.argv.as_ptr(),
-                    envp.as_ptr(),
-                    libc::AT_EMPTY_PATH,
-                );
-            }
+    let armed = CRASH.load(Ordering::SeqCst);
+    // SAFETY: getpid(2) is async-signal-safe; `armed` was made by Box::into_raw and is never
+    // freed.
+    let ours = !armed.is_null() && unsafe { libc::getpid() == (*armed).pid };
+    if ours {
+        match CRASH_STATE.compare_exchange(ARMED, FALLING_BACK, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            // SAFETY: as above; every call is async-signal-safe: dup2, lseek, setrlimit,
+            // pthread_sigmask and execveat, on what was prepared beforehand.
+            Ok(_) => unsafe {
+                let fallback = &*armed;
+                for (fd, copy) in &fallback.descriptors {
+                    libc::dup2(*copy, *fd);
+                }
+                libc::lseek(fallback.document, 0, libc::SEEK_SET);
+                crate::inherit::restore_nofile();
+                libc::pthread_sigmask(libc::SIG_SETMASK, &fallback.mask, std::ptr::null_mut());
+                if let Some((_, envp)) = fallback.envp.iter().find(|(s, _)| *s == signal) {
+                    libc::syscall(
+                        libc::SYS_execveat,
+                        fallback.image,
+                        c"".as_ptr(),
+                        fallback.argv.as_ptr(),
+                        envp.as_ptr(),
+                        libc::AT_EMPTY_PATH,
+                    );
+                }
+            },
+            // Another thread is executing the previous program, which ends this one.
+            Err(FALLING_BACK) => loop {
+                // SAFETY: pause(2) is async-signal-safe; every signal is blocked here.
+                unsafe {
+                    libc::pause();
+                }
+            },
+            Err(_) => {}
         }
     }
     // SAFETY: signal(2) and raise(3) are async-signal-safe; with the default action back,
-    // the signal ends the process (now, or as the handler returns, for a fault).
+    // the signal ends the process (as the handler returns, the signal blocked until then).
     unsafe {
         libc::signal(signal, libc::SIG_DFL);
         libc::raise(signal);

@@ -280,8 +280,10 @@ pub(crate) async fn run(
         .map(|h| std::mem::take(&mut h.changes))
         .unwrap_or_default();
     daemon.service_changes.resume(changes, in_flight);
-    // Taken over: a failure from now on is this program's.
+    // Taken over: a failure from now on is this program's, and what the log targets were
+    // handed is sent.
     reexec::disarm_fallback();
+    daemon.forwarder.resume();
     let reply = handover.as_mut().and_then(|h| h.reply.take());
     if let Some(handover) = &handover {
         match cobble_sys::reexec::takeover_failure() {

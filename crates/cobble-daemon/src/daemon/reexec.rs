@@ -2077,23 +2077,23 @@ pub(super) fn arm_fallback(document: RawFd) {
     };
     match cobble_sys::reexec::Reserve::take(&[]) {
         Ok(reserve) => {
-            // A crash by signal executes back into the predecessor as a panic does.
+            let mut fallback = FALLBACK.lock().unwrap_or_else(|e| e.into_inner());
+            let Fallback { image, reserve, .. } = fallback.insert(Fallback {
+                image,
+                document,
+                reserve,
+            });
+            // A crash by signal executes back into the predecessor as a panic does, with
+            // what the fallback keeps open until it is disarmed.
             use std::os::fd::AsRawFd;
             if let Err(e) = cobble_sys::reexec::arm_crash_fallback(
                 image.as_raw_fd(),
                 document,
-                &reserve,
+                reserve,
                 &own_args(),
                 &environment(document),
             ) {
                 tracing::warn!("Cannot fall back to the previous program after a crash: {e}");
-            }
-            if let Ok(mut fallback) = FALLBACK.lock() {
-                *fallback = Some(Fallback {
-                    image,
-                    document,
-                    reserve,
-                });
             }
         }
         Err(e) => tracing::warn!("Cannot keep the handed-over descriptors to fall back: {e}"),
@@ -2116,8 +2116,8 @@ pub(crate) fn fall_back(why: &str) {
     let Some(fallback) = FALLBACK.try_lock().ok().and_then(|mut f| f.take()) else {
         return;
     };
-    // The crash handler would use the descriptors this one now puts back.
-    cobble_sys::reexec::disarm_crash_fallback();
+    // A crash in another thread meanwhile waits for this execve.
+    cobble_sys::reexec::hold_crashes();
     use std::os::fd::AsRawFd;
     tracing::error!("Cannot take over: {why}; executing the previous program again.");
     let restored = fallback
@@ -2125,6 +2125,7 @@ pub(crate) fn fall_back(why: &str) {
         .restore()
         .and_then(|()| cobble_sys::reexec::Reserve::rewind(fallback.document));
     if let Err(e) = restored {
+        cobble_sys::reexec::disarm_crash_fallback();
         tracing::error!("Cannot execute the previous program again: {e}");
         return;
     }
@@ -2135,6 +2136,9 @@ pub(crate) fn fall_back(why: &str) {
     ));
     crate::daemon_log::flush_all(FLUSH_WAIT);
     let e = cobble_sys::reexec::exec_image(fallback.image.as_raw_fd(), &own_args(), &env);
+    // Still here: a crash ends the program, before what the handler uses is closed.
+    cobble_sys::reexec::disarm_crash_fallback();
+    drop(fallback);
     tracing::error!(
         "Cannot execute the previous program again: {}",
         cobble_sys::os_error_text(&e)

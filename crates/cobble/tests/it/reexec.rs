@@ -1996,10 +1996,14 @@ fn forwarded_lines_go_out_once_each_across_the_swap() {
         assert_eq!(code, 0, "{stderr}");
         assert_eq!(children(&d), pids);
     }
-    // Last, an exec that fails: the old program's targets send again.
-    let failing = script(d.scratch(), "exec-fails", &format!("exec {COBBLE} \"$@\""));
-    let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
-    assert_eq!(code, 1, "{stderr}");
+    // Then a new program that fails to take over (the lines it was handed go back with the
+    // handover, none of them sent), and last an exec that fails: the old program's targets
+    // send again.
+    for fault in ["takeover-fails", "exec-fails"] {
+        let failing = script(d.scratch(), fault, &format!("exec {COBBLE} \"$@\""));
+        let (code, _, stderr) = reexec(&d, &["--binary", failing.to_str().unwrap()]);
+        assert_eq!(code, 1, "{stderr}");
+    }
     let numbers = || -> Vec<u32> {
         syslog
             .tcp_messages

@@ -386,9 +386,10 @@ impl Actor {
             .flat_map(|slot| slot.machine.watched_paths())
             .map(PathBuf::from)
             .collect();
+        // The baseline is for this set alone: a path watched again later is new.
+        let baseline = std::mem::take(&mut self.baseline);
         if wanted != self.watched {
             // Nobody waits for the watches to be armed; the watcher looks once they are.
-            let baseline = std::mem::take(&mut self.baseline);
             drop(self.watcher.set_from(wanted.clone(), baseline));
             self.seen.retain(|path, _| wanted.contains(path));
             self.watched = wanted;

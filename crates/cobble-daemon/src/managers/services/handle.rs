@@ -193,14 +193,18 @@ impl ServiceManager {
         endings: bool,
         wait: std::time::Duration,
     ) -> Result<super::messages::TakenOver, Vec<String>> {
-        let (reply, rx) = oneshot::channel();
+        let (reply, mut rx) = oneshot::channel();
         let _ = self.tx.send(Request::TakeOver { endings, reply });
-        match tokio::time::timeout(wait, rx).await {
+        match tokio::time::timeout(wait, &mut rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(vec!["the service manager has stopped".to_owned()]),
-            // Given up: the actor hands nothing over to a receiver that is gone, and takes
-            // back what it handed over just as it went.
+            // Given up: closed, the actor hands nothing over (and takes back what it handed
+            // over as it closed); an answer sent before that is taken.
             Err(_) => {
+                rx.close();
+                if let Ok(answer) = rx.try_recv() {
+                    return answer;
+                }
                 let seconds = wait.as_secs();
                 let mut why: Vec<String> = self
                     .call(|reply| Request::Spawning { reply })

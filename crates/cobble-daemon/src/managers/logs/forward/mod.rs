@@ -171,6 +171,9 @@ impl LogForwarder {
     /// Starts following `plan`; lines handed to the returned [`Tap`] reach the targets.
     /// `carried` is what a predecessor's targets still held and had counted (a
     /// re-execution): queued first, and counted on from, at the targets of the same names.
+    /// With something carried, the senders start paused, and send once
+    /// [`LogForwarder::resume`]d: a program that fails to take over hands the same lines
+    /// back to its predecessor, which must find none of them sent.
     pub(crate) fn spawn(
         plan: watch::Receiver<Arc<Plan>>,
         carried: BTreeMap<String, Carried>,
@@ -181,7 +184,7 @@ impl LogForwarder {
             targets: Arc::default(),
             stop: CancellationToken::new(),
             task: Arc::default(),
-            paused: watch::Sender::new(false),
+            paused: watch::Sender::new(!carried.is_empty()),
             applied,
         };
         let task = tokio::spawn(follow_plan(
@@ -555,7 +558,17 @@ mod tests {
         forwarder.ready().await;
         let mut a = tap.service("a");
         a.line(Timestamp::now(), "new 1");
+        // Held until the program has taken over: a program that fails to would hand the
+        // carried lines back, and they must not have gone out.
         let mut buf = vec![0u8; 4096];
+        let early = tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            receiver.recv(&mut buf),
+        )
+        .await;
+        assert!(early.is_err(), "nothing sent before the take-over");
+        assert_eq!(forwarder.stats()[0].queued, 3);
+        forwarder.resume();
         let mut next = async || {
             let n = receiver.recv(&mut buf).await.unwrap();
             let text = String::from_utf8_lossy(&buf[..n]).into_owned();
