@@ -486,34 +486,6 @@ fn a_service_waiting_for_a_path_starts_once_it_appears_after_the_reexec() {
     assert_eq!(children(&d).len(), 1);
 }
 
-#[test]
-fn a_file_change_after_the_reexec_restarts_the_service() {
-    let root = tempfile::tempdir().unwrap();
-    let config = root.path().join("app.conf");
-    std::fs::write(&config, "one\n").unwrap();
-    let layer = format!(
-        "services:\n  a:\n    override: replace\n    command: sleep 1000\n    \
-         on-file-change:\n      {}: restart\n",
-        config.display()
-    );
-    let d = Daemon::hold(&[("001-base", &layer)]);
-    act(&d, "start", &["a"]);
-    let pids = children(&d);
-    assert_eq!(pids.len(), 1, "{pids:?}");
-    let (code, _, stderr) = reexec(&d, &[]);
-    assert_eq!(code, 0, "{stderr}");
-    assert_eq!(children(&d), pids, "the service keeps its process");
-    std::fs::write(&config, "two\n").unwrap();
-    wait_for("the restart", Duration::from_secs(30), || {
-        let now = children(&d);
-        now.len() == 1
-            && now != pids
-            && service(&d, "a").current == "active"
-            && details_of(&d, "a").start_count == 2
-    });
-    d.wait_log("Service \"a\" on-file-change action is \"restart\"");
-}
-
 /// A service restarted on a change of `app.conf`, started, with the file as it was then.
 fn watching_a_file(env: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf, Daemon) {
     let root = tempfile::tempdir().unwrap();
@@ -527,6 +499,19 @@ fn watching_a_file(env: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf, Daemon)
     let d = Daemon::start_with_env(&[("001-base", &layer)], &["--hold"], env);
     act(&d, "start", &["a"]);
     (root, config, d)
+}
+
+/// Waits until the service of [`watching_a_file`] has been restarted for its file: a new
+/// process (not one of `pids`), active, its second start.
+fn wait_restarted_for_its_file(d: &Daemon, pids: &[u32]) {
+    d.wait_log("Service \"a\" on-file-change action is \"restart\"");
+    wait_for("the restart", Duration::from_secs(30), || {
+        let now = children(d);
+        now.len() == 1
+            && now != pids
+            && service(d, "a").current == "active"
+            && details_of(d, "a").start_count == 2
+    });
 }
 
 /// A program that replaces `config` (another size: a change whatever the clock's
@@ -545,6 +530,18 @@ fn changing_on_exec(d: &Daemon, name: &str, config: &Path) -> PathBuf {
 }
 
 #[test]
+fn a_file_change_after_the_reexec_restarts_the_service() {
+    let (_root, config, d) = watching_a_file(&[]);
+    let pids = children(&d);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let (code, _, stderr) = reexec(&d, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(children(&d), pids, "the service keeps its process");
+    std::fs::write(&config, "two\n").unwrap();
+    wait_restarted_for_its_file(&d, &pids);
+}
+
+#[test]
 fn a_file_changed_during_the_swap_restarts_the_service_under_the_new_program() {
     let (_root, config, d) = watching_a_file(&[]);
     let pids = children(&d);
@@ -553,14 +550,7 @@ fn a_file_changed_during_the_swap_restarts_the_service_under_the_new_program() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(std::fs::read_to_string(&config).unwrap(), "two, longer\n");
     // The new program found the file other than the old one last saw it: a change.
-    d.wait_log("Service \"a\" on-file-change action is \"restart\"");
-    wait_for("the restart", Duration::from_secs(30), || {
-        let now = children(&d);
-        now.len() == 1
-            && now != pids
-            && service(&d, "a").current == "active"
-            && details_of(&d, "a").start_count == 2
-    });
+    wait_restarted_for_its_file(&d, &pids);
     // Once: a re-execution with nothing changed restarts nothing.
     let pids = children(&d);
     let (code, _, stderr) = reexec(&d, &[]);
@@ -584,14 +574,7 @@ fn a_file_changed_during_a_failed_take_over_restarts_the_service_under_the_old_p
         "{stderr}"
     );
     assert_eq!(std::fs::read_to_string(&config).unwrap(), "two, longer\n");
-    d.wait_log("Service \"a\" on-file-change action is \"restart\"");
-    wait_for("the restart", Duration::from_secs(30), || {
-        let now = children(&d);
-        now.len() == 1
-            && now != pids
-            && service(&d, "a").current == "active"
-            && details_of(&d, "a").start_count == 2
-    });
+    wait_restarted_for_its_file(&d, &pids);
 }
 
 #[test]

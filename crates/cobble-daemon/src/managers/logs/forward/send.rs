@@ -200,6 +200,17 @@ pub(crate) struct Parking {
 }
 
 impl Parking {
+    /// What a sender does when stopped: gives what it holds [`FINAL_FLUSH`], unless it is
+    /// parked. A sender is parked when stopped only in a new program that failed to take
+    /// over before it resumed: what it holds goes back to its predecessor with the handover,
+    /// and would be sent twice.
+    async fn last(&self, name: &str, queue: &TargetQueue, client: &mut Client, batch: Vec<Entry>) {
+        if *self.paused.borrow() {
+            return;
+        }
+        final_flush(name, queue, client, batch).await;
+    }
+
     /// Holds the sender while it is asked to, with `batch` back in `queue`.
     async fn hold(
         &mut self,
@@ -244,7 +255,7 @@ pub(crate) async fn run(
                     Ok(()) = parking.paused.changed() => {
                         parking.hold(&queue, &mut batch, &stop).await;
                     }
-                    () = stop.cancelled() => return final_flush(&name, &queue, &mut client, batch).await,
+                    () = stop.cancelled() => return parking.last(&name, &queue, &mut client, batch).await,
                     Ok(()) = destination.changed() => {
                         client = Client::new(&destination.borrow_and_update(), hostname.clone());
                     }
@@ -266,7 +277,7 @@ pub(crate) async fn run(
             }
         }
         if stop.is_cancelled() {
-            return final_flush(&name, &queue, &mut client, batch).await;
+            return parking.last(&name, &queue, &mut client, batch).await;
         }
         let outcome = tokio::select! {
             outcome = client.deliver(&batch) => outcome,
