@@ -414,7 +414,10 @@ mod tests {
             panic!("one event");
         };
         assert_eq!(event.fingerprint, None);
-        fs::write(&path, "one").unwrap();
+        // Renamed into place: one change (a write in place can be seen half done).
+        let tmp = dir.path().join(".cert.tmp");
+        fs::write(&tmp, "one").unwrap();
+        fs::rename(&tmp, &path).unwrap();
         let event = next_whole(&mut rx).await;
         assert!(event.exists);
         assert_eq!(event.fingerprint, fingerprint(&path));
