@@ -807,13 +807,7 @@ impl Actor {
                 }
             }
             Request::Spawning { reply } => {
-                let spawning = self
-                    .services
-                    .iter()
-                    .filter(|(_, slot)| slot.machine.is_spawning())
-                    .map(|(name, _)| name.clone())
-                    .collect();
-                let _ = reply.send(spawning);
+                let _ = reply.send(self.being_spawned().cloned().collect());
             }
             Request::Resume { services } => {
                 let names: Vec<String> = services.iter().map(|(name, _)| name.clone()).collect();
@@ -1444,11 +1438,17 @@ impl Actor {
             .any(|slot| slot.machine.is_spawning())
     }
 
+    /// The services between asking for a process and having one.
+    fn being_spawned(&self) -> impl Iterator<Item = &String> {
+        self.services
+            .iter()
+            .filter(|(_, slot)| slot.machine.is_spawning())
+            .map(|(name, _)| name)
+    }
+
     /// Whether any service is between asking for a process and having one.
     fn any_spawning(&self) -> bool {
-        self.services
-            .values()
-            .any(|slot| slot.machine.is_spawning())
+        self.being_spawned().next().is_some()
     }
 
     /// Sends the held signals whose services have finished spawning, in the order they came.

@@ -559,14 +559,18 @@ mod tests {
         let mut a = tap.service("a");
         a.line(Timestamp::now(), "new 1");
         // Held until the program has taken over: a program that fails to would hand the
-        // carried lines back, and they must not have gone out.
+        // carried lines back, and they must not have gone out. The sender parks unasked,
+        // before it sends anything.
+        let mut parked = lock(&forwarder.targets)["t"].1.clone();
+        tokio::time::timeout(std::time::Duration::from_secs(30), parked.wait_for(|p| *p))
+            .await
+            .expect("the sender parks from its start")
+            .unwrap();
         let mut buf = vec![0u8; 4096];
-        let early = tokio::time::timeout(
-            std::time::Duration::from_millis(300),
-            receiver.recv(&mut buf),
-        )
-        .await;
-        assert!(early.is_err(), "nothing sent before the take-over");
+        assert!(
+            receiver.try_recv(&mut buf).is_err(),
+            "nothing sent before the take-over"
+        );
         assert_eq!(forwarder.stats()[0].queued, 3);
         forwarder.resume();
         let mut next = async || {
